@@ -1,0 +1,1 @@
+//! C++ backend of ovl.

@@ -1,0 +1,189 @@
+//! Element types: the [`DType`] enum and the [`Scalar`] trait implemented by the Rust types
+//! that can live in a tensor.
+
+use crate::ir;
+use std::fmt;
+
+/// The element type of a tensor or a scalar expression.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    F32,
+    F64,
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    Bool,
+}
+
+impl DType {
+    /// Every supported dtype, in IR order.
+    pub const ALL: [DType; 11] = [
+        DType::F32,
+        DType::F64,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+        DType::Bool,
+    ];
+
+    /// Size of one element in bytes (bool is one byte holding 0 or 1).
+    pub fn size(self) -> usize {
+        match self {
+            DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::I16 | DType::U16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64)
+    }
+
+    pub fn is_signed_int(self) -> bool {
+        matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
+    }
+
+    pub fn is_unsigned_int(self) -> bool {
+        matches!(self, DType::U8 | DType::U16 | DType::U32 | DType::U64)
+    }
+
+    pub fn is_int(self) -> bool {
+        self.is_signed_int() || self.is_unsigned_int()
+    }
+
+    /// The Rust name of the type (`f32`, `u8`, `bool`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::U8 => "u8",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
+            DType::Bool => "bool",
+        }
+    }
+
+    /// The IR enum value.
+    pub fn to_ir(self) -> ir::Dtype {
+        match self {
+            DType::F32 => ir::Dtype::F32,
+            DType::F64 => ir::Dtype::F64,
+            DType::I8 => ir::Dtype::I8,
+            DType::I16 => ir::Dtype::I16,
+            DType::I32 => ir::Dtype::I32,
+            DType::I64 => ir::Dtype::I64,
+            DType::U8 => ir::Dtype::U8,
+            DType::U16 => ir::Dtype::U16,
+            DType::U32 => ir::Dtype::U32,
+            DType::U64 => ir::Dtype::U64,
+            DType::Bool => ir::Dtype::Bool,
+        }
+    }
+
+    /// From the IR's `i32` field; `None` for unspecified or unsupported values.
+    pub fn from_ir(value: i32) -> Option<DType> {
+        Some(match ir::Dtype::try_from(value).ok()? {
+            ir::Dtype::F32 => DType::F32,
+            ir::Dtype::F64 => DType::F64,
+            ir::Dtype::I8 => DType::I8,
+            ir::Dtype::I16 => DType::I16,
+            ir::Dtype::I32 => DType::I32,
+            ir::Dtype::I64 => DType::I64,
+            ir::Dtype::U8 => DType::U8,
+            ir::Dtype::U16 => DType::U16,
+            ir::Dtype::U32 => DType::U32,
+            ir::Dtype::U64 => DType::U64,
+            ir::Dtype::Bool => DType::Bool,
+            ir::Dtype::Unspecified | ir::Dtype::F16 | ir::Dtype::Bf16 => return None,
+        })
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A literal value of some dtype, as stored in the IR.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Literal {
+    Float(f64),
+    Int(i64),
+    UInt(u64),
+    Bool(bool),
+}
+
+/// A Rust type that can be a tensor element: `f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool`.
+pub trait Scalar: Copy + Send + Sync + fmt::Debug + PartialEq + Default + 'static {
+    const DTYPE: DType;
+    /// The value as an IR literal.
+    fn to_literal(self) -> Literal;
+    /// Wraps a vector of this type as tensor data.
+    fn wrap(data: Vec<Self>) -> crate::host::TensorData;
+    /// Borrows tensor data of this type; `None` if the dtype differs.
+    fn unwrap_ref(data: &crate::host::TensorData) -> Option<&[Self]>;
+    /// Takes tensor data of this type; `Err` gives the data back if the dtype differs.
+    fn unwrap(data: crate::host::TensorData) -> Result<Vec<Self>, crate::host::TensorData>;
+}
+
+macro_rules! impl_scalar {
+    ($($t:ty => $d:ident, $variant:ident, $lit:ident);* $(;)?) => {$(
+        impl Scalar for $t {
+            const DTYPE: DType = DType::$d;
+            #[allow(clippy::unnecessary_cast)]
+            fn to_literal(self) -> Literal {
+                impl_scalar!(@lit $lit self)
+            }
+            fn wrap(data: Vec<Self>) -> crate::host::TensorData {
+                crate::host::TensorData::$variant(data)
+            }
+            fn unwrap_ref(data: &crate::host::TensorData) -> Option<&[Self]> {
+                match data {
+                    crate::host::TensorData::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn unwrap(data: crate::host::TensorData) -> Result<Vec<Self>, crate::host::TensorData> {
+                match data {
+                    crate::host::TensorData::$variant(v) => Ok(v),
+                    other => Err(other),
+                }
+            }
+        }
+    )*};
+    (@lit Float $v:ident) => { Literal::Float($v as f64) };
+    (@lit Int $v:ident) => { Literal::Int($v as i64) };
+    (@lit UInt $v:ident) => { Literal::UInt($v as u64) };
+    (@lit Bool $v:ident) => { Literal::Bool($v) };
+}
+
+impl_scalar! {
+    f32 => F32, F32, Float;
+    f64 => F64, F64, Float;
+    i8 => I8, I8, Int;
+    i16 => I16, I16, Int;
+    i32 => I32, I32, Int;
+    i64 => I64, I64, Int;
+    u8 => U8, U8, UInt;
+    u16 => U16, U16, UInt;
+    u32 => U32, U32, UInt;
+    u64 => U64, U64, UInt;
+    bool => Bool, Bool, Bool;
+}
