@@ -16,3 +16,8 @@ pub const IR_VERSION: u32 = 1;
 
 pub use dtype::{DType, Literal, Scalar};
 pub use host::{HostTensor, TensorData};
+
+pub mod hash;
+pub mod interp;
+pub mod text;
+pub mod validate;

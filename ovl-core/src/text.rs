@@ -1,0 +1,1 @@
+//! Readable text dump of the IR (to be written).

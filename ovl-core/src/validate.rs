@@ -1,0 +1,1 @@
+//! IR validation (to be written).
