@@ -1,9 +1,26 @@
-//! Canonical structural hashing of the IR (stub: replaced by the real implementation).
-use crate::ir;
+//! Canonical structural hashing of the IR.
+//!
+//! The hash is SHA-256 over a canonical walk of the IR, not over the protobuf bytes (protobuf
+//! serialization is not canonical: field order, packed or unpacked repeated fields and unknown
+//! fields may differ between encoders for the same message). The walk visits every field in a
+//! fixed order; lists are prefixed by their length, strings by their byte length, floats are
+//! hashed by their bit pattern (so `0.0` and `-0.0` differ) and enums by their number. The
+//! operator's source location is *not* hashed: moving an operator in its file must not change
+//! its identity. Its name is hashed.
 
-/// A 256-bit digest of a canonical walk of the IR.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+use crate::ir;
+use sha2::{Digest as _, Sha256};
+
+/// A 256-bit digest of a canonical walk of the IR; `Display` prints it as 64 hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
 pub struct Digest(pub [u8; 32]);
+
+impl Digest {
+    /// The digest as 64 lower-case hex digits.
+    pub fn to_hex(&self) -> String {
+        self.to_string()
+    }
+}
 
 impl std::fmt::Display for Digest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -14,9 +31,333 @@ impl std::fmt::Display for Digest {
     }
 }
 
-/// Hash of an operator, independent of protobuf serialization details.
+/// Feeds a canonical encoding of values to SHA-256.
+struct Walk(Sha256);
+
+impl Walk {
+    fn new(domain: &str) -> Walk {
+        let mut w = Walk(Sha256::new());
+        w.str(domain);
+        w
+    }
+
+    fn u64(&mut self, v: u64) {
+        self.0.update(v.to_le_bytes());
+    }
+
+    fn u32(&mut self, v: u32) {
+        self.u64(v as u64);
+    }
+
+    fn i64(&mut self, v: i64) {
+        self.u64(v as u64);
+    }
+
+    fn i32(&mut self, v: i32) {
+        self.i64(v as i64);
+    }
+
+    fn f64(&mut self, v: f64) {
+        self.u64(v.to_bits());
+    }
+
+    fn len(&mut self, n: usize) {
+        self.u64(n as u64);
+    }
+
+    fn str(&mut self, s: &str) {
+        self.len(s.len());
+        self.0.update(s.as_bytes());
+    }
+
+    fn u64s(&mut self, v: &[u64]) {
+        self.len(v.len());
+        for &x in v {
+            self.u64(x);
+        }
+    }
+
+    fn tensor_type(&mut self, t: &ir::TensorType) {
+        self.i32(t.dtype);
+        self.u64s(&t.shape);
+    }
+
+    fn tensor_types(&mut self, list: &[ir::TensorType]) {
+        self.len(list.len());
+        for t in list {
+            self.tensor_type(t);
+        }
+    }
+
+    fn expression(&mut self, e: &ir::Expression) {
+        self.i32(e.code);
+        self.i32(e.dtype);
+        self.len(e.operands.len());
+        for &o in &e.operands {
+            self.u32(o);
+        }
+        self.f64(e.float_value);
+        self.i64(e.int_value);
+        self.u64(e.uint_value);
+        match &e.tensor {
+            None => self.u32(0),
+            Some(t) => {
+                self.u32(1);
+                self.i32(t.kind);
+                self.u32(t.index);
+            }
+        }
+        self.u32(e.axis);
+    }
+
+    fn expression_dag(&mut self, dag: &ir::ExpressionDag) {
+        self.u32(dag.version);
+        self.str(&dag.name);
+        self.len(dag.expressions.len());
+        for e in &dag.expressions {
+            self.expression(e);
+        }
+        self.u64s(&dag.workgroup_shape);
+        self.tensor_types(&dag.inputs);
+        self.tensor_types(&dag.outputs);
+        self.tensor_types(&dag.locals);
+        // `source` is deliberately not hashed.
+        match &dag.gradient {
+            None => self.u32(0),
+            Some(g) => {
+                self.u32(1);
+                self.operator_dag(g);
+            }
+        }
+    }
+
+    fn value_ref(&mut self, v: &ir::ValueRef) {
+        match &v.source {
+            None => self.u32(0),
+            Some(ir::value_ref::Source::GraphInput(k)) => {
+                self.u32(1);
+                self.u32(*k);
+            }
+            Some(ir::value_ref::Source::OpOutput(o)) => {
+                self.u32(2);
+                self.u32(o.operator);
+                self.u32(o.output);
+            }
+        }
+    }
+
+    fn operator_dag(&mut self, dag: &ir::OperatorDag) {
+        self.u32(dag.version);
+        self.len(dag.operators.len());
+        for op in &dag.operators {
+            self.expression_dag(op);
+        }
+        self.tensor_types(&dag.inputs);
+        self.len(dag.operator_inputs.len());
+        for inputs in &dag.operator_inputs {
+            self.len(inputs.inputs.len());
+            for v in &inputs.inputs {
+                self.value_ref(v);
+            }
+        }
+        self.len(dag.outputs.len());
+        for v in &dag.outputs {
+            self.value_ref(v);
+        }
+    }
+
+    fn finish(self) -> Digest {
+        Digest(self.0.finalize().into())
+    }
+}
+
+/// Hash of an operator, independent of protobuf serialization details and of the operator's
+/// source location (every other field counts, the name included).
 pub fn canonical_hash(dag: &ir::ExpressionDag) -> Digest {
-    use prost::Message;
-    use sha2::Digest as _;
-    Digest(sha2::Sha256::digest(dag.encode_to_vec()).into())
+    let mut w = Walk::new("ovl.ir.ExpressionDAG");
+    w.expression_dag(dag);
+    w.finish()
+}
+
+/// Hash of an operator DAG: every operator (as in [`canonical_hash`], without source
+/// locations), the graph inputs, the wiring and the outputs.
+pub fn canonical_hash_operator_dag(dag: &ir::OperatorDag) -> Digest {
+    let mut w = Walk::new("ovl.ir.OperatorDAG");
+    w.operator_dag(dag);
+    w.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::{DType, Literal};
+    use crate::interp::builder::{Builder, IN, OUT};
+    use crate::ir::Op;
+
+    fn add_op(c: f32) -> ir::ExpressionDag {
+        let mut b = Builder::new("add_const", &[4]);
+        b.input(DType::F32, &[4]);
+        b.output(DType::F32, &[4]);
+        let i = b.position(0);
+        let x = b.read(IN, 0, &[i]);
+        let k = b.f32(c);
+        let y = b.op(Op::Add, &[x, k]);
+        b.write(OUT, 0, &[i], y);
+        b.build()
+    }
+
+    #[test]
+    fn equal_dags_hash_equal() {
+        assert_eq!(canonical_hash(&add_op(1.0)), canonical_hash(&add_op(1.0)));
+        let h = canonical_hash(&add_op(1.0)).to_string();
+        assert_eq!(h.len(), 64);
+        assert!(h
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    }
+
+    #[test]
+    fn every_meaningful_change_changes_the_hash() {
+        let base = add_op(1.0);
+        let h = canonical_hash(&base);
+        let mut changed = Vec::new();
+
+        changed.push(add_op(2.0));
+        changed.push(add_op(-0.0));
+        let mut d = base.clone();
+        d.outputs[0].shape = vec![5];
+        changed.push(d);
+        let mut d = base.clone();
+        d.workgroup_shape = vec![5];
+        changed.push(d);
+        let mut d = base.clone();
+        d.inputs[0].dtype = DType::F64.to_ir() as i32;
+        changed.push(d);
+        let mut d = base.clone();
+        d.expressions[3].code = Op::Mul as i32;
+        changed.push(d);
+        let mut d = base.clone();
+        d.expressions[3].operands.swap(0, 1);
+        changed.push(d);
+        let mut d = base.clone();
+        d.name = "other".into();
+        changed.push(d);
+        let mut d = base.clone();
+        d.version += 1;
+        changed.push(d);
+        let mut d = base.clone();
+        d.locals.push(ir::TensorType {
+            dtype: DType::F32.to_ir() as i32,
+            shape: vec![],
+        });
+        changed.push(d);
+        let mut d = base.clone();
+        d.expressions[0].axis = 1;
+        changed.push(d);
+        let mut d = base.clone();
+        d.gradient = Some(ir::OperatorDag::default());
+        changed.push(d);
+
+        let mut seen = vec![h];
+        for d in &changed {
+            let hd = canonical_hash(d);
+            assert!(
+                !seen.contains(&hd),
+                "a change did not change the hash: {d:?}"
+            );
+            seen.push(hd);
+        }
+    }
+
+    #[test]
+    fn the_source_location_is_not_hashed() {
+        let a = add_op(1.0);
+        let mut b = a.clone();
+        b.source = Some(ir::SourceLocation {
+            file: "elsewhere.rs".into(),
+            line: 999,
+            column: 7,
+        });
+        assert_eq!(canonical_hash(&a), canonical_hash(&b));
+        b.source = None;
+        assert_eq!(canonical_hash(&a), canonical_hash(&b));
+    }
+
+    #[test]
+    fn list_boundaries_are_unambiguous() {
+        // Moving a dimension from the workgroup to an input shape must change the hash.
+        let mut a = add_op(1.0);
+        a.workgroup_shape = vec![4, 4];
+        a.inputs[0].shape = vec![4];
+        let mut b = a.clone();
+        b.workgroup_shape = vec![4];
+        b.inputs[0].shape = vec![4, 4];
+        assert_ne!(canonical_hash(&a), canonical_hash(&b));
+        // A bool constant stored as int_value: unused fields are hashed too.
+        let mut b = Builder::new("k", &[1]);
+        b.constant(DType::Bool, Literal::Bool(true));
+        let x = b.build();
+        let mut y = x.clone();
+        y.expressions[0].int_value = 0;
+        assert_ne!(canonical_hash(&x), canonical_hash(&y));
+    }
+
+    fn graph(op: ir::ExpressionDag) -> ir::OperatorDag {
+        let t = op.inputs[0].clone();
+        ir::OperatorDag {
+            version: crate::IR_VERSION,
+            operators: vec![op.clone(), op],
+            inputs: vec![t],
+            operator_inputs: vec![
+                ir::OperatorInputs {
+                    inputs: vec![ir::ValueRef {
+                        source: Some(ir::value_ref::Source::GraphInput(0)),
+                    }],
+                },
+                ir::OperatorInputs {
+                    inputs: vec![ir::ValueRef {
+                        source: Some(ir::value_ref::Source::OpOutput(ir::OperatorOutput {
+                            operator: 0,
+                            output: 0,
+                        })),
+                    }],
+                },
+            ],
+            outputs: vec![ir::ValueRef {
+                source: Some(ir::value_ref::Source::OpOutput(ir::OperatorOutput {
+                    operator: 1,
+                    output: 0,
+                })),
+            }],
+        }
+    }
+
+    #[test]
+    fn operator_dag_hash() {
+        let g = graph(add_op(1.0));
+        assert_eq!(
+            canonical_hash_operator_dag(&g),
+            canonical_hash_operator_dag(&graph(add_op(1.0)))
+        );
+        assert_ne!(
+            canonical_hash_operator_dag(&g),
+            canonical_hash_operator_dag(&graph(add_op(3.0)))
+        );
+        let mut rewired = g.clone();
+        rewired.operator_inputs[1].inputs[0].source = Some(ir::value_ref::Source::GraphInput(0));
+        assert_ne!(
+            canonical_hash_operator_dag(&g),
+            canonical_hash_operator_dag(&rewired)
+        );
+        let mut moved = g.clone();
+        moved.operators[0].source = Some(ir::SourceLocation {
+            file: "x.rs".into(),
+            line: 1,
+            column: 1,
+        });
+        assert_eq!(
+            canonical_hash_operator_dag(&g),
+            canonical_hash_operator_dag(&moved)
+        );
+    }
 }

@@ -1,0 +1,55 @@
+//! Facts about an operator that the runtime and the optimizer use.
+
+use crate::ir::{self, Op};
+
+/// The control-flow nesting depth at each expression (0 = straight-line code of the worker).
+/// The opening expression (IF, RANGE, WHILE_BEGIN) sits at the outer depth, its body one deeper;
+/// ELSE and the closing expression sit at the outer depth.
+pub fn nesting_depths(dag: &ir::ExpressionDag) -> Vec<u32> {
+    let mut depth = 0u32;
+    dag.expressions
+        .iter()
+        .map(|e| match Op::try_from(e.code) {
+            Ok(Op::If | Op::Range | Op::WhileBegin) => {
+                depth += 1;
+                depth - 1
+            }
+            Ok(Op::Else) => depth.saturating_sub(1),
+            Ok(Op::EndIf | Op::EndRange | Op::WhileEnd) => {
+                depth = depth.saturating_sub(1);
+                depth
+            }
+            _ => depth,
+        })
+        .collect()
+}
+
+/// For each output: whether every element is written by every run of the operator, because a
+/// worker writes it unconditionally (outside any `if` or loop) at exactly its own position and
+/// the output has the workgroup's shape. Such an output needs no zero-initialization.
+pub fn written_everywhere(dag: &ir::ExpressionDag) -> Vec<bool> {
+    let depths = nesting_depths(dag);
+    let is_position = |id: u32, axis: usize| {
+        dag.expressions
+            .get(id as usize)
+            .is_some_and(|e| e.code == Op::Position as i32 && e.axis as usize == axis)
+    };
+    let mut full = vec![false; dag.outputs.len()];
+    for (i, e) in dag.expressions.iter().enumerate() {
+        let Some(t) = &e.tensor else { continue };
+        if e.code != Op::Write as i32 || t.kind != ir::TensorKind::Output as i32 || depths[i] != 0 {
+            continue;
+        }
+        let Some(out) = dag.outputs.get(t.index as usize) else {
+            continue;
+        };
+        let rank = out.shape.len();
+        if out.shape != dag.workgroup_shape || e.operands.len() != rank + 1 {
+            continue;
+        }
+        if (0..rank).all(|axis| is_position(e.operands[axis], axis)) {
+            full[t.index as usize] = true;
+        }
+    }
+    full
+}

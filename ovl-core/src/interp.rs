@@ -1,1 +1,0 @@
-//! Reference interpreter (to be written).

@@ -1,0 +1,331 @@
+//! The reference interpreter: the oracle every backend is tested against.
+//!
+//! [`interpret`] runs an operator ([`ir::ExpressionDag`]) on host tensors with exactly the
+//! semantics written in `proto/ovl.proto`: the program runs once per worker of the workgroup,
+//! integer arithmetic wraps, integer division by zero gives 0, casts follow Rust's `as`, f32 math
+//! is computed in f32, floating-point operations are never contracted, and so on.
+//!
+//! The workgroup is split into contiguous row-major chunks run on several threads when it is
+//! large ([`InterpOptions::threads`]). Workers of a correct operator are independent, so the
+//! split does not change the result; if two workers write the same output element (a race in any
+//! parallel backend), one of the written values is kept, which one is unspecified unless the
+//! interpreter runs on one thread (then workers run in row-major order and the last write wins).
+
+mod exec;
+mod program;
+mod value;
+
+#[cfg(test)]
+pub(crate) mod builder;
+#[cfg(test)]
+mod tests;
+
+use crate::host::{HostTensor, TensorData};
+use crate::ir;
+use crate::validate::{defined_at, tensor_type_name, validate, ValidationError};
+use exec::{Fault, FirstFault, OutView, Worker};
+use program::Program;
+use thiserror::Error;
+
+/// Why the interpreter could not run an operator, or what went wrong while it ran.
+#[derive(Clone, Debug, PartialEq, Error)]
+pub enum InterpError {
+    /// The operator is not valid IR (see [`crate::validate::validate`]).
+    #[error("cannot interpret an invalid operator: {0}")]
+    Invalid(#[from] ValidationError),
+    /// The number of input or output tensors passed differs from the operator's.
+    #[error("operator `{operator}` takes {expected} {kind} tensor(s), but {got} were passed")]
+    TensorCount {
+        /// The operator's name.
+        operator: String,
+        /// `"input"` or `"output"`.
+        kind: &'static str,
+        /// The operator's count.
+        expected: usize,
+        /// The count passed.
+        got: usize,
+    },
+    /// A tensor passed has another dtype or shape than the operator declares (or its data does
+    /// not have as many elements as its shape says).
+    #[error("operator `{operator}`: {tensor} must be {expected}, but the tensor passed is {got}")]
+    TensorType {
+        /// The operator's name.
+        operator: String,
+        /// `input 0`, `output 1`.
+        tensor: String,
+        /// The declared type, like `f32[4, 8]`.
+        expected: String,
+        /// The type passed.
+        got: String,
+    },
+    /// A read or write indexed outside a tensor. The read yielded 0 and the write was dropped;
+    /// the rest of the evaluation ran normally. Reported for the first occurrence (the first
+    /// worker in row-major order, then the first in that worker's execution).
+    #[error(transparent)]
+    IndexOutOfBounds(Box<OutOfBounds>),
+    /// A RANGE loop's step was zero or negative; the loop ran zero times. Reported for the first
+    /// occurrence.
+    #[error(
+        "operator `{operator}`{}: the worker at position {position:?} entered the range loop \
+         %{expression} with step {step}; the step must be positive (the loop ran zero times)",
+        at(.defined_at)
+    )]
+    NonPositiveStep {
+        /// The operator's name.
+        operator: String,
+        /// `file:line` of the operator's function, or empty when unknown.
+        defined_at: String,
+        /// The RANGE expression.
+        expression: usize,
+        /// The step.
+        step: i64,
+        /// The worker's position in the workgroup.
+        position: Vec<u64>,
+    },
+    /// An inconsistency the interpreter did not expect after validation (a bug in ovl).
+    #[error("operator `{operator}`: internal error of the interpreter: {message}")]
+    Internal {
+        /// The operator's name.
+        operator: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// Whether an out-of-bounds access was a read or a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// An `OP_READ`: it yielded 0.
+    Read,
+    /// An `OP_WRITE`: it was dropped.
+    Write,
+}
+
+/// The details of [`InterpError::IndexOutOfBounds`].
+#[derive(Clone, Debug, PartialEq, Error)]
+#[error(
+    "operator `{operator}`{}: index out of bounds: the worker at position {position:?} evaluated \
+     expression %{expression} ({} of {tensor}) with index {index} on axis {axis}, outside the \
+     dimension of size {size}; {}",
+    at(.defined_at),
+    match .access { Access::Read => "read", Access::Write => "write" },
+    match .access {
+        Access::Read => "no result is returned: check the index arithmetic, or guard the read with an `if`",
+        Access::Write => "no result is returned: check the index arithmetic, or guard the write with an `if`",
+    }
+)]
+pub struct OutOfBounds {
+    /// The operator's name.
+    pub operator: String,
+    /// `file:line` of the operator's function, or empty when unknown.
+    pub defined_at: String,
+    /// The READ or WRITE expression.
+    pub expression: usize,
+    /// Whether it was a read or a write.
+    pub access: Access,
+    /// `input 0`, `output 1`, `local 2`.
+    pub tensor: String,
+    /// The axis whose index is outside.
+    pub axis: usize,
+    /// The index (i128 holds every integer index dtype exactly).
+    pub index: i128,
+    /// The size of that dimension.
+    pub size: u64,
+    /// The worker's position in the workgroup.
+    pub position: Vec<u64>,
+}
+
+fn at(defined_at: &str) -> String {
+    if defined_at.is_empty() {
+        String::new()
+    } else {
+        format!(" (defined at {defined_at})")
+    }
+}
+
+/// Options of [`interpret_with`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InterpOptions {
+    /// Number of threads. `None`: one thread for small workgroups, else as many as the machine
+    /// has (`std::thread::available_parallelism`). `Some(1)` runs the workers in row-major
+    /// order on the calling thread.
+    pub threads: Option<usize>,
+}
+
+/// Below this estimated number of expressions evaluated in total (workers times the program's
+/// cost, where expressions inside loops count more), one thread.
+const PARALLEL_THRESHOLD: u64 = 1 << 16;
+
+/// Runs `dag` on `inputs`, writing `outputs`, with default [`InterpOptions`].
+///
+/// `outputs` must already be allocated with the operator's declared output types (normally
+/// zero-filled: elements no worker writes keep their value). The dag is validated first. An
+/// index out of bounds does not stop the evaluation: the read yields 0, the write is dropped,
+/// every worker runs, and the first occurrence is returned as
+/// [`InterpError::IndexOutOfBounds`].
+pub fn interpret(
+    dag: &ir::ExpressionDag,
+    inputs: &[&HostTensor],
+    outputs: &mut [HostTensor],
+) -> Result<(), InterpError> {
+    interpret_with(dag, inputs, outputs, &InterpOptions::default())
+}
+
+fn check_tensors(
+    dag: &ir::ExpressionDag,
+    kind: &'static str,
+    declared: &[ir::TensorType],
+    passed: &mut dyn Iterator<Item = &HostTensor>,
+    count: usize,
+) -> Result<(), InterpError> {
+    if count != declared.len() {
+        return Err(InterpError::TensorCount {
+            operator: dag.name.clone(),
+            kind,
+            expected: declared.len(),
+            got: count,
+        });
+    }
+    for (k, (t, h)) in declared.iter().zip(passed).enumerate() {
+        let same_shape = t.shape.len() == h.shape.len()
+            && t.shape.iter().zip(&h.shape).all(|(&a, &b)| a == b as u64);
+        let consistent = h.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) == Some(h.len());
+        if t.dtype != h.dtype().to_ir() as i32 || !same_shape || !consistent {
+            let mut got = format!("{}{:?}", h.dtype(), h.shape);
+            if !consistent {
+                got += &format!(" holding {} elements", h.len());
+            }
+            return Err(InterpError::TensorType {
+                operator: dag.name.clone(),
+                tensor: format!("{kind} {k}"),
+                expected: tensor_type_name(t),
+                got,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Runs `dag` on `inputs`, writing `outputs` (see [`interpret`]), with explicit options.
+pub fn interpret_with(
+    dag: &ir::ExpressionDag,
+    inputs: &[&HostTensor],
+    outputs: &mut [HostTensor],
+    options: &InterpOptions,
+) -> Result<(), InterpError> {
+    validate(dag)?;
+    check_tensors(
+        dag,
+        "input",
+        &dag.inputs,
+        &mut inputs.iter().copied(),
+        inputs.len(),
+    )?;
+    check_tensors(
+        dag,
+        "output",
+        &dag.outputs,
+        &mut outputs.iter(),
+        outputs.len(),
+    )?;
+    let internal = |message: String| InterpError::Internal {
+        operator: dag.name.clone(),
+        message,
+    };
+    let prog = Program::new(dag).map_err(internal)?;
+    let workers = exec::worker_count(&prog);
+    let threads = match options.threads {
+        Some(t) => t.max(1),
+        None if workers.saturating_mul(prog.cost) < PARALLEL_THRESHOLD => 1,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let threads = (threads as u64).min(workers).max(1);
+
+    let input_data: Vec<&TensorData> = inputs.iter().map(|h| &h.data).collect();
+    let views: Vec<OutView<'_>> = outputs
+        .iter_mut()
+        .map(|h| OutView::new(&mut h.data))
+        .collect();
+    let chunk = workers.div_ceil(threads);
+    let bounds = |t: u64| (t * chunk, ((t + 1) * chunk).min(workers));
+
+    let first: Option<FirstFault> = if threads == 1 {
+        Worker::new(&prog, &input_data, &views).run_chunk(0, workers)
+    } else {
+        let (prog, input_data, views) = (&prog, &input_data[..], &views[..]);
+        let results: Vec<std::thread::Result<Option<FirstFault>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (1..threads)
+                .map(|t| {
+                    let (lo, hi) = bounds(t);
+                    s.spawn(move || Worker::new(prog, input_data, views).run_chunk(lo, hi))
+                })
+                .collect();
+            let (lo, hi) = bounds(0);
+            let mut results = vec![Ok(Worker::new(prog, input_data, views).run_chunk(lo, hi))];
+            results.extend(handles.into_iter().map(|h| h.join()));
+            results
+        });
+        let mut first = None;
+        for r in results {
+            match r {
+                Ok(Some(f)) => {
+                    first = Some(f);
+                    break;
+                }
+                Ok(None) => {}
+                Err(_) => return Err(internal("a worker thread panicked".into())),
+            }
+        }
+        first
+    };
+    for v in views {
+        v.finish();
+    }
+    match first {
+        None => Ok(()),
+        Some(f) => Err(fault_error(dag, &prog, f)),
+    }
+}
+
+fn fault_error(dag: &ir::ExpressionDag, prog: &Program, f: FirstFault) -> InterpError {
+    match f.fault {
+        Fault::IndexOutOfBounds {
+            expression,
+            tensor,
+            axis,
+            index,
+            size,
+        } => InterpError::IndexOutOfBounds(Box::new(OutOfBounds {
+            operator: dag.name.clone(),
+            defined_at: defined_at(dag),
+            expression,
+            access: if prog.instrs[expression].code == program::Code::Write {
+                Access::Write
+            } else {
+                Access::Read
+            },
+            tensor: prog.tensors[tensor].name(),
+            axis,
+            index,
+            size,
+            position: f.position,
+        })),
+        Fault::NonPositiveStep { expression, step } => InterpError::NonPositiveStep {
+            operator: dag.name.clone(),
+            defined_at: defined_at(dag),
+            expression,
+            step,
+            position: f.position,
+        },
+        Fault::Internal {
+            expression,
+            message,
+        } => InterpError::Internal {
+            operator: dag.name.clone(),
+            message: format!(
+                "{message} at expression %{expression} (worker {:?})",
+                f.position
+            ),
+        },
+    }
+}

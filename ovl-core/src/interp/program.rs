@@ -1,0 +1,330 @@
+//! The interpreter's compact form of a validated operator: one instruction per expression with
+//! decoded opcodes, literal values, tensor geometry and pre-computed control-flow targets.
+
+use super::value::{Bin, Cmp, Un, Value};
+use crate::dtype::DType;
+use crate::ir::{self, Op, TensorKind};
+
+/// The decoded opcode of an instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Code {
+    Const,
+    Position,
+    Read,
+    Write,
+    Variable,
+    Assign,
+    LocalTensor,
+    Cast,
+    Unary(Un),
+    Binary(Bin),
+    Compare(Cmp),
+    Select,
+    Fma,
+    If,
+    Else,
+    EndIf,
+    Range,
+    EndRange,
+    WhileBegin,
+    WhileCond,
+    WhileEnd,
+}
+
+/// One expression, decoded.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Instr {
+    pub code: Code,
+    /// The result dtype (value-producing instructions) or the cast target; `Bool` otherwise.
+    pub dtype: DType,
+    /// First operands (unused ones are 0). For WRITE, `a` is the value.
+    pub a: u32,
+    pub b: u32,
+    pub c: u32,
+    /// READ/WRITE: where the index operands start in `Program::pool`.
+    pub indices: u32,
+    /// READ/WRITE/LOCAL_TENSOR: the tensor, an index into `Program::tensors`.
+    pub tensor: u32,
+    /// IF: where to go when the condition is false (after ELSE, or after END_IF). ELSE: after
+    /// END_IF. RANGE: after END_RANGE (zero iterations). END_RANGE: the RANGE. WHILE_COND: after
+    /// WHILE_END. WHILE_END: after WHILE_BEGIN. POSITION: the axis. RANGE also uses `aux`.
+    pub jump: u32,
+    /// RANGE: the loop's ordinal (index of its end/step state).
+    pub aux: u32,
+    /// CONST: the value. LOCAL_TENSOR: the fill value.
+    pub literal: Value,
+}
+
+/// Geometry of a tensor the program reads or writes.
+#[derive(Clone, Debug)]
+pub(crate) struct TensorInfo {
+    pub kind: TensorKind,
+    pub index: usize,
+    pub dtype: DType,
+    pub dims: Vec<u64>,
+    pub strides: Vec<u64>,
+}
+
+impl TensorInfo {
+    /// `input 0`, `output 1`, `local 2`.
+    pub(crate) fn name(&self) -> String {
+        format!("{} {}", crate::validate::kind_word(self.kind), self.index)
+    }
+}
+
+/// The assumed cost of an expression inside a loop, relative to one outside.
+pub(crate) const LOOP_WEIGHT: u64 = 64;
+
+/// A decoded operator.
+#[derive(Debug)]
+pub(crate) struct Program {
+    pub instrs: Vec<Instr>,
+    /// Index operands of READ/WRITE.
+    pub pool: Vec<u32>,
+    /// Inputs, then outputs, then locals.
+    pub tensors: Vec<TensorInfo>,
+    pub n_inputs: usize,
+    pub n_outputs: usize,
+    /// Number of RANGE loops.
+    pub n_ranges: usize,
+    /// A rough cost of one worker: expressions outside loops count 1, inside loops
+    /// [`LOOP_WEIGHT`] (the trip count is unknown before running).
+    pub cost: u64,
+    pub workgroup: Vec<u64>,
+}
+
+fn tensor_info(kind: TensorKind, index: usize, t: &ir::TensorType) -> Result<TensorInfo, String> {
+    let dtype = DType::from_ir(t.dtype).ok_or("unsupported tensor dtype")?;
+    let mut strides = vec![1u64; t.shape.len()];
+    for axis in (0..t.shape.len().saturating_sub(1)).rev() {
+        strides[axis] = strides[axis + 1]
+            .checked_mul(t.shape[axis + 1])
+            .ok_or("tensor too large")?;
+    }
+    Ok(TensorInfo {
+        kind,
+        index,
+        dtype,
+        dims: t.shape.clone(),
+        strides,
+    })
+}
+
+fn unary_code(op: Op) -> Option<Un> {
+    Some(match op {
+        Op::Neg => Un::Neg,
+        Op::Not => Un::Not,
+        Op::Abs => Un::Abs,
+        Op::Sqrt => Un::Sqrt,
+        Op::Rsqrt => Un::Rsqrt,
+        Op::Exp => Un::Exp,
+        Op::Exp2 => Un::Exp2,
+        Op::Expm1 => Un::Expm1,
+        Op::Log => Un::Log,
+        Op::Log2 => Un::Log2,
+        Op::Log10 => Un::Log10,
+        Op::Log1p => Un::Log1p,
+        Op::Sin => Un::Sin,
+        Op::Cos => Un::Cos,
+        Op::Tan => Un::Tan,
+        Op::Asin => Un::Asin,
+        Op::Acos => Un::Acos,
+        Op::Atan => Un::Atan,
+        Op::Sinh => Un::Sinh,
+        Op::Cosh => Un::Cosh,
+        Op::Tanh => Un::Tanh,
+        Op::Sigmoid => Un::Sigmoid,
+        Op::Erf => Un::Erf,
+        Op::Ceil => Un::Ceil,
+        Op::Floor => Un::Floor,
+        Op::Round => Un::Round,
+        Op::Isinf => Un::IsInf,
+        Op::Isfinite => Un::IsFinite,
+        Op::Isnan => Un::IsNan,
+        _ => return None,
+    })
+}
+
+fn binary_code(op: Op) -> Option<Code> {
+    Some(match op {
+        Op::Add => Code::Binary(Bin::Add),
+        Op::Sub => Code::Binary(Bin::Sub),
+        Op::Mul => Code::Binary(Bin::Mul),
+        Op::Div => Code::Binary(Bin::Div),
+        Op::Mod => Code::Binary(Bin::Mod),
+        Op::Min => Code::Binary(Bin::Min),
+        Op::Max => Code::Binary(Bin::Max),
+        Op::Pow => Code::Binary(Bin::Pow),
+        Op::Atan2 => Code::Binary(Bin::Atan2),
+        Op::Lt => Code::Compare(Cmp::Lt),
+        Op::Le => Code::Compare(Cmp::Le),
+        Op::Gt => Code::Compare(Cmp::Gt),
+        Op::Ge => Code::Compare(Cmp::Ge),
+        Op::Eq => Code::Compare(Cmp::Eq),
+        Op::Ne => Code::Compare(Cmp::Ne),
+        Op::And => Code::Compare(Cmp::And),
+        Op::Or => Code::Compare(Cmp::Or),
+        _ => return None,
+    })
+}
+
+impl Program {
+    /// Decodes a dag that passed [`crate::validate::validate`]. Errors describe internal
+    /// inconsistencies (they cannot happen for validated IR).
+    pub(crate) fn new(dag: &ir::ExpressionDag) -> Result<Program, String> {
+        let mut tensors = Vec::new();
+        for (kind, list) in [
+            (TensorKind::Input, &dag.inputs),
+            (TensorKind::Output, &dag.outputs),
+            (TensorKind::Local, &dag.locals),
+        ] {
+            for (k, t) in list.iter().enumerate() {
+                tensors.push(tensor_info(kind, k, t)?);
+            }
+        }
+        let tensor_id = |r: Option<&ir::TensorRef>| -> Result<u32, String> {
+            let r = r.ok_or("missing tensor reference")?;
+            let base = match TensorKind::try_from(r.kind) {
+                Ok(TensorKind::Input) => 0,
+                Ok(TensorKind::Output) => dag.inputs.len(),
+                Ok(TensorKind::Local) => dag.inputs.len() + dag.outputs.len(),
+                _ => return Err("bad tensor kind".into()),
+            };
+            let id = base + r.index as usize;
+            if id >= tensors.len() {
+                return Err("tensor index out of range".into());
+            }
+            Ok(id as u32)
+        };
+
+        let mut instrs = Vec::with_capacity(dag.expressions.len());
+        let mut pool = Vec::new();
+        let mut n_ranges = 0u32;
+        let mut cost = 0u64;
+        // Open blocks: (opener pc, else pc if any).
+        let mut open: Vec<(usize, Option<usize>)> = Vec::new();
+        for (pc, e) in dag.expressions.iter().enumerate() {
+            let op = Op::try_from(e.code).map_err(|_| format!("unknown opcode at %{pc}"))?;
+            let operand = |k: usize| -> u32 { e.operands.get(k).copied().unwrap_or(0) };
+            let mut ins = Instr {
+                code: Code::Const,
+                dtype: DType::from_ir(e.dtype).unwrap_or(DType::Bool),
+                a: operand(0),
+                b: operand(1),
+                c: operand(2),
+                indices: 0,
+                tensor: 0,
+                jump: 0,
+                aux: 0,
+                literal: Value::Bool(false),
+            };
+            ins.code = match op {
+                Op::Unspecified => return Err(format!("unspecified opcode at %{pc}")),
+                Op::Const => {
+                    ins.literal =
+                        Value::literal(ins.dtype, e.float_value, e.int_value, e.uint_value);
+                    Code::Const
+                }
+                Op::Position => {
+                    ins.jump = e.axis;
+                    Code::Position
+                }
+                Op::Read | Op::Write => {
+                    ins.tensor = tensor_id(e.tensor.as_ref())?;
+                    let rank = tensors[ins.tensor as usize].dims.len();
+                    ins.indices = pool.len() as u32;
+                    pool.extend(e.operands.iter().take(rank));
+                    if op == Op::Write {
+                        ins.a = operand(rank);
+                        Code::Write
+                    } else {
+                        Code::Read
+                    }
+                }
+                Op::Variable => Code::Variable,
+                Op::Assign => Code::Assign,
+                Op::LocalTensor => {
+                    ins.tensor = tensor_id(e.tensor.as_ref())?;
+                    let d = tensors[ins.tensor as usize].dtype;
+                    ins.literal = Value::literal(d, e.float_value, e.int_value, e.uint_value);
+                    Code::LocalTensor
+                }
+                Op::Cast => Code::Cast,
+                Op::Select => Code::Select,
+                Op::Fma => Code::Fma,
+                Op::If => {
+                    open.push((pc, None));
+                    Code::If
+                }
+                Op::Else => {
+                    let top = open.last_mut().ok_or("unmatched else")?;
+                    top.1 = Some(pc);
+                    Code::Else
+                }
+                Op::EndIf => {
+                    let (opener, els) = open.pop().ok_or("unmatched end_if")?;
+                    let opener_ins: &mut Instr = instrs.get_mut(opener).ok_or("bad if")?;
+                    match els {
+                        Some(els) => {
+                            opener_ins.jump = els as u32 + 1;
+                            instrs[els].jump = pc as u32 + 1;
+                        }
+                        None => opener_ins.jump = pc as u32 + 1,
+                    }
+                    Code::EndIf
+                }
+                Op::Range => {
+                    open.push((pc, None));
+                    ins.aux = n_ranges;
+                    n_ranges += 1;
+                    Code::Range
+                }
+                Op::EndRange => {
+                    let (opener, _) = open.pop().ok_or("unmatched end_range")?;
+                    let opener_ins: &mut Instr = instrs.get_mut(opener).ok_or("bad range")?;
+                    opener_ins.jump = pc as u32 + 1;
+                    ins.jump = opener as u32;
+                    Code::EndRange
+                }
+                Op::WhileBegin => {
+                    open.push((pc, None));
+                    Code::WhileBegin
+                }
+                Op::WhileCond => {
+                    let top = open.last_mut().ok_or("unmatched while_cond")?;
+                    top.1 = Some(pc);
+                    Code::WhileCond
+                }
+                Op::WhileEnd => {
+                    let (opener, cond) = open.pop().ok_or("unmatched while_end")?;
+                    let cond = cond.ok_or("while without while_cond")?;
+                    instrs[cond].jump = pc as u32 + 1;
+                    ins.jump = opener as u32 + 1;
+                    Code::WhileEnd
+                }
+                other => match unary_code(other) {
+                    Some(u) => Code::Unary(u),
+                    None => binary_code(other).ok_or_else(|| format!("unsupported op at %{pc}"))?,
+                },
+            };
+            let in_loop = open
+                .iter()
+                .any(|&(o, _)| dag.expressions[o].code != Op::If as i32);
+            cost = cost.saturating_add(if in_loop { LOOP_WEIGHT } else { 1 });
+            instrs.push(ins);
+        }
+        if !open.is_empty() {
+            return Err("unclosed block".into());
+        }
+        Ok(Program {
+            instrs,
+            pool,
+            tensors,
+            n_inputs: dag.inputs.len(),
+            n_outputs: dag.outputs.len(),
+            n_ranges: n_ranges as usize,
+            cost,
+            workgroup: dag.workgroup_shape.clone(),
+        })
+    }
+}

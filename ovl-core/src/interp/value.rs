@@ -1,0 +1,486 @@
+//! Scalar values of the interpreter and the arithmetic of every opcode, exactly as specified in
+//! `proto/ovl.proto`.
+
+use crate::dtype::DType;
+use crate::host::TensorData;
+
+/// One scalar value: one variant per dtype.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Value {
+    F32(f32),
+    F64(f64),
+    I8(i8),
+    I16(i16),
+    I32(i32),
+    I64(i64),
+    U8(u8),
+    U16(u16),
+    U32(u32),
+    U64(u64),
+    Bool(bool),
+}
+
+/// Unary opcodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Un {
+    Neg,
+    Not,
+    Abs,
+    Sqrt,
+    Rsqrt,
+    Exp,
+    Exp2,
+    Expm1,
+    Log,
+    Log2,
+    Log10,
+    Log1p,
+    Sin,
+    Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Tanh,
+    Sigmoid,
+    Erf,
+    Ceil,
+    Floor,
+    Round,
+    IsInf,
+    IsFinite,
+    IsNan,
+}
+
+/// Binary arithmetic opcodes (result dtype = operand dtype).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Mod,
+    Min,
+    Max,
+    Pow,
+    Atan2,
+}
+
+/// Comparison and logical opcodes (result bool).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cmp {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+    And,
+    Or,
+}
+
+/// Applies `$m!(x)` to the payload of any variant, rebuilding the same variant.
+macro_rules! each_int {
+    ($v:expr, $x:ident => $body:expr, else $other:expr) => {
+        match $v {
+            Value::I8($x) => Value::I8($body),
+            Value::I16($x) => Value::I16($body),
+            Value::I32($x) => Value::I32($body),
+            Value::I64($x) => Value::I64($body),
+            Value::U8($x) => Value::U8($body),
+            Value::U16($x) => Value::U16($body),
+            Value::U32($x) => Value::U32($body),
+            Value::U64($x) => Value::U64($body),
+            _ => $other,
+        }
+    };
+}
+
+impl Value {
+    /// The zero of a dtype (`false` for bool).
+    pub(crate) fn zero(d: DType) -> Value {
+        match d {
+            DType::F32 => Value::F32(0.0),
+            DType::F64 => Value::F64(0.0),
+            DType::I8 => Value::I8(0),
+            DType::I16 => Value::I16(0),
+            DType::I32 => Value::I32(0),
+            DType::I64 => Value::I64(0),
+            DType::U8 => Value::U8(0),
+            DType::U16 => Value::U16(0),
+            DType::U32 => Value::U32(0),
+            DType::U64 => Value::U64(0),
+            DType::Bool => Value::Bool(false),
+        }
+    }
+
+    /// The literal held in an expression's `float_value`/`int_value`/`uint_value`, by dtype.
+    /// Integers are converted with `as` (validation checked that they fit); an f32 literal is
+    /// the f64 `float_value` rounded to nearest.
+    #[allow(clippy::unnecessary_cast)]
+    pub(crate) fn literal(d: DType, float_value: f64, int_value: i64, uint_value: u64) -> Value {
+        match d {
+            DType::F32 => Value::F32(float_value as f32),
+            DType::F64 => Value::F64(float_value),
+            DType::I8 => Value::I8(int_value as i8),
+            DType::I16 => Value::I16(int_value as i16),
+            DType::I32 => Value::I32(int_value as i32),
+            DType::I64 => Value::I64(int_value),
+            DType::U8 => Value::U8(uint_value as u8),
+            DType::U16 => Value::U16(uint_value as u16),
+            DType::U32 => Value::U32(uint_value as u32),
+            DType::U64 => Value::U64(uint_value),
+            DType::Bool => Value::Bool(int_value != 0),
+        }
+    }
+
+    /// The dtype of the value.
+    #[cfg(test)]
+    pub(crate) fn dtype(self) -> DType {
+        match self {
+            Value::F32(_) => DType::F32,
+            Value::F64(_) => DType::F64,
+            Value::I8(_) => DType::I8,
+            Value::I16(_) => DType::I16,
+            Value::I32(_) => DType::I32,
+            Value::I64(_) => DType::I64,
+            Value::U8(_) => DType::U8,
+            Value::U16(_) => DType::U16,
+            Value::U32(_) => DType::U32,
+            Value::U64(_) => DType::U64,
+            Value::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// An integer value as an index (i128 holds every integer dtype exactly).
+    #[inline]
+    pub(crate) fn as_index(self) -> Option<i128> {
+        Some(match self {
+            Value::I8(x) => x as i128,
+            Value::I16(x) => x as i128,
+            Value::I32(x) => x as i128,
+            Value::I64(x) => x as i128,
+            Value::U8(x) => x as i128,
+            Value::U16(x) => x as i128,
+            Value::U32(x) => x as i128,
+            Value::U64(x) => x as i128,
+            _ => return None,
+        })
+    }
+
+    /// The value of a bool.
+    #[inline]
+    pub(crate) fn as_bool(self) -> Option<bool> {
+        match self {
+            Value::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The value of an i64.
+    #[inline]
+    pub(crate) fn as_i64(self) -> Option<i64> {
+        match self {
+            Value::I64(x) => Some(x),
+            _ => None,
+        }
+    }
+
+    /// Element `i` of a buffer of the same dtype; `None` if `i` is outside it.
+    #[inline]
+    pub(crate) fn load(data: &TensorData, i: usize) -> Option<Value> {
+        Some(match data {
+            TensorData::F32(v) => Value::F32(*v.get(i)?),
+            TensorData::F64(v) => Value::F64(*v.get(i)?),
+            TensorData::I8(v) => Value::I8(*v.get(i)?),
+            TensorData::I16(v) => Value::I16(*v.get(i)?),
+            TensorData::I32(v) => Value::I32(*v.get(i)?),
+            TensorData::I64(v) => Value::I64(*v.get(i)?),
+            TensorData::U8(v) => Value::U8(*v.get(i)?),
+            TensorData::U16(v) => Value::U16(*v.get(i)?),
+            TensorData::U32(v) => Value::U32(*v.get(i)?),
+            TensorData::U64(v) => Value::U64(*v.get(i)?),
+            TensorData::Bool(v) => Value::Bool(*v.get(i)?),
+        })
+    }
+
+    /// Stores the value at element `i` of a buffer of the same dtype; false if the dtype differs
+    /// or `i` is outside it.
+    #[inline]
+    pub(crate) fn store(self, data: &mut TensorData, i: usize) -> bool {
+        macro_rules! put {
+            ($v:ident, $x:ident) => {
+                match $v.get_mut(i) {
+                    Some(slot) => {
+                        *slot = $x;
+                        true
+                    }
+                    None => false,
+                }
+            };
+        }
+        match (data, self) {
+            (TensorData::F32(v), Value::F32(x)) => put!(v, x),
+            (TensorData::F64(v), Value::F64(x)) => put!(v, x),
+            (TensorData::I8(v), Value::I8(x)) => put!(v, x),
+            (TensorData::I16(v), Value::I16(x)) => put!(v, x),
+            (TensorData::I32(v), Value::I32(x)) => put!(v, x),
+            (TensorData::I64(v), Value::I64(x)) => put!(v, x),
+            (TensorData::U8(v), Value::U8(x)) => put!(v, x),
+            (TensorData::U16(v), Value::U16(x)) => put!(v, x),
+            (TensorData::U32(v), Value::U32(x)) => put!(v, x),
+            (TensorData::U64(v), Value::U64(x)) => put!(v, x),
+            (TensorData::Bool(v), Value::Bool(x)) => put!(v, x),
+            _ => false,
+        }
+    }
+
+    /// Fills a buffer of the same dtype with the value; false if the dtype differs.
+    pub(crate) fn fill(self, data: &mut TensorData) -> bool {
+        match (data, self) {
+            (TensorData::F32(v), Value::F32(x)) => v.fill(x),
+            (TensorData::F64(v), Value::F64(x)) => v.fill(x),
+            (TensorData::I8(v), Value::I8(x)) => v.fill(x),
+            (TensorData::I16(v), Value::I16(x)) => v.fill(x),
+            (TensorData::I32(v), Value::I32(x)) => v.fill(x),
+            (TensorData::I64(v), Value::I64(x)) => v.fill(x),
+            (TensorData::U8(v), Value::U8(x)) => v.fill(x),
+            (TensorData::U16(v), Value::U16(x)) => v.fill(x),
+            (TensorData::U32(v), Value::U32(x)) => v.fill(x),
+            (TensorData::U64(v), Value::U64(x)) => v.fill(x),
+            (TensorData::Bool(v), Value::Bool(x)) => v.fill(x),
+            _ => return false,
+        }
+        true
+    }
+}
+
+/// Rust's `as` from any value to dtype `to`; to bool is `x != 0`, from bool is 0 or 1.
+#[allow(clippy::unnecessary_cast)]
+#[inline]
+pub(crate) fn cast(v: Value, to: DType) -> Value {
+    macro_rules! to {
+        ($x:expr) => {
+            match to {
+                DType::F32 => Value::F32($x as f32),
+                DType::F64 => Value::F64($x as f64),
+                DType::I8 => Value::I8($x as i8),
+                DType::I16 => Value::I16($x as i16),
+                DType::I32 => Value::I32($x as i32),
+                DType::I64 => Value::I64($x as i64),
+                DType::U8 => Value::U8($x as u8),
+                DType::U16 => Value::U16($x as u16),
+                DType::U32 => Value::U32($x as u32),
+                DType::U64 => Value::U64($x as u64),
+                DType::Bool => unreachable!("handled before"),
+            }
+        };
+    }
+    if to == DType::Bool {
+        return Value::Bool(match v {
+            Value::F32(x) => x != 0.0,
+            Value::F64(x) => x != 0.0,
+            Value::I8(x) => x != 0,
+            Value::I16(x) => x != 0,
+            Value::I32(x) => x != 0,
+            Value::I64(x) => x != 0,
+            Value::U8(x) => x != 0,
+            Value::U16(x) => x != 0,
+            Value::U32(x) => x != 0,
+            Value::U64(x) => x != 0,
+            Value::Bool(b) => b,
+        });
+    }
+    match v {
+        Value::F32(x) => to!(x),
+        Value::F64(x) => to!(x),
+        Value::I8(x) => to!(x),
+        Value::I16(x) => to!(x),
+        Value::I32(x) => to!(x),
+        Value::I64(x) => to!(x),
+        Value::U8(x) => to!(x),
+        Value::U16(x) => to!(x),
+        Value::U32(x) => to!(x),
+        Value::U64(x) => to!(x),
+        Value::Bool(b) => to!(b as u8),
+    }
+}
+
+/// The float-only unary functions, generic over f32/f64 through a macro so that f32 math is
+/// computed in f32.
+macro_rules! float_unary {
+    ($op:expr, $x:expr, $t:ident, $erf:path) => {{
+        let x: $t = $x;
+        match $op {
+            Un::Neg => -x,
+            Un::Abs => x.abs(),
+            Un::Sqrt => x.sqrt(),
+            Un::Rsqrt => 1.0 / x.sqrt(),
+            Un::Exp => x.exp(),
+            Un::Exp2 => x.exp2(),
+            Un::Expm1 => x.exp_m1(),
+            Un::Log => x.ln(),
+            Un::Log2 => x.log2(),
+            Un::Log10 => x.log10(),
+            Un::Log1p => x.ln_1p(),
+            Un::Sin => x.sin(),
+            Un::Cos => x.cos(),
+            Un::Tan => x.tan(),
+            Un::Asin => x.asin(),
+            Un::Acos => x.acos(),
+            Un::Atan => x.atan(),
+            Un::Sinh => x.sinh(),
+            Un::Cosh => x.cosh(),
+            Un::Tanh => x.tanh(),
+            Un::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            Un::Erf => $erf(x),
+            Un::Ceil => x.ceil(),
+            Un::Floor => x.floor(),
+            Un::Round => x.round(),
+            Un::Not | Un::IsInf | Un::IsFinite | Un::IsNan => return None,
+        }
+    }};
+}
+
+/// A unary opcode applied to a value; `None` if the opcode does not take that dtype.
+#[inline]
+pub(crate) fn unary(op: Un, v: Value) -> Option<Value> {
+    Some(match (op, v) {
+        (Un::IsInf, Value::F32(x)) => Value::Bool(x.is_infinite()),
+        (Un::IsInf, Value::F64(x)) => Value::Bool(x.is_infinite()),
+        (Un::IsFinite, Value::F32(x)) => Value::Bool(x.is_finite()),
+        (Un::IsFinite, Value::F64(x)) => Value::Bool(x.is_finite()),
+        (Un::IsNan, Value::F32(x)) => Value::Bool(x.is_nan()),
+        (Un::IsNan, Value::F64(x)) => Value::Bool(x.is_nan()),
+        (_, Value::F32(x)) => Value::F32(float_unary!(op, x, f32, libm::erff)),
+        (_, Value::F64(x)) => Value::F64(float_unary!(op, x, f64, libm::erf)),
+        (Un::Not, Value::Bool(b)) => Value::Bool(!b),
+        (Un::Not, v) => each_int!(v, x => !x, else return None),
+        (Un::Neg, v) => each_int!(v, x => x.wrapping_neg(), else return None),
+        (Un::Abs, v) => match v {
+            Value::I8(x) => Value::I8(x.wrapping_abs()),
+            Value::I16(x) => Value::I16(x.wrapping_abs()),
+            Value::I32(x) => Value::I32(x.wrapping_abs()),
+            Value::I64(x) => Value::I64(x.wrapping_abs()),
+            Value::U8(_) | Value::U16(_) | Value::U32(_) | Value::U64(_) => v,
+            _ => return None,
+        },
+        _ => return None,
+    })
+}
+
+macro_rules! int_binary {
+    ($op:expr, $a:expr, $b:expr) => {{
+        let (a, b) = ($a, $b);
+        match $op {
+            Bin::Add => a.wrapping_add(b),
+            Bin::Sub => a.wrapping_sub(b),
+            Bin::Mul => a.wrapping_mul(b),
+            Bin::Div => {
+                if b == 0 {
+                    0
+                } else {
+                    a.wrapping_div(b)
+                }
+            }
+            Bin::Mod => {
+                if b == 0 {
+                    0
+                } else {
+                    a.wrapping_rem(b)
+                }
+            }
+            Bin::Min => a.min(b),
+            Bin::Max => a.max(b),
+            Bin::Pow | Bin::Atan2 => return None,
+        }
+    }};
+}
+
+macro_rules! float_binary {
+    ($op:expr, $a:expr, $b:expr) => {{
+        let (a, b) = ($a, $b);
+        match $op {
+            Bin::Add => a + b,
+            Bin::Sub => a - b,
+            Bin::Mul => a * b,
+            Bin::Div => a / b,
+            // Rust's `%` on floats is C's fmod.
+            Bin::Mod => a % b,
+            // f32::min/max return the other operand when one is NaN (C's fmin/fmax).
+            Bin::Min => a.min(b),
+            Bin::Max => a.max(b),
+            Bin::Pow => a.powf(b),
+            Bin::Atan2 => a.atan2(b),
+        }
+    }};
+}
+
+/// A binary arithmetic opcode; `None` if the dtypes differ or the opcode does not take them.
+#[inline]
+pub(crate) fn binary(op: Bin, a: Value, b: Value) -> Option<Value> {
+    Some(match (a, b) {
+        (Value::F32(x), Value::F32(y)) => Value::F32(float_binary!(op, x, y)),
+        (Value::F64(x), Value::F64(y)) => Value::F64(float_binary!(op, x, y)),
+        (Value::I8(x), Value::I8(y)) => Value::I8(int_binary!(op, x, y)),
+        (Value::I16(x), Value::I16(y)) => Value::I16(int_binary!(op, x, y)),
+        (Value::I32(x), Value::I32(y)) => Value::I32(int_binary!(op, x, y)),
+        (Value::I64(x), Value::I64(y)) => Value::I64(int_binary!(op, x, y)),
+        (Value::U8(x), Value::U8(y)) => Value::U8(int_binary!(op, x, y)),
+        (Value::U16(x), Value::U16(y)) => Value::U16(int_binary!(op, x, y)),
+        (Value::U32(x), Value::U32(y)) => Value::U32(int_binary!(op, x, y)),
+        (Value::U64(x), Value::U64(y)) => Value::U64(int_binary!(op, x, y)),
+        _ => return None,
+    })
+}
+
+macro_rules! compare {
+    ($op:expr, $a:expr, $b:expr) => {{
+        let (a, b) = ($a, $b);
+        match $op {
+            Cmp::Lt => a < b,
+            Cmp::Le => a <= b,
+            Cmp::Gt => a > b,
+            Cmp::Ge => a >= b,
+            Cmp::Eq => a == b,
+            Cmp::Ne => a != b,
+            Cmp::And | Cmp::Or => return None,
+        }
+    }};
+}
+
+/// A comparison (any dtype, IEEE on floats: every comparison with NaN is false except `ne`) or
+/// a logical and/or (bool); `None` if the dtypes differ or do not fit.
+#[inline]
+pub(crate) fn compare(op: Cmp, a: Value, b: Value) -> Option<bool> {
+    Some(match (a, b) {
+        (Value::Bool(x), Value::Bool(y)) => match op {
+            Cmp::And => x && y,
+            Cmp::Or => x || y,
+            _ => compare!(op, x, y),
+        },
+        (Value::F32(x), Value::F32(y)) => compare!(op, x, y),
+        (Value::F64(x), Value::F64(y)) => compare!(op, x, y),
+        (Value::I8(x), Value::I8(y)) => compare!(op, x, y),
+        (Value::I16(x), Value::I16(y)) => compare!(op, x, y),
+        (Value::I32(x), Value::I32(y)) => compare!(op, x, y),
+        (Value::I64(x), Value::I64(y)) => compare!(op, x, y),
+        (Value::U8(x), Value::U8(y)) => compare!(op, x, y),
+        (Value::U16(x), Value::U16(y)) => compare!(op, x, y),
+        (Value::U32(x), Value::U32(y)) => compare!(op, x, y),
+        (Value::U64(x), Value::U64(y)) => compare!(op, x, y),
+        _ => return None,
+    })
+}
+
+/// `a * b + c` with one rounding (floats only).
+#[inline]
+pub(crate) fn fma(a: Value, b: Value, c: Value) -> Option<Value> {
+    Some(match (a, b, c) {
+        (Value::F32(x), Value::F32(y), Value::F32(z)) => Value::F32(x.mul_add(y, z)),
+        (Value::F64(x), Value::F64(y), Value::F64(z)) => Value::F64(x.mul_add(y, z)),
+        _ => return None,
+    })
+}

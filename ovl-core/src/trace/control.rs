@@ -1,0 +1,386 @@
+//! Control flow that dispatches on its condition's type: a trace-time `bool` keeps Rust's
+//! meaning, a staged `Expr<bool>` emits IF / RANGE / WHILE. The `#[operator]` rewrite calls these.
+
+use super::expr::{Expr, Var};
+use super::state::{self, RegionKind};
+use crate::dtype::{DType, Literal, Scalar};
+use crate::ir;
+use std::panic::Location;
+
+/// A condition: a trace-time `bool` or a staged `Expr<bool>`/`Var<bool>`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be used as a condition",
+    note = "conditions are `bool` (trace time) or `Expr<bool>` (staged): compare with `<`, `==`, ... or use `isnan(..)`"
+)]
+pub trait Condition {
+    #[track_caller]
+    fn into_cond(self) -> Cond;
+}
+
+/// An evaluated condition.
+#[derive(Clone, Copy, Debug)]
+pub enum Cond {
+    Plain(bool),
+    Staged(Expr<bool>),
+}
+
+impl Condition for bool {
+    fn into_cond(self) -> Cond {
+        Cond::Plain(self)
+    }
+}
+impl Condition for Expr<bool> {
+    fn into_cond(self) -> Cond {
+        Cond::Staged(self)
+    }
+}
+impl Condition for Var<bool> {
+    #[track_caller]
+    fn into_cond(self) -> Cond {
+        Cond::Staged(self.get())
+    }
+}
+
+/// An `if` being traced: `then_branch`, optionally `else_branch`, then `end`.
+#[derive(Debug)]
+pub struct IfGuard {
+    cond: Cond,
+}
+
+/// Starts an `if` statement on `c`.
+#[track_caller]
+pub fn cond(c: impl Condition) -> IfGuard {
+    IfGuard {
+        cond: c.into_cond(),
+    }
+}
+
+impl IfGuard {
+    /// Whether to run the `then` block (always, when staged: it emits IF first).
+    #[track_caller]
+    pub fn then_branch(&self) -> bool {
+        match self.cond {
+            Cond::Plain(b) => b,
+            Cond::Staged(c) => {
+                let loc = Location::caller();
+                state::with(|s| {
+                    let c = s.operand(loc, c.trace, c.id);
+                    s.push_op(ir::Op::If, None, vec![c]);
+                    s.open_region(RegionKind::If);
+                });
+                true
+            }
+        }
+    }
+
+    /// Whether to run the `else` block (always, when staged: it emits ELSE first).
+    #[track_caller]
+    pub fn else_branch(&self) -> bool {
+        match self.cond {
+            Cond::Plain(b) => !b,
+            Cond::Staged(_) => {
+                state::with(|s| {
+                    s.close_region(&[RegionKind::If]);
+                    s.push_op(ir::Op::Else, None, vec![]);
+                    s.open_region(RegionKind::Else);
+                });
+                true
+            }
+        }
+    }
+
+    /// Ends the statement (emits END_IF when staged).
+    #[track_caller]
+    pub fn end(self) {
+        if let Cond::Staged(_) = self.cond {
+            state::with(|s| {
+                s.close_region(&[RegionKind::If, RegionKind::Else]);
+                s.push_op(ir::Op::EndIf, None, vec![]);
+            });
+        }
+    }
+}
+
+/// The condition of an `if` used as a value: it must be a trace-time `bool`.
+#[diagnostic::on_unimplemented(
+    message = "this `if` produces a value, so its condition must be a trace-time `bool`, not `{Self}`",
+    note = "for a staged condition use `select(cond, a, b)`, or declare `let mut v = variable(..)` and assign it in each branch"
+)]
+pub trait PlainCond {
+    fn plain(self) -> bool;
+}
+impl PlainCond for bool {
+    fn plain(self) -> bool {
+        self
+    }
+}
+
+/// The condition of a value-producing `if`.
+pub fn plain_cond(c: impl PlainCond) -> bool {
+    c.plain()
+}
+
+/// A loop bound or step: a trace-time integer or a staged integer.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a loop bound",
+    note = "loop bounds are integers, trace-time (`usize`, `i32`, ...) or staged (`Expr<i64>`, ...)"
+)]
+pub trait Bound {
+    #[track_caller]
+    fn to_bound(self) -> BoundValue;
+}
+
+/// A loop bound, evaluated.
+#[derive(Clone, Copy, Debug)]
+pub enum BoundValue {
+    Plain(i128),
+    Staged(u32, u32),
+}
+
+macro_rules! plain_bound {
+    ($($t:ty),*) => {$(
+        impl Bound for $t {
+            #[allow(clippy::unnecessary_cast)]
+            fn to_bound(self) -> BoundValue { BoundValue::Plain(self as i128) }
+        }
+    )*};
+}
+plain_bound!(i8, i16, i32, i64, isize, u8, u16, u32, u64, usize);
+
+macro_rules! staged_bound {
+    ($($t:ty),*) => {$(
+        impl Bound for Expr<$t> {
+            fn to_bound(self) -> BoundValue { BoundValue::Staged(self.trace, self.id) }
+        }
+        impl Bound for Var<$t> {
+            #[track_caller]
+            fn to_bound(self) -> BoundValue { self.get().to_bound() }
+        }
+    )*};
+}
+staged_bound!(i8, i16, i32, i64, u8, u16, u32, u64);
+
+/// A staged `for` loop being traced.
+#[derive(Debug)]
+pub struct RangeGuard {
+    index: Expr<i64>,
+}
+
+/// `for i in start..end` with a step: emits RANGE; the body is traced once.
+#[track_caller]
+pub fn range(start: impl Bound, end: impl Bound, step: impl Bound) -> RangeGuard {
+    open_range(start.to_bound(), end.to_bound(), step.to_bound(), false)
+}
+
+/// `for i in start..=end` with a step.
+#[track_caller]
+pub fn range_inclusive(start: impl Bound, end: impl Bound, step: impl Bound) -> RangeGuard {
+    open_range(start.to_bound(), end.to_bound(), step.to_bound(), true)
+}
+
+#[track_caller]
+fn open_range(start: BoundValue, end: BoundValue, step: BoundValue, inclusive: bool) -> RangeGuard {
+    let loc = Location::caller();
+    state::with(|s| {
+        if let BoundValue::Plain(v) = step {
+            if v <= 0 {
+                s.error(loc, format!("the loop step must be positive, got {v}"));
+            }
+        }
+        let mut as_i64 = |b: BoundValue, what: &str| -> u32 {
+            match b {
+                BoundValue::Plain(v) => {
+                    let v = match i64::try_from(v) {
+                        Ok(v) => v,
+                        Err(_) => {
+                            s.error(loc, format!("the loop {what} {v} does not fit in i64"));
+                            0
+                        }
+                    };
+                    s.push_const(DType::I64, Literal::Int(v))
+                }
+                BoundValue::Staged(trace, id) => {
+                    let id = s.operand(loc, trace, id);
+                    if s.dtype_of(id) == Some(DType::I64) {
+                        id
+                    } else {
+                        s.push_op(ir::Op::Cast, Some(DType::I64), vec![id])
+                    }
+                }
+            }
+        };
+        let start = as_i64(start, "start");
+        let mut end = as_i64(end, "end");
+        let step = as_i64(step, "step");
+        if inclusive {
+            let one = s.push_const(DType::I64, Literal::Int(1));
+            end = s.push_op(ir::Op::Add, Some(DType::I64), vec![end, one]);
+        }
+        let id = s.push_op(ir::Op::Range, Some(DType::I64), vec![start, end, step]);
+        s.open_region(RegionKind::Range);
+        RangeGuard {
+            index: Expr::from_id(s.id, id),
+        }
+    })
+}
+
+impl RangeGuard {
+    /// The loop index (a staged `i64`).
+    pub fn index(&self) -> Expr<i64> {
+        self.index
+    }
+
+    /// Ends the loop (emits END_RANGE).
+    #[track_caller]
+    pub fn end(self) {
+        let loc = Location::caller();
+        state::with(|s| {
+            if !s.close_region(&[RegionKind::Range]) {
+                s.error(
+                    loc,
+                    "internal: a staged `for` loop ended while another block was open",
+                );
+            }
+            s.push_op(ir::Op::EndRange, None, vec![]);
+        });
+    }
+}
+
+/// A `while` loop being traced. A trace-time condition runs the Rust loop; a staged one emits
+/// WHILE_BEGIN, the condition, WHILE_COND, the body (traced once) and WHILE_END.
+#[derive(Debug)]
+pub struct WhileLoop {
+    begin: Option<u32>,
+    staged: bool,
+    decided: bool,
+}
+
+impl WhileLoop {
+    /// Opens a tentative WHILE_BEGIN (removed again if the condition is a trace-time `bool`).
+    #[track_caller]
+    pub fn begin() -> WhileLoop {
+        let begin = state::with(|s| {
+            let id = s.push_op(ir::Op::WhileBegin, None, vec![]);
+            s.open_region(RegionKind::While);
+            id
+        });
+        WhileLoop {
+            begin: Some(begin),
+            staged: false,
+            decided: false,
+        }
+    }
+
+    /// Tests the condition; returns whether to run the body.
+    #[track_caller]
+    pub fn test(&mut self, c: impl Condition) -> bool {
+        let c = c.into_cond();
+        if !self.decided {
+            self.decided = true;
+            match c {
+                Cond::Plain(_) => self.cancel(),
+                Cond::Staged(e) => {
+                    self.staged = true;
+                    let loc = Location::caller();
+                    state::with(|s| {
+                        let e = s.operand(loc, e.trace, e.id);
+                        s.push_op(ir::Op::WhileCond, None, vec![e]);
+                    });
+                }
+            }
+        }
+        match c {
+            Cond::Plain(b) => {
+                if self.staged {
+                    // A loop that became staged keeps running its body exactly once.
+                    false
+                } else {
+                    b
+                }
+            }
+            Cond::Staged(_) => {
+                if !self.staged {
+                    let loc = Location::caller();
+                    state::with(|s| {
+                        s.error(
+                            loc,
+                            "this `while` condition was a trace-time bool on the first test and a \
+                             staged value later; make it staged from the start",
+                        )
+                    });
+                    return false;
+                }
+                true
+            }
+        }
+    }
+
+    /// The tentative WHILE_BEGIN was for a trace-time loop: take it back.
+    fn cancel(&mut self) {
+        if let Some(begin) = self.begin.take() {
+            state::with(|s| {
+                s.close_region(&[RegionKind::While]);
+                if s.exprs.len() as u32 == begin + 1 {
+                    s.exprs.pop();
+                    s.expr_region.pop();
+                } else {
+                    // Expressions were emitted after it: neutralize it as an unused constant.
+                    let e = &mut s.exprs[begin as usize];
+                    *e = ir::Expression {
+                        code: ir::Op::Const as i32,
+                        dtype: bool::DTYPE.to_ir() as i32,
+                        ..Default::default()
+                    };
+                }
+            });
+        }
+    }
+
+    /// After the body: for a staged loop emits WHILE_END and returns true (stop the Rust loop).
+    #[track_caller]
+    pub fn staged_end(&mut self) -> bool {
+        if self.staged {
+            let loc = Location::caller();
+            state::with(|s| {
+                if !s.close_region(&[RegionKind::While]) {
+                    s.error(
+                        loc,
+                        "internal: a staged `while` loop ended while another block was open",
+                    );
+                }
+                s.push_op(ir::Op::WhileEnd, None, vec![]);
+            });
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A `break` in the body: only meaningful for a trace-time loop.
+    #[track_caller]
+    pub fn on_break(&self) {
+        self.reject_jump("break");
+    }
+
+    /// A `continue` in the body: only meaningful for a trace-time loop.
+    #[track_caller]
+    pub fn on_continue(&self) {
+        self.reject_jump("continue");
+    }
+
+    #[track_caller]
+    fn reject_jump(&self, what: &str) {
+        if self.staged {
+            let loc = Location::caller();
+            state::with(|s| {
+                s.error(
+                    loc,
+                    format!(
+                        "`{what}` inside a `while` on a staged condition is not supported; fold \
+                         the exit into the condition (e.g. a `variable(true)` flag)"
+                    ),
+                )
+            });
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! Staged scalar values: [`Expr`] (an immutable value computed by the worker) and [`Var`] (a
+//! worker-local mutable variable), and the conversions that let literals and trace-time numbers
+//! mix with them.
+
+use super::state;
+use crate::dtype::{DType, Literal, Scalar};
+use crate::ir;
+use std::fmt;
+use std::marker::PhantomData;
+use std::panic::Location;
+
+/// A staged scalar of type `T`: a node of the operator's expression DAG.
+///
+/// Arithmetic (`+ - * / %`, unary `-`, `!`), comparisons and math functions on it build the IR.
+/// Plain numbers mixed with it are converted to `T` (a literal that does not fit is an error).
+pub struct Expr<T> {
+    pub(crate) id: u32,
+    pub(crate) trace: u32,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Expr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Expr<T> {}
+
+impl<T: Scalar> fmt::Debug for Expr<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Expr<{}>(%{})", T::DTYPE, self.id)
+    }
+}
+
+impl<T> Expr<T> {
+    pub(crate) fn from_id(trace: u32, id: u32) -> Self {
+        Expr {
+            id,
+            trace,
+            _t: PhantomData,
+        }
+    }
+}
+
+/// A worker-local mutable scalar, made with [`variable`](crate::trace::dsl::variable).
+///
+/// Assign it with `v = expr` (inside `#[operator]`) or `v.set(expr)`, update it with `+=` and
+/// friends, and read it by using it in an expression: each use reads its value at that point.
+pub struct Var<T> {
+    pub(crate) expr: Expr<T>,
+}
+
+impl<T> Clone for Var<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+/// Copying a `Var` copies the handle: both name the same variable.
+impl<T> Copy for Var<T> {}
+
+impl<T: Scalar> fmt::Debug for Var<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Var<{}>(%{})", T::DTYPE, self.expr.id)
+    }
+}
+
+impl<T: Scalar> Var<T> {
+    /// The variable's current value (a snapshot: later assignments do not change it).
+    #[track_caller]
+    pub fn get(&self) -> Expr<T> {
+        let loc = Location::caller();
+        let e = self.expr;
+        state::with(|s| {
+            let v = s.operand(loc, e.trace, e.id);
+            Expr::from_id(s.id, s.push_op(ir::Op::Cast, Some(T::DTYPE), vec![v]))
+        })
+    }
+
+    /// Assigns a new value.
+    #[track_caller]
+    pub fn set(&mut self, value: impl IntoExpr<T>) {
+        let loc = Location::caller();
+        let value = value.into_expr();
+        let var = self.expr;
+        state::with(|s| {
+            let var = s.operand(loc, var.trace, var.id);
+            let value = s.operand(loc, value.trace, value.id);
+            s.push_op(ir::Op::Assign, None, vec![var, value]);
+        });
+    }
+}
+
+/// Element types with arithmetic (every dtype but `bool`).
+pub trait Num: Scalar {}
+/// Floating-point element types (`f32`, `f64`).
+pub trait Float: Num {}
+/// Integer element types.
+pub trait Int: Num {}
+
+impl Num for f32 {}
+impl Num for f64 {}
+impl Float for f32 {}
+impl Float for f64 {}
+macro_rules! ints { ($($t:ty)*) => {$( impl Num for $t {} impl Int for $t {} )*} }
+ints!(i8 i16 i32 i64 u8 u16 u32 u64);
+
+/// Anything usable where a staged `T` is expected: `Expr<T>`, `Var<T>`, and plain numbers
+/// (converted to `T`; trace-time integers and floats coerce to float `T`, integers to integer `T`).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be used as a staged `{T}`",
+    label = "expected a `{T}` value here",
+    note = "ovl never converts between dtypes implicitly: cast with `as` or `.cast::<T>()`; a float literal cannot become an integer"
+)]
+pub trait IntoExpr<T> {
+    /// Converts to an expression of the active trace.
+    #[track_caller]
+    fn into_expr(self) -> Expr<T>;
+}
+
+impl<T> IntoExpr<T> for Expr<T> {
+    fn into_expr(self) -> Expr<T> {
+        self
+    }
+}
+
+impl<T: Scalar> IntoExpr<T> for Var<T> {
+    #[track_caller]
+    fn into_expr(self) -> Expr<T> {
+        self.get()
+    }
+}
+
+impl<T: Scalar> IntoExpr<T> for &Var<T> {
+    #[track_caller]
+    fn into_expr(self) -> Expr<T> {
+        self.get()
+    }
+}
+
+impl<T: Scalar> IntoExpr<T> for &mut Var<T> {
+    #[track_caller]
+    fn into_expr(self) -> Expr<T> {
+        self.get()
+    }
+}
+
+/// A value whose staged type is fixed by its own type: used where the dtype must be inferred
+/// from an argument (`variable(0.0f32)` is a `Var<f32>`).
+pub trait Typed {
+    type Elem: Scalar;
+    #[track_caller]
+    fn to_expr(self) -> Expr<Self::Elem>;
+}
+
+impl<T: Scalar> Typed for Expr<T> {
+    type Elem = T;
+    fn to_expr(self) -> Expr<T> {
+        self
+    }
+}
+
+impl<T: Scalar> Typed for Var<T> {
+    type Elem = T;
+    #[track_caller]
+    fn to_expr(self) -> Expr<T> {
+        self.get()
+    }
+}
+
+impl<T: Scalar> Typed for &Var<T> {
+    type Elem = T;
+    #[track_caller]
+    fn to_expr(self) -> Expr<T> {
+        self.get()
+    }
+}
+
+/// A staged constant.
+#[track_caller]
+pub fn constant<T: Scalar>(value: T) -> Expr<T> {
+    state::with(|s| Expr::from_id(s.id, s.push_const(T::DTYPE, value.to_literal())))
+}
+
+/// Emits `value` as a constant of `dtype`, recording an error if it does not fit.
+#[track_caller]
+fn coerced<T: Scalar>(value: Literal, from: &str) -> Expr<T> {
+    let loc = Location::caller();
+    let fits = match (T::DTYPE, value) {
+        (DType::F32, Literal::Float(f)) => !f.is_finite() || f.abs() <= f32::MAX as f64,
+        (d, _) if d.is_float() => true,
+        (d, Literal::Int(i)) => int_fits(d, i as i128),
+        (d, Literal::UInt(u)) => int_fits(d, u as i128),
+        (DType::Bool, Literal::Bool(_)) => true,
+        _ => false,
+    };
+    state::with(|s| {
+        if !fits {
+            s.error(
+                loc,
+                format!(
+                    "the {from} value {} does not fit in {}; cast it explicitly",
+                    show(value),
+                    T::DTYPE
+                ),
+            );
+        }
+        Expr::from_id(s.id, s.push_const(T::DTYPE, value))
+    })
+}
+
+fn show(v: Literal) -> String {
+    match v {
+        Literal::Float(f) => format!("{f}"),
+        Literal::Int(i) => format!("{i}"),
+        Literal::UInt(u) => format!("{u}"),
+        Literal::Bool(b) => format!("{b}"),
+    }
+}
+
+pub(crate) fn int_fits(d: DType, v: i128) -> bool {
+    let (lo, hi): (i128, i128) = match d {
+        DType::I8 => (i8::MIN as i128, i8::MAX as i128),
+        DType::I16 => (i16::MIN as i128, i16::MAX as i128),
+        DType::I32 => (i32::MIN as i128, i32::MAX as i128),
+        DType::I64 => (i64::MIN as i128, i64::MAX as i128),
+        DType::U8 => (0, u8::MAX as i128),
+        DType::U16 => (0, u16::MAX as i128),
+        DType::U32 => (0, u32::MAX as i128),
+        DType::U64 => (0, u64::MAX as i128),
+        _ => return false,
+    };
+    (lo..=hi).contains(&v)
+}
+
+/// Plain Rust numbers as literals of a staged dtype.
+macro_rules! literal_into {
+    ($target:ty; $($src:ty => $lit:ident),*) => {$(
+        impl IntoExpr<$target> for $src {
+            #[track_caller]
+            #[allow(clippy::unnecessary_cast)]
+            fn into_expr(self) -> Expr<$target> {
+                coerced::<$target>(literal_into!(@lit $lit self), stringify!($src))
+            }
+        }
+    )*};
+    (@lit F $v:ident) => { Literal::Float($v as f64) };
+    (@lit I $v:ident) => { Literal::Int($v as i64) };
+    (@lit U $v:ident) => { Literal::UInt($v as u64) };
+}
+
+/// Every Scalar is a staged value of its own type.
+impl<T: Scalar> IntoExpr<T> for T {
+    #[track_caller]
+    fn into_expr(self) -> Expr<T> {
+        constant(self)
+    }
+}
+
+literal_into!(f32; f64 => F, i8 => I, i16 => I, i32 => I, i64 => I, isize => I,
+                   u8 => U, u16 => U, u32 => U, u64 => U, usize => U);
+literal_into!(f64; f32 => F, i8 => I, i16 => I, i32 => I, i64 => I, isize => I,
+                   u8 => U, u16 => U, u32 => U, u64 => U, usize => U);
+literal_into!(i8; i16 => I, i32 => I, i64 => I, isize => I, u8 => U, u16 => U, u32 => U, u64 => U, usize => U);
+literal_into!(i16; i8 => I, i32 => I, i64 => I, isize => I, u8 => U, u16 => U, u32 => U, u64 => U, usize => U);
+literal_into!(i32; i8 => I, i16 => I, i64 => I, isize => I, u8 => U, u16 => U, u32 => U, u64 => U, usize => U);
+literal_into!(i64; i8 => I, i16 => I, i32 => I, isize => I, u8 => U, u16 => U, u32 => U, u64 => U, usize => U);
+literal_into!(u8; i8 => I, i16 => I, i32 => I, i64 => I, isize => I, u16 => U, u32 => U, u64 => U, usize => U);
+literal_into!(u16; i8 => I, i16 => I, i32 => I, i64 => I, isize => I, u8 => U, u32 => U, u64 => U, usize => U);
+literal_into!(u32; i8 => I, i16 => I, i32 => I, i64 => I, isize => I, u8 => U, u16 => U, u64 => U, usize => U);
+literal_into!(u64; i8 => I, i16 => I, i32 => I, i64 => I, isize => I, u8 => U, u16 => U, u32 => U, usize => U);
+
+macro_rules! typed_plain {
+    ($($t:ty),*) => {$(
+        impl Typed for $t {
+            type Elem = $t;
+            #[track_caller]
+            fn to_expr(self) -> Expr<$t> {
+                constant(self)
+            }
+        }
+    )*};
+}
+typed_plain!(f32, f64, i8, i16, i32, i64, u8, u16, u32, u64, bool);
