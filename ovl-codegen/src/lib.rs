@@ -1,1 +1,55 @@
-//! C++ backend of ovl.
+//! C++ backend of ovl: generates C++ from an operator ([`ovl_core::ir::ExpressionDag`]),
+//! compiles it with the system C++ compiler into a shared library kept in an on-disk operator
+//! cache, loads it and runs it on host tensors on several threads.
+//!
+//! ```no_run
+//! # fn demo(dag: &ovl_core::ir::ExpressionDag, x: &ovl_core::HostTensor) -> anyhow::Result<()> {
+//! use ovl_codegen::{compile, CompileOptions};
+//! let op = compile(dag, &CompileOptions::default())?; // compiles, or finds it in the cache
+//! let mut out = vec![ovl_core::HostTensor::zeros(ovl_core::DType::F32, &[4])];
+//! op.run(&[x], &mut out, 0)?; // 0 threads: one per core
+//! # Ok(()) }
+//! ```
+//!
+//! - [`cpp`]: the emitter (exact IR semantics, vectorizable loops, proven bounds checks elided).
+//! - [`compiler_flags`], [`compiler_invocations`]: the compiler driver.
+//! - [`cache_dir`], [`clear_cache`]: the operator cache (layout in the [`cache`] module docs).
+//! - [`CompiledOperator::run`]: the runtime; [`abi`] documents the C entry points.
+//!
+//! Environment: `OVL_CACHE_DIR` (cache root), `OVL_FORCE_RECOMPILE=1` (ignore the on-disk
+//! cache), `OVL_DUMP_SOURCE=1` (print generated sources to stderr), `CXX` (the compiler, as
+//! the `cc` crate reads it).
+
+pub mod abi;
+pub mod cache;
+mod compiler;
+pub mod cpp;
+mod error;
+mod options;
+mod runtime;
+
+pub use cache::{cache_dir, clear_cache, clear_cache_at, compile_with_outcome, CACHE_LAYOUT};
+pub use compiler::{compiler_flags, compiler_invocations};
+pub use error::{Access, CodegenError, CompileFailure, OutOfBounds, RunError};
+pub use options::CompileOptions;
+pub use runtime::{CacheOutcome, CompiledOperator, Origin, PARALLEL_MIN_WORK};
+
+use ovl_core::ir;
+use std::sync::Arc;
+
+/// The version of the generated code; part of every cache key. Bump it whenever the emitter's
+/// output changes meaning.
+pub const CODEGEN_VERSION: &str = "ovl-codegen-cpu-1";
+
+/// Compiles an operator into a loaded native library, or finds it in the operator cache.
+///
+/// A warm call (the operator was loaded before in this process with the same cache root and
+/// toolchain) hashes the operator and looks it up in memory: no compiler, no file system, no
+/// `dlopen`. Otherwise the on-disk cache is tried, and only then is the C++ generated (after
+/// [`ovl_core::validate::validate`]) and compiled.
+pub fn compile(
+    dag: &ir::ExpressionDag,
+    options: &CompileOptions,
+) -> Result<Arc<CompiledOperator>, CodegenError> {
+    compile_with_outcome(dag, options).map(|(op, _)| op)
+}

@@ -1,0 +1,70 @@
+//! The C ABI between the runtime and a generated library.
+//!
+//! Every library exports (with C linkage):
+//!
+//! ```c
+//! struct ovl_status {            // the first fault of one call; the caller zeroes it
+//!   int32_t code;                // 0: none, 1: index out of bounds, 2: non-positive RANGE step
+//!   int32_t expression;          // the READ/WRITE or RANGE expression
+//!   int32_t tensor_kind;         // ir::TensorKind: 1 input, 2 output, 3 local
+//!   int32_t tensor_index;
+//!   int32_t axis;
+//!   int32_t index_signed;        // 1: index_bits holds an int64_t, 0: a uint64_t
+//!   uint64_t index_bits;
+//!   uint64_t size;               // the size of the dimension indexed
+//!   int64_t worker;              // row-major flattened index of the faulting worker
+//!   int64_t step;                // the RANGE step
+//! };
+//! // Runs workers [begin, end) of the row-major flattened workgroup. inputs[i] / outputs[i]
+//! // point to the contiguous row-major elements of input / output i (bool: 1 byte, 0 or 1).
+//! // Returns status->code. Thread-safe: disjoint ranges may run concurrently, each with its
+//! // own status.
+//! int ovl_run(const void* const* inputs, void* const* outputs, int64_t begin, int64_t end,
+//!             ovl_status* status);
+//! uint32_t ovl_abi_version(void);      // ABI_VERSION
+//! const char* ovl_cache_key(void);     // the cache key the library was compiled for
+//! int64_t ovl_worker_count(void);      // the number of workers of the workgroup
+//! ```
+
+use std::ffi::{c_char, c_void};
+
+/// The version of this ABI; a cached library with another version is recompiled.
+pub const ABI_VERSION: u32 = 1;
+
+/// `ovl_status` (see the module documentation).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Status {
+    pub code: i32,
+    pub expression: i32,
+    pub tensor_kind: i32,
+    pub tensor_index: i32,
+    pub axis: i32,
+    pub index_signed: i32,
+    pub index_bits: u64,
+    pub size: u64,
+    pub worker: i64,
+    pub step: i64,
+}
+
+/// Status codes.
+pub(crate) const STATUS_OUT_OF_BOUNDS: i32 = 1;
+pub(crate) const STATUS_NON_POSITIVE_STEP: i32 = 2;
+
+/// `ovl_run`.
+pub(crate) type RunFn = unsafe extern "C" fn(
+    inputs: *const *const c_void,
+    outputs: *const *mut c_void,
+    begin: i64,
+    end: i64,
+    status: *mut Status,
+) -> i32;
+
+/// `ovl_abi_version`.
+pub(crate) type AbiVersionFn = unsafe extern "C" fn() -> u32;
+
+/// `ovl_cache_key`.
+pub(crate) type CacheKeyFn = unsafe extern "C" fn() -> *const c_char;
+
+/// `ovl_worker_count`.
+pub(crate) type WorkerCountFn = unsafe extern "C" fn() -> i64;

@@ -1,0 +1,272 @@
+//! The operator cache: on disk (shared between processes) and in memory (per process).
+//!
+//! Layout: `<root>/v1/cpu/<key>/` holds `op.cpp` (the generated source), `op.so` (the library)
+//! and `meta` (what the key was computed from, for people), plus a `lock` file. `<root>` is
+//! `$OVL_CACHE_DIR`, else the user cache directory (`~/.cache/ovl` on Linux), or
+//! [`CompileOptions::cache_dir`]. `<key>` is [`crate::CompiledOperator::cache_key`]: 32 hex digits
+//! of SHA-256 over the operator's canonical hash, the codegen and ABI versions, the compiler path
+//! and `--version`, the flags and the CPU features.
+//!
+//! Every file is written to a unique temporary name in the same directory and renamed into
+//! place, so readers never see a partial file; an exclusive lock on `lock` serializes
+//! compilations of one key between processes (the second process finds the library the first
+//! one made). Two processes forcing recompilation of one operator both compile and both
+//! succeed (the renames are atomic).
+
+use crate::compiler::Toolchain;
+use crate::cpp::generate_cpp;
+use crate::error::{defined_at, CodegenError};
+use crate::options::CompileOptions;
+use crate::runtime::{CacheOutcome, CompiledOperator, Origin};
+use ovl_core::ir;
+use sha2::{Digest as _, Sha256};
+use std::collections::HashMap;
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The version of the on-disk layout: the name of the subdirectory of the cache root.
+pub const CACHE_LAYOUT: &str = "v1";
+
+/// The default cache root: `$OVL_CACHE_DIR` if set and not empty, else `ovl` in the user cache
+/// directory (`~/.cache/ovl` on Linux), else `ovl-cache` in the temporary directory.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("OVL_CACHE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    static DEFAULT: OnceLock<PathBuf> = OnceLock::new();
+    DEFAULT
+        .get_or_init(|| match directories::BaseDirs::new() {
+            Some(b) => b.cache_dir().join("ovl"),
+            None => std::env::temp_dir().join("ovl-cache"),
+        })
+        .clone()
+}
+
+/// Removes every compiled operator from the default cache ([`cache_dir`]) and forgets the ones
+/// loaded in this process (libraries already loaded stay usable).
+pub fn clear_cache() -> Result<(), CodegenError> {
+    clear_cache_at(&cache_dir())
+}
+
+/// Like [`clear_cache`] for the cache rooted at `root`: removes its layout directories (`v1`,
+/// and those of other layout versions).
+pub fn clear_cache_at(root: &Path) -> Result<(), CodegenError> {
+    memory()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|(r, _), _| r != root);
+    let entries = match fs::read_dir(root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(CodegenError::Cache {
+                action: "read",
+                path: root.to_path_buf(),
+                source,
+            })
+        }
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let ours = name.len() > 1
+            && name.starts_with('v')
+            && name[1..].chars().all(|c| c.is_ascii_digit());
+        if ours {
+            let path = entry.path();
+            fs::remove_dir_all(&path).or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(CodegenError::Cache {
+                    action: "remove",
+                    path,
+                    source: e,
+                }),
+            })?;
+        }
+    }
+    Ok(())
+}
+
+type MemoryKey = (PathBuf, String);
+
+fn memory() -> &'static Mutex<HashMap<MemoryKey, Arc<CompiledOperator>>> {
+    static M: OnceLock<Mutex<HashMap<MemoryKey, Arc<CompiledOperator>>>> = OnceLock::new();
+    M.get_or_init(Default::default)
+}
+
+/// The cache key of an operator for a toolchain: 32 hex digits of SHA-256 over the operator's
+/// canonical hash ([`ovl_core::hash::canonical_hash`]), the codegen and ABI versions, and the
+/// toolchain fingerprint (compiler path and `--version`, flags, CPU features).
+pub(crate) fn cache_key(dag: &ir::ExpressionDag, toolchain: &Toolchain) -> String {
+    let digest = ovl_core::hash::canonical_hash(dag);
+    let mut h = Sha256::new();
+    h.update(b"ovl-codegen cpu cache key\0");
+    h.update(crate::CODEGEN_VERSION.as_bytes());
+    h.update([0]);
+    h.update(crate::abi::ABI_VERSION.to_le_bytes());
+    h.update(digest.0);
+    h.update(toolchain.fingerprint);
+    let out = h.finalize();
+    out[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CodegenError {
+    let path = path.to_path_buf();
+    move |source| CodegenError::Cache {
+        action,
+        path,
+        source,
+    }
+}
+
+/// Writes `bytes` to `dir/name` atomically (a unique temporary file, then a rename).
+fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CodegenError> {
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(io_err("create a temporary file in", dir))?;
+    tmp.write_all(bytes)
+        .and_then(|_| tmp.as_file().sync_data())
+        .map_err(io_err("write", tmp.path()))?;
+    let target = dir.join(name);
+    tmp.persist(&target)
+        .map_err(|e| io_err("rename a temporary file to", &target)(e.error))?;
+    Ok(())
+}
+
+fn dump(operator: &str, path: &Path) {
+    match fs::read_to_string(path) {
+        Ok(src) => eprintln!(
+            "ovl: C++ source of operator `{operator}` ({}):\n{src}\novl: end of {}",
+            path.display(),
+            path.display()
+        ),
+        Err(e) => eprintln!(
+            "ovl: cannot read the C++ source of operator `{operator}` at {}: {e}",
+            path.display()
+        ),
+    }
+}
+
+/// Compiles an operator (or finds it in the cache) and loads it; also says where it was found.
+///
+/// See [`crate::compile`].
+pub fn compile_with_outcome(
+    dag: &ir::ExpressionDag,
+    options: &CompileOptions,
+) -> Result<(Arc<CompiledOperator>, CacheOutcome), CodegenError> {
+    let force = options.force_recompile || env_flag("OVL_FORCE_RECOMPILE");
+    let dump_source = options.dump_source || env_flag("OVL_DUMP_SOURCE");
+    let toolchain = Toolchain::get(options)?;
+    let root = options.cache_dir.clone().unwrap_or_else(cache_dir);
+    let key = cache_key(dag, &toolchain);
+    let memory_key = (root, key);
+
+    // In memory: no file system access. A forced recompilation accepts only a library this
+    // process compiled itself.
+    if let Some(op) = memory()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&memory_key)
+    {
+        if !force || op.origin() == Origin::Compiled {
+            return Ok((op.clone(), CacheOutcome::Memory));
+        }
+    }
+    let (root, key) = &memory_key;
+    let dir = root.join(CACHE_LAYOUT).join("cpu").join(key);
+    let source_path = dir.join("op.cpp");
+    let library_path = dir.join("op.so");
+    let remember = |op: CompiledOperator, outcome: CacheOutcome| {
+        let op = Arc::new(op);
+        memory()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(memory_key.clone(), op.clone());
+        if dump_source && outcome == CacheOutcome::DiskCache {
+            dump(op.name(), op.source_path());
+        }
+        Ok((op, outcome))
+    };
+    let from_disk = || {
+        if force || !library_path.is_file() {
+            return None;
+        }
+        CompiledOperator::load(
+            dag,
+            key,
+            &library_path,
+            source_path.clone(),
+            Origin::DiskCache,
+        )
+        .ok()
+    };
+    if let Some(op) = from_disk() {
+        return remember(op, CacheOutcome::DiskCache);
+    }
+
+    fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+    let lock_path = dir.join("lock");
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(io_err("open", &lock_path))?;
+    // A failure to lock (file systems without locks) only costs duplicate work.
+    let _ = fs4::fs_std::FileExt::lock_exclusive(&lock);
+    // Another process may have compiled it while this one waited.
+    if let Some(op) = from_disk() {
+        return remember(op, CacheOutcome::DiskCache);
+    }
+
+    ovl_core::validate::validate(dag)?;
+    let source = generate_cpp(dag, key)?;
+    write_atomic(&dir, "op.cpp", source.as_bytes())?;
+    if dump_source {
+        dump(&dag.name, &source_path);
+    }
+    let meta = format!(
+        "operator: {}\ndefined at: {}\ncanonical hash: {}\ncodegen version: {}\nabi version: {}\n\
+         compiler: {}\ncompiler version: {}\nflags: {}\ncpu: {}\n",
+        dag.name,
+        defined_at(dag),
+        ovl_core::hash::canonical_hash(dag),
+        crate::CODEGEN_VERSION,
+        crate::abi::ABI_VERSION,
+        toolchain.path.display(),
+        toolchain.version,
+        toolchain.flags.join(" "),
+        toolchain.cpu,
+    );
+    write_atomic(&dir, "meta", meta.as_bytes())?;
+    let tmp_lib = tempfile::Builder::new()
+        .prefix(".op.")
+        .suffix(".so")
+        .tempfile_in(&dir)
+        .map_err(io_err("create a temporary file in", &dir))?
+        .into_temp_path();
+    toolchain.compile(&source_path, &tmp_lib, &dag.name, &defined_at(dag))?;
+    // Load from the unique temporary name (the dynamic loader identifies libraries by path, so
+    // a recompiled library must not be opened under a path loaded before), then publish it.
+    let op = CompiledOperator::load(dag, key, &tmp_lib, source_path.clone(), Origin::Compiled)
+        .map_err(|message| CodegenError::Load {
+            operator: dag.name.clone(),
+            path: tmp_lib.to_path_buf(),
+            message,
+        })?;
+    tmp_lib
+        .persist(&library_path)
+        .map_err(|e| io_err("rename a temporary file to", &library_path)(e.error))?;
+    let mut op = op;
+    op.set_library_path(library_path.clone());
+    drop(lock);
+    remember(op, CacheOutcome::Compiled)
+}

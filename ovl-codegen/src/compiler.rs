@@ -1,0 +1,309 @@
+//! The C++ compiler driver: finds the compiler the way the `cc` crate does, identifies it (for
+//! the cache key), and compiles a generated source into a shared library.
+
+use crate::error::{CodegenError, CompileFailure};
+use crate::options::CompileOptions;
+use sha2::{Digest as _, Sha256};
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The flags every operator is compiled with (before [`CompileOptions::extra_flags`]).
+///
+/// - `-O3` and `-march=native` (`-mcpu=native` on ARM): the library is specific to this CPU;
+///   the cache key holds the CPU's features.
+/// - `-ffp-contract=off`: no implicit FMA (the IR's semantics; FMA is explicit).
+/// - `-fno-math-errno`: the code never reads `errno`; this lets `sqrt` vectorize. Results are
+///   unchanged: there is no `-ffast-math`, NaN, infinities and signed zeros behave per IEEE 754.
+///   (Not `-fno-trapping-math`: with it GCC 12 rewrites `(float)(int64_t)x` into `truncf(x)`,
+///   which turns the cast of `-0.0` into `-0.0` instead of `+0.0`.)
+/// - `-fwrapv`: a safety net (the generated code does integer arithmetic in unsigned types).
+/// - `-fvisibility=hidden`: only the `ovl_*` entry points are exported.
+pub fn compiler_flags() -> Vec<String> {
+    let march = if cfg!(any(target_arch = "x86_64", target_arch = "x86")) {
+        "-march=native"
+    } else {
+        "-mcpu=native"
+    };
+    [
+        "-std=c++17",
+        "-O3",
+        march,
+        "-fPIC",
+        "-shared",
+        "-fwrapv",
+        "-ffp-contract=off",
+        "-fno-math-errno",
+        "-fvisibility=hidden",
+        "-w",
+        "-pipe",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Libraries linked after the source: the C math library (the generated code calls `sinf`...).
+const LINK_FLAGS: &[&str] = &["-lm"];
+
+/// A C++ compiler, its flags and the identity that goes into cache keys.
+#[derive(Debug)]
+pub(crate) struct Toolchain {
+    /// The compiler executable (as `cc` found it, possibly a bare name looked up in `PATH`).
+    pub path: PathBuf,
+    /// Environment variables `cc` wants set when running it.
+    pub env: Vec<(OsString, OsString)>,
+    /// The full command-line flags (without `-o` and the source).
+    pub flags: Vec<String>,
+    /// The first line of `<compiler> --version`.
+    pub version: String,
+    /// The CPU the code is compiled for (the detected instruction-set features).
+    pub cpu: String,
+    /// SHA-256 over all of the above: the toolchain's part of every cache key.
+    pub fingerprint: [u8; 32],
+}
+
+static COMPILER_RUNS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times this process has run the C++ compiler on an operator (for diagnostics and
+/// tests: a warm cache does not increase it).
+pub fn compiler_invocations() -> u64 {
+    COMPILER_RUNS.load(Ordering::Relaxed)
+}
+
+type ToolchainKey = (Option<PathBuf>, Vec<String>);
+
+fn toolchains() -> &'static Mutex<HashMap<ToolchainKey, Arc<Toolchain>>> {
+    static T: OnceLock<Mutex<HashMap<ToolchainKey, Arc<Toolchain>>>> = OnceLock::new();
+    T.get_or_init(Default::default)
+}
+
+impl Toolchain {
+    /// The toolchain for these options, discovered and identified once per process.
+    pub fn get(options: &CompileOptions) -> Result<Arc<Toolchain>, CodegenError> {
+        let key = (options.compiler.clone(), options.extra_flags.clone());
+        let mut map = toolchains().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = map.get(&key) {
+            return Ok(t.clone());
+        }
+        let t = Arc::new(Toolchain::discover(options)?);
+        map.insert(key, t.clone());
+        Ok(t)
+    }
+
+    fn discover(options: &CompileOptions) -> Result<Toolchain, CodegenError> {
+        let (path, env) = match &options.compiler {
+            Some(p) => (p.clone(), Vec::new()),
+            None => find_compiler()?,
+        };
+        let mut flags = compiler_flags();
+        flags.extend(options.extra_flags.iter().cloned());
+        let version = identify(&path, &env)?;
+        let cpu = cpu_target();
+        let mut h = Sha256::new();
+        let mut field = |s: &[u8]| {
+            h.update((s.len() as u64).to_le_bytes());
+            h.update(s);
+        };
+        field(path.as_os_str().as_encoded_bytes());
+        for (k, v) in &env {
+            field(k.as_encoded_bytes());
+            field(v.as_encoded_bytes());
+        }
+        field(version.as_bytes());
+        for f in flags
+            .iter()
+            .map(String::as_str)
+            .chain(LINK_FLAGS.iter().copied())
+        {
+            field(f.as_bytes());
+        }
+        field(cpu.as_bytes());
+        Ok(Toolchain {
+            path,
+            env,
+            flags,
+            version,
+            cpu,
+            fingerprint: h.finalize().into(),
+        })
+    }
+
+    /// The command line that compiles `source` into the shared library `output`.
+    fn command(&self, source: &Path, output: &Path) -> Command {
+        let mut c = Command::new(&self.path);
+        c.args(&self.flags)
+            .arg("-o")
+            .arg(output)
+            .arg(source)
+            .args(LINK_FLAGS);
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    /// The command line as text, for error messages.
+    pub fn command_line(&self, source: &Path, output: &Path) -> String {
+        let mut s = self.path.display().to_string();
+        for f in &self.flags {
+            s.push(' ');
+            s.push_str(f);
+        }
+        s.push_str(&format!(" -o {} {}", output.display(), source.display()));
+        for f in LINK_FLAGS {
+            s.push(' ');
+            s.push_str(f);
+        }
+        s
+    }
+
+    /// Compiles `source` into the shared library `output`. `operator` and `defined_at` name
+    /// the operator in errors, which carry the command, the compiler's output and the source
+    /// path.
+    pub fn compile(
+        &self,
+        source: &Path,
+        output: &Path,
+        operator: &str,
+        defined_at: &str,
+    ) -> Result<(), CodegenError> {
+        let command = self.command_line(source, output);
+        COMPILER_RUNS.fetch_add(1, Ordering::Relaxed);
+        let out = self.command(source, output).output().map_err(|source| {
+            CodegenError::CompilerSpawn {
+                command: command.clone(),
+                source,
+            }
+        })?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let mut log = String::from_utf8_lossy(&out.stderr).into_owned();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !stdout.trim().is_empty() {
+            log.push_str(&stdout);
+        }
+        Err(CodegenError::CompileFailed(Box::new(CompileFailure {
+            operator: operator.to_string(),
+            defined_at: defined_at.to_string(),
+            status: out.status.to_string(),
+            command,
+            source_path: source.to_path_buf(),
+            log,
+        })))
+    }
+}
+
+/// The C++ compiler `cc` finds (honouring `$CXX`), without a build script's environment.
+fn find_compiler() -> Result<(PathBuf, Vec<(OsString, OsString)>), CodegenError> {
+    let target = env!("OVL_CODEGEN_TARGET");
+    let mut b = cc::Build::new();
+    b.cpp(true)
+        .cargo_metadata(false)
+        .warnings(false)
+        .debug(false)
+        .opt_level(3);
+    if !target.is_empty() {
+        b.target(target).host(target);
+    }
+    let tool = b.try_get_compiler().map_err(|e| CodegenError::NoCompiler {
+        message: e.to_string(),
+    })?;
+    let env = tool
+        .get_envs()
+        .map(|(k, v)| (k.to_os_string(), v.to_os_string()))
+        .collect();
+    Ok((tool.path().to_path_buf(), env))
+}
+
+/// The first line of `<compiler> --version`.
+fn identify(path: &Path, env: &[(OsString, OsString)]) -> Result<String, CodegenError> {
+    let mut c = Command::new(path);
+    c.arg("--version");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let command = format!("{} --version", path.display());
+    let out = c.output().map_err(|source| CodegenError::CompilerSpawn {
+        command: command.clone(),
+        source,
+    })?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.lines().next().unwrap_or("").trim().to_string();
+    if !out.status.success() || first.is_empty() {
+        return Err(CodegenError::NoCompiler {
+            message: format!(
+                "`{command}` failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
+    }
+    Ok(first)
+}
+
+/// The instruction-set features of this CPU that `-march=native` may use, as one string: the
+/// CPU's part of the cache key.
+pub(crate) fn cpu_target() -> String {
+    static CPU: OnceLock<String> = OnceLock::new();
+    CPU.get_or_init(|| {
+        #[allow(unused_mut)]
+        let mut s = format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS);
+        #[cfg(target_arch = "x86_64")]
+        {
+            macro_rules! features {
+                ($($f:tt),*) => {
+                    $(if std::arch::is_x86_feature_detected!($f) {
+                        s.push('+');
+                        s.push_str($f);
+                    })*
+                };
+            }
+            features!(
+                "sse3",
+                "ssse3",
+                "sse4.1",
+                "sse4.2",
+                "popcnt",
+                "avx",
+                "avx2",
+                "fma",
+                "f16c",
+                "bmi1",
+                "bmi2",
+                "lzcnt",
+                "movbe",
+                "adx",
+                "aes",
+                "pclmulqdq",
+                "sha",
+                "rdrand",
+                "rdseed",
+                "xsave",
+                "avx512f",
+                "avx512cd",
+                "avx512dq",
+                "avx512bw",
+                "avx512vl",
+                "avx512ifma",
+                "avx512vbmi",
+                "avx512vbmi2",
+                "avx512vnni",
+                "avx512bitalg",
+                "avx512vpopcntdq",
+                "avx512bf16",
+                "avx512fp16",
+                "gfni",
+                "vaes",
+                "vpclmulqdq",
+                "avxvnni"
+            );
+        }
+        s
+    })
+    .clone()
+}

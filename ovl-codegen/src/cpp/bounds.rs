@@ -1,0 +1,148 @@
+//! A small interval analysis of integer values, used to prove tensor indices in bounds so that
+//! the generated code needs no check (and vectorizes) where the proof succeeds.
+
+use ovl_core::DType;
+
+/// A closed interval `[lo, hi]` of integer values (i128 holds every integer dtype exactly).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Interval {
+    pub lo: i128,
+    pub hi: i128,
+}
+
+impl Interval {
+    pub fn new(lo: i128, hi: i128) -> Interval {
+        Interval { lo, hi }
+    }
+
+    pub fn point(v: i128) -> Interval {
+        Interval { lo: v, hi: v }
+    }
+
+    /// Every value of an integer dtype (bool: 0 and 1); `None` for floats.
+    pub fn of_dtype(d: DType) -> Option<Interval> {
+        Some(match d {
+            DType::I8 => Interval::new(i8::MIN as i128, i8::MAX as i128),
+            DType::I16 => Interval::new(i16::MIN as i128, i16::MAX as i128),
+            DType::I32 => Interval::new(i32::MIN as i128, i32::MAX as i128),
+            DType::I64 => Interval::new(i64::MIN as i128, i64::MAX as i128),
+            DType::U8 => Interval::new(0, u8::MAX as i128),
+            DType::U16 => Interval::new(0, u16::MAX as i128),
+            DType::U32 => Interval::new(0, u32::MAX as i128),
+            DType::U64 => Interval::new(0, u64::MAX as i128),
+            DType::Bool => Interval::new(0, 1),
+            DType::F32 | DType::F64 => return None,
+        })
+    }
+
+    fn within(self, outer: Interval) -> bool {
+        self.lo >= outer.lo && self.hi <= outer.hi
+    }
+
+    /// The interval if every value is representable in `d`, else all of `d` (the arithmetic
+    /// wrapped).
+    pub fn fit(self, d: DType) -> Option<Interval> {
+        let all = Interval::of_dtype(d)?;
+        Some(if self.within(all) { self } else { all })
+    }
+
+    /// Whether every value is a valid index of a dimension of size `size`.
+    pub fn inside(self, size: u64) -> bool {
+        self.lo >= 0 && self.hi < size as i128
+    }
+
+    fn from_corners(c: [Option<i128>; 4]) -> Option<Interval> {
+        let mut lo = i128::MAX;
+        let mut hi = i128::MIN;
+        for v in c {
+            let v = v?;
+            lo = lo.min(v);
+            hi = hi.max(v);
+        }
+        Some(Interval::new(lo, hi))
+    }
+
+    pub fn add(self, o: Interval) -> Option<Interval> {
+        Some(Interval::new(
+            self.lo.checked_add(o.lo)?,
+            self.hi.checked_add(o.hi)?,
+        ))
+    }
+
+    pub fn sub(self, o: Interval) -> Option<Interval> {
+        Some(Interval::new(
+            self.lo.checked_sub(o.hi)?,
+            self.hi.checked_sub(o.lo)?,
+        ))
+    }
+
+    pub fn mul(self, o: Interval) -> Option<Interval> {
+        Interval::from_corners([
+            self.lo.checked_mul(o.lo),
+            self.lo.checked_mul(o.hi),
+            self.hi.checked_mul(o.lo),
+            self.hi.checked_mul(o.hi),
+        ])
+    }
+
+    /// Truncating division by a strictly positive divisor interval.
+    pub fn div(self, o: Interval) -> Option<Interval> {
+        if o.lo <= 0 {
+            return None;
+        }
+        Interval::from_corners([
+            Some(self.lo / o.lo),
+            Some(self.lo / o.hi),
+            Some(self.hi / o.lo),
+            Some(self.hi / o.hi),
+        ])
+    }
+
+    /// Remainder of a non-negative dividend by a strictly positive divisor interval.
+    pub fn rem(self, o: Interval) -> Option<Interval> {
+        if o.lo <= 0 || self.lo < 0 {
+            return None;
+        }
+        Some(Interval::new(0, self.hi.min(o.hi - 1)))
+    }
+
+    pub fn min(self, o: Interval) -> Interval {
+        Interval::new(self.lo.min(o.lo), self.hi.min(o.hi))
+    }
+
+    pub fn max(self, o: Interval) -> Interval {
+        Interval::new(self.lo.max(o.lo), self.hi.max(o.hi))
+    }
+
+    pub fn union(self, o: Interval) -> Interval {
+        Interval::new(self.lo.min(o.lo), self.hi.max(o.hi))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arithmetic() {
+        let p = Interval::new(0, 9);
+        assert_eq!(p.mul(Interval::point(4)).unwrap(), Interval::new(0, 36));
+        assert_eq!(p.add(Interval::point(-1)).unwrap(), Interval::new(-1, 8));
+        assert_eq!(p.sub(Interval::new(0, 2)).unwrap(), Interval::new(-2, 9));
+        assert_eq!(p.div(Interval::point(2)).unwrap(), Interval::new(0, 4));
+        assert_eq!(p.rem(Interval::point(4)).unwrap(), Interval::new(0, 3));
+        assert!(p.rem(Interval::new(0, 4)).is_none());
+        assert!(Interval::new(0, 9).inside(10));
+        assert!(!Interval::new(0, 10).inside(10));
+        assert!(!Interval::new(-1, 3).inside(10));
+        // Wrapping makes the result the whole dtype.
+        let big = Interval::new(0, 200).add(Interval::point(100)).unwrap();
+        assert_eq!(big.fit(DType::U8).unwrap(), Interval::new(0, 255));
+        assert_eq!(
+            Interval::new(0, 5).fit(DType::U8).unwrap(),
+            Interval::new(0, 5)
+        );
+        let huge = Interval::of_dtype(DType::U64).unwrap();
+        assert!(huge.mul(huge).is_none());
+    }
+}

@@ -1,0 +1,1090 @@
+//! The C++ emitter: one [`ir::ExpressionDag`] becomes one self-contained C++17 translation unit.
+//!
+//! Shape of the generated code (see [`crate::abi`] for the entry points):
+//!
+//! - A `noinline` kernel function takes one `__restrict__` pointer per input and output tensor,
+//!   the worker range `[begin, end)` of the row-major flattened workgroup and the status struct.
+//! - The start position is decomposed once; then each *row* (a run of workers that differ only
+//!   in the innermost workgroup axis) is one `for` loop over that axis, so that the worker
+//!   program is the body of an innermost loop with contiguous indexing (`-O3` vectorizes
+//!   elementwise operators). Moving to the next row is a carry through the outer axes: no
+//!   division or modulo per worker.
+//! - Expression `%k` of the IR is the C++ local `vk`, emitted in program order: values are
+//!   `const` typed locals, VARIABLEs mutable locals, RANGE loop indices the `for` variables.
+//!   Control flow becomes structured C++ (`if`/`else`, `for`, `while (true) { cond; if (!c)
+//!   break; body }`).
+//! - Shapes and strides are compile-time constants. An index is checked only where the interval
+//!   analysis ([`super::bounds`]) cannot prove it inside its dimension; a failed check records
+//!   the first fault in the status struct and skips the access (a read yields 0).
+//! - Local tensors are arrays on the kernel's stack, reused by each worker of the chunk and
+//!   zero-filled per worker where the program could read them before its LOCAL_TENSOR ran.
+
+use super::bounds::Interval;
+use super::literal::{ctype, int_literal_value, literal};
+use super::prelude::PRELUDE;
+use crate::abi::ABI_VERSION;
+use crate::error::{defined_at, CodegenError};
+use ovl_core::ir::{self, Op, TensorKind};
+use ovl_core::DType;
+use std::fmt::Write as _;
+
+/// The largest local tensor, in bytes per worker, the C++ backend accepts.
+pub const MAX_LOCAL_BYTES: u64 = 64 * 1024;
+/// The largest total of all local tensors of one worker, in bytes.
+pub const MAX_LOCALS_TOTAL_BYTES: u64 = 256 * 1024;
+
+/// Geometry of one tensor the program touches.
+struct TensorInfo {
+    kind: TensorKind,
+    index: u32,
+    dtype: DType,
+    shape: Vec<u64>,
+    strides: Vec<u64>,
+    elements: u64,
+    /// The C++ name: `in0`, `out1`, `loc2`.
+    name: String,
+}
+
+/// The index operands that need a bounds check: (axis, C++ variable, dimension size).
+type Unproven = Vec<(usize, String, u64)>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Frame {
+    If {
+        else_seen: bool,
+    },
+    /// A RANGE loop closed by this many braces.
+    Range {
+        braces: usize,
+    },
+    WhileCond,
+    WhileBody,
+}
+
+struct Emitter<'a> {
+    dag: &'a ir::ExpressionDag,
+    key: &'a str,
+    inputs: Vec<TensorInfo>,
+    outputs: Vec<TensorInfo>,
+    locals: Vec<TensorInfo>,
+    workgroup: Vec<u64>,
+    workers: u64,
+    /// Value dtype of each expression (None: a statement).
+    types: Vec<Option<DType>>,
+    ops: Vec<Op>,
+    /// Interval of each integer value.
+    intervals: Vec<Option<Interval>>,
+    /// The value of each integer CONST.
+    consts: Vec<Option<i128>>,
+    frames: Vec<Frame>,
+    body: String,
+    indent: usize,
+}
+
+/// Generates the C++ translation unit of an operator. `key` is embedded in the library (the
+/// runtime checks it when loading a cached library); pass any string when only inspecting.
+///
+/// The operator is assumed valid (see [`ovl_core::validate::validate`]); malformed IR gives
+/// [`CodegenError::Unsupported`], never a panic.
+pub fn generate_cpp(dag: &ir::ExpressionDag, key: &str) -> Result<String, CodegenError> {
+    let mut e = Emitter::new(dag, key)?;
+    for k in 0..dag.expressions.len() {
+        let (ty, iv) = e.expression(k)?;
+        e.types.push(ty);
+        e.intervals.push(iv);
+    }
+    if let Some(f) = e.frames.last() {
+        return Err(e.err(
+            None,
+            format!("control flow is not closed at the end ({f:?})"),
+        ));
+    }
+    Ok(e.finish())
+}
+
+/// A rough cost of one worker, used to decide whether to run on several threads: expressions
+/// outside loops count 1, inside one loop 64, inside nested loops 4096.
+pub(crate) fn worker_cost(dag: &ir::ExpressionDag) -> u64 {
+    let mut depth = 0u32;
+    let mut cost = 0u64;
+    for e in &dag.expressions {
+        match Op::try_from(e.code) {
+            Ok(Op::Range | Op::WhileBegin) => depth += 1,
+            Ok(Op::EndRange | Op::WhileEnd) => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        cost = cost.saturating_add(64u64.pow(depth.min(2)));
+    }
+    cost.max(1)
+}
+
+fn kind_word(kind: TensorKind) -> &'static str {
+    match kind {
+        TensorKind::Input => "input",
+        TensorKind::Output => "output",
+        TensorKind::Local => "local",
+        TensorKind::Unspecified => "tensor",
+    }
+}
+
+impl<'a> Emitter<'a> {
+    fn err(&self, expression: Option<usize>, message: impl Into<String>) -> CodegenError {
+        CodegenError::Unsupported {
+            operator: self.dag.name.clone(),
+            defined_at: defined_at(self.dag),
+            expression,
+            message: message.into(),
+        }
+    }
+
+    fn new(dag: &'a ir::ExpressionDag, key: &'a str) -> Result<Emitter<'a>, CodegenError> {
+        let mut e = Emitter {
+            dag,
+            key,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            locals: Vec::new(),
+            workgroup: dag.workgroup_shape.clone(),
+            workers: 0,
+            types: Vec::with_capacity(dag.expressions.len()),
+            ops: Vec::with_capacity(dag.expressions.len()),
+            intervals: Vec::with_capacity(dag.expressions.len()),
+            consts: Vec::with_capacity(dag.expressions.len()),
+            frames: Vec::new(),
+            body: String::new(),
+            indent: 3,
+        };
+        if e.workgroup.is_empty() {
+            return Err(e.err(None, "the workgroup shape is empty"));
+        }
+        if e.workgroup.contains(&0) {
+            return Err(e.err(None, "a workgroup dimension is 0"));
+        }
+        e.workers = e
+            .workgroup
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d))
+            .filter(|&n| n <= i64::MAX as u64)
+            .ok_or_else(|| e.err(None, "the workgroup has more than 2^63 workers"))?;
+        e.inputs = e.tensors(TensorKind::Input, &dag.inputs, "in")?;
+        e.outputs = e.tensors(TensorKind::Output, &dag.outputs, "out")?;
+        e.locals = e.tensors(TensorKind::Local, &dag.locals, "loc")?;
+        let mut total = 0u64;
+        for l in &e.locals {
+            let bytes = l.elements.saturating_mul(l.dtype.size() as u64);
+            total = total.saturating_add(bytes);
+            if bytes > MAX_LOCAL_BYTES || total > MAX_LOCALS_TOTAL_BYTES {
+                return Err(CodegenError::LocalTooLarge {
+                    operator: dag.name.clone(),
+                    defined_at: defined_at(dag),
+                    local: l.index as usize,
+                    ty: format!("{}{:?}", l.dtype, l.shape),
+                    bytes: if bytes > MAX_LOCAL_BYTES {
+                        bytes
+                    } else {
+                        total
+                    },
+                    limit: MAX_LOCAL_BYTES,
+                    total_limit: MAX_LOCALS_TOTAL_BYTES,
+                });
+            }
+        }
+        Ok(e)
+    }
+
+    fn tensors(
+        &self,
+        kind: TensorKind,
+        list: &[ir::TensorType],
+        prefix: &str,
+    ) -> Result<Vec<TensorInfo>, CodegenError> {
+        list.iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let word = kind_word(kind);
+                let dtype = DType::from_ir(t.dtype).ok_or_else(|| {
+                    self.err(
+                        None,
+                        format!("{word} {i} has an unsupported dtype ({})", t.dtype),
+                    )
+                })?;
+                let elements = t
+                    .shape
+                    .iter()
+                    .try_fold(1u64, |n, &d| n.checked_mul(d))
+                    .filter(|&n| {
+                        n.checked_mul(dtype.size() as u64)
+                            .is_some_and(|b| b <= i64::MAX as u64)
+                    })
+                    .ok_or_else(|| {
+                        self.err(
+                            None,
+                            format!("{word} {i} {:?} has too many elements", t.shape),
+                        )
+                    })?;
+                let mut strides = vec![1u64; t.shape.len()];
+                for a in (0..t.shape.len().saturating_sub(1)).rev() {
+                    // Saturating: only a tensor with a zero dimension (never indexed in
+                    // bounds) could exceed i64::MAX.
+                    strides[a] = strides[a + 1]
+                        .saturating_mul(t.shape[a + 1])
+                        .min(i64::MAX as u64);
+                }
+                Ok(TensorInfo {
+                    kind,
+                    index: i as u32,
+                    dtype,
+                    shape: t.shape.clone(),
+                    strides,
+                    elements,
+                    name: format!("{prefix}{i}"),
+                })
+            })
+            .collect()
+    }
+
+    fn line(&mut self, s: &str) {
+        for _ in 0..self.indent {
+            self.body.push_str("  ");
+        }
+        self.body.push_str(s);
+        self.body.push('\n');
+    }
+
+    /// The C++ expression of the flattened index of the current worker.
+    fn worker_expr(&self) -> String {
+        format!("(ovl_wrow + ovl_p{})", self.workgroup.len() - 1)
+    }
+
+    fn tensor(&self, k: usize, r: &Option<ir::TensorRef>) -> Result<&TensorInfo, CodegenError> {
+        let r = r
+            .as_ref()
+            .ok_or_else(|| self.err(Some(k), "the expression names no tensor"))?;
+        let list = match TensorKind::try_from(r.kind) {
+            Ok(TensorKind::Input) => &self.inputs,
+            Ok(TensorKind::Output) => &self.outputs,
+            Ok(TensorKind::Local) => &self.locals,
+            _ => return Err(self.err(Some(k), format!("unknown tensor kind {}", r.kind))),
+        };
+        list.get(r.index as usize).ok_or_else(|| {
+            self.err(
+                Some(k),
+                format!(
+                    "{} {} does not exist",
+                    kind_word(list_kind(r.kind)),
+                    r.index
+                ),
+            )
+        })
+    }
+
+    /// Operand `j` of expression `k`: an earlier value-producing expression.
+    fn operand(&self, k: usize, j: usize) -> Result<(usize, DType), CodegenError> {
+        let e = &self.dag.expressions[k];
+        let o = *e
+            .operands
+            .get(j)
+            .ok_or_else(|| self.err(Some(k), format!("operand {j} is missing")))?
+            as usize;
+        if o >= k {
+            return Err(self.err(
+                Some(k),
+                format!("operand {j} (%{o}) is not an earlier expression"),
+            ));
+        }
+        match self.types[o] {
+            Some(d) => Ok((o, d)),
+            None => Err(self.err(
+                Some(k),
+                format!("operand {j} (%{o}) is a statement, not a value"),
+            )),
+        }
+    }
+
+    fn operand_count(&self, k: usize, n: usize) -> Result<(), CodegenError> {
+        let got = self.dag.expressions[k].operands.len();
+        if got != n {
+            return Err(self.err(Some(k), format!("expected {n} operand(s), found {got}")));
+        }
+        Ok(())
+    }
+
+    fn declared(&self, k: usize) -> Result<DType, CodegenError> {
+        let d = self.dag.expressions[k].dtype;
+        DType::from_ir(d).ok_or_else(|| self.err(Some(k), format!("unsupported result dtype {d}")))
+    }
+
+    fn check_result(&self, k: usize, d: DType) -> Result<(), CodegenError> {
+        let declared = self.dag.expressions[k].dtype;
+        if declared != d.to_ir() as i32 {
+            return Err(self.err(
+                Some(k),
+                format!("the declared dtype ({declared}) should be {d}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn interval(&self, o: usize) -> Option<Interval> {
+        self.intervals[o].or_else(|| self.types[o].and_then(Interval::of_dtype))
+    }
+
+    /// Index operands `0..rank` of a READ/WRITE: (C++ linear index, the unproven axes as
+    /// `(axis, variable, size)`).
+    fn indices(&self, k: usize, t: &TensorInfo) -> Result<(String, Unproven), CodegenError> {
+        let mut terms = Vec::new();
+        let mut unproven = Vec::new();
+        for axis in 0..t.shape.len() {
+            let (o, d) = self.operand(k, axis)?;
+            if !d.is_int() {
+                return Err(self.err(Some(k), format!("index operand {axis} has dtype {d}")));
+            }
+            let v = format!("v{o}");
+            let size = t.shape[axis];
+            if !self.interval(o).is_some_and(|iv| iv.inside(size)) {
+                unproven.push((axis, v.clone(), size));
+            }
+            let idx = if d == DType::I64 {
+                v
+            } else {
+                format!("(int64_t){v}")
+            };
+            let stride = t.strides[axis];
+            terms.push(if stride == 1 {
+                idx
+            } else {
+                format!("{idx} * {stride}LL")
+            });
+        }
+        let linear = if terms.is_empty() {
+            "0".to_string()
+        } else {
+            terms.join(" + ")
+        };
+        Ok((linear, unproven))
+    }
+
+    fn bounds_condition(unproven: &[(usize, String, u64)]) -> String {
+        unproven
+            .iter()
+            .map(|(_, v, size)| format!("ovl::inb({v}, {size}ULL)"))
+            .collect::<Vec<_>>()
+            .join(" && ")
+    }
+
+    fn fault_chain(&self, k: usize, t: &TensorInfo, unproven: &[(usize, String, u64)]) -> String {
+        let mut s = String::new();
+        let w = self.worker_expr();
+        for (i, (axis, v, size)) in unproven.iter().enumerate() {
+            let call = format!(
+                "ovl::oob(ovl_st, {k}, {}, {}, {axis}, {v}, {size}ULL, {w});",
+                t.kind as i32, t.index
+            );
+            if i + 1 < unproven.len() {
+                let _ = write!(s, "if (!ovl::inb({v}, {size}ULL)) {call} else ");
+            } else {
+                s.push_str(&call);
+            }
+        }
+        s
+    }
+
+    /// Emits expression `k`; returns its value dtype (None for statements) and the interval of
+    /// an integer value when known.
+    fn expression(&mut self, k: usize) -> Result<(Option<DType>, Option<Interval>), CodegenError> {
+        let dag = self.dag;
+        let e = &dag.expressions[k];
+        let op = Op::try_from(e.code)
+            .map_err(|_| self.err(Some(k), format!("unknown opcode {}", e.code)))?;
+        self.ops.push(op);
+        self.consts.push(None);
+        match op {
+            Op::Unspecified => Err(self.err(Some(k), "unspecified opcode")),
+            Op::Const => {
+                self.operand_count(k, 0)?;
+                let d = self.declared(k)?;
+                let lit = literal(d, e.float_value, e.int_value, e.uint_value);
+                self.line(&format!("const {} v{k} = {lit};", ctype(d)));
+                let value = int_literal_value(d, e.int_value, e.uint_value);
+                self.consts[k] = value;
+                Ok((Some(d), value.map(Interval::point)))
+            }
+            Op::Position => {
+                self.operand_count(k, 0)?;
+                self.check_result(k, DType::I64)?;
+                let axis = e.axis as usize;
+                let Some(&size) = self.workgroup.get(axis) else {
+                    return Err(self.err(Some(k), format!("axis {axis} is outside the workgroup")));
+                };
+                self.line(&format!("const int64_t v{k} = ovl_p{axis};"));
+                Ok((Some(DType::I64), Some(Interval::new(0, size as i128 - 1))))
+            }
+            Op::Read => {
+                let t = self.tensor(k, &e.tensor)?;
+                if !matches!(t.kind, TensorKind::Input | TensorKind::Local) {
+                    return Err(self.err(Some(k), "a read must read an input or a local tensor"));
+                }
+                self.operand_count(k, t.shape.len())?;
+                let (linear, unproven) = self.indices(k, t)?;
+                let (d, name) = (t.dtype, t.name.clone());
+                let ct = ctype(d);
+                if unproven.is_empty() {
+                    self.line(&format!("const {ct} v{k} = {name}[{linear}];"));
+                } else {
+                    let cond = Self::bounds_condition(&unproven);
+                    let faults = self.fault_chain(k, t, &unproven);
+                    self.line(&format!("{ct} v{k}{{}};"));
+                    self.line(&format!("if (OVL_LIKELY({cond})) v{k} = {name}[{linear}];"));
+                    self.line(&format!("else {{ {faults} }}"));
+                }
+                Ok((Some(d), Interval::of_dtype(d)))
+            }
+            Op::Write => {
+                let t = self.tensor(k, &e.tensor)?;
+                if !matches!(t.kind, TensorKind::Output | TensorKind::Local) {
+                    return Err(self.err(Some(k), "a write must write an output or a local tensor"));
+                }
+                let rank = t.shape.len();
+                self.operand_count(k, rank + 1)?;
+                let (value, vd) = self.operand(k, rank)?;
+                if vd != t.dtype {
+                    return Err(self.err(
+                        Some(k),
+                        format!("writes a {vd} value into a {} tensor", t.dtype),
+                    ));
+                }
+                let (linear, unproven) = self.indices(k, t)?;
+                let name = t.name.clone();
+                if unproven.is_empty() {
+                    self.line(&format!("{name}[{linear}] = v{value};"));
+                } else {
+                    let cond = Self::bounds_condition(&unproven);
+                    let faults = self.fault_chain(k, t, &unproven);
+                    self.line(&format!(
+                        "if (OVL_LIKELY({cond})) {name}[{linear}] = v{value};"
+                    ));
+                    self.line(&format!("else {{ {faults} }}"));
+                }
+                Ok((None, None))
+            }
+            Op::Variable => {
+                self.operand_count(k, 1)?;
+                let (init, d) = self.operand(k, 0)?;
+                self.check_result(k, d)?;
+                self.line(&format!("{} v{k} = v{init};", ctype(d)));
+                Ok((Some(d), Interval::of_dtype(d)))
+            }
+            Op::Assign => {
+                self.operand_count(k, 2)?;
+                let (var, vd) = self.operand(k, 0)?;
+                let (value, d) = self.operand(k, 1)?;
+                if self.ops[var] != Op::Variable {
+                    return Err(self.err(
+                        Some(k),
+                        format!("assigns to %{var}, which is not a variable"),
+                    ));
+                }
+                if vd != d {
+                    return Err(
+                        self.err(Some(k), format!("assigns a {d} value to a {vd} variable"))
+                    );
+                }
+                self.line(&format!("v{var} = v{value};"));
+                Ok((None, None))
+            }
+            Op::LocalTensor => {
+                self.operand_count(k, 0)?;
+                let t = self.tensor(k, &e.tensor)?;
+                if t.kind != TensorKind::Local {
+                    return Err(self.err(Some(k), "local_tensor must name a local tensor"));
+                }
+                let lit = literal(t.dtype, e.float_value, e.int_value, e.uint_value);
+                let (name, n) = (t.name.clone(), t.elements);
+                if n > 0 {
+                    self.line(&format!("ovl::fill({name}, {n}LL, {lit});"));
+                }
+                Ok((None, None))
+            }
+            Op::Cast => {
+                self.operand_count(k, 1)?;
+                let (a, from) = self.operand(k, 0)?;
+                let to = self.declared(k)?;
+                let ct = ctype(to);
+                let x = format!("v{a}");
+                let expr = if to == DType::Bool {
+                    if from == DType::Bool {
+                        x
+                    } else {
+                        format!("({x} != 0)")
+                    }
+                } else if from.is_float() && to.is_int() {
+                    format!("ovl::f2i<{ct}>({x})")
+                } else {
+                    format!("({ct}){x}")
+                };
+                self.line(&format!("const {ct} v{k} = {expr};"));
+                let iv = if to.is_float() {
+                    None
+                } else if from.is_float() {
+                    Interval::of_dtype(to)
+                } else {
+                    self.interval(a).and_then(|iv| iv.fit(to))
+                };
+                Ok((Some(to), iv))
+            }
+            Op::Neg
+            | Op::Not
+            | Op::Abs
+            | Op::Sqrt
+            | Op::Rsqrt
+            | Op::Exp
+            | Op::Exp2
+            | Op::Expm1
+            | Op::Log
+            | Op::Log2
+            | Op::Log10
+            | Op::Log1p
+            | Op::Sin
+            | Op::Cos
+            | Op::Tan
+            | Op::Asin
+            | Op::Acos
+            | Op::Atan
+            | Op::Sinh
+            | Op::Cosh
+            | Op::Tanh
+            | Op::Sigmoid
+            | Op::Erf
+            | Op::Ceil
+            | Op::Floor
+            | Op::Round
+            | Op::Isinf
+            | Op::Isfinite
+            | Op::Isnan => self.unary(k, op),
+            Op::Add
+            | Op::Sub
+            | Op::Mul
+            | Op::Div
+            | Op::Mod
+            | Op::Min
+            | Op::Max
+            | Op::Pow
+            | Op::Atan2
+            | Op::Lt
+            | Op::Le
+            | Op::Gt
+            | Op::Ge
+            | Op::Eq
+            | Op::Ne
+            | Op::And
+            | Op::Or => self.binary(k, op),
+            Op::Select => {
+                self.operand_count(k, 3)?;
+                let (c, cd) = self.operand(k, 0)?;
+                let (a, d) = self.operand(k, 1)?;
+                let (b, bd) = self.operand(k, 2)?;
+                if cd != DType::Bool || d != bd {
+                    return Err(self.err(
+                        Some(k),
+                        "select needs a bool condition and two values of one dtype",
+                    ));
+                }
+                self.check_result(k, d)?;
+                self.line(&format!("const {} v{k} = v{c} ? v{a} : v{b};", ctype(d)));
+                let iv = match (self.interval(a), self.interval(b)) {
+                    (Some(x), Some(y)) => Some(x.union(y)),
+                    _ => None,
+                };
+                Ok((Some(d), iv))
+            }
+            Op::Fma => {
+                self.operand_count(k, 3)?;
+                let (a, d) = self.operand(k, 0)?;
+                let (b, bd) = self.operand(k, 1)?;
+                let (c, cd) = self.operand(k, 2)?;
+                if !d.is_float() || bd != d || cd != d {
+                    return Err(self.err(Some(k), "fma needs three float operands of one dtype"));
+                }
+                self.check_result(k, d)?;
+                self.line(&format!(
+                    "const {} v{k} = ovl::fma(v{a}, v{b}, v{c});",
+                    ctype(d)
+                ));
+                Ok((Some(d), None))
+            }
+            Op::If => {
+                self.operand_count(k, 1)?;
+                let (c, cd) = self.operand(k, 0)?;
+                if cd != DType::Bool {
+                    return Err(self.err(Some(k), "the condition of `if` must be bool"));
+                }
+                self.line(&format!("if (v{c}) {{"));
+                self.indent += 1;
+                self.frames.push(Frame::If { else_seen: false });
+                Ok((None, None))
+            }
+            Op::Else => {
+                match self.frames.last_mut() {
+                    Some(Frame::If { else_seen }) if !*else_seen => *else_seen = true,
+                    _ => return Err(self.err(Some(k), "`else` without an open `if`")),
+                }
+                self.indent -= 1;
+                self.line("} else {");
+                self.indent += 1;
+                Ok((None, None))
+            }
+            Op::EndIf => {
+                if !matches!(self.frames.last(), Some(Frame::If { .. })) {
+                    return Err(self.err(Some(k), "`end_if` without an open `if`"));
+                }
+                self.frames.pop();
+                self.indent -= 1;
+                self.line("}");
+                Ok((None, None))
+            }
+            Op::Range => self.range(k),
+            Op::EndRange => {
+                let Some(&Frame::Range { braces }) = self.frames.last() else {
+                    return Err(self.err(Some(k), "`end_range` without an open `range`"));
+                };
+                self.frames.pop();
+                for _ in 0..braces {
+                    self.indent -= 1;
+                    self.line("}");
+                }
+                Ok((None, None))
+            }
+            Op::WhileBegin => {
+                self.operand_count(k, 0)?;
+                self.line("while (true) {");
+                self.indent += 1;
+                self.frames.push(Frame::WhileCond);
+                Ok((None, None))
+            }
+            Op::WhileCond => {
+                self.operand_count(k, 1)?;
+                let (c, cd) = self.operand(k, 0)?;
+                if cd != DType::Bool || self.frames.last() != Some(&Frame::WhileCond) {
+                    return Err(self.err(
+                        Some(k),
+                        "`while_cond` needs an open `while_begin` and a bool",
+                    ));
+                }
+                *self.frames.last_mut().expect("checked") = Frame::WhileBody;
+                self.line(&format!("if (!v{c}) break;"));
+                Ok((None, None))
+            }
+            Op::WhileEnd => {
+                if self.frames.last() != Some(&Frame::WhileBody) {
+                    return Err(self.err(Some(k), "`while_end` without an open `while_cond`"));
+                }
+                self.frames.pop();
+                self.indent -= 1;
+                self.line("}");
+                Ok((None, None))
+            }
+        }
+    }
+
+    fn unary(
+        &mut self,
+        k: usize,
+        op: Op,
+    ) -> Result<(Option<DType>, Option<Interval>), CodegenError> {
+        self.operand_count(k, 1)?;
+        let (a, d) = self.operand(k, 0)?;
+        let x = format!("v{a}");
+        let float_fn = |f: &str| -> Option<String> { d.is_float().then(|| format!("{f}({x})")) };
+        let (expr, rd) = match op {
+            Op::Neg if d.is_float() => (Some(format!("-{x}")), d),
+            Op::Neg if d.is_int() => (Some(format!("ovl::neg({x})")), d),
+            Op::Not if d == DType::Bool => (Some(format!("!{x}")), d),
+            Op::Not if d.is_int() => (Some(format!("ovl::bnot({x})")), d),
+            Op::Abs if d.is_float() => (Some(format!("ovl::fabs({x})")), d),
+            Op::Abs if d.is_signed_int() => (Some(format!("ovl::iabs({x})")), d),
+            Op::Abs if d.is_unsigned_int() => (Some(x.clone()), d),
+            Op::Sqrt => (float_fn("ovl::sqrt"), d),
+            Op::Rsqrt => (float_fn("ovl::rsqrt"), d),
+            Op::Exp => (float_fn("ovl::exp"), d),
+            Op::Exp2 => (float_fn("ovl::exp2"), d),
+            Op::Expm1 => (float_fn("ovl::expm1"), d),
+            Op::Log => (float_fn("ovl::log"), d),
+            Op::Log2 => (float_fn("ovl::log2"), d),
+            Op::Log10 => (float_fn("ovl::log10"), d),
+            Op::Log1p => (float_fn("ovl::log1p"), d),
+            Op::Sin => (float_fn("ovl::sin"), d),
+            Op::Cos => (float_fn("ovl::cos"), d),
+            Op::Tan => (float_fn("ovl::tan"), d),
+            Op::Asin => (float_fn("ovl::asin"), d),
+            Op::Acos => (float_fn("ovl::acos"), d),
+            Op::Atan => (float_fn("ovl::atan"), d),
+            Op::Sinh => (float_fn("ovl::sinh"), d),
+            Op::Cosh => (float_fn("ovl::cosh"), d),
+            Op::Tanh => (float_fn("ovl::tanh"), d),
+            Op::Sigmoid => (float_fn("ovl::sigmoid"), d),
+            Op::Erf => (float_fn("ovl::erf"), d),
+            Op::Ceil => (float_fn("ovl::ceil"), d),
+            Op::Floor => (float_fn("ovl::floor"), d),
+            Op::Round => (float_fn("ovl::round"), d),
+            Op::Isinf => (float_fn("ovl::isinf"), DType::Bool),
+            Op::Isfinite => (float_fn("ovl::isfinite"), DType::Bool),
+            Op::Isnan => (float_fn("ovl::isnan"), DType::Bool),
+            _ => (None, d),
+        };
+        let Some(expr) = expr else {
+            return Err(self.err(
+                Some(k),
+                format!("{} does not take a {d} operand", op_word(op)),
+            ));
+        };
+        self.check_result(k, rd)?;
+        self.line(&format!("const {} v{k} = {expr};", ctype(rd)));
+        let iv = match op {
+            Op::Neg if d.is_int() => self
+                .interval(a)
+                .and_then(|iv| Interval::point(0).sub(iv))
+                .and_then(|iv| iv.fit(d)),
+            _ => None,
+        };
+        Ok((Some(rd), iv))
+    }
+
+    fn binary(
+        &mut self,
+        k: usize,
+        op: Op,
+    ) -> Result<(Option<DType>, Option<Interval>), CodegenError> {
+        self.operand_count(k, 2)?;
+        let (a, d) = self.operand(k, 0)?;
+        let (b, bd) = self.operand(k, 1)?;
+        if d != bd {
+            return Err(self.err(
+                Some(k),
+                format!("operands of different dtypes ({d} and {bd})"),
+            ));
+        }
+        let (x, y) = (format!("v{a}"), format!("v{b}"));
+        let f = d.is_float();
+        let i = d.is_int();
+        let (expr, rd) = match op {
+            Op::Add if f => (Some(format!("{x} + {y}")), d),
+            Op::Sub if f => (Some(format!("{x} - {y}")), d),
+            Op::Mul if f => (Some(format!("{x} * {y}")), d),
+            Op::Div if f => (Some(format!("{x} / {y}")), d),
+            Op::Mod if f => (Some(format!("ovl::fmod({x}, {y})")), d),
+            Op::Min if f => (Some(format!("ovl::fmin({x}, {y})")), d),
+            Op::Max if f => (Some(format!("ovl::fmax({x}, {y})")), d),
+            Op::Pow if f => (Some(format!("ovl::pow({x}, {y})")), d),
+            Op::Atan2 if f => (Some(format!("ovl::atan2({x}, {y})")), d),
+            Op::Add if i => (Some(format!("ovl::add({x}, {y})")), d),
+            Op::Sub if i => (Some(format!("ovl::sub({x}, {y})")), d),
+            Op::Mul if i => (Some(format!("ovl::mul({x}, {y})")), d),
+            Op::Div if i => (Some(format!("ovl::div({x}, {y})")), d),
+            Op::Mod if i => (Some(format!("ovl::rem({x}, {y})")), d),
+            Op::Min if i => (Some(format!("ovl::imin({x}, {y})")), d),
+            Op::Max if i => (Some(format!("ovl::imax({x}, {y})")), d),
+            Op::Lt => (Some(format!("{x} < {y}")), DType::Bool),
+            Op::Le => (Some(format!("{x} <= {y}")), DType::Bool),
+            Op::Gt => (Some(format!("{x} > {y}")), DType::Bool),
+            Op::Ge => (Some(format!("{x} >= {y}")), DType::Bool),
+            Op::Eq => (Some(format!("{x} == {y}")), DType::Bool),
+            Op::Ne => (Some(format!("{x} != {y}")), DType::Bool),
+            Op::And if d == DType::Bool => (Some(format!("{x} && {y}")), DType::Bool),
+            Op::Or if d == DType::Bool => (Some(format!("{x} || {y}")), DType::Bool),
+            _ => (None, d),
+        };
+        let Some(expr) = expr else {
+            return Err(self.err(
+                Some(k),
+                format!("{} does not take {d} operands", op_word(op)),
+            ));
+        };
+        self.check_result(k, rd)?;
+        self.line(&format!("const {} v{k} = {expr};", ctype(rd)));
+        let iv = if i {
+            match (self.interval(a), self.interval(b)) {
+                (Some(p), Some(q)) => match op {
+                    Op::Add => p.add(q),
+                    Op::Sub => p.sub(q),
+                    Op::Mul => p.mul(q),
+                    Op::Div => p.div(q),
+                    Op::Mod => p.rem(q),
+                    Op::Min => Some(p.min(q)),
+                    Op::Max => Some(p.max(q)),
+                    _ => None,
+                }
+                .and_then(|iv| iv.fit(d)),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        Ok((Some(rd), iv))
+    }
+
+    fn range(&mut self, k: usize) -> Result<(Option<DType>, Option<Interval>), CodegenError> {
+        self.operand_count(k, 3)?;
+        let (s, sd) = self.operand(k, 0)?;
+        let (e, ed) = self.operand(k, 1)?;
+        let (st, std) = self.operand(k, 2)?;
+        if sd != DType::I64 || ed != DType::I64 || std != DType::I64 {
+            return Err(self.err(Some(k), "range bounds and step must be i64"));
+        }
+        self.check_result(k, DType::I64)?;
+        let step = self.consts[st];
+        let braces = if step == Some(1) {
+            self.line("{");
+            self.indent += 1;
+            self.line(&format!("const int64_t ovl_end{k} = v{e};"));
+            self.line(&format!(
+                "for (int64_t v{k} = v{s}; v{k} < ovl_end{k}; ++v{k}) {{"
+            ));
+            self.indent += 1;
+            2
+        } else {
+            self.line("{");
+            self.indent += 1;
+            self.line(&format!(
+                "const int64_t ovl_start{k} = v{s}, ovl_end{k} = v{e}, ovl_step{k} = v{st};"
+            ));
+            if step.is_none_or(|c| c <= 0) {
+                let w = self.worker_expr();
+                self.line(&format!(
+                    "if (OVL_UNLIKELY(ovl_step{k} <= 0)) ovl::bad_step(ovl_st, {k}, ovl_step{k}, {w});"
+                ));
+                self.line(&format!("else if (ovl_start{k} < ovl_end{k}) {{"));
+            } else {
+                self.line(&format!("if (ovl_start{k} < ovl_end{k}) {{"));
+            }
+            self.indent += 1;
+            self.line(&format!(
+                "const uint64_t ovl_n{k} = ((uint64_t)ovl_end{k} - (uint64_t)ovl_start{k} - 1) / \
+                 (uint64_t)ovl_step{k} + 1;"
+            ));
+            self.line(&format!(
+                "for (uint64_t ovl_i{k} = 0; ovl_i{k} < ovl_n{k}; ++ovl_i{k}) {{"
+            ));
+            self.indent += 1;
+            self.line(&format!(
+                "const int64_t v{k} = (int64_t)((uint64_t)ovl_start{k} + ovl_i{k} * (uint64_t)ovl_step{k});"
+            ));
+            3
+        };
+        self.frames.push(Frame::Range { braces });
+        let iv = match (self.interval(s), self.interval(e)) {
+            (Some(a), Some(b)) => Some(Interval::new(a.lo, (b.hi - 1).max(a.lo))),
+            _ => None,
+        };
+        Ok((Some(DType::I64), iv))
+    }
+
+    /// Locals that a worker could read before its first LOCAL_TENSOR ran: they are zeroed at
+    /// the start of every worker (as the reference interpreter does).
+    fn locals_needing_zero(&self) -> Vec<bool> {
+        let mut need = vec![true; self.locals.len()];
+        let mut decided = vec![false; self.locals.len()];
+        let mut depth = 0usize;
+        for e in &self.dag.expressions {
+            let op = Op::try_from(e.code).unwrap_or(Op::Unspecified);
+            match op {
+                Op::If | Op::Range | Op::WhileBegin => depth += 1,
+                Op::EndIf | Op::EndRange | Op::WhileEnd => depth = depth.saturating_sub(1),
+                Op::LocalTensor | Op::Read | Op::Write => {
+                    let Some(r) = &e.tensor else { continue };
+                    if r.kind != TensorKind::Local as i32 {
+                        continue;
+                    }
+                    let l = r.index as usize;
+                    if l < need.len() && !decided[l] {
+                        decided[l] = true;
+                        need[l] = !(op == Op::LocalTensor && depth == 0);
+                    }
+                }
+                _ => {}
+            }
+        }
+        need
+    }
+
+    fn finish(self) -> String {
+        let dag = self.dag;
+        let mut s = String::with_capacity(PRELUDE.len() + self.body.len() + 4096);
+        let name: String = dag
+            .name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_graphic() || c == ' ' {
+                    c
+                } else {
+                    '?'
+                }
+            })
+            .collect::<String>()
+            .replace("*/", "*?");
+        let _ = writeln!(
+            s,
+            "// Generated by ovl-codegen {} for operator `{name}`.",
+            crate::CODEGEN_VERSION
+        );
+        let at = defined_at(dag).replace(|c: char| !c.is_ascii_graphic() && c != ' ', "?");
+        if !at.is_empty() {
+            let _ = writeln!(s, "// Defined at {at}.");
+        }
+        let _ = writeln!(
+            s,
+            "// Workgroup {:?}; IR expression %k is the C++ variable vk.",
+            self.workgroup
+        );
+        s.push_str(PRELUDE);
+        s.push_str("\nnamespace {\n\n");
+
+        // The kernel.
+        let mut params = Vec::new();
+        for t in &self.inputs {
+            params.push(format!("const {}* __restrict__ {}", ctype(t.dtype), t.name));
+        }
+        for t in &self.outputs {
+            params.push(format!("{}* __restrict__ {}", ctype(t.dtype), t.name));
+        }
+        params.push("int64_t ovl_begin".into());
+        params.push("int64_t ovl_end".into());
+        params.push("ovl_status* __restrict__ ovl_st".into());
+        let _ = writeln!(
+            s,
+            "__attribute__((noinline)) void ovl_kernel({}) {{",
+            params.join(", ")
+        );
+        for t in &self.locals {
+            let _ = writeln!(
+                s,
+                "  alignas(64) {} {}[{}];  // local {} {:?}",
+                ctype(t.dtype),
+                t.name,
+                t.elements.max(1),
+                t.index,
+                t.shape
+            );
+        }
+        let rank = self.workgroup.len();
+        let inner = rank - 1;
+        let wl = self.workgroup[inner];
+        // Decompose the first worker's position once.
+        let _ = writeln!(
+            s,
+            "  int64_t ovl_q;  // innermost position where the current row starts"
+        );
+        if rank > 1 {
+            let outer: Vec<String> = (0..inner).map(|a| format!("ovl_p{a}")).collect();
+            let _ = writeln!(s, "  int64_t {};", outer.join(", "));
+            let _ = writeln!(s, "  {{");
+            let _ = writeln!(s, "    int64_t ovl_r = ovl_begin;");
+            let _ = writeln!(s, "    ovl_q = ovl_r % {wl}LL;");
+            let _ = writeln!(s, "    ovl_r /= {wl}LL;");
+            for a in (1..inner).rev() {
+                let w = self.workgroup[a];
+                let _ = writeln!(s, "    ovl_p{a} = ovl_r % {w}LL;");
+                let _ = writeln!(s, "    ovl_r /= {w}LL;");
+            }
+            let _ = writeln!(s, "    ovl_p0 = ovl_r;");
+            let _ = writeln!(s, "  }}");
+        } else {
+            let _ = writeln!(s, "  ovl_q = ovl_begin;");
+        }
+        let _ = writeln!(s, "  int64_t ovl_w = ovl_begin;");
+        let _ = writeln!(s, "  while (ovl_w < ovl_end) {{");
+        let _ = writeln!(
+            s,
+            "    const int64_t ovl_n = {wl}LL - ovl_q < ovl_end - ovl_w ? {wl}LL - ovl_q : ovl_end - ovl_w;"
+        );
+        let _ = writeln!(
+            s,
+            "    const int64_t ovl_wrow = ovl_w - ovl_q;  // flattened index of the row's start"
+        );
+        let _ = writeln!(s, "    const int64_t ovl_qend = ovl_q + ovl_n;");
+        let _ = writeln!(
+            s,
+            "    for (int64_t ovl_p{inner} = ovl_q; ovl_p{inner} < ovl_qend; ++ovl_p{inner}) {{"
+        );
+        for (t, zero) in self.locals.iter().zip(self.locals_needing_zero()) {
+            if zero {
+                let _ = writeln!(s, "      __builtin_memset({0}, 0, sizeof({0}));", t.name);
+            }
+        }
+        s.push_str(&self.body);
+        let _ = writeln!(s, "    }}");
+        let _ = writeln!(s, "    ovl_w += ovl_n;");
+        let _ = writeln!(s, "    ovl_q = 0;");
+        if rank > 1 {
+            let mut carry = "++ovl_p0;".to_string();
+            for a in 1..inner {
+                carry = format!(
+                    "if (++ovl_p{a} == {}LL) {{ ovl_p{a} = 0; {carry} }}",
+                    self.workgroup[a]
+                );
+            }
+            let _ = writeln!(s, "    {carry}");
+        }
+        let _ = writeln!(s, "  }}");
+        let _ = writeln!(s, "}}\n\n}}  // namespace\n");
+
+        // The entry points.
+        let _ = writeln!(
+            s,
+            "OVL_EXPORT int ovl_run(const void* const* ovl_inputs, void* const* ovl_outputs, \
+             int64_t ovl_begin, int64_t ovl_end, ovl_status* ovl_st) {{"
+        );
+        let _ = writeln!(s, "  if (ovl_begin < 0) ovl_begin = 0;");
+        let _ = writeln!(
+            s,
+            "  if (ovl_end > {}LL) ovl_end = {}LL;",
+            self.workers, self.workers
+        );
+        let _ = writeln!(s, "  if (ovl_begin >= ovl_end) return 0;");
+        let mut args = Vec::new();
+        for (i, t) in self.inputs.iter().enumerate() {
+            args.push(format!(
+                "static_cast<const {}*>(ovl_inputs[{i}])",
+                ctype(t.dtype)
+            ));
+        }
+        for (i, t) in self.outputs.iter().enumerate() {
+            args.push(format!(
+                "static_cast<{}*>(ovl_outputs[{i}])",
+                ctype(t.dtype)
+            ));
+        }
+        args.extend(["ovl_begin".into(), "ovl_end".into(), "ovl_st".into()]);
+        let _ = writeln!(s, "  ovl_kernel({});", args.join(", "));
+        let _ = writeln!(s, "  return ovl_st->code;");
+        let _ = writeln!(s, "}}\n");
+        let _ = writeln!(
+            s,
+            "OVL_EXPORT uint32_t ovl_abi_version(void) {{ return {ABI_VERSION}u; }}"
+        );
+        let key: String = self
+            .key
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect();
+        let _ = writeln!(
+            s,
+            "OVL_EXPORT const char* ovl_cache_key(void) {{ return \"{key}\"; }}"
+        );
+        let _ = writeln!(
+            s,
+            "OVL_EXPORT int64_t ovl_worker_count(void) {{ return {}LL; }}",
+            self.workers
+        );
+        s
+    }
+}
+
+fn list_kind(kind: i32) -> TensorKind {
+    TensorKind::try_from(kind).unwrap_or(TensorKind::Unspecified)
+}
+
+fn op_word(op: Op) -> String {
+    op.as_str_name()
+        .trim_start_matches("OP_")
+        .to_ascii_lowercase()
+}

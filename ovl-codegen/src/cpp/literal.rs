@@ -1,0 +1,142 @@
+//! C++ spellings of dtypes and literal values.
+
+use ovl_core::DType;
+
+/// The C++ type of a dtype (`bool` is one byte holding 0 or 1, like Rust's).
+pub(crate) fn ctype(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float",
+        DType::F64 => "double",
+        DType::I8 => "int8_t",
+        DType::I16 => "int16_t",
+        DType::I32 => "int32_t",
+        DType::I64 => "int64_t",
+        DType::U8 => "uint8_t",
+        DType::U16 => "uint16_t",
+        DType::U32 => "uint32_t",
+        DType::U64 => "uint64_t",
+        DType::Bool => "bool",
+    }
+}
+
+/// A finite f64 as an exact C++ hexadecimal floating literal (without sign handling of NaN/inf).
+fn hex_float(x: f64) -> String {
+    let bits = x.to_bits();
+    let sign = if bits >> 63 == 1 { "-" } else { "" };
+    let exp = ((bits >> 52) & 0x7ff) as i64;
+    let man = bits & ((1u64 << 52) - 1);
+    if exp == 0 && man == 0 {
+        return format!("{sign}0x0p+0");
+    }
+    let (lead, e) = if exp == 0 {
+        (0, -1022)
+    } else {
+        (1, exp - 1023)
+    };
+    format!("{sign}0x{lead}.{man:013x}p{e:+}")
+}
+
+/// An f32 value as a C++ expression of type `float` with exactly these bits.
+pub(crate) fn f32_literal(x: f32) -> String {
+    if x.is_nan() {
+        format!("ovl::f32_bits(0x{:08x}u)", x.to_bits())
+    } else if x.is_infinite() {
+        if x > 0.0 {
+            "__builtin_inff()".into()
+        } else {
+            "(-__builtin_inff())".into()
+        }
+    } else {
+        format!("({}f /* {x:?} */)", hex_float(x as f64))
+    }
+}
+
+/// An f64 value as a C++ expression of type `double` with exactly these bits.
+pub(crate) fn f64_literal(x: f64) -> String {
+    if x.is_nan() {
+        format!("ovl::f64_bits(0x{:016x}ull)", x.to_bits())
+    } else if x.is_infinite() {
+        if x > 0.0 {
+            "__builtin_inf()".into()
+        } else {
+            "(-__builtin_inf())".into()
+        }
+    } else {
+        format!("({} /* {x:?} */)", hex_float(x))
+    }
+}
+
+/// The literal an expression holds for dtype `d`, read the way the reference interpreter reads
+/// it: floats from `float_value` (f32: rounded to nearest), signed integers and bool from
+/// `int_value`, unsigned integers from `uint_value`, integers converted with Rust's `as`.
+pub(crate) fn literal(d: DType, float_value: f64, int_value: i64, uint_value: u64) -> String {
+    let signed = |v: i64| {
+        if v == i64::MIN {
+            format!("({})(-0x7fffffffffffffffLL - 1)", ctype(d))
+        } else {
+            format!("({})({v}LL)", ctype(d))
+        }
+    };
+    let unsigned = |v: u64| format!("({})({v}ULL)", ctype(d));
+    match d {
+        DType::F32 => f32_literal(float_value as f32),
+        DType::F64 => f64_literal(float_value),
+        DType::I8 => signed(int_value as i8 as i64),
+        DType::I16 => signed(int_value as i16 as i64),
+        DType::I32 => signed(int_value as i32 as i64),
+        DType::I64 => signed(int_value),
+        DType::U8 => unsigned(uint_value as u8 as u64),
+        DType::U16 => unsigned(uint_value as u16 as u64),
+        DType::U32 => unsigned(uint_value as u32 as u64),
+        DType::U64 => unsigned(uint_value),
+        DType::Bool => (if int_value != 0 { "true" } else { "false" }).into(),
+    }
+}
+
+/// The value of an integer literal (as [`literal`] reads it), for the interval analysis.
+pub(crate) fn int_literal_value(d: DType, int_value: i64, uint_value: u64) -> Option<i128> {
+    Some(match d {
+        DType::I8 => int_value as i8 as i128,
+        DType::I16 => int_value as i16 as i128,
+        DType::I32 => int_value as i32 as i128,
+        DType::I64 => int_value as i128,
+        DType::U8 => uint_value as u8 as i128,
+        DType::U16 => uint_value as u16 as i128,
+        DType::U32 => uint_value as u32 as i128,
+        DType::U64 => uint_value as i128,
+        DType::Bool => (int_value != 0) as i128,
+        DType::F32 | DType::F64 => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_floats_are_exact() {
+        assert_eq!(hex_float(1.0), "0x1.0000000000000p+0");
+        assert_eq!(hex_float(-2.5), "-0x1.4000000000000p+1");
+        assert_eq!(hex_float(0.0), "0x0p+0");
+        assert_eq!(hex_float(-0.0), "-0x0p+0");
+        assert_eq!(
+            hex_float(f64::MIN_POSITIVE / 4.0),
+            "0x0.4000000000000p-1022"
+        );
+        assert_eq!(hex_float(f64::MAX), "0x1.fffffffffffffp+1023");
+    }
+
+    #[test]
+    fn integer_literals() {
+        assert_eq!(
+            literal(DType::I64, 0.0, i64::MIN, 0),
+            "(int64_t)(-0x7fffffffffffffffLL - 1)"
+        );
+        assert_eq!(literal(DType::I8, 0.0, -5, 0), "(int8_t)(-5LL)");
+        assert_eq!(
+            literal(DType::U64, 0.0, 0, u64::MAX),
+            "(uint64_t)(18446744073709551615ULL)"
+        );
+        assert_eq!(literal(DType::Bool, 0.0, 1, 0), "true");
+    }
+}

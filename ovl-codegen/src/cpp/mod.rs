@@ -1,0 +1,10 @@
+//! C++ generation: the prelude of exact-semantics helpers, literals, the interval analysis that
+//! removes provably unnecessary bounds checks, and the emitter.
+
+mod bounds;
+mod emit;
+mod literal;
+mod prelude;
+
+pub(crate) use emit::worker_cost;
+pub use emit::{generate_cpp, MAX_LOCALS_TOTAL_BYTES, MAX_LOCAL_BYTES};

@@ -1,0 +1,149 @@
+//! The fixed C++ prelude of every generated translation unit: the status struct of the ABI and
+//! small inline helpers that implement the exact semantics of `proto/ovl.proto`.
+
+/// The prelude. Every helper is `static inline` so that the compiler sees through it (and
+/// vectorizes), and none depends on `-fwrapv`: integer arithmetic is done in unsigned types.
+///
+/// Math functions are the compiler builtins (`__builtin_sinf`, ...) rather than `<cmath>`: they are
+/// what libstdc++'s `std::sin(float)` calls, and not parsing `<cmath>` and `<algorithm>` halves
+/// the compile time of a small operator.
+pub(crate) const PRELUDE: &str = r#"#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#define OVL_LIKELY(x) __builtin_expect(!!(x), 1)
+#define OVL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define OVL_EXPORT extern "C" __attribute__((visibility("default")))
+
+// The first fault of one call of ovl_run (one contiguous chunk of workers). The caller passes a
+// zeroed struct; code 0: no fault, 1: index out of bounds, 2: non-positive range step.
+struct ovl_status {
+  int32_t code;
+  int32_t expression;   // the READ/WRITE or RANGE expression
+  int32_t tensor_kind;  // ir::TensorKind: 1 input, 2 output, 3 local
+  int32_t tensor_index;
+  int32_t axis;
+  int32_t index_signed; // 1: index_bits holds an int64_t, 0: a uint64_t
+  uint64_t index_bits;
+  uint64_t size;        // the size of the dimension
+  int64_t worker;       // row-major flattened worker index
+  int64_t step;         // the RANGE step
+};
+
+namespace ovl {
+
+// Integer arithmetic wraps (two's complement). It is done in an unsigned type at least as wide
+// as `unsigned` (no undefined overflow, no surprise from integer promotion of 8/16-bit types)
+// and converted back modulo 2^N.
+template <class T>
+using uw = typename std::conditional<(sizeof(T) < sizeof(unsigned)), unsigned,
+                                     typename std::make_unsigned<T>::type>::type;
+
+template <class T> static inline T add(T a, T b) { return (T)((uw<T>)a + (uw<T>)b); }
+template <class T> static inline T sub(T a, T b) { return (T)((uw<T>)a - (uw<T>)b); }
+template <class T> static inline T mul(T a, T b) { return (T)((uw<T>)a * (uw<T>)b); }
+template <class T> static inline T neg(T a) { return (T)((uw<T>)0 - (uw<T>)a); }
+template <class T> static inline T bnot(T a) { return (T)(~(uw<T>)a); }
+template <class T> static inline T iabs(T a) { return a < 0 ? neg(a) : a; }
+
+// x / 0 == 0, x % 0 == 0, MIN / -1 == MIN, MIN % -1 == 0; otherwise C's (truncating) / and %.
+template <class T> static inline T div(T a, T b) {
+  if (b == 0) return 0;
+  if constexpr (std::is_signed<T>::value) {
+    if (b == (T)-1) return neg(a);
+  }
+  return (T)(a / b);
+}
+template <class T> static inline T rem(T a, T b) {
+  if (b == 0) return 0;
+  if constexpr (std::is_signed<T>::value) {
+    if (b == (T)-1) return 0;
+  }
+  return (T)(a % b);
+}
+template <class T> static inline T imin(T a, T b) { return b < a ? b : a; }
+template <class T> static inline T imax(T a, T b) { return b > a ? b : a; }
+
+// min/max of floats ignore a NaN operand (C's fmin/fmax, Rust's f32::min/max); equal operands
+// (+0 and -0) give the first one, as Rust's min/max do on x86-64.
+template <class F> static inline F fmin(F a, F b) { return a != a ? b : (b != b ? a : (b < a ? b : a)); }
+template <class F> static inline F fmax(F a, F b) { return a != a ? b : (b != b ? a : (b > a ? b : a)); }
+
+// Math functions: f32 math is computed in f32 (sinf, ...), f64 in f64, by the C library (or
+// inline instructions for sqrt, fabs, ceil, floor, round, fma) exactly as std::sin etc. do.
+#define OVL_MATH1(name)                                                   \
+  static inline float name(float x) { return __builtin_##name##f(x); }   \
+  static inline double name(double x) { return __builtin_##name(x); }
+#define OVL_MATH2(name)                                                            \
+  static inline float name(float x, float y) { return __builtin_##name##f(x, y); } \
+  static inline double name(double x, double y) { return __builtin_##name(x, y); }
+OVL_MATH1(fabs) OVL_MATH1(sqrt) OVL_MATH1(exp) OVL_MATH1(exp2) OVL_MATH1(expm1)
+OVL_MATH1(log) OVL_MATH1(log2) OVL_MATH1(log10) OVL_MATH1(log1p)
+OVL_MATH1(sin) OVL_MATH1(cos) OVL_MATH1(tan) OVL_MATH1(asin) OVL_MATH1(acos) OVL_MATH1(atan)
+OVL_MATH1(sinh) OVL_MATH1(cosh) OVL_MATH1(tanh) OVL_MATH1(erf)
+OVL_MATH1(ceil) OVL_MATH1(floor) OVL_MATH1(round)
+OVL_MATH2(pow) OVL_MATH2(atan2) OVL_MATH2(fmod)
+static inline float fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+static inline double fma(double a, double b, double c) { return __builtin_fma(a, b, c); }
+template <class F> static inline bool isnan(F x) { return __builtin_isnan(x); }
+template <class F> static inline bool isinf(F x) { return __builtin_isinf(x) != 0; }
+template <class F> static inline bool isfinite(F x) { return __builtin_isfinite(x); }
+template <class F> static inline F rsqrt(F x) { return (F)1 / sqrt(x); }
+template <class F> static inline F sigmoid(F x) { return (F)1 / ((F)1 + exp(-x)); }
+
+// Rust's `as` from a float to an integer: saturating, NaN -> 0.
+template <class I, class F> static inline I f2i(F x) {
+  constexpr F lo = (F)std::numeric_limits<I>::min();
+  constexpr F hi = std::is_signed<I>::value
+                       ? -(F)std::numeric_limits<I>::min()
+                       : (F)2 * (F)((std::numeric_limits<I>::max() >> 1) + 1);
+  if (x != x) return 0;
+  if (x >= hi) return std::numeric_limits<I>::max();
+  if (x <= lo) return std::numeric_limits<I>::min();
+  return (I)x;
+}
+
+static inline float f32_bits(uint32_t b) { float f; __builtin_memcpy(&f, &b, sizeof f); return f; }
+static inline double f64_bits(uint64_t b) { double f; __builtin_memcpy(&f, &b, sizeof f); return f; }
+template <class T> static inline void fill(T* p, int64_t n, T v) { for (int64_t i = 0; i < n; ++i) p[i] = v; }
+
+// Whether index i lies in [0, n): one unsigned comparison for any integer index type.
+template <class I> static inline bool inb(I i, uint64_t n) {
+  if constexpr (std::is_signed<I>::value) {
+    return (uint64_t)(int64_t)i < n;
+  } else {
+    return (uint64_t)i < n;
+  }
+}
+
+template <class I>
+__attribute__((cold, noinline)) static void oob(ovl_status* s, int32_t e, int32_t kind, int32_t t,
+                                               int32_t axis, I i, uint64_t size, int64_t w) {
+  if (s->code != 0) return;
+  s->code = 1;
+  s->expression = e;
+  s->tensor_kind = kind;
+  s->tensor_index = t;
+  s->axis = axis;
+  if constexpr (std::is_signed<I>::value) {
+    s->index_signed = 1;
+    s->index_bits = (uint64_t)(int64_t)i;
+  } else {
+    s->index_signed = 0;
+    s->index_bits = (uint64_t)i;
+  }
+  s->size = size;
+  s->worker = w;
+}
+
+__attribute__((cold, noinline)) static void bad_step(ovl_status* s, int32_t e, int64_t step,
+                                                    int64_t w) {
+  if (s->code != 0) return;
+  s->code = 2;
+  s->expression = e;
+  s->step = step;
+  s->worker = w;
+}
+
+}  // namespace ovl
+"#;

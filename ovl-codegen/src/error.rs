@@ -1,0 +1,242 @@
+//! The errors of code generation, compilation, caching, loading ([`CodegenError`]) and of running
+//! compiled operators ([`RunError`]).
+
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// `" (defined at file:line)"`, or nothing when the source location is unknown.
+pub(crate) fn at(defined_at: &str) -> String {
+    if defined_at.is_empty() {
+        String::new()
+    } else {
+        format!(" (defined at {defined_at})")
+    }
+}
+
+/// `file:line` of an operator's source location, or empty.
+pub(crate) fn defined_at(dag: &ovl_core::ir::ExpressionDag) -> String {
+    match &dag.source {
+        Some(s) if !s.file.is_empty() => format!("{}:{}", s.file, s.line),
+        _ => String::new(),
+    }
+}
+
+/// Why an operator could not be turned into a loaded native library.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum CodegenError {
+    /// The operator is not valid IR.
+    #[error(transparent)]
+    Invalid(#[from] ovl_core::validate::ValidationError),
+    /// The operator uses something the C++ backend cannot express (or the IR is malformed in a
+    /// way validation did not catch).
+    #[error("operator `{operator}`{}: cannot generate C++{}: {message}", at(.defined_at),
+        .expression.map(|e| format!(" for expression %{e}")).unwrap_or_default())]
+    Unsupported {
+        /// The operator's name.
+        operator: String,
+        /// `file:line` of the operator's function, or empty when unknown.
+        defined_at: String,
+        /// The offending expression, when one is to blame.
+        expression: Option<usize>,
+        /// What is wrong.
+        message: String,
+    },
+    /// A local tensor is too large for the per-worker stack storage of generated code.
+    #[error(
+        "operator `{operator}`{}: local {local} ({ty}) takes {bytes} bytes per worker; the C++ \
+         backend keeps locals on each worker's stack and allows at most {limit} bytes per local \
+         tensor ({total_limit} bytes for all locals of a worker); use a smaller local or an \
+         output tensor",
+        at(.defined_at)
+    )]
+    LocalTooLarge {
+        /// The operator's name.
+        operator: String,
+        /// `file:line` of the operator's function, or empty when unknown.
+        defined_at: String,
+        /// Index of the local tensor (or of the last one when the total is too large).
+        local: usize,
+        /// Its type, like `f32[128, 128]`.
+        ty: String,
+        /// Its size in bytes (or the total of all locals).
+        bytes: u64,
+        /// The limit per local tensor.
+        limit: u64,
+        /// The limit for all locals of a worker.
+        total_limit: u64,
+    },
+    /// No C++ compiler could be found.
+    #[error(
+        "no C++ compiler found (looked for one the way the `cc` crate does: $CXX, then c++/g++/\
+         clang++): {message}"
+    )]
+    NoCompiler {
+        /// What `cc` reported.
+        message: String,
+    },
+    /// The C++ compiler could not be started.
+    #[error("cannot run the C++ compiler `{command}`: {source}")]
+    CompilerSpawn {
+        /// The command line.
+        command: String,
+        /// Why it could not be started.
+        source: std::io::Error,
+    },
+    /// The C++ compiler rejected the generated source (a bug in ovl or in the compiler setup):
+    /// the details carry the command, the compiler's full output and the source path.
+    #[error(transparent)]
+    CompileFailed(Box<CompileFailure>),
+    /// Reading or writing the operator cache failed.
+    #[error("operator cache: cannot {action} {}: {source}", .path.display())]
+    Cache {
+        /// What was attempted (`create`, `write`, `rename to`, ...).
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A freshly compiled library could not be loaded.
+    #[error("operator `{operator}`: cannot load the compiled library {}: {message}", .path.display())]
+    Load {
+        /// The operator's name.
+        operator: String,
+        /// The shared library.
+        path: PathBuf,
+        /// What the dynamic loader (or the ABI check) reported.
+        message: String,
+    },
+}
+
+/// The details of [`CodegenError::CompileFailed`].
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error(
+    "operator `{operator}`{}: the C++ compiler failed ({status})\n  generated source: {}\n  \
+     command: {command}\n  compiler output:\n{log}",
+    at(.defined_at),
+    .source_path.display()
+)]
+pub struct CompileFailure {
+    /// The operator's name.
+    pub operator: String,
+    /// `file:line` of the operator's function, or empty when unknown.
+    pub defined_at: String,
+    /// How the compiler exited.
+    pub status: String,
+    /// The full command line.
+    pub command: String,
+    /// The path of the generated C++ source (kept for inspection).
+    pub source_path: PathBuf,
+    /// Everything the compiler printed (stderr, then stdout).
+    pub log: String,
+}
+
+/// Whether an out-of-bounds access was a read or a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// An `OP_READ`: it yielded 0.
+    Read,
+    /// An `OP_WRITE`: it was dropped.
+    Write,
+}
+
+/// The details of [`RunError::IndexOutOfBounds`].
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error(
+    "operator `{operator}`{}: index out of bounds: the worker at position {position:?} evaluated \
+     expression %{expression} ({} of {tensor}) with index {index} on axis {axis}, outside the \
+     dimension of size {size}; {}",
+    at(.defined_at),
+    match .access { Access::Read => "read", Access::Write => "write" },
+    match .access {
+        Access::Read => "no result is returned: check the index arithmetic, or guard the read with an `if`",
+        Access::Write => "no result is returned: check the index arithmetic, or guard the write with an `if`",
+    }
+)]
+pub struct OutOfBounds {
+    /// The operator's name.
+    pub operator: String,
+    /// `file:line` of the operator's function, or empty when unknown.
+    pub defined_at: String,
+    /// The READ or WRITE expression.
+    pub expression: usize,
+    /// Whether it was a read or a write.
+    pub access: Access,
+    /// `input 0`, `output 1`, `local 2`.
+    pub tensor: String,
+    /// The axis whose index is outside.
+    pub axis: usize,
+    /// The index (i128 holds every integer index dtype exactly).
+    pub index: i128,
+    /// The size of that dimension.
+    pub size: u64,
+    /// The worker's position in the workgroup.
+    pub position: Vec<u64>,
+}
+
+/// What went wrong when running a compiled operator.
+///
+/// Runtime faults ([`RunError::IndexOutOfBounds`], [`RunError::NonPositiveStep`]) do not stop
+/// the evaluation: every worker runs, and the first fault (of the first worker in row-major
+/// order that faulted, then the first in that worker's execution) is reported, as the reference
+/// interpreter does.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The number of input or output tensors passed differs from the operator's.
+    #[error("operator `{operator}` takes {expected} {kind} tensor(s), but {got} were passed")]
+    TensorCount {
+        /// The operator's name.
+        operator: String,
+        /// `"input"` or `"output"`.
+        kind: &'static str,
+        /// The operator's count.
+        expected: usize,
+        /// The count passed.
+        got: usize,
+    },
+    /// A tensor passed has another dtype or shape than the operator declares (or its data does
+    /// not have as many elements as its shape says).
+    #[error("operator `{operator}`: {tensor} must be {expected}, but the tensor passed is {got}")]
+    TensorType {
+        /// The operator's name.
+        operator: String,
+        /// `input 0`, `output 1`.
+        tensor: String,
+        /// The declared type, like `f32[4, 8]`.
+        expected: String,
+        /// The type passed.
+        got: String,
+    },
+    /// A read or write indexed outside a tensor: the read yielded 0, the write was dropped, the
+    /// rest of the evaluation ran normally.
+    #[error(transparent)]
+    IndexOutOfBounds(Box<OutOfBounds>),
+    /// A RANGE loop's step was zero or negative; the loop ran zero times.
+    #[error(
+        "operator `{operator}`{}: the worker at position {position:?} entered the range loop \
+         %{expression} with step {step}; the step must be positive (the loop ran zero times)",
+        at(.defined_at)
+    )]
+    NonPositiveStep {
+        /// The operator's name.
+        operator: String,
+        /// `file:line` of the operator's function, or empty when unknown.
+        defined_at: String,
+        /// The RANGE expression.
+        expression: usize,
+        /// The step.
+        step: i64,
+        /// The worker's position in the workgroup.
+        position: Vec<u64>,
+    },
+    /// The generated code reported a status this runtime does not know (a bug in ovl).
+    #[error("operator `{operator}`: internal error of the C++ backend: {message}")]
+    Internal {
+        /// The operator's name.
+        operator: String,
+        /// What went wrong.
+        message: String,
+    },
+}

@@ -1,0 +1,324 @@
+//! The operator cache: memory and disk hits, keys, forced recompilation, errors carrying the
+//! compiler log, clearing, and concurrent compilation by several processes.
+
+mod common;
+
+use common::*;
+use ovl_codegen::{
+    cache_dir, clear_cache_at, compile, compile_with_outcome, CacheOutcome, CodegenError,
+    CompileOptions, Origin,
+};
+use ovl_core::ir::{self, Op};
+use ovl_core::{DType, HostTensor};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// out[i] = x[i] * c + 1
+fn scale(c: f32) -> ir::ExpressionDag {
+    let mut b = Builder::new("scale", &[1000]);
+    b.input(DType::F32, &[1000]);
+    b.output(DType::F32, &[1000]);
+    let i = b.position(0);
+    let x = b.read(IN, 0, &[i]);
+    let k = b.f32(c);
+    let y = b.op(Op::Mul, &[x, k]);
+    let one = b.f32(1.0);
+    let y = b.op(Op::Add, &[y, one]);
+    b.write(OUT, 0, &[i], y);
+    b.build()
+}
+
+fn check_scale(op: &ovl_codegen::CompiledOperator, c: f32) {
+    let x = HostTensor::from_vec(&[1000], (0..1000).map(|v| v as f32).collect::<Vec<_>>()).unwrap();
+    let mut out = vec![HostTensor::zeros(DType::F32, &[1000])];
+    op.run(&[&x], &mut out, 0).unwrap();
+    for (k, &v) in out[0].as_slice::<f32>().unwrap().iter().enumerate() {
+        assert_eq!(v, k as f32 * c + 1.0);
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn second_compile_is_served_from_memory() {
+    let cache = TestCache::new();
+    let dag = scale(2.0);
+    // Discover the compiler first so that the cold time is the operator's compilation alone.
+    let _ = compile(&scale(-1.0), &cache.options()).unwrap();
+    let t0 = Instant::now();
+    let (a, first) = compile_with_outcome(&dag, &cache.options()).unwrap();
+    let cold = t0.elapsed();
+    let t1 = Instant::now();
+    let (b, second) = compile_with_outcome(&dag, &cache.options()).unwrap();
+    let warm = t1.elapsed();
+    let n = 1000;
+    let t2 = Instant::now();
+    for _ in 0..n {
+        let _ = compile_with_outcome(&dag, &cache.options()).unwrap();
+    }
+    let steady = t2.elapsed() / n;
+    println!(
+        "cold compile {cold:.3?}, first warm compile {warm:.3?}, steady warm compile {steady:.3?}"
+    );
+    assert_eq!(
+        (first, second),
+        (CacheOutcome::Compiled, CacheOutcome::Memory)
+    );
+    assert!(Arc::ptr_eq(&a, &b));
+    assert_eq!(a.origin(), Origin::Compiled);
+    assert!(warm * 20 < cold, "warm {warm:?} vs cold {cold:?}");
+    check_scale(&b, 2.0);
+    // The layout: <root>/v1/cpu/<key>/{op.cpp, op.so, meta}.
+    let dir = cache.dir.path().join("v1").join("cpu").join(a.cache_key());
+    assert_eq!(a.source_path(), dir.join("op.cpp"));
+    assert_eq!(a.library_path(), dir.join("op.so"));
+    assert!(dir.join("op.so").is_file() && dir.join("op.cpp").is_file());
+    let meta = std::fs::read_to_string(dir.join("meta")).unwrap();
+    assert!(
+        meta.contains("operator: scale") && meta.contains("-ffp-contract=off"),
+        "{meta}"
+    );
+    // No temporary file is left behind.
+    let stray: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(stray.is_empty(), "{stray:?}");
+}
+
+#[test]
+fn another_process_would_load_from_disk() {
+    // A cache copied to a new root is not in this process's memory: it is loaded from disk
+    // without the compiler.
+    let a = TestCache::new();
+    let dag = scale(3.0);
+    let (op, outcome) = compile_with_outcome(&dag, &a.options()).unwrap();
+    assert_eq!(outcome, CacheOutcome::Compiled);
+    let b = TestCache::new();
+    copy_tree(a.dir.path(), b.dir.path());
+    let t = Instant::now();
+    let (op2, outcome) = compile_with_outcome(&dag, &b.options()).unwrap();
+    println!("load from the disk cache: {:.3?}", t.elapsed());
+    assert_eq!(outcome, CacheOutcome::DiskCache);
+    assert_eq!(op2.origin(), Origin::DiskCache);
+    assert_eq!(op.cache_key(), op2.cache_key());
+    assert!(op2.library_path().starts_with(b.dir.path()));
+    check_scale(&op2, 3.0);
+    // Forcing recompilation ignores the disk cache; the recompiled library is then reused.
+    let forced = b.options().with_force_recompile(true);
+    let (op3, outcome) = compile_with_outcome(&dag, &forced).unwrap();
+    assert_eq!(outcome, CacheOutcome::Compiled);
+    check_scale(&op3, 3.0);
+    check_scale(&op2, 3.0); // the library loaded before stays valid
+    let (_, outcome) = compile_with_outcome(&dag, &forced).unwrap();
+    assert_eq!(outcome, CacheOutcome::Memory);
+}
+
+#[test]
+fn a_corrupt_cache_entry_is_recompiled() {
+    let a = TestCache::new();
+    let dag = scale(5.0);
+    let op = compile(&dag, &a.options()).unwrap();
+    let b = TestCache::new();
+    copy_tree(a.dir.path(), b.dir.path());
+    let lib = b
+        .dir
+        .path()
+        .join("v1/cpu")
+        .join(op.cache_key())
+        .join("op.so");
+    std::fs::write(&lib, b"not a library").unwrap();
+    let (op2, outcome) = compile_with_outcome(&dag, &b.options()).unwrap();
+    assert_eq!(outcome, CacheOutcome::Compiled);
+    check_scale(&op2, 5.0);
+}
+
+#[test]
+fn keys_depend_on_the_operator_only() {
+    let a = TestCache::new();
+    let b = TestCache::new();
+    let k1 = compile(&scale(1.5), &a.options()).unwrap();
+    let k2 = compile(&scale(1.25), &a.options()).unwrap();
+    let k3 = compile(&scale(1.5), &b.options()).unwrap();
+    assert_ne!(
+        k1.cache_key(),
+        k2.cache_key(),
+        "a changed constant changes the key"
+    );
+    assert_eq!(
+        k1.cache_key(),
+        k3.cache_key(),
+        "the cache root is not part of the key"
+    );
+    assert_eq!(k1.cache_key().len(), 32);
+    check_scale(&k2, 1.25);
+    // The source location is not part of the key (ovl_core::hash ignores it).
+    let mut moved = scale(1.5);
+    moved.source = Some(ir::SourceLocation {
+        file: "elsewhere.rs".into(),
+        line: 99,
+        column: 1,
+    });
+    let (k4, outcome) = compile_with_outcome(&moved, &a.options()).unwrap();
+    assert_eq!(k4.cache_key(), k1.cache_key());
+    assert_eq!(outcome, CacheOutcome::Memory);
+    // Extra flags are.
+    let k5 = compile(
+        &scale(1.5),
+        &a.options().with_extra_flag("-fno-unroll-loops"),
+    )
+    .unwrap();
+    assert_ne!(k5.cache_key(), k1.cache_key());
+}
+
+#[test]
+fn compiler_errors_carry_the_log_and_the_source_path() {
+    let cache = TestCache::new();
+    let options = cache.options().with_extra_flag("-fno-such-flag-for-ovl");
+    let err = compile(&scale(7.0), &options).unwrap_err();
+    let msg = err.to_string();
+    println!("{msg}");
+    let CodegenError::CompileFailed(failure) = &err else {
+        panic!("{err:?}")
+    };
+    let (source_path, command, log) = (&failure.source_path, &failure.command, &failure.log);
+    assert!(source_path.is_file(), "the generated source is kept");
+    assert!(command.contains("-fno-such-flag-for-ovl") && command.contains("-shared"));
+    assert!(log.contains("no-such-flag-for-ovl"), "{log}");
+    assert!(
+        msg.contains(&source_path.display().to_string()) && msg.contains(log.trim()),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("operator `scale`") && msg.contains("tests/ops.rs:7"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_missing_compiler_is_an_error_not_a_panic() {
+    let cache = TestCache::new();
+    let options = cache.options().with_compiler("/nonexistent/ovl-c++");
+    let err = compile(&scale(7.0), &options).unwrap_err();
+    assert!(err.to_string().contains("/nonexistent/ovl-c++"), "{err}");
+}
+
+#[test]
+fn invalid_ir_is_rejected_before_compiling() {
+    let cache = TestCache::new();
+    let mut dag = scale(1.0);
+    dag.expressions[3].operands = vec![1, 7]; // a forward reference
+    let err = compile(&dag, &cache.options()).unwrap_err();
+    assert!(matches!(err, CodegenError::Invalid(_)), "{err}");
+    // The emitter alone reports it too, without panicking.
+    let err = ovl_codegen::cpp::generate_cpp(&dag, "k").unwrap_err();
+    assert!(err.to_string().contains("%7"), "{err}");
+}
+
+#[test]
+fn clearing_the_cache() {
+    let cache = TestCache::new();
+    let dag = scale(9.0);
+    let op = compile(&dag, &cache.options()).unwrap();
+    let v1 = cache.dir.path().join("v1");
+    assert!(v1.is_dir());
+    std::fs::write(cache.dir.path().join("unrelated.txt"), "keep me").unwrap();
+    clear_cache_at(cache.dir.path()).unwrap();
+    assert!(!v1.exists());
+    assert!(cache.dir.path().join("unrelated.txt").exists());
+    check_scale(&op, 9.0); // still loaded
+    let (_, outcome) = compile_with_outcome(&dag, &cache.options()).unwrap();
+    assert_eq!(outcome, CacheOutcome::Compiled);
+    clear_cache_at(&cache.dir.path().join("missing")).unwrap();
+}
+
+#[test]
+fn dump_source_prints_and_still_compiles() {
+    let cache = TestCache::new();
+    let op = compile(&scale(4.0), &cache.options().with_dump_source(true)).unwrap();
+    check_scale(&op, 4.0);
+    assert!(!cache_dir().as_os_str().is_empty());
+}
+
+const CHILD_ENV: &str = "OVL_CODEGEN_TEST_CHILD";
+
+/// Run by `processes_compile_the_same_operator_concurrently` in child processes; does nothing
+/// in a normal test run.
+#[test]
+fn child_process_compiles() {
+    let Ok(mode) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    // The cache root comes from OVL_CACHE_DIR (set by the parent): the default options.
+    let mut options = CompileOptions::default();
+    options.force_recompile = mode == "force";
+    let (op, outcome) = compile_with_outcome(&scale(0.75), &options).unwrap();
+    assert!(op.library_path().starts_with(cache_dir()));
+    check_scale(&op, 0.75);
+    // This process runs only this test: the compiler counter is not shared with others. A
+    // second request neither runs the compiler nor touches the disk.
+    let runs = ovl_codegen::compiler_invocations();
+    assert_eq!(runs, u64::from(outcome == CacheOutcome::Compiled));
+    let (again, outcome2) = compile_with_outcome(&scale(0.75), &options).unwrap();
+    assert_eq!(outcome2, CacheOutcome::Memory);
+    assert!(Arc::ptr_eq(&op, &again));
+    assert_eq!(ovl_codegen::compiler_invocations(), runs);
+    println!("child outcome: {outcome:?}");
+}
+
+#[test]
+fn processes_compile_the_same_operator_concurrently() {
+    let cache = TestCache::new();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = ["normal", "normal", "force", "normal", "force"]
+        .iter()
+        .map(|mode| {
+            std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "child_process_compiles",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, mode)
+                .env("OVL_CACHE_DIR", cache.dir.path())
+                .env_remove("OVL_FORCE_RECOMPILE")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // All children run at the same time; now wait for each.
+    let mut outcomes = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "a child failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let outcome = stdout
+            .lines()
+            .find_map(|l| l.split("child outcome: ").nth(1))
+            .expect("the child ran the test")
+            .to_string();
+        outcomes.push(outcome);
+    }
+    println!("outcomes: {outcomes:?}");
+    assert!(outcomes.iter().any(|o| o == "Compiled"));
+}
