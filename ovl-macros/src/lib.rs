@@ -1,1 +1,167 @@
+//! The `#[operator]` and `#[helper]` attributes of ovl.
+//!
+//! An operator body is ordinary Rust that runs once, at trace time, on symbolic values. These
+//! attributes rewrite the few pieces of syntax that Rust cannot overload (`if`, `for`, `while`,
+//! comparisons, `&&`/`||`, `as`, `t[[i, j]]` and assignments) into calls to `::ovl::__rt`, which
+//! dispatch on the operand types: plain Rust for trace-time values, IR for staged ones. The exact
+//! expansion is the contract in `EXPANSION.md`, next to this crate's `Cargo.toml`.
+//!
+//! The crate is laid out by stage:
+//!
+//! - `signature`: the parameters (tensor, tensor list, constant) and outputs of an operator;
+//! - `reject`: the constructs a body cannot use, as spanned compile errors;
+//! - `rewrite`: the body rewrite, one module per construct;
+//! - `expand`: the wrapper function of an operator, and the output on errors;
+//! - `errors`: collecting every error rather than stopping at the first.
+
+mod errors;
+mod expand;
+mod reject;
+mod rewrite;
+mod signature;
+#[cfg(test)]
+mod tests;
+
 use proc_macro::TokenStream;
+
+/// Turns a Rust function into a tensor operator.
+///
+/// The body is written for **one worker** of a parallel-for, like a CUDA thread. Calling the
+/// function does not run it on data: it *traces* the body once into the operator's IR and returns
+/// lazy handles on its outputs, which `ovl::evaluate` compiles and runs.
+///
+/// ```ignore
+/// use ovl::prelude::*;
+///
+/// /// Running sum along each row, one worker per row.
+/// #[operator]
+/// fn cumsum_rows(x: Tensor<f32>) -> Tensor<f32> {
+///     let [rows, cols] = x.dims::<2>();          // shapes are static: plain usize at trace time
+///     let row = position_in([rows])[0];           // the workgroup: one worker per row
+///     let out = output_like(&x);
+///     let mut acc = variable(0.0f32);             // a worker-local mutable scalar
+///     for j in 0..cols {                          // a staged loop: one RANGE in the IR
+///         acc += x[[row, j]];                     // a read
+///         out[[row, j]] = acc;                    // a write to an output
+///     }
+///     out
+/// }
+///
+/// let y = cumsum_rows(&ndarray::array![[1.0f32, 2.0], [3.0, 4.0]]);  // a lazy handle
+/// ```
+///
+/// # Signature
+///
+/// - A parameter of type `Tensor<E>` is a tensor input; the caller passes anything that converts
+///   to a lazy tensor (another operator's output, an `ndarray` array, ...).
+/// - A parameter of type `Vec<Tensor<E>>` is a list of tensor inputs (`Vec<Lazy<E>>` for the
+///   caller).
+/// - Every other parameter is a **trace-time constant**: it is part of the operator's identity
+///   and its value is baked into the IR.
+/// - The function returns its output tensor(s): a `Tensor<E>`, a tuple, array or `Vec` of them.
+///   The caller gets the matching lazy handles.
+///
+/// Generics, `where` clauses, visibility, doc comments and other attributes are kept. Tensor
+/// parameters must be bound to a plain name (`x` or `mut x`). Not allowed: `self`, `async`,
+/// `const`, `unsafe`, `extern`, `impl Trait` parameters or return type, a missing return type.
+///
+/// # Trace time and staged values: the rule
+///
+/// Inside an operator, ordinary Rust runs at **trace time**, once. Values of type `Expr<T>`,
+/// `Var<T>` and `Tensor<T>` are **staged**: operations on them build the IR, which runs later
+/// for every worker. The macro rewrites only the syntax Rust cannot overload, and each rewrite
+/// dispatches on the operand types, so the same syntax means plain Rust on trace-time values and
+/// builds IR on staged ones:
+///
+/// | syntax | trace-time operands | staged operands |
+/// |---|---|---|
+/// | `if c { .. } else if .. else { .. }` (a statement) | Rust `if` | IF / ELSE / END_IF |
+/// | `for i in a..b`, `a..=b`, `(a..b).step_by(s)` | always staged: one RANGE (bounds may be plain) | RANGE |
+/// | `for x in anything_else`, `#[unroll] for ..` | Rust loop, unrolled at trace time | - |
+/// | `while c { .. }` | Rust loop | WHILE |
+/// | `a < b`, `<= > >= == !=` | Rust comparison | `Expr<bool>` |
+/// | `a && b`, `a \|\| b` | Rust (short-circuit) | AND / OR |
+/// | `e as T` | Rust `as` | CAST |
+/// | `t[[i, j]]` (array-literal index) | - | READ |
+/// | `t[[i, j]] = v`, `t[[i, j]] op= v` | - | WRITE (and READ) |
+/// | `x = v` | Rust assignment | ASSIGN when `x: Var<T>` |
+///
+/// Arithmetic, unary `-` and `!`, compound assignment on a `Var`, and `t[pos]` (an index that is
+/// not an array literal) need no rewrite: they are trait implementations.
+///
+/// So a loop over a **range** is always one staged loop, however many iterations it has, while a
+/// loop over anything else (a `Vec` of inputs, an array of gates, `(0..4).rev()`) runs at trace
+/// time and is unrolled into the IR. To unroll a range loop, mark it:
+///
+/// ```ignore
+/// #[unroll]
+/// for gate in 0..4 {        // gate: usize, four copies of the body in the IR
+///     acc += w[[gate, j]] * x[[j]];
+/// }
+/// ```
+///
+/// # `if` as a statement and as a value
+///
+/// An `if` whose value is discarded (a statement, the body of a loop or branch) works on both
+/// kinds of condition. An `if` whose value is used (`let v = if c { a } else { b };`, an argument,
+/// the returned value) is a Rust `if`: its condition must be a trace-time `bool`. For a staged
+/// choice of a value use `select(c, a, b)`, or a `variable` assigned in each branch:
+///
+/// ```ignore
+/// let mut y = variable(0.0f32);
+/// if x[[i]] > 0.0 { y = x[[i]]; } else { y = -x[[i]]; }      // staged
+/// let scale = if n > 1024 { 0.5 } else { 1.0 };               // trace time: n is a usize
+/// ```
+///
+/// `if let` and `while let` stay Rust.
+///
+/// # Loops
+///
+/// - A staged `for` (over a range) is traced once: `break` and `continue` in its body are compile
+///   errors (a nested Rust loop may still use them for itself).
+/// - `while` on a trace-time condition is a Rust loop (`break`/`continue` work); on a staged
+///   condition it is one WHILE loop, whose body must not `break` or `continue` (a trace error).
+///
+/// # Not supported (compile errors that say what to write instead)
+///
+/// `match` (use `if` / `else if` / `else`, or a plain helper function for trace-time matching),
+/// `loop` (use `while`), closures (use a `#[helper]` function or a `for` loop), `return` except as
+/// the last statement, `async` / `.await`, `unsafe` blocks, `break` / `continue` in a staged `for`,
+/// a `for` over a range without an end.
+///
+/// Macro invocations (`println!`, `assert!`, ...) and nested items (`fn`, `struct`, ...) are not
+/// rewritten: their contents keep their plain Rust meaning.
+///
+/// Mistakes that only show when tracing (writing an input, reading an output, a second
+/// `position_in`, mismatched dtypes, ...) are errors that name the operator and the line of the
+/// offending code.
+#[proc_macro_attribute]
+pub fn operator(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::operator(attr.into(), item.into())
+        .into_tokens()
+        .into()
+}
+
+/// Applies the body rewrite of [`macro@operator`] to a plain function, without making it an
+/// operator, so that operators can call it with staged values.
+///
+/// ```ignore
+/// use ovl::prelude::*;
+///
+/// #[helper]
+/// fn clamp01(v: Expr<f32>) -> Expr<f32> {
+///     let mut r = variable(v);
+///     if v < 0.0 { r = 0.0; } else if v > 1.0 { r = 1.0; }
+///     r.get()
+/// }
+/// ```
+///
+/// The same constructs are rejected as in an operator. Unlike an operator, a helper may take
+/// `self` and any parameter type; when it returns `()`, the tail of its body is a statement (so a
+/// final `if` is staged control flow).
+#[proc_macro_attribute]
+pub fn helper(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::helper(attr.into(), item.into())
+        .into_tokens()
+        .into()
+}

@@ -1,0 +1,4 @@
+#[operator]
+async fn f(x: Tensor<f32>) -> Tensor<f32> {
+    output_like(&x)
+}

@@ -1,0 +1,4 @@
+#[operator(name = "g")]
+fn f(x: Tensor<f32>) -> Tensor<f32> {
+    output_like(&x)
+}

@@ -1,0 +1,4 @@
+#[operator]
+const unsafe extern "C" fn f(x: Tensor<f32>) -> Tensor<f32> {
+    output_like(&x)
+}

@@ -1,0 +1,4 @@
+#[operator]
+fn f(&self, x: Tensor<f32>) -> Tensor<f32> {
+    output_like(&x)
+}
