@@ -1,0 +1,292 @@
+//! `evaluate` and `profile`: run the lazy graph behind some handles and return arrays.
+
+use crate::executor;
+use crate::Error;
+use ndarray::{ArrayD, IxDyn};
+use ovl_core::{HostTensor, Lazy, LazyTensor, Scalar};
+use std::fmt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Where operators run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Target {
+    /// The reference interpreter: slow, the oracle for every backend.
+    Interpreter,
+    /// Generated C++, compiled at `-O3` into the operator cache, run on all cores.
+    #[default]
+    Cpu,
+}
+
+/// How to evaluate.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// The backend.
+    pub target: Target,
+    /// Worker threads on the CPU; 0 means one per core.
+    pub threads: usize,
+    /// The operator cache directory (default: `$OVL_CACHE_DIR`, else the user cache directory).
+    pub cache_dir: Option<PathBuf>,
+    /// Recompile even when the cache has the operator (also `OVL_FORCE_RECOMPILE=1`).
+    pub force_recompile: bool,
+    /// Print generated source and its path to stderr (also `OVL_DUMP_SOURCE=1`).
+    pub dump_source: bool,
+}
+
+impl Options {
+    /// Evaluate with the reference interpreter.
+    pub fn interpreter() -> Options {
+        Options {
+            target: Target::Interpreter,
+            ..Options::default()
+        }
+    }
+
+    /// Evaluate with generated C++ (the default).
+    pub fn cpu() -> Options {
+        Options::default()
+    }
+
+    /// The same options with `threads` worker threads.
+    pub fn with_threads(mut self, threads: usize) -> Options {
+        self.threads = threads;
+        self
+    }
+
+    pub(crate) fn compile_options(&self) -> ovl_codegen::CompileOptions {
+        let mut o = ovl_codegen::CompileOptions::default();
+        if let Some(dir) = &self.cache_dir {
+            o.cache_dir = Some(dir.clone());
+        }
+        o.force_recompile |= self.force_recompile;
+        o.dump_source |= self.dump_source;
+        o
+    }
+}
+
+/// What can be evaluated: a handle, a tuple of handles, or a slice or `Vec` of handles.
+pub trait Evaluate {
+    /// What evaluation returns: arrays in the same arrangement.
+    type Output;
+    /// The tensors to compute.
+    fn tensors(&self) -> Vec<&LazyTensor>;
+    /// Converts the computed tensors (in the order of `tensors`) into the output.
+    fn convert(&self, results: &mut std::vec::IntoIter<HostTensor>) -> Result<Self::Output, Error>;
+}
+
+fn to_array<T: Scalar>(t: Option<HostTensor>) -> Result<ArrayD<T>, Error> {
+    let t = t.ok_or_else(|| Error::Internal("missing evaluation result".into()))?;
+    let shape = t.shape;
+    let data = T::unwrap(t.data).map_err(|d| {
+        Error::Internal(format!(
+            "a result has dtype {} where {} was expected",
+            d.dtype(),
+            T::DTYPE
+        ))
+    })?;
+    ArrayD::from_shape_vec(IxDyn(&shape), data).map_err(|e| Error::Internal(e.to_string()))
+}
+
+impl<T: Scalar> Evaluate for &Lazy<T> {
+    type Output = ArrayD<T>;
+    fn tensors(&self) -> Vec<&LazyTensor> {
+        vec![self.untyped()]
+    }
+    fn convert(&self, results: &mut std::vec::IntoIter<HostTensor>) -> Result<ArrayD<T>, Error> {
+        to_array(results.next())
+    }
+}
+
+impl<T: Scalar> Evaluate for Lazy<T> {
+    type Output = ArrayD<T>;
+    fn tensors(&self) -> Vec<&LazyTensor> {
+        vec![self.untyped()]
+    }
+    fn convert(&self, results: &mut std::vec::IntoIter<HostTensor>) -> Result<ArrayD<T>, Error> {
+        to_array(results.next())
+    }
+}
+
+impl<T: Scalar> Evaluate for &[Lazy<T>] {
+    type Output = Vec<ArrayD<T>>;
+    fn tensors(&self) -> Vec<&LazyTensor> {
+        self.iter().map(|l| l.untyped()).collect()
+    }
+    fn convert(&self, results: &mut std::vec::IntoIter<HostTensor>) -> Result<Self::Output, Error> {
+        self.iter().map(|_| to_array(results.next())).collect()
+    }
+}
+
+impl<T: Scalar> Evaluate for &Vec<Lazy<T>> {
+    type Output = Vec<ArrayD<T>>;
+    fn tensors(&self) -> Vec<&LazyTensor> {
+        self.iter().map(|l| l.untyped()).collect()
+    }
+    fn convert(&self, results: &mut std::vec::IntoIter<HostTensor>) -> Result<Self::Output, Error> {
+        self.iter().map(|_| to_array(results.next())).collect()
+    }
+}
+
+macro_rules! tuple_evaluate {
+    ($($name:ident $idx:tt),+) => {
+        impl<$($name: Evaluate),+> Evaluate for ($($name,)+) {
+            type Output = ($($name::Output,)+);
+            fn tensors(&self) -> Vec<&LazyTensor> {
+                let mut v = Vec::new();
+                $(v.extend(self.$idx.tensors());)+
+                v
+            }
+            fn convert(&self, results: &mut std::vec::IntoIter<HostTensor>) -> Result<Self::Output, Error> {
+                Ok(($(self.$idx.convert(results)?,)+))
+            }
+        }
+    };
+}
+tuple_evaluate!(A 0);
+tuple_evaluate!(A 0, B 1);
+tuple_evaluate!(A 0, B 1, C 2);
+tuple_evaluate!(A 0, B 1, C 2, D 3);
+tuple_evaluate!(A 0, B 1, C 2, D 3, E 4);
+tuple_evaluate!(A 0, B 1, C 2, D 3, E 4, F 5);
+tuple_evaluate!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+tuple_evaluate!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+tuple_evaluate!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
+tuple_evaluate!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+tuple_evaluate!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
+tuple_evaluate!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
+
+/// Evaluates on the default target (generated C++ on all cores) and returns the arrays.
+///
+/// `outputs` is a handle, a tuple of handles, or a slice of handles of one dtype.
+pub fn evaluate<O: Evaluate>(outputs: O) -> Result<O::Output, Error> {
+    evaluate_with(outputs, &Options::default())
+}
+
+/// Evaluates with the given options.
+pub fn evaluate_with<O: Evaluate>(outputs: O, options: &Options) -> Result<O::Output, Error> {
+    let graph = ovl_core::lazy::build_graph(&outputs.tensors())?;
+    let kernels = executor::prepare(&graph, options)?;
+    let results = executor::run(&graph, &kernels, options, None)?;
+    outputs.convert(&mut results.into_iter())
+}
+
+/// Timings of one operator over the profiled iterations.
+#[derive(Clone, Debug)]
+pub struct OperatorProfile {
+    /// The operator's name.
+    pub name: String,
+    /// Kernels launched per evaluation for this operator.
+    pub kernels: usize,
+    /// The time of each iteration.
+    pub times: Vec<Duration>,
+}
+
+impl OperatorProfile {
+    /// The fastest iteration.
+    pub fn min(&self) -> Duration {
+        self.times.iter().copied().min().unwrap_or_default()
+    }
+
+    /// The median iteration.
+    pub fn median(&self) -> Duration {
+        let mut t = self.times.clone();
+        t.sort();
+        t.get(t.len() / 2).copied().unwrap_or_default()
+    }
+
+    /// The mean iteration.
+    pub fn mean(&self) -> Duration {
+        if self.times.is_empty() {
+            return Duration::ZERO;
+        }
+        self.times.iter().sum::<Duration>() / self.times.len() as u32
+    }
+}
+
+/// What [`profile`] measured.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// One entry per operator (kernel) in execution order.
+    pub operators: Vec<OperatorProfile>,
+    /// Time spent compiling or loading from the cache (before the timed iterations).
+    pub prepare: Duration,
+    /// The number of timed iterations.
+    pub iterations: usize,
+}
+
+impl Profile {
+    /// Kernels launched per evaluation.
+    pub fn kernel_count(&self) -> usize {
+        self.operators.iter().map(|o| o.kernels).sum()
+    }
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} kernel(s), {} iteration(s), prepare {:.3?}",
+            self.kernel_count(),
+            self.iterations,
+            self.prepare
+        )?;
+        writeln!(
+            f,
+            "{:<32} {:>12} {:>12} {:>12}",
+            "operator", "min", "median", "mean"
+        )?;
+        for op in &self.operators {
+            writeln!(
+                f,
+                "{:<32} {:>12.3?} {:>12.3?} {:>12.3?}",
+                op.name,
+                op.min(),
+                op.median(),
+                op.mean()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Evaluates `iterations` times (at least once) and returns the arrays of the last run together
+/// with per-operator timings, like the original's `profile`.
+pub fn profile<O: Evaluate>(
+    outputs: O,
+    options: &Options,
+    iterations: usize,
+) -> Result<(O::Output, Profile), Error> {
+    let graph = ovl_core::lazy::build_graph(&outputs.tensors())?;
+    let start = Instant::now();
+    let kernels = executor::prepare(&graph, options)?;
+    let prepare = start.elapsed();
+    let iterations = iterations.max(1);
+    let mut operators: Vec<OperatorProfile> = graph
+        .dag
+        .operators
+        .iter()
+        .map(|op| OperatorProfile {
+            name: op.name.clone(),
+            kernels: 1,
+            times: Vec::with_capacity(iterations),
+        })
+        .collect();
+    let mut last = Vec::new();
+    let mut times = Vec::with_capacity(operators.len());
+    for _ in 0..iterations {
+        times.clear();
+        last = executor::run(&graph, &kernels, options, Some(&mut times))?;
+        for (op, t) in operators.iter_mut().zip(&times) {
+            op.times.push(*t);
+        }
+    }
+    let arrays = outputs.convert(&mut last.into_iter())?;
+    Ok((
+        arrays,
+        Profile {
+            operators,
+            prepare,
+            iterations,
+        },
+    ))
+}

@@ -1,0 +1,144 @@
+//! Runs an [`ir::OperatorDag`] operator by operator on a backend, passing buffers between them
+//! and freeing each intermediate after its last use.
+
+use crate::evaluate::{Options, Target};
+use crate::Error;
+use ovl_core::ir::{self, value_ref::Source};
+use ovl_core::lazy::Graph;
+use ovl_core::{DType, HostTensor};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One operator, ready to run.
+pub(crate) enum Kernel {
+    Interpreter,
+    Cpu(Arc<ovl_codegen::CompiledOperator>),
+}
+
+/// Compiles (or finds in the cache) every operator of the graph for `options.target`.
+pub(crate) fn prepare(graph: &Graph, options: &Options) -> Result<Vec<Kernel>, Error> {
+    graph
+        .dag
+        .operators
+        .iter()
+        .map(|op| match options.target {
+            Target::Interpreter => Ok(Kernel::Interpreter),
+            Target::Cpu => Ok(Kernel::Cpu(ovl_codegen::compile(
+                op,
+                &options.compile_options(),
+            )?)),
+        })
+        .collect()
+}
+
+fn tensor_type(t: &ir::TensorType) -> Result<(DType, Vec<usize>), Error> {
+    let dtype = DType::from_ir(t.dtype)
+        .ok_or_else(|| Error::Internal(format!("unsupported dtype {} in the graph", t.dtype)))?;
+    Ok((dtype, t.shape.iter().map(|&d| d as usize).collect()))
+}
+
+/// Runs the graph once; returns the requested outputs in order. When `timings` is given, the
+/// time of each operator is appended to it.
+pub(crate) fn run(
+    graph: &Graph,
+    kernels: &[Kernel],
+    options: &Options,
+    mut timings: Option<&mut Vec<Duration>>,
+) -> Result<Vec<HostTensor>, Error> {
+    let dag = &graph.dag;
+    let n = dag.operators.len();
+    // The last operator that reads each operator output; requested outputs live to the end.
+    let mut last_use: Vec<Vec<usize>> = dag
+        .operators
+        .iter()
+        .map(|op| vec![0; op.outputs.len()])
+        .collect();
+    for (i, wiring) in dag.operator_inputs.iter().enumerate() {
+        for input in &wiring.inputs {
+            if let Some(Source::OpOutput(o)) = &input.source {
+                last_use[o.operator as usize][o.output as usize] = i;
+            }
+        }
+    }
+    for out in &dag.outputs {
+        if let Some(Source::OpOutput(o)) = &out.source {
+            last_use[o.operator as usize][o.output as usize] = usize::MAX;
+        }
+    }
+
+    let mut results: Vec<Vec<Option<HostTensor>>> = Vec::with_capacity(n);
+    for (i, op) in dag.operators.iter().enumerate() {
+        let mut outputs = op
+            .outputs
+            .iter()
+            .map(|t| tensor_type(t).map(|(d, s)| HostTensor::zeros(d, &s)))
+            .collect::<Result<Vec<_>, _>>()?;
+        {
+            let inputs = dag.operator_inputs[i]
+                .inputs
+                .iter()
+                .map(|v| lookup(graph, &results, v))
+                .collect::<Result<Vec<&HostTensor>, _>>()?;
+            let start = Instant::now();
+            match &kernels[i] {
+                Kernel::Interpreter => ovl_core::interp::interpret(op, &inputs, &mut outputs)?,
+                Kernel::Cpu(k) => k.run(&inputs, &mut outputs, options.threads)?,
+            }
+            if let Some(t) = timings.as_deref_mut() {
+                t.push(start.elapsed());
+            }
+        }
+        results.push(outputs.into_iter().map(Some).collect());
+        // Free what no later operator reads.
+        for (j, outs) in results.iter_mut().enumerate() {
+            for (k, slot) in outs.iter_mut().enumerate() {
+                if last_use[j][k] <= i && slot.is_some() {
+                    *slot = None;
+                }
+            }
+        }
+    }
+
+    let mut requested = Vec::with_capacity(dag.outputs.len());
+    for (position, out) in dag.outputs.iter().enumerate() {
+        // Move an operator output out when no later requested output names it again.
+        let taken = match &out.source {
+            Some(Source::OpOutput(o))
+                if !dag.outputs[position + 1..].iter().any(|later| later == out) =>
+            {
+                results[o.operator as usize][o.output as usize].take()
+            }
+            _ => None,
+        };
+        requested.push(match taken {
+            Some(t) => t,
+            None => lookup(graph, &results, out)?.clone(),
+        });
+    }
+    Ok(requested)
+}
+
+fn lookup<'a>(
+    graph: &'a Graph,
+    results: &'a [Vec<Option<HostTensor>>],
+    v: &ir::ValueRef,
+) -> Result<&'a HostTensor, Error> {
+    match &v.source {
+        Some(Source::GraphInput(i)) => graph
+            .inputs
+            .get(*i as usize)
+            .map(|t| &**t)
+            .ok_or_else(|| Error::Internal(format!("graph input {i} does not exist"))),
+        Some(Source::OpOutput(o)) => results
+            .get(o.operator as usize)
+            .and_then(|outs| outs.get(o.output as usize))
+            .and_then(|t| t.as_ref())
+            .ok_or_else(|| {
+                Error::Internal(format!(
+                    "output {} of operator {} is not available",
+                    o.output, o.operator
+                ))
+            }),
+        None => Err(Error::Internal("a graph value has no source".into())),
+    }
+}

@@ -1,0 +1,6 @@
+use ovl::prelude::*;
+
+#[operator]
+struct NotAFunction;
+
+fn main() {}

@@ -1,0 +1,8 @@
+use ovl::prelude::*;
+
+#[operator]
+unsafe fn f(x: Tensor<f32>) -> Tensor<f32> {
+    output_like(&x)
+}
+
+fn main() {}

@@ -1,0 +1,78 @@
+//! The conformance suite: one definition, instantiated per backend by
+//! [`conformance_suite!`] (see `conformance_interpreter.rs`, `conformance_cpu.rs`).
+//! Expected values come from independent Rust computations, never from another backend.
+
+#![allow(dead_code)]
+
+pub mod arithmetic;
+pub mod casts;
+pub mod control;
+pub mod math;
+pub mod paper;
+pub mod support;
+
+/// Instantiates every conformance test for the backend selected by `$options`.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($options:expr) => {
+        $crate::conformance_suite!(@tests $options;
+            arithmetic_f32 => conformance::arithmetic::check::<f32>,
+            arithmetic_f64 => conformance::arithmetic::check::<f64>,
+            arithmetic_i8 => conformance::arithmetic::check::<i8>,
+            arithmetic_i16 => conformance::arithmetic::check::<i16>,
+            arithmetic_i32 => conformance::arithmetic::check::<i32>,
+            arithmetic_i64 => conformance::arithmetic::check::<i64>,
+            arithmetic_u8 => conformance::arithmetic::check::<u8>,
+            arithmetic_u16 => conformance::arithmetic::check::<u16>,
+            arithmetic_u32 => conformance::arithmetic::check::<u32>,
+            arithmetic_u64 => conformance::arithmetic::check::<u64>,
+            literal_coercion => conformance::arithmetic::literals,
+            casts_from_f32 => conformance::casts::check::<f32>,
+            casts_from_f64 => conformance::casts::check::<f64>,
+            casts_from_i8 => conformance::casts::check::<i8>,
+            casts_from_i16 => conformance::casts::check::<i16>,
+            casts_from_i32 => conformance::casts::check::<i32>,
+            casts_from_i64 => conformance::casts::check::<i64>,
+            casts_from_u8 => conformance::casts::check::<u8>,
+            casts_from_u16 => conformance::casts::check::<u16>,
+            casts_from_u32 => conformance::casts::check::<u32>,
+            casts_from_u64 => conformance::casts::check::<u64>,
+            casts_from_bool => conformance::casts::check_bool,
+            casts_saturate => conformance::casts::float_limits,
+            math_unary_f32 => conformance::math::unary_f32,
+            math_unary_f64 => conformance::math::unary_f64,
+            math_binary_f32 => conformance::math::binary_f32,
+            math_binary_f64 => conformance::math::binary_f64,
+            math_limits => conformance::math::limit_constants,
+            compare_f32 => conformance::control::comparisons::<f32>,
+            compare_f64 => conformance::control::comparisons::<f64>,
+            compare_i8 => conformance::control::comparisons::<i8>,
+            compare_i64 => conformance::control::comparisons::<i64>,
+            compare_u8 => conformance::control::comparisons::<u8>,
+            compare_u64 => conformance::control::comparisons::<u64>,
+            bool_logic => conformance::control::bool_logic,
+            if_else_chain => conformance::control::if_else_chain,
+            staged_for_cumsum_cumprod => conformance::control::cumsum_and_cumprod,
+            staged_for_forms => conformance::control::loop_forms,
+            staged_while => conformance::control::while_loop,
+            trace_time_control => conformance::control::trace_time_control,
+            local_tensors => conformance::control::local_tensors,
+            multi_dim_workgroup => conformance::control::multi_dim_workgroup,
+            data_dependent_index => conformance::control::data_dependent_index,
+            out_of_bounds_error => conformance::control::out_of_bounds_is_an_error,
+            helpers_and_constants => conformance::control::helpers_and_constants,
+            chained_operators => conformance::control::chained_operators,
+            paper_log1p_expm1 => conformance::paper::log1p_and_expm1,
+            paper_triangle_counting => conformance::paper::triangle_counting,
+            paper_convolution_1d => conformance::paper::convolution_1d
+        );
+    };
+    (@tests $options:expr; $($name:ident => $check:path),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                $check(&$options);
+            }
+        )*
+    };
+}

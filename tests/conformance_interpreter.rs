@@ -1,0 +1,4 @@
+//! The conformance suite on the reference interpreter.
+mod conformance;
+
+conformance_suite!(ovl::Options::interpreter());
