@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine. Installs what it needs by itself:
-# the Rust components below; later issues add the project's Python environment (.venv,
-# git-ignored) with TensorFlow and the NVRTC wheels, created here when missing.
+# the Rust components below and the project's git-ignored Python environment (.venv, made by
+# scripts/python-env.sh from scripts/requirements.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +11,10 @@ fi
 
 # Keep the operators the tests compile out of the user's cache.
 export OVL_CACHE_DIR="${OVL_CACHE_DIR:-$PWD/target/ovl-test-cache}"
+
+echo "== Python environment"
+OVL_PYTHON="$(scripts/python-env.sh)"
+export OVL_PYTHON
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
