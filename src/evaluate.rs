@@ -27,7 +27,8 @@ pub struct Options {
     pub threads: usize,
     /// The operator cache directory (default: `$OVL_CACHE_DIR`, else the user cache directory).
     pub cache_dir: Option<PathBuf>,
-    /// Recompile even when the cache has the operator (also `OVL_FORCE_RECOMPILE=1`).
+    /// Ignore compiled operators found on disk and compile them again (also
+    /// `OVL_FORCE_RECOMPILE=1`). An operator this process compiled itself is reused.
     pub force_recompile: bool,
     /// Print generated source and its path to stderr (also `OVL_DUMP_SOURCE=1`).
     pub dump_source: bool,
