@@ -2,6 +2,11 @@
 //! (warm cache) against a plain Rust triad loop on the same threads, in one process, plus the
 //! per-call overhead of `evaluate` on a tiny tensor.
 //!
+//! `evaluate` returns a fresh output array each call, and the first touch of fresh memory costs
+//! page faults (the kernel zeroes every page) that the loop, writing into a warm buffer, does not
+//! pay. `evaluate_into` writes into a reused array, like the loop: compare that line with the loop
+//! for the kernel's own bandwidth.
+//!
 //! Run with `cargo bench --bench triad` (`-- --quick` for a short run).
 
 use ndarray::Array1;
@@ -81,7 +86,9 @@ fn main() -> Result<(), ovl::Error> {
     // Interleave the two measurements so that machine noise hits both alike.
     let mut loop_best = Duration::MAX;
     let mut op_best = Duration::MAX;
+    let mut into_best = Duration::MAX;
     let mut kernel_best = Duration::MAX;
+    let mut reused = ndarray::ArrayD::<f32>::zeros(ndarray::IxDyn(&[n]));
     for _ in 0..3 {
         loop_best = loop_best.min(best_of(reps, || {
             triad_loop(&a_host, &b_host, &mut c_host, threads)
@@ -90,24 +97,33 @@ fn main() -> Result<(), ovl::Error> {
             let out = evaluate_with(&triad(&a, &b), &options).expect("evaluate");
             std::hint::black_box(out);
         }));
+        into_best = into_best.min(best_of(reps, || {
+            evaluate_into(&triad(&a, &b), &mut reused, &options).expect("evaluate_into");
+        }));
         let (_, p) = profile(&triad(&a, &b), &options, reps)?;
         kernel_best = kernel_best.min(p.operators[0].min());
     }
     let gb = |t: Duration| bytes / t.as_secs_f64() / 1e9;
     println!("triad over {n} f32 elements, {threads} threads, best of {reps} x 3");
     println!(
-        "  plain Rust loop                 {:>9.3?}  {:6.1} GB/s",
+        "  plain Rust loop                   {:>9.3?}  {:6.1} GB/s",
         loop_best,
         gb(loop_best)
     );
     println!(
-        "  #[operator] through evaluate    {:>9.3?}  {:6.1} GB/s  ({:.0}% of the loop)",
+        "  #[operator] through evaluate      {:>9.3?}  {:6.1} GB/s  ({:.0}% of the loop)",
         op_best,
         gb(op_best),
         100.0 * gb(op_best) / gb(loop_best)
     );
     println!(
-        "  #[operator] kernel alone        {:>9.3?}  {:6.1} GB/s  ({:.0}% of the loop)",
+        "  #[operator] through evaluate_into {:>9.3?}  {:6.1} GB/s  ({:.0}% of the loop)",
+        into_best,
+        gb(into_best),
+        100.0 * gb(into_best) / gb(loop_best)
+    );
+    println!(
+        "  #[operator] kernel, fresh output  {:>9.3?}  {:6.1} GB/s  ({:.0}% of the loop)",
         kernel_best,
         gb(kernel_best),
         100.0 * gb(kernel_best) / gb(loop_best)
@@ -125,6 +141,9 @@ fn main() -> Result<(), ovl::Error> {
             );
         }
     }) / calls as u32;
+    for i in [0, 1, n / 2, n - 1] {
+        assert_eq!(reused[[i]], a_host[i] + 1.5 * b_host[i]);
+    }
     println!("per-call overhead of evaluate (16 elements, warm cache): {per_call:.2?}");
     Ok(())
 }

@@ -17,6 +17,9 @@ pub enum Error {
     /// Running compiled code failed (for example an index out of bounds).
     #[error(transparent)]
     Run(#[from] ovl_codegen::RunError),
+    /// An output array given to [`crate::evaluate_into`] does not fit the operator's output.
+    #[error("{0}; pass an array of the output's dtype and shape")]
+    OutputMismatch(String),
     /// An evaluated tensor did not have the type its handle promised (a bug in ovl).
     #[error("internal error: {0}")]
     Internal(String),

@@ -250,6 +250,74 @@ impl fmt::Display for Profile {
     }
 }
 
+/// Evaluates `output` into an array you already have, reusing its memory: the way to call an
+/// operator in a hot loop without allocating (and page-faulting) a fresh output each time.
+///
+/// `dest` must have the output's shape and be a contiguous row-major (standard layout) array
+/// that owns all of its buffer; anything else is an [`Error::OutputMismatch`]. Elements that no
+/// worker writes are zeroed, exactly as in a fresh output. On error `dest` keeps its shape, but
+/// its contents are unspecified.
+///
+/// ```
+/// use ovl::prelude::*;
+///
+/// #[operator]
+/// fn double(x: Tensor<f32>) -> Tensor<f32> {
+///     let i = position_in(x.shape())[0];
+///     let out = output_like(&x);
+///     out[[i]] = 2.0 * x[[i]];
+///     out
+/// }
+///
+/// let x = ndarray::array![1.0f32, 2.0, 3.0];
+/// let mut y = ndarray::ArrayD::<f32>::zeros(ndarray::IxDyn(&[3]));
+/// for _ in 0..3 {
+///     ovl::evaluate_into(&double(&x), &mut y, &Options::interpreter()).unwrap();
+/// }
+/// assert_eq!(y, ndarray::array![2.0f32, 4.0, 6.0].into_dyn());
+/// ```
+pub fn evaluate_into<T: Scalar>(
+    output: &Lazy<T>,
+    dest: &mut ArrayD<T>,
+    options: &Options,
+) -> Result<(), Error> {
+    let graph = ovl_core::lazy::build_graph(&[output.untyped()])?;
+    let kernels = executor::prepare(&graph, options)?;
+    let not_row_major = || {
+        Error::OutputMismatch(
+            "the output array is not in row-major order or is a view into a larger buffer".into(),
+        )
+    };
+    if !dest.is_standard_layout() {
+        return Err(not_row_major());
+    }
+    let shape = dest.shape().to_vec();
+    let len = dest.len();
+    let array = std::mem::replace(dest, ArrayD::from_elem(IxDyn(&[0]), T::default()));
+    let (data, offset) = array.into_raw_vec_and_offset();
+    let offset = offset.unwrap_or(0);
+    if data.len() != len || offset != 0 {
+        // Put the elements back (a copy: the array owned more than it showed).
+        *dest = ArrayD::from_shape_vec(IxDyn(&shape), data[offset..offset + len].to_vec())
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        return Err(not_row_major());
+    }
+    let buffer = HostTensor::from_vec(&shape, data)
+        .ok_or_else(|| Error::Internal("an array's length does not match its shape".into()))?;
+    let result = executor::run_into(&graph, &kernels, options, None, vec![Some(buffer)])
+        .and_then(|mut r| to_array(r.pop()));
+    match result {
+        Ok(array) => {
+            *dest = array;
+            Ok(())
+        }
+        Err(e) => {
+            *dest = ArrayD::from_elem(IxDyn(&shape), T::default());
+            Err(e)
+        }
+    }
+}
+
 /// Evaluates `iterations` times (at least once) and returns the arrays of the last run together
 /// with per-operator timings, like the original's `profile`.
 pub fn profile<O: Evaluate>(

@@ -43,7 +43,19 @@ pub(crate) fn run(
     graph: &Graph,
     kernels: &[Kernel],
     options: &Options,
+    timings: Option<&mut Vec<Duration>>,
+) -> Result<Vec<HostTensor>, Error> {
+    run_into(graph, kernels, options, timings, Vec::new())
+}
+
+/// [`run`], writing requested output `k` into `provided[k]` when that buffer is given (it must
+/// have the output's dtype and shape). The buffers come back in the result, in place.
+pub(crate) fn run_into(
+    graph: &Graph,
+    kernels: &[Kernel],
+    options: &Options,
     mut timings: Option<&mut Vec<Duration>>,
+    mut provided: Vec<Option<HostTensor>>,
 ) -> Result<Vec<HostTensor>, Error> {
     let dag = &graph.dag;
     let n = dag.operators.len();
@@ -68,11 +80,29 @@ pub(crate) fn run(
 
     let mut results: Vec<Vec<Option<HostTensor>>> = Vec::with_capacity(n);
     for (i, op) in dag.operators.iter().enumerate() {
-        let mut outputs = op
-            .outputs
-            .iter()
-            .map(|t| tensor_type(t).map(|(d, s)| HostTensor::zeros(d, &s)))
-            .collect::<Result<Vec<_>, _>>()?;
+        let written = ovl_core::analysis::written_everywhere(op);
+        let mut outputs = Vec::with_capacity(op.outputs.len());
+        for (j, t) in op.outputs.iter().enumerate() {
+            let (dtype, shape) = tensor_type(t)?;
+            let buffer = take_provided(dag, &mut provided, i, j)
+                .map(|mut b| {
+                    if b.dtype() != dtype || b.shape != shape {
+                        return Err(Error::OutputMismatch(format!(
+                            "the output array for `{}` is {}{:?}, but the operator makes {dtype}{shape:?}",
+                            op.name,
+                            b.dtype(),
+                            b.shape
+                        )));
+                    }
+                    // Elements no worker writes must read as zero, as in a fresh output.
+                    if !written.get(j).copied().unwrap_or(false) {
+                        b.fill_zero();
+                    }
+                    Ok(b)
+                })
+                .transpose()?;
+            outputs.push(buffer.unwrap_or_else(|| HostTensor::zeros(dtype, &shape)));
+        }
         {
             let inputs = dag.operator_inputs[i]
                 .inputs
@@ -116,6 +146,27 @@ pub(crate) fn run(
         });
     }
     Ok(requested)
+}
+
+/// The provided buffer for output `output` of operator `operator`, if a requested output names
+/// it and the caller gave one.
+fn take_provided(
+    dag: &ir::OperatorDag,
+    provided: &mut [Option<HostTensor>],
+    operator: usize,
+    output: usize,
+) -> Option<HostTensor> {
+    dag.outputs
+        .iter()
+        .zip(provided.iter_mut())
+        .find_map(|(out, slot)| match &out.source {
+            Some(Source::OpOutput(o))
+                if o.operator as usize == operator && o.output as usize == output =>
+            {
+                slot.take()
+            }
+            _ => None,
+        })
 }
 
 fn lookup<'a>(

@@ -32,7 +32,8 @@ mod executor;
 
 pub use error::Error;
 pub use evaluate::{
-    evaluate, evaluate_with, profile, Evaluate, OperatorProfile, Options, Profile, Target,
+    evaluate, evaluate_into, evaluate_with, profile, Evaluate, OperatorProfile, Options, Profile,
+    Target,
 };
 pub use ovl_core::lazy::Graph;
 pub use ovl_core::trace::{Expr, Position, Tensor, Var};
@@ -61,7 +62,9 @@ pub mod ir_tools {
 
 /// Everything an operator body needs: `use ovl::prelude::*;`.
 pub mod prelude {
-    pub use crate::{evaluate, evaluate_with, helper, operator, profile, Lazy, Options, Target};
+    pub use crate::{
+        evaluate, evaluate_into, evaluate_with, helper, operator, profile, Lazy, Options, Target,
+    };
     pub use ovl_core::trace::{
         abs, acos, asin, atan, atan2, ceil, constant, cos, cosh, epsilon, erf, exp, exp2, expm1,
         floor, fma, isfinite, isinf, isnan, log, log10, log1p, log2, max, max_value, min,

@@ -243,4 +243,9 @@ impl HostTensor {
     pub fn as_slice<T: Scalar>(&self) -> Option<&[T]> {
         T::unwrap_ref(&self.data)
     }
+
+    /// Sets every element to zero (`false` for `bool`), keeping the buffer.
+    pub fn fill_zero(&mut self) {
+        with_tensor_data!(&mut self.data, v => v.fill(Default::default()))
+    }
 }

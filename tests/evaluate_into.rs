@@ -1,0 +1,80 @@
+//! `evaluate_into`: results written into an existing array, on both CPU targets.
+
+use ndarray::{array, s, Array2, ArrayD, IxDyn};
+use ovl::prelude::*;
+
+#[operator]
+fn triad(a: Tensor<f32>, b: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(a.shape())[0];
+    let out = output_like(&a);
+    out[[i]] = a[[i]] + 1.5 * b[[i]];
+    out
+}
+
+/// Writes only the even elements: the odd ones must read as zero, as in a fresh output.
+#[operator]
+fn evens(a: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(a.shape())[0];
+    let out = output_like(&a);
+    if i % 2 == 0 {
+        out[[i]] = a[[i]];
+    }
+    out
+}
+
+fn targets() -> [Options; 2] {
+    [Options::interpreter(), Options::cpu()]
+}
+
+#[test]
+fn writes_into_the_given_array_and_reuses_its_memory() {
+    let a = array![1.0f32, 2.0, 3.0, 4.0];
+    let b = array![0.5f32, -1.0, 2.0, 0.0];
+    for options in targets() {
+        let mut dest = ArrayD::<f32>::from_elem(IxDyn(&[4]), 99.0);
+        let before = dest.as_ptr();
+        ovl::evaluate_into(&triad(&a, &b), &mut dest, &options).expect("evaluate_into");
+        assert_eq!(dest, array![1.75f32, 0.5, 6.0, 4.0].into_dyn());
+        assert_eq!(dest.as_ptr(), before, "the array's buffer is reused");
+    }
+}
+
+#[test]
+fn elements_no_worker_writes_are_zero() {
+    let a = array![1.0f32, 2.0, 3.0, 4.0, 5.0];
+    for options in targets() {
+        let mut dest = ArrayD::<f32>::from_elem(IxDyn(&[5]), 7.0);
+        ovl::evaluate_into(&evens(&a), &mut dest, &options).expect("evaluate_into");
+        assert_eq!(dest, array![1.0f32, 0.0, 3.0, 0.0, 5.0].into_dyn());
+    }
+}
+
+#[test]
+fn a_wrong_shape_is_an_error_that_keeps_the_shape() {
+    let a = array![1.0f32, 2.0, 3.0, 4.0];
+    let mut dest = ArrayD::<f32>::zeros(IxDyn(&[2, 2]));
+    let err = ovl::evaluate_into(&triad(&a, &a), &mut dest, &Options::cpu())
+        .expect_err("a [2, 2] array for a [4] output");
+    let msg = err.to_string();
+    assert!(msg.contains("[2, 2]") && msg.contains("[4]"), "{msg}");
+    assert!(msg.contains("dtype and shape"), "{msg}");
+    assert_eq!(dest.shape(), &[2, 2]);
+}
+
+#[test]
+fn a_strided_array_is_an_error_and_is_left_as_it_was() {
+    let a = array![1.0f32, 2.0];
+    let mut dest = Array2::<f32>::from_shape_vec((2, 2), vec![1.0, 2.0, 3.0, 4.0])
+        .expect("shape")
+        .reversed_axes()
+        .into_dyn();
+    let err = ovl::evaluate_into(&triad(&a, &a), &mut dest, &Options::cpu())
+        .expect_err("a transposed array is not row-major");
+    assert!(err.to_string().contains("row-major"), "{err}");
+    assert_eq!(dest, array![[1.0f32, 3.0], [2.0, 4.0]].into_dyn());
+
+    let mut view_owner = Array2::<f32>::zeros((2, 3));
+    view_owner.slice_collapse(s![.., 1..]);
+    let mut dest = view_owner.into_dyn();
+    assert!(ovl::evaluate_into(&triad(&a, &a), &mut dest, &Options::cpu()).is_err());
+}
