@@ -21,7 +21,7 @@ fn cumsum_rows(x: Tensor<f32>) -> Tensor<f32> {
 #[test]
 fn the_ir_round_trips_through_protobuf_bytes() {
     let x = array![[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]];
-    let graph = ovl::graph(&cumsum_rows(&x)).expect("trace");
+    let graph = ovl::graph(cumsum_rows(&x)).expect("trace");
     assert_eq!(graph.dag.operators.len(), 1);
     let op = &graph.dag.operators[0];
     assert_eq!(op.name, "cumsum_rows");
@@ -44,7 +44,7 @@ fn the_ir_round_trips_through_protobuf_bytes() {
 #[test]
 fn the_text_dump_shows_the_loop_the_reads_and_the_writes() {
     let x = array![[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]];
-    let graph = ovl::graph(&cumsum_rows(&x)).expect("trace");
+    let graph = ovl::graph(cumsum_rows(&x)).expect("trace");
     let text = ovl::ir_tools::to_text(&graph.dag.operators[0]);
     let lines: Vec<&str> = text.lines().map(str::trim).collect();
     assert!(

@@ -77,7 +77,7 @@ fn a_changed_operator_gets_a_new_key() {
     let options = options(cache.path());
 
     let key = |scale: f32, shift: f32| {
-        let graph = ovl::graph(&affine(input(), scale, shift)).expect("trace");
+        let graph = ovl::graph(affine(input(), scale, shift)).expect("trace");
         ovl::ir_tools::canonical_hash(&graph.dag.operators[0]).to_string()
     };
     assert_eq!(key(2.0, 1.0), key(2.0, 1.0));
