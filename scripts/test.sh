@@ -24,4 +24,12 @@ echo "== cargo test"
 cargo test --workspace --locked
 echo "== demo (smoke)"
 cargo run --locked --release --example demo >/dev/null
+echo "== TensorFlow bridge: build, export the test bundles, run the Python tests"
+cargo build --locked --release -p ovl-tf-bridge
+"$OVL_PYTHON" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+    -e ovl-tf-bridge/python
+bundles="$PWD/target/ovl-tf-bundles"
+cargo run --locked --release -p ovl-tf-bridge --example make_bundles -- "$bundles" >/dev/null
+OVL_TF_LIBRARY="$PWD/target/release/libovl_tf_bridge.so" OVL_TF_BUNDLE_DIR="$bundles" \
+    TF_CPP_MIN_LOG_LEVEL=2 "$OVL_PYTHON" -m pytest -q -p no:cacheprovider ovl-tf-bridge/python/tests
 echo "== all tests passed"

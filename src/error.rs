@@ -20,6 +20,38 @@ pub enum Error {
     /// An output array given to [`crate::evaluate_into`] does not fit the operator's output.
     #[error("{0}; pass an array of the output's dtype and shape")]
     OutputMismatch(String),
+    /// The operator merger failed, or drawing its graph did (`dot` not installed, ...).
+    #[error(transparent)]
+    Fuse(#[from] ovl_fuse::FuseError),
+    /// A placeholder has no data to evaluate with: placeholders are fed by the caller of an
+    /// exported program.
+    #[error(
+        "placeholder `{name}` has no data: a graph with placeholders cannot be evaluated; \
+         export it (`ovl::as_tensorflow`) and feed it at call time, or pass host data instead"
+    )]
+    Placeholder {
+        /// The placeholder's name.
+        name: String,
+    },
+    /// Exporting a graph failed (what was wrong with the inputs, outputs or gradient).
+    #[error("cannot export `{name}`: {message}")]
+    Export {
+        /// The exported program's name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Writing an exported bundle failed.
+    #[error("cannot write the bundle {path}: {source}")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Building a gradient graph failed.
+    #[error(transparent)]
+    Grad(#[from] ovl_core::autodiff::GradError),
     /// An evaluated tensor did not have the type its handle promised (a bug in ovl).
     #[error("internal error: {0}")]
     Internal(String),

@@ -4,6 +4,7 @@ use crate::executor;
 use crate::Error;
 use ndarray::{ArrayD, IxDyn};
 use ovl_core::{HostTensor, Lazy, LazyTensor, Scalar};
+use ovl_fuse::OptLevel;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -16,6 +17,16 @@ pub enum Target {
     /// Generated C++, compiled at `-O3` into the operator cache, run on all cores.
     #[default]
     Cpu,
+    /// Generated CUDA, compiled with NVRTC into the operator cache (CUBIN for the GPU's own
+    /// architecture) and run on GPU 0: inputs are copied to the device, kernels launched,
+    /// outputs copied back; [`profile`] reports each kernel's GPU time from CUDA events. Without a
+    /// GPU, a driver or NVRTC, evaluation fails with an error that says what is missing.
+    Cuda,
+    /// No GPU needed: every operator is generated as CUDA, compiled by NVRTC to PTX and
+    /// assembled by `ptxas` for each architecture of [`Options::cuda_validate_archs`] (a failure
+    /// is an error), then evaluated by the reference interpreter, so results are the oracle's.
+    /// This is how CI checks the CUDA backend on machines without a GPU.
+    CudaValidate,
 }
 
 /// How to evaluate.
@@ -32,6 +43,14 @@ pub struct Options {
     pub force_recompile: bool,
     /// Print generated source and its path to stderr (also `OVL_DUMP_SOURCE=1`).
     pub dump_source: bool,
+    /// How much the operator merger fuses before kernels are prepared: 0 = nothing (one
+    /// kernel per operator), 3 = everything it can (the default). See [`OptLevel`].
+    pub opt_level: OptLevel,
+    /// Threads per CUDA block ([`Target::Cuda`]); 0 means the default (256).
+    pub cuda_block_size: u32,
+    /// The architectures [`Target::CudaValidate`] checks (like 90 for `sm_90`); empty means 80
+    /// and 90.
+    pub cuda_validate_archs: Vec<u32>,
 }
 
 impl Options {
@@ -43,9 +62,58 @@ impl Options {
         }
     }
 
+    /// Evaluate with generated CUDA on the GPU ([`Target::Cuda`]).
+    pub fn cuda() -> Options {
+        Options {
+            target: Target::Cuda,
+            ..Options::default()
+        }
+    }
+
+    /// Compile every operator for CUDA and validate it with ptxas for sm_80 and sm_90, then
+    /// evaluate with the interpreter ([`Target::CudaValidate`]; no GPU needed).
+    pub fn cuda_validate() -> Options {
+        Options {
+            target: Target::CudaValidate,
+            ..Options::default()
+        }
+    }
+
+    /// The architectures [`Target::CudaValidate`] checks.
+    pub fn validate_archs(&self) -> Vec<u32> {
+        if self.cuda_validate_archs.is_empty() {
+            vec![80, 90]
+        } else {
+            self.cuda_validate_archs.clone()
+        }
+    }
+
+    pub(crate) fn cuda_options(&self) -> ovl_codegen::cuda::CudaCompileOptions {
+        let mut o =
+            ovl_codegen::cuda::CudaCompileOptions::default().with_block_size(self.cuda_block_size);
+        if let Some(dir) = &self.cache_dir {
+            o = o.with_cache_dir(dir.clone());
+        }
+        o.with_force_recompile(self.force_recompile)
+            .with_dump_source(self.dump_source)
+    }
+
     /// Evaluate with generated C++ (the default).
     pub fn cpu() -> Options {
         Options::default()
+    }
+
+    /// The same options with optimization level `level` (0 = no merging, 3 = full; larger
+    /// values mean 3).
+    ///
+    /// ```
+    /// let unfused = ovl::Options::cpu().with_opt_level(0);
+    /// assert_eq!(unfused.opt_level.get(), 0);
+    /// assert_eq!(ovl::Options::default().opt_level.get(), 3);
+    /// ```
+    pub fn with_opt_level(mut self, level: u8) -> Options {
+        self.opt_level = OptLevel::new(level);
+        self
     }
 
     /// The same options with `threads` worker threads.
@@ -166,6 +234,7 @@ pub fn evaluate<O: Evaluate>(outputs: O) -> Result<O::Output, Error> {
 /// Evaluates with the given options.
 pub fn evaluate_with<O: Evaluate>(outputs: O, options: &Options) -> Result<O::Output, Error> {
     let graph = ovl_core::lazy::build_graph(&outputs.tensors())?;
+    let graph = executor::fuse(graph, options)?;
     let kernels = executor::prepare(&graph, options)?;
     let results = executor::run(&graph, &kernels, options, None)?;
     outputs.convert(&mut results.into_iter())
@@ -281,41 +350,83 @@ pub fn evaluate_into<T: Scalar>(
     dest: &mut ArrayD<T>,
     options: &Options,
 ) -> Result<(), Error> {
-    let graph = ovl_core::lazy::build_graph(&[output.untyped()])?;
+    evaluate_into_all(&[output], std::slice::from_mut(dest), options)
+}
+
+/// [`evaluate_into`] for several outputs of one dtype, evaluated (and fused) together:
+/// `outputs[k]` is written into `dests[k]`.
+pub fn evaluate_into_all<T: Scalar>(
+    outputs: &[&Lazy<T>],
+    dests: &mut [ArrayD<T>],
+    options: &Options,
+) -> Result<(), Error> {
+    if outputs.len() != dests.len() {
+        return Err(Error::OutputMismatch(format!(
+            "{} outputs but {} arrays to write them into",
+            outputs.len(),
+            dests.len()
+        )));
+    }
+    let tensors: Vec<&LazyTensor> = outputs.iter().map(|o| o.untyped()).collect();
+    let graph = ovl_core::lazy::build_graph(&tensors)?;
+    let graph = executor::fuse(graph, options)?;
     let kernels = executor::prepare(&graph, options)?;
-    let not_row_major = || {
-        Error::OutputMismatch(
-            "the output array is not in row-major order or is a view into a larger buffer".into(),
-        )
-    };
-    if !dest.is_standard_layout() {
+    if dests.iter().any(|d| !d.is_standard_layout()) {
         return Err(not_row_major());
     }
+    let shapes: Vec<Vec<usize>> = dests.iter().map(|d| d.shape().to_vec()).collect();
+    let mut buffers = Vec::with_capacity(dests.len());
+    for (k, dest) in dests.iter_mut().enumerate() {
+        match take_buffer(dest) {
+            Ok(b) => buffers.push(Some(b)),
+            Err(e) => {
+                // Give the arrays taken so far back their shapes before reporting.
+                for (d, shape) in dests.iter_mut().zip(&shapes).take(k) {
+                    *d = ArrayD::from_elem(IxDyn(shape), T::default());
+                }
+                return Err(e);
+            }
+        }
+    }
+    let result = executor::run_into(&graph, &kernels, options, None, buffers);
+    match result {
+        Ok(results) => {
+            let mut results = results.into_iter();
+            for dest in dests.iter_mut() {
+                *dest = to_array(results.next())?;
+            }
+            Ok(())
+        }
+        Err(e) => {
+            for (d, shape) in dests.iter_mut().zip(&shapes) {
+                *d = ArrayD::from_elem(IxDyn(shape), T::default());
+            }
+            Err(e)
+        }
+    }
+}
+
+fn not_row_major() -> Error {
+    Error::OutputMismatch(
+        "the output array is not in row-major order or is a view into a larger buffer".into(),
+    )
+}
+
+/// Moves a standard-layout array's buffer into a host tensor (the array is left empty). An array
+/// that owns more than it shows is left as it was (with a copy of its elements) and refused.
+fn take_buffer<T: Scalar>(dest: &mut ArrayD<T>) -> Result<HostTensor, Error> {
     let shape = dest.shape().to_vec();
     let len = dest.len();
     let array = std::mem::replace(dest, ArrayD::from_elem(IxDyn(&[0]), T::default()));
     let (data, offset) = array.into_raw_vec_and_offset();
     let offset = offset.unwrap_or(0);
     if data.len() != len || offset != 0 {
-        // Put the elements back (a copy: the array owned more than it showed).
         *dest = ArrayD::from_shape_vec(IxDyn(&shape), data[offset..offset + len].to_vec())
             .map_err(|e| Error::Internal(e.to_string()))?;
         return Err(not_row_major());
     }
-    let buffer = HostTensor::from_vec(&shape, data)
-        .ok_or_else(|| Error::Internal("an array's length does not match its shape".into()))?;
-    let result = executor::run_into(&graph, &kernels, options, None, vec![Some(buffer)])
-        .and_then(|mut r| to_array(r.pop()));
-    match result {
-        Ok(array) => {
-            *dest = array;
-            Ok(())
-        }
-        Err(e) => {
-            *dest = ArrayD::from_elem(IxDyn(&shape), T::default());
-            Err(e)
-        }
-    }
+    HostTensor::from_vec(&shape, data)
+        .ok_or_else(|| Error::Internal("an array's length does not match its shape".into()))
 }
 
 /// Evaluates `iterations` times (at least once) and returns the arrays of the last run together
@@ -327,6 +438,7 @@ pub fn profile<O: Evaluate>(
 ) -> Result<(O::Output, Profile), Error> {
     let graph = ovl_core::lazy::build_graph(&outputs.tensors())?;
     let start = Instant::now();
+    let graph = executor::fuse(graph, options)?;
     let kernels = executor::prepare(&graph, options)?;
     let prepare = start.elapsed();
     let iterations = iterations.max(1);

@@ -13,6 +13,20 @@ use std::time::{Duration, Instant};
 pub(crate) enum Kernel {
     Interpreter,
     Cpu(Arc<ovl_codegen::CompiledOperator>),
+    Cuda(Arc<ovl_codegen::cuda::CudaOperator>),
+}
+
+/// Merges the graph's operators at `options.opt_level` (the graph inputs and the requested
+/// outputs are unchanged), before kernels are prepared.
+pub(crate) fn fuse(graph: Graph, options: &Options) -> Result<Graph, Error> {
+    if options.opt_level.get() == 0 || graph.dag.operators.len() < 2 {
+        return Ok(graph);
+    }
+    let dag = ovl_fuse::optimize_cached(graph.dag, options.opt_level)?;
+    Ok(Graph {
+        dag,
+        inputs: graph.inputs,
+    })
 }
 
 /// Compiles (or finds in the cache) every operator of the graph for `options.target`.
@@ -27,6 +41,19 @@ pub(crate) fn prepare(graph: &Graph, options: &Options) -> Result<Vec<Kernel>, E
                 op,
                 &options.compile_options(),
             )?)),
+            Target::Cuda => Ok(Kernel::Cuda(ovl_codegen::cuda::load(
+                op,
+                &options.cuda_options(),
+            )?)),
+            Target::CudaValidate => {
+                // NVRTC runs in this process for every operator (the PTX is compiled again even
+                // when cached), then ptxas checks it for each architecture.
+                let cuda = options.cuda_options().with_force_recompile(true);
+                for arch in options.validate_archs() {
+                    ovl_codegen::cuda::validate(op, arch, &cuda)?;
+                }
+                Ok(Kernel::Interpreter)
+            }
         })
         .collect()
 }
@@ -110,12 +137,15 @@ pub(crate) fn run_into(
                 .map(|v| lookup(graph, &results, v))
                 .collect::<Result<Vec<&HostTensor>, _>>()?;
             let start = Instant::now();
+            // A GPU kernel's own time (CUDA events) replaces the host's wall clock.
+            let mut gpu_time = None;
             match &kernels[i] {
                 Kernel::Interpreter => ovl_core::interp::interpret(op, &inputs, &mut outputs)?,
                 Kernel::Cpu(k) => k.run(&inputs, &mut outputs, options.threads)?,
+                Kernel::Cuda(k) => gpu_time = Some(k.run(&inputs, &mut outputs)?),
             }
             if let Some(t) = timings.as_deref_mut() {
-                t.push(start.elapsed());
+                t.push(gpu_time.unwrap_or_else(|| start.elapsed()));
             }
         }
         results.push(outputs.into_iter().map(Some).collect());
@@ -175,11 +205,13 @@ fn lookup<'a>(
     v: &ir::ValueRef,
 ) -> Result<&'a HostTensor, Error> {
     match &v.source {
-        Some(Source::GraphInput(i)) => graph
-            .inputs
-            .get(*i as usize)
-            .map(|t| &**t)
-            .ok_or_else(|| Error::Internal(format!("graph input {i} does not exist"))),
+        Some(Source::GraphInput(i)) => match graph.inputs.get(*i as usize) {
+            Some(ovl_core::GraphInput::Host(t)) => Ok(&**t),
+            Some(ovl_core::GraphInput::Placeholder { name, .. }) => {
+                Err(Error::Placeholder { name: name.clone() })
+            }
+            None => Err(Error::Internal(format!("graph input {i} does not exist"))),
+        },
         Some(Source::OpOutput(o)) => results
             .get(o.operator as usize)
             .and_then(|outs| outs.get(o.output as usize))

@@ -25,24 +25,96 @@
 //! let y = ovl::evaluate_with(&cumsum_rows(&x), &Options::interpreter()).unwrap();
 //! assert_eq!(y, ndarray::array![[1.0f32, 3.0, 6.0], [4.0, 9.0, 15.0]].into_dyn());
 //! ```
+//!
+//! # Gradients
+//!
+//! Attach a gradient to an operator call with [`set_gradient`], then build the backward graph
+//! lazily with [`backward`]; it is fused and compiled like any other graph.
+//!
+//! ```
+//! use ovl::prelude::*;
+//!
+//! #[operator]
+//! fn square(x: Tensor<f64>) -> Tensor<f64> {
+//!     let i = position_in(x.shape())[0];
+//!     let out = output_like(&x);
+//!     out[[i]] = x[[i]] * x[[i]];
+//!     out
+//! }
+//!
+//! let x = Lazy::from(ndarray::array![1.0f64, -2.0, 3.0]);
+//! let y = square(&x);
+//! ovl::set_gradient(&y, |call| {
+//!     let x = call.input::<f64>(0);
+//!     let dy = call.output_grad::<f64>(0);
+//!     vec![Some((&dy * &(2.0 * &x)).into_untyped())]
+//! });
+//! let ones = Lazy::from(ndarray::array![1.0f64, 1.0, 1.0]);
+//! let grads = ovl::backward(&[(&y, &ones)], &[&x]).unwrap();
+//! let dx = ovl::evaluate(&grads.of(&x).unwrap()).unwrap();
+//! assert_eq!(dx, ndarray::array![2.0, -4.0, 6.0].into_dyn());
+//! ```
+//!
+//! # Checking arguments
+//!
+//! An operator checks its arguments at trace time and reports a problem with
+//! [`prelude::trace_error`]; evaluation returns it as an error naming the line.
+//!
+//! ```
+//! use ovl::prelude::*;
+//!
+//! #[operator]
+//! fn first_column(x: Tensor<f32>) -> Tensor<f32> {
+//!     if x.rank() != 2 {
+//!         trace_error(format!("first_column needs a matrix, got shape {:?}", x.shape()));
+//!     }
+//!     let i = position_in([x.dim(0)])[0];
+//!     let out = output([x.dim(0)]);
+//!     out[[i]] = x[[i, 0]];
+//!     out
+//! }
+//!
+//! let err = ovl::evaluate(&first_column(ndarray::array![1.0f32, 2.0])).unwrap_err();
+//! assert!(err.to_string().contains("needs a matrix, got shape [2]"));
+//! ```
 
 mod error;
 mod evaluate;
 mod executor;
+pub mod export;
+mod fusion;
 
 pub use error::Error;
 pub use evaluate::{
-    evaluate, evaluate_into, evaluate_with, profile, Evaluate, OperatorProfile, Options, Profile,
-    Target,
+    evaluate, evaluate_into, evaluate_into_all, evaluate_with, profile, Evaluate, OperatorProfile,
+    Options, Profile, Target,
+};
+pub use export::{as_tensorflow, placeholder, Bundle, TfExport};
+/// Reverse-mode differentiation of the lazy graph: attach gradients, build backward graphs.
+pub use ovl_core::autodiff::{
+    backward, backward_untyped, set_gradient, GradError, GradientCall, GradientFn, Gradients,
 };
 pub use ovl_core::lazy::Graph;
 pub use ovl_core::trace::{Expr, Position, Tensor, Var};
-pub use ovl_core::{ir, DType, HostTensor, IntoLazy, Lazy, Scalar, TraceError};
+pub use ovl_core::{ir, DType, HostTensor, IntoLazy, Lazy, LazyTensor, Scalar, TraceError};
 pub use ovl_macros::{helper, operator};
+
+pub use fusion::fusion;
+/// The operator merger: fusion reports, refusal reasons, index patterns, Graphviz output.
+pub use ovl_fuse::{
+    FuseError, Fusion, FusionReport, ImageFormat, IndexPattern, Merge, MergeKind, OptLevel, Reason,
+    Refusal,
+};
 
 /// The on-disk operator cache: where compiled operators live (`OVL_CACHE_DIR` overrides the
 /// default), how to empty it, and how many times this process has run the C++ compiler.
 pub use ovl_codegen::{cache_dir, clear_cache, compiler_invocations};
+
+/// The CUDA backend behind [`Target::Cuda`] and [`Target::CudaValidate`]: what this machine has
+/// ([`cuda::gpu_status`], [`cuda::nvrtc_status`], [`cuda::ptxas_path`]), NVRTC and ptxas
+/// counters ([`cuda::stats`]), and direct access to generated CUDA, PTX and CUBIN
+/// ([`cuda::compile`], [`cuda::generate_cuda`]).
+pub use ovl_codegen::cuda;
 
 /// The IR of everything `outputs` depend on, as an [`ir::OperatorDag`].
 pub fn graph<O: Evaluate>(outputs: O) -> Result<Graph, Error> {
@@ -51,7 +123,7 @@ pub fn graph<O: Evaluate>(outputs: O) -> Result<Graph, Error> {
 
 /// The IR, its text form and its canonical hash.
 pub mod ir_tools {
-    pub use ovl_core::hash::{canonical_hash, Digest};
+    pub use ovl_core::hash::{canonical_hash, canonical_hash_operator_dag, Digest};
     pub use ovl_core::text::{operator_dag_to_text, to_text};
 
     /// The protobuf bytes of an operator or operator DAG.
@@ -72,6 +144,8 @@ pub mod prelude {
         sinh, sqrt, tan, tanh, variable, zeros, Expr, Float, Int, IntoExpr, Num, Position, Tensor,
         Var,
     };
+    /// Rank-generic indexing (`t.read(vec![ix(p[0]), ix(0)])`) and argument checks.
+    pub use ovl_core::trace::{ix, trace_error, Idx, IndexPart};
     pub use ovl_core::{DType, Scalar};
 }
 

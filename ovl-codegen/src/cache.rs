@@ -1,6 +1,6 @@
 //! The operator cache: on disk (shared between processes) and in memory (per process).
 //!
-//! Layout: `<root>/v1/cpu/<key>/` holds `op.cpp` (the generated source), `op.so` (the library)
+//! Layout (CUDA: see [`crate::cuda`], `<root>/v1/cuda/<key>/`): `<root>/v1/cpu/<key>/` holds `op.cpp` (the generated source), `op.so` (the library)
 //! and `meta` (what the key was computed from, for people), plus a `lock` file. `<root>` is
 //! `$OVL_CACHE_DIR`, else the user cache directory (`~/.cache/ovl` on Linux), or
 //! [`CompileOptions::cache_dir`]. `<key>` is [`crate::CompiledOperator::cache_key`]: 32 hex digits
@@ -57,6 +57,7 @@ pub fn clear_cache_at(root: &Path) -> Result<(), CodegenError> {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .retain(|(r, _), _| r != root);
+    crate::cuda::forget_root(root);
     let entries = match fs::read_dir(root) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -112,11 +113,14 @@ pub(crate) fn cache_key(dag: &ir::ExpressionDag, toolchain: &Toolchain) -> Strin
     out[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn env_flag(name: &str) -> bool {
+pub(crate) fn env_flag(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
-fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CodegenError {
+pub(crate) fn io_err(
+    action: &'static str,
+    path: &Path,
+) -> impl FnOnce(std::io::Error) -> CodegenError {
     let path = path.to_path_buf();
     move |source| CodegenError::Cache {
         action,
@@ -126,7 +130,7 @@ fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> C
 }
 
 /// Writes `bytes` to `dir/name` atomically (a unique temporary file, then a rename).
-fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CodegenError> {
+pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CodegenError> {
     let mut tmp = tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(".tmp")
@@ -142,14 +146,19 @@ fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CodegenError
 }
 
 fn dump(operator: &str, path: &Path) {
+    dump_source_file("C++", operator, path)
+}
+
+/// Prints a generated source file (`language`: `C++`, `CUDA`) to stderr for `OVL_DUMP_SOURCE`.
+pub(crate) fn dump_source_file(language: &str, operator: &str, path: &Path) {
     match fs::read_to_string(path) {
         Ok(src) => eprintln!(
-            "ovl: C++ source of operator `{operator}` ({}):\n{src}\novl: end of {}",
+            "ovl: {language} source of operator `{operator}` ({}):\n{src}\novl: end of {}",
             path.display(),
             path.display()
         ),
         Err(e) => eprintln!(
-            "ovl: cannot read the C++ source of operator `{operator}` at {}: {e}",
+            "ovl: cannot read the {language} source of operator `{operator}` at {}: {e}",
             path.display()
         ),
     }

@@ -44,8 +44,8 @@ pub enum CodegenError {
     },
     /// A local tensor is too large for the per-worker stack storage of generated code.
     #[error(
-        "operator `{operator}`{}: local {local} ({ty}) takes {bytes} bytes per worker; the C++ \
-         backend keeps locals on each worker's stack and allows at most {limit} bytes per local \
+        "operator `{operator}`{}: local {local} ({ty}) takes {bytes} bytes per worker; generated \
+         code keeps locals on each worker's stack (GPU: in local memory) and allows at most {limit} bytes per local \
          tensor ({total_limit} bytes for all locals of a worker); use a smaller local or an \
          output tensor",
         at(.defined_at)
@@ -97,6 +97,61 @@ pub enum CodegenError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// NVRTC, the CUDA runtime compiler library, could not be found or loaded.
+    #[error(
+        "CUDA backend: cannot load NVRTC (libnvrtc.so.12): {message}\n  looked for: {}\n  to \
+         install it: `pip install nvidia-cuda-nvrtc-cu12` into the project's Python environment \
+         (scripts/python-env.sh does, into .venv), or install the CUDA toolkit, or set \
+         OVL_NVRTC_LIB to the library's path",
+        if .searched.is_empty() { "(nothing found)".to_string() } else {
+            .searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ") }
+    )]
+    NvrtcNotFound {
+        /// What went wrong.
+        message: String,
+        /// The candidate paths that were tried.
+        searched: Vec<PathBuf>,
+    },
+    /// `ptxas`, the PTX assembler used to validate PTX without a GPU, could not be found.
+    #[error(
+        "CUDA backend: cannot find ptxas (the PTX assembler that validates generated PTX): \
+         {message}\n  looked for: {}\n  to install it: `pip install nvidia-cuda-nvcc-cu12` into \
+         the project's Python environment (scripts/python-env.sh does, into .venv), or install \
+         the CUDA toolkit, or set OVL_PTXAS to its path",
+        if .searched.is_empty() { "(nothing found)".to_string() } else {
+            .searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ") }
+    )]
+    PtxasNotFound {
+        /// What went wrong.
+        message: String,
+        /// The candidate paths that were tried.
+        searched: Vec<PathBuf>,
+    },
+    /// NVRTC rejected the generated CUDA, or ptxas rejected the PTX (a bug in ovl or in the CUDA
+    /// setup): the details carry the tool's log, its options and the source path.
+    #[error(transparent)]
+    CudaCompileFailed(Box<CudaCompileFailure>),
+    /// No GPU can be used: the NVIDIA driver (libcuda.so.1) is missing, or it reports no device.
+    #[error(
+        "CUDA backend: no usable GPU: {message}\n  running on a GPU needs an NVIDIA GPU and its \
+         driver (libcuda.so.1, installed with the NVIDIA driver, not by pip); without one, \
+         `Options::cuda_validate()` still compiles every operator with NVRTC and checks the PTX \
+         with ptxas"
+    )]
+    NoGpu {
+        /// What is missing.
+        message: String,
+    },
+    /// A CUDA driver call failed while loading a compiled module.
+    #[error("operator `{operator}`: CUDA driver error while {action}: {message}")]
+    CudaDriver {
+        /// The operator's name.
+        operator: String,
+        /// What was attempted.
+        action: String,
+        /// The driver's error.
+        message: String,
+    },
     /// A freshly compiled library could not be loaded.
     #[error("operator `{operator}`: cannot load the compiled library {}: {message}", .path.display())]
     Load {
@@ -129,6 +184,31 @@ pub struct CompileFailure {
     /// The path of the generated C++ source (kept for inspection).
     pub source_path: PathBuf,
     /// Everything the compiler printed (stderr, then stdout).
+    pub log: String,
+}
+
+/// The details of [`CodegenError::CudaCompileFailed`].
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error(
+    "operator `{operator}`{}: {tool} failed for {arch}\n  generated source: {}\n  \
+     {tool} {command}\n  {tool} output:\n{log}",
+    at(.defined_at),
+    .source_path.display()
+)]
+pub struct CudaCompileFailure {
+    /// The operator's name.
+    pub operator: String,
+    /// `file:line` of the operator's function, or empty when unknown.
+    pub defined_at: String,
+    /// `NVRTC` or `ptxas`.
+    pub tool: String,
+    /// The target architecture, like `sm_90`.
+    pub arch: String,
+    /// The options (NVRTC) or the command line (ptxas).
+    pub command: String,
+    /// The generated CUDA source (NVRTC) or PTX (ptxas), kept for inspection.
+    pub source_path: PathBuf,
+    /// Everything the tool reported.
     pub log: String,
 }
 
@@ -231,8 +311,19 @@ pub enum RunError {
         /// The worker's position in the workgroup.
         position: Vec<u64>,
     },
+    /// A CUDA driver call failed while running an operator on the GPU (copying, launching,
+    /// synchronizing).
+    #[error("operator `{operator}`: CUDA driver error while {action}: {message}")]
+    Cuda {
+        /// The operator's name.
+        operator: String,
+        /// What was attempted.
+        action: String,
+        /// The driver's error.
+        message: String,
+    },
     /// The generated code reported a status this runtime does not know (a bug in ovl).
-    #[error("operator `{operator}`: internal error of the C++ backend: {message}")]
+    #[error("operator `{operator}`: internal error of the generated code: {message}")]
     Internal {
         /// The operator's name.
         operator: String,

@@ -1,6 +1,8 @@
-//! C++ backend of ovl: generates C++ from an operator ([`ovl_core::ir::ExpressionDag`]),
+//! Backends of ovl. C++: generates C++ from an operator ([`ovl_core::ir::ExpressionDag`]),
 //! compiles it with the system C++ compiler into a shared library kept in an on-disk operator
-//! cache, loads it and runs it on host tensors on several threads.
+//! cache, loads it and runs it on host tensors on several threads. CUDA ([`cuda`]): generates
+//! CUDA, compiles it with NVRTC into the same cache, validates PTX with ptxas without a GPU and
+//! runs kernels on a GPU.
 //!
 //! ```no_run
 //! # fn demo(dag: &ovl_core::ir::ExpressionDag, x: &ovl_core::HostTensor) -> anyhow::Result<()> {
@@ -15,6 +17,7 @@
 //! - [`compiler_flags`], [`compiler_invocations`]: the compiler driver.
 //! - [`cache_dir`], [`clear_cache`]: the operator cache (layout in the [`cache`] module docs).
 //! - [`CompiledOperator::run`]: the runtime; [`abi`] documents the C entry points.
+//! - [`cuda`]: the CUDA backend (emitter, NVRTC, ptxas, cache entries, GPU runtime).
 //!
 //! Environment: `OVL_CACHE_DIR` (cache root), `OVL_FORCE_RECOMPILE=1` (ignore the on-disk
 //! cache), `OVL_DUMP_SOURCE=1` (print generated sources to stderr), `CXX` (the compiler, as
@@ -24,13 +27,14 @@ pub mod abi;
 pub mod cache;
 mod compiler;
 pub mod cpp;
+pub mod cuda;
 mod error;
 mod options;
 mod runtime;
 
 pub use cache::{cache_dir, clear_cache, clear_cache_at, compile_with_outcome, CACHE_LAYOUT};
 pub use compiler::{compiler_flags, compiler_invocations};
-pub use error::{Access, CodegenError, CompileFailure, OutOfBounds, RunError};
+pub use error::{Access, CodegenError, CompileFailure, CudaCompileFailure, OutOfBounds, RunError};
 pub use options::CompileOptions;
 pub use runtime::{CacheOutcome, CompiledOperator, Origin, PARALLEL_MIN_WORK};
 

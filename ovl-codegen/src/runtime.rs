@@ -320,6 +320,53 @@ impl CompiledOperator {
                 .collect();
             &out_heap
         };
+        // SAFETY: one pointer per input and output, into the tensors checked above, which
+        // stay borrowed for the call.
+        unsafe { self.launch(in_ptrs, out_ptrs, threads) }
+    }
+
+    /// [`run`](Self::run) on raw buffers, for callers that own the memory (the TensorFlow
+    /// bridge runs operators on TensorFlow's tensors without copying). Only the counts are
+    /// checked.
+    ///
+    /// # Safety
+    /// `inputs[i]` must point to the contiguous row-major elements of input `i` of the
+    /// operator's declared dtype and shape (bool: one byte holding 0 or 1), readable for the
+    /// whole call; `outputs[i]` likewise for output `i`, writable and not aliasing any other
+    /// buffer passed.
+    pub unsafe fn run_raw(
+        &self,
+        inputs: &[*const c_void],
+        outputs: &[*mut c_void],
+        threads: usize,
+    ) -> Result<(), RunError> {
+        for (kind, declared, passed) in [
+            ("input", self.inputs.len(), inputs.len()),
+            ("output", self.outputs.len(), outputs.len()),
+        ] {
+            if declared != passed {
+                return Err(RunError::TensorCount {
+                    operator: self.name.clone(),
+                    kind,
+                    expected: declared,
+                    got: passed,
+                });
+            }
+        }
+        // SAFETY: forwarded to the caller.
+        unsafe { self.launch(inputs, outputs, threads) }
+    }
+
+    /// Splits the workgroup over `threads` threads and runs it on the given buffers.
+    ///
+    /// # Safety
+    /// As for [`run_raw`](Self::run_raw), with the counts already checked.
+    unsafe fn launch(
+        &self,
+        in_ptrs: &[*const c_void],
+        out_ptrs: &[*mut c_void],
+        threads: usize,
+    ) -> Result<(), RunError> {
         let ptrs = Pointers {
             inputs: in_ptrs.as_ptr(),
             outputs: out_ptrs.as_ptr(),
@@ -371,61 +418,80 @@ impl CompiledOperator {
         }
     }
 
-    fn position(&self, worker: i64) -> Vec<u64> {
-        let mut rest = worker.max(0) as u64;
-        let mut p = vec![0; self.workgroup.len()];
-        for a in (0..p.len()).rev() {
-            let d = self.workgroup[a].max(1);
-            p[a] = rest % d;
-            rest /= d;
-        }
-        p
-    }
-
     fn fault(&self, st: &Status) -> RunError {
-        let position = self.position(st.worker);
-        let expression = st.expression.max(0) as usize;
-        match st.code {
-            abi::STATUS_OUT_OF_BOUNDS => {
-                let kind = match TensorKind::try_from(st.tensor_kind) {
-                    Ok(TensorKind::Input) => "input",
-                    Ok(TensorKind::Output) => "output",
-                    Ok(TensorKind::Local) => "local",
-                    _ => "tensor",
-                };
-                let index = if st.index_signed != 0 {
-                    st.index_bits as i64 as i128
-                } else {
-                    st.index_bits as i128
-                };
-                RunError::IndexOutOfBounds(Box::new(OutOfBounds {
-                    operator: self.name.clone(),
-                    defined_at: self.defined_at.clone(),
-                    expression,
-                    access: if self.writes.get(expression).copied().unwrap_or(false) {
-                        Access::Write
-                    } else {
-                        Access::Read
-                    },
-                    tensor: format!("{kind} {}", st.tensor_index),
-                    axis: st.axis.max(0) as usize,
-                    index,
-                    size: st.size,
-                    position,
-                }))
-            }
-            abi::STATUS_NON_POSITIVE_STEP => RunError::NonPositiveStep {
-                operator: self.name.clone(),
-                defined_at: self.defined_at.clone(),
+        fault_error(
+            &self.name,
+            &self.defined_at,
+            &self.workgroup,
+            &self.writes,
+            st,
+        )
+    }
+}
+
+/// The position of a flattened worker index in a workgroup.
+fn position(workgroup: &[u64], worker: i64) -> Vec<u64> {
+    let mut rest = worker.max(0) as u64;
+    let mut p = vec![0; workgroup.len()];
+    for a in (0..p.len()).rev() {
+        let d = workgroup[a].max(1);
+        p[a] = rest % d;
+        rest /= d;
+    }
+    p
+}
+
+/// The error for a fault status of the generated code (shared by the C++ and CUDA runtimes).
+/// `writes[k]` says whether expression `k` is a WRITE.
+pub(crate) fn fault_error(
+    name: &str,
+    defined_at: &str,
+    workgroup: &[u64],
+    writes: &[bool],
+    st: &Status,
+) -> RunError {
+    let position = position(workgroup, st.worker);
+    let expression = st.expression.max(0) as usize;
+    match st.code {
+        abi::STATUS_OUT_OF_BOUNDS => {
+            let kind = match TensorKind::try_from(st.tensor_kind) {
+                Ok(TensorKind::Input) => "input",
+                Ok(TensorKind::Output) => "output",
+                Ok(TensorKind::Local) => "local",
+                _ => "tensor",
+            };
+            let index = if st.index_signed != 0 {
+                st.index_bits as i64 as i128
+            } else {
+                st.index_bits as i128
+            };
+            RunError::IndexOutOfBounds(Box::new(OutOfBounds {
+                operator: name.to_string(),
+                defined_at: defined_at.to_string(),
                 expression,
-                step: st.step,
+                access: if writes.get(expression).copied().unwrap_or(false) {
+                    Access::Write
+                } else {
+                    Access::Read
+                },
+                tensor: format!("{kind} {}", st.tensor_index),
+                axis: st.axis.max(0) as usize,
+                index,
+                size: st.size,
                 position,
-            },
-            code => RunError::Internal {
-                operator: self.name.clone(),
-                message: format!("unknown status code {code} from the generated code"),
-            },
+            }))
         }
+        abi::STATUS_NON_POSITIVE_STEP => RunError::NonPositiveStep {
+            operator: name.to_string(),
+            defined_at: defined_at.to_string(),
+            expression,
+            step: st.step,
+            position,
+        },
+        code => RunError::Internal {
+            operator: name.to_string(),
+            message: format!("unknown status code {code} from the generated code"),
+        },
     }
 }
 

@@ -8,6 +8,7 @@ use crate::ir;
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A node of the lazy graph.
@@ -15,6 +16,9 @@ use std::sync::Arc;
 pub enum Node {
     /// Data supplied by the host.
     Host(Arc<HostTensor>),
+    /// A graph input without data: its value is supplied when the exported graph is called
+    /// (for example a `tf.Tensor` fed to TensorFlow's `DynamicLib` op).
+    Placeholder(PlaceholderNode),
     /// One call of an operator.
     Operator(OperatorNode),
 }
@@ -28,6 +32,35 @@ pub struct OperatorNode {
     pub inputs: Vec<LazyTensor>,
     /// The error found while tracing, reported when the graph is evaluated.
     pub error: Option<Arc<TraceError>>,
+    /// The call's gradient function, if one was attached ([`crate::autodiff::set_gradient`]).
+    pub gradient: GradientSlot,
+}
+
+/// Where an operator call keeps its gradient function (set at most once).
+#[derive(Default)]
+pub struct GradientSlot(pub(crate) std::sync::OnceLock<Arc<crate::autodiff::GradientFn>>);
+
+impl fmt::Debug for GradientSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "set"
+        } else {
+            "none"
+        })
+    }
+}
+
+/// A graph input whose data is supplied at call time.
+#[derive(Debug)]
+pub struct PlaceholderNode {
+    /// Unique in this process: identifies the placeholder in a built [`Graph`].
+    pub id: u64,
+    /// The name given by the user (for bundles and error messages).
+    pub name: String,
+    /// The element type.
+    pub dtype: DType,
+    /// The static shape.
+    pub shape: Arc<[usize]>,
 }
 
 /// An untyped handle on one tensor of the lazy graph.
@@ -52,11 +85,36 @@ impl LazyTensor {
         }
     }
 
+    /// A handle on a new placeholder: a graph input whose data is supplied at call time.
+    pub fn placeholder(name: &str, dtype: DType, shape: &[usize]) -> LazyTensor {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        let shape: Arc<[usize]> = shape.into();
+        LazyTensor {
+            node: Arc::new(Node::Placeholder(PlaceholderNode {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                name: name.to_string(),
+                dtype,
+                shape: shape.clone(),
+            })),
+            output: 0,
+            dtype,
+            shape,
+        }
+    }
+
     /// The operator that produces this tensor, if any.
     pub fn operator(&self) -> Option<&OperatorNode> {
         match &*self.node {
             Node::Operator(op) => Some(op),
-            Node::Host(_) => None,
+            Node::Host(_) | Node::Placeholder(_) => None,
+        }
+    }
+
+    /// The placeholder this handle stands for, if it is one.
+    pub fn placeholder_node(&self) -> Option<&PlaceholderNode> {
+        match &*self.node {
+            Node::Placeholder(p) => Some(p),
+            _ => None,
         }
     }
 }
@@ -80,9 +138,10 @@ impl<T> Clone for Lazy<T> {
 
 impl<T: Scalar> fmt::Debug for Lazy<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let from = match self.inner.operator() {
-            Some(op) => format!("output {} of `{}`", self.inner.output, op.dag.name),
-            None => "host data".to_string(),
+        let from = match &*self.inner.node {
+            Node::Operator(op) => format!("output {} of `{}`", self.inner.output, op.dag.name),
+            Node::Placeholder(p) => format!("placeholder `{}`", p.name),
+            Node::Host(_) => "host data".to_string(),
         };
         write!(f, "Lazy<{}>{:?} ({from})", T::DTYPE, self.inner.shape)
     }
@@ -104,6 +163,12 @@ impl<T: Scalar> Lazy<T> {
         Ok(Lazy::from_untyped(LazyTensor::host(tensor)))
     }
 
+    /// A placeholder: a graph input of this dtype and shape whose data is supplied when the
+    /// exported graph is called (it cannot be evaluated directly).
+    pub fn placeholder(name: &str, shape: &[usize]) -> Self {
+        Lazy::from_untyped(LazyTensor::placeholder(name, T::DTYPE, shape))
+    }
+
     /// The shape.
     pub fn shape(&self) -> &[usize] {
         &self.inner.shape
@@ -112,6 +177,11 @@ impl<T: Scalar> Lazy<T> {
     /// The untyped handle.
     pub fn untyped(&self) -> &LazyTensor {
         &self.inner
+    }
+
+    /// The untyped handle, by value (what gradient functions return).
+    pub fn into_untyped(self) -> LazyTensor {
+        self.inner
     }
 
     /// The traced operator that produces this tensor (`None` for host data).
@@ -184,8 +254,32 @@ impl<T: Scalar, S: ndarray::Data<Elem = T>, D: ndarray::Dimension> IntoLazy<T>
 pub struct Graph {
     /// Operators (in a topological order), their wiring, graph inputs and outputs.
     pub dag: ir::OperatorDag,
-    /// The host data for each of `dag.inputs`.
-    pub inputs: Vec<Arc<HostTensor>>,
+    /// What feeds each of `dag.inputs`: host data, or a placeholder.
+    pub inputs: Vec<GraphInput>,
+}
+
+/// The source of one graph input.
+#[derive(Clone, Debug)]
+pub enum GraphInput {
+    /// Host data known when the graph was built.
+    Host(Arc<HostTensor>),
+    /// A placeholder (its [`PlaceholderNode::id`] and name): data supplied at call time.
+    Placeholder {
+        /// [`PlaceholderNode::id`].
+        id: u64,
+        /// [`PlaceholderNode::name`].
+        name: String,
+    },
+}
+
+impl GraphInput {
+    /// The host data, or `None` for a placeholder.
+    pub fn host(&self) -> Option<&Arc<HostTensor>> {
+        match self {
+            GraphInput::Host(h) => Some(h),
+            GraphInput::Placeholder { .. } => None,
+        }
+    }
 }
 
 /// Collects everything `outputs` depend on. Returns the first trace error found (in
@@ -208,7 +302,7 @@ pub fn build_graph(outputs: &[&LazyTensor]) -> Result<Graph, TraceError> {
 #[derive(Default)]
 struct GraphBuilder {
     dag: ir::OperatorDag,
-    inputs: Vec<Arc<HostTensor>>,
+    inputs: Vec<GraphInput>,
     /// Node address -> graph input index or operator index.
     seen: HashMap<usize, Seen>,
 }
@@ -253,10 +347,22 @@ impl GraphBuilder {
             match &*node {
                 Node::Host(h) => {
                     let i = self.inputs.len() as u32;
-                    self.inputs.push(h.clone());
+                    self.inputs.push(GraphInput::Host(h.clone()));
                     self.dag.inputs.push(ir::TensorType {
                         dtype: h.dtype().to_ir() as i32,
                         shape: h.shape.iter().map(|&d| d as u64).collect(),
+                    });
+                    self.seen.insert(key, Seen::Input(i));
+                }
+                Node::Placeholder(p) => {
+                    let i = self.inputs.len() as u32;
+                    self.inputs.push(GraphInput::Placeholder {
+                        id: p.id,
+                        name: p.name.clone(),
+                    });
+                    self.dag.inputs.push(ir::TensorType {
+                        dtype: p.dtype.to_ir() as i32,
+                        shape: p.shape.iter().map(|&d| d as u64).collect(),
                     });
                     self.seen.insert(key, Seen::Input(i));
                 }

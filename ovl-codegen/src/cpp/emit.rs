@@ -20,7 +20,7 @@
 //!   zero-filled per worker where the program could read them before its LOCAL_TENSOR ran.
 
 use super::bounds::Interval;
-use super::literal::{ctype, int_literal_value, literal};
+use super::literal::{ctype, cuda_literal, int_literal_value, literal};
 use super::prelude::PRELUDE;
 use crate::abi::ABI_VERSION;
 use crate::error::{defined_at, CodegenError};
@@ -33,16 +33,28 @@ pub const MAX_LOCAL_BYTES: u64 = 64 * 1024;
 /// The largest total of all local tensors of one worker, in bytes.
 pub const MAX_LOCALS_TOTAL_BYTES: u64 = 256 * 1024;
 
+/// The language the body of an operator is emitted in. The worker program (one statement per
+/// IR expression) is the same C++ for both; they differ in the prelude that defines the `ovl::`
+/// helpers, in how the current worker is named, in literals the CUDA compiler has no builtin
+/// for, and in index arithmetic (32-bit on the GPU where a tensor is small enough).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    /// C++17 for the host compiler (see [`crate::abi`]).
+    Cpp,
+    /// CUDA C++17 for NVRTC (see [`crate::cuda`]).
+    Cuda,
+}
+
 /// Geometry of one tensor the program touches.
-struct TensorInfo {
-    kind: TensorKind,
-    index: u32,
-    dtype: DType,
-    shape: Vec<u64>,
+pub(crate) struct TensorInfo {
+    pub kind: TensorKind,
+    pub index: u32,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
     strides: Vec<u64>,
-    elements: u64,
+    pub elements: u64,
     /// The C++ name: `in0`, `out1`, `loc2`.
-    name: String,
+    pub name: String,
 }
 
 /// The index operands that need a bounds check: (axis, C++ variable, dimension size).
@@ -61,14 +73,16 @@ enum Frame {
     WhileBody,
 }
 
-struct Emitter<'a> {
-    dag: &'a ir::ExpressionDag,
+/// The state of one emission; after [`emit`], `body` holds the worker program.
+pub(crate) struct Emitter<'a> {
+    pub dag: &'a ir::ExpressionDag,
     key: &'a str,
-    inputs: Vec<TensorInfo>,
-    outputs: Vec<TensorInfo>,
-    locals: Vec<TensorInfo>,
-    workgroup: Vec<u64>,
-    workers: u64,
+    dialect: Dialect,
+    pub inputs: Vec<TensorInfo>,
+    pub outputs: Vec<TensorInfo>,
+    pub locals: Vec<TensorInfo>,
+    pub workgroup: Vec<u64>,
+    pub workers: u64,
     /// Value dtype of each expression (None: a statement).
     types: Vec<Option<DType>>,
     ops: Vec<Op>,
@@ -77,7 +91,7 @@ struct Emitter<'a> {
     /// The value of each integer CONST.
     consts: Vec<Option<i128>>,
     frames: Vec<Frame>,
-    body: String,
+    pub body: String,
     indent: usize,
 }
 
@@ -87,7 +101,17 @@ struct Emitter<'a> {
 /// The operator is assumed valid (see [`ovl_core::validate::validate`]); malformed IR gives
 /// [`CodegenError::Unsupported`], never a panic.
 pub fn generate_cpp(dag: &ir::ExpressionDag, key: &str) -> Result<String, CodegenError> {
-    let mut e = Emitter::new(dag, key)?;
+    Ok(emit(dag, key, Dialect::Cpp)?.finish())
+}
+
+/// Checks the operator's tensors and emits the worker program of every expression into
+/// [`Emitter::body`], in `dialect`.
+pub(crate) fn emit<'a>(
+    dag: &'a ir::ExpressionDag,
+    key: &'a str,
+    dialect: Dialect,
+) -> Result<Emitter<'a>, CodegenError> {
+    let mut e = Emitter::new(dag, key, dialect)?;
     for k in 0..dag.expressions.len() {
         let (ty, iv) = e.expression(k)?;
         e.types.push(ty);
@@ -99,7 +123,7 @@ pub fn generate_cpp(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codege
             format!("control flow is not closed at the end ({f:?})"),
         ));
     }
-    Ok(e.finish())
+    Ok(e)
 }
 
 /// A rough cost of one worker, used to decide whether to run on several threads: expressions
@@ -137,10 +161,15 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    fn new(dag: &'a ir::ExpressionDag, key: &'a str) -> Result<Emitter<'a>, CodegenError> {
+    fn new(
+        dag: &'a ir::ExpressionDag,
+        key: &'a str,
+        dialect: Dialect,
+    ) -> Result<Emitter<'a>, CodegenError> {
         let mut e = Emitter {
             dag,
             key,
+            dialect,
             inputs: Vec::new(),
             outputs: Vec::new(),
             locals: Vec::new(),
@@ -253,7 +282,18 @@ impl<'a> Emitter<'a> {
 
     /// The C++ expression of the flattened index of the current worker.
     fn worker_expr(&self) -> String {
-        format!("(ovl_wrow + ovl_p{})", self.workgroup.len() - 1)
+        match self.dialect {
+            Dialect::Cpp => format!("(ovl_wrow + ovl_p{})", self.workgroup.len() - 1),
+            Dialect::Cuda => "ovl_w".to_string(),
+        }
+    }
+
+    /// The literal of an expression in this dialect (CUDA has no builtin for infinities).
+    fn literal(&self, d: DType, float_value: f64, int_value: i64, uint_value: u64) -> String {
+        match self.dialect {
+            Dialect::Cpp => literal(d, float_value, int_value, uint_value),
+            Dialect::Cuda => cuda_literal(d, float_value, int_value, uint_value),
+        }
     }
 
     fn tensor(&self, k: usize, r: &Option<ir::TensorRef>) -> Result<&TensorInfo, CodegenError> {
@@ -334,6 +374,9 @@ impl<'a> Emitter<'a> {
     fn indices(&self, k: usize, t: &TensorInfo) -> Result<(String, Unproven), CodegenError> {
         let mut terms = Vec::new();
         let mut unproven = Vec::new();
+        // On the GPU, 64-bit integer arithmetic costs several instructions: index a tensor whose
+        // elements a 32-bit int counts in 32 bits (every index is in range where it is used).
+        let narrow = self.dialect == Dialect::Cuda && t.elements <= i32::MAX as u64;
         for axis in 0..t.shape.len() {
             let (o, d) = self.operand(k, axis)?;
             if !d.is_int() {
@@ -344,12 +387,25 @@ impl<'a> Emitter<'a> {
             if !self.interval(o).is_some_and(|iv| iv.inside(size)) {
                 unproven.push((axis, v.clone(), size));
             }
+            let stride = t.strides[axis];
+            if narrow {
+                let idx = if d == DType::I32 {
+                    v
+                } else {
+                    format!("(int32_t){v}")
+                };
+                terms.push(if stride == 1 {
+                    idx
+                } else {
+                    format!("{idx} * {stride}")
+                });
+                continue;
+            }
             let idx = if d == DType::I64 {
                 v
             } else {
                 format!("(int64_t){v}")
             };
-            let stride = t.strides[axis];
             terms.push(if stride == 1 {
                 idx
             } else {
@@ -403,7 +459,7 @@ impl<'a> Emitter<'a> {
             Op::Const => {
                 self.operand_count(k, 0)?;
                 let d = self.declared(k)?;
-                let lit = literal(d, e.float_value, e.int_value, e.uint_value);
+                let lit = self.literal(d, e.float_value, e.int_value, e.uint_value);
                 self.line(&format!("const {} v{k} = {lit};", ctype(d)));
                 let value = int_literal_value(d, e.int_value, e.uint_value);
                 self.consts[k] = value;
@@ -498,7 +554,7 @@ impl<'a> Emitter<'a> {
                 if t.kind != TensorKind::Local {
                     return Err(self.err(Some(k), "local_tensor must name a local tensor"));
                 }
-                let lit = literal(t.dtype, e.float_value, e.int_value, e.uint_value);
+                let lit = self.literal(t.dtype, e.float_value, e.int_value, e.uint_value);
                 let (name, n) = (t.name.clone(), t.elements);
                 if n > 0 {
                     self.line(&format!("ovl::fill({name}, {n}LL, {lit});"));
@@ -880,7 +936,7 @@ impl<'a> Emitter<'a> {
 
     /// Locals that a worker could read before its first LOCAL_TENSOR ran: they are zeroed at
     /// the start of every worker (as the reference interpreter does).
-    fn locals_needing_zero(&self) -> Vec<bool> {
+    pub(crate) fn locals_needing_zero(&self) -> Vec<bool> {
         let mut need = vec![true; self.locals.len()];
         let mut decided = vec![false; self.locals.len()];
         let mut depth = 0usize;

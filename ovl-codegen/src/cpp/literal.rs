@@ -93,6 +93,20 @@ pub(crate) fn literal(d: DType, float_value: f64, int_value: i64, uint_value: u6
     }
 }
 
+/// Like [`literal`], for CUDA C++: NVRTC has no `__builtin_inf`, so infinities are spelled by
+/// their bits (`ovl::f32_bits` of the CUDA prelude).
+pub(crate) fn cuda_literal(d: DType, float_value: f64, int_value: i64, uint_value: u64) -> String {
+    match d {
+        DType::F32 if (float_value as f32).is_infinite() => {
+            format!("ovl::f32_bits(0x{:08x}u)", (float_value as f32).to_bits())
+        }
+        DType::F64 if float_value.is_infinite() => {
+            format!("ovl::f64_bits(0x{:016x}ull)", float_value.to_bits())
+        }
+        _ => literal(d, float_value, int_value, uint_value),
+    }
+}
+
 /// The value of an integer literal (as [`literal`] reads it), for the interval analysis.
 pub(crate) fn int_literal_value(d: DType, int_value: i64, uint_value: u64) -> Option<i128> {
     Some(match d {

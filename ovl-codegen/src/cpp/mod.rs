@@ -6,5 +6,6 @@ mod emit;
 mod literal;
 mod prelude;
 
-pub(crate) use emit::worker_cost;
+pub(crate) use emit::{emit, worker_cost, Dialect};
 pub use emit::{generate_cpp, MAX_LOCALS_TOTAL_BYTES, MAX_LOCAL_BYTES};
+pub(crate) use literal::ctype;

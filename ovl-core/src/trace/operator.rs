@@ -179,6 +179,7 @@ pub fn trace_operator<R: Outputs, F: FnOnce(&mut Tracer) -> R>(
         dag: Arc::new(dag),
         inputs: tracer.inputs,
         error: error.map(Arc::new),
+        gradient: Default::default(),
     }));
     returned.to_lazy(&node, &mut 0)
 }

@@ -300,6 +300,18 @@ pub trait IndexPart {
     fn to_idx(self) -> Idx;
 }
 
+/// Records an error in the operator being traced, at the caller's line: the operator still
+/// traces to the end, and evaluating anything that depends on it returns the error. For checks
+/// an operator makes of its arguments (shapes that do not fit, an axis out of range, ...).
+///
+/// The `ovl` crate's documentation has an example (section "Checking arguments").
+#[track_caller]
+pub fn trace_error(message: impl Into<String>) {
+    let loc = Location::caller();
+    let message = message.into();
+    state::with(|s| s.error(loc, message));
+}
+
 /// Converts one index of an array-literal tensor access (`t[[i, j]]` becomes `t.read([ix(i), ix(j)])`).
 #[track_caller]
 pub fn ix(i: impl IndexPart) -> Idx {

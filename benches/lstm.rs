@@ -1,0 +1,298 @@
+//! The LSTM-cell benchmark, OVL side (the paper's section 3 experiment): the cell's
+//! nonlinearity forward, and forward + backward, as stdlib operators unfused (opt level 0) and
+//! fused automatically (opt level 3), and as hand-fused operators, at the paper's sizes and a
+//! bandwidth-bound one, with a triad bandwidth measured in the same run.
+//!
+//! `cargo bench --bench lstm -- [--quick] [--out DIR]` prints a table and writes `DIR/ovl.json`
+//! (default `target/lstm-bench`); `scripts/bench-lstm.sh` runs it together with the TensorFlow
+//! side and draws the chart.
+//!
+//! Bytes counted per hidden unit (f32): forward reads the 4 gate pre-activations and `c` and
+//! writes `new_c` and `new_h`: 7 values = 28 B. Forward + backward in one pass reads those 5
+//! plus the 2 incoming gradients and writes the 2 outputs plus the 5 input gradients: 14 values
+//! = 56 B. Outputs are written into reused arrays (`evaluate_into_all`), as a training loop does.
+
+use ndarray::{Array, Array2, ArrayD, IxDyn};
+use ovl::prelude::*;
+use ovl_stdlib as ops;
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const FORGET_BIAS: f32 = 1.0;
+
+/// The cell from stdlib operators (the paper's Figure 7 form).
+fn cell(z: &Lazy<f32>, c: &Lazy<f32>) -> (Lazy<f32>, Lazy<f32>) {
+    let gates = ops::split(z, 1, 4);
+    let bias = Lazy::from(ndarray::arr0(FORGET_BIAS));
+    let new_c = ops::add(
+        ops::mul(c, ops::sigmoid(ops::add(&gates[2], bias))),
+        ops::mul(ops::sigmoid(&gates[0]), ops::tanh(&gates[1])),
+    );
+    let new_h = ops::mul(ops::tanh(&new_c), ops::sigmoid(&gates[3]));
+    (new_c, new_h)
+}
+
+/// The forward pass written by hand as one operator.
+#[operator]
+fn lstm_forward(z: Tensor<f32>, c: Tensor<f32>, forget_bias: f32) -> (Tensor<f32>, Tensor<f32>) {
+    let [b, h] = c.dims::<2>();
+    let p = position_in([b, h]);
+    let (r, k) = (p[0], p[1]);
+    let new_c = output_like(&c);
+    let new_h = output_like(&c);
+    let i = sigmoid(z[[r, k]]);
+    let j = tanh(z[[r, k + h as i64]]);
+    let f = sigmoid(z[[r, k + 2 * h as i64]] + forget_bias);
+    let o = sigmoid(z[[r, k + 3 * h as i64]]);
+    let nc = c[[r, k]] * f + i * j;
+    new_c[[r, k]] = nc;
+    new_h[[r, k]] = tanh(nc) * o;
+    (new_c, new_h)
+}
+
+/// The backward pass written by hand as one operator (recomputing the gates).
+#[operator]
+fn lstm_backward(
+    z: Tensor<f32>,
+    c: Tensor<f32>,
+    dc: Tensor<f32>,
+    dh: Tensor<f32>,
+    forget_bias: f32,
+) -> (Tensor<f32>, Tensor<f32>) {
+    let [b, h] = c.dims::<2>();
+    let p = position_in([b, h]);
+    let (r, k) = (p[0], p[1]);
+    let dz = output_like(&z);
+    let dc_prev = output_like(&c);
+    let hh = h as i64;
+    let i = sigmoid(z[[r, k]]);
+    let j = tanh(z[[r, k + hh]]);
+    let f = sigmoid(z[[r, k + 2 * hh]] + forget_bias);
+    let o = sigmoid(z[[r, k + 3 * hh]]);
+    let cv = c[[r, k]];
+    let tc = tanh(cv * f + i * j);
+    let d_nc = dc[[r, k]] + dh[[r, k]] * o * (1.0 - tc * tc);
+    dc_prev[[r, k]] = d_nc * f;
+    dz[[r, k]] = d_nc * j * i * (1.0 - i);
+    dz[[r, k + hh]] = d_nc * i * (1.0 - j * j);
+    dz[[r, k + 2 * hh]] = d_nc * cv * f * (1.0 - f);
+    dz[[r, k + 3 * hh]] = dh[[r, k]] * tc * o * (1.0 - o);
+    (dz, dc_prev)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Variant {
+    Unfused,
+    Fused,
+    HandFused,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Unfused => "ovl unfused (opt 0)",
+            Variant::Fused => "ovl fused automatically (opt 3)",
+            Variant::HandFused => "ovl hand-fused",
+        }
+    }
+    fn options(self) -> Options {
+        match self {
+            Variant::Unfused | Variant::HandFused => Options::cpu().with_opt_level(0),
+            Variant::Fused => Options::cpu(),
+        }
+    }
+}
+
+struct Inputs {
+    z: Lazy<f32>,
+    c: Lazy<f32>,
+    dc: Lazy<f32>,
+    dh: Lazy<f32>,
+}
+
+fn values(shape: (usize, usize), seed: u64) -> Array2<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    Array::from_shape_simple_fn(shape, || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        ((s >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0) as f32
+    })
+}
+
+/// The handles to evaluate for one call: the forward outputs, then (with `backward`) the
+/// gradients of `z` and `c`.
+fn outputs(v: Variant, x: &Inputs, backward: bool) -> Vec<Lazy<f32>> {
+    if v == Variant::HandFused {
+        let (nc, nh) = lstm_forward(&x.z, &x.c, FORGET_BIAS);
+        if !backward {
+            return vec![nc, nh];
+        }
+        let (dz, dcp) = lstm_backward(&x.z, &x.c, &x.dc, &x.dh, FORGET_BIAS);
+        return vec![nc, nh, dz, dcp];
+    }
+    let (nc, nh) = cell(&x.z, &x.c);
+    if !backward {
+        return vec![nc, nh];
+    }
+    let grads = ovl::backward(&[(&nc, &x.dc), (&nh, &x.dh)], &[&x.z, &x.c])
+        .expect("the cell is differentiable");
+    let dz = grads.of(&x.z).expect("z gets a gradient");
+    let dcp = grads.of(&x.c).expect("c gets a gradient");
+    vec![nc, nh, dz, dcp]
+}
+
+struct Measured {
+    kernels: usize,
+    best: Duration,
+    median: Duration,
+}
+
+fn measure(v: Variant, x: &Inputs, backward: bool, reps: usize) -> Result<Measured, ovl::Error> {
+    let options = v.options();
+    let handles = outputs(v, x, backward);
+    let refs: Vec<&Lazy<f32>> = handles.iter().collect();
+    let (_, profile) = ovl::profile(handles.as_slice(), &options, 1)?;
+    let mut dests: Vec<ArrayD<f32>> = handles
+        .iter()
+        .map(|h| ArrayD::zeros(IxDyn(h.shape())))
+        .collect();
+    // Warm up: compile or load, fault the pages in.
+    for _ in 0..2 {
+        ovl::evaluate_into_all(&refs, &mut dests, &options)?;
+    }
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = Instant::now();
+        // Each call records the graph again, as a training step would.
+        let handles = outputs(v, x, backward);
+        let refs: Vec<&Lazy<f32>> = handles.iter().collect();
+        ovl::evaluate_into_all(&refs, &mut dests, &options)?;
+        times.push(start.elapsed());
+    }
+    times.sort();
+    Ok(Measured {
+        kernels: profile.kernel_count(),
+        best: times[0],
+        median: times[times.len() / 2],
+    })
+}
+
+/// STREAM triad `a = b + 1.5 c` over 16M f32 on all cores, warm buffers: bytes per second.
+fn triad_bandwidth(reps: usize) -> f64 {
+    let n = 16 << 20;
+    let b: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
+    let c: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+    let mut a = vec![0.0f32; n];
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let chunk = n.div_ceil(threads);
+    let mut best = Duration::MAX;
+    for _ in 0..reps + 1 {
+        let start = Instant::now();
+        std::thread::scope(|s| {
+            for ((a, b), c) in a
+                .chunks_mut(chunk)
+                .zip(b.chunks(chunk))
+                .zip(c.chunks(chunk))
+            {
+                s.spawn(move || {
+                    for ((x, y), z) in a.iter_mut().zip(b).zip(c) {
+                        *x = y + 1.5 * z;
+                    }
+                });
+            }
+        });
+        best = best.min(start.elapsed());
+    }
+    std::hint::black_box(&a);
+    (3 * n * 4) as f64 / best.as_secs_f64()
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let out_dir = args
+        .iter()
+        .position(|a| a == "--out")
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target/lstm-bench"));
+    let sizes: &[(usize, usize)] = if quick {
+        &[(20, 200), (20, 650), (1024, 4096)]
+    } else {
+        &[(20, 200), (20, 650), (20, 1500), (1024, 4096)]
+    };
+    let reps = if quick { 5 } else { 20 };
+
+    let triad = triad_bandwidth(if quick { 5 } else { 20 });
+    println!("triad bandwidth: {:.1} GB/s", triad / 1e9);
+    let mut rows = Vec::new();
+    for &(b, h) in sizes {
+        let x = Inputs {
+            z: Lazy::from(values((b, 4 * h), 1)),
+            c: Lazy::from(values((b, h), 2)),
+            dc: Lazy::from(values((b, h), 3)),
+            dh: Lazy::from(values((b, h), 4)),
+        };
+        for backward in [false, true] {
+            let pass = if backward {
+                "forward+backward"
+            } else {
+                "forward"
+            };
+            let bytes = (b * h * if backward { 56 } else { 28 }) as f64;
+            let reps = if b * h > 1 << 20 { reps.min(10) } else { reps };
+            for v in [Variant::Unfused, Variant::Fused, Variant::HandFused] {
+                let m = measure(v, &x, backward, reps)?;
+                let gbps = bytes / m.best.as_secs_f64() / 1e9;
+                println!(
+                    "B={b:<5} H={h:<5} {pass:<17} {:<32} {:>3} kernels  best {:>10.1?}  median {:>10.1?}  {:6.1} GB/s ({:3.0}% of triad)",
+                    v.name(),
+                    m.kernels,
+                    m.best,
+                    m.median,
+                    gbps,
+                    100.0 * gbps * 1e9 / triad
+                );
+                rows.push(json!({
+                    "variant": v.name(),
+                    "batch": b,
+                    "hidden": h,
+                    "pass": pass,
+                    "kernels": m.kernels,
+                    "best_us": m.best.as_secs_f64() * 1e6,
+                    "median_us": m.median.as_secs_f64() * 1e6,
+                    "gb_per_s": gbps,
+                    "fraction_of_triad": gbps * 1e9 / triad,
+                }));
+            }
+        }
+    }
+    std::fs::create_dir_all(&out_dir)?;
+    let path = out_dir.join("ovl.json");
+    let doc = json!({
+        "machine": machine(),
+        "triad_gb_per_s": triad / 1e9,
+        "bytes_per_hidden_unit": {"forward": 28, "forward+backward": 56},
+        "rows": rows,
+    });
+    std::fs::write(&path, serde_json::to_string_pretty(&doc)?)?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// The CPU model and core count, for the record.
+fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(1, |t| t.get());
+    format!("{model}, {cores} cores")
+}

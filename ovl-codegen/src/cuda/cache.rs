@@ -1,0 +1,257 @@
+//! The CUDA side of the operator cache: `<root>/v1/cuda/<key>/{op.cu, op.ptx | op.cubin, meta,
+//! lock}`, with the same rules as the C++ cache (atomic writes, one compilation per key at a time
+//! between processes, force and dump switches, an in-memory map per process).
+
+use super::nvrtc::{self, NvrtcInfo};
+use super::{generate_cuda, nvrtc_options, sm, CudaBinary, CudaCompileOptions};
+use crate::cache::{cache_dir, dump_source_file, env_flag, io_err, write_atomic, CACHE_LAYOUT};
+use crate::error::{defined_at, CodegenError, CudaCompileFailure};
+use crate::runtime::CacheOutcome;
+use ovl_core::ir;
+use sha2::{Digest as _, Sha256};
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// An operator compiled by NVRTC: the PTX or CUBIN bytes and where they are in the cache. Needs
+/// no GPU; [`super::load`] turns it into a runnable [`super::CudaOperator`].
+#[derive(Debug)]
+pub struct CudaArtifact {
+    name: String,
+    key: String,
+    arch: u32,
+    binary: CudaBinary,
+    bytes: Vec<u8>,
+    source_path: PathBuf,
+    binary_path: PathBuf,
+    log: String,
+}
+
+impl CudaArtifact {
+    /// The operator's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The cache key (32 hex digits).
+    pub fn cache_key(&self) -> &str {
+        &self.key
+    }
+
+    /// The architecture it was compiled for (like 90 for `sm_90`).
+    pub fn arch(&self) -> u32 {
+        self.arch
+    }
+
+    /// PTX or CUBIN.
+    pub fn binary(&self) -> CudaBinary {
+        self.binary
+    }
+
+    /// The PTX text or CUBIN image.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The generated CUDA source in the cache (`op.cu`).
+    pub fn source_path(&self) -> &Path {
+        &self.source_path
+    }
+
+    /// The PTX or CUBIN in the cache (`op.ptx`, `op.cubin`).
+    pub fn binary_path(&self) -> &Path {
+        &self.binary_path
+    }
+
+    /// NVRTC's log (warnings) when this process compiled it; empty otherwise.
+    pub fn log(&self) -> &str {
+        &self.log
+    }
+}
+
+type MemoryKey = (PathBuf, String);
+/// The artifacts of this process, and whether this process compiled each.
+type Memory = Mutex<HashMap<MemoryKey, (Arc<CudaArtifact>, bool)>>;
+
+fn memory() -> &'static Memory {
+    static M: OnceLock<Memory> = OnceLock::new();
+    M.get_or_init(Default::default)
+}
+
+/// Forgets the artifacts of the cache rooted at `root` (used by [`crate::clear_cache_at`]).
+pub(crate) fn forget_root(root: &Path) {
+    memory()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|(r, _), _| r != root);
+}
+
+/// The complete NVRTC option list for an architecture and output kind.
+pub(crate) fn full_options(arch: u32, binary: CudaBinary, extra: &[String]) -> Vec<String> {
+    let mut o = nvrtc_options();
+    o.push(match binary {
+        CudaBinary::Ptx => format!("--gpu-architecture=compute_{arch}"),
+        CudaBinary::Cubin => format!("--gpu-architecture=sm_{arch}"),
+    });
+    o.extend(extra.iter().cloned());
+    o
+}
+
+/// The cache key: 32 hex digits of SHA-256 over the operator's canonical hash, the CUDA codegen
+/// version, the NVRTC version, and the options (which hold the architecture and output kind).
+fn cache_key(dag: &ir::ExpressionDag, nvrtc: &NvrtcInfo, options: &[String]) -> String {
+    let digest = ovl_core::hash::canonical_hash(dag);
+    let mut h = Sha256::new();
+    let mut field = |s: &[u8]| {
+        h.update((s.len() as u64).to_le_bytes());
+        h.update(s);
+    };
+    field(b"ovl-codegen cuda cache key");
+    field(super::CUDA_CODEGEN_VERSION.as_bytes());
+    field(&digest.0);
+    field(format!("nvrtc {}.{}", nvrtc.version.0, nvrtc.version.1).as_bytes());
+    for o in options {
+        field(o.as_bytes());
+    }
+    let out = h.finalize();
+    out[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Compiles an operator with NVRTC for [`CudaCompileOptions::arch`] and
+/// [`CudaCompileOptions::binary`], or finds it in the operator cache. Needs no GPU.
+pub fn compile(
+    dag: &ir::ExpressionDag,
+    options: &CudaCompileOptions,
+) -> Result<Arc<CudaArtifact>, CodegenError> {
+    compile_with_outcome(dag, options).map(|(a, _)| a)
+}
+
+/// Like [`compile`]; also says where the artifact was found.
+pub fn compile_with_outcome(
+    dag: &ir::ExpressionDag,
+    options: &CudaCompileOptions,
+) -> Result<(Arc<CudaArtifact>, CacheOutcome), CodegenError> {
+    let force = options.force_recompile || env_flag("OVL_FORCE_RECOMPILE");
+    let dump_source = options.dump_source || env_flag("OVL_DUMP_SOURCE");
+    let nvrtc = nvrtc::get()?;
+    let (arch, binary) = (options.arch, options.binary);
+    let nvrtc_opts = full_options(arch, binary, &options.extra_options);
+    let root = options.cache_dir.clone().unwrap_or_else(cache_dir);
+    let key = cache_key(dag, nvrtc, &nvrtc_opts);
+    let memory_key = (root, key);
+    if let Some((a, compiled_here)) = memory()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&memory_key)
+    {
+        if !force || *compiled_here {
+            return Ok((a.clone(), CacheOutcome::Memory));
+        }
+    }
+    let (root, key) = &memory_key;
+    let dir = root.join(CACHE_LAYOUT).join("cuda").join(key);
+    let source_path = dir.join("op.cu");
+    let binary_path = dir.join(binary.file_name());
+    let artifact = |bytes: Vec<u8>, log: String| CudaArtifact {
+        name: dag.name.clone(),
+        key: key.clone(),
+        arch,
+        binary,
+        bytes,
+        source_path: source_path.clone(),
+        binary_path: binary_path.clone(),
+        log,
+    };
+    let remember = |a: CudaArtifact, outcome: CacheOutcome| {
+        let a = Arc::new(a);
+        memory().lock().unwrap_or_else(|p| p.into_inner()).insert(
+            memory_key.clone(),
+            (a.clone(), outcome == CacheOutcome::Compiled),
+        );
+        if dump_source && outcome == CacheOutcome::DiskCache {
+            dump_source_file("CUDA", &a.name, &a.source_path);
+        }
+        Ok((a, outcome))
+    };
+    let from_disk = || -> Option<CudaArtifact> {
+        if force {
+            return None;
+        }
+        let bytes = fs::read(&binary_path).ok()?;
+        let plausible = match binary {
+            CudaBinary::Ptx => bytes
+                .windows(super::KERNEL_NAME.len())
+                .any(|w| w == super::KERNEL_NAME.as_bytes()),
+            CudaBinary::Cubin => bytes.starts_with(b"\x7fELF"),
+        };
+        plausible.then(|| artifact(bytes, String::new()))
+    };
+    if let Some(a) = from_disk() {
+        return remember(a, CacheOutcome::DiskCache);
+    }
+
+    fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+    let lock_path = dir.join("lock");
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(io_err("open", &lock_path))?;
+    // A failure to lock (file systems without locks) only costs duplicate work.
+    let _ = fs4::fs_std::FileExt::lock_exclusive(&lock);
+    if let Some(a) = from_disk() {
+        return remember(a, CacheOutcome::DiskCache);
+    }
+
+    ovl_core::validate::validate(dag)?;
+    let source = generate_cuda(dag, key)?;
+    write_atomic(&dir, "op.cu", source.as_bytes())?;
+    if dump_source {
+        dump_source_file("CUDA", &dag.name, &source_path);
+    }
+    let meta = format!(
+        "operator: {}\ndefined at: {}\ncanonical hash: {}\ncodegen version: {}\nnvrtc: {}.{} \
+         ({})\narch: {}\noutput: {}\noptions: {}\n",
+        dag.name,
+        defined_at(dag),
+        ovl_core::hash::canonical_hash(dag),
+        super::CUDA_CODEGEN_VERSION,
+        nvrtc.version.0,
+        nvrtc.version.1,
+        nvrtc
+            .path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "found by the dynamic loader".into()),
+        sm(arch),
+        binary.file_name(),
+        nvrtc_opts.join(" "),
+    );
+    write_atomic(&dir, "meta", meta.as_bytes())?;
+    let (bytes, log) = nvrtc::compile_source(
+        &source,
+        &nvrtc::source_name(&source_path),
+        binary,
+        &nvrtc_opts,
+    )
+    .map_err(|f| {
+        CodegenError::CudaCompileFailed(Box::new(CudaCompileFailure {
+            operator: dag.name.clone(),
+            defined_at: defined_at(dag),
+            tool: "NVRTC".into(),
+            arch: sm(arch),
+            command: nvrtc_opts.join(" "),
+            source_path: source_path.clone(),
+            log: if f.log.is_empty() {
+                f.message
+            } else {
+                format!("{}\n{}", f.message, f.log)
+            },
+        }))
+    })?;
+    write_atomic(&dir, binary.file_name(), &bytes)?;
+    drop(lock);
+    remember(artifact(bytes, log), CacheOutcome::Compiled)
+}

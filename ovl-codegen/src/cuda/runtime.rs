@@ -1,0 +1,428 @@
+//! Running compiled operators on a GPU through the CUDA driver API (`cudarc`, loaded at run
+//! time): one context and stream per process on device 0; per run, inputs and outputs are copied
+//! to the device, the kernel is launched between two timing events, outputs and the fault status
+//! are copied back.
+
+use super::{compile, no_panic, nvrtc, CudaArtifact, CudaBinary, CudaCompileOptions, KERNEL_NAME};
+use crate::abi::Status;
+use crate::error::{defined_at, CodegenError, RunError};
+use crate::runtime::fault_error;
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig};
+use cudarc::driver::{DriverError, PushKernelArg as _};
+use ovl_core::ir::{self, Op};
+use ovl_core::{DType, HostTensor};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// The GPU this process runs on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuInfo {
+    /// The device's name.
+    pub name: String,
+    /// Its compute capability as a number (like 90 for `sm_90`).
+    pub arch: u32,
+    /// Its number of streaming multiprocessors.
+    pub multiprocessors: u32,
+}
+
+struct Device {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    info: GpuInfo,
+    /// Runs are serialized: each owns the stream from its first copy to its last.
+    busy: Mutex<()>,
+}
+
+/// The driver's own status, as text.
+fn driver_text(e: DriverError) -> String {
+    e.to_string()
+}
+
+fn open_device() -> Result<Device, String> {
+    // SAFETY: only tries to open the driver library by name.
+    let present =
+        no_panic("looking for libcuda", || unsafe { sys::is_culib_present() }).unwrap_or(false);
+    if !present {
+        return Err(
+            "the NVIDIA driver library (libcuda.so.1) is not installed: this machine has no \
+             NVIDIA driver"
+                .into(),
+        );
+    }
+    let count = no_panic("cuDeviceGetCount", CudaContext::device_count)?.map_err(|e| {
+        format!(
+            "the NVIDIA driver reports no usable GPU ({})",
+            driver_text(e)
+        )
+    })?;
+    if count <= 0 {
+        return Err("the NVIDIA driver reports no GPU".into());
+    }
+    let ctx = no_panic("creating a CUDA context", || CudaContext::new(0))?
+        .map_err(|e| format!("cannot open GPU 0: {}", driver_text(e)))?;
+    let (major, minor) = ctx
+        .compute_capability()
+        .map_err(|e| format!("cannot read GPU 0's compute capability: {}", driver_text(e)))?;
+    let name = ctx.name().unwrap_or_else(|_| "GPU 0".into());
+    let multiprocessors = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .unwrap_or(1)
+        .max(1) as u32;
+    let stream = ctx
+        .new_stream()
+        .map_err(|e| format!("cannot create a CUDA stream: {}", driver_text(e)))?;
+    Ok(Device {
+        ctx,
+        stream,
+        info: GpuInfo {
+            name,
+            arch: (major.max(0) * 10 + minor.max(0)) as u32,
+            multiprocessors,
+        },
+        busy: Mutex::new(()),
+    })
+}
+
+fn device() -> Result<&'static Device, CodegenError> {
+    static DEVICE: OnceLock<Result<Device, String>> = OnceLock::new();
+    DEVICE
+        .get_or_init(open_device)
+        .as_ref()
+        .map_err(|message| CodegenError::NoGpu {
+            message: message.clone(),
+        })
+}
+
+/// The GPU operators run on, or an error that says what is missing (the driver, a device).
+pub fn gpu_status() -> Result<GpuInfo, CodegenError> {
+    device().map(|d| d.info.clone())
+}
+
+/// An operator compiled for the GPU of this process and loaded into its context, ready to run
+/// (from any thread; runs are serialized).
+pub struct CudaOperator {
+    artifact: Arc<CudaArtifact>,
+    function: CudaFunction,
+    defined_at: String,
+    inputs: Vec<(DType, Vec<usize>)>,
+    outputs: Vec<(DType, Vec<usize>)>,
+    workgroup: Vec<u64>,
+    workers: u64,
+    writes: Vec<bool>,
+    block_size: u32,
+}
+
+impl std::fmt::Debug for CudaOperator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaOperator")
+            .field("name", &self.artifact.name())
+            .field("key", &self.artifact.cache_key())
+            .field("binary_path", &self.artifact.binary_path())
+            .field("block_size", &self.block_size)
+            .finish_non_exhaustive()
+    }
+}
+
+fn signatures(list: &[ir::TensorType]) -> Option<Vec<(DType, Vec<usize>)>> {
+    list.iter()
+        .map(|t| {
+            Some((
+                DType::from_ir(t.dtype)?,
+                t.shape
+                    .iter()
+                    .map(|&d| usize::try_from(d).ok())
+                    .collect::<Option<_>>()?,
+            ))
+        })
+        .collect()
+}
+
+type LoadedKey = (std::path::PathBuf, String);
+
+fn loaded() -> &'static Mutex<HashMap<LoadedKey, CudaFunction>> {
+    static L: OnceLock<Mutex<HashMap<LoadedKey, CudaFunction>>> = OnceLock::new();
+    L.get_or_init(Default::default)
+}
+
+/// Compiles an operator for this process's GPU (CUBIN for its architecture when NVRTC supports
+/// it, else PTX for the newest architecture NVRTC knows, which the driver compiles at load) or
+/// finds it in the cache, and loads it onto the GPU. Errors say what is missing when there is no
+/// GPU, no driver or no NVRTC.
+pub fn load(
+    dag: &ir::ExpressionDag,
+    options: &CudaCompileOptions,
+) -> Result<Arc<CudaOperator>, CodegenError> {
+    let dev = device()?;
+    let nv = nvrtc::get()?;
+    let arch = dev.info.arch;
+    let (arch, binary) = if nv.archs.contains(&arch) || nv.archs.is_empty() {
+        (arch, CudaBinary::Cubin)
+    } else {
+        let best = nv.archs.iter().copied().filter(|&a| a <= arch).max();
+        (best.unwrap_or(arch), CudaBinary::Ptx)
+    };
+    let artifact = compile(dag, &options.clone().with_target(arch, binary))?;
+    let driver_err = |action: &str, message: String| CodegenError::CudaDriver {
+        operator: dag.name.clone(),
+        action: action.into(),
+        message,
+    };
+    let root = artifact
+        .binary_path()
+        .ancestors()
+        .nth(4)
+        .map(|p| p.to_path_buf())
+        .unwrap_or_default();
+    let key = (root, artifact.cache_key().to_string());
+    let cached = loaded()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+        .cloned();
+    let function = match cached {
+        Some(f) => f,
+        None => {
+            let image = match binary {
+                CudaBinary::Cubin => cudarc::nvrtc::Ptx::from_binary(artifact.bytes().to_vec()),
+                CudaBinary::Ptx => cudarc::nvrtc::Ptx::from_src(
+                    String::from_utf8_lossy(artifact.bytes()).into_owned(),
+                ),
+            };
+            let module = no_panic("loading a module", || dev.ctx.load_module(image))
+                .map_err(|m| driver_err("loading the module", m))?
+                .map_err(|e| {
+                    driver_err(
+                        &format!("loading {}", artifact.binary_path().display()),
+                        driver_text(e),
+                    )
+                })?;
+            let f = module
+                .load_function(KERNEL_NAME)
+                .map_err(|e| driver_err("finding the kernel", driver_text(e)))?;
+            loaded()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key, f.clone());
+            f
+        }
+    };
+    let unsupported = |what: &str| CodegenError::Unsupported {
+        operator: dag.name.clone(),
+        defined_at: defined_at(dag),
+        expression: None,
+        message: what.into(),
+    };
+    let workers = dag
+        .workgroup_shape
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d))
+        .filter(|&n| n <= i64::MAX as u64)
+        .ok_or_else(|| unsupported("the workgroup is too large"))?;
+    Ok(Arc::new(CudaOperator {
+        artifact,
+        function,
+        defined_at: defined_at(dag),
+        inputs: signatures(&dag.inputs).ok_or_else(|| unsupported("an input type"))?,
+        outputs: signatures(&dag.outputs).ok_or_else(|| unsupported("an output type"))?,
+        workgroup: dag.workgroup_shape.clone(),
+        workers,
+        writes: dag
+            .expressions
+            .iter()
+            .map(|e| e.code == Op::Write as i32)
+            .collect(),
+        block_size: options.effective_block_size(),
+    }))
+}
+
+/// `ovl_cuda_status` of the CUDA prelude.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CudaStatus {
+    first: Status,
+    lock: u32,
+    pad: u32,
+}
+
+const STATUS_BYTES: usize = std::mem::size_of::<CudaStatus>();
+
+/// The bytes of a host tensor.
+fn bytes_of(t: &HostTensor) -> &[u8] {
+    let n = t.len() * t.dtype().size();
+    // SAFETY: the tensor's data holds `len` elements of `dtype` contiguously.
+    unsafe { std::slice::from_raw_parts(t.data.as_ptr(), n) }
+}
+
+/// The bytes of a host tensor, mutably.
+fn bytes_of_mut(t: &mut HostTensor) -> &mut [u8] {
+    let n = t.len() * t.dtype().size();
+    // SAFETY: as in `bytes_of`; the borrow is exclusive.
+    unsafe { std::slice::from_raw_parts_mut(t.data.as_mut_ptr(), n) }
+}
+
+impl CudaOperator {
+    /// The compiled code (PTX or CUBIN) and its place in the cache.
+    pub fn artifact(&self) -> &Arc<CudaArtifact> {
+        &self.artifact
+    }
+
+    /// The operator's name.
+    pub fn name(&self) -> &str {
+        self.artifact.name()
+    }
+
+    /// Threads per block at launch.
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    fn check(
+        &self,
+        kind: &'static str,
+        declared: &[(DType, Vec<usize>)],
+        passed: &[&HostTensor],
+    ) -> Result<(), RunError> {
+        if passed.len() != declared.len() {
+            return Err(RunError::TensorCount {
+                operator: self.name().to_string(),
+                kind,
+                expected: declared.len(),
+                got: passed.len(),
+            });
+        }
+        for (k, ((d, shape), h)) in declared.iter().zip(passed).enumerate() {
+            let consistent =
+                h.shape.iter().try_fold(1usize, |n, &x| n.checked_mul(x)) == Some(h.len());
+            if h.dtype() != *d || h.shape != *shape || !consistent {
+                return Err(RunError::TensorType {
+                    operator: self.name().to_string(),
+                    tensor: format!("{kind} {k}"),
+                    expected: format!("{d}{shape:?}"),
+                    got: format!("{}{:?}", h.dtype(), h.shape),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the operator on the GPU: copies `inputs` and `outputs` (elements no worker writes
+    /// keep their value) to the device, launches the kernel, copies `outputs` back. Returns the
+    /// kernel's time measured by CUDA events. A runtime fault (index out of bounds, non-positive
+    /// range step) is reported as the C++ backend reports it: the first in row-major worker
+    /// order.
+    pub fn run(
+        &self,
+        inputs: &[&HostTensor],
+        outputs: &mut [HostTensor],
+    ) -> Result<Duration, RunError> {
+        self.check("input", &self.inputs, inputs)?;
+        let outs: Vec<&HostTensor> = outputs.iter().collect();
+        self.check("output", &self.outputs, &outs)?;
+        let dev = device().map_err(|e| self.cuda_err("opening the GPU", e.to_string()))?;
+        let _busy = dev.busy.lock().unwrap_or_else(|p| p.into_inner());
+        let result = no_panic("CUDA", || self.run_on(dev, inputs, outputs))
+            .map_err(|m| self.cuda_err("running", m))?;
+        let (time, status) = result?;
+        if status.first.code != 0 {
+            return Err(fault_error(
+                self.name(),
+                &self.defined_at,
+                &self.workgroup,
+                &self.writes,
+                &status.first,
+            ));
+        }
+        Ok(time)
+    }
+
+    fn cuda_err(&self, action: &str, message: String) -> RunError {
+        RunError::Cuda {
+            operator: self.name().to_string(),
+            action: action.into(),
+            message,
+        }
+    }
+
+    fn run_on(
+        &self,
+        dev: &Device,
+        inputs: &[&HostTensor],
+        outputs: &mut [HostTensor],
+    ) -> Result<(Duration, CudaStatus), RunError> {
+        let stream = &dev.stream;
+        let err =
+            |action: &'static str| move |e: DriverError| self.cuda_err(action, driver_text(e));
+        let upload = |bytes: &[u8]| -> Result<CudaSlice<u8>, RunError> {
+            if bytes.is_empty() {
+                stream.alloc_zeros::<u8>(1)
+            } else {
+                stream.clone_htod(bytes)
+            }
+            .map_err(err("copying a tensor to the GPU"))
+        };
+        let d_in = inputs
+            .iter()
+            .map(|t| upload(bytes_of(t)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut d_out = outputs
+            .iter()
+            .map(|t| upload(bytes_of(t)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let d_status = stream
+            .alloc_zeros::<u8>(STATUS_BYTES)
+            .map_err(err("allocating the status"))?;
+        let block = self.block_size;
+        let blocks_needed = self.workers.div_ceil(block as u64);
+        let grid_limit = (dev.info.multiprocessors as u64) * (2048 / block as u64).max(1) * 8;
+        let grid = blocks_needed.min(grid_limit).clamp(1, i32::MAX as u64) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = dev
+            .ctx
+            .new_event(timing)
+            .map_err(err("creating an event"))?;
+        let end = dev
+            .ctx
+            .new_event(timing)
+            .map_err(err("creating an event"))?;
+        start.record(stream).map_err(err("recording an event"))?;
+        {
+            let mut launch = stream.launch_builder(&self.function);
+            for d in &d_in {
+                launch.arg(d);
+            }
+            for d in d_out.iter_mut() {
+                launch.arg(d);
+            }
+            launch.arg(&d_status);
+            // SAFETY: the kernel takes one device pointer per input and output, each to a buffer
+            // of the declared type and size (checked above), then the status buffer of
+            // `STATUS_BYTES` bytes; all stay alive until the stream is synchronized below.
+            unsafe { launch.launch(cfg) }.map_err(err("launching the kernel"))?;
+        }
+        end.record(stream).map_err(err("recording an event"))?;
+        for (d, h) in d_out.iter().zip(outputs.iter_mut()) {
+            let host = bytes_of_mut(h);
+            if !host.is_empty() {
+                stream
+                    .memcpy_dtoh(d, host)
+                    .map_err(err("copying an output back"))?;
+            }
+        }
+        let mut status_bytes = [0u8; STATUS_BYTES];
+        stream
+            .memcpy_dtoh(&d_status, &mut status_bytes[..])
+            .map_err(err("copying the status back"))?;
+        stream.synchronize().map_err(err("running the kernel"))?;
+        let ms = start.elapsed_ms(&end).map_err(err("reading the timing"))?;
+        // SAFETY: `CudaStatus` is plain old data of exactly `STATUS_BYTES` bytes.
+        let status: CudaStatus =
+            unsafe { std::ptr::read_unaligned(status_bytes.as_ptr() as *const CudaStatus) };
+        Ok((Duration::from_secs_f64(ms.max(0.0) as f64 / 1e3), status))
+    }
+}

@@ -1,0 +1,295 @@
+//! The CUDA backend without a GPU: the shape of the generated source, NVRTC compilation and
+//! ptxas validation of constructs the conformance suite does not reach (64-bit indexing, huge
+//! workgroups, runtime range steps, every literal), the CUDA operator cache, and the errors for
+//! a missing GPU and for code NVRTC rejects. With a GPU, a small operator also runs on it.
+
+mod common;
+
+use common::{Builder, IN, LOC, OUT};
+use ovl_codegen::cuda::{self, CudaBinary, CudaCompileOptions};
+use ovl_codegen::{CacheOutcome, CodegenError};
+use ovl_core::ir::{ExpressionDag, Op};
+use ovl_core::{DType, HostTensor, Literal};
+
+fn options(dir: &std::path::Path) -> CudaCompileOptions {
+    CudaCompileOptions::default().with_cache_dir(dir)
+}
+
+fn add_2d(rows: u64, cols: u64) -> ExpressionDag {
+    let mut b = Builder::new("add_2d", &[rows, cols]);
+    b.input(DType::F32, &[rows, cols]);
+    b.input(DType::F32, &[rows, cols]);
+    b.output(DType::F32, &[rows, cols]);
+    let i = b.position(0);
+    let j = b.position(1);
+    let x = b.read(IN, 0, &[i, j]);
+    let y = b.read(IN, 1, &[i, j]);
+    let s = b.op(Op::Add, &[x, y]);
+    b.write(OUT, 0, &[i, j], s);
+    b.build()
+}
+
+/// out[i] = x[idx[i]]: a data-dependent index that needs a bounds check.
+fn gather(n: u64, m: u64) -> ExpressionDag {
+    let mut b = Builder::new("gather", &[m]);
+    b.input(DType::F32, &[n]);
+    b.input(DType::I32, &[m]);
+    b.output(DType::F32, &[m]);
+    let i = b.position(0);
+    let k = b.read(IN, 1, &[i]);
+    let v = b.read(IN, 0, &[k]);
+    b.write(OUT, 0, &[i], v);
+    b.build()
+}
+
+/// Worker i sums k for k in (0 .. 10).step_by(steps[i]): a runtime step, checked.
+fn runtime_step() -> ExpressionDag {
+    let mut b = Builder::new("runtime_step", &[4]);
+    b.input(DType::I64, &[4]);
+    b.output(DType::I64, &[4]);
+    let i = b.position(0);
+    let zero = b.i64(0);
+    let ten = b.i64(10);
+    let step = b.read(IN, 0, &[i]);
+    let acc = b.var(zero);
+    let k = b.range(zero, ten, step);
+    let s = b.op(Op::Add, &[acc, k]);
+    b.assign(acc, s);
+    b.end_range();
+    b.write(OUT, 0, &[i], acc);
+    b.build()
+}
+
+/// Constants of every dtype (infinities and NaN included), a local tensor, a while loop, a
+/// select and float-to-integer casts.
+fn literals_and_control() -> ExpressionDag {
+    let mut b = Builder::new("literals_and_control", &[8]);
+    b.output(DType::F32, &[8]);
+    b.output(DType::F64, &[8]);
+    b.output(DType::I64, &[8]);
+    let i = b.position(0);
+    let inf32 = b.f32(f32::INFINITY);
+    let ninf32 = b.f32(f32::NEG_INFINITY);
+    let nan32 = b.f32(f32::NAN);
+    let inf64 = b.f64(f64::INFINITY);
+    let nan64 = b.f64(f64::NAN);
+    let mut ints = Vec::new();
+    for (d, v) in [
+        (DType::I8, Literal::Int(i8::MIN as i64)),
+        (DType::I16, Literal::Int(i16::MIN as i64)),
+        (DType::I32, Literal::Int(i32::MIN as i64)),
+        (DType::I64, Literal::Int(i64::MIN)),
+        (DType::U8, Literal::Int(u8::MAX as i64)),
+        (DType::U16, Literal::Int(u16::MAX as i64)),
+        (DType::U32, Literal::Int(u32::MAX as i64)),
+        (DType::U64, Literal::UInt(u64::MAX)),
+    ] {
+        let c = b.constant(d, v);
+        ints.push(b.cast(c, DType::I64));
+    }
+    let loc = b.local(DType::I64, &[8], Literal::Int(3));
+    let m = b.boolean(true);
+    let x = b.op(Op::Min, &[inf32, ninf32]);
+    let y = b.op(Op::Max, &[x, nan32]);
+    let z = b.op(Op::Add, &[inf64, nan64]);
+    let cz = b.cast(z, DType::I64);
+    let mut acc = b.var(cz);
+    for v in ints {
+        let s = b.op(Op::Add, &[acc, v]);
+        b.assign(acc, s);
+        acc = b.var(s);
+    }
+    b.while_begin();
+    let lim = b.i64(100);
+    let c = b.op(Op::Lt, &[acc, lim]);
+    b.while_cond(c);
+    let r = b.read(LOC, loc, &[i]);
+    let s = b.op(Op::Add, &[acc, r]);
+    b.assign(acc, s);
+    b.while_end();
+    let sel = b.push(Op::Select, Some(DType::F32), &[m, y, inf32]);
+    b.write(OUT, 0, &[i], sel);
+    b.write(OUT, 1, &[i], z);
+    b.write(OUT, 2, &[i], acc);
+    b.build()
+}
+
+/// A tensor with more than 2^31 elements (64-bit index arithmetic), never allocated here.
+fn huge_tensor() -> ExpressionDag {
+    let n = (1u64 << 31) + 5;
+    let mut b = Builder::new("huge_tensor", &[n]);
+    b.input(DType::U8, &[n]);
+    b.output(DType::U8, &[n]);
+    let i = b.position(0);
+    let x = b.read(IN, 0, &[i]);
+    b.write(OUT, 0, &[i], x);
+    b.build()
+}
+
+#[test]
+fn generated_source_has_a_grid_stride_loop_and_narrow_indices() {
+    let src = cuda::generate_cuda(&add_2d(3, 5), "k").expect("CUDA source");
+    assert!(
+        src.contains("extern \"C\" __global__ void ovl_kernel("),
+        "{src}"
+    );
+    assert!(src.contains("ovl_w += ovl_stride"), "{src}");
+    // 15 workers fit 32 bits: the position is decomposed in 32-bit arithmetic.
+    assert!(src.contains("uint32_t ovl_r = (uint32_t)ovl_w;"), "{src}");
+    // Small tensors are indexed in 32-bit arithmetic, and proven indices are not checked.
+    assert!(src.contains("in0[(int32_t)v0 * 5 + (int32_t)v1]"), "{src}");
+    assert!(!src.contains("ovl::oob(ovl_st"), "{src}");
+
+    let src = cuda::generate_cuda(&huge_tensor(), "k").expect("CUDA source");
+    assert!(
+        src.contains("in0[v0]"),
+        "64-bit index of a huge tensor: {src}"
+    );
+    let src = cuda::generate_cuda(&add_2d(1 << 17, 1 << 17), "k").expect("CUDA source");
+    assert!(src.contains("uint64_t ovl_r = (uint64_t)ovl_w;"), "{src}");
+    assert!(src.contains("in0[v0 * 131072LL + v1]"), "{src}");
+
+    let src = cuda::generate_cuda(&gather(10, 4), "k").expect("CUDA source");
+    assert!(src.contains("ovl::oob(ovl_st, "), "{src}");
+    assert!(src.contains("ovl::report(ovl_gst, &ovl_ls)"), "{src}");
+}
+
+#[test]
+fn nvrtc_and_ptxas_accept_every_construct() {
+    let cache = tempfile::tempdir().expect("a temporary directory");
+    let dags = [
+        add_2d(3, 5),
+        add_2d(1 << 17, 1 << 17),
+        gather(10, 4),
+        runtime_step(),
+        literals_and_control(),
+        huge_tensor(),
+    ];
+    for dag in &dags {
+        for arch in [80, 90] {
+            let a =
+                cuda::validate(dag, arch, &options(cache.path())).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(a.arch(), arch);
+            assert_eq!(a.binary(), CudaBinary::Ptx);
+            let ptx = String::from_utf8_lossy(a.bytes());
+            assert!(ptx.contains(".entry ovl_kernel"), "{ptx}");
+            assert!(
+                ptx.contains(&format!(".target sm_{arch}")),
+                "PTX for sm_{arch}"
+            );
+        }
+    }
+}
+
+#[test]
+fn cache_layout_hits_and_forced_recompilation() {
+    let cache = tempfile::tempdir().expect("a temporary directory");
+    let dag = add_2d(4, 4);
+    let opts = options(cache.path()).with_target(90, CudaBinary::Ptx);
+    let (a, outcome) = cuda::compile_with_outcome(&dag, &opts).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(outcome, CacheOutcome::Compiled);
+    let dir = a
+        .binary_path()
+        .parent()
+        .expect("entry directory")
+        .to_path_buf();
+    assert_eq!(
+        dir.parent().expect("cuda"),
+        cache.path().join("v1").join("cuda")
+    );
+    assert_eq!(dir.file_name().unwrap().len(), 32);
+    for f in ["op.cu", "op.ptx", "meta"] {
+        assert!(dir.join(f).is_file(), "{f} in {}", dir.display());
+    }
+    let meta = std::fs::read_to_string(dir.join("meta")).expect("meta");
+    assert!(
+        meta.contains("arch: sm_90") && meta.contains("--fmad=false"),
+        "{meta}"
+    );
+
+    // In memory, then (in another cache root holding a copy) from disk, then forced.
+    let (_, outcome) = cuda::compile_with_outcome(&dag, &opts).expect("warm");
+    assert_eq!(outcome, CacheOutcome::Memory);
+    let copy = tempfile::tempdir().expect("a temporary directory");
+    let copied = copy.path().join("v1/cuda").join(dir.file_name().unwrap());
+    std::fs::create_dir_all(&copied).expect("copy");
+    for f in ["op.cu", "op.ptx", "meta"] {
+        std::fs::copy(dir.join(f), copied.join(f)).expect("copy");
+    }
+    let before = cuda::thread_stats().nvrtc_compiles;
+    let (b, outcome) =
+        cuda::compile_with_outcome(&dag, &opts.clone().with_cache_dir(copy.path())).expect("disk");
+    assert_eq!(outcome, CacheOutcome::DiskCache);
+    assert_eq!(b.bytes(), a.bytes());
+    assert_eq!(cuda::thread_stats().nvrtc_compiles, before, "no NVRTC run");
+    let (_, outcome) = cuda::compile_with_outcome(
+        &dag,
+        &opts
+            .clone()
+            .with_cache_dir(copy.path())
+            .with_force_recompile(true),
+    )
+    .expect("forced");
+    assert_eq!(outcome, CacheOutcome::Compiled);
+
+    // Another architecture or output kind is another key; CUBIN is an ELF image.
+    let cubin = cuda::compile(&dag, &opts.clone().with_target(80, CudaBinary::Cubin))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_ne!(cubin.cache_key(), a.cache_key());
+    assert!(cubin.bytes().starts_with(b"\x7fELF"));
+    assert!(cubin.binary_path().ends_with("op.cubin"));
+}
+
+#[test]
+fn nvrtc_rejection_carries_the_log_and_the_source_path() {
+    let cache = tempfile::tempdir().expect("a temporary directory");
+    let mut opts = options(cache.path());
+    opts.extra_options.push("--no-such-nvrtc-option".into());
+    let err = cuda::compile(&add_2d(2, 2), &opts).expect_err("a bad option");
+    let CodegenError::CudaCompileFailed(f) = &err else {
+        panic!("unexpected error: {err}");
+    };
+    assert_eq!(f.tool, "NVRTC");
+    assert!(f.source_path.ends_with("op.cu") && f.source_path.is_file());
+    let msg = err.to_string();
+    assert!(
+        msg.contains("add_2d") && msg.contains("--no-such-nvrtc-option"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn without_a_gpu_loading_says_what_is_missing() {
+    let cache = tempfile::tempdir().expect("a temporary directory");
+    match cuda::gpu_status() {
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(matches!(e, CodegenError::NoGpu { .. }), "{msg}");
+            assert!(msg.contains("driver") && msg.contains("libcuda"), "{msg}");
+            let err = cuda::load(&add_2d(2, 2), &options(cache.path())).expect_err("no GPU");
+            assert!(matches!(err, CodegenError::NoGpu { .. }), "{err}");
+            let mut out = std::io::stderr();
+            let _ = std::io::Write::write_all(
+                &mut out,
+                format!("cuda.rs: no GPU here, GPU execution did not run: {msg}\n").as_bytes(),
+            );
+        }
+        Ok(gpu) => {
+            // A GPU: run gather with a faulting index, as the C++ backend would report it.
+            let op =
+                cuda::load(&gather(4, 3), &options(cache.path())).unwrap_or_else(|e| panic!("{e}"));
+            let x = HostTensor::from_vec(&[4], vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+            let idx = HostTensor::from_vec(&[3], vec![3i32, 7, 0]).unwrap();
+            let mut out = vec![HostTensor::zeros(DType::F32, &[3])];
+            let err = op.run(&[&x, &idx], &mut out).expect_err("index 7 of 4");
+            let msg = err.to_string();
+            assert!(msg.contains("index 7") && msg.contains("[1]"), "{msg}");
+            assert_eq!(out[0].as_slice::<f32>().unwrap(), &[4.0, 0.0, 1.0]);
+            let mut out = std::io::stderr();
+            let _ = std::io::Write::write_all(
+                &mut out,
+                format!("cuda.rs: ran on {} (sm_{})\n", gpu.name, gpu.arch).as_bytes(),
+            );
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! The generated CUDA, executed without a GPU: the CUDA translation unit is compiled by the host
+//! C++ compiler under a small shim that defines the CUDA built-ins it uses (`blockIdx`,
+//! `atomicCAS`, `__int_as_float`, ...), and every thread of a small grid is run in turn (in
+//! reverse order, so that later workers report faults first). Outputs and fault reports must
+//! equal the C++ backend's, bit for bit. This checks the CUDA frame (grid-stride loop, position
+//! decomposition, per-thread faults published in worker order) and the CUDA prelude's exact
+//! semantics (wrapping, division by zero, saturating casts, literals) on this machine; the GPU's
+//! math library is not exercised (the host's is used).
+
+mod common;
+
+use common::{compiled, run, zero_outputs, Builder, IN, LOC, OUT};
+use ovl_codegen::cuda;
+use ovl_codegen::RunError;
+use ovl_core::ir::{ExpressionDag, Op};
+use ovl_core::{DType, HostTensor, Literal};
+use std::ffi::c_void;
+use std::process::Command;
+
+/// Definitions of the CUDA built-ins the generated code uses, for the host compiler.
+const SHIM: &str = r#"#include <math.h>
+// The CUDA prelude declares its own fixed-width types; keep them apart from the host's.
+#define int8_t ovl_int8_t
+#define int16_t ovl_int16_t
+#define int32_t ovl_int32_t
+#define int64_t ovl_int64_t
+#define uint8_t ovl_uint8_t
+#define uint16_t ovl_uint16_t
+#define uint32_t ovl_uint32_t
+#define uint64_t ovl_uint64_t
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+struct ovl_dim3 { unsigned x, y, z; };
+static ovl_dim3 blockIdx, blockDim, gridDim, threadIdx;
+static inline float __int_as_float(int b) { float f; __builtin_memcpy(&f, &b, 4); return f; }
+static inline double __longlong_as_double(long long b) { double f; __builtin_memcpy(&f, &b, 8); return f; }
+static inline unsigned atomicCAS(unsigned* p, unsigned c, unsigned v) { unsigned o = *p; if (o == c) *p = v; return o; }
+static inline unsigned atomicExch(unsigned* p, unsigned v) { unsigned o = *p; *p = v; return o; }
+static inline void __threadfence() {}
+"#;
+
+fn ctype(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float",
+        DType::F64 => "double",
+        DType::I8 => "int8_t",
+        DType::I16 => "int16_t",
+        DType::I32 => "int32_t",
+        DType::I64 => "int64_t",
+        DType::U8 => "uint8_t",
+        DType::U16 => "uint16_t",
+        DType::U32 => "uint32_t",
+        DType::U64 => "uint64_t",
+        DType::Bool => "bool",
+    }
+}
+
+/// `ovl_cuda_status` of the CUDA prelude.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct Status {
+    code: i32,
+    expression: i32,
+    tensor_kind: i32,
+    tensor_index: i32,
+    axis: i32,
+    index_signed: i32,
+    index_bits: u64,
+    size: u64,
+    worker: i64,
+    step: i64,
+    lock: u32,
+    pad: u32,
+}
+
+type Emulate = unsafe extern "C" fn(*const *mut c_void, *const *mut c_void, *mut Status, u32, u32);
+
+/// The operator's CUDA compiled for the host (the directory holds the library).
+struct Emulated {
+    _dir: tempfile::TempDir,
+    lib: libloading::Library,
+}
+
+/// Compiles the operator's CUDA for the host.
+fn build(dag: &ExpressionDag) -> Emulated {
+    let mut src = String::from(SHIM);
+    src.push_str(&cuda::generate_cuda(dag, "emulated").unwrap_or_else(|e| panic!("{e}")));
+    let mut args = Vec::new();
+    for (i, t) in dag.inputs.iter().enumerate() {
+        let d = DType::from_ir(t.dtype).expect("dtype");
+        args.push(format!("(const {}*)in[{i}]", ctype(d)));
+    }
+    for (i, t) in dag.outputs.iter().enumerate() {
+        let d = DType::from_ir(t.dtype).expect("dtype");
+        args.push(format!("({}*)out[{i}]", ctype(d)));
+    }
+    args.push("st".into());
+    src.push_str(&format!(
+        "extern \"C\" void ovl_emulate(void* const* in, void* const* out, ovl_cuda_status* st, \
+         unsigned grid, unsigned block) {{\n  (void)in; (void)out;\n  gridDim.x = grid; \
+         blockDim.x = block;\n  for (int b = (int)grid - 1; b >= 0; --b)\n    for (int t = \
+         (int)block - 1; t >= 0; --t) {{\n      blockIdx.x = b; threadIdx.x = t;\n      \
+         ovl_kernel({});\n    }}\n}}\n",
+        args.join(", ")
+    ));
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let cpp = dir.path().join("emulated.cpp");
+    let lib = dir.path().join("emulated.so");
+    std::fs::write(&cpp, &src).expect("write");
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let out = Command::new(&cxx)
+        .args([
+            "-std=c++17",
+            "-O1",
+            "-shared",
+            "-fPIC",
+            "-ffp-contract=off",
+            "-w",
+            "-o",
+        ])
+        .arg(&lib)
+        .arg(&cpp)
+        .arg("-lm")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cxx}: {e}"));
+    assert!(
+        out.status.success(),
+        "the host compiler rejected the emulated CUDA:\n{}\n{src}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // SAFETY: the library was just built from generated code; it has no initializers.
+    let lib = unsafe { libloading::Library::new(&lib) }.expect("load");
+    Emulated { _dir: dir, lib }
+}
+
+/// Runs the emulated kernel on `grid` blocks of `block` threads.
+fn emulate(
+    emulated: &Emulated,
+    dag: &ExpressionDag,
+    inputs: &[&HostTensor],
+    grid: u32,
+    block: u32,
+) -> (Vec<HostTensor>, Status) {
+    let mut outputs = zero_outputs(dag);
+    let ins: Vec<*mut c_void> = inputs
+        .iter()
+        .map(|t| t.data.as_ptr() as *mut c_void)
+        .collect();
+    let outs: Vec<*mut c_void> = outputs
+        .iter_mut()
+        .map(|t| t.data.as_mut_ptr() as *mut c_void)
+        .collect();
+    let mut status = Status::default();
+    // SAFETY: the entry point is the one `build` wrote; the pointers match the operator's
+    // declared tensors (the tests pass tensors of those types).
+    unsafe {
+        let f = *emulated
+            .lib
+            .get::<Emulate>(b"ovl_emulate\0")
+            .expect("symbol");
+        f(ins.as_ptr(), outs.as_ptr(), &mut status, grid, block);
+    }
+    assert_eq!(status.lock, 0, "the status lock was released");
+    (outputs, status)
+}
+
+fn position(workgroup: &[u64], worker: i64) -> Vec<u64> {
+    let mut rest = worker as u64;
+    let mut p = vec![0; workgroup.len()];
+    for a in (0..p.len()).rev() {
+        p[a] = rest % workgroup[a];
+        rest /= workgroup[a];
+    }
+    p
+}
+
+/// The emulated CUDA agrees with the C++ backend: outputs bit for bit, and the same fault.
+fn same_as_cpp(dag: &ExpressionDag, inputs: &[&HostTensor]) {
+    let (op, _cache) = compiled(dag);
+    let expected = run(&op, dag, inputs, 1);
+    let emulated = build(dag);
+    for (grid, block) in [(1, 1), (3, 4), (2, 32)] {
+        let (got, st) = emulate(&emulated, dag, inputs, grid, block);
+        let what = format!("{} with grid {grid} x block {block}", dag.name);
+        match &expected {
+            Ok(e) => {
+                assert_eq!(st.code, 0, "{what}: unexpected fault {st:?}");
+                for (k, (g, e)) in got.iter().zip(e).enumerate() {
+                    assert_eq!(common::bits(g), common::bits(e), "{what}: output {k}");
+                }
+            }
+            Err(RunError::IndexOutOfBounds(oob)) => {
+                assert_eq!(st.code, 1, "{what}: {st:?}");
+                assert_eq!(st.expression as usize, oob.expression, "{what}");
+                assert_eq!(st.axis as usize, oob.axis, "{what}");
+                assert_eq!(st.size, oob.size, "{what}");
+                let index = if st.index_signed != 0 {
+                    st.index_bits as i64 as i128
+                } else {
+                    st.index_bits as i128
+                };
+                assert_eq!(index, oob.index, "{what}");
+                assert_eq!(
+                    position(&dag.workgroup_shape, st.worker),
+                    oob.position,
+                    "{what}"
+                );
+            }
+            Err(RunError::NonPositiveStep {
+                expression,
+                step,
+                position: p,
+                ..
+            }) => {
+                assert_eq!(st.code, 2, "{what}: {st:?}");
+                assert_eq!(st.expression as usize, *expression, "{what}");
+                assert_eq!(st.step, *step, "{what}");
+                assert_eq!(position(&dag.workgroup_shape, st.worker), *p, "{what}");
+            }
+            Err(e) => panic!("{what}: unexpected C++ error {e}"),
+        }
+    }
+}
+
+#[test]
+fn three_d_positions() {
+    let shape = [3u64, 5, 7];
+    let mut b = Builder::new("positions", &shape);
+    b.output(DType::I64, &shape);
+    let i = b.position(0);
+    let j = b.position(1);
+    let k = b.position(2);
+    let m = b.i64(1_000_000);
+    let t = b.i64(1000);
+    let a = b.op(Op::Mul, &[i, m]);
+    let bb = b.op(Op::Mul, &[j, t]);
+    let s = b.op(Op::Add, &[a, bb]);
+    let s = b.op(Op::Add, &[s, k]);
+    b.write(OUT, 0, &[i, j, k], s);
+    same_as_cpp(&b.build(), &[]);
+}
+
+#[test]
+fn faults_are_reported_for_the_first_worker() {
+    // out[i] = x[idx[i]]: workers 1 and 3 read out of bounds; worker 1's fault is reported.
+    let mut b = Builder::new("gather", &[5]);
+    b.input(DType::F32, &[4]);
+    b.input(DType::I32, &[5]);
+    b.output(DType::F32, &[5]);
+    let i = b.position(0);
+    let k = b.read(IN, 1, &[i]);
+    let v = b.read(IN, 0, &[k]);
+    b.write(OUT, 0, &[i], v);
+    let dag = b.build();
+    let x = HostTensor::from_vec(&[4], vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    let idx = HostTensor::from_vec(&[5], vec![3i32, 7, 0, -1, 2]).unwrap();
+    same_as_cpp(&dag, &[&x, &idx]);
+    let ok = HostTensor::from_vec(&[5], vec![3i32, 1, 0, 2, 2]).unwrap();
+    same_as_cpp(&dag, &[&x, &ok]);
+
+    // A runtime range step: 0 at worker 2, -1 at worker 3.
+    let mut b = Builder::new("runtime_step", &[4]);
+    b.input(DType::I64, &[4]);
+    b.output(DType::I64, &[4]);
+    let i = b.position(0);
+    let zero = b.i64(0);
+    let ten = b.i64(10);
+    let step = b.read(IN, 0, &[i]);
+    let acc = b.var(zero);
+    let k = b.range(zero, ten, step);
+    let s = b.op(Op::Add, &[acc, k]);
+    b.assign(acc, s);
+    b.end_range();
+    b.write(OUT, 0, &[i], acc);
+    let steps = HostTensor::from_vec(&[4], vec![3i64, 5, 0, -1]).unwrap();
+    same_as_cpp(&b.build(), &[&steps]);
+}
+
+/// Every pair of `edges` through each of `ops` (one output per operation).
+fn pairs<T: ovl_core::Scalar>(ops: &[Op], edges: &[T]) {
+    let n = edges.len() * edges.len();
+    let mut b = Builder::new("pairs", &[n as u64]);
+    b.input(T::DTYPE, &[n as u64]);
+    b.input(T::DTYPE, &[n as u64]);
+    for op in ops {
+        let out = if matches!(op, Op::Lt | Op::Eq) {
+            DType::Bool
+        } else {
+            T::DTYPE
+        };
+        b.output(out, &[n as u64]);
+    }
+    let i = b.position(0);
+    let x = b.read(IN, 0, &[i]);
+    let y = b.read(IN, 1, &[i]);
+    for (k, &op) in ops.iter().enumerate() {
+        let z = b.op(op, &[x, y]);
+        b.write(OUT, k as u32, &[i], z);
+    }
+    let a: Vec<T> = edges
+        .iter()
+        .flat_map(|&x| edges.iter().map(move |_| x))
+        .collect();
+    let c: Vec<T> = edges.iter().flat_map(|_| edges.iter().copied()).collect();
+    let a = HostTensor::from_vec(&[n], a).unwrap();
+    let c = HostTensor::from_vec(&[n], c).unwrap();
+    same_as_cpp(&b.build(), &[&a, &c]);
+}
+
+#[test]
+fn integer_and_float_arithmetic_edges() {
+    let i8s = vec![0i8, 1, -1, 2, -7, 100, i8::MIN, i8::MAX];
+    let i64s = vec![0i64, 1, -1, 3, -3, i64::MIN, i64::MAX, i64::MIN + 1];
+    let u16s = vec![0u16, 1, 2, 7, u16::MAX, u16::MAX - 1];
+    let f32s = vec![
+        0.0f32,
+        -0.0,
+        1.5,
+        -3.25,
+        f32::MIN_POSITIVE / 4.0,
+        f32::MAX,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ];
+    let ops = [
+        Op::Add,
+        Op::Sub,
+        Op::Mul,
+        Op::Div,
+        Op::Mod,
+        Op::Min,
+        Op::Max,
+        Op::Lt,
+        Op::Eq,
+    ];
+    pairs(&ops, &i8s);
+    pairs(&ops, &i64s);
+    pairs(&ops, &u16s);
+    pairs(&ops, &f32s);
+}
+
+#[test]
+fn casts_literals_locals_and_loops() {
+    // Float to integer casts saturate, NaN gives 0.
+    let xs: Vec<f64> = vec![
+        0.0,
+        -0.0,
+        0.99,
+        -0.99,
+        127.5,
+        -128.9,
+        255.9,
+        1e10,
+        -1e10,
+        9.3e18,
+        1.9e19,
+        -9.3e18,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+    ];
+    let n = xs.len() as u64;
+    let tos = [
+        DType::I8,
+        DType::U8,
+        DType::I32,
+        DType::U32,
+        DType::I64,
+        DType::U64,
+        DType::F32,
+        DType::Bool,
+    ];
+    let mut b = Builder::new("casts", &[n]);
+    b.input(DType::F64, &[n]);
+    for &to in &tos {
+        b.output(to, &[n]);
+    }
+    let i = b.position(0);
+    let x = b.read(IN, 0, &[i]);
+    for (k, &to) in tos.iter().enumerate() {
+        let c = b.cast(x, to);
+        b.write(OUT, k as u32, &[i], c);
+    }
+    let input = HostTensor::from_vec(&[n as usize], xs).unwrap();
+    same_as_cpp(&b.build(), &[&input]);
+
+    // Literals of every dtype, a local tensor filled by some workers only, a while loop.
+    let mut b = Builder::new("literals", &[6]);
+    b.output(DType::F32, &[6]);
+    b.output(DType::F64, &[6]);
+    b.output(DType::I64, &[6]);
+    let i = b.position(0);
+    // The fill runs only in workers 0..3: the others read the per-worker zeroed local.
+    let loc = b.declare_local(DType::I64, &[6]);
+    let three = b.i64(3);
+    let low = b.op(Op::Lt, &[i, three]);
+    b.if_(low);
+    b.local_fill(loc, Literal::Int(3));
+    b.end_if();
+    let before = b.read(LOC, loc, &[i]);
+    let inf32 = b.f32(f32::NEG_INFINITY);
+    let nan64 = b.f64(f64::NAN);
+    let inf64 = b.f64(f64::INFINITY);
+    let z = b.op(Op::Add, &[inf64, nan64]);
+    let mut acc = b.var(before);
+    for (d, v) in [
+        (DType::I8, Literal::Int(i8::MIN as i64)),
+        (DType::I32, Literal::Int(i32::MIN as i64)),
+        (DType::I64, Literal::Int(i64::MIN)),
+        (DType::U16, Literal::Int(u16::MAX as i64)),
+        (DType::U64, Literal::UInt(u64::MAX)),
+    ] {
+        let c = b.constant(d, v);
+        let c = b.cast(c, DType::I64);
+        let s = b.op(Op::Add, &[acc, c]);
+        acc = b.var(s);
+    }
+    b.while_begin();
+    let lim = b.i64(50);
+    let c = b.op(Op::Lt, &[acc, lim]);
+    b.while_cond(c);
+    let r = b.read(LOC, loc, &[i]);
+    let s = b.op(Op::Add, &[acc, r]);
+    let pi = b.op(Op::Add, &[s, i]);
+    b.assign(acc, pi);
+    b.while_end();
+    b.write(OUT, 0, &[i], inf32);
+    b.write(OUT, 1, &[i], z);
+    b.write(OUT, 2, &[i], acc);
+    same_as_cpp(&b.build(), &[]);
+}

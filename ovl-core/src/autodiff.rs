@@ -1,0 +1,340 @@
+//! Reverse-mode differentiation of the lazy graph.
+//!
+//! An operator call gets a gradient with [`set_gradient`]: a Rust function that, given the call's
+//! inputs, outputs and output gradients (all lazy handles), records the operators that compute
+//! the input gradients. [`backward`] walks the graph from the seeds back to the tensors asked
+//! for, applying the chain rule and summing the contributions of a tensor used several times.
+//! The result is an ordinary lazy graph: it is fused and compiled like any other, together with
+//! the forward graph or on its own.
+
+use crate::dtype::{DType, Scalar};
+use crate::lazy::{Lazy, LazyTensor, Node};
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+use thiserror::Error;
+
+/// What a gradient function receives: one call of an operator.
+pub struct GradientCall<'a> {
+    /// The operator's name.
+    pub name: &'a str,
+    /// The call's inputs, in the operator's order.
+    pub inputs: &'a [LazyTensor],
+    /// The call's outputs.
+    pub outputs: Vec<LazyTensor>,
+    /// The gradient flowing into each output (`None`: the output does not reach the seeds).
+    pub output_grads: Vec<Option<LazyTensor>>,
+}
+
+impl GradientCall<'_> {
+    /// Input `i` as a typed handle.
+    ///
+    /// # Panics
+    /// If the input does not exist or has another dtype: a bug in the gradient function.
+    pub fn input<T: Scalar>(&self, i: usize) -> Lazy<T> {
+        typed(&self.inputs[i], self.name)
+    }
+
+    /// Output `i` as a typed handle.
+    ///
+    /// # Panics
+    /// As [`GradientCall::input`].
+    pub fn output<T: Scalar>(&self, i: usize) -> Lazy<T> {
+        typed(&self.outputs[i], self.name)
+    }
+
+    /// The gradient of output `i`, or zeros of its shape when it does not flow.
+    ///
+    /// # Panics
+    /// As [`GradientCall::input`].
+    pub fn output_grad<T: Scalar>(&self, i: usize) -> Lazy<T> {
+        match &self.output_grads[i] {
+            Some(g) => typed(g, self.name),
+            None => {
+                let shape = self.outputs[i].shape.to_vec();
+                Lazy::from(ndarray::ArrayD::<T>::default(ndarray::IxDyn(&shape)))
+            }
+        }
+    }
+}
+
+fn typed<T: Scalar>(t: &LazyTensor, operator: &str) -> Lazy<T> {
+    assert_eq!(
+        t.dtype,
+        T::DTYPE,
+        "the gradient function of `{operator}` asked for a {} tensor where there is a {} one",
+        T::DTYPE,
+        t.dtype
+    );
+    Lazy::from_untyped(t.clone())
+}
+
+/// A gradient function: returns one entry per input of the call (`None` where the input has no
+/// gradient, e.g. an integer index tensor).
+pub type GradientFn = dyn Fn(&GradientCall) -> Vec<Option<LazyTensor>> + Send + Sync;
+
+/// Attaches a gradient function to the operator call that produced `output` (any of its
+/// outputs). A call has at most one gradient; the first one set wins. Returns `false` when
+/// `output` is not the result of an operator call or the call already has a gradient.
+pub fn set_gradient<T>(
+    output: &Lazy<T>,
+    gradient: impl Fn(&GradientCall) -> Vec<Option<LazyTensor>> + Send + Sync + 'static,
+) -> bool {
+    match &*output.inner.node {
+        Node::Operator(op) => op.gradient.0.set(Arc::new(gradient)).is_ok(),
+        _ => false,
+    }
+}
+
+/// Why [`backward`] could not build the gradient graph.
+#[derive(Debug, Error)]
+pub enum GradError {
+    /// A seed and its gradient differ in dtype or shape.
+    #[error(
+        "the gradient seed for a {dtype}{shape:?} tensor is a {seed_dtype}{seed_shape:?} \
+         tensor; pass a gradient of the same dtype and shape"
+    )]
+    SeedMismatch {
+        /// The seeded tensor's dtype.
+        dtype: DType,
+        /// The seeded tensor's shape.
+        shape: Vec<usize>,
+        /// The gradient's dtype.
+        seed_dtype: DType,
+        /// The gradient's shape.
+        seed_shape: Vec<usize>,
+    },
+    /// An operator on the path has no gradient function.
+    #[error(
+        "operator `{0}` lies between the outputs and the tensors to differentiate with respect \
+         to, but has no gradient: attach one with `set_gradient`"
+    )]
+    NoGradient(String),
+    /// A gradient function returned the wrong number of gradients, or a gradient of the wrong
+    /// dtype or shape.
+    #[error("the gradient of operator `{operator}` is wrong: {message}")]
+    BadGradient {
+        /// The operator.
+        operator: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// Gradients flow only through floating-point tensors.
+    #[error("cannot differentiate through the {0} tensor of operator `{1}`: gradients are only defined for f32 and f64 tensors")]
+    NotFloat(DType, String),
+}
+
+/// The gradients computed by [`backward`], looked up by the tensor they belong to.
+#[derive(Default)]
+pub struct Gradients {
+    /// Keyed by the tensor; holds the tensor too, so that its node (and the key) stays alive.
+    map: HashMap<Key, (LazyTensor, LazyTensor)>,
+}
+
+impl fmt::Debug for Gradients {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Gradients({} tensors)", self.map.len())
+    }
+}
+
+impl Gradients {
+    /// The gradient with respect to `x` (`None` if no seed depends on `x`).
+    pub fn of<T: Scalar>(&self, x: &Lazy<T>) -> Option<Lazy<T>> {
+        self.map
+            .get(&key(&x.inner))
+            .map(|(_, g)| Lazy::from_untyped(g.clone()))
+    }
+
+    /// The gradient with respect to `x`, or zeros of its shape if no seed depends on it.
+    pub fn of_or_zeros<T: Scalar>(&self, x: &Lazy<T>) -> Lazy<T> {
+        self.of(x)
+            .unwrap_or_else(|| Lazy::from(ndarray::ArrayD::<T>::default(ndarray::IxDyn(x.shape()))))
+    }
+}
+
+/// A tensor's identity: its node and output number.
+type Key = (usize, usize);
+
+fn key(t: &LazyTensor) -> Key {
+    (Arc::as_ptr(&t.node) as *const u8 as usize, t.output)
+}
+
+/// Builds the gradients of `wrt` from `seeds`: pairs of (output, gradient of the loss with
+/// respect to that output). Nothing runs; evaluate the returned handles (together with the
+/// forward outputs, if you want them, so that they are computed and fused once).
+///
+/// The `ovl` crate's documentation has an example (section "Gradients").
+pub fn backward<T: Scalar>(
+    seeds: &[(&Lazy<T>, &Lazy<T>)],
+    wrt: &[&Lazy<T>],
+) -> Result<Gradients, GradError> {
+    let seeds: Vec<(&LazyTensor, &LazyTensor)> =
+        seeds.iter().map(|(y, dy)| (&y.inner, &dy.inner)).collect();
+    let wrt: Vec<&LazyTensor> = wrt.iter().map(|x| &x.inner).collect();
+    backward_untyped(&seeds, &wrt)
+}
+
+/// [`backward`] on untyped handles, for seeds and targets of different dtypes.
+pub fn backward_untyped(
+    seeds: &[(&LazyTensor, &LazyTensor)],
+    wrt: &[&LazyTensor],
+) -> Result<Gradients, GradError> {
+    // Operator nodes in a topological order (inputs first), reachable from the seeds.
+    let mut order: Vec<Arc<Node>> = Vec::new();
+    let mut seen = HashSet::new();
+    for (y, _) in seeds {
+        visit(&y.node, &mut seen, &mut order);
+    }
+    // Which nodes lead to a tensor we differentiate with respect to.
+    let targets: HashSet<usize> = wrt
+        .iter()
+        .map(|x| Arc::as_ptr(&x.node) as *const u8 as usize)
+        .collect();
+    let mut leads: HashSet<usize> = HashSet::new();
+    for node in &order {
+        let id = Arc::as_ptr(node) as *const u8 as usize;
+        let reaches = targets.contains(&id)
+            || match &**node {
+                Node::Operator(op) => op
+                    .inputs
+                    .iter()
+                    .any(|i| leads.contains(&(Arc::as_ptr(&i.node) as *const u8 as usize))),
+                _ => false,
+            };
+        if reaches {
+            leads.insert(id);
+        }
+    }
+
+    let mut grads: HashMap<Key, LazyTensor> = HashMap::new();
+    for (y, dy) in seeds {
+        if y.dtype != dy.dtype || y.shape != dy.shape {
+            return Err(GradError::SeedMismatch {
+                dtype: y.dtype,
+                shape: y.shape.to_vec(),
+                seed_dtype: dy.dtype,
+                seed_shape: dy.shape.to_vec(),
+            });
+        }
+        accumulate(&mut grads, y, (*dy).clone(), "the seeds")?;
+    }
+
+    for node in order.iter().rev() {
+        let Node::Operator(op) = &**node else {
+            continue;
+        };
+        let id = Arc::as_ptr(node) as *const u8 as usize;
+        if !leads.contains(&id) || targets.contains(&id) && !op_inputs_lead(op, &leads) {
+            continue;
+        }
+        let outputs: Vec<LazyTensor> = op
+            .dag
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| LazyTensor {
+                node: node.clone(),
+                output: i,
+                dtype: DType::from_ir(t.dtype).unwrap_or(DType::F32),
+                shape: t.shape.iter().map(|&d| d as usize).collect(),
+            })
+            .collect();
+        let output_grads: Vec<Option<LazyTensor>> = outputs
+            .iter()
+            .map(|o| grads.get(&key(o)).cloned())
+            .collect();
+        if output_grads.iter().all(Option::is_none) {
+            continue;
+        }
+        let Some(gradient) = op.gradient.0.get() else {
+            return Err(GradError::NoGradient(op.dag.name.clone()));
+        };
+        let call = GradientCall {
+            name: &op.dag.name,
+            inputs: &op.inputs,
+            outputs,
+            output_grads,
+        };
+        let input_grads = gradient(&call);
+        if input_grads.len() != op.inputs.len() {
+            return Err(GradError::BadGradient {
+                operator: op.dag.name.clone(),
+                message: format!(
+                    "it returned {} gradients for {} inputs",
+                    input_grads.len(),
+                    op.inputs.len()
+                ),
+            });
+        }
+        for (input, g) in op.inputs.iter().zip(input_grads) {
+            let Some(g) = g else { continue };
+            if g.dtype != input.dtype || g.shape != input.shape {
+                return Err(GradError::BadGradient {
+                    operator: op.dag.name.clone(),
+                    message: format!(
+                        "the gradient of a {}{:?} input is a {}{:?} tensor",
+                        input.dtype, input.shape, g.dtype, g.shape
+                    ),
+                });
+            }
+            accumulate(&mut grads, input, g, &op.dag.name)?;
+        }
+    }
+
+    let mut map = HashMap::new();
+    for x in wrt {
+        if let Some(g) = grads.get(&key(x)) {
+            map.insert(key(x), ((*x).clone(), g.clone()));
+        }
+    }
+    Ok(Gradients { map })
+}
+
+fn op_inputs_lead(op: &crate::lazy::OperatorNode, leads: &HashSet<usize>) -> bool {
+    op.inputs
+        .iter()
+        .any(|i| leads.contains(&(Arc::as_ptr(&i.node) as *const u8 as usize)))
+}
+
+fn visit(node: &Arc<Node>, seen: &mut HashSet<usize>, order: &mut Vec<Arc<Node>>) {
+    // Iterative post-order: deep graphs (long recurrences) must not overflow the stack.
+    let mut stack: Vec<(Arc<Node>, bool)> = vec![(node.clone(), false)];
+    while let Some((n, expanded)) = stack.pop() {
+        let id = Arc::as_ptr(&n) as *const u8 as usize;
+        if expanded {
+            order.push(n);
+            continue;
+        }
+        if !seen.insert(id) {
+            continue;
+        }
+        stack.push((n.clone(), true));
+        if let Node::Operator(op) = &*n {
+            for input in op.inputs.iter().rev() {
+                let child = Arc::as_ptr(&input.node) as *const u8 as usize;
+                if !seen.contains(&child) {
+                    stack.push((input.node.clone(), false));
+                }
+            }
+        }
+    }
+}
+
+/// Adds `g` to the gradient of `t`.
+fn accumulate(
+    grads: &mut HashMap<Key, LazyTensor>,
+    t: &LazyTensor,
+    g: LazyTensor,
+    operator: &str,
+) -> Result<(), GradError> {
+    let sum = match grads.remove(&key(t)) {
+        None => g,
+        Some(prev) => match t.dtype {
+            DType::F32 => (&Lazy::<f32>::from_untyped(prev) + &Lazy::<f32>::from_untyped(g)).inner,
+            DType::F64 => (&Lazy::<f64>::from_untyped(prev) + &Lazy::<f64>::from_untyped(g)).inner,
+            other => return Err(GradError::NotFloat(other, operator.to_string())),
+        },
+    };
+    grads.insert(key(t), sum);
+    Ok(())
+}

@@ -1,0 +1,51 @@
+//! Fusion results remembered in memory, keyed by the canonical hash of the unfused graph and
+//! the level, so that evaluating the same graph repeatedly does not search again.
+
+use crate::error::FuseError;
+use crate::OptLevel;
+use ovl_core::hash::{canonical_hash_operator_dag, Digest};
+use ovl_core::ir;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// The fused graph and, per operator, the original operator whose source location it carries.
+type Entry = Arc<(ir::OperatorDag, Vec<usize>)>;
+
+/// More distinct graphs than this in one process empty the memory (a simple bound).
+const CAPACITY: usize = 512;
+
+static CACHE: Mutex<Option<HashMap<(Digest, u8), Entry>>> = Mutex::new(None);
+
+pub(crate) fn optimize_cached(
+    dag: ir::OperatorDag,
+    level: OptLevel,
+) -> Result<ir::OperatorDag, FuseError> {
+    let key = (canonical_hash_operator_dag(&dag), level.get());
+    let hit = CACHE
+        .lock()
+        .ok()
+        .and_then(|c| c.as_ref().and_then(|m| m.get(&key).cloned()));
+    let entry = match hit {
+        Some(e) => e,
+        None => {
+            let (fused, sources, _) = crate::run(&dag, level)?;
+            let e = Arc::new((fused, sources));
+            if let Ok(mut c) = CACHE.lock() {
+                let m = c.get_or_insert_with(HashMap::new);
+                if m.len() >= CAPACITY {
+                    m.clear();
+                }
+                m.insert(key, e.clone());
+            }
+            e
+        }
+    };
+    // The hash ignores source locations: take them from this graph.
+    let mut fused = entry.0.clone();
+    for (op, &from) in fused.operators.iter_mut().zip(&entry.1) {
+        if let Some(original) = dag.operators.get(from) {
+            op.source = original.source.clone();
+        }
+    }
+    Ok(fused)
+}

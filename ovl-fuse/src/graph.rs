@@ -1,0 +1,322 @@
+//! The optimizer's working form of an operator DAG: nodes that can be merged and replaced,
+//! with references that follow them, and the way back to an [`ir::OperatorDag`].
+
+use crate::error::FuseError;
+use ovl_core::ir::{self, value_ref::Source};
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashSet};
+
+/// Where a tensor comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Src {
+    /// A graph input.
+    Input(u32),
+    /// Output `output` of node `node`.
+    Op { node: usize, output: u32 },
+}
+
+/// One operator of the working graph (an original operator or a merge of several).
+#[derive(Clone, Debug)]
+pub(crate) struct Node {
+    pub dag: ir::ExpressionDag,
+    /// One per `dag.inputs`.
+    pub inputs: Vec<Src>,
+    /// The indices of the original operators it holds, sorted.
+    pub members: Vec<usize>,
+    /// The label used in reports, e.g. "`add` (#1)" or "{`add` #1, `mul` #3}".
+    pub label: String,
+    /// The original operator whose source location the node carries (the last consumer).
+    pub source_of: usize,
+}
+
+/// The graph being optimized.
+pub(crate) struct Work {
+    pub version: u32,
+    pub graph_inputs: Vec<ir::TensorType>,
+    /// Replaced nodes are `None`.
+    pub nodes: Vec<Option<Node>>,
+    pub outputs: Vec<Src>,
+    /// The consumers of each node (ascending), rebuilt after each replacement.
+    consumer_index: RefCell<Option<Vec<Vec<usize>>>>,
+}
+
+fn src_of(v: &ir::ValueRef, what: &str) -> Result<Src, FuseError> {
+    match &v.source {
+        Some(Source::GraphInput(i)) => Ok(Src::Input(*i)),
+        Some(Source::OpOutput(o)) => Ok(Src::Op {
+            node: o.operator as usize,
+            output: o.output,
+        }),
+        None => Err(FuseError::InvalidGraph(format!("{what} has no source"))),
+    }
+}
+
+fn value_ref(s: Src, index_of: &[usize]) -> ir::ValueRef {
+    ir::ValueRef {
+        source: Some(match s {
+            Src::Input(i) => Source::GraphInput(i),
+            Src::Op { node, output } => Source::OpOutput(ir::OperatorOutput {
+                operator: index_of[node] as u32,
+                output,
+            }),
+        }),
+    }
+}
+
+/// The label of a set of original operators.
+pub(crate) fn label(names: &[(usize, &str)]) -> String {
+    match names {
+        [(i, n)] => format!("`{n}` (#{i})"),
+        _ => {
+            let mut parts: Vec<String> = names
+                .iter()
+                .take(4)
+                .map(|(i, n)| format!("`{n}` #{i}"))
+                .collect();
+            if names.len() > 4 {
+                parts.push(format!("... {} operators in all", names.len()));
+            }
+            format!("{{{}}}", parts.join(", "))
+        }
+    }
+}
+
+impl Work {
+    /// The working form of a (validated) operator DAG.
+    pub fn from_dag(dag: &ir::OperatorDag) -> Result<Work, FuseError> {
+        let mut nodes = Vec::with_capacity(dag.operators.len());
+        for (i, (op, wiring)) in dag.operators.iter().zip(&dag.operator_inputs).enumerate() {
+            let inputs = wiring
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(k, v)| src_of(v, &format!("input {k} of operator {i}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            nodes.push(Some(Node {
+                label: label(&[(i, &op.name)]),
+                dag: op.clone(),
+                inputs,
+                members: vec![i],
+                source_of: i,
+            }));
+        }
+        let outputs = dag
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(k, v)| src_of(v, &format!("graph output {k}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Work {
+            version: dag.version,
+            graph_inputs: dag.inputs.clone(),
+            nodes,
+            outputs,
+            consumer_index: RefCell::new(None),
+        })
+    }
+
+    pub fn node(&self, id: usize) -> &Node {
+        self.nodes[id].as_ref().expect("a live node")
+    }
+
+    /// The live node ids, in ascending order.
+    pub fn live(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].is_some())
+            .collect()
+    }
+
+    /// The live nodes that read an output of `id`, each once, ascending.
+    pub fn consumers(&self, id: usize) -> Vec<usize> {
+        let mut index = self.consumer_index.borrow_mut();
+        let index = index.get_or_insert_with(|| {
+            let mut sets = vec![BTreeSet::new(); self.nodes.len()];
+            for (c, n) in self.nodes.iter().enumerate() {
+                for s in n.iter().flat_map(|n| &n.inputs) {
+                    if let Src::Op { node, .. } = s {
+                        sets[*node].insert(c);
+                    }
+                }
+            }
+            sets.into_iter().map(|s| s.into_iter().collect()).collect()
+        });
+        index.get(id).cloned().unwrap_or_default()
+    }
+
+    /// For each node, the set of nodes reachable from it by a path of length >= 1, as bits.
+    pub fn descendants(&self) -> Result<Vec<Vec<u64>>, FuseError> {
+        let words = self.nodes.len().div_ceil(64);
+        let mut desc = vec![vec![0u64; words]; self.nodes.len()];
+        for &n in self.topological_order()?.iter().rev() {
+            let mut bits = vec![0u64; words];
+            for c in self.consumers(n) {
+                bits[c / 64] |= 1 << (c % 64);
+                for (b, d) in bits.iter_mut().zip(&desc[c]) {
+                    *b |= d;
+                }
+            }
+            desc[n] = bits;
+        }
+        Ok(desc)
+    }
+
+    /// The producers of `id`'s inputs, each once, in input order.
+    pub fn producers(&self, id: usize) -> Vec<usize> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for s in &self.node(id).inputs {
+            if let Src::Op { node, .. } = s {
+                if seen.insert(*node) {
+                    out.push(*node);
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether `src` is read by any live node other than `except`, or is a graph output.
+    pub fn used_outside(&self, src: Src, except: usize) -> bool {
+        self.outputs.contains(&src)
+            || self
+                .live()
+                .into_iter()
+                .any(|n| n != except && self.node(n).inputs.contains(&src))
+    }
+
+    /// A node reachable from `from` by a path of length >= 1 that avoids the direct edge to
+    /// `to`, and from which `to` is reachable (so contracting `from` and `to` would make a
+    /// cycle); `None` when there is none.
+    pub fn other_path(&self, from: usize, to: usize) -> Option<usize> {
+        self.consumers(from)
+            .into_iter()
+            .find(|&first| first != to && self.reaches(first, to))
+    }
+
+    /// Whether `to` is reachable from `from` (a path of length >= 0).
+    pub fn reaches(&self, from: usize, to: usize) -> bool {
+        let mut stack = vec![from];
+        let mut seen = HashSet::new();
+        while let Some(n) = stack.pop() {
+            if n == to {
+                return true;
+            }
+            if seen.insert(n) {
+                stack.extend(self.consumers(n));
+            }
+        }
+        false
+    }
+
+    /// Replaces nodes `a` and `b` by `merged`; `map` gives, for each output of `a` and `b`,
+    /// its index in `merged` (or `None` when it was dropped: nothing may still read it).
+    pub fn replace(
+        &mut self,
+        a: usize,
+        b: usize,
+        merged: Node,
+        map_a: &[Option<u32>],
+        map_b: &[Option<u32>],
+    ) -> usize {
+        let id = self.nodes.len();
+        *self.consumer_index.borrow_mut() = None;
+        self.nodes[a] = None;
+        self.nodes[b] = None;
+        self.nodes.push(Some(merged));
+        let fix = |s: &mut Src| {
+            if let Src::Op { node, output } = *s {
+                let m = if node == a {
+                    map_a
+                } else if node == b {
+                    map_b
+                } else {
+                    return;
+                };
+                if let Some(Some(o)) = m.get(output as usize) {
+                    *s = Src::Op {
+                        node: id,
+                        output: *o,
+                    };
+                }
+            }
+        };
+        for n in self.nodes.iter_mut().flatten() {
+            n.inputs.iter_mut().for_each(fix);
+        }
+        self.outputs.iter_mut().for_each(fix);
+        id
+    }
+
+    /// A topological order of the live nodes; among ready nodes, the one holding the smallest
+    /// original operator index comes first (deterministic, and the identity when nothing was
+    /// merged).
+    pub fn topological_order(&self) -> Result<Vec<usize>, FuseError> {
+        let live = self.live();
+        let mut pending: Vec<usize> = vec![0; self.nodes.len()];
+        for &n in &live {
+            pending[n] = self.producers(n).len();
+        }
+        let key = |n: usize| self.node(n).members[0];
+        let mut ready: BTreeSet<(usize, usize)> = live
+            .iter()
+            .filter(|&&n| pending[n] == 0)
+            .map(|&n| (key(n), n))
+            .collect();
+        let mut order = Vec::with_capacity(live.len());
+        while let Some(first) = ready.pop_first() {
+            let n = first.1;
+            order.push(n);
+            for c in self.consumers(n) {
+                pending[c] -= 1;
+                if pending[c] == 0 {
+                    ready.insert((key(c), c));
+                }
+            }
+        }
+        if order.len() != live.len() {
+            return Err(FuseError::Internal(
+                "the merged operator graph has a cycle".into(),
+            ));
+        }
+        Ok(order)
+    }
+
+    /// The operator DAG, in [`Work::topological_order`].
+    pub fn to_dag(&self) -> Result<ir::OperatorDag, FuseError> {
+        let order = self.topological_order()?;
+        let mut index_of = vec![usize::MAX; self.nodes.len()];
+        for (i, &n) in order.iter().enumerate() {
+            index_of[n] = i;
+        }
+        Ok(ir::OperatorDag {
+            version: self.version,
+            operators: order.iter().map(|&n| self.node(n).dag.clone()).collect(),
+            inputs: self.graph_inputs.clone(),
+            operator_inputs: order
+                .iter()
+                .map(|&n| ir::OperatorInputs {
+                    inputs: self
+                        .node(n)
+                        .inputs
+                        .iter()
+                        .map(|&s| value_ref(s, &index_of))
+                        .collect(),
+                })
+                .collect(),
+            outputs: self
+                .outputs
+                .iter()
+                .map(|&s| value_ref(s, &index_of))
+                .collect(),
+        })
+    }
+
+    /// "output 0 of `add` (#1)".
+    pub fn describe(&self, src: Src) -> String {
+        match src {
+            Src::Input(i) => format!("graph input {i}"),
+            Src::Op { node, output } => {
+                format!("output {output} of {}", self.node(node).label)
+            }
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! The fusion rules. Each check returns what the merge needs, or the [`Reason`] it is refused.
+//!
+//! Vertical (producer `P` into consumer `C`), for every output `o` of `P` that `C` reads:
+//! 1. no other path leads from `P` to `C` (the merged operator would be its own ancestor);
+//! 2. `P` writes `o` exactly once, outside any staged loop or branch, at an affine index of the
+//!    position that is one-to-one and provably inside `o`'s shape;
+//! 3. every read of `o` in `C` uses an affine index, the workgroups are equal, and each read
+//!    index is the same map of the position as the write.
+//!
+//! Then worker `w` of `C` reads exactly the element worker `w` of `P` wrote, so the merged
+//! operator can hand the written value over in a register.
+//!
+//! Horizontal (siblings `A` and `B`): equal workgroups and no path between them.
+
+use crate::graph::{Src, Work};
+use crate::pattern::{IndexPattern, PatternAnalysis};
+use crate::report::Reason;
+use ovl_core::ir::{self, Op, TensorKind};
+
+/// A producer output that the consumer reads, with what the merge needs to know about it.
+#[derive(Clone, Debug)]
+pub(crate) struct Handoff {
+    /// The producer's output index.
+    pub output: u32,
+    /// The producer's only write of it (an expression index).
+    pub write: usize,
+}
+
+/// What a legal vertical merge needs: the handed-over outputs and the consumer's input slots
+/// that read them.
+#[derive(Clone, Debug)]
+pub(crate) struct VerticalPlan {
+    pub handoffs: Vec<Handoff>,
+    /// For each consumer input slot: the producer output it reads, if any.
+    pub slot_output: Vec<Option<u32>>,
+}
+
+/// The innermost staged region enclosing each expression (`None` at the top level).
+pub(crate) fn enclosing_regions(dag: &ir::ExpressionDag) -> Vec<Option<&'static str>> {
+    let mut stack: Vec<&'static str> = Vec::new();
+    dag.expressions
+        .iter()
+        .map(|e| {
+            let here = stack.last().copied();
+            match Op::try_from(e.code) {
+                Ok(Op::If) => stack.push("branch"),
+                Ok(Op::Range) => stack.push("staged loop"),
+                Ok(Op::WhileBegin) => stack.push("while loop"),
+                Ok(Op::EndIf | Op::EndRange | Op::WhileEnd) => {
+                    stack.pop();
+                    return stack.last().copied();
+                }
+                Ok(Op::Else) => return stack.iter().rev().nth(1).copied(),
+                _ => {}
+            }
+            here
+        })
+        .collect()
+}
+
+fn is_access(e: &ir::Expression, code: Op, kind: TensorKind, index: u32) -> bool {
+    e.code == code as i32
+        && e.tensor
+            .as_ref()
+            .is_some_and(|t| t.kind == kind as i32 && t.index == index)
+}
+
+/// The checks for merging `producer` into `consumer` (which reads at least one of its outputs).
+pub(crate) fn check_vertical(
+    work: &Work,
+    producer: usize,
+    consumer: usize,
+) -> Result<VerticalPlan, Reason> {
+    if let Some(through) = work.other_path(producer, consumer) {
+        return Err(Reason::WouldCreateCycle {
+            through: work.node(through).label.clone(),
+        });
+    }
+    let p = work.node(producer);
+    let c = work.node(consumer);
+    let slot_output: Vec<Option<u32>> = c
+        .inputs
+        .iter()
+        .map(|s| match *s {
+            Src::Op { node, output } if node == producer => Some(output),
+            _ => None,
+        })
+        .collect();
+
+    let mut outputs: Vec<u32> = slot_output.iter().flatten().copied().collect();
+    outputs.sort_unstable();
+    outputs.dedup();
+
+    let regions = enclosing_regions(&p.dag);
+    let mut writes_of = PatternAnalysis::new(&p.dag);
+    let mut handoffs = Vec::new();
+    let mut write_patterns = Vec::new();
+    for &o in &outputs {
+        let written = p.dag.outputs.get(o as usize);
+        for (slot, so) in slot_output.iter().enumerate() {
+            if *so == Some(o) {
+                let read = c.dag.inputs.get(slot);
+                if written != read {
+                    return Err(Reason::ShapeMismatch {
+                        written: type_name(written),
+                        read: type_name(read),
+                    });
+                }
+            }
+        }
+        let writes: Vec<usize> = p
+            .dag
+            .expressions
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| is_access(e, Op::Write, TensorKind::Output, o))
+            .map(|(i, _)| i)
+            .collect();
+        let write = match writes.as_slice() {
+            [] => return Err(Reason::NeverWritten { output: o }),
+            [w] => *w,
+            many => {
+                if let Some(&w) = many.iter().find(|&&w| regions[w].is_some()) {
+                    return Err(Reason::WriteInControlFlow {
+                        output: o,
+                        region: regions[w].unwrap_or("branch"),
+                    });
+                }
+                return Err(Reason::MultipleWrites {
+                    output: o,
+                    count: many.len(),
+                });
+            }
+        };
+        if let Some(region) = regions[write] {
+            return Err(Reason::WriteInControlFlow { output: o, region });
+        }
+        let pattern = writes_of.access(write);
+        if let IndexPattern::Opaque { .. } = pattern {
+            return Err(Reason::OpaqueWrite {
+                output: o,
+                write: pattern,
+            });
+        }
+        if !pattern.is_one_to_one(&p.dag.workgroup_shape) {
+            return Err(Reason::WriteNotOneToOne {
+                output: o,
+                write: pattern,
+            });
+        }
+        let shape = written.map(|t| t.shape.clone()).unwrap_or_default();
+        if !pattern.in_bounds(&p.dag.workgroup_shape, &shape) {
+            return Err(Reason::WriteMayBeOutOfBounds {
+                output: o,
+                write: pattern,
+                shape,
+            });
+        }
+        handoffs.push(Handoff { output: o, write });
+        write_patterns.push((o, pattern));
+    }
+
+    // Every read of a handed-over tensor in the consumer.
+    let mut reads_of = PatternAnalysis::new(&c.dag);
+    let mut reads = Vec::new();
+    for (i, e) in c.dag.expressions.iter().enumerate() {
+        if e.code != Op::Read as i32 {
+            continue;
+        }
+        let Some(t) = &e.tensor else { continue };
+        if t.kind != TensorKind::Input as i32 {
+            continue;
+        }
+        let Some(Some(o)) = slot_output.get(t.index as usize) else {
+            continue;
+        };
+        let write = write_patterns
+            .iter()
+            .find(|(w, _)| w == o)
+            .map(|(_, p)| p.clone())
+            .unwrap_or(IndexPattern::Opaque {
+                why: "unknown".into(),
+            });
+        let read = reads_of.access(i);
+        if let IndexPattern::Opaque { .. } = read {
+            return Err(Reason::OpaqueRead { write, read });
+        }
+        reads.push((write, read));
+    }
+    let same_workgroup = p.dag.workgroup_shape == c.dag.workgroup_shape;
+    if !same_workgroup {
+        if let Some((write, read)) = reads
+            .iter()
+            .find(|(_, r)| !r.is_one_to_one(&c.dag.workgroup_shape))
+        {
+            return Err(Reason::Broadcast {
+                write: write.clone(),
+                read: read.clone(),
+            });
+        }
+        return Err(Reason::DifferentWorkgroup {
+            producer: p.dag.workgroup_shape.clone(),
+            consumer: c.dag.workgroup_shape.clone(),
+        });
+    }
+    for (write, read) in reads {
+        if read.matches(&write) {
+            continue;
+        }
+        let (write, read) = (write.clone(), read.clone());
+        return Err(if !read.is_one_to_one(&c.dag.workgroup_shape) {
+            Reason::Broadcast { write, read }
+        } else if read.is_shift_of(&write) {
+            Reason::Stencil { write, read }
+        } else {
+            Reason::PatternMismatch { write, read }
+        });
+    }
+    Ok(VerticalPlan {
+        handoffs,
+        slot_output,
+    })
+}
+
+fn type_name(t: Option<&ir::TensorType>) -> String {
+    match t {
+        Some(t) => {
+            let d = ovl_core::DType::from_ir(t.dtype).map_or("?", |d| d.name());
+            format!("{d}{:?}", t.shape)
+        }
+        None => "nothing".into(),
+    }
+}

@@ -1,0 +1,317 @@
+//! The operator merger of ovl: many small operators in, few kernels out.
+//!
+//! [`optimize`] takes an [`ir::OperatorDag`] and merges operators whose workgroups and index
+//! patterns allow one worker to hand a value to the next in a register instead of memory
+//! (vertical fusion), and, at the highest level, independent operators over the same
+//! workgroup (horizontal fusion). [`fuse`] does the same and keeps the graph from before, so
+//! that both can be drawn ([`Fusion::to_dot`]) and every decision explained
+//! ([`FusionReport`]).
+//!
+//! - [`pattern`]: index patterns as canonical affine maps of the worker position.
+//! - `legality`: the rules, each refusal a [`Reason`].
+//! - `merge` / `horizontal`: splicing expression DAGs.
+//! - [`report`]: what was merged and what was not, and why.
+//! - `dot`: Graphviz output.
+//!
+//! The merger is deterministic: the same graph always fuses the same way, so the fused graph's
+//! canonical hash ([`ovl_core::hash::canonical_hash_operator_dag`]) is a stable cache key.
+//!
+//! ```
+//! use ovl_core::ir;
+//! // An empty graph fuses to itself.
+//! let dag = ir::OperatorDag { version: ovl_core::IR_VERSION, ..Default::default() };
+//! let fusion = ovl_fuse::fuse(&dag, ovl_fuse::OptLevel::FULL).unwrap();
+//! assert_eq!(fusion.report.kernels_after, 0);
+//! assert!(fusion.to_dot().contains("digraph"));
+//! ```
+
+#![warn(missing_docs)]
+
+mod cache;
+mod dot;
+mod error;
+mod graph;
+mod horizontal;
+mod legality;
+mod merge;
+pub mod pattern;
+pub mod report;
+
+pub use dot::{render_dot, render_dot_bytes, to_dot, to_dot_pair, ImageFormat};
+pub use error::FuseError;
+pub use pattern::{Affine, IndexPattern};
+pub use report::{FusionReport, Merge, MergeKind, Reason, Refusal};
+
+use graph::{Src, Work};
+use ovl_core::ir;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::path::Path;
+
+/// How hard the merger works, like the original's `opt_level`.
+///
+/// - 0: no merging; every operator is one kernel.
+/// - 1: a producer merges into its consumer when that consumer is the only reader of its
+///   outputs and none of them is a requested result.
+/// - 2: also producers with several consumers or requested intermediates (they stay in memory
+///   for the others), and consumers fed by several producers.
+/// - 3 (the default): also independent operators over the same workgroup (horizontal fusion).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OptLevel(u8);
+
+impl OptLevel {
+    /// No merging.
+    pub const NONE: OptLevel = OptLevel(0);
+    /// Everything the merger can do.
+    pub const FULL: OptLevel = OptLevel(3);
+
+    /// The level `level`, clamped to 0..=3 (as compilers treat `-O4`).
+    pub const fn new(level: u8) -> OptLevel {
+        OptLevel(if level > 3 { 3 } else { level })
+    }
+
+    /// The level as a number.
+    pub const fn get(self) -> u8 {
+        self.0
+    }
+}
+
+impl Default for OptLevel {
+    /// [`OptLevel::FULL`].
+    fn default() -> Self {
+        OptLevel::FULL
+    }
+}
+
+impl From<u8> for OptLevel {
+    fn from(level: u8) -> Self {
+        OptLevel::new(level)
+    }
+}
+
+impl fmt::Display for OptLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "opt_level {}", self.0)
+    }
+}
+
+/// An operator DAG before and after fusion, with the report of what happened.
+#[derive(Clone, Debug)]
+pub struct Fusion {
+    /// The graph as built from the lazy handles.
+    pub before: ir::OperatorDag,
+    /// The fused graph (what the executor runs).
+    pub after: ir::OperatorDag,
+    /// Every merge and every refusal, with reasons.
+    pub report: FusionReport,
+}
+
+impl Fusion {
+    /// The DOT text of the graph before fusion.
+    pub fn before_dot(&self) -> String {
+        to_dot(&self.before, "before fusion")
+    }
+
+    /// The DOT text of the graph after fusion.
+    pub fn after_dot(&self) -> String {
+        to_dot(&self.after, "after fusion")
+    }
+
+    /// One DOT picture with the graph before and after fusion side by side.
+    pub fn to_dot(&self) -> String {
+        to_dot_pair(&self.before, &self.after)
+    }
+
+    /// Renders [`Fusion::to_dot`] into `path` (SVG or PNG) with Graphviz's `dot`; a clear
+    /// [`FuseError::DotNotFound`] when it is not installed.
+    pub fn render(&self, format: ImageFormat, path: &Path) -> Result<(), FuseError> {
+        render_dot(&self.to_dot(), format, path)
+    }
+}
+
+/// Fuses `dag` at `level` and returns it together with the graph before fusion.
+pub fn fuse(dag: &ir::OperatorDag, level: OptLevel) -> Result<Fusion, FuseError> {
+    let (after, report) = optimize(dag.clone(), level)?;
+    Ok(Fusion {
+        before: dag.clone(),
+        after,
+        report,
+    })
+}
+
+/// Fuses `dag` at `level`: the fused graph (valid IR, same graph inputs and requested outputs
+/// in the same order) and the report.
+///
+/// Fails only when `dag` is not valid IR, or on an internal error (an invalid result).
+pub fn optimize(
+    dag: ir::OperatorDag,
+    level: OptLevel,
+) -> Result<(ir::OperatorDag, FusionReport), FuseError> {
+    let (fused, _, report) = run(&dag, level)?;
+    Ok((fused, report))
+}
+
+/// Like [`optimize`] without the report, remembering results in memory: evaluating the same
+/// graph again (a training loop) costs a hash of the graph instead of a new search. The
+/// remembered graphs get the source locations of the graph passed in.
+pub fn optimize_cached(
+    dag: ir::OperatorDag,
+    level: OptLevel,
+) -> Result<ir::OperatorDag, FuseError> {
+    cache::optimize_cached(dag, level)
+}
+
+/// The fused graph, for each of its operators the original operator whose source location it
+/// carries, and the report.
+pub(crate) fn run(
+    dag: &ir::OperatorDag,
+    level: OptLevel,
+) -> Result<(ir::OperatorDag, Vec<usize>, FusionReport), FuseError> {
+    ovl_core::validate::validate_operator_dag(dag)?;
+    let mut report = FusionReport {
+        opt_level: level.get(),
+        kernels_before: dag.operators.len(),
+        ..Default::default()
+    };
+    let originals: Vec<String> = dag.operators.iter().map(|o| o.name.clone()).collect();
+    let mut work = Work::from_dag(dag)?;
+    // Why each producer -> consumer pair of live nodes was refused. A verdict stays true while
+    // both nodes live: merging other nodes keeps every path between them.
+    let mut refused: HashMap<(usize, usize), Reason> = HashMap::new();
+    // Sibling pairs whose merged operator failed validation.
+    let mut siblings_blocked: HashSet<(usize, usize)> = HashSet::new();
+
+    'search: loop {
+        let order = work.topological_order()?;
+        // Vertical: from the outputs towards the inputs, as in the original.
+        for &c in order.iter().rev() {
+            for p in work.producers(c) {
+                if refused.contains_key(&(p, c)) {
+                    continue;
+                }
+                if let Some(r) = gate(&work, p, c, level) {
+                    refused.insert((p, c), r);
+                    continue;
+                }
+                let plan = match legality::check_vertical(&work, p, c) {
+                    Ok(plan) => plan,
+                    Err(r) => {
+                        refused.insert((p, c), r);
+                        continue;
+                    }
+                };
+                let (pn, cn) = (work.node(p), work.node(c));
+                // Only handed-over outputs (one proven in-bounds write each) may disappear:
+                // dropping another unused output could hide its out-of-bounds writes.
+                let keep: Vec<bool> = (0..pn.dag.outputs.len() as u32)
+                    .map(|o| {
+                        !plan.handoffs.iter().any(|h| h.output == o)
+                            || work.used_outside(Src::Op { node: p, output: o }, c)
+                    })
+                    .collect();
+                let merged = merge::merge_vertical(pn, cn, &plan, &keep, &originals);
+                if let Err(e) = ovl_core::validate::validate(&merged.node.dag) {
+                    refused.insert(
+                        (p, c),
+                        Reason::InvalidMerge {
+                            error: e.to_string(),
+                        },
+                    );
+                    continue;
+                }
+                let describe = |o: u32| work.describe(Src::Op { node: p, output: o });
+                let entry = Merge {
+                    kind: MergeKind::Vertical,
+                    first: pn.label.clone(),
+                    second: cn.label.clone(),
+                    through: plan.handoffs.iter().map(|h| describe(h.output)).collect(),
+                    kept: plan
+                        .handoffs
+                        .iter()
+                        .filter(|h| keep[h.output as usize])
+                        .map(|h| describe(h.output))
+                        .collect(),
+                };
+                report.merges.push(entry);
+                work.replace(p, c, merged.node, &merged.map_first, &merged.map_second);
+                continue 'search;
+            }
+        }
+        if level.get() >= 3 {
+            let desc = work.descendants()?;
+            let skip = |a: usize, b: usize| siblings_blocked.contains(&(a, b));
+            if let Some((a, b)) = horizontal::find_siblings(&work, &order, &desc, &skip) {
+                let merged = horizontal::merge_siblings(work.node(a), work.node(b), &originals);
+                if ovl_core::validate::validate(&merged.node.dag).is_err() {
+                    siblings_blocked.insert((a, b));
+                    continue 'search;
+                }
+                report.merges.push(Merge {
+                    kind: MergeKind::Horizontal,
+                    first: work.node(a).label.clone(),
+                    second: work.node(b).label.clone(),
+                    through: Vec::new(),
+                    kept: Vec::new(),
+                });
+                work.replace(a, b, merged.node, &merged.map_first, &merged.map_second);
+                continue 'search;
+            }
+        }
+        break;
+    }
+
+    // Every remaining producer -> consumer edge, with its reason.
+    let order = work.topological_order()?;
+    for &c in &order {
+        for p in work.producers(c) {
+            let Some(reason) = refused.get(&(p, c)).cloned() else {
+                return Err(FuseError::Internal(format!(
+                    "{} was neither merged into {} nor refused",
+                    work.node(p).label,
+                    work.node(c).label
+                )));
+            };
+            let tensors: Vec<String> = work
+                .node(c)
+                .inputs
+                .iter()
+                .filter(|s| matches!(s, Src::Op { node, .. } if *node == p))
+                .map(|&s| work.describe(s))
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            report.refusals.push(Refusal {
+                producer: work.node(p).label.clone(),
+                consumer: work.node(c).label.clone(),
+                tensor: tensors.join(", "),
+                reason,
+            });
+        }
+    }
+
+    let fused = work.to_dag()?;
+    let sources = order.iter().map(|&n| work.node(n).source_of).collect();
+    ovl_core::validate::validate_operator_dag(&fused)
+        .map_err(|e| FuseError::Internal(format!("the fused graph is invalid: {e}")))?;
+    report.kernels_after = fused.operators.len();
+    Ok((fused, sources, report))
+}
+
+/// The refusal due to the optimization level alone, if any.
+fn gate(work: &Work, p: usize, c: usize, level: OptLevel) -> Option<Reason> {
+    match level.get() {
+        0 => Some(Reason::OptLevel {
+            needs: "merging".into(),
+            level: 0,
+        }),
+        1 => {
+            let outputs = work.node(p).dag.outputs.len() as u32;
+            let shared = (0..outputs).any(|o| work.used_outside(Src::Op { node: p, output: o }, c));
+            shared.then(|| Reason::OptLevel {
+                needs: "keeping an intermediate in memory for another reader (opt_level 2)".into(),
+                level: 1,
+            })
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,354 @@
+//! Splicing a producer's expression DAG into its consumer's.
+//!
+//! The merged operator runs the producer's program, then the consumer's, in one worker. Each
+//! read of a handed-over tensor in the consumer becomes the value the producer wrote (a
+//! `variable` written directly is first copied with a same-type cast at the write, so later
+//! assignments cannot change what the consumer sees). A handed-over tensor that is a requested
+//! output or read by another operator stays an output of the merged operator; otherwise its
+//! write is dropped. Inputs that both operators read from the same source are shared.
+
+use crate::graph::{label, Node, Src};
+use crate::legality::VerticalPlan;
+use ovl_core::ir::{self, Op, TensorKind};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// The merged operator's tensor lists, filled part by part.
+pub(crate) struct Splice {
+    pub dag: ir::ExpressionDag,
+    pub inputs: Vec<Src>,
+}
+
+impl Splice {
+    pub fn new(consumer: &Node, names: &[(usize, &str)]) -> Splice {
+        let mut name = names.iter().map(|(_, n)| *n).collect::<Vec<_>>().join("+");
+        if name.len() > 60 {
+            name = format!(
+                "{}+{}_more",
+                names.first().map_or("", |(_, n)| *n),
+                names.len() - 1
+            );
+        }
+        Splice {
+            dag: ir::ExpressionDag {
+                version: consumer.dag.version,
+                name,
+                expressions: Vec::new(),
+                workgroup_shape: consumer.dag.workgroup_shape.clone(),
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+                locals: Vec::new(),
+                source: consumer.dag.source.clone(),
+                gradient: None,
+            },
+            inputs: Vec::new(),
+        }
+    }
+
+    /// The merged input index for `src` (shared when already present).
+    pub fn input(&mut self, src: Src, t: &ir::TensorType) -> u32 {
+        if let Some(i) = self
+            .inputs
+            .iter()
+            .zip(&self.dag.inputs)
+            .position(|(s, ty)| *s == src && ty == t)
+        {
+            return i as u32;
+        }
+        self.inputs.push(src);
+        self.dag.inputs.push(t.clone());
+        self.inputs.len() as u32 - 1
+    }
+
+    /// Appends one part's expressions (after its locals); returns the merged index of each
+    /// part expression (`u32::MAX` for dropped writes).
+    pub fn append(&mut self, part: &Part<'_>) -> Vec<u32> {
+        let base_locals = self.dag.locals.len() as u32;
+        self.dag.locals.extend(part.dag.locals.iter().cloned());
+        let mut remap: Vec<u32> = Vec::with_capacity(part.dag.expressions.len());
+        for (i, e) in part.dag.expressions.iter().enumerate() {
+            if let Some(&to) = part.replace.get(&i) {
+                remap.push(to);
+                continue;
+            }
+            // The value handed over from this write, copied here when it is a variable.
+            if let Some(&copied) = part.snapshot_before.get(&i) {
+                let v = remap[copied];
+                let dtype = self.dag.expressions[v as usize].dtype;
+                self.dag.expressions.push(ir::Expression {
+                    code: Op::Cast as i32,
+                    dtype,
+                    operands: vec![v],
+                    ..Default::default()
+                });
+                part.copies
+                    .borrow_mut()
+                    .push((i, self.dag.expressions.len() as u32 - 1));
+            }
+            let mut e = e.clone();
+            if let Some(t) = &mut e.tensor {
+                match TensorKind::try_from(t.kind) {
+                    Ok(TensorKind::Input) => t.index = part.input_map[t.index as usize],
+                    Ok(TensorKind::Output) => match part.output_map[t.index as usize] {
+                        Some(o) => t.index = o,
+                        None => {
+                            // A write of a dropped output: nothing reads it any more.
+                            remap.push(u32::MAX);
+                            continue;
+                        }
+                    },
+                    Ok(TensorKind::Local) => t.index += base_locals,
+                    _ => {}
+                }
+            }
+            for op in &mut e.operands {
+                *op = remap[*op as usize];
+            }
+            remap.push(self.dag.expressions.len() as u32);
+            self.dag.expressions.push(e);
+        }
+        remap
+    }
+}
+
+/// One operator being appended to a [`Splice`].
+pub(crate) struct Part<'a> {
+    pub dag: &'a ir::ExpressionDag,
+    /// Merged input index of each input.
+    pub input_map: Vec<u32>,
+    /// Merged output index of each output (`None`: its writes are dropped).
+    pub output_map: Vec<Option<u32>>,
+    /// Expressions not emitted: their uses refer to the given merged expression.
+    pub replace: HashMap<usize, u32>,
+    /// Before the write `i`, emit a copy of expression `snapshot_before[i]`.
+    pub snapshot_before: HashMap<usize, usize>,
+    /// The copies made: (the write they were made for, merged index of the copy).
+    pub copies: RefCell<Vec<(usize, u32)>>,
+}
+
+pub(crate) fn names_of<'a>(
+    a: &'a Node,
+    b: &'a Node,
+    originals: &'a [String],
+) -> Vec<(usize, &'a str)> {
+    let mut members: Vec<usize> = a.members.iter().chain(&b.members).copied().collect();
+    members.sort_unstable();
+    members
+        .into_iter()
+        .map(|m| (m, originals[m].as_str()))
+        .collect()
+}
+
+/// The result of a merge: the new node and, for each output of the two old nodes, its index
+/// in the new one (`None`: dropped).
+pub(crate) struct Merged {
+    pub node: Node,
+    pub map_first: Vec<Option<u32>>,
+    pub map_second: Vec<Option<u32>>,
+}
+
+/// Merges `producer` into `consumer` following `plan`. `keep[o]` says whether producer
+/// output `o` must stay an output (requested, or read by another operator).
+pub(crate) fn merge_vertical(
+    producer: &Node,
+    consumer: &Node,
+    plan: &VerticalPlan,
+    keep: &[bool],
+    originals: &[String],
+) -> Merged {
+    let names = names_of(producer, consumer, originals);
+    let mut s = Splice::new(consumer, &names);
+
+    // Producer outputs that stay.
+    let mut map_first = vec![None; producer.dag.outputs.len()];
+    for (o, t) in producer.dag.outputs.iter().enumerate() {
+        if keep[o] {
+            map_first[o] = Some(s.dag.outputs.len() as u32);
+            s.dag.outputs.push(t.clone());
+        }
+    }
+    let input_map_p: Vec<u32> = producer
+        .inputs
+        .iter()
+        .zip(&producer.dag.inputs)
+        .map(|(&src, t)| s.input(src, t))
+        .collect();
+    // A written value that is a variable is copied at the write.
+    let mut snapshot_before = HashMap::new();
+    for h in &plan.handoffs {
+        let w = &producer.dag.expressions[h.write];
+        let value = *w.operands.last().unwrap_or(&0) as usize;
+        if producer.dag.expressions[value].code == Op::Variable as i32 {
+            snapshot_before.insert(h.write, value);
+        }
+    }
+    let p_part = Part {
+        dag: &producer.dag,
+        input_map: input_map_p,
+        output_map: map_first.clone(),
+        replace: Default::default(),
+        snapshot_before,
+        copies: Default::default(),
+    };
+    let p_remap = s.append(&p_part);
+    let copies = p_part.copies.into_inner();
+    // The merged expression holding each handed-over output's value.
+    let value_of = |o: u32| -> u32 {
+        let h = plan
+            .handoffs
+            .iter()
+            .find(|h| h.output == o)
+            .expect("every read slot has a handoff");
+        let value = *producer.dag.expressions[h.write]
+            .operands
+            .last()
+            .unwrap_or(&0) as usize;
+        copies
+            .iter()
+            .find(|(w, _)| *w == h.write)
+            .map(|(_, c)| *c)
+            .unwrap_or(p_remap[value])
+    };
+
+    let mut map_second = Vec::with_capacity(consumer.dag.outputs.len());
+    for t in &consumer.dag.outputs {
+        map_second.push(Some(s.dag.outputs.len() as u32));
+        s.dag.outputs.push(t.clone());
+    }
+    let input_map_c: Vec<u32> = consumer
+        .inputs
+        .iter()
+        .zip(&consumer.dag.inputs)
+        .zip(&plan.slot_output)
+        .map(|((&src, t), handed)| match handed {
+            Some(_) => u32::MAX,
+            None => s.input(src, t),
+        })
+        .collect();
+    let mut replace = HashMap::new();
+    for (i, e) in consumer.dag.expressions.iter().enumerate() {
+        if e.code != Op::Read as i32 {
+            continue;
+        }
+        if let Some(t) = &e.tensor {
+            if t.kind == TensorKind::Input as i32 {
+                if let Some(Some(o)) = plan.slot_output.get(t.index as usize) {
+                    replace.insert(i, value_of(*o));
+                }
+            }
+        }
+    }
+    let c_part = Part {
+        dag: &consumer.dag,
+        input_map: input_map_c,
+        output_map: map_second.clone(),
+        replace,
+        snapshot_before: Default::default(),
+        copies: Default::default(),
+    };
+    s.append(&c_part);
+
+    tidy(&mut s.dag);
+    let mut members: Vec<usize> = producer
+        .members
+        .iter()
+        .chain(&consumer.members)
+        .copied()
+        .collect();
+    members.sort_unstable();
+    Merged {
+        node: Node {
+            dag: s.dag,
+            inputs: s.inputs,
+            label: label(&names),
+            members,
+            source_of: consumer.source_of,
+        },
+        map_first,
+        map_second,
+    }
+}
+
+/// Whether an expression only computes a value (no effect, no possible fault): it may be
+/// shared or dropped. Reads are not: an out-of-bounds read is an error to report.
+fn is_pure(code: i32) -> bool {
+    match Op::try_from(code) {
+        Ok(op) => !matches!(
+            op,
+            Op::Unspecified
+                | Op::Read
+                | Op::Write
+                | Op::Variable
+                | Op::Assign
+                | Op::LocalTensor
+                | Op::If
+                | Op::Else
+                | Op::EndIf
+                | Op::Range
+                | Op::EndRange
+                | Op::WhileBegin
+                | Op::WhileCond
+                | Op::WhileEnd
+        ),
+        Err(_) => false,
+    }
+}
+
+/// Tidies a merged operator: positions and literals repeated by the merged parts are shared
+/// (the first one at the top level serves all later ones), and pure expressions nobody uses
+/// are dropped.
+pub(crate) fn tidy(dag: &mut ir::ExpressionDag) {
+    let depths = ovl_core::analysis::nesting_depths(dag);
+    let n = dag.expressions.len();
+    let mut canon: Vec<u32> = (0..n as u32).collect();
+    let mut first: HashMap<(i32, i32, u32, u64, i64, u64), u32> = HashMap::new();
+    for i in 0..n {
+        let e = &mut dag.expressions[i];
+        for op in &mut e.operands {
+            *op = canon[*op as usize];
+        }
+        let key = match Op::try_from(e.code) {
+            Ok(Op::Position) => (e.code, e.dtype, e.axis, 0, 0, 0),
+            Ok(Op::Const) => (
+                e.code,
+                e.dtype,
+                0,
+                e.float_value.to_bits(),
+                e.int_value,
+                e.uint_value,
+            ),
+            _ => continue,
+        };
+        match first.get(&key) {
+            Some(&f) => canon[i] = f,
+            None if depths[i] == 0 => {
+                first.insert(key, i as u32);
+            }
+            None => {}
+        }
+    }
+    let mut live = vec![false; n];
+    let mut used = vec![false; n];
+    for i in (0..n).rev() {
+        let e = &dag.expressions[i];
+        live[i] = canon[i] == i as u32 && (!is_pure(e.code) || used[i]);
+        if live[i] {
+            for &op in &e.operands {
+                used[op as usize] = true;
+            }
+        }
+    }
+    let mut new_index = vec![u32::MAX; n];
+    let mut kept = Vec::with_capacity(n);
+    for (i, mut e) in std::mem::take(&mut dag.expressions).into_iter().enumerate() {
+        if !live[i] {
+            continue;
+        }
+        for op in &mut e.operands {
+            *op = new_index[*op as usize];
+        }
+        new_index[i] = kept.len() as u32;
+        kept.push(e);
+    }
+    dag.expressions = kept;
+}

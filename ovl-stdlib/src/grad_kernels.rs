@@ -1,0 +1,166 @@
+//! Operators that compute gradients. Each is elementwise over the gradient's shape, so the
+//! backward graph fuses like the forward one.
+
+use crate::index::*;
+use ovl::prelude::*;
+
+macro_rules! grad2 {
+    ($($name:ident<$T:ident: $bound:ident>($v:ident, $g:ident) => { $($body:tt)* })*) => {$(
+        /// `dx` from a value of the forward call (`v`) and the output gradient (`g`), both of
+        /// the output's shape.
+        #[operator]
+        pub(crate) fn $name<$T: $bound>(v: Tensor<$T>, g: Tensor<$T>) -> Tensor<$T> {
+            let p = workers(g.shape());
+            let out = output_like(&g);
+            let $v = v.read(own(&p, v.rank()));
+            let $g = g.read(own(&p, g.rank()));
+            out.write(own(&p, g.rank()), $($body)*);
+            out
+        }
+    )*};
+}
+
+grad2! {
+    tanh_grad<T: Float>(y, g) => { g * (lit::<T>(1.0) - y * y) }
+    sigmoid_grad<T: Float>(y, g) => { g * y * (lit::<T>(1.0) - y) }
+    sin_grad<T: Float>(x, g) => { g * cos(x) }
+    cos_grad<T: Float>(x, g) => { -(g * sin(x)) }
+    tan_grad<T: Float>(y, g) => { g * (lit::<T>(1.0) + y * y) }
+    exp_grad<T: Float>(y, g) => { g * y }
+    log_grad<T: Float>(x, g) => { g / x }
+    sqrt_grad<T: Float>(y, g) => { g / (lit::<T>(2.0) * y) }
+    relu_grad<T: Num>(x, g) => { select(x > lit::<T>(0.0), g, lit::<T>(0.0)) }
+    abs_grad<T: Num>(x, g) => {
+        select(x > lit::<T>(0.0), g, select(x < lit::<T>(0.0), -g, lit::<T>(0.0)))
+    }
+}
+
+macro_rules! grad3 {
+    ($($name:ident<$T:ident: $bound:ident>($a:ident, $b:ident, $g:ident) => { $($body:tt)* })*) => {$(
+        /// An input's gradient (before summing over broadcast axes) from both inputs of a
+        /// binary call, broadcast to the output's shape, and the output gradient `g`.
+        #[operator]
+        pub(crate) fn $name<$T: $bound>(a: Tensor<$T>, b: Tensor<$T>, g: Tensor<$T>) -> Tensor<$T> {
+            let shape = g.shape().to_vec();
+            let p = workers(&shape);
+            let out = output_like(&g);
+            let $a = a.read(broadcast_index(&p, a.shape(), &shape));
+            let $b = b.read(broadcast_index(&p, b.shape(), &shape));
+            let $g = g.read(own(&p, shape.len()));
+            out.write(own(&p, shape.len()), $($body)*);
+            out
+        }
+    )*};
+}
+
+grad3! {
+    div_grad_den<T: Num>(x, y, g) => { -(g * x / (y * y)) }
+    pow_grad_base<T: Float>(x, y, g) => { g * y * pow(x, y - lit::<T>(1.0)) }
+    pow_grad_exp<T: Float>(x, y, g) => { g * log(x) * pow(x, y) }
+    min_grad_first<T: Num>(x, y, g) => { select(x <= y, g, lit::<T>(0.0)) }
+    min_grad_second<T: Num>(x, y, g) => { select(x <= y, lit::<T>(0.0), g) }
+    max_grad_first<T: Num>(x, y, g) => { select(x >= y, g, lit::<T>(0.0)) }
+    max_grad_second<T: Num>(x, y, g) => { select(x >= y, lit::<T>(0.0), g) }
+}
+
+/// `g * other` (`other` broadcast to `g`'s shape): the gradient of a product.
+#[operator]
+pub(crate) fn mul_grad<T: Num>(other: Tensor<T>, g: Tensor<T>) -> Tensor<T> {
+    let shape = g.shape().to_vec();
+    let p = workers(&shape);
+    let out = output_like(&g);
+    let o = other.read(broadcast_index(&p, other.shape(), &shape));
+    out.write(own(&p, shape.len()), g.read(own(&p, shape.len())) * o);
+    out
+}
+
+/// `g / den` (`den` broadcast to `g`'s shape): the gradient of a quotient's numerator.
+#[operator]
+pub(crate) fn div_grad_num<T: Num>(den: Tensor<T>, g: Tensor<T>) -> Tensor<T> {
+    let shape = g.shape().to_vec();
+    let p = workers(&shape);
+    let out = output_like(&g);
+    let d = den.read(broadcast_index(&p, den.shape(), &shape));
+    out.write(own(&p, shape.len()), g.read(own(&p, shape.len())) / d);
+    out
+}
+
+/// Gradient of `select(c, a, b)` for `a` (`first`) or `b`, over the output's shape.
+#[operator]
+pub(crate) fn select_grad<T: Num>(c: Tensor<bool>, g: Tensor<T>, first: bool) -> Tensor<T> {
+    let shape = g.shape().to_vec();
+    let p = workers(&shape);
+    let out = output_like(&g);
+    let cv = c.read(broadcast_index(&p, c.shape(), &shape));
+    let gv = g.read(own(&p, shape.len()));
+    let zero = lit::<T>(0.0);
+    let v = if first {
+        select(cv, gv, zero)
+    } else {
+        select(cv, zero, gv)
+    };
+    out.write(own(&p, shape.len()), v);
+    out
+}
+
+/// Gradient of a max/min reduction along `axis`: `g` flows to the elements equal to the result.
+#[operator]
+pub(crate) fn extreme_grad<T: Num>(
+    x: Tensor<T>,
+    y: Tensor<T>,
+    g: Tensor<T>,
+    axis: usize,
+) -> Tensor<T> {
+    let p = workers(x.shape());
+    let out = output_like(&x);
+    let r = x.rank();
+    let v = x.read(own(&p, r));
+    let at = skipping(&p, r, axis);
+    out.write(
+        own(&p, r),
+        select(v == y.read(at.clone()), g.read(at), lit::<T>(0.0)),
+    );
+    out
+}
+
+/// Gradient of softmax along the last axis: `y * (g - sum(g * y))`.
+#[operator]
+pub(crate) fn softmax_grad<T: Float>(y: Tensor<T>, g: Tensor<T>) -> Tensor<T> {
+    let r = y.rank();
+    let axis = r.saturating_sub(1);
+    let others = without(y.shape(), axis);
+    let p = workers(&others);
+    let out = output_like(&y);
+    let mut dot = variable(lit::<T>(0.0));
+    for k in 0..y.dim(axis) {
+        dot += y.read(along(&p, r, axis, k)) * g.read(along(&p, r, axis, k));
+    }
+    for k in 0..y.dim(axis) {
+        let yk = y.read(along(&p, r, axis, k));
+        out.write(
+            along(&p, r, axis, k),
+            yk * (g.read(along(&p, r, axis, k)) - dot),
+        );
+    }
+    out
+}
+
+/// `g * mask` elementwise (the gradient of `clip`).
+#[operator]
+pub(crate) fn masked<T: Num>(g: Tensor<T>, mask: Tensor<T>) -> Tensor<T> {
+    let p = workers(g.shape());
+    let out = output_like(&g);
+    let at = own(&p, g.rank());
+    out.write(at.clone(), g.read(at.clone()) * mask.read(at));
+    out
+}
+
+/// Gradient of cumprod: `reverse_cumsum(g * y) / x`.
+#[operator]
+pub(crate) fn scale_by_ratio<T: Float>(s: Tensor<T>, x: Tensor<T>) -> Tensor<T> {
+    let p = workers(x.shape());
+    let out = output_like(&x);
+    let at = own(&p, x.rank());
+    out.write(at.clone(), s.read(at.clone()) / x.read(at));
+    out
+}

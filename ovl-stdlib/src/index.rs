@@ -1,0 +1,187 @@
+//! Trace-time helpers shared by the operators: shapes, broadcasting and rank-generic indices.
+//! They run while an operator is traced (plain Rust, no staged control flow).
+
+use ovl::prelude::*;
+
+/// The workgroup for an output of `shape`: one worker per element, one worker for a scalar.
+pub(crate) fn workers(shape: &[usize]) -> Position {
+    if shape.is_empty() {
+        position_in([1])
+    } else {
+        position_in(shape)
+    }
+}
+
+/// The worker's own element in a tensor of rank `rank` laid over the workgroup.
+pub(crate) fn own(p: &Position, rank: usize) -> Vec<Idx> {
+    (0..rank).map(|k| ix(p[k])).collect()
+}
+
+/// The numpy broadcast of two shapes; records a trace error (and returns `a`) when they do not
+/// broadcast.
+pub(crate) fn broadcast(op: &str, a: &[usize], b: &[usize]) -> Vec<usize> {
+    match broadcast_shapes(a, b) {
+        Some(s) => s,
+        None => {
+            trace_error(format!(
+                "`{op}`: shapes {a:?} and {b:?} do not broadcast (trailing dimensions must be \
+                 equal or 1)"
+            ));
+            a.to_vec()
+        }
+    }
+}
+
+/// The numpy broadcast of two shapes, if they broadcast.
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let dim = |s: &[usize], k: usize| {
+        let offset = rank - s.len();
+        if k < offset {
+            1
+        } else {
+            s[k - offset]
+        }
+    };
+    (0..rank)
+        .map(|k| match (dim(a, k), dim(b, k)) {
+            (x, y) if x == y => Some(x),
+            (1, y) => Some(y),
+            (x, 1) => Some(x),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The element of a tensor of `shape` that the worker at `p` reads when `shape` broadcasts to
+/// `out` (numpy rules: leading dimensions are added, size-1 dimensions repeat).
+pub(crate) fn broadcast_index(p: &Position, shape: &[usize], out: &[usize]) -> Vec<Idx> {
+    let offset = out.len() - shape.len();
+    shape
+        .iter()
+        .enumerate()
+        .map(|(k, &d)| {
+            if d == out[k + offset] {
+                ix(p[k + offset])
+            } else {
+                ix(0usize)
+            }
+        })
+        .collect()
+}
+
+/// `axis` if it is an axis of a tensor of rank `rank`; otherwise records a trace error.
+pub(crate) fn checked_axis(op: &str, axis: usize, shape: &[usize]) -> usize {
+    if axis < shape.len() {
+        axis
+    } else {
+        trace_error(format!(
+            "`{op}`: axis {axis} is out of range for a tensor of shape {shape:?} (rank {})",
+            shape.len()
+        ));
+        0
+    }
+}
+
+/// `shape` without `axis`.
+pub(crate) fn without(shape: &[usize], axis: usize) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    if axis < s.len() {
+        s.remove(axis);
+    }
+    s
+}
+
+/// `shape` with `n` inserted at `axis`.
+pub(crate) fn with(shape: &[usize], axis: usize, n: usize) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    s.insert(axis.min(s.len()), n);
+    s
+}
+
+/// The element of a tensor of rank `rank` at the worker's position (over the other axes) and at
+/// index `k` along `axis`.
+pub(crate) fn along(p: &Position, rank: usize, axis: usize, k: impl IndexPart) -> Vec<Idx> {
+    let mut k = Some(ix(k));
+    (0..rank)
+        .map(|d| match d.cmp(&axis) {
+            std::cmp::Ordering::Less => ix(p[d]),
+            std::cmp::Ordering::Equal => k.take().unwrap_or_else(|| ix(0usize)),
+            std::cmp::Ordering::Greater => ix(p[d - 1]),
+        })
+        .collect()
+}
+
+/// The worker's own element shifted by `offset` along `axis`.
+pub(crate) fn shifted(p: &Position, rank: usize, axis: usize, offset: usize) -> Vec<Idx> {
+    (0..rank)
+        .map(|d| {
+            if d == axis {
+                ix(p[d] + offset as i64)
+            } else {
+                ix(p[d])
+            }
+        })
+        .collect()
+}
+
+/// A constant of type `T` from an `f64`.
+pub(crate) fn lit<T: Scalar>(v: f64) -> Expr<T> {
+    constant(v).cast::<T>()
+}
+
+/// `perm` if it permutes the axes of `shape`; otherwise records a trace error and returns the
+/// identity.
+pub(crate) fn checked_perm(perm: &[usize], shape: &[usize]) -> Vec<usize> {
+    let mut sorted = perm.to_vec();
+    sorted.sort_unstable();
+    if sorted == (0..shape.len()).collect::<Vec<_>>() {
+        perm.to_vec()
+    } else {
+        trace_error(format!(
+            "`transpose`: {perm:?} is not a permutation of the {} axes of a {shape:?} tensor",
+            shape.len()
+        ));
+        (0..shape.len()).collect()
+    }
+}
+
+/// The shape whose axis `i` is axis `perm[i]` of `shape`.
+pub(crate) fn permuted(shape: &[usize], perm: &[usize]) -> Vec<usize> {
+    perm.iter().map(|&a| shape[a]).collect()
+}
+
+/// The input element of a transpose by `perm` at the worker's output position.
+pub(crate) fn unpermuted_index(p: &Position, perm: &[usize]) -> Vec<Idx> {
+    let mut idx: Vec<Idx> = perm.iter().map(|_| ix(0usize)).collect();
+    for (out_axis, &in_axis) in perm.iter().enumerate() {
+        idx[in_axis] = ix(p[out_axis]);
+    }
+    idx
+}
+
+/// The worker's position without `axis` (for reading a tensor that lacks that axis).
+pub(crate) fn skipping(p: &Position, rank: usize, axis: usize) -> Vec<Idx> {
+    (0..rank).filter(|&d| d != axis).map(|d| ix(p[d])).collect()
+}
+
+/// `n` new outputs of `shape`.
+pub(crate) fn outputs_of<T: Scalar>(n: usize, shape: &[usize]) -> Vec<Tensor<T>> {
+    (0..n).map(|_| output(shape)).collect()
+}
+
+/// The shape all `xs` share; records a trace error when they differ or there are none.
+pub(crate) fn common_shape<T: Scalar>(op: &str, xs: &[Tensor<T>]) -> Vec<usize> {
+    let Some(first) = xs.first() else {
+        trace_error(format!("`{op}` of no tensors: pass at least one"));
+        return vec![1];
+    };
+    if let Some(x) = xs.iter().find(|x| x.shape() != first.shape()) {
+        trace_error(format!(
+            "`{op}`: pieces of shapes {:?} and {:?}; all pieces must have the same shape",
+            first.shape(),
+            x.shape()
+        ));
+    }
+    first.shape().to_vec()
+}

@@ -1,0 +1,299 @@
+//! The traced operators. Each `#[operator]` here is one operator of the graph (its name is the
+//! name fusion reports and profiles show); the public functions of the crate wrap them and
+//! attach their gradients.
+
+use crate::index::*;
+use ovl::prelude::*;
+// The DSL's math functions, by path: several operators here share their names.
+use ovl::prelude as dsl;
+
+macro_rules! unary {
+    ($($name:ident<$T:ident: $bound:ident>($x:ident) => { $($body:tt)* })*) => {$(
+        #[operator]
+        pub(crate) fn $name<$T: $bound>(x: Tensor<$T>) -> Tensor<$T> {
+            let p = workers(x.shape());
+            let out = output_like(&x);
+            let $x = x.read(own(&p, x.rank()));
+            out.write(own(&p, x.rank()), $($body)*);
+            out
+        }
+    )*};
+}
+
+unary! {
+    neg<T: Num>(v) => { -v }
+    abs<T: Num>(v) => { dsl::abs(v) }
+    relu<T: Num>(v) => { dsl::select(v < lit::<T>(0.0), lit::<T>(0.0), v) }
+    tanh<T: Float>(v) => { dsl::tanh(v) }
+    sigmoid<T: Float>(v) => { dsl::sigmoid(v) }
+    sin<T: Float>(v) => { dsl::sin(v) }
+    cos<T: Float>(v) => { dsl::cos(v) }
+    tan<T: Float>(v) => { dsl::tan(v) }
+    exp<T: Float>(v) => { dsl::exp(v) }
+    log<T: Float>(v) => { dsl::log(v) }
+    sqrt<T: Float>(v) => { dsl::sqrt(v) }
+}
+
+macro_rules! binary {
+    ($($name:ident<$T:ident: $bound:ident> -> $O:ty, ($a:ident, $b:ident) => { $($body:tt)* })*) => {$(
+        #[operator]
+        pub(crate) fn $name<$T: $bound>(a: Tensor<$T>, b: Tensor<$T>) -> Tensor<$O> {
+            let shape = broadcast(stringify!($name), a.shape(), b.shape());
+            let p = workers(&shape);
+            let out = output(&shape);
+            let $a = a.read(broadcast_index(&p, a.shape(), &shape));
+            let $b = b.read(broadcast_index(&p, b.shape(), &shape));
+            out.write(own(&p, shape.len()), $($body)*);
+            out
+        }
+    )*};
+}
+
+binary! {
+    add<T: Num> -> T, (x, y) => { x + y }
+    sub<T: Num> -> T, (x, y) => { x - y }
+    mul<T: Num> -> T, (x, y) => { x * y }
+    div<T: Num> -> T, (x, y) => { x / y }
+    rem<T: Num> -> T, (x, y) => { x % y }
+    pow<T: Float> -> T, (x, y) => { dsl::pow(x, y) }
+    minimum<T: Num> -> T, (x, y) => { min(x, y) }
+    maximum<T: Num> -> T, (x, y) => { max(x, y) }
+    equal<T: Num> -> bool, (x, y) => { x == y }
+    not_equal<T: Num> -> bool, (x, y) => { x != y }
+    less<T: Num> -> bool, (x, y) => { x < y }
+    less_equal<T: Num> -> bool, (x, y) => { x <= y }
+    greater<T: Num> -> bool, (x, y) => { x > y }
+    greater_equal<T: Num> -> bool, (x, y) => { x >= y }
+}
+
+/// `select(c, a, b)` with numpy broadcasting of all three.
+#[operator]
+pub(crate) fn select<T: Scalar>(c: Tensor<bool>, a: Tensor<T>, b: Tensor<T>) -> Tensor<T> {
+    let ab = broadcast("select", a.shape(), b.shape());
+    let shape = broadcast("select", c.shape(), &ab);
+    let p = workers(&shape);
+    let out = output(&shape);
+    let cv = c.read(broadcast_index(&p, c.shape(), &shape));
+    let av = a.read(broadcast_index(&p, a.shape(), &shape));
+    let bv = b.read(broadcast_index(&p, b.shape(), &shape));
+    out.write(own(&p, shape.len()), dsl::select(cv, av, bv));
+    out
+}
+
+#[operator]
+pub(crate) fn cast<T: Scalar, U: Scalar>(x: Tensor<T>) -> Tensor<U> {
+    let p = workers(x.shape());
+    let out = output(x.shape());
+    out.write(own(&p, x.rank()), x.read(own(&p, x.rank())).cast::<U>());
+    out
+}
+
+#[operator]
+pub(crate) fn clip<T: Num>(x: Tensor<T>, lo: T, hi: T) -> Tensor<T> {
+    let p = workers(x.shape());
+    let out = output_like(&x);
+    let v = x.read(own(&p, x.rank()));
+    // NaN stays NaN (as with `f64::clamp`).
+    out.write(
+        own(&p, x.rank()),
+        dsl::select(v < lo, lo, dsl::select(v > hi, hi, v)),
+    );
+    out
+}
+
+/// 1 where `lo <= x <= hi`, else 0: the gradient mask of `clip`.
+#[operator]
+pub(crate) fn clip_mask<T: Num>(x: Tensor<T>, lo: T, hi: T) -> Tensor<T> {
+    let p = workers(x.shape());
+    let out = output_like(&x);
+    let v = x.read(own(&p, x.rank()));
+    out.write(
+        own(&p, x.rank()),
+        dsl::select(v >= lo && v <= hi, lit::<T>(1.0), lit::<T>(0.0)),
+    );
+    out
+}
+
+#[operator]
+pub(crate) fn transpose<T: Scalar>(x: Tensor<T>, perm: Vec<usize>) -> Tensor<T> {
+    let perm = checked_perm(&perm, x.shape());
+    let shape = permuted(x.shape(), &perm);
+    let p = workers(&shape);
+    let out = output(&shape);
+    out.write(own(&p, shape.len()), x.read(unpermuted_index(&p, &perm)));
+    out
+}
+
+/// Sum along `axis`; with `keep` the axis stays with size 1.
+#[operator]
+pub(crate) fn sum<T: Num>(x: Tensor<T>, axis: usize, keep: bool) -> Tensor<T> {
+    let axis = checked_axis("sum", axis, x.shape());
+    let reduced = without(x.shape(), axis);
+    let shape = if keep {
+        with(&reduced, axis, 1)
+    } else {
+        reduced.clone()
+    };
+    let p = workers(&reduced);
+    let out = output(&shape);
+    let mut acc = variable(lit::<T>(0.0));
+    for k in 0..x.dim(axis) {
+        acc += x.read(along(&p, x.rank(), axis, k));
+    }
+    let at = if keep {
+        along(&p, shape.len(), axis, 0usize)
+    } else {
+        own(&p, shape.len())
+    };
+    out.write(at, acc);
+    out
+}
+
+/// Maximum (`largest`) or minimum along `axis`.
+#[operator]
+pub(crate) fn extreme<T: Num>(x: Tensor<T>, axis: usize, largest: bool) -> Tensor<T> {
+    let axis = checked_axis(if largest { "max" } else { "min" }, axis, x.shape());
+    let shape = without(x.shape(), axis);
+    let p = workers(&shape);
+    let out = output(&shape);
+    let mut acc = variable(x.read(along(&p, x.rank(), axis, 0usize)));
+    for k in 1..x.dim(axis) {
+        let v = x.read(along(&p, x.rank(), axis, k));
+        if largest {
+            acc = max(acc, v);
+        } else {
+            acc = min(acc, v);
+        }
+    }
+    out.write(own(&p, shape.len()), acc);
+    out
+}
+
+/// `y` repeated `n` times along a new `axis` (the inverse shape of a reduction).
+#[operator]
+pub(crate) fn expand<T: Scalar>(y: Tensor<T>, axis: usize, n: usize) -> Tensor<T> {
+    let shape = with(y.shape(), axis, n);
+    let p = workers(&shape);
+    let out = output(&shape);
+    out.write(
+        own(&p, shape.len()),
+        y.read(skipping(&p, shape.len(), axis)),
+    );
+    out
+}
+
+/// Running sum (`product == false`) or product along `axis`, forwards or `reverse`.
+#[operator]
+pub(crate) fn scan<T: Num>(x: Tensor<T>, axis: usize, product: bool, reverse: bool) -> Tensor<T> {
+    let axis = checked_axis(if product { "cumprod" } else { "cumsum" }, axis, x.shape());
+    let others = without(x.shape(), axis);
+    let p = workers(&others);
+    let out = output_like(&x);
+    let n = x.dim(axis);
+    let mut acc = variable(lit::<T>(if product { 1.0 } else { 0.0 }));
+    for k in 0..n {
+        let at = if reverse { (n as i64 - 1) - k } else { k };
+        let v = x.read(along(&p, x.rank(), axis, at));
+        if product {
+            acc *= v;
+        } else {
+            acc += v;
+        }
+        out.write(along(&p, x.rank(), axis, at), acc);
+    }
+    out
+}
+
+/// `a @ b` for matrices `[m, k] x [k, n]`.
+#[operator]
+pub(crate) fn matmul<T: Num>(a: Tensor<T>, b: Tensor<T>) -> Tensor<T> {
+    if a.rank() != 2 || b.rank() != 2 || a.dim(1) != b.dim(0) {
+        trace_error(format!(
+            "`matmul`: shapes {:?} and {:?} do not multiply: need [m, k] and [k, n]",
+            a.shape(),
+            b.shape()
+        ));
+    }
+    let (m, k, n) = (a.dim(0), a.dim(1).min(b.dim(0)), b.dim(b.rank() - 1));
+    let pos = position_in([m, n]);
+    let (i, j) = (pos[0], pos[1]);
+    let out = output([m, n]);
+    let mut acc = variable(lit::<T>(0.0));
+    for t in 0..k {
+        acc += a[[i, t]] * b[[t, j]];
+    }
+    out[[i, j]] = acc;
+    out
+}
+
+/// Softmax along the last axis.
+#[operator]
+pub(crate) fn softmax<T: Float>(x: Tensor<T>) -> Tensor<T> {
+    let axis = checked_axis("softmax", x.rank().saturating_sub(1), x.shape());
+    let others = without(x.shape(), axis);
+    let p = workers(&others);
+    let out = output_like(&x);
+    let r = x.rank();
+    let mut top = variable(x.read(along(&p, r, axis, 0usize)));
+    for k in 1..x.dim(axis) {
+        top = max(top, x.read(along(&p, r, axis, k)));
+    }
+    let mut total = variable(lit::<T>(0.0));
+    for k in 0..x.dim(axis) {
+        total += dsl::exp(x.read(along(&p, r, axis, k)) - top);
+    }
+    for k in 0..x.dim(axis) {
+        out.write(
+            along(&p, r, axis, k),
+            dsl::exp(x.read(along(&p, r, axis, k)) - top) / total,
+        );
+    }
+    out
+}
+
+/// `x` cut into `parts` equal pieces along `axis`: one worker per element of a piece, writing
+/// that element of every piece (the paper's split).
+#[operator]
+pub(crate) fn split<T: Scalar>(x: Tensor<T>, axis: usize, parts: usize) -> Vec<Tensor<T>> {
+    let axis = checked_axis("split", axis, x.shape());
+    let n = x.dim(axis);
+    if parts == 0 || n % parts != 0 {
+        trace_error(format!(
+            "`split`: axis {axis} of a {:?} tensor has {n} elements, which do not split into \
+             {parts} equal parts",
+            x.shape()
+        ));
+    }
+    let parts = parts.max(1);
+    let size = (n / parts).max(1);
+    let mut piece = x.shape().to_vec();
+    piece[axis] = size;
+    let p = workers(&piece);
+    let outs: Vec<Tensor<T>> = outputs_of(parts, &piece);
+    for (j, piece_out) in outs.iter().enumerate() {
+        piece_out.write(
+            own(&p, piece.len()),
+            x.read(shifted(&p, piece.len(), axis, j * size)),
+        );
+    }
+    outs
+}
+
+/// Equal-shaped `xs` joined along `axis`: one worker per element of a piece (the paper's concat).
+#[operator]
+pub(crate) fn concat<T: Scalar>(xs: Vec<Tensor<T>>, axis: usize) -> Tensor<T> {
+    let piece = common_shape("concat", &xs);
+    let axis = checked_axis("concat", axis, &piece);
+    let size = piece[axis];
+    let mut shape = piece.clone();
+    shape[axis] = size * xs.len().max(1);
+    let p = workers(&piece);
+    let out = output(&shape);
+    for (j, x) in xs.iter().enumerate() {
+        out.write(
+            shifted(&p, piece.len(), axis, j * size),
+            x.read(own(&p, piece.len())),
+        );
+    }
+    out
+}

@@ -1,0 +1,369 @@
+//! # ovl-stdlib: the standard operators, each with its gradient
+//!
+//! Every function takes lazy handles (or arrays) and returns lazy handles: nothing runs until
+//! `ovl::evaluate`, and chains of these operators fuse into few kernels. Binary operators
+//! broadcast the way numpy does (trailing dimensions equal or 1). Bad arguments (shapes that do
+//! not broadcast, an axis out of range, ...) are reported by `evaluate` as errors, never panics.
+//!
+//! Every differentiable operator has a gradient, so [`ovl::backward`] works through it:
+//!
+//! ```
+//! use ovl::Lazy;
+//! use ovl_stdlib as ops;
+//!
+//! let x = Lazy::from(ndarray::array![0.5f64, -1.0, 2.0]);
+//! let y = ops::mul(&ops::tanh(&x), &x); // x * tanh(x)
+//! let seed = Lazy::from(ndarray::array![1.0f64, 1.0, 1.0]);
+//! let grads = ovl::backward(&[(&y, &seed)], &[&x]).unwrap();
+//! let dx = ovl::evaluate(&grads.of(&x).unwrap()).unwrap();
+//! for (i, v) in [0.5f64, -1.0, 2.0].into_iter().enumerate() {
+//!     let want = v.tanh() + v * (1.0 - v.tanh() * v.tanh());
+//!     assert!((dx[i] - want).abs() < 1e-12);
+//! }
+//! ```
+//!
+//! Element types: arithmetic, comparisons, `select`, `clip`, `relu`, `abs`, `minimum`,
+//! `maximum`, reductions, scans, `matmul`, shape operators: every numeric dtype (`f32`, `f64`,
+//! `i8`..`i64`, `u8`..`u64`). Transcendental functions, `pow`, `mean` and `softmax`: `f32` and
+//! `f64`. Gradients flow through `f32` and `f64` tensors.
+
+mod grad_kernels;
+mod index;
+mod kernels;
+
+pub use index::broadcast_shapes;
+
+use grad_kernels as gk;
+use ovl::prelude::{Float, Num};
+use ovl::{GradientCall, IntoLazy, Lazy, LazyTensor, Scalar};
+
+/// Attaches `f` as the gradient of the call behind `y` and returns `y`.
+fn with_grad<T>(
+    y: Lazy<T>,
+    f: impl Fn(&GradientCall) -> Vec<Option<LazyTensor>> + Send + Sync + 'static,
+) -> Lazy<T> {
+    ovl::set_gradient(&y, f);
+    y
+}
+
+fn some<T: Scalar>(x: Lazy<T>) -> Option<LazyTensor> {
+    Some(x.into_untyped())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unary elementwise
+
+macro_rules! unary_with_grad {
+    ($($(#[$doc:meta])* $name:ident<$bound:ident> => $grad:ident(uses $which:ident);)*) => {$(
+        $(#[$doc])*
+        pub fn $name<T: $bound>(x: impl IntoLazy<T>) -> Lazy<T> {
+            with_grad(kernels::$name(x.into_lazy()), |c| {
+                let v = if stringify!($which) == "input" { c.input::<T>(0) } else { c.output::<T>(0) };
+                vec![some(gk::$grad(&v, &c.output_grad::<T>(0)))]
+            })
+        }
+    )*};
+}
+
+unary_with_grad! {
+    /// `tanh(x)`, elementwise; shape of `x`. Gradient `dy * (1 - y²)`.
+    tanh<Float> => tanh_grad(uses output);
+    /// The logistic function `1 / (1 + e^-x)`; shape of `x`. Gradient `dy * y * (1 - y)`.
+    sigmoid<Float> => sigmoid_grad(uses output);
+    /// `sin(x)`; shape of `x`. Gradient `dy * cos(x)`.
+    sin<Float> => sin_grad(uses input);
+    /// `cos(x)`; shape of `x`. Gradient `-dy * sin(x)`.
+    cos<Float> => cos_grad(uses input);
+    /// `tan(x)`; shape of `x`. Gradient `dy * (1 + y²)`.
+    tan<Float> => tan_grad(uses output);
+    /// `e^x`; shape of `x`. Gradient `dy * y`.
+    exp<Float> => exp_grad(uses output);
+    /// Natural logarithm (NaN below 0, -inf at 0); shape of `x`. Gradient `dy / x`.
+    log<Float> => log_grad(uses input);
+    /// Square root (NaN below 0); shape of `x`. Gradient `dy / (2 y)`.
+    sqrt<Float> => sqrt_grad(uses output);
+    /// `|x|` (integers wrap at the minimum); shape of `x`. Gradient `dy * sign(x)` (0 at 0).
+    abs<Num> => abs_grad(uses input);
+    /// `max(x, 0)` (NaN stays NaN); shape of `x`. Gradient `dy` where `x > 0`, else 0.
+    relu<Num> => relu_grad(uses input);
+}
+
+/// `-x` (integers wrap); shape of `x`. Gradient `-dy`.
+pub fn neg<T: Num>(x: impl IntoLazy<T>) -> Lazy<T> {
+    with_grad(kernels::neg(x.into_lazy()), |c| {
+        vec![some(neg(c.output_grad::<T>(0)))]
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Binary elementwise, with broadcasting
+
+/// Sums `g` over the axes along which a tensor of `shape` was broadcast to `g`'s shape: the
+/// gradient of an input that was broadcast.
+pub fn reduce_to<T: Num>(g: impl IntoLazy<T>, shape: &[usize]) -> Lazy<T> {
+    let mut g = g.into_lazy();
+    while g.shape().len() > shape.len() {
+        g = sum(&g, 0);
+    }
+    for (axis, &d) in shape.iter().enumerate() {
+        if d == 1 && g.shape()[axis] != 1 {
+            g = with_grad(kernels::sum(&g, axis, true), |c| {
+                let x = c.input::<T>(0);
+                vec![some(broadcast_to(c.output_grad::<T>(0), x.shape()))]
+            });
+        }
+    }
+    g
+}
+
+/// `x` broadcast to `shape` (numpy rules). Gradient: the sum over the broadcast axes.
+pub fn broadcast_to<T: Num>(x: impl IntoLazy<T>, shape: &[usize]) -> Lazy<T> {
+    let x = x.into_lazy();
+    let zeros = Lazy::from(ndarray::ArrayD::<T>::default(ndarray::IxDyn(shape)));
+    with_grad(kernels::add(&x, &zeros), |c| {
+        let x = c.input::<T>(0);
+        vec![some(reduce_to(c.output_grad::<T>(0), x.shape())), None]
+    })
+}
+
+macro_rules! binary_with_grad {
+    ($($(#[$doc:meta])* $name:ident<$bound:ident> => |$c:ident, $a:ident, $b:ident, $g:ident| ($da:expr, $db:expr);)*) => {$(
+        $(#[$doc])*
+        pub fn $name<T: $bound>(a: impl IntoLazy<T>, b: impl IntoLazy<T>) -> Lazy<T> {
+            with_grad(kernels::$name(a.into_lazy(), b.into_lazy()), |$c| {
+                let ($a, $b, $g) = ($c.input::<T>(0), $c.input::<T>(1), $c.output_grad::<T>(0));
+                let (da, db): (Lazy<T>, Lazy<T>) = ($da, $db);
+                vec![some(reduce_to(da, $a.shape())), some(reduce_to(db, $b.shape()))]
+            })
+        }
+    )*};
+}
+
+binary_with_grad! {
+    /// `a + b` (integers wrap); the broadcast shape. Gradients `dy`, `dy` (summed over
+    /// broadcast axes).
+    add<Num> => |c, a, b, g| (g.clone(), g);
+    /// `a - b`; the broadcast shape. Gradients `dy`, `-dy`.
+    sub<Num> => |c, a, b, g| (g.clone(), neg(&g));
+    /// `a * b`; the broadcast shape. Gradients `dy * b`, `dy * a`.
+    mul<Num> => |c, a, b, g| (gk::mul_grad(&b, &g), gk::mul_grad(&a, &g));
+    /// `a / b` (integers: truncating, division by 0 gives 0); the broadcast shape. Gradients
+    /// `dy / b`, `-dy * a / b²`.
+    div<Num> => |c, a, b, g| (gk::div_grad_num(&b, &g), gk::div_grad_den(&a, &b, &g));
+    /// `a` to the power `b`; the broadcast shape. Gradients `dy * b * a^(b-1)`, `dy * ln(a) * a^b`.
+    pow<Float> => |c, a, b, g| (gk::pow_grad_base(&a, &b, &g), gk::pow_grad_exp(&a, &b, &g));
+    /// Elementwise minimum (floats: NaN-ignoring, like `f32::min`); the broadcast shape.
+    /// Gradient: `dy` to the smaller input (to `a` on ties).
+    minimum<Num> => |c, a, b, g| (gk::min_grad_first(&a, &b, &g), gk::min_grad_second(&a, &b, &g));
+    /// Elementwise maximum; the broadcast shape. Gradient: `dy` to the larger input (to `a` on
+    /// ties).
+    maximum<Num> => |c, a, b, g| (gk::max_grad_first(&a, &b, &g), gk::max_grad_second(&a, &b, &g));
+}
+
+/// `a % b` with Rust's sign rules (remainder by 0 gives 0); the broadcast shape. Gradient `dy`
+/// for `a`; none for `b`.
+pub fn rem<T: Num>(a: impl IntoLazy<T>, b: impl IntoLazy<T>) -> Lazy<T> {
+    with_grad(kernels::rem(a.into_lazy(), b.into_lazy()), |c| {
+        let a = c.input::<T>(0);
+        vec![some(reduce_to(c.output_grad::<T>(0), a.shape())), None]
+    })
+}
+
+macro_rules! comparison {
+    ($($(#[$doc:meta])* $name:ident;)*) => {$(
+        $(#[$doc])*
+        pub fn $name<T: Num>(a: impl IntoLazy<T>, b: impl IntoLazy<T>) -> Lazy<bool> {
+            kernels::$name(a.into_lazy(), b.into_lazy())
+        }
+    )*};
+}
+
+comparison! {
+    /// `a == b` as `bool` (NaN is unequal to everything); the broadcast shape. No gradient.
+    equal;
+    /// `a != b`; the broadcast shape. No gradient.
+    not_equal;
+    /// `a < b`; the broadcast shape. No gradient.
+    less;
+    /// `a <= b`; the broadcast shape. No gradient.
+    less_equal;
+    /// `a > b`; the broadcast shape. No gradient.
+    greater;
+    /// `a >= b`; the broadcast shape. No gradient.
+    greater_equal;
+}
+
+/// `where(c, a, b)`: `a` where `c` is true, else `b`; all three broadcast. Gradients: `dy`
+/// routed to the chosen input.
+pub fn select<T: Num>(c: impl IntoLazy<bool>, a: impl IntoLazy<T>, b: impl IntoLazy<T>) -> Lazy<T> {
+    with_grad(
+        kernels::select(c.into_lazy(), a.into_lazy(), b.into_lazy()),
+        |call| {
+            let (c, a, b) = (
+                call.input::<bool>(0),
+                call.input::<T>(1),
+                call.input::<T>(2),
+            );
+            let g = call.output_grad::<T>(0);
+            vec![
+                None,
+                some(reduce_to(gk::select_grad(&c, &g, true), a.shape())),
+                some(reduce_to(gk::select_grad(&c, &g, false), b.shape())),
+            ]
+        },
+    )
+}
+
+/// `x` converted to `U` with Rust's `as` rules (floats saturate into integers, NaN becomes 0);
+/// shape of `x`. Gradient: `dy` cast back, between float types only.
+pub fn cast<T: Scalar, U: Scalar>(x: impl IntoLazy<T>) -> Lazy<U> {
+    with_grad(kernels::cast::<T, U>(x.into_lazy()), |c| {
+        let float = |d: ovl::DType| d.is_float();
+        if float(T::DTYPE) && float(U::DTYPE) {
+            vec![some(kernels::cast::<U, T>(c.output_grad::<U>(0)))]
+        } else {
+            vec![None]
+        }
+    })
+}
+
+/// `x` limited to `[lo, hi]` (NaN stays NaN); shape of `x`. Gradient `dy` inside the range, 0 outside.
+pub fn clip<T: Num>(x: impl IntoLazy<T>, lo: T, hi: T) -> Lazy<T> {
+    with_grad(kernels::clip(x.into_lazy(), lo, hi), move |c| {
+        let mask = kernels::clip_mask(c.input::<T>(0), lo, hi);
+        vec![some(gk::masked(c.output_grad::<T>(0), mask))]
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shapes
+
+/// Axes permuted: output axis `i` is input axis `perm[i]`. Gradient: the inverse permutation.
+pub fn transpose<T: Scalar>(x: impl IntoLazy<T>, perm: &[usize]) -> Lazy<T> {
+    let perm = perm.to_vec();
+    let forward = perm.clone();
+    with_grad(kernels::transpose(x.into_lazy(), forward), move |c| {
+        let mut inverse = vec![0; perm.len()];
+        for (i, &p) in perm.iter().enumerate() {
+            if let Some(slot) = inverse.get_mut(p) {
+                *slot = i;
+            }
+        }
+        vec![some(kernels::transpose(c.output_grad::<T>(0), inverse))]
+    })
+}
+
+/// `x` cut into `parts` equal pieces along `axis` (the axis length must divide evenly).
+/// Gradient: the pieces' gradients concatenated (zeros for pieces that get none).
+pub fn split<T: Scalar>(x: impl IntoLazy<T>, axis: usize, parts: usize) -> Vec<Lazy<T>> {
+    let pieces = kernels::split(x.into_lazy(), axis, parts);
+    if let Some(first) = pieces.first() {
+        ovl::set_gradient(first, move |c| {
+            let grads: Vec<Lazy<T>> = (0..c.outputs.len())
+                .map(|i| c.output_grad::<T>(i))
+                .collect();
+            vec![some(concat(&grads, axis))]
+        });
+    }
+    pieces
+}
+
+/// Equal-shaped tensors joined along `axis`. Gradient: the output gradient split back.
+pub fn concat<T: Scalar>(xs: &[Lazy<T>], axis: usize) -> Lazy<T> {
+    let n = xs.len();
+    with_grad(kernels::concat(xs.to_vec(), axis), move |c| {
+        split(c.output_grad::<T>(0), axis, n)
+            .into_iter()
+            .map(some)
+            .collect()
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions and scans
+
+/// Sum along `axis` (the axis is removed). Gradient: `dy` repeated along the axis.
+pub fn sum<T: Num>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
+    with_grad(kernels::sum(x.into_lazy(), axis, false), move |c| {
+        let x = c.input::<T>(0);
+        let n = x.shape().get(axis).copied().unwrap_or(1);
+        vec![some(kernels::expand(c.output_grad::<T>(0), axis, n))]
+    })
+}
+
+/// Mean along `axis` (the axis is removed). Gradient: `dy / n` repeated along the axis.
+pub fn mean<T: Float>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
+    let x = x.into_lazy();
+    let n = x.shape().get(axis).copied().unwrap_or(1);
+    let total = sum(&x, axis);
+    let count = cast::<f64, T>(Lazy::from(ndarray::arr0(n as f64)));
+    div(total, count)
+}
+
+/// Maximum along `axis` (the axis is removed). Gradient: `dy` to every element equal to the
+/// maximum.
+pub fn max<T: Num>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
+    extreme(x.into_lazy(), axis, true)
+}
+
+/// Minimum along `axis` (the axis is removed). Gradient: `dy` to every element equal to the
+/// minimum.
+pub fn min<T: Num>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
+    extreme(x.into_lazy(), axis, false)
+}
+
+fn extreme<T: Num>(x: Lazy<T>, axis: usize, largest: bool) -> Lazy<T> {
+    with_grad(kernels::extreme(x, axis, largest), move |c| {
+        let (x, y) = (c.input::<T>(0), c.output::<T>(0));
+        vec![some(gk::extreme_grad(x, y, c.output_grad::<T>(0), axis))]
+    })
+}
+
+/// Running sum along `axis`; shape of `x`. Gradient: the reverse running sum of `dy`.
+pub fn cumsum<T: Num>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
+    scan(x.into_lazy(), axis, false, false)
+}
+
+fn scan<T: Num>(x: Lazy<T>, axis: usize, product: bool, reverse: bool) -> Lazy<T> {
+    with_grad(kernels::scan(x, axis, product, reverse), move |c| {
+        if product {
+            return vec![None];
+        }
+        vec![some(scan(c.output_grad::<T>(0), axis, false, !reverse))]
+    })
+}
+
+/// Running product along `axis`; shape of `x`. Gradient (floats):
+/// `reverse_cumsum(dy * y) / x` (not finite where `x` is 0).
+pub fn cumprod<T: Float>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
+    with_grad(kernels::scan(x.into_lazy(), axis, true, false), move |c| {
+        let (x, y) = (c.input::<T>(0), c.output::<T>(0));
+        let s = scan(mul(c.output_grad::<T>(0), y), axis, false, true);
+        vec![some(gk::scale_by_ratio(s, x))]
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Linear algebra and networks
+
+/// Matrix product of `[m, k]` and `[k, n]`: `[m, n]`. Gradients `dy @ bᵀ` and `aᵀ @ dy`.
+pub fn matmul<T: Num>(a: impl IntoLazy<T>, b: impl IntoLazy<T>) -> Lazy<T> {
+    with_grad(kernels::matmul(a.into_lazy(), b.into_lazy()), |c| {
+        let (a, b, g) = (c.input::<T>(0), c.input::<T>(1), c.output_grad::<T>(0));
+        vec![
+            some(matmul(&g, transpose(&b, &[1, 0]))),
+            some(matmul(transpose(&a, &[1, 0]), &g)),
+        ]
+    })
+}
+
+/// Softmax along the last axis (stable: the maximum is subtracted first); shape of `x`.
+/// Gradient `y * (dy - sum(dy * y))` along the axis.
+pub fn softmax<T: Float>(x: impl IntoLazy<T>) -> Lazy<T> {
+    with_grad(kernels::softmax(x.into_lazy()), |c| {
+        vec![some(gk::softmax_grad(
+            c.output::<T>(0),
+            c.output_grad::<T>(0),
+        ))]
+    })
+}

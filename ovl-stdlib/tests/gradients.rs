@@ -1,0 +1,169 @@
+//! Every differentiable operator against central differences in f64, on the interpreter.
+
+use ndarray::{Array, ArrayD, IxDyn};
+use ovl::{Lazy, Options};
+use ovl_stdlib as ops;
+
+/// Deterministic values in [lo, hi), different for each `seed`.
+fn values(shape: &[usize], seed: u64, lo: f64, hi: f64) -> ArrayD<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    Array::from_shape_simple_fn(IxDyn(shape), || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        lo + (hi - lo) * ((s >> 11) as f64 / (1u64 << 53) as f64)
+    })
+}
+
+fn eval(y: &Lazy<f64>) -> ArrayD<f64> {
+    ovl::evaluate_with(y, &Options::interpreter()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Checks the gradient of `sum(f(xs) * w)` against central differences.
+fn check(name: &str, inputs: Vec<ArrayD<f64>>, f: impl Fn(&[Lazy<f64>]) -> Lazy<f64>) {
+    let lazies: Vec<Lazy<f64>> = inputs.iter().cloned().map(Lazy::from).collect();
+    let y = f(&lazies);
+    let w = values(y.shape(), 99, -1.0, 1.0);
+    let refs: Vec<&Lazy<f64>> = lazies.iter().collect();
+    let grads = ovl::backward(&[(&y, &Lazy::from(w.clone()))], &refs)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let loss = |xs: &[ArrayD<f64>]| -> f64 {
+        let ls: Vec<Lazy<f64>> = xs.iter().cloned().map(Lazy::from).collect();
+        (eval(&f(&ls)) * &w).sum()
+    };
+    for (i, x) in lazies.iter().enumerate() {
+        let analytic = eval(&grads.of_or_zeros(x));
+        assert_eq!(
+            analytic.shape(),
+            inputs[i].shape(),
+            "{name}: gradient shape of input {i}"
+        );
+        for j in 0..inputs[i].len() {
+            let h = 1e-6;
+            let mut plus = inputs.clone();
+            plus[i].as_slice_mut().expect("standard layout")[j] += h;
+            let mut minus = inputs.clone();
+            minus[i].as_slice_mut().expect("standard layout")[j] -= h;
+            let numeric = (loss(&plus) - loss(&minus)) / (2.0 * h);
+            let got = analytic.as_slice().expect("standard layout")[j];
+            assert!(
+                (got - numeric).abs() <= 1e-6 * numeric.abs().max(1.0),
+                "{name}: d/dx{i}[{j}] = {got}, central difference {numeric}"
+            );
+        }
+    }
+}
+
+#[test]
+fn unary_gradients() {
+    let x = || vec![values(&[2, 3], 1, -2.0, 2.0)];
+    let pos = || vec![values(&[2, 3], 2, 0.2, 3.0)];
+    check("neg", x(), |v| ops::neg(&v[0]));
+    check("abs", x(), |v| ops::abs(&v[0]));
+    check("relu", x(), |v| ops::relu(&v[0]));
+    check("tanh", x(), |v| ops::tanh(&v[0]));
+    check("sigmoid", x(), |v| ops::sigmoid(&v[0]));
+    check("sin", x(), |v| ops::sin(&v[0]));
+    check("cos", x(), |v| ops::cos(&v[0]));
+    check("tan", vec![values(&[2, 3], 3, -1.0, 1.0)], |v| {
+        ops::tan(&v[0])
+    });
+    check("exp", x(), |v| ops::exp(&v[0]));
+    check("log", pos(), |v| ops::log(&v[0]));
+    check("sqrt", pos(), |v| ops::sqrt(&v[0]));
+    check("clip", x(), |v| ops::clip(&v[0], -1.0, 1.0));
+}
+
+/// Through an f32 round trip central differences are too coarse: the gradient of a cast is the
+/// output gradient cast back, checked directly.
+#[test]
+fn cast_gradient_is_the_gradient_cast_back() {
+    let x = Lazy::from(values(&[5], 21, -2.0, 2.0));
+    let y = ops::cast::<f32, f64>(ops::cast::<f64, f32>(&x));
+    let w = values(&[5], 22, -1.0, 1.0);
+    let grads = ovl::backward(&[(&y, &Lazy::from(w.clone()))], &[&x]).unwrap();
+    let dx = eval(&grads.of(&x).unwrap());
+    assert_eq!(dx, w.mapv(|v| v as f32 as f64));
+    // Through an integer cast, nothing flows.
+    let i = ops::cast::<f64, i32>(&x);
+    let z = ops::cast::<i32, f64>(&i);
+    let grads = ovl::backward(&[(&z, &Lazy::from(w))], &[&x]).unwrap();
+    assert!(grads.of(&x).is_none());
+}
+
+#[test]
+fn binary_gradients_with_broadcasting() {
+    let shapes: [(&[usize], &[usize]); 3] =
+        [(&[2, 3], &[2, 3]), (&[2, 3], &[3]), (&[2, 1], &[1, 3])];
+    for (sa, sb) in shapes {
+        let ab = || vec![values(sa, 4, -2.0, 2.0), values(sb, 5, 0.5, 2.0)];
+        check("add", ab(), |v| ops::add(&v[0], &v[1]));
+        check("sub", ab(), |v| ops::sub(&v[0], &v[1]));
+        check("mul", ab(), |v| ops::mul(&v[0], &v[1]));
+        check("div", ab(), |v| ops::div(&v[0], &v[1]));
+        check("minimum", ab(), |v| ops::minimum(&v[0], &v[1]));
+        check("maximum", ab(), |v| ops::maximum(&v[0], &v[1]));
+        let positive = vec![values(sa, 6, 0.5, 2.0), values(sb, 7, -1.5, 1.5)];
+        check("pow", positive, |v| ops::pow(&v[0], &v[1]));
+    }
+    let c = Lazy::from(values(&[2, 3], 8, -1.0, 1.0).mapv(|v| v > 0.0));
+    check(
+        "select",
+        vec![values(&[2, 3], 9, -1.0, 1.0), values(&[3], 10, -1.0, 1.0)],
+        |v| ops::select(&c, &v[0], &v[1]),
+    );
+}
+
+#[test]
+fn shape_reduction_and_network_gradients() {
+    let x = || vec![values(&[2, 3, 4], 11, -1.0, 1.0)];
+    check("transpose", x(), |v| ops::transpose(&v[0], &[2, 0, 1]));
+    check("split", x(), |v| {
+        let parts = ops::split(&v[0], 2, 2);
+        ops::mul(&parts[0], &parts[1])
+    });
+    check(
+        "concat",
+        vec![
+            values(&[2, 3], 12, -1.0, 1.0),
+            values(&[2, 3], 13, -1.0, 1.0),
+        ],
+        |v| ops::concat(&[v[0].clone(), v[1].clone()], 1),
+    );
+    for axis in 0..3 {
+        check("sum", x(), |v| ops::sum(&v[0], axis));
+        check("mean", x(), |v| ops::mean(&v[0], axis));
+        check("max", x(), |v| ops::max(&v[0], axis));
+        check("min", x(), |v| ops::min(&v[0], axis));
+        check("cumsum", x(), |v| ops::cumsum(&v[0], axis));
+        check("cumprod", vec![values(&[2, 3, 4], 14, 0.5, 1.5)], |v| {
+            ops::cumprod(&v[0], axis)
+        });
+    }
+    check(
+        "matmul",
+        vec![
+            values(&[3, 4], 15, -1.0, 1.0),
+            values(&[4, 2], 16, -1.0, 1.0),
+        ],
+        |v| ops::matmul(&v[0], &v[1]),
+    );
+    check("softmax", vec![values(&[3, 5], 17, -2.0, 2.0)], |v| {
+        ops::softmax(&v[0])
+    });
+    // A value used twice: the contributions add up.
+    check("x * tanh(x) + x", vec![values(&[4], 18, -2.0, 2.0)], |v| {
+        ops::add(ops::mul(&v[0], ops::tanh(&v[0])), &v[0])
+    });
+}
+
+#[test]
+fn missing_gradients_and_bad_seeds_are_errors() {
+    let x = Lazy::from(values(&[3], 19, -1.0, 1.0));
+    let y = ops::tanh(&x);
+    let wrong = Lazy::from(values(&[4], 20, -1.0, 1.0));
+    let err = ovl::backward(&[(&y, &wrong)], &[&x])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("[3]") && err.contains("[4]"), "{err}");
+}

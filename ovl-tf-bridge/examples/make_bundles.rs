@@ -1,0 +1,287 @@
+//! Exports the operators the Python tests of `ovl_tf` call, one bundle file each:
+//! `cargo run -p ovl-tf-bridge --example make_bundles -- <directory>`.
+//!
+//! Each bundle's computation is restated with TensorFlow ops in the tests
+//! (`ovl-tf-bridge/python/tests`), which compare the two.
+
+use ovl::prelude::*;
+use std::path::{Path, PathBuf};
+
+/// `2 x + b`, with `b` a constant baked into the program.
+#[operator]
+fn scale_add(x: Tensor<f32>, b: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = x.dims::<2>();
+    let p = position_in([rows, cols]);
+    let out = output_like(&x);
+    out[[p[0], p[1]]] = 2.0 * x[[p[0], p[1]]] + b[[p[0], p[1]]];
+    out
+}
+
+/// `x * x`, elementwise.
+#[operator]
+fn square(x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = x[[i]] * x[[i]];
+    out
+}
+
+/// The gradient of `square`: `2 x dy`.
+#[operator]
+fn square_grad(x: Tensor<f32>, dy: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = 2.0 * x[[i]] * dy[[i]];
+    out
+}
+
+/// `x * y` and its gradient (`dx = y dz`, `dy = x dz`): two inputs, two input gradients.
+#[operator]
+fn mul(x: Tensor<f32>, y: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = x[[i]] * y[[i]];
+    out
+}
+
+/// Elementwise minimum and maximum: one operator, two outputs.
+#[operator]
+fn min_max(a: Tensor<f32>, b: Tensor<f32>) -> (Tensor<f32>, Tensor<f32>) {
+    let i = position_in(a.shape())[0];
+    let lo = output_like(&a);
+    let hi = output_like(&a);
+    lo[[i]] = min(a[[i]], b[[i]]);
+    hi[[i]] = max(a[[i]], b[[i]]);
+    (lo, hi)
+}
+
+/// The gradient of `min_max`: each upstream gradient goes to the input it came from.
+#[operator]
+fn min_max_grad(
+    a: Tensor<f32>,
+    b: Tensor<f32>,
+    dlo: Tensor<f32>,
+    dhi: Tensor<f32>,
+) -> (Tensor<f32>, Tensor<f32>) {
+    let i = position_in(a.shape())[0];
+    let da = output_like(&a);
+    let db = output_like(&a);
+    let a_low = a[[i]] <= b[[i]];
+    da[[i]] = select(a_low, dlo[[i]], dhi[[i]]);
+    db[[i]] = select(a_low, dhi[[i]], dlo[[i]]);
+    (da, db)
+}
+
+#[operator]
+fn sigmoid_op(x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = sigmoid(x[[i]]);
+    out
+}
+
+#[operator]
+fn tanh_op(x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = tanh(x[[i]]);
+    out
+}
+
+#[operator]
+fn add(a: Tensor<f32>, b: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(a.shape())[0];
+    let out = output_like(&a);
+    out[[i]] = a[[i]] + b[[i]];
+    out
+}
+
+/// Running sum along each row (a staged loop: a producer the merger must not fuse into a
+/// consumer that reads other columns).
+#[operator]
+fn cumsum_rows(x: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = x.dims::<2>();
+    let row = position_in([rows])[0];
+    let out = output_like(&x);
+    let mut acc = variable(0.0f32);
+    for j in 0..cols {
+        acc += x[[row, j]];
+        out[[row, j]] = acc;
+    }
+    out
+}
+
+#[operator]
+fn affine_f64(x: Tensor<f64>) -> Tensor<f64> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = x[[i]] * 0.5 - 3.0;
+    out
+}
+
+#[operator]
+fn mul_add_i32(a: Tensor<i32>, b: Tensor<i32>) -> Tensor<i32> {
+    let i = position_in(a.shape())[0];
+    let out = output_like(&a);
+    out[[i]] = a[[i]] * b[[i]] + 7;
+    out
+}
+
+#[operator]
+fn shift_i64(x: Tensor<i64>) -> Tensor<i64> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = x[[i]] * 1024 - 1;
+    out
+}
+
+/// Wrapping `u8` arithmetic.
+#[operator]
+fn wrap_u8(x: Tensor<u8>) -> Tensor<u8> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = x[[i]] + 200;
+    out
+}
+
+/// Whether each element is positive: a bool output from an f32 input.
+#[operator]
+fn positive(x: Tensor<f32>) -> Tensor<bool> {
+    let i = position_in(x.shape())[0];
+    let out = output(x.shape());
+    out[[i]] = x[[i]] > 0.0;
+    out
+}
+
+/// `x + 1`: the trivial operator of the per-call overhead measurement.
+#[operator]
+fn add_one(x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = x[[i]] + 1.0;
+    out
+}
+
+fn write(dir: &Path, file: &str, export: ovl::TfExport) -> Result<(), ovl::Error> {
+    let bundle = export.write(dir.join(file))?;
+    println!("{file}: {} kernel(s)", bundle.kernel_count());
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .ok_or("usage: make_bundles <output directory>")?,
+    );
+    std::fs::create_dir_all(&dir)?;
+
+    // A constant baked into the program.
+    let x = ovl::placeholder::<f32>("x", &[4, 5]);
+    let b = ndarray::Array2::from_shape_fn((4, 5), |(r, c)| r as f32 - 0.5 * c as f32);
+    write(
+        &dir,
+        "scale_add.json",
+        ovl::as_tensorflow(&x, scale_add(&x, &b)),
+    )?;
+
+    // Gradients.
+    let x = ovl::placeholder::<f32>("x", &[6]);
+    let dy = ovl::placeholder::<f32>("dy", &[6]);
+    write(
+        &dir,
+        "square.json",
+        ovl::as_tensorflow(&x, square(&x)).gradient(&dy, square_grad(&x, &dy)),
+    )?;
+    let (x, y) = (
+        ovl::placeholder::<f32>("x", &[5]),
+        ovl::placeholder::<f32>("y", &[5]),
+    );
+    let dz = ovl::placeholder::<f32>("dz", &[5]);
+    write(
+        &dir,
+        "mul.json",
+        ovl::as_tensorflow((&x, &y), mul(&x, &y)).gradient(&dz, (&mul(&y, &dz), &mul(&x, &dz))),
+    )?;
+    // No gradient: differentiating through it is an error.
+    let x = ovl::placeholder::<f32>("x", &[6]);
+    write(
+        &dir,
+        "square_no_grad.json",
+        ovl::as_tensorflow(&x, square(&x)),
+    )?;
+
+    // Several outputs.
+    let (a, b) = (
+        ovl::placeholder::<f32>("a", &[7]),
+        ovl::placeholder::<f32>("b", &[7]),
+    );
+    let (lo, hi) = min_max(&a, &b);
+    let (dlo, dhi) = (
+        ovl::placeholder::<f32>("dlo", &[7]),
+        ovl::placeholder::<f32>("dhi", &[7]),
+    );
+    let (da, db) = min_max_grad(&a, &b, &dlo, &dhi);
+    write(
+        &dir,
+        "min_max.json",
+        ovl::as_tensorflow((&a, &b), (&lo, &hi)).gradient((&dlo, &dhi), (&da, &db)),
+    )?;
+
+    // A graph of several operators, fused: tanh(x) * sigmoid(z) + x.
+    let (x, z) = (
+        ovl::placeholder::<f32>("x", &[64]),
+        ovl::placeholder::<f32>("z", &[64]),
+    );
+    let y = add(mul(tanh_op(&x), sigmoid_op(&z)), &x);
+    write(&dir, "fused_chain.json", ovl::as_tensorflow((&x, &z), &y))?;
+    // Two cumsums in a row cannot fuse: two kernels and an intermediate. Also outputs the
+    // intermediate twice (written in place once, copied once).
+    let x = ovl::placeholder::<f32>("x", &[3, 8]);
+    let c1 = cumsum_rows(&x);
+    let c2 = cumsum_rows(&c1);
+    write(
+        &dir,
+        "cumsum_twice.json",
+        ovl::as_tensorflow(&x, (&c2, &c1, &c1)),
+    )?;
+
+    // Several dtypes.
+    let x = ovl::placeholder::<f64>("x", &[9]);
+    write(
+        &dir,
+        "affine_f64.json",
+        ovl::as_tensorflow(&x, affine_f64(&x)),
+    )?;
+    let (a, b) = (
+        ovl::placeholder::<i32>("a", &[9]),
+        ovl::placeholder::<i32>("b", &[9]),
+    );
+    write(
+        &dir,
+        "mul_add_i32.json",
+        ovl::as_tensorflow((&a, &b), mul_add_i32(&a, &b)),
+    )?;
+    let x = ovl::placeholder::<i64>("x", &[9]);
+    write(
+        &dir,
+        "shift_i64.json",
+        ovl::as_tensorflow(&x, shift_i64(&x)),
+    )?;
+    let x = ovl::placeholder::<u8>("x", &[9]);
+    write(&dir, "wrap_u8.json", ovl::as_tensorflow(&x, wrap_u8(&x)))?;
+    let x = ovl::placeholder::<f32>("x", &[9]);
+    write(&dir, "positive.json", ovl::as_tensorflow(&x, positive(&x)))?;
+
+    // The per-call overhead measurement.
+    let x = ovl::placeholder::<f32>("x", &[4]);
+    write(&dir, "add_one.json", ovl::as_tensorflow(&x, add_one(&x)))?;
+    // Large enough to be split over several threads.
+    let x = ovl::placeholder::<f32>("x", &[1 << 20]);
+    write(
+        &dir,
+        "add_one_big.json",
+        ovl::as_tensorflow(&x, add_one(&x)),
+    )?;
+    Ok(())
+}

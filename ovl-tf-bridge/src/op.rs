@@ -1,0 +1,413 @@
+//! The `DynamicLib` op and its CPU kernel, registered with TensorFlow from an ELF constructor.
+//!
+//! Every callback TensorFlow calls runs under `catch_unwind`: a panic crossing into TensorFlow
+//! would abort the user's process, so a panic becomes a failed op with an internal error.
+
+use crate::ffi::*;
+use crate::nodedef::Attrs;
+use crate::program::LoadedProgram;
+use ovl_core::DType;
+use std::ffi::{c_int, c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// The op's name in TensorFlow.
+const OP_NAME: &CStr = c"DynamicLib";
+
+/// The op's interface (see the crate documentation).
+const INPUTS: &CStr = c"inputs: in_types";
+const OUTPUTS: &CStr = c"outputs: out_types";
+const ATTRS: [&CStr; 5] = [
+    c"in_types: list(type) >= 0",
+    c"out_types: list(type) >= 1",
+    c"out_shapes: list(shape)",
+    c"program: string",
+    c"gradient: string = ''",
+];
+
+/// Runs at load time (`tf.load_op_library`) through `.init_array`.
+#[used]
+#[link_section = ".init_array"]
+static REGISTER_AT_LOAD: extern "C" fn() = register_at_load;
+
+extern "C" fn register_at_load() {
+    let result = catch_unwind(|| {
+        // SAFETY: called once by the dynamic loader, in a process where TensorFlow's framework
+        // library is loaded (it is a dependency of this library).
+        unsafe { register() }
+    });
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(message)) => eprintln!("ovl-tf-bridge: {message}"),
+        Err(_) => eprintln!("ovl-tf-bridge: registering DynamicLib panicked"),
+    }
+}
+
+/// An owned `TF_Status`.
+struct Status(*mut TF_Status);
+
+impl Status {
+    fn new() -> Status {
+        // SAFETY: TF_NewStatus has no preconditions.
+        Status(unsafe { TF_NewStatus() })
+    }
+
+    fn ok(&self) -> Result<(), String> {
+        // SAFETY: self.0 is a live status.
+        unsafe {
+            if TF_GetCode(self.0) == 0 {
+                Ok(())
+            } else {
+                Err(CStr::from_ptr(TF_Message(self.0))
+                    .to_string_lossy()
+                    .into_owned())
+            }
+        }
+    }
+
+    fn set(&self, code: TF_Code, message: &str) {
+        let message = CString::new(message.replace('\0', " ")).unwrap_or_default();
+        // SAFETY: self.0 is a live status; TF_SetStatus copies the message.
+        unsafe { TF_SetStatus(self.0, code, message.as_ptr()) }
+    }
+}
+
+impl Drop for Status {
+    fn drop(&mut self) {
+        // SAFETY: created by TF_NewStatus, deleted once.
+        unsafe { TF_DeleteStatus(self.0) }
+    }
+}
+
+/// Registers the op and its CPU kernel.
+///
+/// # Safety
+/// TensorFlow's framework library must be loaded.
+unsafe fn register() -> Result<(), String> {
+    let status = Status::new();
+    // SAFETY: the builder is consumed by TF_RegisterOpDefinition; the strings are static.
+    unsafe {
+        let op = TF_NewOpDefinitionBuilder(OP_NAME.as_ptr());
+        TF_OpDefinitionBuilderAddInput(op, INPUTS.as_ptr());
+        TF_OpDefinitionBuilderAddOutput(op, OUTPUTS.as_ptr());
+        for attr in ATTRS {
+            TF_OpDefinitionBuilderAddAttr(op, attr.as_ptr());
+        }
+        TF_OpDefinitionBuilderSetShapeInferenceFunction(op, infer_shapes);
+        TF_RegisterOpDefinition(op, status.0);
+    }
+    status
+        .ok()
+        .map_err(|e| format!("registering the op DynamicLib failed: {e}"))?;
+    // SAFETY: the builder is consumed by TF_RegisterKernelBuilder; the callbacks have the
+    // signatures kernels.h declares.
+    unsafe {
+        let kernel =
+            TF_NewKernelBuilder(OP_NAME.as_ptr(), c"CPU".as_ptr(), create, compute, delete);
+        TF_RegisterKernelBuilder(c"DynamicLibCpu".as_ptr(), kernel, status.0);
+    }
+    status
+        .ok()
+        .map_err(|e| format!("registering the CPU kernel of DynamicLib failed: {e}"))
+}
+
+/// A C shape function can read only type attributes, not `out_shapes`: the outputs get unknown
+/// shapes here and the Python wrapper sets the static ones.
+unsafe extern "C" fn infer_shapes(ctx: *mut TF_ShapeInferenceContext, status: *mut TF_Status) {
+    let _ = catch_unwind(|| {
+        // SAFETY: ctx and status come from TensorFlow for this call.
+        unsafe { TF_ShapeInferenceContextSetUnknownShape(ctx, status) }
+    });
+}
+
+/// The TensorFlow dtype of an ovl dtype.
+pub(crate) fn tf_dtype(dtype: DType) -> TF_DataType {
+    match dtype {
+        DType::F32 => TF_FLOAT,
+        DType::F64 => TF_DOUBLE,
+        DType::I8 => TF_INT8,
+        DType::I16 => TF_INT16,
+        DType::I32 => TF_INT32,
+        DType::I64 => TF_INT64,
+        DType::U8 => TF_UINT8,
+        DType::U16 => TF_UINT16,
+        DType::U32 => TF_UINT32,
+        DType::U64 => TF_UINT64,
+        DType::Bool => TF_BOOL,
+    }
+}
+
+/// The ovl dtype of a TensorFlow dtype, if ovl supports it.
+pub(crate) fn ovl_dtype(dtype: TF_DataType) -> Option<DType> {
+    DType::ALL.into_iter().find(|&d| tf_dtype(d) == dtype)
+}
+
+/// A TensorFlow dtype's name, for messages.
+fn tf_dtype_name(dtype: TF_DataType) -> String {
+    match ovl_dtype(dtype) {
+        Some(d) => ovl::export::tensorflow_dtype_name(d).to_string(),
+        None => format!("TensorFlow dtype {dtype} (not supported by ovl)"),
+    }
+}
+
+/// The state of one kernel instance: the loaded program.
+struct Kernel {
+    node: String,
+    program: LoadedProgram,
+}
+
+/// Reads the attributes, checks them against the program, and compiles the program into the
+/// operator cache (or finds it there).
+fn construct(ctx: *mut TF_OpKernelConstruction) -> Result<Kernel, (TF_Code, String)> {
+    let status = Status::new();
+    // SAFETY: ctx comes from TensorFlow for this call; the buffer is deleted below.
+    let buffer = unsafe { TF_OpKernelConstruction_GetNodeDef(ctx, status.0) };
+    status
+        .ok()
+        .map_err(|e| (TF_INTERNAL, format!("cannot read the node definition: {e}")))?;
+    if buffer.is_null() {
+        return Err((TF_INTERNAL, "TensorFlow returned no node definition".into()));
+    }
+    // SAFETY: a non-null TF_Buffer from TensorFlow holds `length` bytes at `data`; they are
+    // copied before the buffer is deleted.
+    let bytes = unsafe {
+        let b = &*buffer;
+        let bytes = if b.data.is_null() {
+            Vec::new()
+        } else {
+            std::slice::from_raw_parts(b.data.cast::<u8>(), b.length).to_vec()
+        };
+        TF_DeleteBuffer(buffer);
+        bytes
+    };
+    let attrs = Attrs::decode(&bytes).map_err(|e| (TF_INVALID_ARGUMENT, e.to_string()))?;
+    let node = attrs.node.clone();
+    let fail = |code, message: String| (code, format!("DynamicLib `{node}`: {message}"));
+    let program = LoadedProgram::load(&attrs.program, &ovl_codegen::CompileOptions::default())
+        .map_err(|e| {
+            let code = match e {
+                crate::program::ProgramError::Corrupt(_) => TF_INVALID_ARGUMENT,
+                _ => TF_FAILED_PRECONDITION,
+            };
+            fail(code, e.to_string())
+        })?;
+    if attrs.in_types.len() != program.feeds.len() {
+        return Err(fail(
+            TF_INVALID_ARGUMENT,
+            format!(
+                "{} inputs given, program `{}` takes {}",
+                attrs.in_types.len(),
+                program.name,
+                program.feeds.len()
+            ),
+        ));
+    }
+    for (k, (&t, (name, sig))) in attrs.in_types.iter().zip(&program.feeds).enumerate() {
+        if t != tf_dtype(sig.dtype) {
+            return Err(fail(
+                TF_INVALID_ARGUMENT,
+                format!(
+                    "input {k} (`{name}`) has dtype {}, but program `{}` was exported for {} \
+                     (shape {:?})",
+                    tf_dtype_name(t),
+                    program.name,
+                    ovl::export::tensorflow_dtype_name(sig.dtype),
+                    sig.shape
+                ),
+            ));
+        }
+    }
+    let outputs_fit = attrs.out_types.len() == program.outputs.len()
+        && attrs.out_shapes.len() == program.outputs.len()
+        && program.outputs.iter().enumerate().all(|(k, sig)| {
+            attrs.out_types[k] == tf_dtype(sig.dtype)
+                && attrs.out_shapes[k].as_ref().is_none_or(|dims| {
+                    dims.len() == sig.shape.len()
+                        && dims
+                            .iter()
+                            .zip(&sig.shape)
+                            .all(|(&d, &s)| d < 0 || d as u64 == s as u64)
+                })
+        });
+    if !outputs_fit {
+        let declared: Vec<String> = attrs
+            .out_types
+            .iter()
+            .zip(
+                attrs
+                    .out_shapes
+                    .iter()
+                    .map(Some)
+                    .chain(std::iter::repeat(None)),
+            )
+            .map(|(&t, s)| match s.cloned().flatten() {
+                Some(dims) => format!("{}{dims:?}", tf_dtype_name(t)),
+                None => format!("{} of unknown shape", tf_dtype_name(t)),
+            })
+            .collect();
+        let made: Vec<String> = program.outputs.iter().map(|s| s.to_string()).collect();
+        return Err(fail(
+            TF_INVALID_ARGUMENT,
+            format!(
+                "the attributes declare outputs {declared:?}, but program `{}` makes {made:?}",
+                program.name
+            ),
+        ));
+    }
+    Ok(Kernel { node, program })
+}
+
+unsafe extern "C" fn create(ctx: *mut TF_OpKernelConstruction) -> *mut c_void {
+    let result = catch_unwind(AssertUnwindSafe(|| construct(ctx))).unwrap_or_else(|panic| {
+        Err((
+            TF_INTERNAL,
+            format!("internal error in ovl-tf-bridge: {}", panic_message(&panic)),
+        ))
+    });
+    match result {
+        Ok(kernel) => Box::into_raw(Box::new(kernel)).cast(),
+        Err((code, message)) => {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                let status = Status::new();
+                status.set(code, &message);
+                // SAFETY: ctx comes from TensorFlow for this call.
+                unsafe { TF_OpKernelConstruction_Failure(ctx, status.0) };
+            }));
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Owned input tensors, deleted on drop.
+struct Tensors(Vec<*mut TF_Tensor>);
+
+impl Drop for Tensors {
+    fn drop(&mut self) {
+        for &t in &self.0 {
+            // SAFETY: each tensor was handed to us by TF_GetInput or TF_AllocateOutput.
+            unsafe { TF_DeleteTensor(t) };
+        }
+    }
+}
+
+fn run(kernel: &Kernel, ctx: *mut TF_OpKernelContext) -> Result<(), (TF_Code, String)> {
+    let program = &kernel.program;
+    let fail = |code, message: String| (code, format!("DynamicLib `{}`: {message}", kernel.node));
+    let status = Status::new();
+    // SAFETY: ctx comes from TensorFlow for this call.
+    let (n_in, n_out) = unsafe { (TF_NumInputs(ctx), TF_NumOutputs(ctx)) };
+    if n_in as usize != program.feeds.len() || n_out as usize != program.outputs.len() {
+        return Err(fail(
+            TF_INVALID_ARGUMENT,
+            format!("called with {n_in} inputs and {n_out} outputs"),
+        ));
+    }
+    let mut owned = Tensors(Vec::with_capacity((n_in + n_out) as usize));
+    let mut feeds = Vec::with_capacity(n_in as usize);
+    for k in 0..n_in {
+        let mut t: *mut TF_Tensor = std::ptr::null_mut();
+        // SAFETY: k < TF_NumInputs; on success the tensor is ours (deleted by `owned`).
+        unsafe { TF_GetInput(ctx, k, &mut t, status.0) };
+        status
+            .ok()
+            .map_err(|e| fail(TF_INTERNAL, format!("cannot read input {k}: {e}")))?;
+        owned.0.push(t);
+        // SAFETY: t is a live tensor.
+        let (dtype, shape) = unsafe {
+            let dims = (0..TF_NumDims(t))
+                .map(|d| TF_Dim(t, d))
+                .collect::<Vec<i64>>();
+            (TF_TensorType(t), dims)
+        };
+        let dtype_ovl = ovl_dtype(dtype).ok_or_else(|| {
+            fail(
+                TF_INVALID_ARGUMENT,
+                format!("input {k} has {}", tf_dtype_name(dtype)),
+            )
+        })?;
+        let shape: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+        program
+            .check_feed(k as usize, dtype_ovl, &shape)
+            .map_err(|e| fail(TF_INVALID_ARGUMENT, e.to_string()))?;
+        // SAFETY: t is a live tensor whose byte size was just checked through its type.
+        feeds.push(unsafe { TF_TensorData(t) }.cast_const());
+    }
+    let mut outputs = Vec::with_capacity(n_out as usize);
+    for (k, sig) in program.outputs.iter().enumerate() {
+        let dims: Vec<i64> = sig.shape.iter().map(|&d| d as i64).collect();
+        // SAFETY: k < TF_NumOutputs; dims holds num_dims entries; on success the tensor is ours.
+        let t = unsafe {
+            TF_AllocateOutput(
+                ctx,
+                k as c_int,
+                tf_dtype(sig.dtype),
+                dims.as_ptr(),
+                dims.len() as c_int,
+                sig.bytes(),
+                status.0,
+            )
+        };
+        status
+            .ok()
+            .map_err(|e| fail(TF_INTERNAL, format!("cannot allocate output {k}: {e}")))?;
+        if t.is_null() {
+            return Err(fail(TF_INTERNAL, format!("output {k} was not allocated")));
+        }
+        owned.0.push(t);
+        // SAFETY: t is a live tensor of sig.bytes() bytes.
+        outputs.push(unsafe {
+            if TF_TensorByteSize(t) != sig.bytes() {
+                return Err(fail(TF_INTERNAL, format!("output {k} has the wrong size")));
+            }
+            TF_TensorData(t)
+        });
+    }
+    // SAFETY: the feeds were checked against the program's types; the outputs were allocated
+    // by TensorFlow with the program's output types, distinct from the inputs.
+    unsafe { program.run(&feeds, &outputs, 0) }
+        .map_err(|e| fail(TF_INVALID_ARGUMENT, e.to_string()))
+}
+
+unsafe extern "C" fn compute(kernel: *mut c_void, ctx: *mut TF_OpKernelContext) {
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: TensorFlow passes back the pointer `create` returned; it is null only when
+        // construction failed, in which case compute is not called, but check anyway.
+        match unsafe { kernel.cast::<Kernel>().as_ref() } {
+            Some(k) => run(k, ctx),
+            None => Err((
+                TF_INTERNAL,
+                "DynamicLib: the kernel was not constructed".into(),
+            )),
+        }
+    }))
+    .unwrap_or_else(|panic| {
+        Err((
+            TF_INTERNAL,
+            format!("internal error in ovl-tf-bridge: {}", panic_message(&panic)),
+        ))
+    });
+    if let Err((code, message)) = result {
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            let status = Status::new();
+            status.set(code, &message);
+            // SAFETY: ctx comes from TensorFlow for this call.
+            unsafe { TF_OpKernelContext_Failure(ctx, status.0) };
+        }));
+    }
+}
+
+unsafe extern "C" fn delete(kernel: *mut c_void) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if !kernel.is_null() {
+            // SAFETY: made by Box::into_raw in `create`, deleted once by TensorFlow.
+            drop(unsafe { Box::from_raw(kernel.cast::<Kernel>()) });
+        }
+    }));
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}

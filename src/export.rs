@@ -1,0 +1,586 @@
+//! Exporting lazy outputs as a self-contained program, to be called from TensorFlow.
+//!
+//! The graph behind some outputs is fused, compiled into the operator cache and packed with
+//! its constants into an [`ir::Program`]; a [`Bundle`] adds the output types and, optionally,
+//! a gradient program, and is written as one JSON file that the Python package `ovl_tf`
+//! (in `ovl-tf-bridge/python`) loads and calls as TensorFlow's `DynamicLib` op.
+//!
+//! ```
+//! use ovl::prelude::*;
+//!
+//! #[operator]
+//! fn scale(x: Tensor<f32>) -> Tensor<f32> {
+//!     let [rows, cols] = x.dims::<2>();
+//!     let p = position_in([rows, cols]);
+//!     let out = output_like(&x);
+//!     out[[p[0], p[1]]] = 3.0 * x[[p[0], p[1]]];
+//!     out
+//! }
+//!
+//! let x = ovl::placeholder::<f32>("x", &[2, 3]); // fed by TensorFlow at every call
+//! let y = scale(&x);
+//! let bundle = ovl::as_tensorflow(&x, &y)
+//!     .name("scale")
+//!     .options(&Options::interpreter()) // (the doc test skips the C++ compiler)
+//!     .build()
+//!     .unwrap();
+//! assert_eq!(bundle.program.feeds.len(), 1);
+//! // bundle.write("scale.ovl.json")? for Python: ovl_tf.load("scale.ovl.json")(tf_tensor)
+//! let fed = ovl::HostTensor::from_vec(&[2, 3], vec![1.0f32; 6]).unwrap();
+//! let out = ovl::export::run_program(&bundle.program, vec![fed], &Options::interpreter()).unwrap();
+//! assert_eq!(out[0], ovl::HostTensor::from_vec(&[2, 3], vec![3.0f32; 6]).unwrap());
+//! ```
+
+use crate::evaluate::{Options, Target};
+use crate::{executor, Error, Evaluate};
+use ovl_core::ir;
+use ovl_core::lazy::Graph;
+use ovl_core::{DType, GraphInput, HostTensor, Lazy, LazyTensor, Scalar};
+use std::path::Path;
+use std::sync::Arc;
+
+/// The format name written into every bundle file.
+pub const BUNDLE_FORMAT: &str = "ovl-tensorflow-bundle";
+
+/// The version of the bundle file layout.
+pub const BUNDLE_VERSION: u32 = 1;
+
+/// A graph input whose data is supplied at call time, for example a `tf.Tensor` fed to the
+/// exported op. A graph that depends on a placeholder can be exported with
+/// [`as_tensorflow`], not evaluated.
+pub fn placeholder<T: Scalar>(name: &str, shape: &[usize]) -> Lazy<T> {
+    Lazy::placeholder(name, shape)
+}
+
+/// Starts exporting `outputs` as a program called with `inputs` (placeholders, in call order),
+/// like the original's `as_tensorflow`. `inputs` and `outputs` are a handle, a tuple of handles
+/// or a slice of handles.
+pub fn as_tensorflow<I: Evaluate, O: Evaluate>(inputs: I, outputs: O) -> TfExport {
+    TfExport {
+        name: String::new(),
+        inputs: inputs.tensors().into_iter().cloned().collect(),
+        outputs: outputs.tensors().into_iter().cloned().collect(),
+        gradient: None,
+        options: Options::default(),
+    }
+}
+
+/// An export in preparation (see [`as_tensorflow`]).
+#[derive(Clone, Debug)]
+pub struct TfExport {
+    name: String,
+    inputs: Vec<LazyTensor>,
+    outputs: Vec<LazyTensor>,
+    gradient: Option<(Vec<LazyTensor>, Vec<LazyTensor>)>,
+    options: Options,
+}
+
+impl TfExport {
+    /// The program's name (default: the name of the operator making the first output).
+    pub fn name(mut self, name: &str) -> TfExport {
+        self.name = name.to_string();
+        self
+    }
+
+    /// The options: `opt_level` (fusion), the cache directory and compiler switches. With
+    /// [`Target::Interpreter`] nothing is compiled at export time (the receiver compiles).
+    pub fn options(mut self, options: &Options) -> TfExport {
+        self.options = options.clone();
+        self
+    }
+
+    /// The fusion level (see [`Options::opt_level`]).
+    pub fn opt_level(mut self, level: u8) -> TfExport {
+        self.options = self.options.with_opt_level(level);
+        self
+    }
+
+    /// A gradient: `upstream` holds one new placeholder per output (the gradient flowing into
+    /// it, of the output's dtype and shape) and `input_gradients` one handle per input (the
+    /// gradient with respect to it, of the input's dtype and shape), computed from the inputs
+    /// and `upstream`. TensorFlow calls it through `tf.GradientTape`.
+    pub fn gradient<U: Evaluate, G: Evaluate>(
+        mut self,
+        upstream: U,
+        input_gradients: G,
+    ) -> TfExport {
+        self.gradient = Some((
+            upstream.tensors().into_iter().cloned().collect(),
+            input_gradients.tensors().into_iter().cloned().collect(),
+        ));
+        self
+    }
+
+    /// Traces, fuses and compiles (into the operator cache) the program and its gradient.
+    pub fn build(&self) -> Result<Bundle, Error> {
+        let name = if self.name.is_empty() {
+            self.outputs
+                .first()
+                .and_then(|t| t.operator())
+                .map(|op| op.dag.name.clone())
+                .unwrap_or_else(|| "ovl_program".into())
+        } else {
+            self.name.clone()
+        };
+        let program = build_program(&name, &self.inputs, &self.outputs, &self.options)?;
+        let gradient = match &self.gradient {
+            None => None,
+            Some((upstream, input_gradients)) => {
+                let err = |message: String| Error::Export {
+                    name: name.clone(),
+                    message,
+                };
+                check_types("upstream gradient", upstream, "output", &self.outputs).map_err(err)?;
+                check_types("input gradient", input_gradients, "input", &self.inputs)
+                    .map_err(err)?;
+                let feeds: Vec<LazyTensor> = self.inputs.iter().chain(upstream).cloned().collect();
+                Some(build_program(
+                    &format!("{name}_grad"),
+                    &feeds,
+                    input_gradients,
+                    &self.options,
+                )?)
+            }
+        };
+        Ok(Bundle { program, gradient })
+    }
+
+    /// [`build`](Self::build), then [`Bundle::write`].
+    pub fn write(&self, path: impl AsRef<Path>) -> Result<Bundle, Error> {
+        let bundle = self.build()?;
+        bundle.write(path)?;
+        Ok(bundle)
+    }
+}
+
+fn type_name(t: &LazyTensor) -> String {
+    format!("{}{:?}", t.dtype, t.shape)
+}
+
+fn check_types(
+    what: &str,
+    given: &[LazyTensor],
+    of: &str,
+    expected: &[LazyTensor],
+) -> Result<(), String> {
+    if given.len() != expected.len() {
+        return Err(format!(
+            "{} {what}(s) given for {} {of}(s); give one per {of}",
+            given.len(),
+            expected.len()
+        ));
+    }
+    for (k, (g, e)) in given.iter().zip(expected).enumerate() {
+        if g.dtype != e.dtype || g.shape != e.shape {
+            return Err(format!(
+                "{what} {k} is {}, but {of} {k} is {}",
+                type_name(g),
+                type_name(e)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Merges the graph's operators as `evaluate` would at `options.opt_level`: the single place
+/// where the export path fuses.
+fn fuse_for_export(graph: Graph, options: &Options) -> Result<Graph, Error> {
+    executor::fuse(graph, options)
+}
+
+fn build_program(
+    name: &str,
+    inputs: &[LazyTensor],
+    outputs: &[LazyTensor],
+    options: &Options,
+) -> Result<ir::Program, Error> {
+    let err = |message: String| Error::Export {
+        name: name.to_string(),
+        message,
+    };
+    if outputs.is_empty() {
+        return Err(err("there is no output to export".into()));
+    }
+    let mut feed_ids = Vec::with_capacity(inputs.len());
+    for (k, t) in inputs.iter().enumerate() {
+        let p = t.placeholder_node().ok_or_else(|| {
+            err(format!(
+                "input {k} ({}) is not a placeholder; create the inputs with `ovl::placeholder`",
+                type_name(t)
+            ))
+        })?;
+        if feed_ids.contains(&p.id) {
+            return Err(err(format!("placeholder `{}` is listed twice", p.name)));
+        }
+        feed_ids.push(p.id);
+    }
+    let graph = ovl_core::lazy::build_graph(&outputs.iter().collect::<Vec<_>>())?;
+    let graph = fuse_for_export(graph, options)?;
+
+    let mut feeds: Vec<ir::ProgramFeed> = inputs
+        .iter()
+        .map(|t| ir::ProgramFeed {
+            name: t
+                .placeholder_node()
+                .map(|p| p.name.clone())
+                .unwrap_or_default(),
+            r#type: Some(tensor_type(t.dtype, &t.shape)),
+            graph_input: None,
+        })
+        .collect();
+    let mut constants = Vec::new();
+    for (i, input) in graph.inputs.iter().enumerate() {
+        match input {
+            GraphInput::Placeholder { id, name: p } => {
+                let k = feed_ids.iter().position(|f| f == id).ok_or_else(|| {
+                    err(format!(
+                        "the outputs depend on placeholder `{p}`, which is not among the inputs"
+                    ))
+                })?;
+                feeds[k].graph_input = Some(i as u32);
+            }
+            GraphInput::Host(h) => constants.push(ir::ProgramConstant {
+                graph_input: i as u32,
+                data: constant_bytes(h).map_err(err)?,
+            }),
+        }
+    }
+    let program = ir::Program {
+        version: ovl_core::IR_VERSION,
+        name: name.to_string(),
+        graph: Some(graph.dag),
+        feeds,
+        constants,
+    };
+    check_program(&program).map_err(err)?;
+    // Compile now, so that compiler errors surface here and the cache is warm.
+    if let (Some(g), false) = (&program.graph, options.target == Target::Interpreter) {
+        for op in &g.operators {
+            ovl_codegen::compile(op, &options.compile_options())?;
+        }
+    }
+    Ok(program)
+}
+
+fn tensor_type(dtype: DType, shape: &[usize]) -> ir::TensorType {
+    ir::TensorType {
+        dtype: dtype.to_ir() as i32,
+        shape: shape.iter().map(|&d| d as u64).collect(),
+    }
+}
+
+/// The little-endian bytes of a host tensor's elements.
+fn constant_bytes(h: &HostTensor) -> Result<Vec<u8>, String> {
+    if cfg!(target_endian = "big") {
+        return Err("exporting constants is only supported on little-endian machines".into());
+    }
+    let len = h.len() * h.dtype().size();
+    // SAFETY: `as_ptr` points to `h.len()` initialized elements of `h.dtype()`, i.e. `len`
+    // bytes, borrowed from `h` for the duration of the copy.
+    Ok(unsafe { std::slice::from_raw_parts(h.data.as_ptr(), len) }.to_vec())
+}
+
+/// The dtype and shape of an IR tensor type, or why it is not supported.
+pub fn tensor_type_of(t: &ir::TensorType) -> Result<(DType, Vec<usize>), String> {
+    let dtype =
+        DType::from_ir(t.dtype).ok_or_else(|| format!("unsupported dtype {} in IR", t.dtype))?;
+    let shape = t
+        .shape
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("dimension {d} is too large")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((dtype, shape))
+}
+
+/// Checks the invariants of a program (see `proto/ovl.proto`): the version, that every graph
+/// input is fed or constant exactly once with matching types, that constants hold the right
+/// number of bytes (and only 0 or 1 for bool), and that every operator passes
+/// [`ovl_core::validate::validate`].
+pub fn check_program(program: &ir::Program) -> Result<(), String> {
+    if program.version != ovl_core::IR_VERSION {
+        return Err(format!(
+            "the program has IR version {}, this ovl reads version {}",
+            program.version,
+            ovl_core::IR_VERSION
+        ));
+    }
+    let graph = program.graph.as_ref().ok_or("the program has no graph")?;
+    let mut source = vec![0u32; graph.inputs.len()];
+    for (k, feed) in program.feeds.iter().enumerate() {
+        let t = feed
+            .r#type
+            .as_ref()
+            .ok_or_else(|| format!("feed {k} has no type"))?;
+        tensor_type_of(t)?;
+        if let Some(i) = feed.graph_input {
+            let slot = source
+                .get_mut(i as usize)
+                .ok_or_else(|| format!("feed {k} names graph input {i}, which does not exist"))?;
+            *slot += 1;
+            if graph.inputs[i as usize] != *t {
+                return Err(format!(
+                    "feed {k} has another type than graph input {i} that it feeds"
+                ));
+            }
+        }
+    }
+    for c in &program.constants {
+        let i = c.graph_input as usize;
+        let t = graph
+            .inputs
+            .get(i)
+            .ok_or_else(|| format!("a constant names graph input {i}, which does not exist"))?;
+        source[i] += 1;
+        let (dtype, shape) = tensor_type_of(t)?;
+        let len = shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .and_then(|n| n.checked_mul(dtype.size()))
+            .ok_or("a constant is too large")?;
+        if c.data.len() != len {
+            return Err(format!(
+                "the constant for graph input {i} holds {} bytes, its type {dtype}{shape:?} needs {len}",
+                c.data.len()
+            ));
+        }
+        if dtype == DType::Bool && c.data.iter().any(|&b| b > 1) {
+            return Err(format!(
+                "the bool constant for graph input {i} holds a byte other than 0 or 1"
+            ));
+        }
+    }
+    if let Some(i) = source.iter().position(|&n| n != 1) {
+        return Err(format!(
+            "graph input {i} is {} by {} feeds and constants; it must be fed or constant exactly once",
+            if source[i] == 0 { "not supplied" } else { "supplied twice" },
+            source[i]
+        ));
+    }
+    if graph.operator_inputs.len() != graph.operators.len() {
+        return Err("the graph's operator wiring does not match its operators".into());
+    }
+    for op in &graph.operators {
+        ovl_core::validate::validate(op).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The host tensor for constant `c` of `program` (after [`check_program`]).
+pub fn constant_tensor(
+    program: &ir::Program,
+    c: &ir::ProgramConstant,
+) -> Result<HostTensor, String> {
+    let t = program
+        .graph
+        .as_ref()
+        .and_then(|g| g.inputs.get(c.graph_input as usize))
+        .ok_or("a constant names a graph input that does not exist")?;
+    let (dtype, shape) = tensor_type_of(t)?;
+    let mut h = HostTensor::zeros(dtype, &shape);
+    let len = h.len() * dtype.size();
+    if c.data.len() != len || (dtype == DType::Bool && c.data.iter().any(|&b| b > 1)) {
+        return Err("a constant's bytes do not fit its type".into());
+    }
+    // SAFETY: `h` owns `len` bytes of initialized elements; every byte pattern is a valid
+    // value of the numeric dtypes, and bool bytes were checked to be 0 or 1.
+    unsafe { std::ptr::copy_nonoverlapping(c.data.as_ptr(), h.data.as_mut_ptr(), len) };
+    Ok(h)
+}
+
+/// Runs an exported program on host tensors (one per feed, in order), the way the TensorFlow
+/// kernel does: for tests and for callers without TensorFlow. Returns the outputs in order.
+pub fn run_program(
+    program: &ir::Program,
+    feeds: Vec<HostTensor>,
+    options: &Options,
+) -> Result<Vec<HostTensor>, Error> {
+    let err = |message: String| Error::Export {
+        name: program.name.clone(),
+        message,
+    };
+    check_program(program).map_err(err)?;
+    if feeds.len() != program.feeds.len() {
+        return Err(err(format!(
+            "{} tensors given for {} feeds",
+            feeds.len(),
+            program.feeds.len()
+        )));
+    }
+    let dag = program.graph.clone().unwrap_or_default();
+    let mut inputs: Vec<Option<GraphInput>> = vec![None; dag.inputs.len()];
+    for (k, (feed, tensor)) in program.feeds.iter().zip(feeds).enumerate() {
+        let (dtype, shape) =
+            tensor_type_of(feed.r#type.as_ref().unwrap_or(&Default::default())).map_err(err)?;
+        if tensor.dtype() != dtype || tensor.shape != shape {
+            return Err(err(format!(
+                "feed {k} (`{}`) is {}{:?}, the program expects {dtype}{shape:?}",
+                feed.name,
+                tensor.dtype(),
+                tensor.shape
+            )));
+        }
+        if let Some(i) = feed.graph_input {
+            inputs[i as usize] = Some(GraphInput::Host(Arc::new(tensor)));
+        }
+    }
+    for c in &program.constants {
+        inputs[c.graph_input as usize] = Some(GraphInput::Host(Arc::new(
+            constant_tensor(program, c).map_err(err)?,
+        )));
+    }
+    let graph = Graph {
+        inputs: inputs
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| err("a graph input has no data".into()))?,
+        dag,
+    };
+    let kernels = executor::prepare(&graph, options)?;
+    executor::run(&graph, &kernels, options, None)
+}
+
+/// An exported program, its gradient, and what Python needs to call them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bundle {
+    /// The forward program.
+    pub program: ir::Program,
+    /// The gradient program: fed the forward inputs then one upstream gradient per output,
+    /// it returns one gradient per forward input.
+    pub gradient: Option<ir::Program>,
+}
+
+/// The TensorFlow name of a dtype (`tf.as_dtype` accepts it).
+pub fn tensorflow_dtype_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "float32",
+        DType::F64 => "float64",
+        DType::I8 => "int8",
+        DType::I16 => "int16",
+        DType::I32 => "int32",
+        DType::I64 => "int64",
+        DType::U8 => "uint8",
+        DType::U16 => "uint16",
+        DType::U32 => "uint32",
+        DType::U64 => "uint64",
+        DType::Bool => "bool",
+    }
+}
+
+fn type_json(t: &ir::TensorType) -> serde_json::Value {
+    let (dtype, shape) = match tensor_type_of(t) {
+        Ok(x) => x,
+        Err(_) => return serde_json::Value::Null,
+    };
+    serde_json::json!({ "dtype": tensorflow_dtype_name(dtype), "shape": shape })
+}
+
+impl Bundle {
+    /// The number of kernels (fused operators) of the forward program.
+    pub fn kernel_count(&self) -> usize {
+        self.program.graph.as_ref().map_or(0, |g| g.operators.len())
+    }
+
+    /// The bundle file's contents: JSON with the program's feeds (name, TensorFlow dtype,
+    /// shape), output types, and the programs as base64 of their protobuf bytes
+    /// (`ovl.ir.Program`), `gradient` being `null` when there is none.
+    pub fn to_json(&self) -> String {
+        use prost::Message as _;
+        let graph = self.program.graph.clone().unwrap_or_default();
+        let inputs: Vec<serde_json::Value> = self
+            .program
+            .feeds
+            .iter()
+            .map(|f| {
+                let mut v = type_json(f.r#type.as_ref().unwrap_or(&Default::default()));
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("name".into(), f.name.clone().into());
+                }
+                v
+            })
+            .collect();
+        let outputs: Vec<serde_json::Value> = graph
+            .outputs
+            .iter()
+            .map(|o| match &o.source {
+                Some(ir::value_ref::Source::GraphInput(i)) => type_json(&graph.inputs[*i as usize]),
+                Some(ir::value_ref::Source::OpOutput(o)) => {
+                    type_json(&graph.operators[o.operator as usize].outputs[o.output as usize])
+                }
+                None => serde_json::Value::Null,
+            })
+            .collect();
+        let v = serde_json::json!({
+            "format": BUNDLE_FORMAT,
+            "version": BUNDLE_VERSION,
+            "name": self.program.name,
+            "kernels": self.kernel_count(),
+            "inputs": inputs,
+            "outputs": outputs,
+            "program": base64(&self.program.encode_to_vec()),
+            "gradient": self.gradient.as_ref().map(|g| base64(&g.encode_to_vec())),
+        });
+        let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
+    /// Writes the bundle file (see [`to_json`](Self::to_json)), atomically: a temporary file
+    /// in the same directory renamed into place.
+    pub fn write(&self, path: impl AsRef<Path>) -> Result<(), Error> {
+        let path = path.as_ref();
+        let io = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, self.to_json()).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            io(e)
+        })
+    }
+}
+
+/// Standard base64 with padding.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for k in 0..4 {
+            if k <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * k) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base64;
+
+    #[test]
+    fn base64_matches_the_standard_vectors() {
+        // RFC 4648, section 10.
+        let cases = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ];
+        for (plain, encoded) in cases {
+            assert_eq!(base64(plain.as_bytes()), encoded);
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! The operator merger as the user sees it: [`fusion`] shows what `evaluate` will run.
+
+use crate::{Error, Evaluate};
+use ovl_fuse::{Fusion, OptLevel};
+
+/// Builds the operator DAG behind `outputs`, fuses it at `opt_level` exactly as
+/// [`evaluate`](crate::evaluate) would, and returns the graph before and after with the
+/// [`FusionReport`](crate::FusionReport): every merge, and every producer -> consumer edge left
+/// unmerged with its reason. Nothing is compiled or run.
+///
+/// ```
+/// use ovl::prelude::*;
+///
+/// #[operator]
+/// fn double(x: Tensor<f32>) -> Tensor<f32> {
+///     let i = position_in(x.shape())[0];
+///     let out = output_like(&x);
+///     out[[i]] = x[[i]] * 2.0;
+///     out
+/// }
+///
+/// let x = ndarray::array![1.0f32, 2.0, 3.0];
+/// let y = double(double(&x));
+/// let f = ovl::fusion(&y, 3).unwrap();
+/// assert_eq!((f.report.kernels_before, f.report.kernels_after), (2, 1));
+/// println!("{}", f.report);        // merged `double` (#0) into `double` (#1) through ...
+/// assert!(f.to_dot().contains("digraph")); // before and after, for Graphviz
+/// ```
+pub fn fusion<O: Evaluate>(outputs: O, opt_level: impl Into<OptLevel>) -> Result<Fusion, Error> {
+    let graph = ovl_core::lazy::build_graph(&outputs.tensors())?;
+    Ok(ovl_fuse::fuse(&graph.dag, opt_level.into())?)
+}

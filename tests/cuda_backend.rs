@@ -1,0 +1,72 @@
+//! `Target::Cuda` through the facade: on a machine without a GPU, evaluation fails with an error
+//! that names what is missing and how to get it; with a GPU, values and per-kernel GPU timings
+//! come back. `Target::CudaValidate` compiles and validates without a GPU.
+
+use ndarray::Array1;
+use ovl::prelude::*;
+use std::io::Write as _;
+
+#[operator]
+fn scale_shift(x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = x[[i]] * 2.0f32 + 1.0f32;
+    out
+}
+
+fn say(text: &str) {
+    let _ = writeln!(std::io::stderr(), "{text}");
+}
+
+#[test]
+fn cuda_target_runs_on_a_gpu_or_says_what_is_missing() {
+    let x = Array1::from(vec![1.0f32, -2.0, 0.5, 4.0]);
+    let expected = x.mapv(|v| v * 2.0 + 1.0).into_dyn();
+    match ovl::cuda::gpu_status() {
+        Err(_) => {
+            let err = ovl::evaluate_with(&scale_shift(&x), &Options::cuda())
+                .expect_err("no GPU on this machine");
+            let msg = err.to_string();
+            assert!(msg.contains("no usable GPU"), "{msg}");
+            assert!(
+                msg.contains("NVIDIA driver") && msg.contains("libcuda.so.1"),
+                "{msg}"
+            );
+            assert!(msg.contains("cuda_validate"), "{msg}");
+            say(&format!(
+                "cuda_backend: GPU EXECUTION DID NOT RUN (no GPU); the error was: {msg}"
+            ));
+        }
+        Ok(gpu) => {
+            let (y, profile) = ovl::profile(&scale_shift(&x), &Options::cuda(), 3)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(y, expected);
+            assert_eq!(profile.operators.len(), 1);
+            assert_eq!(profile.operators[0].times.len(), 3);
+            say(&format!(
+                "cuda_backend: ran on {} (sm_{}):\n{profile}",
+                gpu.name, gpu.arch
+            ));
+        }
+    }
+}
+
+#[test]
+fn cuda_validate_compiles_checks_and_evaluates_without_a_gpu() {
+    let x = Array1::from(vec![3.0f32, 0.25]);
+    let before = ovl::cuda::thread_stats();
+    let y = ovl::evaluate_with(&scale_shift(&x), &Options::cuda_validate())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(y, x.mapv(|v| v * 2.0 + 1.0).into_dyn());
+    let after = ovl::cuda::thread_stats();
+    assert_eq!(
+        after.nvrtc_compiles - before.nvrtc_compiles,
+        2,
+        "sm_80 and sm_90"
+    );
+    for arch in [80, 90] {
+        let n = after.ptxas_validations.get(&arch).copied().unwrap_or(0)
+            - before.ptxas_validations.get(&arch).copied().unwrap_or(0);
+        assert_eq!(n, 1, "sm_{arch}");
+    }
+}

@@ -1,0 +1,249 @@
+//! Exporting for TensorFlow (`ovl::as_tensorflow`): placeholders, the program's feeds and
+//! constants, fusion, the gradient program, the bundle file, and the errors.
+
+use ovl::export::{check_program, run_program};
+use ovl::prelude::*;
+use ovl::{Error, HostTensor};
+
+#[operator]
+fn axpy(x: Tensor<f32>, y: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = 3.0 * x[[i]] + y[[i]];
+    out
+}
+
+#[operator]
+fn negate(x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = -x[[i]];
+    out
+}
+
+fn host(values: &[f32]) -> HostTensor {
+    HostTensor::from_vec(&[values.len()], values.to_vec()).unwrap()
+}
+
+fn test_options() -> Options {
+    let mut o = Options::cpu();
+    o.cache_dir = Some(
+        std::env::var_os("OVL_CACHE_DIR")
+            .map(Into::into)
+            .unwrap_or_else(|| std::env::temp_dir().join("ovl-export-test-cache")),
+    );
+    o
+}
+
+#[test]
+fn exported_program_runs_like_evaluate_with_constants_baked_in() {
+    let x = ovl::placeholder::<f32>("x", &[4]);
+    let c = ndarray::array![10.0f32, 20.0, 30.0, 40.0];
+    let y = negate(axpy(&x, &c));
+    let bundle = ovl::as_tensorflow(&x, &y).name("neg_axpy").build().unwrap();
+    let program = &bundle.program;
+    check_program(program).unwrap();
+    assert_eq!(program.name, "neg_axpy");
+    assert_eq!(program.feeds.len(), 1);
+    assert_eq!(program.feeds[0].name, "x");
+    assert_eq!(program.constants.len(), 1);
+    // axpy and negate are merged into one kernel.
+    assert_eq!(bundle.kernel_count(), 1);
+
+    let xs = [1.0f32, -2.0, 0.5, 4.0];
+    let want = evaluate_with(
+        negate(axpy(ndarray::arr1(&xs), &c)),
+        &Options::interpreter(),
+    )
+    .unwrap();
+    for options in [Options::interpreter(), test_options()] {
+        let got = run_program(program, vec![host(&xs)], &options).unwrap();
+        assert_eq!(got, vec![host(want.as_slice().unwrap())]);
+    }
+}
+
+#[test]
+fn feeds_follow_the_order_given_and_may_be_unused() {
+    let (a, b, unused) = (
+        ovl::placeholder::<f32>("a", &[3]),
+        ovl::placeholder::<f32>("b", &[3]),
+        ovl::placeholder::<i32>("unused", &[2]),
+    );
+    let y = axpy(&b, &a);
+    let bundle = ovl::as_tensorflow((&unused, &b, &a), &y)
+        .options(&Options::interpreter())
+        .build()
+        .unwrap();
+    let names: Vec<&str> = bundle
+        .program
+        .feeds
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    assert_eq!(names, ["unused", "b", "a"]);
+    assert_eq!(bundle.program.feeds[0].graph_input, None);
+    let ints = HostTensor::from_vec(&[2], vec![0i32, 0]).unwrap();
+    let got = run_program(
+        &bundle.program,
+        vec![ints, host(&[1.0, 2.0, 3.0]), host(&[1.0, 1.0, 1.0])],
+        &Options::interpreter(),
+    )
+    .unwrap();
+    assert_eq!(got, vec![host(&[4.0, 7.0, 10.0])]);
+}
+
+#[test]
+fn a_graph_with_placeholders_cannot_be_evaluated() {
+    let x = ovl::placeholder::<f32>("x", &[2]);
+    let e = evaluate_with(negate(&x), &Options::interpreter()).unwrap_err();
+    assert!(
+        matches!(&e, Error::Placeholder { name } if name == "x"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("as_tensorflow"), "{e}");
+}
+
+#[test]
+fn export_errors_name_the_problem() {
+    let x = ovl::placeholder::<f32>("x", &[2]);
+    let other = ovl::placeholder::<f32>("other", &[2]);
+    let interp = Options::interpreter();
+    let message = |r: Result<ovl::Bundle, Error>| match r {
+        Err(e @ Error::Export { .. }) => e.to_string(),
+        other => panic!("expected an export error, got {other:?}"),
+    };
+
+    let host_input = ndarray::array![1.0f32, 2.0];
+    let m = message(
+        ovl::as_tensorflow(Lazy::from(host_input), negate(&x))
+            .options(&interp)
+            .build(),
+    );
+    assert!(m.contains("is not a placeholder"), "{m}");
+
+    let m = message(
+        ovl::as_tensorflow(&x, axpy(&x, &other))
+            .options(&interp)
+            .build(),
+    );
+    assert!(
+        m.contains("placeholder `other`, which is not among the inputs"),
+        "{m}"
+    );
+
+    let m = message(
+        ovl::as_tensorflow((&x, &x), negate(&x))
+            .options(&interp)
+            .build(),
+    );
+    assert!(m.contains("listed twice"), "{m}");
+
+    let dy = ovl::placeholder::<f32>("dy", &[3]);
+    let m = message(
+        ovl::as_tensorflow(&x, negate(&x))
+            .gradient(&dy, negate(&dy))
+            .options(&interp)
+            .build(),
+    );
+    assert!(
+        m.contains("upstream gradient 0 is f32[3], but output 0 is f32[2]"),
+        "{m}"
+    );
+
+    let dy = ovl::placeholder::<f32>("dy", &[2]);
+    let m = message(
+        ovl::as_tensorflow(&x, negate(&x))
+            .gradient(&dy, (negate(&dy), negate(&dy)))
+            .options(&interp)
+            .build(),
+    );
+    assert!(
+        m.contains("2 input gradient(s) given for 1 input(s)"),
+        "{m}"
+    );
+}
+
+#[test]
+fn gradient_program_is_fed_the_inputs_then_the_upstream_gradients() {
+    let x = ovl::placeholder::<f32>("x", &[3]);
+    let y = ovl::placeholder::<f32>("y", &[3]);
+    let dz = ovl::placeholder::<f32>("dz", &[3]);
+    // z = 3x + y: dx = 3 dz (+ a constant zero), dy = dz.
+    let dx = axpy(&dz, ndarray::Array1::<f32>::zeros(3));
+    let bundle = ovl::as_tensorflow((&x, &y), axpy(&x, &y))
+        .gradient(&dz, (&dx, &dz))
+        .options(&Options::interpreter())
+        .build()
+        .unwrap();
+    let grad = bundle.gradient.as_ref().unwrap();
+    let names: Vec<&str> = grad.feeds.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["x", "y", "dz"]);
+    assert_eq!(grad.name, "axpy_grad");
+    let ones = host(&[1.0, 2.0, -1.0]);
+    let got = run_program(
+        grad,
+        vec![host(&[0.0; 3]), host(&[0.0; 3]), ones.clone()],
+        &Options::interpreter(),
+    )
+    .unwrap();
+    // dy is a feed passed straight through.
+    assert_eq!(got, vec![host(&[3.0, 6.0, -3.0]), ones]);
+    assert_eq!(grad.constants.len(), 1);
+}
+
+#[test]
+fn bundle_json_describes_feeds_outputs_and_programs() {
+    let flat = ovl::placeholder::<f32>("flat", &[2]);
+    let bundle = ovl::as_tensorflow(&flat, negate(&flat))
+        .name("neg")
+        .options(&Options::interpreter())
+        .build()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_str(&bundle.to_json()).unwrap();
+    assert_eq!(json["format"], ovl::export::BUNDLE_FORMAT);
+    assert_eq!(json["version"], ovl::export::BUNDLE_VERSION);
+    assert_eq!(json["name"], "neg");
+    assert_eq!(json["kernels"], 1);
+    assert_eq!(
+        json["inputs"],
+        serde_json::json!([{"name": "flat", "dtype": "float32", "shape": [2]}])
+    );
+    assert_eq!(
+        json["outputs"],
+        serde_json::json!([{"dtype": "float32", "shape": [2]}])
+    );
+    assert!(json["program"].as_str().unwrap().len() > 20);
+    assert!(json["gradient"].is_null());
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("neg.json");
+    bundle.write(&path).unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), bundle.to_json());
+    let e = bundle
+        .write(dir.path().join("missing/neg.json"))
+        .unwrap_err();
+    assert!(matches!(e, Error::Io { .. }), "{e}");
+}
+
+#[test]
+fn corrupt_programs_are_rejected() {
+    let x = ovl::placeholder::<f32>("x", &[2]);
+    let c = ndarray::array![1.0f32, 2.0];
+    let good = ovl::as_tensorflow(&x, axpy(&x, &c))
+        .options(&Options::interpreter())
+        .build()
+        .unwrap()
+        .program;
+    let mut p = good.clone();
+    p.constants[0].data.pop();
+    assert!(check_program(&p).unwrap_err().contains("holds 7 bytes"));
+    let mut p = good.clone();
+    p.constants.clear();
+    assert!(check_program(&p).unwrap_err().contains("not supplied"));
+    let mut p = good.clone();
+    p.version = 99;
+    assert!(check_program(&p).unwrap_err().contains("IR version 99"));
+    let mut p = good;
+    p.feeds[0].graph_input = Some(7);
+    assert!(check_program(&p).unwrap_err().contains("does not exist"));
+}

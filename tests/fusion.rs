@@ -1,0 +1,706 @@
+//! The operator merger end to end: kernel counts, refusal reasons, results (checked against
+//! plain Rust computations), on the interpreter and generated C++, fused and unfused.
+
+use ndarray::{Array1, Array2, ArrayD};
+use ovl::prelude::*;
+use ovl::{MergeKind, Reason};
+
+// ---------------------------------------------------------------- operators of the paper (Fig. 2)
+
+/// op1: split a matrix into its four rows (one worker per column).
+#[operator]
+fn split_rows(a: Tensor<f32>) -> (Tensor<f32>, Tensor<f32>, Tensor<f32>, Tensor<f32>) {
+    let [_, cols] = a.dims::<2>();
+    let j = position_in([cols])[0];
+    let b = output([cols]);
+    let c = output([cols]);
+    let d = output([cols]);
+    let e = output([cols]);
+    b[[j]] = a[[0, j]];
+    c[[j]] = a[[1, j]];
+    d[[j]] = a[[2, j]];
+    e[[j]] = a[[3, j]];
+    (b, c, d, e)
+}
+
+/// op2, op3: elementwise add of two vectors.
+#[operator]
+fn add(x: Tensor<f32>, y: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = x[[i]] + y[[i]];
+    out
+}
+
+/// op4: elementwise product of two vectors.
+#[operator]
+fn mul(x: Tensor<f32>, y: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = x[[i]] * y[[i]];
+    out
+}
+
+/// op5: stack three vectors as the rows of a matrix.
+#[operator]
+fn concat_rows(x: Tensor<f32>, y: Tensor<f32>, z: Tensor<f32>) -> Tensor<f32> {
+    let n = x.shape()[0];
+    let j = position_in([n])[0];
+    let out = output([3, n]);
+    out[[0, j]] = x[[j]];
+    out[[1, j]] = y[[j]];
+    out[[2, j]] = z[[j]];
+    out
+}
+
+fn paper_input() -> Array2<f32> {
+    Array2::from_shape_fn((4, 5), |(r, c)| (r * 5 + c) as f32 * 0.5 - 3.0)
+}
+
+fn paper_expected(a: &Array2<f32>) -> Array2<f32> {
+    let mut k = Array2::zeros((3, 5));
+    for j in 0..5 {
+        let f = a[[0, j]] + a[[1, j]];
+        let g = a[[2, j]] + a[[3, j]];
+        k[[0, j]] = f;
+        k[[1, j]] = f * g;
+        k[[2, j]] = g;
+    }
+    k
+}
+
+fn paper_graph(a: &Array2<f32>) -> Lazy<f32> {
+    let (b, c, d, e) = split_rows(a);
+    let f = add(&b, &c);
+    let g = add(&d, &e);
+    let h = mul(&f, &g);
+    concat_rows(&f, &h, &g)
+}
+
+fn targets() -> [(&'static str, Options); 2] {
+    [
+        ("interpreter", Options::interpreter()),
+        ("cpu", Options::cpu()),
+    ]
+}
+
+/// Evaluates `out` at opt levels 0 and 3 on both targets, checks every result against
+/// `expected` and returns the kernel counts (unfused, fused) measured by `profile`.
+fn check_everywhere(out: &Lazy<f32>, expected: &ArrayD<f32>, tol: f32) -> (usize, usize) {
+    let mut counts = (0, 0);
+    for (name, options) in targets() {
+        for level in [0u8, 3] {
+            let opts = options.clone().with_opt_level(level);
+            let (got, prof) = ovl::profile(out, &opts, 1)
+                .unwrap_or_else(|e| panic!("{name} at opt_level {level}: {e}"));
+            assert_eq!(got.shape(), expected.shape(), "{name} opt {level}");
+            for (i, (g, e)) in got.iter().zip(expected.iter()).enumerate() {
+                assert!(
+                    (g - e).abs() <= tol * e.abs().max(1.0),
+                    "{name} opt {level}: element {i}: got {g}, expected {e}"
+                );
+            }
+            if level == 0 {
+                counts.0 = prof.kernel_count();
+            } else {
+                counts.1 = prof.kernel_count();
+            }
+        }
+    }
+    counts
+}
+
+#[test]
+fn paper_example_five_operators_become_one() {
+    let a = paper_input();
+    let k = paper_graph(&a);
+    let fusion = ovl::fusion(&k, 3).unwrap();
+    println!("{}", fusion.report);
+    assert_eq!(fusion.report.kernels_before, 5);
+    assert_eq!(fusion.report.kernels_after, 1);
+    assert_eq!(fusion.report.merges.len(), 4);
+    assert!(fusion.report.refusals.is_empty());
+    assert!(fusion
+        .report
+        .merges
+        .iter()
+        .all(|m| m.kind == MergeKind::Vertical));
+    let counts = check_everywhere(&k, &paper_expected(&a).into_dyn(), 0.0);
+    assert_eq!(counts, (5, 1));
+}
+
+#[test]
+fn opt_levels_one_and_two() {
+    let a = paper_input();
+    // Level 1 needs no intermediate in memory: merged in the right order (mul into concat
+    // first), even the paper's example fuses completely.
+    let k = paper_graph(&a);
+    assert_eq!(ovl::fusion(&k, 1).unwrap().report.kernels_after, 1);
+    let zero = ovl::fusion(&k, 0).unwrap();
+    assert_eq!(zero.report.kernels_after, 5);
+    assert_eq!(zero.report.refusals.len(), 7, "{}", zero.report);
+    // A requested intermediate (f) must stay in memory: level 1 refuses, level 2 merges.
+    let (b, c, d, e) = split_rows(&a);
+    let f = add(&b, &c);
+    let g = add(&d, &e);
+    let h = mul(&f, &g);
+    let one = ovl::fusion((&f, &h), 1).unwrap();
+    println!("{}", one.report);
+    assert!(one.report.kernels_after > 1, "{}", one.report);
+    assert!(!one
+        .report
+        .refusals_where(|r| matches!(r, Reason::OptLevel { level: 1, .. }))
+        .is_empty());
+    let two = ovl::fusion((&f, &h), 2).unwrap();
+    assert_eq!(two.report.kernels_after, 1, "{}", two.report);
+    let expected = paper_expected(&a).into_dyn();
+    for level in [1u8, 2] {
+        let got = ovl::evaluate_with(&k, &Options::cpu().with_opt_level(level)).unwrap();
+        assert_eq!(got, expected, "opt_level {level}");
+        let (gf, gh) = ovl::evaluate_with((&f, &h), &Options::cpu().with_opt_level(level)).unwrap();
+        for j in 0..5 {
+            let (want_f, want_g) = (a[[0, j]] + a[[1, j]], a[[2, j]] + a[[3, j]]);
+            assert_eq!(
+                (gf[[j]], gh[[j]]),
+                (want_f, want_f * want_g),
+                "opt_level {level}"
+            );
+        }
+    }
+}
+
+#[test]
+fn intermediate_that_is_requested_stays_an_output() {
+    let a = paper_input();
+    let (b, c, d, e) = split_rows(&a);
+    let f = add(&b, &c);
+    let g = add(&d, &e);
+    let h = mul(&f, &g);
+    let fusion = ovl::fusion((&f, &h), 3).unwrap();
+    assert_eq!(fusion.report.kernels_after, 1, "{}", fusion.report);
+    assert!(fusion.report.merges.iter().any(|m| !m.kept.is_empty()));
+    for (name, options) in targets() {
+        let (gf, gh) = ovl::evaluate_with((&f, &h), &options).unwrap();
+        for j in 0..5 {
+            let want_f = a[[0, j]] + a[[1, j]];
+            let want_g = a[[2, j]] + a[[3, j]];
+            assert_eq!(gf[[j]], want_f, "{name} f[{j}]");
+            assert_eq!(gh[[j]], want_f * want_g, "{name} h[{j}]");
+        }
+    }
+}
+
+#[test]
+fn fusion_is_deterministic() {
+    let a = paper_input();
+    let hash = |k: &Lazy<f32>| {
+        let f = ovl::fusion(k, 3).unwrap();
+        ovl::ir_tools::canonical_hash_operator_dag(&f.after)
+    };
+    let first = hash(&paper_graph(&a));
+    for _ in 0..3 {
+        assert_eq!(hash(&paper_graph(&a)), first);
+    }
+    let k = paper_graph(&a);
+    let x = ovl::fusion(&k, 3).unwrap();
+    let y = ovl::fusion(&k, 3).unwrap();
+    assert_eq!(x.after, y.after);
+    assert_eq!(x.report, y.report);
+}
+
+// ---------------------------------------------------------------- refusals
+
+/// Running sum along each row: the write depends on the loop index.
+#[operator]
+fn cumsum_rows(x: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = x.dims::<2>();
+    let r = position_in([rows])[0];
+    let out = output_like(&x);
+    let mut acc = variable(0.0f32);
+    for j in 0..cols {
+        acc += x[[r, j]];
+        out[[r, j]] = acc;
+    }
+    out
+}
+
+/// Running sum along each column.
+#[operator]
+fn cumsum_cols(x: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = x.dims::<2>();
+    let c = position_in([cols])[0];
+    let out = output_like(&x);
+    let mut acc = variable(0.0f32);
+    for i in 0..rows {
+        acc += x[[i, c]];
+        out[[i, c]] = acc;
+    }
+    out
+}
+
+#[test]
+fn cumsum_rows_then_cumsum_cols_is_refused_and_correct() {
+    let x = Array2::from_shape_fn((4, 4), |(i, j)| (i * 4 + j) as f32 - 5.0);
+    let y = cumsum_cols(cumsum_rows(&x));
+    let fusion = ovl::fusion(&y, 3).unwrap();
+    println!("{}", fusion.report);
+    assert_eq!(fusion.report.kernels_after, 2);
+    assert_eq!(fusion.report.refusals.len(), 1);
+    assert_eq!(
+        fusion.report.refusals[0].reason,
+        Reason::WriteInControlFlow {
+            output: 0,
+            region: "staged loop"
+        }
+    );
+    // The 2-D prefix sum, computed directly.
+    let mut want = Array2::<f32>::zeros((4, 4));
+    for i in 0..4 {
+        for j in 0..4 {
+            let mut s = 0.0;
+            for a in 0..=i {
+                for b in 0..=j {
+                    s += x[[a, b]];
+                }
+            }
+            want[[i, j]] = s;
+        }
+    }
+    let counts = check_everywhere(&y, &want.into_dyn(), 1e-6);
+    assert_eq!(counts, (2, 2));
+}
+
+/// Transpose, one worker per input element.
+#[operator]
+fn transpose(x: Tensor<f32>) -> Tensor<f32> {
+    let [r, c] = x.dims::<2>();
+    let p = position_in([r, c]);
+    let out = output([c, r]);
+    out[[p[1], p[0]]] = x[[p[0], p[1]]];
+    out
+}
+
+/// Elementwise add of two matrices.
+#[operator]
+fn add2(x: Tensor<f32>, y: Tensor<f32>) -> Tensor<f32> {
+    let p = position_in(x.shape());
+    let out = output_like(&x);
+    out[[p[0], p[1]]] = x[[p[0], p[1]]] + y[[p[0], p[1]]];
+    out
+}
+
+#[test]
+fn transpose_then_add_is_refused_with_both_patterns() {
+    let x = Array2::from_shape_fn((3, 3), |(i, j)| (i * 3 + j) as f32);
+    let y = Array2::from_shape_fn((3, 3), |(i, j)| (i as f32) - 2.0 * j as f32);
+    let z = add2(transpose(&x), &y);
+    let fusion = ovl::fusion(&z, 3).unwrap();
+    println!("{}", fusion.report);
+    assert_eq!(fusion.report.kernels_after, 2);
+    let r = &fusion.report.refusals[0];
+    match &r.reason {
+        Reason::PatternMismatch { write, read } => {
+            assert_eq!(write.to_string(), "[p1, p0]");
+            assert_eq!(read.to_string(), "[p0, p1]");
+        }
+        other => panic!("expected a pattern mismatch, got {other}"),
+    }
+    assert!(
+        r.to_string().contains("written [p1, p0], read [p0, p1]"),
+        "{r}"
+    );
+    let want = Array2::from_shape_fn((3, 3), |(i, j)| x[[j, i]] + y[[i, j]]);
+    assert_eq!(check_everywhere(&z, &want.into_dyn(), 0.0), (2, 2));
+
+    // Not square: the workgroups differ as well, and that is what is reported.
+    let x = Array2::from_shape_fn((2, 3), |(i, j)| (i * 3 + j) as f32);
+    let y = Array2::from_shape_fn((3, 2), |(i, j)| (i + j) as f32);
+    let z = add2(transpose(&x), &y);
+    let fusion = ovl::fusion(&z, 3).unwrap();
+    assert_eq!(
+        fusion.report.refusals[0].reason,
+        Reason::DifferentWorkgroup {
+            producer: vec![2, 3],
+            consumer: vec![3, 2]
+        }
+    );
+}
+
+/// Elementwise square.
+#[operator]
+fn square(x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = x[[i]] * x[[i]];
+    out
+}
+
+/// A 3-point stencil: the sum of each element and its neighbours (the ends copy).
+#[operator]
+fn smooth(x: Tensor<f32>) -> Tensor<f32> {
+    let n = x.shape()[0];
+    let i = position_in([n])[0];
+    let out = output_like(&x);
+    if i > 0 && i < (n - 1) as i64 {
+        out[[i]] = x[[i - 1]] + x[[i]] + x[[i + 1]];
+    } else {
+        out[[i]] = x[[i]];
+    }
+    out
+}
+
+#[test]
+fn stencil_is_refused() {
+    let x = Array1::from_shape_fn(9, |i| i as f32 - 4.0);
+    let y = smooth(square(&x));
+    let fusion = ovl::fusion(&y, 3).unwrap();
+    println!("{}", fusion.report);
+    assert_eq!(fusion.report.kernels_after, 2);
+    match &fusion.report.refusals[0].reason {
+        Reason::Stencil { write, read } => {
+            assert_eq!(write.to_string(), "[p0]");
+            assert_eq!(read.to_string(), "[p0 - 1]");
+        }
+        other => panic!("expected a stencil refusal, got {other}"),
+    }
+    let sq: Vec<f32> = x.iter().map(|v| v * v).collect();
+    let want = Array1::from_shape_fn(9, |i| {
+        if i > 0 && i < 8 {
+            sq[i - 1] + sq[i] + sq[i + 1]
+        } else {
+            sq[i]
+        }
+    });
+    assert_eq!(check_everywhere(&y, &want.into_dyn(), 0.0), (2, 2));
+}
+
+/// Adds a vector to every row of a matrix (the vector is read by every row's worker).
+#[operator]
+fn add_row_vector(m: Tensor<f32>, v: Tensor<f32>) -> Tensor<f32> {
+    let p = position_in(m.shape());
+    let out = output_like(&m);
+    out[[p[0], p[1]]] = m[[p[0], p[1]]] + v[[p[1]]];
+    out
+}
+
+/// Copies a row of a matrix into all rows (every worker of a column reads row 0).
+#[operator]
+fn spread_first_row(m: Tensor<f32>) -> Tensor<f32> {
+    let p = position_in(m.shape());
+    let out = output_like(&m);
+    out[[p[0], p[1]]] = m[[0, p[1]]];
+    out
+}
+
+#[test]
+fn broadcast_read_is_refused() {
+    let m = Array2::from_shape_fn((4, 5), |(i, j)| (i * 5 + j) as f32);
+    let v = Array1::from_shape_fn(5, |j| j as f32 - 2.0);
+    // A bias vector computed by an operator, broadcast over the rows of a matrix.
+    let y = add_row_vector(&m, square(&v));
+    let fusion = ovl::fusion(&y, 3).unwrap();
+    println!("{}", fusion.report);
+    assert_eq!(fusion.report.kernels_after, 2);
+    match &fusion.report.refusals[0].reason {
+        Reason::Broadcast { write, read } => {
+            assert_eq!(write.to_string(), "[p0]");
+            assert_eq!(read.to_string(), "[p1]");
+        }
+        other => panic!("expected a broadcast refusal, got {other}"),
+    }
+    let want = Array2::from_shape_fn((4, 5), |(i, j)| m[[i, j]] + v[j] * v[j]);
+    assert_eq!(check_everywhere(&y, &want.into_dyn(), 0.0), (2, 2));
+
+    // The same workgroup, but every row reads row 0.
+    let y = spread_first_row(add2(&m, &m));
+    let fusion = ovl::fusion(&y, 3).unwrap();
+    match &fusion.report.refusals[0].reason {
+        Reason::Broadcast { write, read } => {
+            assert_eq!(write.to_string(), "[p0, p1]");
+            assert_eq!(read.to_string(), "[0, p1]");
+        }
+        other => panic!("expected a broadcast refusal, got {other}"),
+    }
+    let want = Array2::from_shape_fn((4, 5), |(_, j)| 2.0 * m[[0, j]]);
+    assert_eq!(check_everywhere(&y, &want.into_dyn(), 0.0), (2, 2));
+}
+
+/// Writes a vector twice: first in a branch, then unconditionally in the other one.
+#[operator]
+fn shift_right_guarded(x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    if i > 0 {
+        out[[i]] = x[[i - 1]];
+    } else {
+        out[[i]] = x[[i]];
+    }
+    out
+}
+
+#[test]
+fn a_merge_that_would_make_a_cycle_is_refused() {
+    // p feeds c directly and through d; d cannot merge into c (its writes are in branches),
+    // so merging p into c would put the merged operator before and after d.
+    let x = Array1::from_shape_fn(6, |i| i as f32 + 1.0);
+    let p = square(&x);
+    let d = shift_right_guarded(&p);
+    let c = add(&p, &d);
+    let fusion = ovl::fusion(&c, 3).unwrap();
+    println!("{}", fusion.report);
+    assert!(fusion
+        .report
+        .refusals
+        .iter()
+        .any(|r| matches!(&r.reason, Reason::WouldCreateCycle { through } if through.contains("shift_right_guarded"))));
+    let sq: Vec<f32> = x.iter().map(|v| v * v).collect();
+    let want = Array1::from_shape_fn(6, |i| sq[i] + if i > 0 { sq[i - 1] } else { sq[i] });
+    assert_eq!(check_everywhere(&c, &want.into_dyn(), 0.0), (3, 3));
+}
+
+/// Writes the running value of a variable, then changes the variable.
+#[operator]
+fn write_then_change(x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    let mut v = variable(x[[i]]);
+    v += 1.0;
+    out[[i]] = v;
+    v += 100.0;
+    out
+}
+
+#[test]
+fn a_written_variable_is_handed_over_as_its_value_at_the_write() {
+    let x = Array1::from_shape_fn(5, |i| i as f32);
+    let y = square(write_then_change(&x));
+    let fusion = ovl::fusion(&y, 3).unwrap();
+    assert_eq!(fusion.report.kernels_after, 1);
+    let want = Array1::from_shape_fn(5, |i| (i as f32 + 1.0) * (i as f32 + 1.0));
+    assert_eq!(check_everywhere(&y, &want.into_dyn(), 0.0), (2, 1));
+}
+
+#[test]
+fn independent_siblings_share_one_kernel() {
+    let x = Array1::from_shape_fn(7, |i| i as f32 - 3.0);
+    let y = Array1::from_shape_fn(7, |i| 2.0 * i as f32);
+    let a = square(&x);
+    let b = add(&x, &y);
+    let fusion = ovl::fusion((&a, &b), 3).unwrap();
+    assert_eq!(fusion.report.kernels_after, 1, "{}", fusion.report);
+    assert_eq!(fusion.report.merges[0].kind, MergeKind::Horizontal);
+    // Without horizontal fusion they stay apart.
+    assert_eq!(ovl::fusion((&a, &b), 2).unwrap().report.kernels_after, 2);
+    for (name, options) in targets() {
+        let (ga, gb) = ovl::evaluate_with((&a, &b), &options).unwrap();
+        for i in 0..7 {
+            assert_eq!(ga[[i]], x[i] * x[i], "{name}");
+            assert_eq!(gb[[i]], x[i] + y[i], "{name}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------- arithmetic on handles
+
+#[test]
+fn arithmetic_on_lazy_handles() {
+    let a: Lazy<f32> = Array2::from_shape_fn((3, 4), |(i, j)| (i * 4 + j) as f32).into();
+    let b: Lazy<f32> = Array2::from_shape_fn((3, 4), |(i, j)| 1.0 + i as f32 - j as f32).into();
+    let y = -(&a + &b) * &a - 2.0f32 * &b / 4.0f32 + 1.5f32;
+    let fusion = ovl::fusion(&y, 3).unwrap();
+    assert_eq!(fusion.report.kernels_before, 7);
+    assert_eq!(fusion.report.kernels_after, 1);
+    let want = Array2::from_shape_fn((3, 4), |(i, j)| {
+        let (a, b) = ((i * 4 + j) as f32, 1.0 + i as f32 - j as f32);
+        -(a + b) * a - 2.0 * b / 4.0 + 1.5
+    });
+    assert_eq!(check_everywhere(&y, &want.into_dyn(), 0.0), (7, 1));
+
+    let i: Lazy<i32> = Array1::from(vec![1, -2, 3]).into();
+    let j = &i * &i - 1;
+    let got = ovl::evaluate_with(&j, &Options::interpreter()).unwrap();
+    assert_eq!(got.into_raw_vec_and_offset().0, vec![0, 3, 8]);
+}
+
+#[test]
+fn arithmetic_on_mismatched_shapes_is_an_error() {
+    let a: Lazy<f32> = Array1::from(vec![1.0f32, 2.0, 3.0]).into();
+    let b: Lazy<f32> = Array1::from(vec![1.0f32, 2.0]).into();
+    let c = &a + &b; // no panic here
+    let err = ovl::evaluate(&c).unwrap_err().to_string();
+    assert!(err.contains("different shapes [3] and [2]"), "{err}");
+    assert!(
+        err.contains("fusion.rs"),
+        "the error names the user's file: {err}"
+    );
+}
+
+// ---------------------------------------------------------------- the LSTM cell
+
+/// Splits the gate pre-activations `[B, 4H]` into four `[B, H]` tensors (i, j, f, o).
+#[operator]
+fn split_gates(z: Tensor<f32>) -> (Tensor<f32>, Tensor<f32>, Tensor<f32>, Tensor<f32>) {
+    let [b, h4] = z.dims::<2>();
+    let h = h4 / 4;
+    let p = position_in([b, h]);
+    let outs = (
+        output([b, h]),
+        output([b, h]),
+        output([b, h]),
+        output([b, h]),
+    );
+    outs.0[[p[0], p[1]]] = z[[p[0], p[1]]];
+    outs.1[[p[0], p[1]]] = z[[p[0], p[1] + h]];
+    outs.2[[p[0], p[1]]] = z[[p[0], p[1] + 2 * h]];
+    outs.3[[p[0], p[1]]] = z[[p[0], p[1] + 3 * h]];
+    outs
+}
+
+#[operator]
+fn sigmoid_op(x: Tensor<f32>) -> Tensor<f32> {
+    let p = position_in(x.shape());
+    let out = output_like(&x);
+    out[[p[0], p[1]]] = sigmoid(x[[p[0], p[1]]]);
+    out
+}
+
+#[operator]
+fn tanh_op(x: Tensor<f32>) -> Tensor<f32> {
+    let p = position_in(x.shape());
+    let out = output_like(&x);
+    out[[p[0], p[1]]] = tanh(x[[p[0], p[1]]]);
+    out
+}
+
+/// The LSTM cell's nonlinearity: new cell state and new hidden state.
+fn lstm_cell(z: &Lazy<f32>, c: &Lazy<f32>, forget_bias: f32) -> (Lazy<f32>, Lazy<f32>) {
+    let (i, j, f, o) = split_gates(z);
+    let new_c = c * &sigmoid_op(&f + forget_bias) + sigmoid_op(&i) * tanh_op(&j);
+    let new_h = tanh_op(&new_c) * sigmoid_op(&o);
+    (new_c, new_h)
+}
+
+#[test]
+fn lstm_cell_fuses_into_one_kernel() {
+    let (b, h) = (3usize, 8usize);
+    let z = Array2::from_shape_fn((b, 4 * h), |(r, k)| {
+        ((r * 31 + k * 7) % 23) as f32 * 0.2 - 2.0
+    });
+    let c = Array2::from_shape_fn((b, h), |(r, k)| ((r * 5 + k) % 9) as f32 * 0.3 - 1.2);
+    let (zl, cl): (Lazy<f32>, Lazy<f32>) = (z.clone().into(), c.clone().into());
+    let (new_c, new_h) = lstm_cell(&zl, &cl, 1.0);
+    let fusion = ovl::fusion((&new_c, &new_h), 3).unwrap();
+    println!("{}", fusion.report);
+    assert_eq!(fusion.report.kernels_before, 11);
+    assert_eq!(fusion.report.kernels_after, 1);
+    assert!(fusion.report.refusals.is_empty());
+
+    let sig = |x: f32| 1.0 / (1.0 + (-x).exp());
+    let mut want_c = Array2::<f32>::zeros((b, h));
+    let mut want_h = Array2::<f32>::zeros((b, h));
+    for r in 0..b {
+        for k in 0..h {
+            let (i, j, f, o) = (
+                z[[r, k]],
+                z[[r, k + h]],
+                z[[r, k + 2 * h]],
+                z[[r, k + 3 * h]],
+            );
+            let nc = c[[r, k]] * sig(f + 1.0) + sig(i) * j.tanh();
+            want_c[[r, k]] = nc;
+            want_h[[r, k]] = nc.tanh() * sig(o);
+        }
+    }
+    for (name, options) in targets() {
+        for level in [0u8, 3] {
+            let opts = options.clone().with_opt_level(level);
+            let ((gc, gh), prof) = ovl::profile((&new_c, &new_h), &opts, 1).unwrap();
+            assert_eq!(prof.kernel_count(), if level == 0 { 11 } else { 1 });
+            for ((g, w), what) in gc
+                .iter()
+                .zip(want_c.iter())
+                .map(|p| (p, "c"))
+                .chain(gh.iter().zip(want_h.iter()).map(|p| (p, "h")))
+            {
+                assert!(
+                    (g - w).abs() <= 1e-5,
+                    "{name} opt {level} {what}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- pictures
+
+#[test]
+fn dot_before_and_after() {
+    let a = paper_input();
+    let k = paper_graph(&a);
+    let fusion = ovl::fusion(&k, 3).unwrap();
+    let before = fusion.before_dot();
+    let after = fusion.after_dot();
+    assert_eq!(before.matches("shape=box").count(), 5);
+    assert_eq!(after.matches("shape=box").count(), 1);
+    assert!(before.contains("split_rows") && before.contains("concat_rows"));
+    assert!(
+        after.contains("split_rows+add+add+mul+concat_rows"),
+        "{after}"
+    );
+    let both = fusion.to_dot();
+    assert!(both.contains("cluster_before") && both.contains("cluster_after"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fusion.svg");
+    match fusion.render(ovl::ImageFormat::Svg, &path) {
+        Ok(()) => {
+            let svg = std::fs::read_to_string(&path).unwrap();
+            assert!(svg.contains("<svg"));
+        }
+        Err(ovl::FuseError::DotNotFound { .. }) => {
+            println!("Graphviz `dot` is not installed: checked the error instead of the SVG");
+        }
+        Err(e) => panic!("rendering failed: {e}"),
+    }
+}
+
+/// A worker-local scratch tensor: the sum of the first `k` multiples of each element.
+#[operator]
+fn scratch_sum(x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    let scratch = zeros::<f32>([4]);
+    for k in 0..4i64 {
+        scratch[[k]] = x[[i]] * (k + 1) as f32;
+    }
+    out[[i]] = scratch[[0]] + scratch[[1]] + scratch[[2]] + scratch[[3]];
+    out
+}
+
+#[test]
+fn local_tensors_of_both_operators_survive_the_merge() {
+    let x = Array1::from_shape_fn(6, |i| i as f32 * 0.5 - 1.0);
+    let y = scratch_sum(scratch_sum(&x));
+    let fusion = ovl::fusion(&y, 3).unwrap();
+    assert_eq!(fusion.report.kernels_after, 1, "{}", fusion.report);
+    assert_eq!(fusion.after.operators[0].locals.len(), 2);
+    let want = Array1::from_shape_fn(6, |i| x[i] * 10.0 * 10.0);
+    assert_eq!(check_everywhere(&y, &want.into_dyn(), 0.0), (2, 1));
+}
+
+#[test]
+fn fused_paper_example_reads_the_matrix_once_per_element() {
+    let a = paper_input();
+    let k = paper_graph(&a);
+    let fusion = ovl::fusion(&k, 3).unwrap();
+    let op = &fusion.after.operators[0];
+    println!("{}", ovl::ir_tools::to_text(op));
+    // One input (the matrix), one output (k), no intermediate in memory.
+    assert_eq!(op.inputs.len(), 1);
+    assert_eq!(op.outputs.len(), 1);
+    let reads = op
+        .expressions
+        .iter()
+        .filter(|e| e.code == ovl::ir::Op::Read as i32)
+        .count();
+    assert_eq!(reads, 4, "each element of the 4 rows is read once");
+}
