@@ -480,6 +480,14 @@ impl Bundle {
         self.program.graph.as_ref().map_or(0, |g| g.operators.len())
     }
 
+    /// The number of kernels of the gradient program (0 without one).
+    pub fn gradient_kernel_count(&self) -> usize {
+        self.gradient
+            .as_ref()
+            .and_then(|p| p.graph.as_ref())
+            .map_or(0, |g| g.operators.len())
+    }
+
     /// The bundle file's contents: JSON with the program's feeds (name, TensorFlow dtype,
     /// shape), output types, and the programs as base64 of their protobuf bytes
     /// (`ovl.ir.Program`), `gradient` being `null` when there is none.

@@ -283,5 +283,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "add_one_big.json",
         ovl::as_tensorflow(&x, add_one(&x)),
     )?;
+    // The LSTM cell from ovl-stdlib, its gradient program built by `ovl::backward`.
+    let (batch, hidden) = (4, 8);
+    let z = ovl::placeholder::<f32>("z", &[batch, 4 * hidden]);
+    let c = ovl::placeholder::<f32>("c", &[batch, hidden]);
+    let gates = ovl_stdlib::split(&z, 1, 4);
+    let forget_bias = ndarray::arr0(1.0f32);
+    let new_c = ovl_stdlib::add(
+        ovl_stdlib::mul(
+            &c,
+            ovl_stdlib::sigmoid(ovl_stdlib::add(&gates[2], forget_bias)),
+        ),
+        ovl_stdlib::mul(ovl_stdlib::sigmoid(&gates[0]), ovl_stdlib::tanh(&gates[1])),
+    );
+    let new_h = ovl_stdlib::mul(ovl_stdlib::tanh(&new_c), ovl_stdlib::sigmoid(&gates[3]));
+    let d_new_c = ovl::placeholder::<f32>("d_new_c", &[batch, hidden]);
+    let d_new_h = ovl::placeholder::<f32>("d_new_h", &[batch, hidden]);
+    let grads = ovl::backward(&[(&new_c, &d_new_c), (&new_h, &d_new_h)], &[&z, &c])?;
+    let (dz, dc) = (
+        grads.of(&z).ok_or("z has no gradient")?,
+        grads.of(&c).ok_or("c has no gradient")?,
+    );
+    let bundle = ovl::as_tensorflow((&z, &c), (&new_c, &new_h))
+        .gradient((&d_new_c, &d_new_h), (&dz, &dc))
+        .write(dir.join("lstm_cell.json"))?;
+    println!(
+        "lstm_cell.json: {} forward kernel(s), {} gradient kernel(s)",
+        bundle.kernel_count(),
+        bundle.gradient_kernel_count()
+    );
+
     Ok(())
 }
