@@ -98,8 +98,9 @@ fn memory() -> &'static Mutex<HashMap<MemoryKey, Arc<CompiledOperator>>> {
 }
 
 /// The cache key of an operator for a toolchain: 32 hex digits of SHA-256 over the operator's
-/// canonical hash ([`ovl_core::hash::canonical_hash`]), the codegen and ABI versions, and the
-/// toolchain fingerprint (compiler path and `--version`, flags, CPU features).
+/// canonical hash ([`ovl_core::hash::canonical_hash`]), the codegen and ABI versions, the text of
+/// the C++ prelude (so that a change to it can never reuse a stale library), and the toolchain
+/// fingerprint (compiler path and `--version`, flags, CPU features).
 pub(crate) fn cache_key(dag: &ir::ExpressionDag, toolchain: &Toolchain) -> String {
     let digest = ovl_core::hash::canonical_hash(dag);
     let mut h = Sha256::new();
@@ -107,6 +108,7 @@ pub(crate) fn cache_key(dag: &ir::ExpressionDag, toolchain: &Toolchain) -> Strin
     h.update(crate::CODEGEN_VERSION.as_bytes());
     h.update([0]);
     h.update(crate::abi::ABI_VERSION.to_le_bytes());
+    h.update(crate::cpp::PRELUDE.as_bytes());
     h.update(digest.0);
     h.update(toolchain.fingerprint);
     let out = h.finalize();

@@ -9,3 +9,4 @@ mod prelude;
 pub(crate) use emit::{emit, worker_cost, Dialect};
 pub use emit::{generate_cpp, MAX_LOCALS_TOTAL_BYTES, MAX_LOCAL_BYTES};
 pub(crate) use literal::ctype;
+pub(crate) use prelude::PRELUDE;
