@@ -4,8 +4,9 @@
 //! bandwidth-bound one, with a triad bandwidth measured in the same run.
 //!
 //! `cargo bench --bench lstm -- [--quick] [--out DIR]` prints a table and writes `DIR/ovl.json`
-//! (default `target/lstm-bench`); `scripts/bench-lstm.sh` runs it together with the TensorFlow
-//! side and draws the chart.
+//! (default `target/lstm-bench`), and, for the TensorFlow side, `DIR/bundles/lstm_BxH.json`:
+//! the automatically fused cell with the gradient `ovl::backward` derives, for `DynamicLib`.
+//! `scripts/bench-lstm.sh` runs both sides and draws the chart.
 //!
 //! Bytes counted per hidden unit (f32): forward reads the 4 gate pre-activations and `c` and
 //! writes `new_c` and `new_h`: 7 values = 28 B. Forward + backward in one pass reads those 5
@@ -269,7 +270,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    std::fs::create_dir_all(&out_dir)?;
+    std::fs::create_dir_all(out_dir.join("bundles"))?;
+    for &(b, h) in sizes {
+        let file = out_dir.join("bundles").join(format!("lstm_{b}x{h}.json"));
+        let bundle = export_cell(b, h, &file)?;
+        println!(
+            "exported {} ({} forward kernel(s), {} gradient kernel(s))",
+            file.display(),
+            bundle.kernel_count(),
+            bundle.gradient_kernel_count()
+        );
+    }
     let path = out_dir.join("ovl.json");
     let doc = json!({
         "machine": machine(),
@@ -280,6 +291,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(&path, serde_json::to_string_pretty(&doc)?)?;
     println!("wrote {}", path.display());
     Ok(())
+}
+
+/// Writes the bundle of the fused cell and its gradient for TensorFlow's `DynamicLib`.
+fn export_cell(b: usize, h: usize, file: &std::path::Path) -> Result<ovl::Bundle, ovl::Error> {
+    let z = ovl::placeholder::<f32>("z", &[b, 4 * h]);
+    let c = ovl::placeholder::<f32>("c", &[b, h]);
+    let (new_c, new_h) = cell(&z, &c);
+    let d_new_c = ovl::placeholder::<f32>("d_new_c", &[b, h]);
+    let d_new_h = ovl::placeholder::<f32>("d_new_h", &[b, h]);
+    let grads = ovl::backward(&[(&new_c, &d_new_c), (&new_h, &d_new_h)], &[&z, &c])?;
+    let missing = || ovl::Error::Internal("the LSTM cell has no gradient".into());
+    let dz = grads.of(&z).ok_or_else(missing)?;
+    let dc = grads.of(&c).ok_or_else(missing)?;
+    ovl::as_tensorflow((&z, &c), (&new_c, &new_h))
+        .name(&format!("lstm_{b}x{h}"))
+        .gradient((&d_new_c, &d_new_h), (&dz, &dc))
+        .write(file)
 }
 
 /// The CPU model and core count, for the record.

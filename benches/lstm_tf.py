@@ -1,0 +1,211 @@
+"""The LSTM-cell benchmark, TensorFlow side: the cell's nonlinearity forward and forward +
+backward in TensorFlow ops (eager, tf.function, XLA) and through ovl's DynamicLib op inside
+tf.function, plus an end-to-end check: a small LSTM language model on synthetic tokens trained
+with TensorFlow's cell and with the ovl cell (same loss curve, time per step).
+
+    python benches/lstm_tf.py --out target/lstm-bench [--quick]
+
+Reads the bundles `benches/lstm.rs` exported into OUT/bundles and writes OUT/tf.json. Bytes per
+hidden unit as on the ovl side: 28 forward, 56 forward + backward (f32).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "ovl-tf-bridge" / "python"))
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import ovl_tf  # noqa: E402
+
+FORGET_BIAS = 1.0
+
+
+def tf_cell(z, c):
+    i, j, f, o = tf.split(z, 4, axis=1)
+    new_c = c * tf.sigmoid(f + FORGET_BIAS) + tf.sigmoid(i) * tf.tanh(j)
+    new_h = tf.tanh(new_c) * tf.sigmoid(o)
+    return new_c, new_h
+
+
+def forward_and_backward(cell):
+    def run(z, c, dc, dh):
+        with tf.GradientTape() as tape:
+            tape.watch([z, c])
+            new_c, new_h = cell(z, c)
+        dz, dcp = tape.gradient([new_c, new_h], [z, c], output_gradients=[dc, dh])
+        return new_c, new_h, dz, dcp
+
+    return run
+
+
+def timed(fn, args, reps):
+    for _ in range(3):
+        fn(*args)
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - start)
+    return min(times), statistics.median(times)
+
+
+def graph_kernels(fn, args):
+    """Compute ops in the traced graph (placeholders, identities and constants not counted)."""
+    graph = fn.get_concrete_function(*args).graph
+    skip = {"Placeholder", "Identity", "Const", "NoOp", "IdentityN", "ReadVariableOp"}
+    return sum(1 for op in graph.get_operations() if op.type not in skip)
+
+
+def benchmark(sizes, reps, bundle_dir):
+    rows = []
+    rng = np.random.default_rng(1)
+    for b, h in sizes:
+        z = tf.constant(rng.uniform(-2, 2, (b, 4 * h)), dtype=tf.float32)
+        c = tf.constant(rng.uniform(-2, 2, (b, h)), dtype=tf.float32)
+        dc = tf.constant(rng.uniform(-2, 2, (b, h)), dtype=tf.float32)
+        dh = tf.constant(rng.uniform(-2, 2, (b, h)), dtype=tf.float32)
+        ovl_cell = ovl_tf.load(bundle_dir / f"lstm_{b}x{h}.json")
+        n = reps if b * h <= 1 << 20 else min(reps, 10)
+        for backward in (False, True):
+            pass_name = "forward+backward" if backward else "forward"
+            args = (z, c, dc, dh) if backward else (z, c)
+            bytes_moved = b * h * (56 if backward else 28)
+            wrap = forward_and_backward if backward else (lambda cell: cell)
+            variants = [
+                ("tensorflow eager", wrap(tf_cell), None),
+                ("tensorflow tf.function", tf.function(wrap(tf_cell)), "graph"),
+                ("tensorflow XLA", tf.function(wrap(tf_cell), jit_compile=True), "xla"),
+                ("ovl DynamicLib in tf.function", tf.function(wrap(ovl_cell)), "graph"),
+            ]
+            for name, fn, kind in variants:
+                best, median = timed(fn, args, n)
+                if kind == "graph":
+                    kernels = graph_kernels(fn, args)
+                elif kind == "xla":
+                    kernels = None  # one XLA cluster; its internal kernels are not visible
+                else:
+                    kernels = 11 if not backward else None
+                gbps = bytes_moved / best / 1e9
+                print(
+                    f"B={b:<5} H={h:<5} {pass_name:<17} {name:<32} "
+                    f"{'-' if kernels is None else kernels:>3} ops  best {best * 1e6:10.1f} us  "
+                    f"median {median * 1e6:10.1f} us  {gbps:6.1f} GB/s",
+                    flush=True,
+                )
+                rows.append(
+                    {
+                        "variant": name,
+                        "batch": b,
+                        "hidden": h,
+                        "pass": pass_name,
+                        "kernels": kernels,
+                        "best_us": best * 1e6,
+                        "median_us": median * 1e6,
+                        "gb_per_s": gbps,
+                    }
+                )
+    return rows
+
+
+def language_model(steps, bundle_dir):
+    """A one-layer LSTM language model on synthetic tokens (a noisy repeating pattern), trained
+    with TensorFlow's cell and with the ovl cell from the same initial weights."""
+    batch, hidden, vocab, seq = 20, 200, 50, 10
+    bundle = bundle_dir / f"lstm_{batch}x{hidden}.json"
+    if not bundle.exists():
+        return None
+    ovl_cell = ovl_tf.load(bundle)
+    rng = np.random.default_rng(3)
+    pattern = rng.integers(0, vocab, 17)
+    tokens = np.stack([np.roll(pattern, s)[np.arange(steps + seq + 1) % 17] for s in range(batch)])
+    noise = rng.random(tokens.shape) < 0.1
+    tokens = np.where(noise, rng.integers(0, vocab, tokens.shape), tokens).astype(np.int32)
+
+    init = {
+        "embed": rng.normal(0, 0.1, (vocab, hidden)),
+        "w": rng.normal(0, 0.1, (2 * hidden, 4 * hidden)),
+        "b": np.zeros(4 * hidden),
+        "out": rng.normal(0, 0.1, (hidden, vocab)),
+    }
+
+    def train(cell):
+        v = {k: tf.Variable(a, dtype=tf.float32) for k, a in init.items()}
+        opt = tf.keras.optimizers.SGD(learning_rate=0.5)
+
+        @tf.function
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                h = tf.zeros((batch, hidden))
+                c = tf.zeros((batch, hidden))
+                loss = 0.0
+                for t in range(seq):
+                    e = tf.nn.embedding_lookup(v["embed"], x[:, t])
+                    z = tf.matmul(tf.concat([e, h], axis=1), v["w"]) + v["b"]
+                    c, h = cell(z, c)
+                    logits = tf.matmul(h, v["out"])
+                    loss += tf.reduce_mean(
+                        tf.nn.sparse_softmax_cross_entropy_with_logits(y[:, t], logits)
+                    )
+                loss /= seq
+            names = sorted(v)
+            grads = tape.gradient(loss, [v[k] for k in names])
+            opt.apply_gradients(zip(grads, [v[k] for k in names]))
+            return loss
+
+        losses, times = [], []
+        for s in range(steps):
+            x = tokens[:, s : s + seq]
+            y = tokens[:, s + 1 : s + seq + 1]
+            start = time.perf_counter()
+            losses.append(float(step(x, y)))
+            times.append(time.perf_counter() - start)
+        return losses, statistics.median(times[2:])
+
+    tf_losses, tf_step = train(tf_cell)
+    ovl_losses, ovl_step = train(ovl_cell)
+    gap = max(abs(a - b) for a, b in zip(tf_losses, ovl_losses))
+    print(
+        f"language model, {steps} steps: loss {tf_losses[0]:.3f} -> {tf_losses[-1]:.3f} "
+        f"(tensorflow cell) vs {ovl_losses[0]:.3f} -> {ovl_losses[-1]:.3f} (ovl cell), "
+        f"largest difference {gap:.2e}; median step {tf_step * 1e3:.2f} ms vs {ovl_step * 1e3:.2f} ms",
+        flush=True,
+    )
+    return {
+        "steps": steps,
+        "tensorflow_losses": tf_losses,
+        "ovl_losses": ovl_losses,
+        "largest_loss_difference": gap,
+        "tensorflow_step_ms": tf_step * 1e3,
+        "ovl_step_ms": ovl_step * 1e3,
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=str(REPO / "target" / "lstm-bench"))
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    out = Path(args.out)
+    sizes = [(20, 200), (20, 650), (1024, 4096)]
+    if not args.quick:
+        sizes.insert(2, (20, 1500))
+    reps = 5 if args.quick else 20
+    tf.config.threading.set_intra_op_parallelism_threads(os.cpu_count() or 1)
+    rows = benchmark(sizes, reps, out / "bundles")
+    lm = language_model(30 if args.quick else 100, out / "bundles")
+    doc = {"tensorflow": tf.__version__, "rows": rows, "language_model": lm}
+    (out / "tf.json").write_text(json.dumps(doc, indent=2))
+    print(f"wrote {out / 'tf.json'}")
+
+
+if __name__ == "__main__":
+    main()
