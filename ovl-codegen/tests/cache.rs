@@ -203,7 +203,7 @@ fn compiler_errors_carry_the_log_and_the_source_path() {
         "{msg}"
     );
     assert!(
-        msg.contains("operator `scale`") && msg.contains("tests/ops.rs:7"),
+        msg.contains("operator `scale`") && msg.contains("src/ops.rs:12"),
         "{msg}"
     );
 }

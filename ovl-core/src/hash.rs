@@ -190,8 +190,8 @@ pub fn canonical_hash_operator_dag(dag: &ir::OperatorDag) -> Digest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::builder::{Builder, IN, OUT};
     use crate::dtype::{DType, Literal};
-    use crate::interp::builder::{Builder, IN, OUT};
     use crate::ir::Op;
 
     fn add_op(c: f32) -> ir::ExpressionDag {

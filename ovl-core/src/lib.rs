@@ -4,6 +4,7 @@
 
 pub mod analysis;
 pub mod autodiff;
+pub mod builder;
 pub mod dtype;
 pub mod error;
 pub mod host;

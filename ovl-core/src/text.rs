@@ -223,8 +223,8 @@ pub fn operator_dag_to_text(dag: &ir::OperatorDag) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::builder::{Builder, IN, LOC, OUT};
     use crate::dtype::Literal;
-    use crate::interp::builder::{Builder, IN, LOC, OUT};
 
     fn sample() -> ir::ExpressionDag {
         let mut b = Builder::new("cumsum_rows", &[2]);

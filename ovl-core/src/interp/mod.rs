@@ -16,7 +16,6 @@ mod program;
 mod value;
 
 #[cfg(test)]
-pub(crate) mod builder;
 #[cfg(test)]
 mod tests;
 

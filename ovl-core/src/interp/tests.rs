@@ -1,5 +1,5 @@
-use super::builder::{Builder, IN, LOC, OUT};
 use super::*;
+use crate::builder::{Builder, IN, LOC, OUT};
 use crate::dtype::{DType, Literal, Scalar};
 use crate::ir::Op;
 

@@ -1,6 +1,6 @@
 use super::*;
+use crate::builder::{Builder, IN, LOC, OUT};
 use crate::dtype::Literal;
-use crate::interp::builder::{Builder, IN, LOC, OUT};
 
 /// out[i] = x[i] + 1 over a workgroup of 4.
 fn base() -> Builder {

@@ -1,14 +1,36 @@
-//! A small hand builder of expression DAGs for the unit tests of this crate.
+//! A hand builder of expression DAGs: for the tests of ovl and of its backends, and for tools
+//! that make IR without tracing Rust code. It checks nothing: pass what it builds to
+//! [`crate::validate::validate`] when that matters. Every DAG it starts claims to be defined at
+//! `src/ops.rs:12`.
 
 use crate::dtype::{DType, Literal};
 use crate::ir::{self, Op, TensorKind};
 
+pub use TensorKind::{Input as IN, Local as LOC, Output as OUT};
+
 /// Builds an `ExpressionDag` expression by expression.
-pub(crate) struct Builder {
+pub struct Builder {
     pub dag: ir::ExpressionDag,
 }
 
-pub(crate) use TensorKind::{Input as IN, Local as LOC, Output as OUT};
+fn tensor_type(d: DType, shape: &[u64]) -> ir::TensorType {
+    ir::TensorType {
+        dtype: d.to_ir() as i32,
+        shape: shape.to_vec(),
+    }
+}
+
+/// Stores a literal in the field the IR uses for `d`.
+pub fn set_literal(e: &mut ir::Expression, d: DType, v: Literal) {
+    match v {
+        Literal::Float(f) if d.is_float() => e.float_value = f,
+        Literal::Int(i) if d.is_unsigned_int() => e.uint_value = i as u64,
+        Literal::Int(i) => e.int_value = i,
+        Literal::UInt(u) => e.uint_value = u,
+        Literal::Bool(b) => e.int_value = b as i64,
+        Literal::Float(f) => e.int_value = f as i64,
+    }
+}
 
 impl Builder {
     pub fn new(name: &str, workgroup: &[u64]) -> Builder {
@@ -27,27 +49,25 @@ impl Builder {
         }
     }
 
-    fn tensor_type(d: DType, shape: &[u64]) -> ir::TensorType {
-        ir::TensorType {
-            dtype: d.to_ir() as i32,
-            shape: shape.to_vec(),
-        }
-    }
-
     pub fn input(&mut self, d: DType, shape: &[u64]) -> u32 {
-        self.dag.inputs.push(Self::tensor_type(d, shape));
+        self.dag.inputs.push(tensor_type(d, shape));
         self.dag.inputs.len() as u32 - 1
     }
 
     pub fn output(&mut self, d: DType, shape: &[u64]) -> u32 {
-        self.dag.outputs.push(Self::tensor_type(d, shape));
+        self.dag.outputs.push(tensor_type(d, shape));
         self.dag.outputs.len() as u32 - 1
     }
 
-    /// Declares a local tensor and emits its LOCAL_TENSOR with the fill value.
-    pub fn local(&mut self, d: DType, shape: &[u64], fill: Literal) -> u32 {
-        self.dag.locals.push(Self::tensor_type(d, shape));
-        let index = self.dag.locals.len() as u32 - 1;
+    /// Declares a local tensor (no LOCAL_TENSOR expression: see [`Builder::local_fill`]).
+    pub fn declare_local(&mut self, d: DType, shape: &[u64]) -> u32 {
+        self.dag.locals.push(tensor_type(d, shape));
+        self.dag.locals.len() as u32 - 1
+    }
+
+    /// Emits LOCAL_TENSOR for local `index` with a fill value.
+    pub fn local_fill(&mut self, index: u32, fill: Literal) -> u32 {
+        let d = DType::from_ir(self.dag.locals[index as usize].dtype).expect("dtype");
         let mut e = ir::Expression {
             code: Op::LocalTensor as i32,
             tensor: Some(ir::TensorRef {
@@ -57,7 +77,13 @@ impl Builder {
             ..Default::default()
         };
         set_literal(&mut e, d, fill);
-        self.dag.expressions.push(e);
+        self.raw(e)
+    }
+
+    /// Declares a local tensor and emits its LOCAL_TENSOR with the fill value.
+    pub fn local(&mut self, d: DType, shape: &[u64], fill: Literal) -> u32 {
+        let index = self.declare_local(d, shape);
+        self.local_fill(index, fill);
         index
     }
 
@@ -164,7 +190,7 @@ impl Builder {
         self.push(Op::Assign, None, &[var, value])
     }
 
-    /// A unary or binary op whose dtype is derived like the validator's rules.
+    /// A unary, binary or ternary op whose dtype is derived like the validator's rules.
     pub fn op(&mut self, code: Op, operands: &[u32]) -> u32 {
         let to_bool = matches!(
             code,
@@ -228,17 +254,5 @@ impl Builder {
 
     pub fn build(self) -> ir::ExpressionDag {
         self.dag
-    }
-}
-
-/// Stores a literal in the field the IR uses for `d`.
-pub(crate) fn set_literal(e: &mut ir::Expression, d: DType, v: Literal) {
-    match v {
-        Literal::Float(f) if d.is_float() => e.float_value = f,
-        Literal::Int(i) if d.is_unsigned_int() => e.uint_value = i as u64,
-        Literal::Int(i) => e.int_value = i,
-        Literal::UInt(u) => e.uint_value = u,
-        Literal::Bool(b) => e.int_value = b as i64,
-        Literal::Float(f) => e.int_value = f as i64,
     }
 }
