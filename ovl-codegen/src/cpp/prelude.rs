@@ -88,7 +88,7 @@ OVL_MATH2(pow) OVL_MATH2(atan2) OVL_MATH2(fmod)
 // vectorize, which made fused elementwise kernels compute-bound. These are branch-free, use
 // quiet comparisons (__builtin_isless, ...: an ordinary `<` on floats blocks if-conversion
 // without -fno-trapping-math) and follow the classic Cephes reductions: exp by n*ln2 (ln2 split
-// in two) and a degree-6 polynomial, scaled by two powers of two so that subnormal and infinite
+// in two) and a degree-6 polynomial (Horner steps as explicit FMAs), scaled by two powers of two so that subnormal and infinite
 // results come out right; tanh by an odd polynomial below 0.625 and 1 - 2/(e^2|x| + 1) above.
 // Checked against the correctly rounded values over 44 million sampled inputs: at most 1 ulp
 // apart (sigmoid, which uses exp, at most 4 ulp from the f32 formula with the C library's expf).
@@ -103,16 +103,16 @@ static inline float exp(float x) {
   xc = __builtin_isless(xc, -104.0f) ? -104.0f : xc;
   xc = __builtin_isgreater(xc, 89.0f) ? 89.0f : xc;
   float n = __builtin_rintf(xc * 1.44269504088896341f);
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
+  float r = __builtin_fmaf(n, -0.693359375f, xc);
+  r = __builtin_fmaf(n, 2.12194440e-4f, r);
   float r2 = r * r;
   float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r2 + r;
+  p = __builtin_fmaf(p, r, 1.3981999507e-3f);
+  p = __builtin_fmaf(p, r, 8.3334519073e-3f);
+  p = __builtin_fmaf(p, r, 4.1665795894e-2f);
+  p = __builtin_fmaf(p, r, 1.6666665459e-1f);
+  p = __builtin_fmaf(p, r, 5.0000001201e-1f);
+  p = __builtin_fmaf(p, r2, r);
   p = p + 1.0f;
   int32_t ni = (int32_t)n;
   int32_t half = ni / 2;  // two factors keep each in range, so results may be subnormal or inf
@@ -124,8 +124,11 @@ static inline float tanh(float x) {
   a = __builtin_isunordered(a, a) ? 0.0f : a;
   a = __builtin_isgreater(a, 10.0f) ? 10.0f : a;
   float z = a * a;
-  float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
-                  1.33314422036e-1f) * z - 3.33332819422e-1f) * z * a + a;
+  float q = __builtin_fmaf(-5.70498872745e-3f, z, 2.06390887954e-2f);
+  q = __builtin_fmaf(q, z, -5.37397155531e-2f);
+  q = __builtin_fmaf(q, z, 1.33314422036e-1f);
+  q = __builtin_fmaf(q, z, -3.33332819422e-1f);
+  float small = __builtin_fmaf(q * z, a, a);
   float e = exp(2.0f * a);
   float big = 1.0f - 2.0f / (e + 1.0f);
   float t = __builtin_isless(a, 0.625f) ? small : big;
