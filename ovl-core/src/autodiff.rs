@@ -30,7 +30,8 @@ impl GradientCall<'_> {
     /// Input `i` as a typed handle.
     ///
     /// # Panics
-    /// If the input does not exist or has another dtype: a bug in the gradient function.
+    /// If the input does not exist or has another dtype: a bug in the gradient function, which
+    /// [`backward`] reports as [`GradError::BadGradient`].
     pub fn input<T: Scalar>(&self, i: usize) -> Lazy<T> {
         typed(&self.inputs[i], self.name)
     }
@@ -255,7 +256,15 @@ pub fn backward_untyped(
             outputs,
             output_grads,
         };
-        let input_grads = gradient(&call);
+        // A gradient function that panics (say, asking for a tensor of the wrong dtype) is
+        // reported as an error of this operator's gradient, not as a panic of the caller.
+        let input_grads =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gradient(&call))).map_err(
+                |panic| GradError::BadGradient {
+                    operator: op.dag.name.clone(),
+                    message: format!("its gradient function panicked: {}", panic_message(&panic)),
+                },
+            )?;
         if input_grads.len() != op.inputs.len() {
             return Err(GradError::BadGradient {
                 operator: op.dag.name.clone(),
@@ -288,6 +297,14 @@ pub fn backward_untyped(
         }
     }
     Ok(Gradients { map })
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "(no message)".into())
 }
 
 fn op_inputs_lead(op: &crate::lazy::OperatorNode, leads: &HashSet<usize>) -> bool {

@@ -167,3 +167,44 @@ fn missing_gradients_and_bad_seeds_are_errors() {
         .to_string();
     assert!(err.contains("[3]") && err.contains("[4]"), "{err}");
 }
+
+/// `2 x`, written here without a gradient.
+#[ovl::operator]
+fn double(x: ovl::Tensor<f64>) -> ovl::Tensor<f64> {
+    use ovl::prelude::*;
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = 2.0 * x[[i]];
+    out
+}
+
+#[test]
+fn missing_or_broken_gradient_functions_are_errors() {
+    let x = Lazy::from(values(&[3], 23, -1.0, 1.0));
+    let seed = Lazy::from(values(&[3], 24, -1.0, 1.0));
+    let y = double(&x);
+    let err = ovl::backward(&[(&y, &seed)], &[&x])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`double`") && err.contains("no gradient"),
+        "{err}"
+    );
+
+    // A gradient function that asks for the wrong dtype panics inside; `backward` reports it.
+    let y = double(&x);
+    assert!(ovl::set_gradient(&y, |c| vec![Some(
+        c.input::<f32>(0).into_untyped()
+    )]));
+    assert!(
+        !ovl::set_gradient(&y, |_| vec![None]),
+        "a call has one gradient"
+    );
+    let err = ovl::backward(&[(&y, &seed)], &[&x])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`double`") && err.contains("panicked"),
+        "{err}"
+    );
+}
