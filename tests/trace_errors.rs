@@ -280,3 +280,29 @@ fn reads_output_free(x: Tensor<f32>) -> Tensor<f32> {
     out[[i]] = x[[i]];
     out
 }
+
+#[operator]
+fn break_out_of_staged_if(x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    let mut count = variable(0.0f32);
+    #[unroll]
+    for k in 0..3usize {
+        // the next line is wrong: break_out_of_staged_if
+        if x[[i]] > k as f32 {
+            break;
+        }
+        count += 1.0;
+    }
+    out[[i]] = count;
+    out
+}
+
+#[test]
+fn break_out_of_a_staged_if_in_a_trace_time_loop() {
+    expect_error(
+        evaluate(&break_out_of_staged_if(x4())),
+        "break_out_of_staged_if",
+        &["`break`", "staged `if`", "flag"],
+    );
+}

@@ -45,6 +45,10 @@ impl Condition for Var<bool> {
 #[derive(Debug)]
 pub struct IfGuard {
     cond: Cond,
+    /// Where the `if` is, for the error if its staged branch is left early.
+    at: &'static Location<'static>,
+    /// A staged branch is open: set by `then_branch`, cleared by `end`.
+    open: std::cell::Cell<bool>,
 }
 
 /// Starts an `if` statement on `c`.
@@ -52,6 +56,30 @@ pub struct IfGuard {
 pub fn cond(c: impl Condition) -> IfGuard {
     IfGuard {
         cond: c.into_cond(),
+        at: Location::caller(),
+        open: std::cell::Cell::new(false),
+    }
+}
+
+/// A staged `if` dropped without `end`: a `break`, `continue` or `return` jumped out of its
+/// branch (possible only from a trace-time loop or function; the macro rejects those jumps out
+/// of staged loops). Records the mistake and closes the branch so the IR stays well formed.
+impl Drop for IfGuard {
+    fn drop(&mut self) {
+        if !self.open.get() || std::thread::panicking() {
+            return;
+        }
+        let at = self.at;
+        state::with(|s| {
+            s.error(
+                at,
+                "a `break`, `continue` or `return` leaves this staged `if` early, but a staged \
+                 branch always runs to its end (the IR has no jumps): set a `variable(..)` flag \
+                 in the branch and test it afterwards (in a `while` condition or a following `if`)",
+            );
+            s.close_region(&[RegionKind::If, RegionKind::Else]);
+            s.push_op(ir::Op::EndIf, None, vec![]);
+        });
     }
 }
 
@@ -68,6 +96,7 @@ impl IfGuard {
                     s.push_op(ir::Op::If, None, vec![c]);
                     s.open_region(RegionKind::If);
                 });
+                self.open.set(true);
                 true
             }
         }
@@ -98,6 +127,7 @@ impl IfGuard {
                 s.push_op(ir::Op::EndIf, None, vec![]);
             });
         }
+        self.open.set(false);
     }
 }
 
