@@ -8,42 +8,9 @@
 use ndarray::Array2;
 use ovl::prelude::*;
 
-/// Splits the gate pre-activations `[B, 4H]` into four `[B, H]` tensors (i, j, f, o).
-#[operator]
-fn split_gates(z: Tensor<f32>) -> (Tensor<f32>, Tensor<f32>, Tensor<f32>, Tensor<f32>) {
-    let [b, h4] = z.dims::<2>();
-    let h = h4 / 4;
-    let p = position_in([b, h]);
-    let outs = (
-        output([b, h]),
-        output([b, h]),
-        output([b, h]),
-        output([b, h]),
-    );
-    outs.0[[p[0], p[1]]] = z[[p[0], p[1]]];
-    outs.1[[p[0], p[1]]] = z[[p[0], p[1] + h]];
-    outs.2[[p[0], p[1]]] = z[[p[0], p[1] + 2 * h]];
-    outs.3[[p[0], p[1]]] = z[[p[0], p[1] + 3 * h]];
-    outs
-}
-
-/// Elementwise logistic function.
-#[operator]
-fn sigmoid_op(x: Tensor<f32>) -> Tensor<f32> {
-    let p = position_in(x.shape());
-    let out = output_like(&x);
-    out[[p[0], p[1]]] = sigmoid(x[[p[0], p[1]]]);
-    out
-}
-
-/// Elementwise hyperbolic tangent.
-#[operator]
-fn tanh_op(x: Tensor<f32>) -> Tensor<f32> {
-    let p = position_in(x.shape());
-    let out = output_like(&x);
-    out[[p[0], p[1]]] = tanh(x[[p[0], p[1]]]);
-    out
-}
+#[path = "../tests/support/lstm_small_ops.rs"]
+mod lstm_small_ops;
+use lstm_small_ops::{sigmoid_op, split_gates, tanh_op};
 
 fn main() -> Result<(), ovl::Error> {
     let (b, h) = (2, 3);

@@ -537,48 +537,9 @@ fn arithmetic_on_mismatched_shapes_is_an_error() {
 
 // ---------------------------------------------------------------- the LSTM cell
 
-/// Splits the gate pre-activations `[B, 4H]` into four `[B, H]` tensors (i, j, f, o).
-#[operator]
-fn split_gates(z: Tensor<f32>) -> (Tensor<f32>, Tensor<f32>, Tensor<f32>, Tensor<f32>) {
-    let [b, h4] = z.dims::<2>();
-    let h = h4 / 4;
-    let p = position_in([b, h]);
-    let outs = (
-        output([b, h]),
-        output([b, h]),
-        output([b, h]),
-        output([b, h]),
-    );
-    outs.0[[p[0], p[1]]] = z[[p[0], p[1]]];
-    outs.1[[p[0], p[1]]] = z[[p[0], p[1] + h]];
-    outs.2[[p[0], p[1]]] = z[[p[0], p[1] + 2 * h]];
-    outs.3[[p[0], p[1]]] = z[[p[0], p[1] + 3 * h]];
-    outs
-}
-
-#[operator]
-fn sigmoid_op(x: Tensor<f32>) -> Tensor<f32> {
-    let p = position_in(x.shape());
-    let out = output_like(&x);
-    out[[p[0], p[1]]] = sigmoid(x[[p[0], p[1]]]);
-    out
-}
-
-#[operator]
-fn tanh_op(x: Tensor<f32>) -> Tensor<f32> {
-    let p = position_in(x.shape());
-    let out = output_like(&x);
-    out[[p[0], p[1]]] = tanh(x[[p[0], p[1]]]);
-    out
-}
-
-/// The LSTM cell's nonlinearity: new cell state and new hidden state.
-fn lstm_cell(z: &Lazy<f32>, c: &Lazy<f32>, forget_bias: f32) -> (Lazy<f32>, Lazy<f32>) {
-    let (i, j, f, o) = split_gates(z);
-    let new_c = c * &sigmoid_op(&f + forget_bias) + sigmoid_op(&i) * tanh_op(&j);
-    let new_h = tanh_op(&new_c) * sigmoid_op(&o);
-    (new_c, new_h)
-}
+#[path = "support/lstm_small_ops.rs"]
+mod lstm_small_ops;
+use lstm_small_ops::lstm_cell;
 
 #[test]
 fn lstm_cell_fuses_into_one_kernel() {
