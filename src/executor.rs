@@ -107,7 +107,9 @@ pub(crate) fn run_into(
 
     let mut results: Vec<Vec<Option<HostTensor>>> = Vec::with_capacity(n);
     for (i, op) in dag.operators.iter().enumerate() {
-        let written = ovl_core::analysis::written_everywhere(op);
+        // Which outputs every run writes in full: needed only for a caller's buffer, so worked
+        // out at most once per operator and only when one is given.
+        let mut written: Option<Vec<bool>> = None;
         let mut outputs = Vec::with_capacity(op.outputs.len());
         for (j, t) in op.outputs.iter().enumerate() {
             let (dtype, shape) = tensor_type(t)?;
@@ -122,6 +124,8 @@ pub(crate) fn run_into(
                         )));
                     }
                     // Elements no worker writes must read as zero, as in a fresh output.
+                    let written =
+                        written.get_or_insert_with(|| ovl_core::analysis::written_everywhere(op));
                     if !written.get(j).copied().unwrap_or(false) {
                         b.fill_zero();
                     }
