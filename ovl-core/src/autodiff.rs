@@ -156,8 +156,13 @@ impl Gradients {
 /// A tensor's identity: its node and output number.
 type Key = (usize, usize);
 
+/// A node's identity while the graph is alive: its address.
+fn node_id(node: &Arc<Node>) -> usize {
+    Arc::as_ptr(node) as *const u8 as usize
+}
+
 fn key(t: &LazyTensor) -> Key {
-    (Arc::as_ptr(&t.node) as *const u8 as usize, t.output)
+    (node_id(&t.node), t.output)
 }
 
 /// Builds the gradients of `wrt` from `seeds`: pairs of (output, gradient of the loss with
@@ -187,21 +192,12 @@ pub fn backward_untyped(
         visit(&y.node, &mut seen, &mut order);
     }
     // Which nodes lead to a tensor we differentiate with respect to.
-    let targets: HashSet<usize> = wrt
-        .iter()
-        .map(|x| Arc::as_ptr(&x.node) as *const u8 as usize)
-        .collect();
+    let targets: HashSet<usize> = wrt.iter().map(|x| node_id(&x.node)).collect();
     let mut leads: HashSet<usize> = HashSet::new();
     for node in &order {
-        let id = Arc::as_ptr(node) as *const u8 as usize;
+        let id = node_id(node);
         let reaches = targets.contains(&id)
-            || match &**node {
-                Node::Operator(op) => op
-                    .inputs
-                    .iter()
-                    .any(|i| leads.contains(&(Arc::as_ptr(&i.node) as *const u8 as usize))),
-                _ => false,
-            };
+            || matches!(&**node, Node::Operator(op) if op_inputs_lead(op, &leads));
         if reaches {
             leads.insert(id);
         }
@@ -224,7 +220,7 @@ pub fn backward_untyped(
         let Node::Operator(op) = &**node else {
             continue;
         };
-        let id = Arc::as_ptr(node) as *const u8 as usize;
+        let id = node_id(node);
         if !leads.contains(&id) || targets.contains(&id) && !op_inputs_lead(op, &leads) {
             continue;
         }
@@ -308,16 +304,14 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 fn op_inputs_lead(op: &crate::lazy::OperatorNode, leads: &HashSet<usize>) -> bool {
-    op.inputs
-        .iter()
-        .any(|i| leads.contains(&(Arc::as_ptr(&i.node) as *const u8 as usize)))
+    op.inputs.iter().any(|i| leads.contains(&node_id(&i.node)))
 }
 
 fn visit(node: &Arc<Node>, seen: &mut HashSet<usize>, order: &mut Vec<Arc<Node>>) {
     // Iterative post-order: deep graphs (long recurrences) must not overflow the stack.
     let mut stack: Vec<(Arc<Node>, bool)> = vec![(node.clone(), false)];
     while let Some((n, expanded)) = stack.pop() {
-        let id = Arc::as_ptr(&n) as *const u8 as usize;
+        let id = node_id(&n);
         if expanded {
             order.push(n);
             continue;
@@ -328,7 +322,7 @@ fn visit(node: &Arc<Node>, seen: &mut HashSet<usize>, order: &mut Vec<Arc<Node>>
         stack.push((n.clone(), true));
         if let Node::Operator(op) = &*n {
             for input in op.inputs.iter().rev() {
-                let child = Arc::as_ptr(&input.node) as *const u8 as usize;
+                let child = node_id(&input.node);
                 if !seen.contains(&child) {
                     stack.push((input.node.clone(), false));
                 }
