@@ -116,175 +116,100 @@ fn inputs_f64() -> Vec<f64> {
     v
 }
 
-pub fn unary_f64(options: &Options) {
-    let xs = inputs_f64();
-    let outs = unary_all(Array1::from(xs.clone()));
-    let got = ovl::evaluate_with(&outs[..], options).unwrap_or_else(|e| panic!("{e}"));
-    let reference: [fn(f64) -> f64; 23] = [
-        f64::sqrt,
-        |x| 1.0 / x.sqrt(),
-        f64::exp,
-        f64::exp2,
-        f64::exp_m1,
-        f64::ln,
-        f64::log2,
-        f64::log10,
-        f64::ln_1p,
-        f64::sin,
-        f64::cos,
-        f64::tan,
-        f64::asin,
-        f64::acos,
-        f64::atan,
-        f64::sinh,
-        f64::cosh,
-        f64::tanh,
-        |x| 1.0 / (1.0 + (-x).exp()),
-        libm::erf,
-        f64::ceil,
-        f64::floor,
-        f64::round,
-    ];
-    for (f, name) in UNARY.iter().enumerate() {
-        for (i, &x) in xs.iter().enumerate() {
-            let (g, e) = (got[f][[i]], reference[f](x));
-            assert!(
-                close_f64(g, e, 4),
-                "{name}({x:e}) as f64: got {g:e}, expected {e:e}"
-            );
+/// The unary and binary math checks of one float type against Rust's own functions (and libm's
+/// `erf`): the f32 and f64 versions differ only in their types.
+macro_rules! float_math_checks {
+    ($t:ident, $close:ident, $erf:path, $unary:ident, $binary:ident) => {
+        pub fn $unary(options: &Options) {
+            let xs: Vec<$t> = inputs_f64().into_iter().map(|x| x as $t).collect();
+            let outs = unary_all(Array1::from(xs.clone()));
+            let got = ovl::evaluate_with(&outs[..], options).unwrap_or_else(|e| panic!("{e}"));
+            let reference: [fn($t) -> $t; 23] = [
+                $t::sqrt,
+                |x| 1.0 / x.sqrt(),
+                $t::exp,
+                $t::exp2,
+                $t::exp_m1,
+                $t::ln,
+                $t::log2,
+                $t::log10,
+                $t::ln_1p,
+                $t::sin,
+                $t::cos,
+                $t::tan,
+                $t::asin,
+                $t::acos,
+                $t::atan,
+                $t::sinh,
+                $t::cosh,
+                $t::tanh,
+                |x| 1.0 / (1.0 + (-x).exp()),
+                $erf,
+                $t::ceil,
+                $t::floor,
+                $t::round,
+            ];
+            for (f, name) in UNARY.iter().enumerate() {
+                for (i, &x) in xs.iter().enumerate() {
+                    let (g, e) = (got[f][[i]], reference[f](x));
+                    assert!(
+                        $close(g, e, 4),
+                        "{name}({x:e}) as {}: got {g:e}, expected {e:e}",
+                        stringify!($t)
+                    );
+                }
+            }
         }
-    }
+
+        pub fn $binary(options: &Options) {
+            let base = [
+                0.0 as $t,
+                -0.0,
+                0.5,
+                -2.0,
+                3.0,
+                1e10,
+                $t::INFINITY,
+                $t::NEG_INFINITY,
+                $t::NAN,
+                7.25,
+            ];
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for &x in &base {
+                for &y in &base {
+                    a.push(x);
+                    b.push(y);
+                }
+            }
+            let o = binary_all(Array1::from(a.clone()), Array1::from(b.clone()));
+            let r = ovl::evaluate_with((&o.0, &o.1, &o.2, &o.3, &o.4, &o.5), options).unwrap();
+            for i in 0..a.len() {
+                let (x, y) = (a[i], b[i]);
+                assert!(
+                    $close(r.0[[i]], x.powf(y), 2),
+                    "pow({x}, {y}) = {}",
+                    r.0[[i]]
+                );
+                assert!(
+                    $close(r.1[[i]], x.atan2(y), 2),
+                    "atan2({x}, {y}) = {}",
+                    r.1[[i]]
+                );
+                assert!(
+                    $close(r.2[[i]], x.mul_add(y, 0.5), 0),
+                    "fma({x}, {y}, 0.5) = {}",
+                    r.2[[i]]
+                );
+                assert_eq!(r.3[[i]], x.is_infinite(), "isinf({x})");
+                assert_eq!(r.4[[i]], x.is_finite(), "isfinite({x})");
+                assert_eq!(r.5[[i]], x.is_nan(), "isnan({x})");
+            }
+        }
+    };
 }
 
-pub fn unary_f32(options: &Options) {
-    let xs: Vec<f32> = inputs_f64().into_iter().map(|x| x as f32).collect();
-    let outs = unary_all(Array1::from(xs.clone()));
-    let got = ovl::evaluate_with(&outs[..], options).unwrap_or_else(|e| panic!("{e}"));
-    let reference: [fn(f32) -> f32; 23] = [
-        f32::sqrt,
-        |x| 1.0 / x.sqrt(),
-        f32::exp,
-        f32::exp2,
-        f32::exp_m1,
-        f32::ln,
-        f32::log2,
-        f32::log10,
-        f32::ln_1p,
-        f32::sin,
-        f32::cos,
-        f32::tan,
-        f32::asin,
-        f32::acos,
-        f32::atan,
-        f32::sinh,
-        f32::cosh,
-        f32::tanh,
-        |x| 1.0 / (1.0 + (-x).exp()),
-        libm::erff,
-        f32::ceil,
-        f32::floor,
-        f32::round,
-    ];
-    for (f, name) in UNARY.iter().enumerate() {
-        for (i, &x) in xs.iter().enumerate() {
-            let (g, e) = (got[f][[i]], reference[f](x));
-            assert!(
-                close_f32(g, e, 4),
-                "{name}({x:e}) as f32: got {g:e}, expected {e:e}"
-            );
-        }
-    }
-}
-
-pub fn binary_f64(options: &Options) {
-    let base = [
-        0.0,
-        -0.0,
-        0.5,
-        -2.0,
-        3.0,
-        1e10,
-        f64::INFINITY,
-        f64::NEG_INFINITY,
-        f64::NAN,
-        7.25,
-    ];
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for &x in &base {
-        for &y in &base {
-            a.push(x);
-            b.push(y);
-        }
-    }
-    let o = binary_all(Array1::from(a.clone()), Array1::from(b.clone()));
-    let r = ovl::evaluate_with((&o.0, &o.1, &o.2, &o.3, &o.4, &o.5), options).unwrap();
-    for i in 0..a.len() {
-        let (x, y) = (a[i], b[i]);
-        assert!(
-            close_f64(r.0[[i]], x.powf(y), 2),
-            "pow({x}, {y}) = {}",
-            r.0[[i]]
-        );
-        assert!(
-            close_f64(r.1[[i]], x.atan2(y), 2),
-            "atan2({x}, {y}) = {}",
-            r.1[[i]]
-        );
-        assert!(
-            close_f64(r.2[[i]], x.mul_add(y, 0.5), 0),
-            "fma({x}, {y}, 0.5) = {}",
-            r.2[[i]]
-        );
-        assert_eq!(r.3[[i]], x.is_infinite(), "isinf({x})");
-        assert_eq!(r.4[[i]], x.is_finite(), "isfinite({x})");
-        assert_eq!(r.5[[i]], x.is_nan(), "isnan({x})");
-    }
-}
-
-pub fn binary_f32(options: &Options) {
-    let base = [
-        0.0f32,
-        -0.0,
-        0.5,
-        -2.0,
-        3.0,
-        1e10,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        f32::NAN,
-        7.25,
-    ];
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for &x in &base {
-        for &y in &base {
-            a.push(x);
-            b.push(y);
-        }
-    }
-    let o = binary_all(Array1::from(a.clone()), Array1::from(b.clone()));
-    let r = ovl::evaluate_with((&o.0, &o.1, &o.2, &o.3, &o.4, &o.5), options).unwrap();
-    for i in 0..a.len() {
-        let (x, y) = (a[i], b[i]);
-        assert!(
-            close_f32(r.0[[i]], x.powf(y), 2),
-            "pow({x}, {y}) = {}",
-            r.0[[i]]
-        );
-        assert!(
-            close_f32(r.1[[i]], x.atan2(y), 2),
-            "atan2({x}, {y}) = {}",
-            r.1[[i]]
-        );
-        assert!(
-            close_f32(r.2[[i]], x.mul_add(y, 0.5), 0),
-            "fma({x}, {y}, 0.5) = {}",
-            r.2[[i]]
-        );
-        assert_eq!(r.3[[i]], x.is_infinite(), "isinf({x})");
-        assert_eq!(r.4[[i]], x.is_finite(), "isfinite({x})");
-        assert_eq!(r.5[[i]], x.is_nan(), "isnan({x})");
-    }
-}
+float_math_checks!(f64, close_f64, libm::erf, unary_f64, binary_f64);
+float_math_checks!(f32, close_f32, libm::erff, unary_f32, binary_f32);
 
 /// `min_value`, `max_value` and `epsilon` are trace-time constants of each dtype.
 #[operator]
