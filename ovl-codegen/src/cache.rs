@@ -97,6 +97,12 @@ fn memory() -> &'static Mutex<HashMap<MemoryKey, Arc<CompiledOperator>>> {
     M.get_or_init(Default::default)
 }
 
+/// SHA-256 of the C++ prelude, computed once: the key is looked up on every evaluation.
+fn prelude_digest() -> &'static [u8] {
+    static DIGEST: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    DIGEST.get_or_init(|| Sha256::digest(crate::cpp::PRELUDE.as_bytes()).to_vec())
+}
+
 /// The cache key of an operator for a toolchain: 32 hex digits of SHA-256 over the operator's
 /// canonical hash ([`ovl_core::hash::canonical_hash`]), the codegen and ABI versions, the text of
 /// the C++ prelude (so that a change to it can never reuse a stale library), and the toolchain
@@ -108,7 +114,7 @@ pub(crate) fn cache_key(dag: &ir::ExpressionDag, toolchain: &Toolchain) -> Strin
     h.update(crate::CODEGEN_VERSION.as_bytes());
     h.update([0]);
     h.update(crate::abi::ABI_VERSION.to_le_bytes());
-    h.update(crate::cpp::PRELUDE.as_bytes());
+    h.update(prelude_digest());
     h.update(digest.0);
     h.update(toolchain.fingerprint);
     let out = h.finalize();
