@@ -1,5 +1,7 @@
-//! The C++ backend's own f32 `exp` and `tanh` (vectorizable, see `ovl-codegen/src/cpp/prelude.rs`)
-//! against the correctly rounded values, over a dense sweep of the f32 line: at most 1 ulp.
+//! The C++ backend's own f32 `exp`, `tanh` and `sigmoid` (vectorizable, see
+//! `ovl-codegen/src/cpp/prelude.rs`) over a dense sweep of the f32 line: `exp` at most 1 ulp and
+//! `tanh` (a rational approximation) at most 6 ulp from the correctly rounded values, `sigmoid` at
+//! most 4 ulp from the f32 formula.
 //! The conformance suite checks every math function on edge values; this checks these two
 //! everywhere in between.
 
@@ -35,7 +37,7 @@ fn ulps(a: f32, b: f32) -> u64 {
 }
 
 #[test]
-fn exp_tanh_and_sigmoid_within_an_ulp_or_so() {
+fn exp_tanh_and_sigmoid_within_their_documented_bounds() {
     // Every 4099th bit pattern: about a million values of both signs, every exponent,
     // subnormals, infinities and NaNs.
     let xs: Vec<f32> = (0..=u32::MAX).step_by(4099).map(f32::from_bits).collect();
@@ -66,7 +68,7 @@ fn exp_tanh_and_sigmoid_within_an_ulp_or_so() {
         worst[0].1
     );
     assert!(
-        worst[1].0 <= 1,
+        worst[1].0 <= 6,
         "tanh: {} ulp at {:e}",
         worst[1].0,
         worst[1].1
