@@ -1,7 +1,10 @@
 //! The LSTM-cell benchmark, OVL side (the paper's section 3 experiment): the cell's
 //! nonlinearity forward, and forward + backward, as stdlib operators unfused (opt level 0) and
 //! fused automatically (opt level 3), and as hand-fused operators, at the paper's sizes and a
-//! bandwidth-bound one, with a triad bandwidth measured in the same run.
+//! bandwidth-bound one, with a triad bandwidth measured in the same run. The unfused, fused and
+//! hand-fused variants record the graph again at every call and go through
+//! `ovl::evaluate_into_all`, as a training step that rebuilds its graph does; the "compiled once"
+//! variants record it once on placeholders (`ovl::compile`) and only feed and run per call.
 //!
 //! `cargo bench --bench lstm -- [--quick] [--out DIR]` prints a table and writes `DIR/ovl.json`
 //! (default `target/lstm-bench`), and, for the TensorFlow side, `DIR/bundles/lstm_BxH.json`:
@@ -87,21 +90,42 @@ enum Variant {
     Unfused,
     Fused,
     HandFused,
+    /// The fused cell recorded once on placeholders (`ovl::compile`), run with new data.
+    FusedCompiled,
+    /// The hand-fused operators, likewise.
+    HandFusedCompiled,
 }
 
 impl Variant {
+    const ALL: [Variant; 5] = [
+        Variant::Unfused,
+        Variant::Fused,
+        Variant::HandFused,
+        Variant::FusedCompiled,
+        Variant::HandFusedCompiled,
+    ];
     fn name(self) -> &'static str {
         match self {
             Variant::Unfused => "ovl unfused (opt 0)",
             Variant::Fused => "ovl fused automatically (opt 3)",
             Variant::HandFused => "ovl hand-fused",
+            Variant::FusedCompiled => "ovl fused, compiled once",
+            Variant::HandFusedCompiled => "ovl hand-fused, compiled once",
         }
     }
     fn options(self) -> Options {
         match self {
-            Variant::Unfused | Variant::HandFused => Options::cpu().with_opt_level(0),
-            Variant::Fused => Options::cpu(),
+            Variant::Unfused | Variant::HandFused | Variant::HandFusedCompiled => {
+                Options::cpu().with_opt_level(0)
+            }
+            Variant::Fused | Variant::FusedCompiled => Options::cpu(),
         }
+    }
+    fn compiled(self) -> bool {
+        matches!(self, Variant::FusedCompiled | Variant::HandFusedCompiled)
+    }
+    fn hand_fused(self) -> bool {
+        matches!(self, Variant::HandFused | Variant::HandFusedCompiled)
     }
 }
 
@@ -125,7 +149,7 @@ fn values(shape: (usize, usize), seed: u64) -> Array2<f32> {
 /// The handles to evaluate for one call: the forward outputs, then (with `backward`) the
 /// gradients of `z` and `c`.
 fn outputs(v: Variant, x: &Inputs, backward: bool) -> Vec<Lazy<f32>> {
-    if v == Variant::HandFused {
+    if v.hand_fused() {
         let (nc, nh) = lstm_forward(&x.z, &x.c, FORGET_BIAS);
         if !backward {
             return vec![nc, nh];
@@ -151,6 +175,9 @@ struct Measured {
 }
 
 fn measure(v: Variant, x: &Inputs, backward: bool, reps: usize) -> Result<Measured, ovl::Error> {
+    if v.compiled() {
+        return measure_compiled(v, x, backward, reps);
+    }
     let options = v.options();
     let handles = outputs(v, x, backward);
     let refs: Vec<&Lazy<f32>> = handles.iter().collect();
@@ -175,6 +202,45 @@ fn measure(v: Variant, x: &Inputs, backward: bool, reps: usize) -> Result<Measur
     times.sort();
     Ok(Measured {
         kernels: profile.kernel_count(),
+        best: times[0],
+        median: times[times.len() / 2],
+    })
+}
+
+/// [`measure`] for a graph recorded once on placeholders and compiled (`ovl::compile`): each
+/// call only feeds the inputs and runs the kernels.
+fn measure_compiled(
+    v: Variant,
+    x: &Inputs,
+    backward: bool,
+    reps: usize,
+) -> Result<Measured, ovl::Error> {
+    let shape = |t: &Lazy<f32>| t.shape().to_vec();
+    let p = Inputs {
+        z: ovl::placeholder::<f32>("z", &shape(&x.z)),
+        c: ovl::placeholder::<f32>("c", &shape(&x.c)),
+        dc: ovl::placeholder::<f32>("dc", &shape(&x.dc)),
+        dh: ovl::placeholder::<f32>("dh", &shape(&x.dh)),
+    };
+    let handles = outputs(v, &p, backward);
+    let step = ovl::compile((&p.z, &p.c, &p.dc, &p.dh), handles.as_slice(), &v.options())?;
+    let mut dests: Vec<ArrayD<f32>> = handles
+        .iter()
+        .map(|h| ArrayD::zeros(IxDyn(h.shape())))
+        .collect();
+    let feeds = (&x.z, &x.c, &x.dc, &x.dh);
+    for _ in 0..2 {
+        step.run_into(feeds, &mut dests)?;
+    }
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = Instant::now();
+        step.run_into(feeds, &mut dests)?;
+        times.push(start.elapsed());
+    }
+    times.sort();
+    Ok(Measured {
+        kernels: step.kernel_count(),
         best: times[0],
         median: times[times.len() / 2],
     })
@@ -244,7 +310,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             let bytes = (b * h * if backward { 56 } else { 28 }) as f64;
             let reps = if b * h > 1 << 20 { reps.min(10) } else { reps };
-            for v in [Variant::Unfused, Variant::Fused, Variant::HandFused] {
+            for v in Variant::ALL {
                 let m = measure(v, &x, backward, reps)?;
                 let gbps = bytes / m.best.as_secs_f64() / 1e9;
                 println!(

@@ -41,6 +41,10 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// Compiling a graph with [`crate::compile`], or feeding the compiled graph, failed (what
+    /// was wrong with its placeholders or their data).
+    #[error("compiled graph: {0}")]
+    Compiled(String),
     /// Writing an exported bundle failed.
     #[error("cannot write the bundle {path}: {source}")]
     Io {

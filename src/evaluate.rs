@@ -371,6 +371,18 @@ pub fn evaluate_into_all<T: Scalar>(
     let graph = ovl_core::lazy::build_graph(&tensors)?;
     let graph = executor::fuse(graph, options)?;
     let kernels = executor::prepare(&graph, options)?;
+    run_into_arrays(&graph, &[], &kernels, options, dests)
+}
+
+/// Runs a prepared graph, writing its requested outputs into `dests` (moved in and out, no
+/// copy). On an error the arrays keep their shapes, with unspecified contents.
+pub(crate) fn run_into_arrays<T: Scalar>(
+    graph: &ovl_core::lazy::Graph,
+    fed: &[Option<&HostTensor>],
+    kernels: &[executor::Kernel],
+    options: &Options,
+    dests: &mut [ArrayD<T>],
+) -> Result<(), Error> {
     if dests.iter().any(|d| !d.is_standard_layout()) {
         return Err(not_row_major());
     }
@@ -388,7 +400,7 @@ pub fn evaluate_into_all<T: Scalar>(
             }
         }
     }
-    let result = executor::run_into(&graph, &kernels, options, None, buffers);
+    let result = executor::run_into(graph, fed, kernels, options, None, buffers);
     match result {
         Ok(results) => {
             let mut results = results.into_iter();

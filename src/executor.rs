@@ -72,13 +72,15 @@ pub(crate) fn run(
     options: &Options,
     timings: Option<&mut Vec<Duration>>,
 ) -> Result<Vec<HostTensor>, Error> {
-    run_into(graph, kernels, options, timings, Vec::new())
+    run_into(graph, &[], kernels, options, timings, Vec::new())
 }
 
 /// [`run`], writing requested output `k` into `provided[k]` when that buffer is given (it must
-/// have the output's dtype and shape). The buffers come back in the result, in place.
+/// have the output's dtype and shape). The buffers come back in the result, in place. Graph
+/// input `i` reads `fed[i]` when that is given (data for a placeholder), else the graph's own.
 pub(crate) fn run_into(
     graph: &Graph,
+    fed: &[Option<&HostTensor>],
     kernels: &[Kernel],
     options: &Options,
     mut timings: Option<&mut Vec<Duration>>,
@@ -138,7 +140,7 @@ pub(crate) fn run_into(
             let inputs = dag.operator_inputs[i]
                 .inputs
                 .iter()
-                .map(|v| lookup(graph, &results, v))
+                .map(|v| lookup(graph, fed, &results, v))
                 .collect::<Result<Vec<&HostTensor>, _>>()?;
             let start = Instant::now();
             // A GPU kernel's own time (CUDA events) replaces the host's wall clock.
@@ -176,7 +178,7 @@ pub(crate) fn run_into(
         };
         requested.push(match taken {
             Some(t) => t,
-            None => lookup(graph, &results, out)?.clone(),
+            None => lookup(graph, fed, &results, out)?.clone(),
         });
     }
     Ok(requested)
@@ -205,17 +207,23 @@ fn take_provided(
 
 fn lookup<'a>(
     graph: &'a Graph,
+    fed: &[Option<&'a HostTensor>],
     results: &'a [Vec<Option<HostTensor>>],
     v: &ir::ValueRef,
 ) -> Result<&'a HostTensor, Error> {
     match &v.source {
-        Some(Source::GraphInput(i)) => match graph.inputs.get(*i as usize) {
-            Some(ovl_core::GraphInput::Host(t)) => Ok(&**t),
-            Some(ovl_core::GraphInput::Placeholder { name, .. }) => {
-                Err(Error::Placeholder { name: name.clone() })
+        Some(Source::GraphInput(i)) => {
+            if let Some(t) = fed.get(*i as usize).copied().flatten() {
+                return Ok(t);
             }
-            None => Err(Error::Internal(format!("graph input {i} does not exist"))),
-        },
+            match graph.inputs.get(*i as usize) {
+                Some(ovl_core::GraphInput::Host(t)) => Ok(&**t),
+                Some(ovl_core::GraphInput::Placeholder { name, .. }) => {
+                    Err(Error::Placeholder { name: name.clone() })
+                }
+                None => Err(Error::Internal(format!("graph input {i} does not exist"))),
+            }
+        }
         Some(Source::OpOutput(o)) => results
             .get(o.operator as usize)
             .and_then(|outs| outs.get(o.output as usize))

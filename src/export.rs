@@ -188,6 +188,37 @@ fn fuse_for_export(graph: Graph, options: &Options) -> Result<Graph, Error> {
     executor::fuse(graph, options)
 }
 
+/// Checks that `inputs` are distinct placeholders and finds the graph input each one feeds
+/// (`None`: the outputs do not read it). Every placeholder the graph reads must be among them.
+pub(crate) fn feed_slots(
+    inputs: &[LazyTensor],
+    graph: &Graph,
+) -> Result<Vec<Option<usize>>, String> {
+    let mut ids = Vec::with_capacity(inputs.len());
+    for (k, t) in inputs.iter().enumerate() {
+        let p = t.placeholder_node().ok_or_else(|| {
+            format!(
+                "input {k} ({}) is not a placeholder; create the inputs with `ovl::placeholder`",
+                type_name(t)
+            )
+        })?;
+        if ids.contains(&p.id) {
+            return Err(format!("placeholder `{}` is listed twice", p.name));
+        }
+        ids.push(p.id);
+    }
+    let mut slots = vec![None; inputs.len()];
+    for (i, input) in graph.inputs.iter().enumerate() {
+        if let GraphInput::Placeholder { id, name } = input {
+            let k = ids.iter().position(|f| f == id).ok_or_else(|| {
+                format!("the outputs depend on placeholder `{name}`, which is not among the inputs")
+            })?;
+            slots[k] = Some(i);
+        }
+    }
+    Ok(slots)
+}
+
 fn build_program(
     name: &str,
     inputs: &[LazyTensor],
@@ -201,48 +232,29 @@ fn build_program(
     if outputs.is_empty() {
         return Err(err("there is no output to export".into()));
     }
-    let mut feed_ids = Vec::with_capacity(inputs.len());
-    for (k, t) in inputs.iter().enumerate() {
-        let p = t.placeholder_node().ok_or_else(|| {
-            err(format!(
-                "input {k} ({}) is not a placeholder; create the inputs with `ovl::placeholder`",
-                type_name(t)
-            ))
-        })?;
-        if feed_ids.contains(&p.id) {
-            return Err(err(format!("placeholder `{}` is listed twice", p.name)));
-        }
-        feed_ids.push(p.id);
-    }
     let graph = ovl_core::lazy::build_graph(&outputs.iter().collect::<Vec<_>>())?;
     let graph = fuse_for_export(graph, options)?;
+    let slots = feed_slots(inputs, &graph).map_err(err)?;
 
-    let mut feeds: Vec<ir::ProgramFeed> = inputs
+    let feeds: Vec<ir::ProgramFeed> = inputs
         .iter()
-        .map(|t| ir::ProgramFeed {
+        .zip(&slots)
+        .map(|(t, slot)| ir::ProgramFeed {
             name: t
                 .placeholder_node()
                 .map(|p| p.name.clone())
                 .unwrap_or_default(),
             r#type: Some(tensor_type(t.dtype, &t.shape)),
-            graph_input: None,
+            graph_input: slot.map(|i| i as u32),
         })
         .collect();
     let mut constants = Vec::new();
     for (i, input) in graph.inputs.iter().enumerate() {
-        match input {
-            GraphInput::Placeholder { id, name: p } => {
-                let k = feed_ids.iter().position(|f| f == id).ok_or_else(|| {
-                    err(format!(
-                        "the outputs depend on placeholder `{p}`, which is not among the inputs"
-                    ))
-                })?;
-                feeds[k].graph_input = Some(i as u32);
-            }
-            GraphInput::Host(h) => constants.push(ir::ProgramConstant {
+        if let GraphInput::Host(h) = input {
+            constants.push(ir::ProgramConstant {
                 graph_input: i as u32,
                 data: constant_bytes(h).map_err(err)?,
-            }),
+            });
         }
     }
     let program = ir::Program {

@@ -78,12 +78,14 @@
 //! assert!(err.to_string().contains("needs a matrix, got shape [2]"));
 //! ```
 
+mod compiled;
 mod error;
 mod evaluate;
 mod executor;
 pub mod export;
 mod fusion;
 
+pub use compiled::{compile, Compiled};
 pub use error::Error;
 pub use evaluate::{
     evaluate, evaluate_into, evaluate_into_all, evaluate_with, profile, Evaluate, OperatorProfile,

@@ -1,0 +1,163 @@
+//! `ovl::compile`: a graph on placeholders fused and compiled once, run with new data each call.
+
+#[path = "support/lstm_small_ops.rs"]
+mod lstm_small_ops;
+
+use ndarray::{Array, Array2, ArrayD, IxDyn};
+use ovl::prelude::*;
+
+#[operator]
+fn axpy(a: Tensor<f32>, x: Tensor<f32>, y: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = a[[0]] * x[[i]] + y[[i]];
+    out
+}
+
+#[operator]
+fn negate_i32(x: Tensor<i32>) -> Tensor<i32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = -x[[i]];
+    out
+}
+
+fn values(shape: (usize, usize), seed: u64) -> Array2<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    Array::from_shape_simple_fn(shape, || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        ((s >> 11) as f64 / (1u64 << 53) as f64 * 6.0 - 3.0) as f32
+    })
+}
+
+fn cpu() -> Options {
+    Options::cpu()
+}
+
+/// The plain-Rust LSTM cell nonlinearity (forget bias 1).
+fn lstm_reference(z: &Array2<f32>, c: &Array2<f32>) -> (Array2<f32>, Array2<f32>) {
+    let (b, h) = c.dim();
+    let sig = |x: f32| 1.0 / (1.0 + (-x).exp());
+    let mut nc = Array2::zeros((b, h));
+    let mut nh = Array2::zeros((b, h));
+    for r in 0..b {
+        for k in 0..h {
+            let i = sig(z[[r, k]]);
+            let j = z[[r, k + h]].tanh();
+            let f = sig(z[[r, k + 2 * h]] + 1.0);
+            let o = sig(z[[r, k + 3 * h]]);
+            nc[[r, k]] = c[[r, k]] * f + i * j;
+            nh[[r, k]] = nc[[r, k]].tanh() * o;
+        }
+    }
+    (nc, nh)
+}
+
+#[test]
+fn a_fused_lstm_cell_runs_again_with_new_data() {
+    let (b, h) = (3, 40);
+    let z = ovl::placeholder::<f32>("z", &[b, 4 * h]);
+    let c = ovl::placeholder::<f32>("c", &[b, h]);
+    let (nc, nh) = lstm_small_ops::lstm_cell(&z, &c, 1.0);
+    let step = ovl::compile((&z, &c), (&nc, &nh), &cpu()).unwrap();
+    assert_eq!(step.kernel_count(), 1, "the cell fuses into one kernel");
+    let mut dests = vec![ArrayD::<f32>::zeros(IxDyn(&[b, h])); 2];
+    for seed in 0..3 {
+        let (zv, cv) = (
+            values((b, 4 * h), 2 * seed + 1),
+            values((b, h), 2 * seed + 2),
+        );
+        step.run_into(
+            (&Lazy::from(zv.clone()), &Lazy::from(cv.clone())),
+            &mut dests,
+        )
+        .unwrap();
+        let (want_c, want_h) = lstm_reference(&zv, &cv);
+        for (got, want) in dests.iter().zip([want_c, want_h]) {
+            for (g, w) in got.iter().zip(want.iter()) {
+                assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{g} vs {w}");
+            }
+        }
+    }
+}
+
+#[test]
+fn host_data_is_kept_and_an_unread_placeholder_is_allowed() {
+    let x = ovl::placeholder::<f32>("x", &[3]);
+    let y = ovl::placeholder::<f32>("y", &[3]);
+    let unused = ovl::placeholder::<i32>("unused", &[5]);
+    let a = Lazy::from(ndarray::array![-1.5f32]);
+    let step = ovl::compile((&x, &unused, &y), axpy(&a, &x, &y), &cpu()).unwrap();
+    let mut out = vec![ArrayD::<f32>::zeros(IxDyn(&[3]))];
+    let xv = Lazy::from(ndarray::array![1.0f32, 2.0, 4.0]);
+    let uv = Lazy::from(ndarray::Array1::<i32>::zeros(5));
+    let yv = Lazy::from(ndarray::array![0.5f32, 0.0, -1.0]);
+    step.run_into((&xv, &uv, &yv), &mut out).unwrap();
+    assert_eq!(out[0], ndarray::array![-1.0f32, -3.0, -7.0].into_dyn());
+}
+
+fn compile_error(result: Result<ovl::Compiled, ovl::Error>) -> String {
+    match result {
+        Ok(_) => panic!("compiling should fail"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn compiling_reports_bad_inputs() {
+    let x = ovl::placeholder::<f32>("x", &[3]);
+    let y = ovl::placeholder::<f32>("y", &[3]);
+    let a = Lazy::from(ndarray::array![2.0f32]);
+    let out = axpy(&a, &x, &y);
+    let e = compile_error(ovl::compile((&x, &a), &out, &cpu()));
+    assert!(
+        e.contains("input 1") && e.contains("not a placeholder"),
+        "{e}"
+    );
+    let e = compile_error(ovl::compile((&x, &x, &y), &out, &cpu()));
+    assert!(e.contains("placeholder `x` is listed twice"), "{e}");
+    let e = compile_error(ovl::compile(&x, &out, &cpu()));
+    assert!(e.contains("depend on placeholder `y`"), "{e}");
+}
+
+#[test]
+fn running_reports_bad_feeds_and_outputs() {
+    let x = ovl::placeholder::<i32>("x", &[4]);
+    let step = ovl::compile(&x, negate_i32(&x), &cpu()).unwrap();
+    let mut out = vec![ArrayD::<i32>::zeros(IxDyn(&[4]))];
+    let good = Lazy::from(ndarray::array![1i32, -2, 3, 0]);
+
+    let short = Lazy::from(ndarray::array![1i32, 2, 3]);
+    let e = step.run_into(&short, &mut out).unwrap_err().to_string();
+    assert!(
+        e.contains("placeholder 0 (`x`) is i32[3], the placeholder is i32[4]"),
+        "{e}"
+    );
+    let floats = Lazy::from(ndarray::array![1.0f32, 2.0, 3.0, 4.0]);
+    let e = step.run_into(&floats, &mut out).unwrap_err().to_string();
+    assert!(e.contains("is f32[4], the placeholder is i32[4]"), "{e}");
+    let computed = negate_i32(&good);
+    let e = step.run_into(&computed, &mut out).unwrap_err().to_string();
+    assert!(e.contains("not host data"), "{e}");
+    let e = step
+        .run_into((&good, &good), &mut out)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("2 tensors given for 1 placeholders"), "{e}");
+    let mut two = vec![ArrayD::<i32>::zeros(IxDyn(&[4])); 2];
+    let e = step.run_into(&good, &mut two).unwrap_err().to_string();
+    assert!(e.contains("1 outputs but 2 arrays"), "{e}");
+    let mut wrong = vec![ArrayD::<i32>::zeros(IxDyn(&[5]))];
+    let e = step.run_into(&good, &mut wrong).unwrap_err().to_string();
+    assert!(e.contains("i32[5]"), "{e}");
+    assert_eq!(
+        wrong[0].shape(),
+        &[5],
+        "the array keeps its shape after an error"
+    );
+
+    step.run_into(&good, &mut out).unwrap();
+    assert_eq!(out[0], ndarray::array![-1i32, 2, -3, 0].into_dyn());
+}
