@@ -16,7 +16,10 @@
 //! plus the 2 incoming gradients and writes the 2 outputs plus the 5 input gradients: 14 values
 //! = 56 B. Outputs are written into reused arrays (`evaluate_into_all`), as a training loop does.
 
-use ndarray::{Array, Array2, ArrayD, IxDyn};
+#[path = "../tests/support/lstm_small_ops.rs"]
+mod lstm_small_ops;
+
+use ndarray::{ArrayD, IxDyn};
 use ovl::prelude::*;
 use ovl_stdlib as ops;
 use serde_json::json;
@@ -134,16 +137,6 @@ struct Inputs {
     c: Lazy<f32>,
     dc: Lazy<f32>,
     dh: Lazy<f32>,
-}
-
-fn values(shape: (usize, usize), seed: u64) -> Array2<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    Array::from_shape_simple_fn(shape, || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        ((s >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0) as f32
-    })
 }
 
 /// The handles to evaluate for one call: the forward outputs, then (with `backward`) the
@@ -297,10 +290,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut rows = Vec::new();
     for &(b, h) in sizes {
         let x = Inputs {
-            z: Lazy::from(values((b, 4 * h), 1)),
-            c: Lazy::from(values((b, h), 2)),
-            dc: Lazy::from(values((b, h), 3)),
-            dh: Lazy::from(values((b, h), 4)),
+            z: Lazy::from(lstm_small_ops::pseudo_random((b, 4 * h), 1)),
+            c: Lazy::from(lstm_small_ops::pseudo_random((b, h), 2)),
+            dc: Lazy::from(lstm_small_ops::pseudo_random((b, h), 3)),
+            dh: Lazy::from(lstm_small_ops::pseudo_random((b, h), 4)),
         };
         for backward in [false, true] {
             let pass = if backward {

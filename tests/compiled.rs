@@ -3,7 +3,7 @@
 #[path = "support/lstm_small_ops.rs"]
 mod lstm_small_ops;
 
-use ndarray::{Array, Array2, ArrayD, IxDyn};
+use ndarray::{Array2, ArrayD, IxDyn};
 use ovl::prelude::*;
 
 #[operator]
@@ -20,16 +20,6 @@ fn negate_i32(x: Tensor<i32>) -> Tensor<i32> {
     let out = output_like(&x);
     out[[i]] = -x[[i]];
     out
-}
-
-fn values(shape: (usize, usize), seed: u64) -> Array2<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    Array::from_shape_simple_fn(shape, || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        ((s >> 11) as f64 / (1u64 << 53) as f64 * 6.0 - 3.0) as f32
-    })
 }
 
 fn cpu() -> Options {
@@ -66,8 +56,8 @@ fn a_fused_lstm_cell_runs_again_with_new_data() {
     let mut dests = vec![ArrayD::<f32>::zeros(IxDyn(&[b, h])); 2];
     for seed in 0..3 {
         let (zv, cv) = (
-            values((b, 4 * h), 2 * seed + 1),
-            values((b, h), 2 * seed + 2),
+            lstm_small_ops::pseudo_random((b, 4 * h), 2 * seed + 1),
+            lstm_small_ops::pseudo_random((b, h), 2 * seed + 2),
         );
         step.run_into(
             (&Lazy::from(zv.clone()), &Lazy::from(cv.clone())),

@@ -1,6 +1,7 @@
 //! The LSTM cell's nonlinearity written from small operators (a gate split, sigmoid, tanh) and
-//! arithmetic on handles: shared by `tests/fusion.rs`, `examples/fusion.rs` and
-//! `benches/lstm_fusion.rs`, which include this file with `#[path]`.
+//! arithmetic on handles, and deterministic values to feed it: shared by `tests/fusion.rs`,
+//! `tests/compiled.rs`, `examples/fusion.rs` and `benches/lstm_fusion.rs` and `benches/lstm.rs`,
+//! which include this file with `#[path]`.
 
 #![allow(dead_code)]
 
@@ -49,4 +50,15 @@ pub fn lstm_cell(z: &Lazy<f32>, c: &Lazy<f32>, forget_bias: f32) -> (Lazy<f32>, 
     let new_c = c * &sigmoid_op(&f + forget_bias) + sigmoid_op(&i) * tanh_op(&j);
     let new_h = tanh_op(&new_c) * sigmoid_op(&o);
     (new_c, new_h)
+}
+
+/// Deterministic pseudo-random values in [-2, 2) (xorshift), the same on every run and machine.
+pub fn pseudo_random(shape: (usize, usize), seed: u64) -> ndarray::Array2<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    ndarray::Array::from_shape_simple_fn(shape, || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        ((s >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0) as f32
+    })
 }
