@@ -1,6 +1,6 @@
 """The LSTM-cell benchmark, TensorFlow side: the cell's nonlinearity forward and forward +
-backward in TensorFlow ops (eager, tf.function, XLA) and through ovl's DynamicLib op inside
-tf.function, plus an end-to-end check: a small LSTM language model on synthetic tokens trained
+backward in TensorFlow ops (eager, tf.function, XLA) and through ovl's DynamicLib op (eager and
+inside tf.function), plus an end-to-end check: a small LSTM language model on synthetic tokens trained
 with TensorFlow's cell and with the ovl cell (same loss curve, time per step).
 
     python benches/lstm_tf.py --out target/lstm-bench [--quick]
@@ -84,6 +84,7 @@ def benchmark(sizes, reps, bundle_dir):
                 ("tensorflow eager", wrap(tf_cell), None),
                 ("tensorflow tf.function", tf.function(wrap(tf_cell)), "graph"),
                 ("tensorflow XLA", tf.function(wrap(tf_cell), jit_compile=True), "xla"),
+                ("ovl DynamicLib eager", wrap(ovl_cell), "dynamiclib"),
                 ("ovl DynamicLib in tf.function", tf.function(wrap(ovl_cell)), "graph"),
             ]
             for name, fn, kind in variants:
@@ -92,6 +93,8 @@ def benchmark(sizes, reps, bundle_dir):
                     kernels = graph_kernels(fn, args)
                 elif kind == "xla":
                     kernels = None  # one XLA cluster; its internal kernels are not visible
+                elif kind == "dynamiclib":
+                    kernels = 2 if backward else 1  # the program, and its gradient program
                 else:
                     kernels = 11 if not backward else None
                 gbps = bytes_moved / best / 1e9
