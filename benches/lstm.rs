@@ -5,6 +5,9 @@
 //! hand-fused variants record the graph again at every call and go through
 //! `ovl::evaluate_into_all`, as a training step that rebuilds its graph does; the "compiled once"
 //! variants record it once on placeholders (`ovl::compile`) and only feed and run per call.
+//! On a machine with a GPU the unfused, fused and hand-fused cells also run on the CUDA backend
+//! (kernel time from CUDA events) against a device-to-device copy bandwidth measured in the same
+//! run; without one the output says that this part did not run.
 //!
 //! `cargo bench --bench lstm -- [--quick] [--out DIR]` prints a table and writes `DIR/ovl.json`
 //! (default `target/lstm-bench`), and, for the TensorFlow side, `DIR/bundles/lstm_BxH.json`:
@@ -340,16 +343,100 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             bundle.gradient_kernel_count()
         );
     }
+    let gpu = gpu_section(sizes, reps)?;
     let path = out_dir.join("ovl.json");
     let doc = json!({
         "machine": machine(),
         "triad_gb_per_s": triad / 1e9,
         "bytes_per_hidden_unit": {"forward": 28, "forward+backward": 56},
         "rows": rows,
+        "gpu": gpu,
     });
     std::fs::write(&path, serde_json::to_string_pretty(&doc)?)?;
     println!("wrote {}", path.display());
     Ok(())
+}
+
+/// The GPU side: the unfused, fused and hand-fused cells on the CUDA backend, each call's time
+/// the sum of its kernels' GPU times (CUDA events around each launch; the host-device copies
+/// `evaluate` makes around them are not counted), against GPU 0's device-to-device copy
+/// bandwidth measured in the same run. Without a GPU (or NVRTC) it prints that this part did not
+/// run and why, and records the reason in place of the rows.
+fn gpu_section(sizes: &[(usize, usize)], reps: usize) -> Result<serde_json::Value, ovl::Error> {
+    let not_run = |why: String| {
+        println!("GPU PART DID NOT RUN: {why}");
+        json!({ "skipped": why })
+    };
+    let info = match ovl::cuda::gpu_status() {
+        Ok(info) => info,
+        Err(e) => return Ok(not_run(e.to_string())),
+    };
+    if let Err(e) = ovl::cuda::nvrtc_status() {
+        return Ok(not_run(e.to_string()));
+    }
+    let copy = ovl::cuda::device_copy_bandwidth(256 << 20, 20)?;
+    println!(
+        "GPU: {} (sm_{}), device-to-device copy bandwidth {:.0} GB/s",
+        info.name,
+        info.arch,
+        copy / 1e9
+    );
+    let mut rows = Vec::new();
+    for &(b, h) in sizes {
+        let x = Inputs {
+            z: Lazy::from(lstm_small_ops::pseudo_random((b, 4 * h), 1)),
+            c: Lazy::from(lstm_small_ops::pseudo_random((b, h), 2)),
+            dc: Lazy::from(lstm_small_ops::pseudo_random((b, h), 3)),
+            dh: Lazy::from(lstm_small_ops::pseudo_random((b, h), 4)),
+        };
+        for backward in [false, true] {
+            let pass = if backward {
+                "forward+backward"
+            } else {
+                "forward"
+            };
+            let bytes = (b * h * if backward { 56 } else { 28 }) as f64;
+            for v in [Variant::Unfused, Variant::Fused, Variant::HandFused] {
+                let options = Options {
+                    target: ovl::Target::Cuda,
+                    ..v.options()
+                };
+                let handles = outputs(v, &x, backward);
+                let (_, profile) = ovl::profile(handles.as_slice(), &options, reps + 2)?;
+                // Per call: the sum of its kernels' times; the first two calls are warm-up.
+                let mut times: Vec<Duration> = (2..profile.iterations)
+                    .map(|i| profile.operators.iter().map(|op| op.times[i]).sum())
+                    .collect();
+                times.sort();
+                let (best, median) = (times[0], times[times.len() / 2]);
+                let gbps = bytes / best.as_secs_f64() / 1e9;
+                let name = format!("{} CUDA", v.name());
+                println!(
+                    "B={b:<5} H={h:<5} {pass:<17} {name:<37} {:>3} kernels  best {:>10.1?}  median {:>10.1?}  {gbps:7.1} GB/s ({:3.0}% of copy)",
+                    profile.kernel_count(),
+                    best,
+                    median,
+                    100.0 * gbps * 1e9 / copy
+                );
+                rows.push(json!({
+                    "variant": name,
+                    "batch": b,
+                    "hidden": h,
+                    "pass": pass,
+                    "kernels": profile.kernel_count(),
+                    "best_us": best.as_secs_f64() * 1e6,
+                    "median_us": median.as_secs_f64() * 1e6,
+                    "gb_per_s": gbps,
+                }));
+            }
+        }
+    }
+    Ok(json!({
+        "device": format!("{} (sm_{}, {} SMs)", info.name, info.arch, info.multiprocessors),
+        "copy_gb_per_s": copy / 1e9,
+        "timing": "sum of the kernels' GPU times (CUDA events), host-device copies not counted",
+        "rows": rows,
+    }))
 }
 
 /// Writes the bundle of the fused cell and its gradient for TensorFlow's `DynamicLib`.

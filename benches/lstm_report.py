@@ -1,6 +1,7 @@
-"""Merges the two sides of the LSTM benchmark (OUT/ovl.json from benches/lstm.rs, OUT/tf.json
-from benches/lstm_tf.py) into OUT/lstm.json, a Markdown table OUT/lstm.md, and a chart
-OUT/lstm.png (time per variant and size, log scale).
+"""Merges the sides of the LSTM benchmark (OUT/ovl.json from benches/lstm.rs, OUT/tf.json from
+benches/lstm_tf.py, OUT/torch.json from benches/lstm_torch.py) into OUT/lstm.json, Markdown
+tables in OUT/lstm.md (CPU; GPU where one was present), and a chart OUT/lstm.png (CPU time per
+variant and size, log scale).
 
     python benches/lstm_report.py --out target/lstm-bench
 """
@@ -52,6 +53,11 @@ def main():
             f"ovl cell (largest difference {lm['largest_loss_difference']:.1e}); median time per "
             f"step {lm['tensorflow_step_ms']:.2f} ms vs {lm['ovl_step_ms']:.2f} ms.",
         ]
+    torch_path = out / "torch.json"
+    torch = json.loads(torch_path.read_text()) if torch_path.exists() else {
+        "skipped": "benches/lstm_torch.py was not run"}
+    gpu = ovl.get("gpu") or {"skipped": "this ovl.json has no GPU part"}
+    lines += gpu_table(gpu, torch)
     (out / "lstm.md").write_text("\n".join(lines) + "\n")
     merged = {
         "machine": ovl["machine"],
@@ -59,11 +65,46 @@ def main():
         "triad_gb_per_s": triad,
         "rows": rows,
         "language_model": lm,
+        "gpu": gpu,
+        "torch": torch,
     }
     (out / "lstm.json").write_text(json.dumps(merged, indent=2))
     chart(rows, out / "lstm.png")
     print("\n".join(lines))
     print(f"\nwrote {out / 'lstm.md'}, {out / 'lstm.json'}, {out / 'lstm.png'}")
+
+
+def gpu_table(gpu, torch):
+    """The GPU table: ovl's CUDA backend and PyTorch, against the copy bandwidth ovl measured."""
+    if "skipped" in gpu:
+        return ["", f"GPU: not measured in this run ({gpu['skipped'].splitlines()[0]})."]
+    copy = gpu["copy_gb_per_s"]
+    rows = list(gpu["rows"])
+    lines = [
+        "",
+        f"GPU: {gpu['device']}; device-to-device copy bandwidth measured in the same run: "
+        f"{copy:.0f} GB/s. ovl: {gpu['timing']}.",
+    ]
+    if "skipped" in torch:
+        lines.append(f"PyTorch: not measured ({torch['skipped']}).")
+    else:
+        rows += torch["rows"]
+        lines.append(f"PyTorch {torch['torch']}: {torch['timing']} (its own copy measurement: "
+                     f"{torch['copy_gb_per_s']:.0f} GB/s).")
+    rows.sort(key=lambda r: (r["batch"] * r["hidden"], r["hidden"], r["pass"], r["best_us"]))
+    lines += [
+        "",
+        "| B | H | pass | variant | kernels | best | median | GB/s | of copy |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        kernels = "-" if r["kernels"] is None else str(r["kernels"])
+        lines.append(
+            f"| {r['batch']} | {r['hidden']} | {r['pass']} | {r['variant']} | {kernels} | "
+            f"{fmt(r['best_us'])} | {fmt(r['median_us'])} | {r['gb_per_s']:.1f} | "
+            f"{100 * r['gb_per_s'] / copy:.0f}% |"
+        )
+    return lines
 
 
 def fmt(us):

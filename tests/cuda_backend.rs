@@ -52,6 +52,32 @@ fn cuda_target_runs_on_a_gpu_or_says_what_is_missing() {
 }
 
 #[test]
+fn copy_bandwidth_is_measured_on_a_gpu_or_says_what_is_missing() {
+    let measured = ovl::cuda::device_copy_bandwidth(16 << 20, 3);
+    match ovl::cuda::gpu_status() {
+        Err(_) => {
+            let msg = measured.expect_err("no GPU on this machine").to_string();
+            assert!(msg.contains("no usable GPU"), "{msg}");
+            say("cuda_backend: COPY BANDWIDTH DID NOT RUN (no GPU)");
+        }
+        Ok(gpu) => {
+            let bytes_per_s = measured.unwrap_or_else(|e| panic!("{e}"));
+            // Any GPU ovl supports copies faster than 10 GB/s and slower than 100 TB/s.
+            assert!(
+                (1e10..1e14).contains(&bytes_per_s),
+                "{bytes_per_s} B/s on {}",
+                gpu.name
+            );
+            say(&format!(
+                "cuda_backend: device-to-device copy on {}: {:.0} GB/s",
+                gpu.name,
+                bytes_per_s / 1e9
+            ));
+        }
+    }
+}
+
+#[test]
 fn cuda_validate_compiles_checks_and_evaluates_without_a_gpu() {
     let x = Array1::from(vec![3.0f32, 0.25]);
     let before = ovl::cuda::thread_stats();

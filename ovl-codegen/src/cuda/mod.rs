@@ -53,7 +53,7 @@ pub use cache::{compile, compile_with_outcome, CudaArtifact};
 pub use emit::{generate_cuda, KERNEL_NAME};
 pub use nvrtc::{nvrtc_status, NvrtcInfo};
 pub use ptxas::{ptxas_path, validate};
-pub use runtime::{gpu_status, load, CudaOperator, GpuInfo};
+pub use runtime::{device_copy_bandwidth, gpu_status, load, CudaOperator, GpuInfo};
 
 pub(crate) use cache::forget_root;
 

@@ -99,6 +99,46 @@ pub fn gpu_status() -> Result<GpuInfo, CodegenError> {
     device().map(|d| d.info.clone())
 }
 
+/// GPU 0's device-to-device copy bandwidth in bytes per second, each copied byte counted twice
+/// (read and written): the best of `reps` copies of `bytes` bytes (after one warm-up copy), timed
+/// with CUDA events. The bandwidth reference for kernels that stream through device memory.
+///
+/// Without a GPU this is [`CodegenError::NoGpu`], as for running an operator.
+pub fn device_copy_bandwidth(bytes: usize, reps: usize) -> Result<f64, CodegenError> {
+    let dev = device()?;
+    let _busy = dev.busy.lock().unwrap_or_else(|p| p.into_inner());
+    let bytes = bytes.max(1);
+    let copy = || -> Result<f32, DriverError> {
+        let stream = &dev.stream;
+        let src = stream.alloc_zeros::<u8>(bytes)?;
+        let mut dst = stream.alloc_zeros::<u8>(bytes)?;
+        let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = dev.ctx.new_event(timing)?;
+        let end = dev.ctx.new_event(timing)?;
+        let mut best = f32::INFINITY;
+        for rep in 0..=reps.max(1) {
+            start.record(stream)?;
+            stream.memcpy_dtod(&src, &mut dst)?;
+            end.record(stream)?;
+            end.synchronize()?;
+            let ms = start.elapsed_ms(&end)?;
+            if rep > 0 {
+                best = best.min(ms);
+            }
+        }
+        Ok(best)
+    };
+    let driver_err = |message: String| CodegenError::CudaDriver {
+        operator: "device-to-device copy".into(),
+        action: "measuring the copy bandwidth".into(),
+        message,
+    };
+    let best_ms = no_panic("CUDA", copy)
+        .map_err(driver_err)?
+        .map_err(|e| driver_err(driver_text(e)))?;
+    Ok(2.0 * bytes as f64 / (f64::from(best_ms.max(1e-6)) / 1e3))
+}
+
 /// An operator compiled for the GPU of this process and loaded into its context, ready to run
 /// (from any thread; runs are serialized).
 pub struct CudaOperator {
