@@ -142,6 +142,27 @@ struct Inputs {
     dh: Lazy<f32>,
 }
 
+impl Inputs {
+    /// Deterministic data for batch `b` and hidden size `h`.
+    fn pseudo_random(b: usize, h: usize) -> Inputs {
+        Inputs {
+            z: Lazy::from(lstm_small_ops::pseudo_random((b, 4 * h), 1)),
+            c: Lazy::from(lstm_small_ops::pseudo_random((b, h), 2)),
+            dc: Lazy::from(lstm_small_ops::pseudo_random((b, h), 3)),
+            dh: Lazy::from(lstm_small_ops::pseudo_random((b, h), 4)),
+        }
+    }
+}
+
+/// The pass's name in the tables and the bytes it counts as moved (28 or 56 per hidden unit).
+fn pass_and_bytes(b: usize, h: usize, backward: bool) -> (&'static str, f64) {
+    if backward {
+        ("forward+backward", (b * h * 56) as f64)
+    } else {
+        ("forward", (b * h * 28) as f64)
+    }
+}
+
 /// The handles to evaluate for one call: the forward outputs, then (with `backward`) the
 /// gradients of `z` and `c`.
 fn outputs(v: Variant, x: &Inputs, backward: bool) -> Vec<Lazy<f32>> {
@@ -292,19 +313,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("triad bandwidth: {:.1} GB/s", triad / 1e9);
     let mut rows = Vec::new();
     for &(b, h) in sizes {
-        let x = Inputs {
-            z: Lazy::from(lstm_small_ops::pseudo_random((b, 4 * h), 1)),
-            c: Lazy::from(lstm_small_ops::pseudo_random((b, h), 2)),
-            dc: Lazy::from(lstm_small_ops::pseudo_random((b, h), 3)),
-            dh: Lazy::from(lstm_small_ops::pseudo_random((b, h), 4)),
-        };
+        let x = Inputs::pseudo_random(b, h);
         for backward in [false, true] {
-            let pass = if backward {
-                "forward+backward"
-            } else {
-                "forward"
-            };
-            let bytes = (b * h * if backward { 56 } else { 28 }) as f64;
+            let (pass, bytes) = pass_and_bytes(b, h, backward);
             let reps = if b * h > 1 << 20 { reps.min(10) } else { reps };
             for v in Variant::ALL {
                 let m = measure(v, &x, backward, reps)?;
@@ -383,19 +394,9 @@ fn gpu_section(sizes: &[(usize, usize)], reps: usize) -> Result<serde_json::Valu
     );
     let mut rows = Vec::new();
     for &(b, h) in sizes {
-        let x = Inputs {
-            z: Lazy::from(lstm_small_ops::pseudo_random((b, 4 * h), 1)),
-            c: Lazy::from(lstm_small_ops::pseudo_random((b, h), 2)),
-            dc: Lazy::from(lstm_small_ops::pseudo_random((b, h), 3)),
-            dh: Lazy::from(lstm_small_ops::pseudo_random((b, h), 4)),
-        };
+        let x = Inputs::pseudo_random(b, h);
         for backward in [false, true] {
-            let pass = if backward {
-                "forward+backward"
-            } else {
-                "forward"
-            };
-            let bytes = (b * h * if backward { 56 } else { 28 }) as f64;
+            let (pass, bytes) = pass_and_bytes(b, h, backward);
             for v in [Variant::Unfused, Variant::Fused, Variant::HandFused] {
                 let options = Options {
                     target: ovl::Target::Cuda,

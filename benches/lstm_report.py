@@ -33,16 +33,7 @@ def main():
         "Kernels: for ovl, the kernels launched; for TensorFlow, the compute ops of the traced "
         "graph (XLA: one cluster, not broken down).",
         "",
-        "| B | H | pass | variant | kernels | best | median | GB/s | of triad |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        kernels = "-" if r["kernels"] is None else str(r["kernels"])
-        lines.append(
-            f"| {r['batch']} | {r['hidden']} | {r['pass']} | {r['variant']} | {kernels} | "
-            f"{fmt(r['best_us'])} | {fmt(r['median_us'])} | {r['gb_per_s']:.1f} | "
-            f"{100 * r['fraction_of_triad']:.0f}% |"
-        )
+    ] + table(rows, triad, "triad")
     lm = tf.get("language_model")
     if lm:
         lines += [
@@ -92,9 +83,13 @@ def gpu_table(gpu, torch):
         lines.append(f"PyTorch {torch['torch']}: {torch['timing']} (its own copy measurement: "
                      f"{torch['copy_gb_per_s']:.0f} GB/s).")
     rows.sort(key=lambda r: (r["batch"] * r["hidden"], r["hidden"], r["pass"], r["best_us"]))
-    lines += [
-        "",
-        "| B | H | pass | variant | kernels | best | median | GB/s | of copy |",
+    return lines + [""] + table(rows, copy, "copy")
+
+
+def table(rows, reference_gb_per_s, reference):
+    """Markdown rows: each variant's times, GB/s, and fraction of the reference bandwidth."""
+    lines = [
+        f"| B | H | pass | variant | kernels | best | median | GB/s | of {reference} |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -102,7 +97,7 @@ def gpu_table(gpu, torch):
         lines.append(
             f"| {r['batch']} | {r['hidden']} | {r['pass']} | {r['variant']} | {kernels} | "
             f"{fmt(r['best_us'])} | {fmt(r['median_us'])} | {r['gb_per_s']:.1f} | "
-            f"{100 * r['gb_per_s'] / copy:.0f}% |"
+            f"{100 * r['gb_per_s'] / reference_gb_per_s:.0f}% |"
         )
     return lines
 
