@@ -110,17 +110,23 @@ def measure_size(torch, b, h, backward, reps):
 def time_gpu(torch, fn, args, reps):
     for _ in range(3):  # warm-up: compilation, autotuning, allocator
         fn(*args)
+    times = event_times(torch, lambda: fn(*args), reps)
+    return min(times), statistics.median(times)
+
+
+def event_times(torch, call, reps):
+    """Seconds each of `reps` calls of `call` takes on the GPU, from CUDA events around it."""
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
-        fn(*args)
+        call()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
-    return min(times), statistics.median(times)
+    return times
 
 
 def copy_bandwidth(torch):
@@ -128,18 +134,8 @@ def copy_bandwidth(torch):
     n = 256 << 20
     src = torch.empty(n, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    best = float("inf")
-    for rep in range(21):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        if rep > 0:
-            best = min(best, start.elapsed_time(end) / 1e3)
-    return 2 * n / best
-
+    dst.copy_(src)  # warm-up
+    return 2 * n / min(event_times(torch, lambda: dst.copy_(src), 20))
 
 if __name__ == "__main__":
     main()
