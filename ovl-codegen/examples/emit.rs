@@ -8,8 +8,8 @@ mod common;
 
 use common::*;
 use ovl_codegen::{compile_with_outcome, CompileOptions};
-use ovl_core::ir::Op;
-use ovl_core::{DType, HostTensor};
+use ovl_ir::ir::Op;
+use ovl_ir::{DType, HostTensor};
 use std::time::Instant;
 
 fn main() -> anyhow::Result<()> {
@@ -101,9 +101,7 @@ fn main() -> anyhow::Result<()> {
     println!("tiny operator, run only = {:.2?} per call", t.elapsed() / n);
     let t = Instant::now();
     for _ in 0..n {
-        std::hint::black_box(ovl_core::hash::canonical_hash(std::hint::black_box(
-            &gather,
-        )));
+        std::hint::black_box(ovl_ir::hash::canonical_hash(std::hint::black_box(&gather)));
     }
     println!("canonical_hash of it = {:.2?}", t.elapsed() / n);
 

@@ -18,7 +18,7 @@ use crate::cpp::generate_cpp;
 use crate::error::{defined_at, CodegenError};
 use crate::options::CompileOptions;
 use crate::runtime::{CacheOutcome, CompiledOperator, Origin};
-use ovl_core::ir;
+use ovl_ir::ir;
 use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
 use std::fs;
@@ -104,11 +104,11 @@ fn prelude_digest() -> &'static [u8] {
 }
 
 /// The cache key of an operator for a toolchain: 32 hex digits of SHA-256 over the operator's
-/// canonical hash ([`ovl_core::hash::canonical_hash`]), the codegen and ABI versions, the text of
+/// canonical hash ([`ovl_ir::hash::canonical_hash`]), the codegen and ABI versions, the text of
 /// the C++ prelude (so that a change to it can never reuse a stale library), and the toolchain
 /// fingerprint (compiler path and `--version`, flags, CPU features).
 pub(crate) fn cache_key(dag: &ir::ExpressionDag, toolchain: &Toolchain) -> String {
-    let digest = ovl_core::hash::canonical_hash(dag);
+    let digest = ovl_ir::hash::canonical_hash(dag);
     let mut h = Sha256::new();
     h.update(b"ovl-codegen cpu cache key\0");
     h.update(crate::CODEGEN_VERSION.as_bytes());
@@ -244,7 +244,7 @@ pub fn compile_with_outcome(
         return remember(op, CacheOutcome::DiskCache);
     }
 
-    ovl_core::validate::validate(dag)?;
+    ovl_ir::validate::validate(dag)?;
     let source = generate_cpp(dag, key)?;
     write_atomic(&dir, "op.cpp", source.as_bytes())?;
     if dump_source {
@@ -255,7 +255,7 @@ pub fn compile_with_outcome(
          compiler: {}\ncompiler version: {}\nflags: {}\ncpu: {}\n",
         dag.name,
         defined_at(dag),
-        ovl_core::hash::canonical_hash(dag),
+        ovl_ir::hash::canonical_hash(dag),
         crate::CODEGEN_VERSION,
         crate::abi::ABI_VERSION,
         toolchain.path.display(),

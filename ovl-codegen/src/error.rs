@@ -14,7 +14,7 @@ pub(crate) fn at(defined_at: &str) -> String {
 }
 
 /// `file:line` of an operator's source location, or empty.
-pub(crate) fn defined_at(dag: &ovl_core::ir::ExpressionDag) -> String {
+pub(crate) fn defined_at(dag: &ovl_ir::ir::ExpressionDag) -> String {
     match &dag.source {
         Some(s) if !s.file.is_empty() => format!("{}:{}", s.file, s.line),
         _ => String::new(),
@@ -27,7 +27,7 @@ pub(crate) fn defined_at(dag: &ovl_core::ir::ExpressionDag) -> String {
 pub enum CodegenError {
     /// The operator is not valid IR.
     #[error(transparent)]
-    Invalid(#[from] ovl_core::validate::ValidationError),
+    Invalid(#[from] ovl_ir::validate::ValidationError),
     /// The operator uses something the C++ backend cannot express (or the IR is malformed in a
     /// way validation did not catch).
     #[error("operator `{operator}`{}: cannot generate C++{}: {message}", at(.defined_at),
@@ -212,7 +212,7 @@ pub struct CudaCompileFailure {
     pub log: String,
 }
 
-pub use ovl_core::error::{Access, OutOfBounds};
+pub use ovl_ir::error::{Access, OutOfBounds};
 
 /// What went wrong when running a compiled operator.
 ///

@@ -1,14 +1,14 @@
-//! Backends of ovl. C++: generates C++ from an operator ([`ovl_core::ir::ExpressionDag`]),
+//! Backends of ovl. C++: generates C++ from an operator ([`ovl_ir::ir::ExpressionDag`]),
 //! compiles it with the system C++ compiler into a shared library kept in an on-disk operator
 //! cache, loads it and runs it on host tensors on several threads. CUDA ([`cuda`]): generates
 //! CUDA, compiles it with NVRTC into the same cache, validates PTX with ptxas without a GPU and
 //! runs kernels on a GPU.
 //!
 //! ```no_run
-//! # fn demo(dag: &ovl_core::ir::ExpressionDag, x: &ovl_core::HostTensor) -> anyhow::Result<()> {
+//! # fn demo(dag: &ovl_ir::ir::ExpressionDag, x: &ovl_ir::HostTensor) -> anyhow::Result<()> {
 //! use ovl_codegen::{compile, CompileOptions};
 //! let op = compile(dag, &CompileOptions::default())?; // compiles, or finds it in the cache
-//! let mut out = vec![ovl_core::HostTensor::zeros(ovl_core::DType::F32, &[4])];
+//! let mut out = vec![ovl_ir::HostTensor::zeros(ovl_ir::DType::F32, &[4])];
 //! op.run(&[x], &mut out, 0)?; // 0 threads: one per core
 //! # Ok(()) }
 //! ```
@@ -38,7 +38,7 @@ pub use error::{Access, CodegenError, CompileFailure, CudaCompileFailure, OutOfB
 pub use options::CompileOptions;
 pub use runtime::{CacheOutcome, CompiledOperator, Origin, PARALLEL_MIN_WORK};
 
-use ovl_core::ir;
+use ovl_ir::ir;
 use std::sync::Arc;
 
 /// The version of the generated code; part of every cache key. Bump it whenever the emitter's
@@ -50,7 +50,7 @@ pub const CODEGEN_VERSION: &str = "ovl-codegen-cpu-1";
 /// A warm call (the operator was loaded before in this process with the same cache root and
 /// toolchain) hashes the operator and looks it up in memory: no compiler, no file system, no
 /// `dlopen`. Otherwise the on-disk cache is tried, and only then is the C++ generated (after
-/// [`ovl_core::validate::validate`]) and compiled.
+/// [`ovl_ir::validate::validate`]) and compiled.
 pub fn compile(
     dag: &ir::ExpressionDag,
     options: &CompileOptions,

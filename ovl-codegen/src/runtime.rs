@@ -2,8 +2,8 @@
 
 use crate::abi::{self, AbiVersionFn, CacheKeyFn, RunFn, Status, WorkerCountFn, ABI_VERSION};
 use crate::error::{defined_at, Access, OutOfBounds, RunError};
-use ovl_core::ir::{self, Op, TensorKind};
-use ovl_core::{DType, HostTensor};
+use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::{DType, HostTensor};
 use std::ffi::{c_void, CStr};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

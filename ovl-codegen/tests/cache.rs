@@ -8,8 +8,8 @@ use ovl_codegen::{
     cache_dir, clear_cache_at, compile, compile_with_outcome, CacheOutcome, CodegenError,
     CompileOptions, Origin,
 };
-use ovl_core::ir::{self, Op};
-use ovl_core::{DType, HostTensor};
+use ovl_ir::ir::{self, Op};
+use ovl_ir::{DType, HostTensor};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -165,7 +165,7 @@ fn keys_depend_on_the_operator_only() {
     );
     assert_eq!(k1.cache_key().len(), 32);
     check_scale(&k2, 1.25);
-    // The source location is not part of the key (ovl_core::hash ignores it).
+    // The source location is not part of the key (ovl_ir::hash ignores it).
     let mut moved = scale(1.5);
     moved.source = Some(ir::SourceLocation {
         file: "elsewhere.rs".into(),

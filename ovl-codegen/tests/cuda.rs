@@ -8,8 +8,8 @@ mod common;
 use common::{Builder, IN, LOC, OUT};
 use ovl_codegen::cuda::{self, CudaBinary, CudaCompileOptions};
 use ovl_codegen::{CacheOutcome, CodegenError};
-use ovl_core::ir::{ExpressionDag, Op};
-use ovl_core::{DType, HostTensor, Literal};
+use ovl_ir::ir::{ExpressionDag, Op};
+use ovl_ir::{DType, HostTensor, Literal};
 
 fn options(dir: &std::path::Path) -> CudaCompileOptions {
     CudaCompileOptions::default().with_cache_dir(dir)

@@ -12,8 +12,8 @@ mod common;
 use common::{compiled, run, zero_outputs, Builder, IN, LOC, OUT};
 use ovl_codegen::cuda;
 use ovl_codegen::RunError;
-use ovl_core::ir::{ExpressionDag, Op};
-use ovl_core::{DType, HostTensor, Literal};
+use ovl_ir::ir::{ExpressionDag, Op};
+use ovl_ir::{DType, HostTensor, Literal};
 use std::ffi::c_void;
 use std::process::Command;
 
@@ -279,7 +279,7 @@ fn faults_are_reported_for_the_first_worker() {
 }
 
 /// Every pair of `edges` through each of `ops` (one output per operation).
-fn pairs<T: ovl_core::Scalar>(ops: &[Op], edges: &[T]) {
+fn pairs<T: ovl_ir::Scalar>(ops: &[Op], edges: &[T]) {
     let n = edges.len() * edges.len();
     let mut b = Builder::new("pairs", &[n as u64]);
     b.input(T::DTYPE, &[n as u64]);

@@ -21,7 +21,7 @@ fn missing_nvrtc_and_ptxas_are_clear_errors() {
     );
     assert!(msg.contains("OVL_NVRTC_LIB"), "{msg}");
 
-    let dag = ovl_core::ir::ExpressionDag {
+    let dag = ovl_ir::ir::ExpressionDag {
         name: "anything".into(),
         workgroup_shape: vec![1],
         ..Default::default()

@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use ovl_codegen::{Access, RunError};
-use ovl_core::ir::Op;
-use ovl_core::{DType, HostTensor, Literal};
+use ovl_ir::ir::Op;
+use ovl_ir::{DType, HostTensor, Literal};
 
 fn f32_tensor(shape: &[usize], f: impl Fn(usize) -> f32) -> HostTensor {
     let n = shape.iter().product();
@@ -16,7 +16,7 @@ fn f32_tensor(shape: &[usize], f: impl Fn(usize) -> f32) -> HostTensor {
 }
 
 /// out[i, j] = a[i, j] + b[i, j] over a 2-D workgroup.
-fn add_2d(rows: u64, cols: u64) -> ovl_core::ir::ExpressionDag {
+fn add_2d(rows: u64, cols: u64) -> ovl_ir::ir::ExpressionDag {
     let mut b = Builder::new("add_2d", &[rows, cols]);
     b.input(DType::F32, &[rows, cols]);
     b.input(DType::F32, &[rows, cols]);
@@ -106,7 +106,7 @@ fn three_d_workgroup_positions() {
 }
 
 /// out[r, j] = x[r, 0] + ... + x[r, j], one worker per row (RANGE + VARIABLE).
-fn cumsum(rows: u64, cols: u64, step: i64) -> ovl_core::ir::ExpressionDag {
+fn cumsum(rows: u64, cols: u64, step: i64) -> ovl_ir::ir::ExpressionDag {
     let mut b = Builder::new("cumsum", &[rows]);
     b.input(DType::F64, &[rows, cols]);
     b.output(DType::F64, &[rows, cols]);
@@ -416,7 +416,7 @@ fn unary_dag(
     n: usize,
     f: impl FnOnce(&mut Builder, u32) -> u32,
     to: DType,
-) -> ovl_core::ir::ExpressionDag {
+) -> ovl_ir::ir::ExpressionDag {
     let mut b = Builder::new(name, &[n as u64]);
     b.input(from, &[n as u64]);
     b.output(to, &[n as u64]);
@@ -591,11 +591,11 @@ fn integer_casts_wrap_and_convert() {
 }
 
 /// All pairs of `edges`, as an operator computing `op` elementwise.
-fn binary_pairs<T: ovl_core::Scalar>(
+fn binary_pairs<T: ovl_ir::Scalar>(
     op: Op,
     edges: &[T],
     out: DType,
-) -> (ovl_core::ir::ExpressionDag, HostTensor, HostTensor) {
+) -> (ovl_ir::ir::ExpressionDag, HostTensor, HostTensor) {
     let n = edges.len() * edges.len();
     let mut b = Builder::new("pairs", &[n as u64]);
     b.input(T::DTYPE, &[n as u64]);
@@ -633,7 +633,7 @@ macro_rules! int_semantics {
                 (Op::Max, |a, b| a.max(b)),
             ];
             for (op, f) in cases {
-                let (dag, a, b) = binary_pairs::<$t>(op, &edges, <$t as ovl_core::Scalar>::DTYPE);
+                let (dag, a, b) = binary_pairs::<$t>(op, &edges, <$t as ovl_ir::Scalar>::DTYPE);
                 let out = same_as_interpreter(&dag, &[&a, &b], 1);
                 let (xa, xb) = (a.as_slice::<$t>().unwrap(), b.as_slice::<$t>().unwrap());
                 let got = out[0].as_slice::<$t>().unwrap();
@@ -979,7 +979,7 @@ fn select_and_bool_logic() {
 }
 
 /// out[i] = values[idx[i]]: a data-dependent index that needs a bounds check.
-fn gather(n: u64, m: u64) -> ovl_core::ir::ExpressionDag {
+fn gather(n: u64, m: u64) -> ovl_ir::ir::ExpressionDag {
     let mut b = Builder::new("gather", &[m]);
     b.input(DType::F32, &[n]);
     b.input(DType::I32, &[m]);
@@ -1243,7 +1243,7 @@ fn malformed_ir_never_panics_the_emitter() {
                     e.operands.pop();
                 }
                 5 => {
-                    e.tensor = Some(ovl_core::ir::TensorRef {
+                    e.tensor = Some(ovl_ir::ir::TensorRef {
                         kind: (next() % 5) as i32,
                         index: (next() % 3) as u32,
                     })

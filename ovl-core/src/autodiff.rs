@@ -7,7 +7,8 @@
 //! The result is an ordinary lazy graph: it is fused and compiled like any other, together with
 //! the forward graph or on its own.
 
-use crate::dtype::{DType, Scalar};
+use crate::dtype::DType;
+use crate::host::Scalar;
 use crate::lazy::{Lazy, LazyTensor, Node};
 use std::collections::{HashMap, HashSet};
 use std::fmt;

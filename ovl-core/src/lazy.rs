@@ -1,9 +1,10 @@
 //! The lazy operator graph: calling an operator records a node; nothing runs until the graph is
 //! evaluated. [`Lazy<T>`] is a typed handle on one output of a node (or on a host array).
 
-use crate::dtype::{DType, Scalar};
+use crate::dtype::DType;
 use crate::error::TraceError;
 use crate::host::HostTensor;
+use crate::host::Scalar;
 use crate::ir;
 use std::collections::HashMap;
 use std::fmt;

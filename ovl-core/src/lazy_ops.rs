@@ -6,8 +6,9 @@
 //! mismatch, an empty tensor or arithmetic on `bool` is reported by `evaluate` as an error
 //! naming the line of the expression, never a panic.
 
-use crate::dtype::{DType, Literal, Scalar};
+use crate::dtype::{DType, Literal};
 use crate::error::TraceError;
+use crate::host::Scalar;
 use crate::ir::{self, Op, TensorKind};
 use crate::lazy::{Lazy, LazyTensor, Node, OperatorNode};
 use std::ops::{Add, Div, Mul, Neg, Sub};

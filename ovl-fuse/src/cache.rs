@@ -3,8 +3,8 @@
 
 use crate::error::FuseError;
 use crate::OptLevel;
-use ovl_core::hash::{canonical_hash_operator_dag, Digest};
-use ovl_core::ir;
+use ovl_ir::hash::{canonical_hash_operator_dag, Digest};
+use ovl_ir::ir;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 

@@ -2,7 +2,7 @@
 //! when it is installed.
 
 use crate::error::FuseError;
-use ovl_core::ir::{self, value_ref::Source};
+use ovl_ir::ir::{self, value_ref::Source};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
@@ -31,7 +31,7 @@ fn escape(s: &str) -> String {
 }
 
 fn type_label(t: &ir::TensorType) -> String {
-    let d = ovl_core::DType::from_ir(t.dtype).map_or("?", |d| d.name());
+    let d = ovl_ir::DType::from_ir(t.dtype).map_or("?", |d| d.name());
     format!("{d}{:?}", t.shape)
 }
 
@@ -97,7 +97,7 @@ fn body(out: &mut String, dag: &ir::OperatorDag, prefix: &str, indent: &str) {
 /// with their workgroup, requested results as double circles, edges labelled with tensor types.
 ///
 /// ```
-/// let dag = ovl_core::ir::OperatorDag::default();
+/// let dag = ovl_ir::ir::OperatorDag::default();
 /// let dot = ovl_fuse::to_dot(&dag, "empty");
 /// assert!(dot.starts_with("digraph"));
 /// ```

@@ -7,7 +7,7 @@ use thiserror::Error;
 pub enum FuseError {
     /// The operator DAG given to the optimizer is not valid IR.
     #[error("cannot fuse an invalid operator DAG: {0}")]
-    InvalidInput(#[from] ovl_core::validate::ValidationError),
+    InvalidInput(#[from] ovl_ir::validate::ValidationError),
     /// The operator DAG is malformed in a way validation does not name.
     #[error("cannot fuse the operator DAG: {0}")]
     InvalidGraph(String),

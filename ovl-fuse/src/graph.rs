@@ -2,7 +2,7 @@
 //! with references that follow them, and the way back to an [`ir::OperatorDag`].
 
 use crate::error::FuseError;
-use ovl_core::ir::{self, value_ref::Source};
+use ovl_ir::ir::{self, value_ref::Source};
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashSet};
 

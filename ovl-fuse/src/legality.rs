@@ -15,7 +15,7 @@
 use crate::graph::{Src, Work};
 use crate::pattern::{IndexPattern, PatternAnalysis};
 use crate::report::Reason;
-use ovl_core::ir::{self, Op, TensorKind};
+use ovl_ir::ir::{self, Op, TensorKind};
 
 /// A producer output that the consumer reads, with what the merge needs to know about it.
 #[derive(Clone, Debug)]
@@ -225,7 +225,7 @@ pub(crate) fn check_vertical(
 fn type_name(t: Option<&ir::TensorType>) -> String {
     match t {
         Some(t) => {
-            let d = ovl_core::DType::from_ir(t.dtype).map_or("?", |d| d.name());
+            let d = ovl_ir::DType::from_ir(t.dtype).map_or("?", |d| d.name());
             format!("{d}{:?}", t.shape)
         }
         None => "nothing".into(),

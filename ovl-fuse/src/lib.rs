@@ -14,12 +14,12 @@
 //! - `dot`: Graphviz output.
 //!
 //! The merger is deterministic: the same graph always fuses the same way, so the fused graph's
-//! canonical hash ([`ovl_core::hash::canonical_hash_operator_dag`]) is a stable cache key.
+//! canonical hash ([`ovl_ir::hash::canonical_hash_operator_dag`]) is a stable cache key.
 //!
 //! ```
-//! use ovl_core::ir;
+//! use ovl_ir::ir;
 //! // An empty graph fuses to itself.
-//! let dag = ir::OperatorDag { version: ovl_core::IR_VERSION, ..Default::default() };
+//! let dag = ir::OperatorDag { version: ovl_ir::IR_VERSION, ..Default::default() };
 //! let fusion = ovl_fuse::fuse(&dag, ovl_fuse::OptLevel::FULL).unwrap();
 //! assert_eq!(fusion.report.kernels_after, 0);
 //! assert!(fusion.to_dot().contains("digraph"));
@@ -43,7 +43,7 @@ pub use pattern::{Affine, IndexPattern};
 pub use report::{FusionReport, Merge, MergeKind, Reason, Refusal};
 
 use graph::{Src, Work};
-use ovl_core::ir;
+use ovl_ir::ir;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::path::Path;
@@ -167,7 +167,7 @@ pub(crate) fn run(
     dag: &ir::OperatorDag,
     level: OptLevel,
 ) -> Result<(ir::OperatorDag, Vec<usize>, FusionReport), FuseError> {
-    ovl_core::validate::validate_operator_dag(dag)?;
+    ovl_ir::validate::validate_operator_dag(dag)?;
     let mut report = FusionReport {
         opt_level: level.get(),
         kernels_before: dag.operators.len(),
@@ -210,7 +210,7 @@ pub(crate) fn run(
                     })
                     .collect();
                 let merged = merge::merge_vertical(pn, cn, &plan, &keep, &originals);
-                if let Err(e) = ovl_core::validate::validate(&merged.node.dag) {
+                if let Err(e) = ovl_ir::validate::validate(&merged.node.dag) {
                     refused.insert(
                         (p, c),
                         Reason::InvalidMerge {
@@ -242,7 +242,7 @@ pub(crate) fn run(
             let skip = |a: usize, b: usize| siblings_blocked.contains(&(a, b));
             if let Some((a, b)) = horizontal::find_siblings(&work, &order, &desc, &skip) {
                 let merged = horizontal::merge_siblings(work.node(a), work.node(b), &originals);
-                if ovl_core::validate::validate(&merged.node.dag).is_err() {
+                if ovl_ir::validate::validate(&merged.node.dag).is_err() {
                     siblings_blocked.insert((a, b));
                     continue 'search;
                 }
@@ -291,7 +291,7 @@ pub(crate) fn run(
 
     let fused = work.to_dag()?;
     let sources = order.iter().map(|&n| work.node(n).source_of).collect();
-    ovl_core::validate::validate_operator_dag(&fused)
+    ovl_ir::validate::validate_operator_dag(&fused)
         .map_err(|e| FuseError::Internal(format!("the fused graph is invalid: {e}")))?;
     report.kernels_after = fused.operators.len();
     Ok((fused, sources, report))

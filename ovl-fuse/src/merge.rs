@@ -9,7 +9,7 @@
 
 use crate::graph::{label, Node, Src};
 use crate::legality::VerticalPlan;
-use ovl_core::ir::{self, Op, TensorKind};
+use ovl_ir::ir::{self, Op, TensorKind};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -298,7 +298,7 @@ fn is_pure(code: i32) -> bool {
 /// (the first one at the top level serves all later ones), and pure expressions nobody uses
 /// are dropped.
 pub(crate) fn tidy(dag: &mut ir::ExpressionDag) {
-    let depths = ovl_core::analysis::nesting_depths(dag);
+    let depths = ovl_ir::analysis::nesting_depths(dag);
     let n = dag.expressions.len();
     let mut canon: Vec<u32> = (0..n as u32).collect();
     let mut first: HashMap<(i32, i32, u32, u64, i64, u64), u32> = HashMap::new();

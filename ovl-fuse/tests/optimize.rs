@@ -1,9 +1,9 @@
 //! The merger on hand-built IR: errors, the hand-over of a written variable, determinism, the
 //! in-memory cache and source locations.
 
-use ovl_core::ir::{self, value_ref::Source, Op, TensorKind};
-use ovl_core::DType;
 use ovl_fuse::{optimize, optimize_cached, FuseError, OptLevel, Reason};
+use ovl_ir::ir::{self, value_ref::Source, Op, TensorKind};
+use ovl_ir::DType;
 
 fn f32_type(shape: &[u64]) -> ir::TensorType {
     ir::TensorType {
@@ -41,7 +41,7 @@ fn square_via_variable(n: u64, line: u32) -> ir::ExpressionDag {
         ..e(Op::Const, Some(DType::F32), &[])
     };
     ir::ExpressionDag {
-        version: ovl_core::IR_VERSION,
+        version: ovl_ir::IR_VERSION,
         name: "square_var".into(),
         expressions: vec![
             position(),                                        // %0
@@ -69,7 +69,7 @@ fn square_via_variable(n: u64, line: u32) -> ir::ExpressionDag {
 /// `out[i] = x[i] + x[i]`.
 fn double(n: u64, line: u32) -> ir::ExpressionDag {
     ir::ExpressionDag {
-        version: ovl_core::IR_VERSION,
+        version: ovl_ir::IR_VERSION,
         name: "double".into(),
         expressions: vec![
             position(),
@@ -101,7 +101,7 @@ fn from_op(operator: u32) -> ir::ValueRef {
 
 fn chain(line: u32) -> ir::OperatorDag {
     ir::OperatorDag {
-        version: ovl_core::IR_VERSION,
+        version: ovl_ir::IR_VERSION,
         operators: vec![square_via_variable(8, line), double(8, line + 1)],
         inputs: vec![f32_type(&[8])],
         operator_inputs: vec![
@@ -119,8 +119,8 @@ fn chain(line: u32) -> ir::OperatorDag {
 }
 
 fn run(dag: &ir::ExpressionDag, x: &[f32]) -> Vec<f32> {
-    let input = ovl_core::HostTensor::from_vec(&[x.len()], x.to_vec()).unwrap();
-    let mut out = vec![ovl_core::HostTensor::zeros(DType::F32, &[x.len()])];
+    let input = ovl_ir::HostTensor::from_vec(&[x.len()], x.to_vec()).unwrap();
+    let mut out = vec![ovl_ir::HostTensor::zeros(DType::F32, &[x.len()])];
     ovl_core::interp::interpret(dag, &[&input], &mut out).unwrap();
     out[0].as_slice::<f32>().unwrap().to_vec()
 }
@@ -130,7 +130,7 @@ fn a_written_variable_is_copied_at_the_write() {
     let (fused, report) = optimize(chain(10), OptLevel::FULL).unwrap();
     assert_eq!(report.kernels_after, 1, "{report}");
     let op = &fused.operators[0];
-    ovl_core::validate::validate(op).unwrap();
+    ovl_ir::validate::validate(op).unwrap();
     assert!(op.expressions.iter().any(|x| x.code == Op::Cast as i32));
     let x: Vec<f32> = (0..8).map(|i| i as f32 - 3.0).collect();
     let want: Vec<f32> = x.iter().map(|v| 2.0 * v * v).collect();
@@ -149,8 +149,8 @@ fn fusion_is_deterministic_and_cached() {
     let source = moved.operators[0].source.as_ref().unwrap();
     assert_eq!((source.file.as_str(), source.line), ("double.rs", 51));
     assert_eq!(
-        ovl_core::hash::canonical_hash_operator_dag(&moved),
-        ovl_core::hash::canonical_hash_operator_dag(&a)
+        ovl_ir::hash::canonical_hash_operator_dag(&moved),
+        ovl_ir::hash::canonical_hash_operator_dag(&a)
     );
 }
 
@@ -180,7 +180,7 @@ fn one_variable_written_twice_hands_over_both_values() {
     let n = 5u64;
     // out0[i] = v (v = x[i]); v = v * v; out1[i] = v
     let producer = ir::ExpressionDag {
-        version: ovl_core::IR_VERSION,
+        version: ovl_ir::IR_VERSION,
         name: "two_snapshots".into(),
         expressions: vec![
             position(),
@@ -198,7 +198,7 @@ fn one_variable_written_twice_hands_over_both_values() {
     };
     // out[i] = a[i] - b[i]
     let consumer = ir::ExpressionDag {
-        version: ovl_core::IR_VERSION,
+        version: ovl_ir::IR_VERSION,
         name: "difference".into(),
         expressions: vec![
             position(),
@@ -219,7 +219,7 @@ fn one_variable_written_twice_hands_over_both_values() {
         })),
     };
     let dag = ir::OperatorDag {
-        version: ovl_core::IR_VERSION,
+        version: ovl_ir::IR_VERSION,
         operators: vec![producer, consumer],
         inputs: vec![f32_type(&[n])],
         operator_inputs: vec![

@@ -1,7 +1,7 @@
 //! A small interval analysis of integer values, used to prove tensor indices in bounds so that
 //! the generated code needs no check (and vectorizes) where the proof succeeds.
 
-use ovl_core::DType;
+use ovl_ir::DType;
 
 /// A closed interval `[lo, hi]` of integer values (i128 holds every integer dtype exactly).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

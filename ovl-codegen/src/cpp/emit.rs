@@ -24,8 +24,8 @@ use super::literal::{ctype, cuda_literal, int_literal_value, literal};
 use super::prelude::PRELUDE;
 use crate::abi::ABI_VERSION;
 use crate::error::{defined_at, CodegenError};
-use ovl_core::ir::{self, Op, TensorKind};
-use ovl_core::DType;
+use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::DType;
 use std::fmt::Write as _;
 
 /// The largest local tensor, in bytes per worker, the C++ backend accepts.
@@ -98,7 +98,7 @@ pub(crate) struct Emitter<'a> {
 /// Generates the C++ translation unit of an operator. `key` is embedded in the library (the
 /// runtime checks it when loading a cached library); pass any string when only inspecting.
 ///
-/// The operator is assumed valid (see [`ovl_core::validate::validate`]); malformed IR gives
+/// The operator is assumed valid (see [`ovl_ir::validate::validate`]); malformed IR gives
 /// [`CodegenError::Unsupported`], never a panic.
 pub fn generate_cpp(dag: &ir::ExpressionDag, key: &str) -> Result<String, CodegenError> {
     Ok(emit(dag, key, Dialect::Cpp)?.finish())

@@ -1,6 +1,6 @@
 //! C++ spellings of dtypes and literal values.
 
-use ovl_core::DType;
+use ovl_ir::DType;
 
 /// The C++ type of a dtype (`bool` is one byte holding 0 or 1, like Rust's).
 pub(crate) fn ctype(d: DType) -> &'static str {

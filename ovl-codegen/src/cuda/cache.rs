@@ -7,7 +7,7 @@ use super::{generate_cuda, nvrtc_options, sm, CudaBinary, CudaCompileOptions};
 use crate::cache::{cache_dir, dump_source_file, env_flag, io_err, write_atomic, CACHE_LAYOUT};
 use crate::error::{defined_at, CodegenError, CudaCompileFailure};
 use crate::runtime::CacheOutcome;
-use ovl_core::ir;
+use ovl_ir::ir;
 use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
 use std::fs;
@@ -101,7 +101,7 @@ pub(crate) fn full_options(arch: u32, binary: CudaBinary, extra: &[String]) -> V
 /// The cache key: 32 hex digits of SHA-256 over the operator's canonical hash, the CUDA codegen
 /// version, the NVRTC version, and the options (which hold the architecture and output kind).
 fn cache_key(dag: &ir::ExpressionDag, nvrtc: &NvrtcInfo, options: &[String]) -> String {
-    let digest = ovl_core::hash::canonical_hash(dag);
+    let digest = ovl_ir::hash::canonical_hash(dag);
     let mut h = Sha256::new();
     let mut field = |s: &[u8]| {
         h.update((s.len() as u64).to_le_bytes());
@@ -205,7 +205,7 @@ pub fn compile_with_outcome(
         return remember(a, CacheOutcome::DiskCache);
     }
 
-    ovl_core::validate::validate(dag)?;
+    ovl_ir::validate::validate(dag)?;
     let source = generate_cuda(dag, key)?;
     write_atomic(&dir, "op.cu", source.as_bytes())?;
     if dump_source {
@@ -216,7 +216,7 @@ pub fn compile_with_outcome(
          ({})\narch: {}\noutput: {}\noptions: {}\n",
         dag.name,
         defined_at(dag),
-        ovl_core::hash::canonical_hash(dag),
+        ovl_ir::hash::canonical_hash(dag),
         super::CUDA_CODEGEN_VERSION,
         nvrtc.version.0,
         nvrtc.version.1,

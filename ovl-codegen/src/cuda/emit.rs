@@ -23,7 +23,7 @@
 use super::prelude::PRELUDE;
 use crate::cpp::{ctype, emit, Dialect};
 use crate::error::{defined_at, CodegenError};
-use ovl_core::ir;
+use ovl_ir::ir;
 use std::fmt::Write as _;
 
 /// The name of the kernel in every generated module.
@@ -32,7 +32,7 @@ pub const KERNEL_NAME: &str = "ovl_kernel";
 /// Generates the CUDA translation unit of an operator. `key` is written into a comment at the
 /// top (the cache key it was generated for); pass any string when only inspecting.
 ///
-/// The operator is assumed valid (see [`ovl_core::validate::validate`]); malformed IR gives
+/// The operator is assumed valid (see [`ovl_ir::validate::validate`]); malformed IR gives
 /// [`CodegenError::Unsupported`], never a panic.
 pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, CodegenError> {
     let e = emit(dag, key, Dialect::Cuda)?;

@@ -3,14 +3,14 @@
 //! `ptxas` where no GPU is present, and runs kernels on a GPU through the CUDA driver API.
 //!
 //! ```no_run
-//! # fn demo(dag: &ovl_core::ir::ExpressionDag, x: &ovl_core::HostTensor) -> anyhow::Result<()> {
+//! # fn demo(dag: &ovl_ir::ir::ExpressionDag, x: &ovl_ir::HostTensor) -> anyhow::Result<()> {
 //! use ovl_codegen::cuda::{self, CudaCompileOptions};
 //! // Without a GPU: compile to PTX for sm_90 and assemble it with ptxas.
 //! let artifact = cuda::validate(dag, 90, &CudaCompileOptions::default())?;
 //! println!("{}", artifact.binary_path().display());
 //! // With a GPU: compile to CUBIN for the device, load and run.
 //! let op = cuda::load(dag, &CudaCompileOptions::default())?;
-//! let mut out = vec![ovl_core::HostTensor::zeros(ovl_core::DType::F32, &[4])];
+//! let mut out = vec![ovl_ir::HostTensor::zeros(ovl_ir::DType::F32, &[4])];
 //! let gpu_time = op.run(&[x], &mut out)?;
 //! # Ok(()) }
 //! ```

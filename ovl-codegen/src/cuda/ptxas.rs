@@ -6,7 +6,7 @@ use super::{
     CudaCompileOptions,
 };
 use crate::error::{defined_at, CodegenError, CudaCompileFailure};
-use ovl_core::ir;
+use ovl_ir::ir;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, OnceLock};

@@ -4,14 +4,14 @@
 #![allow(dead_code)]
 
 use ovl_codegen::{compile_with_outcome, CacheOutcome, CompileOptions, CompiledOperator};
-use ovl_core::ir::{self, TensorKind};
-use ovl_core::{DType, HostTensor};
+use ovl_ir::ir::{self, TensorKind};
+use ovl_ir::{DType, HostTensor};
 use std::sync::Arc;
 
 #[allow(unused_imports)]
 pub use TensorKind::{Input as IN, Local as LOC, Output as OUT};
 
-pub use ovl_core::builder::Builder;
+pub use ovl_ir::builder::Builder;
 
 /// A private cache directory (removed when dropped) and options using it.
 pub struct TestCache {
@@ -66,7 +66,7 @@ pub fn run(
 /// (the sign and payload of a NaN are not specified: they depend on operand order in the
 /// hardware, which compilers may commute).
 pub fn bits(t: &HostTensor) -> Vec<u64> {
-    use ovl_core::TensorData as D;
+    use ovl_ir::TensorData as D;
     match &t.data {
         D::F32(v) => v
             .iter()
@@ -96,7 +96,7 @@ pub fn bits(t: &HostTensor) -> Vec<u64> {
 
 /// Element `i` of a tensor, printed.
 pub fn element(t: &HostTensor, i: usize) -> String {
-    ovl_core::with_tensor_data!(&t.data, v => format!("{:?}", v[i]))
+    ovl_ir::with_tensor_data!(&t.data, v => format!("{:?}", v[i]))
 }
 
 /// Runs the operator compiled and in the reference interpreter and asserts bit-identical
@@ -124,7 +124,7 @@ pub fn same_as_interpreter(
                         g.data.dtype(),
                         e.data.dtype(),
                         inputs.iter().map(|t| element(t, i)).collect::<Vec<_>>(),
-                        ovl_core::text::to_text(dag)
+                        ovl_ir::text::to_text(dag)
                     );
                 }
             }

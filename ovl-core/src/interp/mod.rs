@@ -21,8 +21,9 @@ mod tests;
 
 use crate::host::{HostTensor, TensorData};
 use crate::ir;
-use crate::validate::{defined_at, tensor_type_name, validate, ValidationError};
+use crate::validate::{validate, ValidationError};
 use exec::{Fault, FirstFault, OutView, Worker};
+use ovl_ir::names::{defined_at, tensor_type_name};
 use program::Program;
 use thiserror::Error;
 
@@ -91,8 +92,8 @@ pub enum InterpError {
     },
 }
 
-use crate::error::at;
 pub use crate::error::{Access, OutOfBounds};
+use ovl_ir::names::at;
 
 /// Options of [`interpret_with`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -68,7 +68,7 @@ pub(crate) struct TensorInfo {
 impl TensorInfo {
     /// `input 0`, `output 1`, `local 2`.
     pub(crate) fn name(&self) -> String {
-        format!("{} {}", crate::validate::kind_word(self.kind), self.index)
+        format!("{} {}", ovl_ir::names::kind_word(self.kind), self.index)
     }
 }
 

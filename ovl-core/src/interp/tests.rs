@@ -1,6 +1,7 @@
 use super::*;
 use crate::builder::{Builder, IN, LOC, OUT};
-use crate::dtype::{DType, Literal, Scalar};
+use crate::dtype::{DType, Literal};
+use crate::host::Scalar;
 use crate::ir::Op;
 
 /// Zero-filled outputs of the declared types.

@@ -3,7 +3,8 @@
 
 use super::expr::{Expr, Var};
 use super::state::{self, RegionKind};
-use crate::dtype::{DType, Literal, Scalar};
+use crate::dtype::{DType, Literal};
+use crate::host::Scalar;
 use crate::ir;
 use std::panic::Location;
 

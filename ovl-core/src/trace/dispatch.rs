@@ -5,7 +5,7 @@
 use super::expr::{Expr, IntoExpr, Var};
 use super::ops::{binary, check_rebind, unary};
 use super::tensor::{IndexPart, Tensor};
-use crate::dtype::Scalar;
+use crate::host::Scalar;
 use crate::ir;
 use std::borrow::Borrow;
 use std::ops::IndexMut;

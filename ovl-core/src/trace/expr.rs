@@ -3,7 +3,8 @@
 //! mix with them.
 
 use super::state;
-use crate::dtype::{DType, Literal, Scalar};
+use crate::dtype::{DType, Literal};
+use crate::host::Scalar;
 use crate::ir;
 use std::fmt;
 use std::marker::PhantomData;

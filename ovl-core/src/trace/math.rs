@@ -2,7 +2,8 @@
 
 use super::expr::{constant, Expr, Float, IntoExpr, Num, Typed};
 use super::ops::{apply, binary, unary};
-use crate::dtype::{DType, Scalar};
+use crate::dtype::DType;
+use crate::host::Scalar;
 use crate::ir;
 
 macro_rules! float_unary {

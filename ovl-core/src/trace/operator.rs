@@ -3,8 +3,8 @@
 
 use super::state::{self, OperatorSite};
 use super::tensor::{declare_input, Tensor, TensorKind};
-use crate::dtype::Scalar;
 use crate::error::TraceError;
+use crate::host::Scalar;
 use crate::ir;
 use crate::lazy::{IntoLazy, Lazy, LazyTensor, Node, OperatorNode};
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -2,7 +2,8 @@
 
 use super::expr::{Expr, IntoExpr, Num, Var};
 use super::state;
-use crate::dtype::{DType, Scalar};
+use crate::dtype::DType;
+use crate::host::Scalar;
 use crate::ir;
 use std::ops::{
     Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Not, Rem, RemAssign, Sub, SubAssign,

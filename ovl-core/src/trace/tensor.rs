@@ -3,7 +3,8 @@
 
 use super::expr::{Expr, IntoExpr, Typed, Var};
 use super::state::{self, TraceState};
-use crate::dtype::{DType, Scalar};
+use crate::dtype::DType;
+use crate::host::Scalar;
 use crate::ir;
 use std::fmt;
 use std::marker::PhantomData;

@@ -7,6 +7,9 @@
 
 use crate::dtype::DType;
 use crate::ir::{self, value_ref::Source, Op, TensorKind};
+use crate::names::{
+    at, defined_at, dtype_name, kind_word, op_name, tensor_ref_name, tensor_type_name,
+};
 use thiserror::Error;
 
 /// Why an operator or an operator DAG is not valid IR.
@@ -69,68 +72,6 @@ pub enum ValidationError {
         /// What is wrong with it.
         error: Box<ValidationError>,
     },
-}
-
-fn at(defined_at: &str) -> String {
-    if defined_at.is_empty() {
-        String::new()
-    } else {
-        format!(" (defined at {defined_at})")
-    }
-}
-
-/// `file:line` of the operator's source location, or empty.
-pub(crate) fn defined_at(dag: &ir::ExpressionDag) -> String {
-    match &dag.source {
-        Some(s) if !s.file.is_empty() => format!("{}:{}", s.file, s.line),
-        _ => String::new(),
-    }
-}
-
-/// The opcode's name in lower case without the `OP_` prefix (`add`, `end_range`, ...), or
-/// `op <n>` for an unknown value.
-pub(crate) fn op_name(code: i32) -> String {
-    match Op::try_from(code) {
-        Ok(op) => op
-            .as_str_name()
-            .trim_start_matches("OP_")
-            .to_ascii_lowercase(),
-        Err(_) => format!("op {code}"),
-    }
-}
-
-/// A readable name for an IR dtype value: `f32`, or `DTYPE_F16` for unsupported ones.
-pub(crate) fn dtype_name(value: i32) -> String {
-    match DType::from_ir(value) {
-        Some(d) => d.name().to_string(),
-        None => match ir::Dtype::try_from(value) {
-            Ok(d) => d.as_str_name().to_string(),
-            Err(_) => format!("dtype {value}"),
-        },
-    }
-}
-
-/// `f32[4, 8]`.
-pub(crate) fn tensor_type_name(t: &ir::TensorType) -> String {
-    format!("{}{:?}", dtype_name(t.dtype), t.shape)
-}
-
-/// `input`, `output`, `local`.
-pub(crate) fn kind_word(kind: TensorKind) -> &'static str {
-    match kind {
-        TensorKind::Input => "input",
-        TensorKind::Output => "output",
-        TensorKind::Local => "local",
-        TensorKind::Unspecified => "unspecified tensor",
-    }
-}
-
-/// `input 0`, `output 1`, `local 2`.
-pub(crate) fn tensor_ref_name(r: &ir::TensorRef) -> String {
-    match TensorKind::try_from(r.kind) {
-        Ok(kind) => format!("{} {}", kind_word(kind), r.index),
-        Err(_) => format!("tensor of unknown kind {} index {}", r.kind, r.index),
-    }
 }
 
 /// Whether an expression with this opcode produces a value (can be an operand).

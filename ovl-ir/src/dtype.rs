@@ -1,5 +1,5 @@
-//! Element types: the [`DType`] enum and the [`Scalar`] trait implemented by the Rust types
-//! that can live in a tensor.
+//! Element types: the [`DType`] enum and IR [`Literal`]s. The Rust types that can live in a
+//! tensor implement [`crate::host::Scalar`].
 
 use crate::ir;
 use std::fmt;
@@ -128,62 +128,4 @@ pub enum Literal {
     Int(i64),
     UInt(u64),
     Bool(bool),
-}
-
-/// A Rust type that can be a tensor element: `f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool`.
-pub trait Scalar: Copy + Send + Sync + fmt::Debug + PartialEq + Default + 'static {
-    const DTYPE: DType;
-    /// The value as an IR literal.
-    fn to_literal(self) -> Literal;
-    /// Wraps a vector of this type as tensor data.
-    fn wrap(data: Vec<Self>) -> crate::host::TensorData;
-    /// Borrows tensor data of this type; `None` if the dtype differs.
-    fn unwrap_ref(data: &crate::host::TensorData) -> Option<&[Self]>;
-    /// Takes tensor data of this type; `Err` gives the data back if the dtype differs.
-    fn unwrap(data: crate::host::TensorData) -> Result<Vec<Self>, crate::host::TensorData>;
-}
-
-macro_rules! impl_scalar {
-    ($($t:ty => $d:ident, $variant:ident, $lit:ident);* $(;)?) => {$(
-        impl Scalar for $t {
-            const DTYPE: DType = DType::$d;
-            #[allow(clippy::unnecessary_cast)]
-            fn to_literal(self) -> Literal {
-                impl_scalar!(@lit $lit self)
-            }
-            fn wrap(data: Vec<Self>) -> crate::host::TensorData {
-                crate::host::TensorData::$variant(data)
-            }
-            fn unwrap_ref(data: &crate::host::TensorData) -> Option<&[Self]> {
-                match data {
-                    crate::host::TensorData::$variant(v) => Some(v),
-                    _ => None,
-                }
-            }
-            fn unwrap(data: crate::host::TensorData) -> Result<Vec<Self>, crate::host::TensorData> {
-                match data {
-                    crate::host::TensorData::$variant(v) => Ok(v),
-                    other => Err(other),
-                }
-            }
-        }
-    )*};
-    (@lit Float $v:ident) => { Literal::Float($v as f64) };
-    (@lit Int $v:ident) => { Literal::Int($v as i64) };
-    (@lit UInt $v:ident) => { Literal::UInt($v as u64) };
-    (@lit Bool $v:ident) => { Literal::Bool($v) };
-}
-
-impl_scalar! {
-    f32 => F32, F32, Float;
-    f64 => F64, F64, Float;
-    i8 => I8, I8, Int;
-    i16 => I16, I16, Int;
-    i32 => I32, I32, Int;
-    i64 => I64, I64, Int;
-    u8 => U8, U8, UInt;
-    u16 => U16, U16, UInt;
-    u32 => U32, U32, UInt;
-    u64 => U64, U64, UInt;
-    bool => Bool, Bool, Bool;
 }

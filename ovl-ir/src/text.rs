@@ -8,7 +8,8 @@
 
 use crate::dtype::DType;
 use crate::ir::{self, value_ref::Source, Op, TensorKind};
-use crate::validate::{dtype_name, produces_value};
+use crate::names::dtype_name;
+use crate::validate::produces_value;
 use std::fmt::Write as _;
 
 fn shape(s: &[u64]) -> String {
@@ -60,7 +61,7 @@ fn operands(ids: &[u32]) -> String {
 /// The text of one expression, without indentation.
 fn expression(dag: &ir::ExpressionDag, i: usize, e: &ir::Expression) -> String {
     let op = Op::try_from(e.code).ok();
-    let name = crate::validate::op_name(e.code);
+    let name = crate::names::op_name(e.code);
     let dtype = DType::from_ir(e.dtype);
     let typed = |body: String| {
         if e.dtype == ir::Dtype::Unspecified as i32 {
