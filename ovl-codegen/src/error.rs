@@ -13,13 +13,7 @@ pub(crate) fn at(defined_at: &str) -> String {
     }
 }
 
-/// `file:line` of an operator's source location, or empty.
-pub(crate) fn defined_at(dag: &ovl_ir::ir::ExpressionDag) -> String {
-    match &dag.source {
-        Some(s) if !s.file.is_empty() => format!("{}:{}", s.file, s.line),
-        _ => String::new(),
-    }
-}
+pub(crate) use ovl_ir::names::defined_at;
 
 /// Why an operator could not be turned into a loaded native library.
 #[derive(Debug, Error)]

@@ -272,26 +272,7 @@ pub(crate) fn merge_vertical(
 /// Whether an expression only computes a value (no effect, no possible fault): it may be
 /// shared or dropped. Reads are not: an out-of-bounds read is an error to report.
 fn is_pure(code: i32) -> bool {
-    match Op::try_from(code) {
-        Ok(op) => !matches!(
-            op,
-            Op::Unspecified
-                | Op::Read
-                | Op::Write
-                | Op::Variable
-                | Op::Assign
-                | Op::LocalTensor
-                | Op::If
-                | Op::Else
-                | Op::EndIf
-                | Op::Range
-                | Op::EndRange
-                | Op::WhileBegin
-                | Op::WhileCond
-                | Op::WhileEnd
-        ),
-        Err(_) => false,
-    }
+    ovl_ir::ops::info_of_code(code).is_some_and(|row| row.is_pure())
 }
 
 /// Tidies a merged operator: positions and literals repeated by the merged parts are shared

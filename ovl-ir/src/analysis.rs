@@ -1,6 +1,7 @@
 //! Facts about an operator that the runtime and the optimizer use.
 
 use crate::ir::{self, Op};
+use crate::ops::{self, Block};
 
 /// The control-flow nesting depth at each expression (0 = straight-line code of the worker).
 /// The opening expression (IF, RANGE, WHILE_BEGIN) sits at the outer depth, its body one deeper;
@@ -9,18 +10,21 @@ pub fn nesting_depths(dag: &ir::ExpressionDag) -> Vec<u32> {
     let mut depth = 0u32;
     dag.expressions
         .iter()
-        .map(|e| match Op::try_from(e.code) {
-            Ok(Op::If | Op::Range | Op::WhileBegin) => {
-                depth += 1;
-                depth - 1
-            }
-            Ok(Op::Else) => depth.saturating_sub(1),
-            Ok(Op::EndIf | Op::EndRange | Op::WhileEnd) => {
-                depth = depth.saturating_sub(1);
-                depth
-            }
-            _ => depth,
-        })
+        .map(
+            |e| match ops::info_of_code(e.code).map(|row| (row.op, row.block)) {
+                Some((_, Block::Open)) => {
+                    depth += 1;
+                    depth - 1
+                }
+                // WHILE_COND belongs to the loop's body; ELSE separates the two branches.
+                Some((Op::Else, Block::Middle)) => depth.saturating_sub(1),
+                Some((_, Block::Close)) => {
+                    depth = depth.saturating_sub(1);
+                    depth
+                }
+                _ => depth,
+            },
+        )
         .collect()
 }
 

@@ -11,6 +11,7 @@ pub mod error;
 pub mod hash;
 pub mod host;
 pub mod names;
+pub mod ops;
 pub mod text;
 pub mod validate;
 

@@ -24,12 +24,10 @@ pub fn defined_at(dag: &ir::ExpressionDag) -> String {
 /// The opcode's name in lower case without the `OP_` prefix (`add`, `end_range`, ...), or
 /// `op <n>` for an unknown value.
 pub fn op_name(code: i32) -> String {
-    match Op::try_from(code) {
-        Ok(op) => op
-            .as_str_name()
-            .trim_start_matches("OP_")
-            .to_ascii_lowercase(),
-        Err(_) => format!("op {code}"),
+    match crate::ops::info_of_code(code) {
+        Some(row) => row.name.to_string(),
+        None if code == Op::Unspecified as i32 => "unspecified".to_string(),
+        None => format!("op {code}"),
     }
 }
 

@@ -9,6 +9,7 @@
 use crate::dtype::DType;
 use crate::ir::{self, value_ref::Source, Op, TensorKind};
 use crate::names::dtype_name;
+use crate::ops::Block;
 use crate::validate::produces_value;
 use std::fmt::Write as _;
 
@@ -156,17 +157,17 @@ pub fn to_text(dag: &ir::ExpressionDag) -> String {
     }
     let mut depth = 0usize;
     for (i, e) in dag.expressions.iter().enumerate() {
-        let own = match Op::try_from(e.code) {
-            Ok(Op::If | Op::Range | Op::WhileBegin) => {
+        let own = match crate::ops::info_of_code(e.code).map(|row| row.block) {
+            Some(Block::Open) => {
                 depth += 1;
                 depth - 1
             }
-            Ok(Op::Else | Op::WhileCond) => depth.saturating_sub(1),
-            Ok(Op::EndIf | Op::EndRange | Op::WhileEnd) => {
+            Some(Block::Middle) => depth.saturating_sub(1),
+            Some(Block::Close) => {
                 depth = depth.saturating_sub(1);
                 depth
             }
-            _ => depth,
+            Some(Block::None) | None => depth,
         };
         let _ = writeln!(s, "{}{}", "  ".repeat(own), expression(dag, i, e));
     }

@@ -10,6 +10,7 @@ use crate::ir::{self, value_ref::Source, Op, TensorKind};
 use crate::names::{
     at, defined_at, dtype_name, kind_word, op_name, tensor_ref_name, tensor_type_name,
 };
+use crate::ops::{self, Category, OpInfo, ResultRule};
 use thiserror::Error;
 
 /// Why an operator or an operator DAG is not valid IR.
@@ -75,104 +76,8 @@ pub enum ValidationError {
 }
 
 /// Whether an expression with this opcode produces a value (can be an operand).
-pub(crate) fn produces_value(op: Op) -> bool {
-    !matches!(
-        op,
-        Op::Unspecified
-            | Op::Write
-            | Op::Assign
-            | Op::LocalTensor
-            | Op::If
-            | Op::Else
-            | Op::EndIf
-            | Op::EndRange
-            | Op::WhileBegin
-            | Op::WhileCond
-            | Op::WhileEnd
-    )
-}
-
-/// Operand dtypes an opcode accepts.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Class {
-    /// Every dtype.
-    Any,
-    /// Integers and floats, not bool.
-    Numeric,
-    /// f32 and f64.
-    Float,
-    /// bool and integers.
-    BoolOrInt,
-    /// bool only.
-    Bool,
-}
-
-impl Class {
-    fn accepts(self, d: DType) -> bool {
-        match self {
-            Class::Any => true,
-            Class::Numeric => d != DType::Bool,
-            Class::Float => d.is_float(),
-            Class::BoolOrInt => d == DType::Bool || d.is_int(),
-            Class::Bool => d == DType::Bool,
-        }
-    }
-
-    fn describe(self) -> &'static str {
-        match self {
-            Class::Any => "any dtype",
-            Class::Numeric => "integer or float operands (not bool)",
-            Class::Float => "float operands (f32 or f64); cast integers first",
-            Class::BoolOrInt => "bool or integer operands",
-            Class::Bool => "bool operands",
-        }
-    }
-}
-
-/// For unary ops: the operand class and whether the result is bool (else: the operand dtype).
-fn unary_rule(op: Op) -> Option<(Class, bool)> {
-    Some(match op {
-        Op::Neg | Op::Abs => (Class::Numeric, false),
-        Op::Not => (Class::BoolOrInt, false),
-        Op::Sqrt
-        | Op::Rsqrt
-        | Op::Exp
-        | Op::Exp2
-        | Op::Expm1
-        | Op::Log
-        | Op::Log2
-        | Op::Log10
-        | Op::Log1p
-        | Op::Sin
-        | Op::Cos
-        | Op::Tan
-        | Op::Asin
-        | Op::Acos
-        | Op::Atan
-        | Op::Sinh
-        | Op::Cosh
-        | Op::Tanh
-        | Op::Sigmoid
-        | Op::Erf
-        | Op::Ceil
-        | Op::Floor
-        | Op::Round => (Class::Float, false),
-        Op::Isinf | Op::Isfinite | Op::Isnan => (Class::Float, true),
-        _ => return None,
-    })
-}
-
-/// For binary ops: the operand class and whether the result is bool (else: the operand dtype).
-fn binary_rule(op: Op) -> Option<(Class, bool)> {
-    Some(match op {
-        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Mod | Op::Min | Op::Max => {
-            (Class::Numeric, false)
-        }
-        Op::Pow | Op::Atan2 => (Class::Float, false),
-        Op::Lt | Op::Le | Op::Gt | Op::Ge | Op::Eq | Op::Ne => (Class::Any, true),
-        Op::And | Op::Or => (Class::Bool, true),
-        _ => return None,
-    })
+pub fn produces_value(op: Op) -> bool {
+    ops::info(op).is_some_and(|row| row.produces_value())
 }
 
 /// Checks that a literal held in `e` fits `dtype` (integers in range, bool 0 or 1).
@@ -462,42 +367,64 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
-    /// Checks expression `i` and returns its value dtype (None for statements).
+    /// Checks expression `i` and returns its value dtype (None for statements). The op table
+    /// gives the operand count, classes and result rule; each category has its own checker.
     fn expression(&mut self, i: usize) -> Check<Option<DType>> {
-        let dag = self.dag;
-        let e = &dag.expressions[i];
-        let op = match Op::try_from(e.code) {
-            Ok(Op::Unspecified) | Err(_) => {
-                return Err(
-                    self.expr_error(i, format!("opcode {} is not a known operation", e.code))
-                )
-            }
-            Ok(op) => op,
+        let code = self.dag.expressions[i].code;
+        let Some(row) = ops::info_of_code(code) else {
+            return Err(self.expr_error(i, format!("opcode {code} is not a known operation")));
         };
+        match row.category {
+            Category::Leaf => self.leaf(i, row),
+            Category::Tensor => self.tensor_access(i, row),
+            Category::Variable => self.variable(i, row),
+            Category::Cast => {
+                self.expect_arity(i, row)?;
+                self.operand(i, 0)?;
+                Ok(Some(self.declared_dtype(i)?))
+            }
+            Category::Unary | Category::Binary | Category::Compare => self.elementwise(i, row),
+            Category::Ternary => self.ternary(i, row),
+            Category::Control => self.control(i, row),
+        }
+    }
+
+    /// The operand count the table gives for `row`.
+    fn expect_arity(&self, i: usize, row: &OpInfo) -> Check<()> {
+        match row.arity {
+            Some(n) => self.expect_operand_count(i, n, row.operand_names),
+            None => Ok(()),
+        }
+    }
+
+    /// CONST, POSITION.
+    fn leaf(&mut self, i: usize, row: &OpInfo) -> Check<Option<DType>> {
+        let e = &self.dag.expressions[i];
+        self.expect_arity(i, row)?;
+        let d = self.declared_dtype(i)?;
+        if row.op == Op::Const {
+            check_literal(e, d).map_err(|m| self.expr_error(i, m))?;
+            return Ok(Some(d));
+        }
+        self.expect_result(i, d, DType::I64, "a position component")?;
+        let rank = self.dag.workgroup_shape.len();
+        if e.axis as usize >= rank {
+            return Err(self.expr_error(
+                i,
+                format!(
+                    "axis {} is out of range: the workgroup {:?} has rank {rank}",
+                    e.axis, self.dag.workgroup_shape
+                ),
+            ));
+        }
+        Ok(Some(d))
+    }
+
+    /// READ, WRITE, LOCAL_TENSOR.
+    fn tensor_access(&mut self, i: usize, row: &OpInfo) -> Check<Option<DType>> {
+        let e = &self.dag.expressions[i];
         let n = e.operands.len();
-        match op {
-            Op::Const => {
-                self.expect_operand_count(i, 0, "none")?;
-                let d = self.declared_dtype(i)?;
-                check_literal(e, d).map_err(|m| self.expr_error(i, m))?;
-                Ok(Some(d))
-            }
-            Op::Position => {
-                self.expect_operand_count(i, 0, "none")?;
-                let d = self.declared_dtype(i)?;
-                self.expect_result(i, d, DType::I64, "a position component")?;
-                let rank = self.dag.workgroup_shape.len();
-                if e.axis as usize >= rank {
-                    return Err(self.expr_error(
-                        i,
-                        format!(
-                            "axis {} is out of range: the workgroup {:?} has rank {rank}",
-                            e.axis, self.dag.workgroup_shape
-                        ),
-                    ));
-                }
-                Ok(Some(d))
-            }
+        match row.op {
             Op::Read => {
                 let (kind, index, t) = self.tensor(i)?;
                 if kind == TensorKind::Output {
@@ -566,42 +493,9 @@ impl<'a> Checker<'a> {
                 }
                 Ok(None)
             }
-            Op::Variable => {
-                self.expect_operand_count(i, 1, "the initial value")?;
-                let init = self.operand(i, 0)?;
-                let d = self.declared_dtype(i)?;
-                self.expect_result(i, d, init, "the dtype of its initial value")?;
-                Ok(Some(d))
-            }
-            Op::Assign => {
-                self.expect_statement(i)?;
-                self.expect_operand_count(i, 2, "the variable and the value")?;
-                let var = self.operand(i, 0)?;
-                let target = e.operands[0] as usize;
-                if self.dag.expressions[target].code != Op::Variable as i32 {
-                    return Err(self.expr_error(
-                        i,
-                        format!(
-                            "operand 0 must be a variable expression, but %{target} is {}; only \
-                             variables can be assigned",
-                            op_name(self.dag.expressions[target].code)
-                        ),
-                    ));
-                }
-                let v = self.operand(i, 1)?;
-                if v != var {
-                    return Err(self.expr_error(
-                        i,
-                        format!(
-                            "the value has dtype {v} but the variable %{target} has dtype {var}; \
-                             cast the value first"
-                        ),
-                    ));
-                }
-                Ok(None)
-            }
-            Op::LocalTensor => {
-                self.expect_operand_count(i, 0, "none")?;
+            _ => {
+                // LOCAL_TENSOR
+                self.expect_arity(i, row)?;
                 let (kind, index, t) = self.tensor(i)?;
                 if kind != TensorKind::Local {
                     return Err(self.expr_error(
@@ -627,189 +521,199 @@ impl<'a> Checker<'a> {
                 self.local_initialized[index] = true;
                 Ok(None)
             }
-            Op::Cast => {
-                self.expect_operand_count(i, 1, "the value")?;
-                self.operand(i, 0)?;
-                Ok(Some(self.declared_dtype(i)?))
+        }
+    }
+
+    /// VARIABLE, ASSIGN.
+    fn variable(&mut self, i: usize, row: &OpInfo) -> Check<Option<DType>> {
+        if row.op == Op::Variable {
+            self.expect_arity(i, row)?;
+            let init = self.operand(i, 0)?;
+            let d = self.declared_dtype(i)?;
+            self.expect_result(i, d, init, "the dtype of its initial value")?;
+            return Ok(Some(d));
+        }
+        self.expect_statement(i)?;
+        self.expect_arity(i, row)?;
+        let var = self.operand(i, 0)?;
+        let target = self.dag.expressions[i].operands[0] as usize;
+        if self.dag.expressions[target].code != Op::Variable as i32 {
+            return Err(self.expr_error(
+                i,
+                format!(
+                    "operand 0 must be a variable expression, but %{target} is {}; only \
+                     variables can be assigned",
+                    op_name(self.dag.expressions[target].code)
+                ),
+            ));
+        }
+        let v = self.operand(i, 1)?;
+        if v != var {
+            return Err(self.expr_error(
+                i,
+                format!(
+                    "the value has dtype {v} but the variable %{target} has dtype {var}; cast \
+                     the value first"
+                ),
+            ));
+        }
+        Ok(None)
+    }
+
+    /// Unary, binary and comparison ops: operands of one dtype in the row's class; the result
+    /// is that dtype or bool, as the row says.
+    fn elementwise(&mut self, i: usize, row: &OpInfo) -> Check<Option<DType>> {
+        self.expect_arity(i, row)?;
+        let a = self.operand(i, 0)?;
+        if row.arity == Some(2) {
+            let b = self.operand(i, 1)?;
+            if a != b {
+                return Err(self.expr_error(
+                    i,
+                    format!(
+                        "operands have different dtypes ({a} and {b}); binary operations need \
+                         equal dtypes, cast one operand explicitly"
+                    ),
+                ));
             }
-            Op::Select => {
-                self.expect_operand_count(i, 3, "condition, if_true, if_false")?;
-                let c = self.operand(i, 0)?;
-                if c != DType::Bool {
-                    return Err(self.expr_error(
-                        i,
-                        format!("the condition (operand 0) must be bool, found {c}"),
-                    ));
-                }
-                let a = self.operand(i, 1)?;
-                let b = self.operand(i, 2)?;
-                if a != b {
+        }
+        if !row.operands.accepts(a) {
+            return Err(self.expr_error(i, format!("takes {}, found {a}", row.operands.describe())));
+        }
+        let d = self.declared_dtype(i)?;
+        let expected = if row.result == ResultRule::Bool {
+            DType::Bool
+        } else {
+            a
+        };
+        self.expect_result(i, d, expected, "its result dtype")?;
+        Ok(Some(d))
+    }
+
+    /// SELECT, FMA.
+    fn ternary(&mut self, i: usize, row: &OpInfo) -> Check<Option<DType>> {
+        self.expect_arity(i, row)?;
+        let why = if row.op == Op::Select {
+            let c = self.operand(i, 0)?;
+            if c != DType::Bool {
+                return Err(self.expr_error(
+                    i,
+                    format!("the condition (operand 0) must be bool, found {c}"),
+                ));
+            }
+            let a = self.operand(i, 1)?;
+            let b = self.operand(i, 2)?;
+            if a != b {
+                return Err(self.expr_error(
+                    i,
+                    format!(
+                        "the two alternatives have different dtypes ({a} and {b}); cast one of \
+                         them"
+                    ),
+                ));
+            }
+            (a, "the dtype of its alternatives")
+        } else {
+            let a = self.operand(i, 0)?;
+            let b = self.operand(i, 1)?;
+            let c = self.operand(i, 2)?;
+            if a != b || a != c {
+                return Err(self.expr_error(
+                    i,
+                    format!("operands have different dtypes ({a}, {b}, {c}); cast them"),
+                ));
+            }
+            if !row.operands.accepts(a) {
+                return Err(
+                    self.expr_error(i, format!("takes {}, found {a}", row.operands.describe()))
+                );
+            }
+            (a, "the dtype of its operands")
+        };
+        let d = self.declared_dtype(i)?;
+        self.expect_result(i, d, why.0, why.1)?;
+        Ok(Some(d))
+    }
+
+    /// IF ... WHILE_END: statements (but RANGE, whose value is the loop index) that open,
+    /// split and close blocks.
+    fn control(&mut self, i: usize, row: &OpInfo) -> Check<Option<DType>> {
+        if row.op == Op::Range {
+            self.expect_arity(i, row)?;
+            for k in 0..3 {
+                let d = self.operand(i, k)?;
+                if !row.operands.accepts(d) {
                     return Err(self.expr_error(
                         i,
                         format!(
-                            "the two alternatives have different dtypes ({a} and {b}); cast one \
-                             of them"
+                            "operand {k} ({}) has dtype {d}; range bounds must be i64",
+                            ["start", "end", "step"][k]
                         ),
                     ));
                 }
-                let d = self.declared_dtype(i)?;
-                self.expect_result(i, d, a, "the dtype of its alternatives")?;
-                Ok(Some(d))
             }
-            Op::Fma => {
-                self.expect_operand_count(i, 3, "a, b, c of a * b + c")?;
-                let a = self.operand(i, 0)?;
-                let b = self.operand(i, 1)?;
-                let c = self.operand(i, 2)?;
-                if a != b || a != c {
-                    return Err(self.expr_error(
-                        i,
-                        format!("operands have different dtypes ({a}, {b}, {c}); cast them"),
-                    ));
-                }
-                if !a.is_float() {
-                    return Err(
-                        self.expr_error(i, format!("takes {}, found {a}", Class::Float.describe()))
-                    );
-                }
-                let d = self.declared_dtype(i)?;
-                self.expect_result(i, d, a, "the dtype of its operands")?;
-                Ok(Some(d))
-            }
-            Op::If => {
-                self.expect_statement(i)?;
-                self.expect_operand_count(i, 1, "the condition")?;
-                let c = self.operand(i, 0)?;
-                if c != DType::Bool {
-                    return Err(
-                        self.expr_error(i, format!("the condition must be bool, found {c}"))
-                    );
-                }
-                self.push_frame(FrameKind::IfThen, i);
-                Ok(None)
-            }
-            Op::Else => {
-                self.expect_statement(i)?;
-                self.expect_operand_count(i, 0, "none")?;
-                let f = self.pop_frame(i, &[FrameKind::IfThen], "else")?;
-                self.push_frame(FrameKind::IfElse, f.opener);
-                Ok(None)
-            }
-            Op::EndIf => {
-                self.expect_statement(i)?;
-                self.expect_operand_count(i, 0, "none")?;
-                self.pop_frame(i, &[FrameKind::IfThen, FrameKind::IfElse], "end_if")?;
-                Ok(None)
-            }
-            Op::Range => {
-                self.expect_operand_count(i, 3, "start, end, step")?;
-                for k in 0..3 {
-                    let d = self.operand(i, k)?;
-                    if d != DType::I64 {
-                        return Err(self.expr_error(
-                            i,
-                            format!(
-                                "operand {k} ({}) has dtype {d}; range bounds must be i64",
-                                ["start", "end", "step"][k]
-                            ),
-                        ));
-                    }
-                }
-                let d = self.declared_dtype(i)?;
-                self.expect_result(i, d, DType::I64, "a loop index")?;
-                self.push_frame(FrameKind::Range, i);
-                Ok(Some(d))
-            }
-            Op::EndRange => {
-                self.expect_statement(i)?;
-                self.expect_operand_count(i, 0, "none")?;
-                self.pop_frame(i, &[FrameKind::Range], "end_range")?;
-                Ok(None)
-            }
-            Op::WhileBegin => {
-                self.expect_statement(i)?;
-                self.expect_operand_count(i, 0, "none")?;
-                self.push_frame(FrameKind::WhileCond, i);
-                Ok(None)
-            }
-            Op::WhileCond => {
-                self.expect_statement(i)?;
-                self.expect_operand_count(i, 1, "the condition")?;
-                let c = self.operand(i, 0)?;
-                if c != DType::Bool {
-                    return Err(
-                        self.expr_error(i, format!("the loop condition must be bool, found {c}"))
-                    );
-                }
-                match self.stack.last_mut() {
-                    Some(f) if f.kind == FrameKind::WhileCond => {
-                        // The condition's values stay visible in the body: same region.
-                        f.kind = FrameKind::WhileBody;
-                    }
-                    _ => {
-                        let inner = self
-                            .stack
-                            .last()
-                            .map(|f| format!("{} opened by %{}", f.kind.describe(), f.opener))
-                            .unwrap_or_else(|| "no open block".into());
-                        return Err(self.expr_error(
-                            i,
-                            format!(
-                                "while_cond must directly follow the condition of a while_begin, \
-                                 but the innermost block is {inner}"
-                            ),
-                        ));
-                    }
-                }
-                Ok(None)
-            }
-            Op::WhileEnd => {
-                self.expect_statement(i)?;
-                self.expect_operand_count(i, 0, "none")?;
-                self.pop_frame(i, &[FrameKind::WhileBody], "while_end")?;
-                Ok(None)
-            }
-            _ => {
-                if let Some((class, to_bool)) = unary_rule(op) {
-                    self.expect_operand_count(i, 1, "the value")?;
-                    let a = self.operand(i, 0)?;
-                    if !class.accepts(a) {
-                        return Err(
-                            self.expr_error(i, format!("takes {}, found {a}", class.describe()))
-                        );
-                    }
-                    let d = self.declared_dtype(i)?;
-                    let expected = if to_bool { DType::Bool } else { a };
-                    self.expect_result(i, d, expected, "its result dtype")?;
-                    Ok(Some(d))
-                } else if let Some((class, to_bool)) = binary_rule(op) {
-                    self.expect_operand_count(i, 2, "two values")?;
-                    let a = self.operand(i, 0)?;
-                    let b = self.operand(i, 1)?;
-                    if a != b {
-                        return Err(self.expr_error(
-                            i,
-                            format!(
-                                "operands have different dtypes ({a} and {b}); binary operations \
-                                 need equal dtypes, cast one operand explicitly"
-                            ),
-                        ));
-                    }
-                    if !class.accepts(a) {
-                        return Err(
-                            self.expr_error(i, format!("takes {}, found {a}", class.describe()))
-                        );
-                    }
-                    let d = self.declared_dtype(i)?;
-                    let expected = if to_bool { DType::Bool } else { a };
-                    self.expect_result(i, d, expected, "its result dtype")?;
-                    Ok(Some(d))
+            let d = self.declared_dtype(i)?;
+            self.expect_result(i, d, DType::I64, "a loop index")?;
+            self.push_frame(FrameKind::Range, i);
+            return Ok(Some(d));
+        }
+        self.expect_statement(i)?;
+        self.expect_arity(i, row)?;
+        if row.arity == Some(1) {
+            // IF and WHILE_COND: a bool condition.
+            let c = self.operand(i, 0)?;
+            if c != DType::Bool {
+                let what = if row.op == Op::If {
+                    "the condition"
                 } else {
-                    // OP_UNSPECIFIED, rejected above.
-                    Err(self.expr_error(i, "this opcode is not supported"))
-                }
+                    "the loop condition"
+                };
+                return Err(self.expr_error(i, format!("{what} must be bool, found {c}")));
             }
         }
+        match row.op {
+            Op::If => {
+                self.push_frame(FrameKind::IfThen, i);
+            }
+            Op::Else => {
+                let f = self.pop_frame(i, &[FrameKind::IfThen], "else")?;
+                self.push_frame(FrameKind::IfElse, f.opener);
+            }
+            Op::EndIf => {
+                self.pop_frame(i, &[FrameKind::IfThen, FrameKind::IfElse], "end_if")?;
+            }
+            Op::EndRange => {
+                self.pop_frame(i, &[FrameKind::Range], "end_range")?;
+            }
+            Op::WhileBegin => {
+                self.push_frame(FrameKind::WhileCond, i);
+            }
+            Op::WhileCond => match self.stack.last_mut() {
+                Some(f) if f.kind == FrameKind::WhileCond => {
+                    // The condition's values stay visible in the body: same region.
+                    f.kind = FrameKind::WhileBody;
+                }
+                _ => {
+                    let inner = self
+                        .stack
+                        .last()
+                        .map(|f| format!("{} opened by %{}", f.kind.describe(), f.opener))
+                        .unwrap_or_else(|| "no open block".into());
+                    return Err(self.expr_error(
+                        i,
+                        format!(
+                            "while_cond must directly follow the condition of a while_begin, but \
+                             the innermost block is {inner}"
+                        ),
+                    ));
+                }
+            },
+            _ => {
+                // WHILE_END
+                self.pop_frame(i, &[FrameKind::WhileBody], "while_end")?;
+            }
+        }
+        Ok(None)
     }
 
     fn tensor_types(&self, what: &str, list: &[ir::TensorType]) -> Check<()> {

@@ -25,6 +25,8 @@ use super::prelude::PRELUDE;
 use crate::abi::ABI_VERSION;
 use crate::error::{defined_at, CodegenError};
 use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::names::kind_word;
+use ovl_ir::ops::{self, Category, OpInfo, ResultRule};
 use ovl_ir::DType;
 use std::fmt::Write as _;
 
@@ -140,15 +142,6 @@ pub(crate) fn worker_cost(dag: &ir::ExpressionDag) -> u64 {
         cost = cost.saturating_add(64u64.pow(depth.min(2)));
     }
     cost.max(1)
-}
-
-fn kind_word(kind: TensorKind) -> &'static str {
-    match kind {
-        TensorKind::Input => "input",
-        TensorKind::Output => "output",
-        TensorKind::Local => "local",
-        TensorKind::Unspecified => "tensor",
-    }
 }
 
 impl<'a> Emitter<'a> {
@@ -454,8 +447,15 @@ impl<'a> Emitter<'a> {
             .map_err(|_| self.err(Some(k), format!("unknown opcode {}", e.code)))?;
         self.ops.push(op);
         self.consts.push(None);
+        let Some(row) = ops::info(op) else {
+            return Err(self.err(Some(k), "unspecified opcode"));
+        };
+        match row.category {
+            Category::Unary => return self.unary(k, row),
+            Category::Binary | Category::Compare => return self.binary(k, row),
+            _ => {}
+        }
         match op {
-            Op::Unspecified => Err(self.err(Some(k), "unspecified opcode")),
             Op::Const => {
                 self.operand_count(k, 0)?;
                 let d = self.declared(k)?;
@@ -588,52 +588,6 @@ impl<'a> Emitter<'a> {
                 };
                 Ok((Some(to), iv))
             }
-            Op::Neg
-            | Op::Not
-            | Op::Abs
-            | Op::Sqrt
-            | Op::Rsqrt
-            | Op::Exp
-            | Op::Exp2
-            | Op::Expm1
-            | Op::Log
-            | Op::Log2
-            | Op::Log10
-            | Op::Log1p
-            | Op::Sin
-            | Op::Cos
-            | Op::Tan
-            | Op::Asin
-            | Op::Acos
-            | Op::Atan
-            | Op::Sinh
-            | Op::Cosh
-            | Op::Tanh
-            | Op::Sigmoid
-            | Op::Erf
-            | Op::Ceil
-            | Op::Floor
-            | Op::Round
-            | Op::Isinf
-            | Op::Isfinite
-            | Op::Isnan => self.unary(k, op),
-            Op::Add
-            | Op::Sub
-            | Op::Mul
-            | Op::Div
-            | Op::Mod
-            | Op::Min
-            | Op::Max
-            | Op::Pow
-            | Op::Atan2
-            | Op::Lt
-            | Op::Le
-            | Op::Gt
-            | Op::Ge
-            | Op::Eq
-            | Op::Ne
-            | Op::And
-            | Op::Or => self.binary(k, op),
             Op::Select => {
                 self.operand_count(k, 3)?;
                 let (c, cd) = self.operand(k, 0)?;
@@ -662,10 +616,14 @@ impl<'a> Emitter<'a> {
                     return Err(self.err(Some(k), "fma needs three float operands of one dtype"));
                 }
                 self.check_result(k, d)?;
-                self.line(&format!(
-                    "const {} v{k} = ovl::fma(v{a}, v{b}, v{c});",
-                    ctype(d)
-                ));
+                let args = [format!("v{a}"), format!("v{b}"), format!("v{c}")];
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let expr = row
+                    .spelling
+                    .for_dtype(d)
+                    .apply(&args)
+                    .expect("fma takes floats");
+                self.line(&format!("const {} v{k} = {expr};", ctype(d)));
                 Ok((Some(d), None))
             }
             Op::If => {
@@ -739,63 +697,30 @@ impl<'a> Emitter<'a> {
                 self.line("}");
                 Ok((None, None))
             }
+            _ => Err(self.err(Some(k), format!("{} is not emitted here", row.name))),
         }
     }
 
+    /// A unary op, spelled as the op table says for the operand's dtype.
     fn unary(
         &mut self,
         k: usize,
-        op: Op,
+        row: &OpInfo,
     ) -> Result<(Option<DType>, Option<Interval>), CodegenError> {
         self.operand_count(k, 1)?;
         let (a, d) = self.operand(k, 0)?;
         let x = format!("v{a}");
-        let float_fn = |f: &str| -> Option<String> { d.is_float().then(|| format!("{f}({x})")) };
-        let (expr, rd) = match op {
-            Op::Neg if d.is_float() => (Some(format!("-{x}")), d),
-            Op::Neg if d.is_int() => (Some(format!("ovl::neg({x})")), d),
-            Op::Not if d == DType::Bool => (Some(format!("!{x}")), d),
-            Op::Not if d.is_int() => (Some(format!("ovl::bnot({x})")), d),
-            Op::Abs if d.is_float() => (Some(format!("ovl::fabs({x})")), d),
-            Op::Abs if d.is_signed_int() => (Some(format!("ovl::iabs({x})")), d),
-            Op::Abs if d.is_unsigned_int() => (Some(x.clone()), d),
-            Op::Sqrt => (float_fn("ovl::sqrt"), d),
-            Op::Rsqrt => (float_fn("ovl::rsqrt"), d),
-            Op::Exp => (float_fn("ovl::exp"), d),
-            Op::Exp2 => (float_fn("ovl::exp2"), d),
-            Op::Expm1 => (float_fn("ovl::expm1"), d),
-            Op::Log => (float_fn("ovl::log"), d),
-            Op::Log2 => (float_fn("ovl::log2"), d),
-            Op::Log10 => (float_fn("ovl::log10"), d),
-            Op::Log1p => (float_fn("ovl::log1p"), d),
-            Op::Sin => (float_fn("ovl::sin"), d),
-            Op::Cos => (float_fn("ovl::cos"), d),
-            Op::Tan => (float_fn("ovl::tan"), d),
-            Op::Asin => (float_fn("ovl::asin"), d),
-            Op::Acos => (float_fn("ovl::acos"), d),
-            Op::Atan => (float_fn("ovl::atan"), d),
-            Op::Sinh => (float_fn("ovl::sinh"), d),
-            Op::Cosh => (float_fn("ovl::cosh"), d),
-            Op::Tanh => (float_fn("ovl::tanh"), d),
-            Op::Sigmoid => (float_fn("ovl::sigmoid"), d),
-            Op::Erf => (float_fn("ovl::erf"), d),
-            Op::Ceil => (float_fn("ovl::ceil"), d),
-            Op::Floor => (float_fn("ovl::floor"), d),
-            Op::Round => (float_fn("ovl::round"), d),
-            Op::Isinf => (float_fn("ovl::isinf"), DType::Bool),
-            Op::Isfinite => (float_fn("ovl::isfinite"), DType::Bool),
-            Op::Isnan => (float_fn("ovl::isnan"), DType::Bool),
-            _ => (None, d),
+        let Some(expr) = row.spelling.for_dtype(d).apply(&[&x]) else {
+            return Err(self.err(Some(k), format!("{} does not take a {d} operand", row.name)));
         };
-        let Some(expr) = expr else {
-            return Err(self.err(
-                Some(k),
-                format!("{} does not take a {d} operand", op_word(op)),
-            ));
+        let rd = if row.result == ResultRule::Bool {
+            DType::Bool
+        } else {
+            d
         };
         self.check_result(k, rd)?;
         self.line(&format!("const {} v{k} = {expr};", ctype(rd)));
-        let iv = match op {
+        let iv = match row.op {
             Op::Neg if d.is_int() => self
                 .interval(a)
                 .and_then(|iv| Interval::point(0).sub(iv))
@@ -805,10 +730,11 @@ impl<'a> Emitter<'a> {
         Ok((Some(rd), iv))
     }
 
+    /// A binary or comparison op, spelled as the op table says for the operands' dtype.
     fn binary(
         &mut self,
         k: usize,
-        op: Op,
+        row: &OpInfo,
     ) -> Result<(Option<DType>, Option<Interval>), CodegenError> {
         self.operand_count(k, 2)?;
         let (a, d) = self.operand(k, 0)?;
@@ -820,46 +746,20 @@ impl<'a> Emitter<'a> {
             ));
         }
         let (x, y) = (format!("v{a}"), format!("v{b}"));
-        let f = d.is_float();
         let i = d.is_int();
-        let (expr, rd) = match op {
-            Op::Add if f => (Some(format!("{x} + {y}")), d),
-            Op::Sub if f => (Some(format!("{x} - {y}")), d),
-            Op::Mul if f => (Some(format!("{x} * {y}")), d),
-            Op::Div if f => (Some(format!("{x} / {y}")), d),
-            Op::Mod if f => (Some(format!("ovl::fmod({x}, {y})")), d),
-            Op::Min if f => (Some(format!("ovl::fmin({x}, {y})")), d),
-            Op::Max if f => (Some(format!("ovl::fmax({x}, {y})")), d),
-            Op::Pow if f => (Some(format!("ovl::pow({x}, {y})")), d),
-            Op::Atan2 if f => (Some(format!("ovl::atan2({x}, {y})")), d),
-            Op::Add if i => (Some(format!("ovl::add({x}, {y})")), d),
-            Op::Sub if i => (Some(format!("ovl::sub({x}, {y})")), d),
-            Op::Mul if i => (Some(format!("ovl::mul({x}, {y})")), d),
-            Op::Div if i => (Some(format!("ovl::div({x}, {y})")), d),
-            Op::Mod if i => (Some(format!("ovl::rem({x}, {y})")), d),
-            Op::Min if i => (Some(format!("ovl::imin({x}, {y})")), d),
-            Op::Max if i => (Some(format!("ovl::imax({x}, {y})")), d),
-            Op::Lt => (Some(format!("{x} < {y}")), DType::Bool),
-            Op::Le => (Some(format!("{x} <= {y}")), DType::Bool),
-            Op::Gt => (Some(format!("{x} > {y}")), DType::Bool),
-            Op::Ge => (Some(format!("{x} >= {y}")), DType::Bool),
-            Op::Eq => (Some(format!("{x} == {y}")), DType::Bool),
-            Op::Ne => (Some(format!("{x} != {y}")), DType::Bool),
-            Op::And if d == DType::Bool => (Some(format!("{x} && {y}")), DType::Bool),
-            Op::Or if d == DType::Bool => (Some(format!("{x} || {y}")), DType::Bool),
-            _ => (None, d),
+        let Some(expr) = row.spelling.for_dtype(d).apply(&[&x, &y]) else {
+            return Err(self.err(Some(k), format!("{} does not take {d} operands", row.name)));
         };
-        let Some(expr) = expr else {
-            return Err(self.err(
-                Some(k),
-                format!("{} does not take {d} operands", op_word(op)),
-            ));
+        let rd = if row.result == ResultRule::Bool {
+            DType::Bool
+        } else {
+            d
         };
         self.check_result(k, rd)?;
         self.line(&format!("const {} v{k} = {expr};", ctype(rd)));
         let iv = if i {
             match (self.interval(a), self.interval(b)) {
-                (Some(p), Some(q)) => match op {
+                (Some(p), Some(q)) => match row.op {
                     Op::Add => p.add(q),
                     Op::Sub => p.sub(q),
                     Op::Mul => p.mul(q),
@@ -1137,10 +1037,4 @@ impl<'a> Emitter<'a> {
 
 fn list_kind(kind: i32) -> TensorKind {
     TensorKind::try_from(kind).unwrap_or(TensorKind::Unspecified)
-}
-
-fn op_word(op: Op) -> String {
-    op.as_str_name()
-        .trim_start_matches("OP_")
-        .to_ascii_lowercase()
 }

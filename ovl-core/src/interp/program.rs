@@ -1,9 +1,10 @@
 //! The interpreter's compact form of a validated operator: one instruction per expression with
 //! decoded opcodes, literal values, tensor geometry and pre-computed control-flow targets.
 
-use super::value::{Bin, Cmp, Un, Value};
+use super::value::Value;
 use crate::dtype::DType;
 use crate::ir::{self, Op, TensorKind};
+use ovl_ir::ops::Category;
 
 /// The decoded opcode of an instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,9 +17,12 @@ pub(crate) enum Code {
     Assign,
     LocalTensor,
     Cast,
-    Unary(Un),
-    Binary(Bin),
-    Compare(Cmp),
+    /// An opcode of the table's `Unary` category.
+    Unary(Op),
+    /// An opcode of the table's `Binary` category.
+    Binary(Op),
+    /// An opcode of the table's `Compare` category.
+    Compare(Op),
     Select,
     Fma,
     If,
@@ -107,64 +111,6 @@ fn tensor_info(kind: TensorKind, index: usize, t: &ir::TensorType) -> Result<Ten
         dtype,
         dims: t.shape.clone(),
         strides,
-    })
-}
-
-fn unary_code(op: Op) -> Option<Un> {
-    Some(match op {
-        Op::Neg => Un::Neg,
-        Op::Not => Un::Not,
-        Op::Abs => Un::Abs,
-        Op::Sqrt => Un::Sqrt,
-        Op::Rsqrt => Un::Rsqrt,
-        Op::Exp => Un::Exp,
-        Op::Exp2 => Un::Exp2,
-        Op::Expm1 => Un::Expm1,
-        Op::Log => Un::Log,
-        Op::Log2 => Un::Log2,
-        Op::Log10 => Un::Log10,
-        Op::Log1p => Un::Log1p,
-        Op::Sin => Un::Sin,
-        Op::Cos => Un::Cos,
-        Op::Tan => Un::Tan,
-        Op::Asin => Un::Asin,
-        Op::Acos => Un::Acos,
-        Op::Atan => Un::Atan,
-        Op::Sinh => Un::Sinh,
-        Op::Cosh => Un::Cosh,
-        Op::Tanh => Un::Tanh,
-        Op::Sigmoid => Un::Sigmoid,
-        Op::Erf => Un::Erf,
-        Op::Ceil => Un::Ceil,
-        Op::Floor => Un::Floor,
-        Op::Round => Un::Round,
-        Op::Isinf => Un::IsInf,
-        Op::Isfinite => Un::IsFinite,
-        Op::Isnan => Un::IsNan,
-        _ => return None,
-    })
-}
-
-fn binary_code(op: Op) -> Option<Code> {
-    Some(match op {
-        Op::Add => Code::Binary(Bin::Add),
-        Op::Sub => Code::Binary(Bin::Sub),
-        Op::Mul => Code::Binary(Bin::Mul),
-        Op::Div => Code::Binary(Bin::Div),
-        Op::Mod => Code::Binary(Bin::Mod),
-        Op::Min => Code::Binary(Bin::Min),
-        Op::Max => Code::Binary(Bin::Max),
-        Op::Pow => Code::Binary(Bin::Pow),
-        Op::Atan2 => Code::Binary(Bin::Atan2),
-        Op::Lt => Code::Compare(Cmp::Lt),
-        Op::Le => Code::Compare(Cmp::Le),
-        Op::Gt => Code::Compare(Cmp::Gt),
-        Op::Ge => Code::Compare(Cmp::Ge),
-        Op::Eq => Code::Compare(Cmp::Eq),
-        Op::Ne => Code::Compare(Cmp::Ne),
-        Op::And => Code::Compare(Cmp::And),
-        Op::Or => Code::Compare(Cmp::Or),
-        _ => return None,
     })
 }
 
@@ -302,9 +248,11 @@ impl Program {
                     ins.jump = opener as u32 + 1;
                     Code::WhileEnd
                 }
-                other => match unary_code(other) {
-                    Some(u) => Code::Unary(u),
-                    None => binary_code(other).ok_or_else(|| format!("unsupported op at %{pc}"))?,
+                other => match ovl_ir::ops::info(other).map(|row| row.category) {
+                    Some(Category::Unary) => Code::Unary(other),
+                    Some(Category::Binary) => Code::Binary(other),
+                    Some(Category::Compare) => Code::Compare(other),
+                    _ => return Err(format!("unsupported op at %{pc}")),
                 },
             };
             let in_loop = open

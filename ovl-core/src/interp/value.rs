@@ -3,6 +3,7 @@
 
 use crate::dtype::DType;
 use crate::host::TensorData;
+use crate::ir::Op;
 
 /// One scalar value: one variant per dtype.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -18,67 +19,6 @@ pub(crate) enum Value {
     U32(u32),
     U64(u64),
     Bool(bool),
-}
-
-/// Unary opcodes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Un {
-    Neg,
-    Not,
-    Abs,
-    Sqrt,
-    Rsqrt,
-    Exp,
-    Exp2,
-    Expm1,
-    Log,
-    Log2,
-    Log10,
-    Log1p,
-    Sin,
-    Cos,
-    Tan,
-    Asin,
-    Acos,
-    Atan,
-    Sinh,
-    Cosh,
-    Tanh,
-    Sigmoid,
-    Erf,
-    Ceil,
-    Floor,
-    Round,
-    IsInf,
-    IsFinite,
-    IsNan,
-}
-
-/// Binary arithmetic opcodes (result dtype = operand dtype).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Bin {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Mod,
-    Min,
-    Max,
-    Pow,
-    Atan2,
-}
-
-/// Comparison and logical opcodes (result bool).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Cmp {
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    Eq,
-    Ne,
-    And,
-    Or,
 }
 
 /// Applies `$m!(x)` to the payload of any variant, rebuilding the same variant.
@@ -314,52 +254,52 @@ macro_rules! float_unary {
     ($op:expr, $x:expr, $t:ident, $erf:path) => {{
         let x: $t = $x;
         match $op {
-            Un::Neg => -x,
-            Un::Abs => x.abs(),
-            Un::Sqrt => x.sqrt(),
-            Un::Rsqrt => 1.0 / x.sqrt(),
-            Un::Exp => x.exp(),
-            Un::Exp2 => x.exp2(),
-            Un::Expm1 => x.exp_m1(),
-            Un::Log => x.ln(),
-            Un::Log2 => x.log2(),
-            Un::Log10 => x.log10(),
-            Un::Log1p => x.ln_1p(),
-            Un::Sin => x.sin(),
-            Un::Cos => x.cos(),
-            Un::Tan => x.tan(),
-            Un::Asin => x.asin(),
-            Un::Acos => x.acos(),
-            Un::Atan => x.atan(),
-            Un::Sinh => x.sinh(),
-            Un::Cosh => x.cosh(),
-            Un::Tanh => x.tanh(),
-            Un::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-            Un::Erf => $erf(x),
-            Un::Ceil => x.ceil(),
-            Un::Floor => x.floor(),
-            Un::Round => x.round(),
-            Un::Not | Un::IsInf | Un::IsFinite | Un::IsNan => return None,
+            Op::Neg => -x,
+            Op::Abs => x.abs(),
+            Op::Sqrt => x.sqrt(),
+            Op::Rsqrt => 1.0 / x.sqrt(),
+            Op::Exp => x.exp(),
+            Op::Exp2 => x.exp2(),
+            Op::Expm1 => x.exp_m1(),
+            Op::Log => x.ln(),
+            Op::Log2 => x.log2(),
+            Op::Log10 => x.log10(),
+            Op::Log1p => x.ln_1p(),
+            Op::Sin => x.sin(),
+            Op::Cos => x.cos(),
+            Op::Tan => x.tan(),
+            Op::Asin => x.asin(),
+            Op::Acos => x.acos(),
+            Op::Atan => x.atan(),
+            Op::Sinh => x.sinh(),
+            Op::Cosh => x.cosh(),
+            Op::Tanh => x.tanh(),
+            Op::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            Op::Erf => $erf(x),
+            Op::Ceil => x.ceil(),
+            Op::Floor => x.floor(),
+            Op::Round => x.round(),
+            _ => return None,
         }
     }};
 }
 
 /// A unary opcode applied to a value; `None` if the opcode does not take that dtype.
 #[inline]
-pub(crate) fn unary(op: Un, v: Value) -> Option<Value> {
+pub(crate) fn unary(op: Op, v: Value) -> Option<Value> {
     Some(match (op, v) {
-        (Un::IsInf, Value::F32(x)) => Value::Bool(x.is_infinite()),
-        (Un::IsInf, Value::F64(x)) => Value::Bool(x.is_infinite()),
-        (Un::IsFinite, Value::F32(x)) => Value::Bool(x.is_finite()),
-        (Un::IsFinite, Value::F64(x)) => Value::Bool(x.is_finite()),
-        (Un::IsNan, Value::F32(x)) => Value::Bool(x.is_nan()),
-        (Un::IsNan, Value::F64(x)) => Value::Bool(x.is_nan()),
+        (Op::Isinf, Value::F32(x)) => Value::Bool(x.is_infinite()),
+        (Op::Isinf, Value::F64(x)) => Value::Bool(x.is_infinite()),
+        (Op::Isfinite, Value::F32(x)) => Value::Bool(x.is_finite()),
+        (Op::Isfinite, Value::F64(x)) => Value::Bool(x.is_finite()),
+        (Op::Isnan, Value::F32(x)) => Value::Bool(x.is_nan()),
+        (Op::Isnan, Value::F64(x)) => Value::Bool(x.is_nan()),
         (_, Value::F32(x)) => Value::F32(float_unary!(op, x, f32, libm::erff)),
         (_, Value::F64(x)) => Value::F64(float_unary!(op, x, f64, libm::erf)),
-        (Un::Not, Value::Bool(b)) => Value::Bool(!b),
-        (Un::Not, v) => each_int!(v, x => !x, else return None),
-        (Un::Neg, v) => each_int!(v, x => x.wrapping_neg(), else return None),
-        (Un::Abs, v) => match v {
+        (Op::Not, Value::Bool(b)) => Value::Bool(!b),
+        (Op::Not, v) => each_int!(v, x => !x, else return None),
+        (Op::Neg, v) => each_int!(v, x => x.wrapping_neg(), else return None),
+        (Op::Abs, v) => match v {
             Value::I8(x) => Value::I8(x.wrapping_abs()),
             Value::I16(x) => Value::I16(x.wrapping_abs()),
             Value::I32(x) => Value::I32(x.wrapping_abs()),
@@ -375,26 +315,26 @@ macro_rules! int_binary {
     ($op:expr, $a:expr, $b:expr) => {{
         let (a, b) = ($a, $b);
         match $op {
-            Bin::Add => a.wrapping_add(b),
-            Bin::Sub => a.wrapping_sub(b),
-            Bin::Mul => a.wrapping_mul(b),
-            Bin::Div => {
+            Op::Add => a.wrapping_add(b),
+            Op::Sub => a.wrapping_sub(b),
+            Op::Mul => a.wrapping_mul(b),
+            Op::Div => {
                 if b == 0 {
                     0
                 } else {
                     a.wrapping_div(b)
                 }
             }
-            Bin::Mod => {
+            Op::Mod => {
                 if b == 0 {
                     0
                 } else {
                     a.wrapping_rem(b)
                 }
             }
-            Bin::Min => a.min(b),
-            Bin::Max => a.max(b),
-            Bin::Pow | Bin::Atan2 => return None,
+            Op::Min => a.min(b),
+            Op::Max => a.max(b),
+            _ => return None,
         }
     }};
 }
@@ -403,24 +343,25 @@ macro_rules! float_binary {
     ($op:expr, $a:expr, $b:expr) => {{
         let (a, b) = ($a, $b);
         match $op {
-            Bin::Add => a + b,
-            Bin::Sub => a - b,
-            Bin::Mul => a * b,
-            Bin::Div => a / b,
+            Op::Add => a + b,
+            Op::Sub => a - b,
+            Op::Mul => a * b,
+            Op::Div => a / b,
             // Rust's `%` on floats is C's fmod.
-            Bin::Mod => a % b,
+            Op::Mod => a % b,
             // f32::min/max return the other operand when one is NaN (C's fmin/fmax).
-            Bin::Min => a.min(b),
-            Bin::Max => a.max(b),
-            Bin::Pow => a.powf(b),
-            Bin::Atan2 => a.atan2(b),
+            Op::Min => a.min(b),
+            Op::Max => a.max(b),
+            Op::Pow => a.powf(b),
+            Op::Atan2 => a.atan2(b),
+            _ => return None,
         }
     }};
 }
 
 /// A binary arithmetic opcode; `None` if the dtypes differ or the opcode does not take them.
 #[inline]
-pub(crate) fn binary(op: Bin, a: Value, b: Value) -> Option<Value> {
+pub(crate) fn binary(op: Op, a: Value, b: Value) -> Option<Value> {
     Some(match (a, b) {
         (Value::F32(x), Value::F32(y)) => Value::F32(float_binary!(op, x, y)),
         (Value::F64(x), Value::F64(y)) => Value::F64(float_binary!(op, x, y)),
@@ -440,13 +381,13 @@ macro_rules! compare {
     ($op:expr, $a:expr, $b:expr) => {{
         let (a, b) = ($a, $b);
         match $op {
-            Cmp::Lt => a < b,
-            Cmp::Le => a <= b,
-            Cmp::Gt => a > b,
-            Cmp::Ge => a >= b,
-            Cmp::Eq => a == b,
-            Cmp::Ne => a != b,
-            Cmp::And | Cmp::Or => return None,
+            Op::Lt => a < b,
+            Op::Le => a <= b,
+            Op::Gt => a > b,
+            Op::Ge => a >= b,
+            Op::Eq => a == b,
+            Op::Ne => a != b,
+            _ => return None,
         }
     }};
 }
@@ -454,11 +395,11 @@ macro_rules! compare {
 /// A comparison (any dtype, IEEE on floats: every comparison with NaN is false except `ne`) or
 /// a logical and/or (bool); `None` if the dtypes differ or do not fit.
 #[inline]
-pub(crate) fn compare(op: Cmp, a: Value, b: Value) -> Option<bool> {
+pub(crate) fn compare(op: Op, a: Value, b: Value) -> Option<bool> {
     Some(match (a, b) {
         (Value::Bool(x), Value::Bool(y)) => match op {
-            Cmp::And => x && y,
-            Cmp::Or => x || y,
+            Op::And => x && y,
+            Op::Or => x || y,
             _ => compare!(op, x, y),
         },
         (Value::F32(x), Value::F32(y)) => compare!(op, x, y),
