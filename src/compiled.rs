@@ -27,9 +27,10 @@
 //! }
 //! ```
 
-use crate::evaluate::{run_into_arrays, Evaluate, Options};
+use crate::evaluate::{run_into_arrays, Evaluate};
 use crate::executor::{self, Kernel};
 use crate::export::feed_slots;
+use crate::options::Options;
 use crate::Error;
 use ndarray::ArrayD;
 use ovl_core::lazy::{Graph, Node};

@@ -1,7 +1,7 @@
 //! Runs an [`ir::OperatorDag`] operator by operator on a backend, passing buffers between them
 //! and freeing each intermediate after its last use.
 
-use crate::evaluate::{Options, Target};
+use crate::options::{Options, Target};
 use crate::Error;
 use ovl_core::ir::{self, value_ref::Source};
 use ovl_core::lazy::Graph;

@@ -31,7 +31,7 @@
 //! assert_eq!(out[0], ovl::HostTensor::from_vec(&[2, 3], vec![3.0f32; 6]).unwrap());
 //! ```
 
-use crate::evaluate::{Options, Target};
+use crate::options::{Options, Target};
 use crate::{executor, Error, Evaluate};
 use ovl_core::ir;
 use ovl_core::lazy::Graph;

@@ -84,14 +84,16 @@ mod evaluate;
 mod executor;
 pub mod export;
 mod fusion;
+mod options;
 
 pub use compiled::{compile, Compiled};
 pub use error::Error;
 pub use evaluate::{
     evaluate, evaluate_into, evaluate_into_all, evaluate_with, profile, Evaluate, OperatorProfile,
-    Options, Profile, Target,
+    Profile,
 };
 pub use export::{as_tensorflow, placeholder, Bundle, TfExport};
+pub use options::{Options, Target};
 /// Reverse-mode differentiation of the lazy graph: attach gradients, build backward graphs.
 pub use ovl_core::autodiff::{
     backward, backward_untyped, set_gradient, GradError, GradientCall, GradientFn, Gradients,

@@ -9,71 +9,12 @@
 
 use crate::dtype::DType;
 use crate::host::Scalar;
+pub use crate::lazy::{GradientCall, GradientFn};
 use crate::lazy::{Lazy, LazyTensor, Node};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use thiserror::Error;
-
-/// What a gradient function receives: one call of an operator.
-pub struct GradientCall<'a> {
-    /// The operator's name.
-    pub name: &'a str,
-    /// The call's inputs, in the operator's order.
-    pub inputs: &'a [LazyTensor],
-    /// The call's outputs.
-    pub outputs: Vec<LazyTensor>,
-    /// The gradient flowing into each output (`None`: the output does not reach the seeds).
-    pub output_grads: Vec<Option<LazyTensor>>,
-}
-
-impl GradientCall<'_> {
-    /// Input `i` as a typed handle.
-    ///
-    /// # Panics
-    /// If the input does not exist or has another dtype: a bug in the gradient function, which
-    /// [`backward`] reports as [`GradError::BadGradient`].
-    pub fn input<T: Scalar>(&self, i: usize) -> Lazy<T> {
-        typed(&self.inputs[i], self.name)
-    }
-
-    /// Output `i` as a typed handle.
-    ///
-    /// # Panics
-    /// As [`GradientCall::input`].
-    pub fn output<T: Scalar>(&self, i: usize) -> Lazy<T> {
-        typed(&self.outputs[i], self.name)
-    }
-
-    /// The gradient of output `i`, or zeros of its shape when it does not flow.
-    ///
-    /// # Panics
-    /// As [`GradientCall::input`].
-    pub fn output_grad<T: Scalar>(&self, i: usize) -> Lazy<T> {
-        match &self.output_grads[i] {
-            Some(g) => typed(g, self.name),
-            None => {
-                let shape = self.outputs[i].shape.to_vec();
-                Lazy::from(ndarray::ArrayD::<T>::default(ndarray::IxDyn(&shape)))
-            }
-        }
-    }
-}
-
-fn typed<T: Scalar>(t: &LazyTensor, operator: &str) -> Lazy<T> {
-    assert_eq!(
-        t.dtype,
-        T::DTYPE,
-        "the gradient function of `{operator}` asked for a {} tensor where there is a {} one",
-        T::DTYPE,
-        t.dtype
-    );
-    Lazy::from_untyped(t.clone())
-}
-
-/// A gradient function: returns one entry per input of the call (`None` where the input has no
-/// gradient, e.g. an integer index tensor).
-pub type GradientFn = dyn Fn(&GradientCall) -> Vec<Option<LazyTensor>> + Send + Sync;
 
 /// Attaches a gradient function to the operator call that produced `output` (any of its
 /// outputs). A call has at most one gradient; the first one set wins. Returns `false` when

@@ -1,0 +1,129 @@
+//! [`Options`]: where operators run ([`Target`]), how far they are fused, how they are
+//! compiled.
+
+use ovl_fuse::OptLevel;
+use std::path::PathBuf;
+
+/// Where operators run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Target {
+    /// The reference interpreter: slow, the oracle for every backend.
+    Interpreter,
+    /// Generated C++, compiled at `-O3` into the operator cache, run on all cores.
+    #[default]
+    Cpu,
+    /// Generated CUDA, compiled with NVRTC into the operator cache (CUBIN for the GPU's own
+    /// architecture) and run on GPU 0: inputs are copied to the device, kernels launched,
+    /// outputs copied back; [`profile`] reports each kernel's GPU time from CUDA events. Without a
+    /// GPU, a driver or NVRTC, evaluation fails with an error that says what is missing.
+    Cuda,
+    /// No GPU needed: every operator is generated as CUDA, compiled by NVRTC to PTX and
+    /// assembled by `ptxas` for each architecture of [`Options::cuda_validate_archs`] (a failure
+    /// is an error), then evaluated by the reference interpreter, so results are the oracle's.
+    /// This is how CI checks the CUDA backend on machines without a GPU.
+    CudaValidate,
+}
+
+/// How to evaluate.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// The backend.
+    pub target: Target,
+    /// Worker threads on the CPU; 0 means one per core.
+    pub threads: usize,
+    /// The operator cache directory (default: `$OVL_CACHE_DIR`, else the user cache directory).
+    pub cache_dir: Option<PathBuf>,
+    /// Ignore compiled operators found on disk and compile them again (also
+    /// `OVL_FORCE_RECOMPILE=1`). An operator this process compiled itself is reused.
+    pub force_recompile: bool,
+    /// Print generated source and its path to stderr (also `OVL_DUMP_SOURCE=1`).
+    pub dump_source: bool,
+    /// How much the operator merger fuses before kernels are prepared: 0 = nothing (one
+    /// kernel per operator), 3 = everything it can (the default). See [`OptLevel`].
+    pub opt_level: OptLevel,
+    /// Threads per CUDA block ([`Target::Cuda`]); 0 means the default (256).
+    pub cuda_block_size: u32,
+    /// The architectures [`Target::CudaValidate`] checks (like 90 for `sm_90`); empty means 80
+    /// and 90.
+    pub cuda_validate_archs: Vec<u32>,
+}
+
+impl Options {
+    /// Evaluate with the reference interpreter.
+    pub fn interpreter() -> Options {
+        Options {
+            target: Target::Interpreter,
+            ..Options::default()
+        }
+    }
+
+    /// Evaluate with generated CUDA on the GPU ([`Target::Cuda`]).
+    pub fn cuda() -> Options {
+        Options {
+            target: Target::Cuda,
+            ..Options::default()
+        }
+    }
+
+    /// Compile every operator for CUDA and validate it with ptxas for sm_80 and sm_90, then
+    /// evaluate with the interpreter ([`Target::CudaValidate`]; no GPU needed).
+    pub fn cuda_validate() -> Options {
+        Options {
+            target: Target::CudaValidate,
+            ..Options::default()
+        }
+    }
+
+    /// The architectures [`Target::CudaValidate`] checks.
+    pub fn validate_archs(&self) -> Vec<u32> {
+        if self.cuda_validate_archs.is_empty() {
+            vec![80, 90]
+        } else {
+            self.cuda_validate_archs.clone()
+        }
+    }
+
+    pub(crate) fn cuda_options(&self) -> ovl_codegen::cuda::CudaCompileOptions {
+        let mut o =
+            ovl_codegen::cuda::CudaCompileOptions::default().with_block_size(self.cuda_block_size);
+        if let Some(dir) = &self.cache_dir {
+            o = o.with_cache_dir(dir.clone());
+        }
+        o.with_force_recompile(self.force_recompile)
+            .with_dump_source(self.dump_source)
+    }
+
+    /// Evaluate with generated C++ (the default).
+    pub fn cpu() -> Options {
+        Options::default()
+    }
+
+    /// The same options with optimization level `level` (0 = no merging, 3 = full; larger
+    /// values mean 3).
+    ///
+    /// ```
+    /// let unfused = ovl::Options::cpu().with_opt_level(0);
+    /// assert_eq!(unfused.opt_level.get(), 0);
+    /// assert_eq!(ovl::Options::default().opt_level.get(), 3);
+    /// ```
+    pub fn with_opt_level(mut self, level: u8) -> Options {
+        self.opt_level = OptLevel::new(level);
+        self
+    }
+
+    /// The same options with `threads` worker threads.
+    pub fn with_threads(mut self, threads: usize) -> Options {
+        self.threads = threads;
+        self
+    }
+
+    pub(crate) fn compile_options(&self) -> ovl_codegen::CompileOptions {
+        let mut o = ovl_codegen::CompileOptions::default();
+        if let Some(dir) = &self.cache_dir {
+            o.cache_dir = Some(dir.clone());
+        }
+        o.force_recompile |= self.force_recompile;
+        o.dump_source |= self.dump_source;
+        o
+    }
+}
