@@ -28,19 +28,18 @@
 //! ```
 
 use crate::evaluate::{run_into_arrays, Evaluate};
-use crate::executor::{self, Kernel};
+use crate::executor::{self, Prepared};
 use crate::export::feed_slots;
 use crate::options::Options;
 use crate::Error;
 use ndarray::ArrayD;
-use ovl_core::lazy::{Graph, Node};
+use ovl_core::lazy::Node;
 use ovl_core::{DType, HostTensor, LazyTensor, Scalar};
 
 /// A graph fused and compiled once by [`compile`]; [`run_into`](Compiled::run_into) runs it
 /// with new data for its placeholders.
 pub struct Compiled {
-    graph: Graph,
-    kernels: Vec<Kernel>,
+    prepared: Prepared,
     feeds: Vec<Feed>,
     options: Options,
 }
@@ -74,7 +73,7 @@ pub fn compile<I: Evaluate, O: Evaluate>(
     let graph = ovl_core::lazy::build_graph(&outputs)?;
     let graph = executor::fuse(graph, options)?;
     let slots = feed_slots(&inputs, &graph).map_err(Error::Compiled)?;
-    let kernels = executor::prepare(&graph, options)?;
+    let prepared = executor::prepare(graph, options)?;
     let feeds = inputs
         .iter()
         .zip(slots)
@@ -89,8 +88,7 @@ pub fn compile<I: Evaluate, O: Evaluate>(
         })
         .collect();
     Ok(Compiled {
-        graph,
-        kernels,
+        prepared,
         feeds,
         options: options.clone(),
     })
@@ -116,14 +114,14 @@ impl Compiled {
                 self.feeds.len()
             )));
         }
-        let outputs = self.graph.dag.outputs.len();
+        let outputs = self.prepared.plan.outputs().len();
         if dests.len() != outputs {
             return Err(Error::OutputMismatch(format!(
                 "{outputs} outputs but {} arrays to write them into",
                 dests.len()
             )));
         }
-        let mut fed: Vec<Option<&HostTensor>> = vec![None; self.graph.inputs.len()];
+        let mut fed: Vec<Option<&HostTensor>> = vec![None; self.prepared.inputs.len()];
         for (k, (feed, t)) in self.feeds.iter().zip(given).enumerate() {
             let data = match &*t.node {
                 Node::Host(h) => &**h,
@@ -149,11 +147,11 @@ impl Compiled {
                 fed[i] = Some(data);
             }
         }
-        run_into_arrays(&self.graph, &fed, &self.kernels, &self.options, dests)
+        run_into_arrays(&self.prepared, &fed, &self.options, dests)
     }
 
     /// How many kernels one run launches (after fusion).
     pub fn kernel_count(&self) -> usize {
-        self.graph.dag.operators.len()
+        self.prepared.plan.dag().operators.len()
     }
 }

@@ -109,9 +109,8 @@ pub fn evaluate<O: Evaluate>(outputs: O) -> Result<O::Output, Error> {
 /// Evaluates with the given options.
 pub fn evaluate_with<O: Evaluate>(outputs: O, options: &Options) -> Result<O::Output, Error> {
     let graph = ovl_core::lazy::build_graph(&outputs.tensors())?;
-    let graph = executor::fuse(graph, options)?;
-    let kernels = executor::prepare(&graph, options)?;
-    let results = executor::run(&graph, &kernels, options, None)?;
+    let prepared = executor::prepare(executor::fuse(graph, options)?, options)?;
+    let results = prepared.run(options, None)?;
     outputs.convert(&mut results.into_iter())
 }
 
@@ -244,17 +243,15 @@ pub fn evaluate_into_all<T: Scalar>(
     }
     let tensors: Vec<&LazyTensor> = outputs.iter().map(|o| o.untyped()).collect();
     let graph = ovl_core::lazy::build_graph(&tensors)?;
-    let graph = executor::fuse(graph, options)?;
-    let kernels = executor::prepare(&graph, options)?;
-    run_into_arrays(&graph, &[], &kernels, options, dests)
+    let prepared = executor::prepare(executor::fuse(graph, options)?, options)?;
+    run_into_arrays(&prepared, &[], options, dests)
 }
 
 /// Runs a prepared graph, writing its requested outputs into `dests` (moved in and out, no
 /// copy). On an error the arrays keep their shapes, with unspecified contents.
 pub(crate) fn run_into_arrays<T: Scalar>(
-    graph: &ovl_core::lazy::Graph,
+    prepared: &executor::Prepared,
     fed: &[Option<&HostTensor>],
-    kernels: &[executor::Kernel],
     options: &Options,
     dests: &mut [ArrayD<T>],
 ) -> Result<(), Error> {
@@ -275,7 +272,7 @@ pub(crate) fn run_into_arrays<T: Scalar>(
             }
         }
     }
-    let result = executor::run_into(graph, fed, kernels, options, None, buffers);
+    let result = prepared.run_into(fed, options, None, buffers);
     match result {
         Ok(results) => {
             let mut results = results.into_iter();
@@ -325,12 +322,12 @@ pub fn profile<O: Evaluate>(
 ) -> Result<(O::Output, Profile), Error> {
     let graph = ovl_core::lazy::build_graph(&outputs.tensors())?;
     let start = Instant::now();
-    let graph = executor::fuse(graph, options)?;
-    let kernels = executor::prepare(&graph, options)?;
+    let prepared = executor::prepare(executor::fuse(graph, options)?, options)?;
     let prepare = start.elapsed();
     let iterations = iterations.max(1);
-    let mut operators: Vec<OperatorProfile> = graph
-        .dag
+    let mut operators: Vec<OperatorProfile> = prepared
+        .plan
+        .dag()
         .operators
         .iter()
         .map(|op| OperatorProfile {
@@ -343,7 +340,7 @@ pub fn profile<O: Evaluate>(
     let mut times = Vec::with_capacity(operators.len());
     for _ in 0..iterations {
         times.clear();
-        last = executor::run(&graph, &kernels, options, Some(&mut times))?;
+        last = prepared.run(options, Some(&mut times))?;
         for (op, t) in operators.iter_mut().zip(&times) {
             op.times.push(*t);
         }

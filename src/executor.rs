@@ -1,20 +1,14 @@
-//! Runs an [`ir::OperatorDag`] operator by operator on a backend, passing buffers between them
-//! and freeing each intermediate after its last use.
+//! Prepares a lazy graph for the [`crate::runner`]: fuses it, compiles a kernel per operator for
+//! the target, plans it, and runs it with the graph's host data (or data fed to placeholders).
 
 use crate::options::{Options, Target};
+use crate::runner::{Input, Kernel, Output, Plan, RunFailure};
 use crate::Error;
-use ovl_core::ir::{self, value_ref::Source};
+use ovl_core::ir;
 use ovl_core::lazy::Graph;
-use ovl_core::{DType, HostTensor};
+use ovl_core::{GraphInput, HostTensor};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// One operator, ready to run.
-pub(crate) enum Kernel {
-    Interpreter,
-    Cpu(Arc<ovl_codegen::CompiledOperator>),
-    Cuda(Arc<ovl_codegen::cuda::CudaOperator>),
-}
+use std::time::Duration;
 
 /// Merges the graph's operators at `options.opt_level` (the graph inputs and the requested
 /// outputs are unchanged), before kernels are prepared.
@@ -29,11 +23,9 @@ pub(crate) fn fuse(graph: Graph, options: &Options) -> Result<Graph, Error> {
     })
 }
 
-/// Compiles (or finds in the cache) every operator of the graph for `options.target`.
-pub(crate) fn prepare(graph: &Graph, options: &Options) -> Result<Vec<Kernel>, Error> {
-    graph
-        .dag
-        .operators
+/// Compiles (or finds in the cache) every operator of `dag` for `options.target`.
+pub(crate) fn kernels(dag: &ir::OperatorDag, options: &Options) -> Result<Vec<Kernel>, Error> {
+    dag.operators
         .iter()
         .map(|op| match options.target {
             Target::Interpreter => Ok(Kernel::Interpreter),
@@ -58,182 +50,92 @@ pub(crate) fn prepare(graph: &Graph, options: &Options) -> Result<Vec<Kernel>, E
         .collect()
 }
 
-fn tensor_type(t: &ir::TensorType) -> Result<(DType, Vec<usize>), Error> {
-    let dtype = DType::from_ir(t.dtype)
-        .ok_or_else(|| Error::Internal(format!("unsupported dtype {} in the graph", t.dtype)))?;
-    Ok((dtype, t.shape.iter().map(|&d| d as usize).collect()))
+/// A graph ready to run: planned, with a kernel per operator and its graph inputs' data.
+pub(crate) struct Prepared {
+    pub plan: Plan,
+    pub kernels: Vec<Kernel>,
+    pub inputs: Vec<GraphInput>,
 }
 
-/// Runs the graph once; returns the requested outputs in order. When `timings` is given, the
-/// time of each operator is appended to it.
-pub(crate) fn run(
-    graph: &Graph,
-    kernels: &[Kernel],
-    options: &Options,
-    timings: Option<&mut Vec<Duration>>,
-) -> Result<Vec<HostTensor>, Error> {
-    run_into(graph, &[], kernels, options, timings, Vec::new())
+/// Compiles the kernels of `graph` (already fused) and plans it.
+pub(crate) fn prepare(graph: Graph, options: &Options) -> Result<Prepared, Error> {
+    let kernels = kernels(&graph.dag, options)?;
+    let plan = Plan::new(Arc::new(graph.dag)).map_err(Error::Internal)?;
+    Ok(Prepared {
+        plan,
+        kernels,
+        inputs: graph.inputs,
+    })
 }
 
-/// [`run`], writing requested output `k` into `provided[k]` when that buffer is given (it must
-/// have the output's dtype and shape). The buffers come back in the result, in place. Graph
-/// input `i` reads `fed[i]` when that is given (data for a placeholder), else the graph's own.
-pub(crate) fn run_into(
-    graph: &Graph,
-    fed: &[Option<&HostTensor>],
-    kernels: &[Kernel],
-    options: &Options,
-    mut timings: Option<&mut Vec<Duration>>,
-    mut provided: Vec<Option<HostTensor>>,
-) -> Result<Vec<HostTensor>, Error> {
-    let dag = &graph.dag;
-    let n = dag.operators.len();
-    // The last operator that reads each operator output; requested outputs live to the end.
-    let mut last_use: Vec<Vec<usize>> = dag
-        .operators
-        .iter()
-        .map(|op| vec![0; op.outputs.len()])
-        .collect();
-    for (i, wiring) in dag.operator_inputs.iter().enumerate() {
-        for input in &wiring.inputs {
-            if let Some(Source::OpOutput(o)) = &input.source {
-                last_use[o.operator as usize][o.output as usize] = i;
-            }
+impl From<RunFailure> for Error {
+    fn from(e: RunFailure) -> Error {
+        match e {
+            RunFailure::Mismatch(m) => Error::OutputMismatch(m),
+            RunFailure::Interpreter(e) => Error::Interpreter(e),
+            RunFailure::Run(e) => Error::Run(e),
         }
     }
-    for out in &dag.outputs {
-        if let Some(Source::OpOutput(o)) = &out.source {
-            last_use[o.operator as usize][o.output as usize] = usize::MAX;
-        }
-    }
-
-    let mut results: Vec<Vec<Option<HostTensor>>> = Vec::with_capacity(n);
-    for (i, op) in dag.operators.iter().enumerate() {
-        // Which outputs every run writes in full: needed only for a caller's buffer, so worked
-        // out at most once per operator and only when one is given.
-        let mut written: Option<Vec<bool>> = None;
-        let mut outputs = Vec::with_capacity(op.outputs.len());
-        for (j, t) in op.outputs.iter().enumerate() {
-            let (dtype, shape) = tensor_type(t)?;
-            let buffer = take_provided(dag, &mut provided, i, j)
-                .map(|mut b| {
-                    if b.dtype() != dtype || b.shape != shape {
-                        return Err(Error::OutputMismatch(format!(
-                            "the output array for `{}` is {}{:?}, but the operator makes {dtype}{shape:?}",
-                            op.name,
-                            b.dtype(),
-                            b.shape
-                        )));
-                    }
-                    // Elements no worker writes must read as zero, as in a fresh output.
-                    let written =
-                        written.get_or_insert_with(|| ovl_core::analysis::written_everywhere(op));
-                    if !written.get(j).copied().unwrap_or(false) {
-                        b.fill_zero();
-                    }
-                    Ok(b)
-                })
-                .transpose()?;
-            outputs.push(buffer.unwrap_or_else(|| HostTensor::zeros(dtype, &shape)));
-        }
-        {
-            let inputs = dag.operator_inputs[i]
-                .inputs
-                .iter()
-                .map(|v| lookup(graph, fed, &results, v))
-                .collect::<Result<Vec<&HostTensor>, _>>()?;
-            let start = Instant::now();
-            // A GPU kernel's own time (CUDA events) replaces the host's wall clock.
-            let mut gpu_time = None;
-            match &kernels[i] {
-                Kernel::Interpreter => ovl_core::interp::interpret(op, &inputs, &mut outputs)?,
-                Kernel::Cpu(k) => k.run(&inputs, &mut outputs, options.threads)?,
-                Kernel::Cuda(k) => gpu_time = Some(k.run(&inputs, &mut outputs)?),
-            }
-            if let Some(t) = timings.as_deref_mut() {
-                t.push(gpu_time.unwrap_or_else(|| start.elapsed()));
-            }
-        }
-        results.push(outputs.into_iter().map(Some).collect());
-        // Free what no later operator reads.
-        for (j, outs) in results.iter_mut().enumerate() {
-            for (k, slot) in outs.iter_mut().enumerate() {
-                if last_use[j][k] <= i && slot.is_some() {
-                    *slot = None;
-                }
-            }
-        }
-    }
-
-    let mut requested = Vec::with_capacity(dag.outputs.len());
-    for (position, out) in dag.outputs.iter().enumerate() {
-        // Move an operator output out when no later requested output names it again.
-        let taken = match &out.source {
-            Some(Source::OpOutput(o))
-                if !dag.outputs[position + 1..].iter().any(|later| later == out) =>
-            {
-                results[o.operator as usize][o.output as usize].take()
-            }
-            _ => None,
-        };
-        requested.push(match taken {
-            Some(t) => t,
-            None => lookup(graph, fed, &results, out)?.clone(),
-        });
-    }
-    Ok(requested)
 }
 
-/// The provided buffer for output `output` of operator `operator`, if a requested output names
-/// it and the caller gave one.
-fn take_provided(
-    dag: &ir::OperatorDag,
-    provided: &mut [Option<HostTensor>],
-    operator: usize,
-    output: usize,
-) -> Option<HostTensor> {
-    dag.outputs
-        .iter()
-        .zip(provided.iter_mut())
-        .find_map(|(out, slot)| match &out.source {
-            Some(Source::OpOutput(o))
-                if o.operator as usize == operator && o.output as usize == output =>
-            {
-                slot.take()
-            }
-            _ => None,
-        })
-}
+impl Prepared {
+    /// Runs the graph once; returns the requested outputs in order. When `timings` is given,
+    /// the time of each operator is appended to it.
+    pub fn run(
+        &self,
+        options: &Options,
+        timings: Option<&mut Vec<Duration>>,
+    ) -> Result<Vec<HostTensor>, Error> {
+        self.run_into(&[], options, timings, Vec::new())
+    }
 
-fn lookup<'a>(
-    graph: &'a Graph,
-    fed: &[Option<&'a HostTensor>],
-    results: &'a [Vec<Option<HostTensor>>],
-    v: &ir::ValueRef,
-) -> Result<&'a HostTensor, Error> {
-    match &v.source {
-        Some(Source::GraphInput(i)) => {
-            if let Some(t) = fed.get(*i as usize).copied().flatten() {
-                return Ok(t);
-            }
-            match graph.inputs.get(*i as usize) {
-                Some(ovl_core::GraphInput::Host(t)) => Ok(&**t),
-                Some(ovl_core::GraphInput::Placeholder { name, .. }) => {
+    /// [`Prepared::run`], writing requested output `k` into `provided[k]` when that buffer is
+    /// given (it must have the output's dtype and shape). The buffers come back in the result,
+    /// in place. Graph input `i` reads `fed[i]` when that is given (data for a placeholder),
+    /// else the graph's own.
+    pub fn run_into(
+        &self,
+        fed: &[Option<&HostTensor>],
+        options: &Options,
+        timings: Option<&mut Vec<Duration>>,
+        mut provided: Vec<Option<HostTensor>>,
+    ) -> Result<Vec<HostTensor>, Error> {
+        let inputs = self
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| match (fed.get(i).copied().flatten(), input) {
+                (Some(t), _) => Ok(Input::Host(t)),
+                (None, GraphInput::Host(t)) => Ok(Input::Host(t)),
+                (None, GraphInput::Placeholder { name, .. }) => {
                     Err(Error::Placeholder { name: name.clone() })
                 }
-                None => Err(Error::Internal(format!("graph input {i} does not exist"))),
-            }
-        }
-        Some(Source::OpOutput(o)) => results
-            .get(o.operator as usize)
-            .and_then(|outs| outs.get(o.output as usize))
-            .and_then(|t| t.as_ref())
-            .ok_or_else(|| {
-                Error::Internal(format!(
-                    "output {} of operator {} is not available",
-                    o.output, o.operator
-                ))
-            }),
-        None => Err(Error::Internal("a graph value has no source".into())),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        provided.resize_with(self.plan.outputs().len(), || None);
+        let mut buffers: Vec<(HostTensor, bool)> = provided
+            .into_iter()
+            .zip(self.plan.outputs())
+            .map(|(given, sig)| match given {
+                Some(t) => (t, false),
+                None => (HostTensor::zeros(sig.dtype, &sig.shape), true),
+            })
+            .collect();
+        let mut outputs: Vec<Output> = buffers
+            .iter_mut()
+            .map(|(tensor, zeroed)| Output::Host {
+                tensor,
+                zeroed: *zeroed,
+            })
+            .collect();
+        self.plan.run_host(
+            &self.kernels,
+            &inputs,
+            &mut outputs,
+            options.threads,
+            timings,
+        )?;
+        drop(outputs);
+        Ok(buffers.into_iter().map(|(t, _)| t).collect())
     }
 }

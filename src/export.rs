@@ -37,7 +37,6 @@ use ovl_core::ir;
 use ovl_core::lazy::Graph;
 use ovl_core::{DType, GraphInput, HostTensor, Lazy, LazyTensor, Scalar};
 use std::path::Path;
-use std::sync::Arc;
 
 /// The format name written into every bundle file.
 pub const BUNDLE_FORMAT: &str = "ovl-tensorflow-bundle";
@@ -400,7 +399,8 @@ pub fn constant_tensor(
 }
 
 /// Runs an exported program on host tensors (one per feed, in order), the way the TensorFlow
-/// kernel does: for tests and for callers without TensorFlow. Returns the outputs in order.
+/// kernel does (through the same [`crate::program::LoadedProgram`]): for tests and for callers
+/// without TensorFlow. Returns the outputs in order.
 pub fn run_program(
     program: &ir::Program,
     feeds: Vec<HostTensor>,
@@ -410,45 +410,18 @@ pub fn run_program(
         name: program.name.clone(),
         message,
     };
-    check_program(program).map_err(err)?;
-    if feeds.len() != program.feeds.len() {
-        return Err(err(format!(
-            "{} tensors given for {} feeds",
-            feeds.len(),
-            program.feeds.len()
-        )));
-    }
-    let dag = program.graph.clone().unwrap_or_default();
-    let mut inputs: Vec<Option<GraphInput>> = vec![None; dag.inputs.len()];
-    for (k, (feed, tensor)) in program.feeds.iter().zip(feeds).enumerate() {
-        let (dtype, shape) =
-            tensor_type_of(feed.r#type.as_ref().unwrap_or(&Default::default())).map_err(err)?;
-        if tensor.dtype() != dtype || tensor.shape != shape {
-            return Err(err(format!(
-                "feed {k} (`{}`) is {}{:?}, the program expects {dtype}{shape:?}",
-                feed.name,
-                tensor.dtype(),
-                tensor.shape
-            )));
-        }
-        if let Some(i) = feed.graph_input {
-            inputs[i as usize] = Some(GraphInput::Host(Arc::new(tensor)));
-        }
-    }
-    for c in &program.constants {
-        inputs[c.graph_input as usize] = Some(GraphInput::Host(Arc::new(
-            constant_tensor(program, c).map_err(err)?,
-        )));
-    }
-    let graph = Graph {
-        inputs: inputs
-            .into_iter()
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| err("a graph input has no data".into()))?,
-        dag,
-    };
-    let kernels = executor::prepare(&graph, options)?;
-    executor::run(&graph, &kernels, options, None)
+    let loaded =
+        crate::program::LoadedProgram::new(program.clone(), options).map_err(|e| match e {
+            crate::program::ProgramError::Compile { source, .. } => *source,
+            e => err(e.to_string()),
+        })?;
+    let feeds: Vec<&HostTensor> = feeds.iter().collect();
+    loaded
+        .run_host(&feeds, options.threads)
+        .map_err(|e| match e {
+            crate::program::ProgramError::Run { source, .. } => (*source).into(),
+            e => err(e.to_string()),
+        })
 }
 
 /// An exported program, its gradient, and what Python needs to call them.

@@ -85,6 +85,8 @@ mod executor;
 pub mod export;
 mod fusion;
 mod options;
+pub mod program;
+pub mod runner;
 
 pub use compiled::{compile, Compiled};
 pub use error::Error;

@@ -41,7 +41,6 @@
 #[cfg(not(test))]
 mod ffi;
 pub mod nodedef;
-pub mod program;
 
 // The registration needs TensorFlow's symbols, which only the cdylib links; unit tests (a test
 // executable) cover the parts that do not.

@@ -5,7 +5,7 @@
 
 use crate::ffi::*;
 use crate::nodedef::Attrs;
-use crate::program::LoadedProgram;
+use ovl::program::{tensorflow_type_name, LoadedProgram, ProgramError};
 use ovl_core::DType;
 use std::ffi::{c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -182,14 +182,13 @@ fn construct(ctx: *mut TF_OpKernelConstruction) -> Result<Kernel, (TF_Code, Stri
     let attrs = Attrs::decode(&bytes).map_err(|e| (TF_INVALID_ARGUMENT, e.to_string()))?;
     let node = attrs.node.clone();
     let fail = |code, message: String| (code, format!("DynamicLib `{node}`: {message}"));
-    let program = LoadedProgram::load(&attrs.program, &ovl_codegen::CompileOptions::default())
-        .map_err(|e| {
-            let code = match e {
-                crate::program::ProgramError::Corrupt(_) => TF_INVALID_ARGUMENT,
-                _ => TF_FAILED_PRECONDITION,
-            };
-            fail(code, e.to_string())
-        })?;
+    let program = LoadedProgram::load(&attrs.program, &ovl::Options::default()).map_err(|e| {
+        let code = match e {
+            ProgramError::Corrupt(_) => TF_INVALID_ARGUMENT,
+            _ => TF_FAILED_PRECONDITION,
+        };
+        fail(code, e.to_string())
+    })?;
     if attrs.in_types.len() != program.feeds.len() {
         return Err(fail(
             TF_INVALID_ARGUMENT,
@@ -244,7 +243,7 @@ fn construct(ctx: *mut TF_OpKernelConstruction) -> Result<Kernel, (TF_Code, Stri
                 None => format!("{} of unknown shape", tf_dtype_name(t)),
             })
             .collect();
-        let made: Vec<String> = program.outputs.iter().map(|s| s.to_string()).collect();
+        let made: Vec<String> = program.outputs.iter().map(tensorflow_type_name).collect();
         return Err(fail(
             TF_INVALID_ARGUMENT,
             format!(

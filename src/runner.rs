@@ -1,0 +1,634 @@
+//! The one graph runner: runs an [`ir::OperatorDag`] operator by operator on prepared
+//! kernels. `evaluate`, [`crate::compile`], [`crate::export::run_program`] and the TensorFlow
+//! bridge's `DynamicLib` kernel all run graphs through it.
+//!
+//! A [`Plan`] is made once per graph: it decides where every value lives during a run (a graph
+//! input, a requested output written in place, or an intermediate the run allocates and frees
+//! after its last reader) and checks that the wiring is a topological order with matching
+//! types. [`Plan::run`] then feeds it buffers: host tensors ([`Input::Host`], [`Output::Host`])
+//! or memory the caller owns ([`Input::Raw`], [`Output::Raw`]: TensorFlow's tensors, used
+//! without copies by the C++ kernels).
+
+use ovl_core::interp;
+use ovl_core::ir::{self, value_ref::Source};
+use ovl_core::{DType, HostTensor};
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// One operator, ready to run on a backend.
+pub enum Kernel {
+    /// The reference interpreter (also what `Target::CudaValidate` runs after checking).
+    Interpreter,
+    /// A compiled C++ library.
+    Cpu(Arc<ovl_codegen::CompiledOperator>),
+    /// A CUDA module (copies in and out of the GPU per operator).
+    Cuda(Arc<ovl_codegen::cuda::CudaOperator>),
+}
+
+/// The dtype and shape of one tensor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sig {
+    /// Element type.
+    pub dtype: DType,
+    /// Static shape.
+    pub shape: Vec<usize>,
+}
+
+impl Sig {
+    /// The signature of an IR tensor type; an error names an unsupported dtype.
+    pub fn from_ir(t: &ir::TensorType) -> Result<Sig, String> {
+        let dtype = DType::from_ir(t.dtype)
+            .ok_or_else(|| format!("unsupported dtype {} in the graph", t.dtype))?;
+        Ok(Sig {
+            dtype,
+            shape: t.shape.iter().map(|&d| d as usize).collect(),
+        })
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Whether it has no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The number of bytes of the elements.
+    pub fn bytes(&self) -> usize {
+        self.len() * self.dtype.size()
+    }
+
+    /// Whether `t` has this dtype and shape.
+    pub fn fits(&self, t: &HostTensor) -> bool {
+        t.dtype() == self.dtype && t.shape == self.shape
+    }
+}
+
+impl fmt::Display for Sig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{:?}", self.dtype, self.shape)
+    }
+}
+
+/// The data of one graph input for a run.
+#[derive(Clone, Copy)]
+pub enum Input<'a> {
+    /// A host tensor (checked against the input's type).
+    Host(&'a HostTensor),
+    /// Memory the caller owns: the row-major elements of the input's type (see [`Plan::run`]).
+    Raw(*const c_void),
+}
+
+/// Where one requested output of a run goes.
+pub enum Output<'a> {
+    /// A host tensor of the output's type (checked). `zeroed`: it holds zeros already (a fresh
+    /// tensor), so elements no worker writes need no clearing.
+    Host {
+        /// The tensor written.
+        tensor: &'a mut HostTensor,
+        /// Whether it is all zeros.
+        zeroed: bool,
+    },
+    /// Memory the caller owns, writable for the output's size (see [`Plan::run`]).
+    Raw(*mut c_void),
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunFailure {
+    /// A buffer does not fit the graph (count, dtype or shape).
+    #[error("{0}")]
+    Mismatch(String),
+    /// The interpreter failed (for example an index out of bounds).
+    #[error(transparent)]
+    Interpreter(#[from] interp::InterpError),
+    /// A compiled kernel failed (for example an index out of bounds).
+    #[error(transparent)]
+    Run(#[from] ovl_codegen::RunError),
+}
+
+/// Where a value lives during a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// Graph input `i`.
+    Input(usize),
+    /// Requested output `k`, written in place.
+    Output(usize),
+    /// An intermediate the run allocates.
+    Temp(usize),
+}
+
+/// Where every value of a graph lives during a run, decided once per graph.
+pub struct Plan {
+    dag: Arc<ir::OperatorDag>,
+    inputs: Vec<Sig>,
+    outputs: Vec<Sig>,
+    /// Per operator and output.
+    op_slots: Vec<Vec<Slot>>,
+    temps: Vec<Sig>,
+    /// Per intermediate: the last operator that reads it (it is freed after that one).
+    temp_last_use: Vec<usize>,
+    /// Per operator: which outputs every run writes in full; worked out only when an output
+    /// buffer that is not known to be zero needs it.
+    written: Vec<OnceLock<Vec<bool>>>,
+    /// Requested outputs not written in place (repeats, graph inputs): copied after the run.
+    copies: Vec<(usize, Slot)>,
+}
+
+impl fmt::Debug for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plan")
+            .field("operators", &self.dag.operators.len())
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Plan {
+    /// Plans `dag`. Errors say what is malformed: an output or operator input without a
+    /// source, operators out of topological order, an operator input of another type than
+    /// its source (the kernels read raw buffers, so the types must agree exactly).
+    pub fn new(dag: Arc<ir::OperatorDag>) -> Result<Plan, String> {
+        let inputs = dag
+            .inputs
+            .iter()
+            .map(Sig::from_ir)
+            .collect::<Result<Vec<_>, _>>()?;
+        if dag.operator_inputs.len() != dag.operators.len() {
+            return Err("the graph's operator wiring does not match its operators".into());
+        }
+        // Requested outputs are written in place where possible: the first request of each
+        // operator output; other requests (repeats, graph inputs) are copied after the run.
+        let mut placed: Vec<Vec<Option<Slot>>> = dag
+            .operators
+            .iter()
+            .map(|op| vec![None; op.outputs.len()])
+            .collect();
+        let mut outputs = Vec::with_capacity(dag.outputs.len());
+        let mut copies = Vec::new();
+        for (k, out) in dag.outputs.iter().enumerate() {
+            match &out.source {
+                Some(Source::GraphInput(i)) => {
+                    let sig = inputs
+                        .get(*i as usize)
+                        .ok_or("an output names a graph input that does not exist")?;
+                    outputs.push(sig.clone());
+                    copies.push((k, Slot::Input(*i as usize)));
+                }
+                Some(Source::OpOutput(o)) => {
+                    let t = dag
+                        .operators
+                        .get(o.operator as usize)
+                        .and_then(|op| op.outputs.get(o.output as usize))
+                        .ok_or("an output names an operator output that does not exist")?;
+                    outputs.push(Sig::from_ir(t)?);
+                    let slot = &mut placed[o.operator as usize][o.output as usize];
+                    match slot {
+                        None => *slot = Some(Slot::Output(k)),
+                        Some(s) => copies.push((k, *s)),
+                    }
+                }
+                None => return Err("an output has no source".into()),
+            }
+        }
+        let mut temps = Vec::new();
+        let mut op_slots = Vec::with_capacity(dag.operators.len());
+        for (op, slots) in dag.operators.iter().zip(placed) {
+            let mut s = Vec::with_capacity(slots.len());
+            for (t, slot) in op.outputs.iter().zip(slots) {
+                s.push(match slot {
+                    Some(slot) => slot,
+                    None => {
+                        temps.push(Sig::from_ir(t)?);
+                        Slot::Temp(temps.len() - 1)
+                    }
+                });
+            }
+            op_slots.push(s);
+        }
+        // Operator inputs name earlier operators (a topological order), with the types the
+        // operator reads.
+        let mut temp_last_use = vec![0; temps.len()];
+        for (i, wiring) in dag.operator_inputs.iter().enumerate() {
+            if wiring.inputs.len() != dag.operators[i].inputs.len() {
+                return Err(format!(
+                    "operator {i} (`{}`) takes {} inputs but is wired to {}",
+                    dag.operators[i].name,
+                    dag.operators[i].inputs.len(),
+                    wiring.inputs.len()
+                ));
+            }
+            for (v, want) in wiring.inputs.iter().zip(&dag.operators[i].inputs) {
+                let got = match &v.source {
+                    Some(Source::OpOutput(o)) if (o.operator as usize) < i => {
+                        if let Some(Slot::Temp(t)) =
+                            op_slots[o.operator as usize].get(o.output as usize)
+                        {
+                            temp_last_use[*t] = i;
+                        }
+                        dag.operators[o.operator as usize]
+                            .outputs
+                            .get(o.output as usize)
+                            .ok_or(
+                                "an operator input names an operator output that does not exist",
+                            )?
+                    }
+                    Some(Source::GraphInput(g)) if (*g as usize) < dag.inputs.len() => {
+                        &dag.inputs[*g as usize]
+                    }
+                    _ => return Err("the operators are not in a topological order".into()),
+                };
+                if got != want {
+                    return Err(format!(
+                        "an input of operator {i} (`{}`) has another type than its source",
+                        dag.operators[i].name
+                    ));
+                }
+            }
+        }
+        Ok(Plan {
+            written: dag.operators.iter().map(|_| OnceLock::new()).collect(),
+            dag,
+            inputs,
+            outputs,
+            op_slots,
+            temps,
+            temp_last_use,
+            copies,
+        })
+    }
+
+    /// The graph planned.
+    pub fn dag(&self) -> &ir::OperatorDag {
+        &self.dag
+    }
+
+    /// The types of the graph inputs.
+    pub fn inputs(&self) -> &[Sig] {
+        &self.inputs
+    }
+
+    /// The types of the requested outputs.
+    pub fn outputs(&self) -> &[Sig] {
+        &self.outputs
+    }
+
+    fn written(&self, operator: usize) -> &[bool] {
+        self.written[operator]
+            .get_or_init(|| ovl_core::analysis::written_everywhere(&self.dag.operators[operator]))
+    }
+
+    /// Runs the graph once with host tensors only: safe, every buffer is checked.
+    pub fn run_host(
+        &self,
+        kernels: &[Kernel],
+        inputs: &[Input<'_>],
+        outputs: &mut [Output<'_>],
+        threads: usize,
+        timings: Option<&mut Vec<Duration>>,
+    ) -> Result<(), RunFailure> {
+        let raw = inputs.iter().any(|i| matches!(i, Input::Raw(_)))
+            || outputs.iter().any(|o| matches!(o, Output::Raw(_)));
+        if raw {
+            return Err(RunFailure::Mismatch(
+                "run_host takes host tensors only; raw buffers need Plan::run".into(),
+            ));
+        }
+        // SAFETY: no raw buffer is passed; host tensors are checked against their types.
+        unsafe { self.run(kernels, inputs, outputs, threads, timings) }
+    }
+
+    /// Runs the graph once: `inputs[i]` is graph input `i`, `outputs[k]` receives requested
+    /// output `k`. Outputs no worker writes in full are zero-filled first (unless known to be
+    /// zero). When `timings` is given, each operator's time is appended (a GPU kernel's own
+    /// time from CUDA events, else the host's wall clock).
+    ///
+    /// # Safety
+    /// Every [`Input::Raw`] must point to the contiguous row-major elements of that graph
+    /// input's type (bool: bytes 0 or 1), readable for the call; every [`Output::Raw`] to a
+    /// writable buffer of that output's size that overlaps no other buffer passed. Host
+    /// tensors need nothing: they are checked.
+    pub unsafe fn run(
+        &self,
+        kernels: &[Kernel],
+        inputs: &[Input<'_>],
+        outputs: &mut [Output<'_>],
+        threads: usize,
+        mut timings: Option<&mut Vec<Duration>>,
+    ) -> Result<(), RunFailure> {
+        self.check_buffers(kernels, inputs, outputs)?;
+        let mut temps: Vec<Option<HostTensor>> = vec![None; self.temps.len()];
+        for (i, op) in self.dag.operators.iter().enumerate() {
+            for (j, slot) in self.op_slots[i].iter().enumerate() {
+                match *slot {
+                    Slot::Temp(t) => {
+                        let sig = &self.temps[t];
+                        temps[t] = Some(HostTensor::zeros(sig.dtype, &sig.shape));
+                    }
+                    Slot::Output(k) => {
+                        let zeroed = matches!(outputs[k], Output::Host { zeroed: true, .. });
+                        if !zeroed && !self.written(i).get(j).copied().unwrap_or(false) {
+                            // Elements no worker writes read as zero, as in a fresh output.
+                            match &mut outputs[k] {
+                                Output::Host { tensor, .. } => tensor.fill_zero(),
+                                // SAFETY: the caller's buffer holds the output's bytes.
+                                Output::Raw(p) => unsafe {
+                                    std::ptr::write_bytes(
+                                        p.cast::<u8>(),
+                                        0,
+                                        self.outputs[k].bytes(),
+                                    )
+                                },
+                            }
+                        }
+                    }
+                    Slot::Input(_) => unreachable!("operator outputs are never placed in inputs"),
+                }
+            }
+            let start = Instant::now();
+            let wiring = &self.dag.operator_inputs[i].inputs;
+            let gpu_time = match &kernels[i] {
+                Kernel::Cpu(kernel) => {
+                    let ins: Vec<*const c_void> = wiring
+                        .iter()
+                        .map(|v| self.read_ptr(self.slot_of(v), inputs, outputs, &temps))
+                        .collect();
+                    let outs: Vec<*mut c_void> = self.op_slots[i]
+                        .iter()
+                        .map(|&slot| write_ptr(slot, outputs, &mut temps))
+                        .collect();
+                    // SAFETY: every pointer names a buffer of the type the operator declares
+                    // (host tensors checked, raw ones by the caller's contract, intermediates
+                    // allocated from the plan's types, which `Plan::new` matched against the
+                    // operators through the wiring); the buffers written are distinct from
+                    // those read (a DAG).
+                    unsafe { kernel.run_raw(&ins, &outs, threads) }?;
+                    None
+                }
+                kernel => {
+                    // The interpreter and the CUDA runtime take host tensors: this operator's
+                    // outputs are moved out of their slots and back.
+                    let mut outs: Vec<HostTensor> = self.op_slots[i]
+                        .iter()
+                        .map(|&slot| self.take_output(slot, outputs, &mut temps))
+                        .collect();
+                    let owned: Vec<Option<HostTensor>> = wiring
+                        .iter()
+                        .map(|v| self.raw_copy(self.slot_of(v), inputs, outputs))
+                        .collect();
+                    let ins: Vec<&HostTensor> = wiring
+                        .iter()
+                        .zip(&owned)
+                        .map(|(v, own)| match own {
+                            Some(t) => t,
+                            None => self.host_ref(self.slot_of(v), inputs, outputs, &temps),
+                        })
+                        .collect();
+                    let result: Result<Option<Duration>, RunFailure> = match kernel {
+                        Kernel::Cuda(k) => k.run(&ins, &mut outs).map(Some).map_err(Into::into),
+                        _ => interp::interpret(op, &ins, &mut outs)
+                            .map(|()| None)
+                            .map_err(Into::into),
+                    };
+                    drop(ins);
+                    for (&slot, t) in self.op_slots[i].iter().zip(outs) {
+                        self.put_output(slot, t, outputs, &mut temps);
+                    }
+                    result?
+                }
+            };
+            if let Some(t) = timings.as_deref_mut() {
+                t.push(gpu_time.unwrap_or_else(|| start.elapsed()));
+            }
+            for (t, &last) in self.temp_last_use.iter().enumerate() {
+                if last <= i && temps[t].is_some() {
+                    temps[t] = None;
+                }
+            }
+        }
+        for &(k, slot) in &self.copies {
+            let src = self.read_ptr(slot, inputs, outputs, &temps);
+            let dst = write_ptr(Slot::Output(k), outputs, &mut temps);
+            // SAFETY: both hold outputs[k]'s bytes (the plan's types), and they are distinct
+            // buffers: an output is never its own source.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src.cast::<u8>(),
+                    dst.cast::<u8>(),
+                    self.outputs[k].bytes(),
+                )
+            };
+        }
+        Ok(())
+    }
+
+    fn check_buffers(
+        &self,
+        kernels: &[Kernel],
+        inputs: &[Input<'_>],
+        outputs: &[Output<'_>],
+    ) -> Result<(), RunFailure> {
+        if kernels.len() != self.dag.operators.len()
+            || inputs.len() != self.inputs.len()
+            || outputs.len() != self.outputs.len()
+        {
+            return Err(RunFailure::Mismatch(format!(
+                "{} kernels, {} inputs and {} outputs given; the graph has {}, {} and {}",
+                kernels.len(),
+                inputs.len(),
+                outputs.len(),
+                self.dag.operators.len(),
+                self.inputs.len(),
+                self.outputs.len()
+            )));
+        }
+        for (i, (input, sig)) in inputs.iter().zip(&self.inputs).enumerate() {
+            if let Input::Host(t) = input {
+                if !sig.fits(t) {
+                    return Err(RunFailure::Mismatch(format!(
+                        "graph input {i} is {}{:?}, the graph reads {sig}",
+                        t.dtype(),
+                        t.shape
+                    )));
+                }
+            }
+        }
+        for (k, (output, sig)) in outputs.iter().zip(&self.outputs).enumerate() {
+            if let Output::Host { tensor, .. } = output {
+                if !sig.fits(tensor) {
+                    return Err(RunFailure::Mismatch(format!(
+                        "the array for output {k} is {}{:?}, but the graph makes {sig}",
+                        tensor.dtype(),
+                        tensor.shape
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn slot_of(&self, v: &ir::ValueRef) -> Slot {
+        match &v.source {
+            Some(Source::GraphInput(g)) => Slot::Input(*g as usize),
+            Some(Source::OpOutput(o)) => self.op_slots[o.operator as usize][o.output as usize],
+            None => unreachable!("Plan::new checked every operator input's source"),
+        }
+    }
+
+    fn read_ptr(
+        &self,
+        slot: Slot,
+        inputs: &[Input<'_>],
+        outputs: &[Output<'_>],
+        temps: &[Option<HostTensor>],
+    ) -> *const c_void {
+        match slot {
+            Slot::Input(g) => match inputs[g] {
+                Input::Host(t) => t.data.as_ptr().cast(),
+                Input::Raw(p) => p,
+            },
+            Slot::Output(k) => match &outputs[k] {
+                Output::Host { tensor, .. } => tensor.data.as_ptr().cast(),
+                Output::Raw(p) => p.cast_const(),
+            },
+            Slot::Temp(t) => temp(temps, t).data.as_ptr().cast(),
+        }
+    }
+
+    /// A copy of data in raw memory (a raw input, or a raw output read by a later operator) as
+    /// a host tensor, for kernels that take host tensors.
+    fn raw_copy(
+        &self,
+        slot: Slot,
+        inputs: &[Input<'_>],
+        outputs: &[Output<'_>],
+    ) -> Option<HostTensor> {
+        let (p, sig) = match slot {
+            Slot::Input(g) => match inputs[g] {
+                Input::Raw(p) => (p, &self.inputs[g]),
+                Input::Host(_) => return None,
+            },
+            Slot::Output(k) => match &outputs[k] {
+                Output::Raw(p) => (p.cast_const(), &self.outputs[k]),
+                Output::Host { .. } => return None,
+            },
+            Slot::Temp(_) => return None,
+        };
+        let mut t = HostTensor::zeros(sig.dtype, &sig.shape);
+        // SAFETY: the caller's buffer holds the input's bytes (the contract of `run`).
+        unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), t.data.as_mut_ptr(), sig.bytes()) };
+        Some(t)
+    }
+
+    fn host_ref<'b>(
+        &self,
+        slot: Slot,
+        inputs: &[Input<'b>],
+        outputs: &'b [Output<'_>],
+        temps: &'b [Option<HostTensor>],
+    ) -> &'b HostTensor {
+        match slot {
+            Slot::Input(g) => match inputs[g] {
+                Input::Host(t) => t,
+                Input::Raw(_) => unreachable!("raw inputs are copied first"),
+            },
+            Slot::Output(k) => match &outputs[k] {
+                Output::Host { tensor, .. } => tensor,
+                Output::Raw(_) => unreachable!("raw outputs are copied first"),
+            },
+            Slot::Temp(t) => temp(temps, t),
+        }
+    }
+
+    /// Moves an operator output's buffer out of its slot (a fresh tensor for raw memory).
+    fn take_output(
+        &self,
+        slot: Slot,
+        outputs: &mut [Output<'_>],
+        temps: &mut [Option<HostTensor>],
+    ) -> HostTensor {
+        match slot {
+            Slot::Output(k) => match &mut outputs[k] {
+                Output::Host { tensor, .. } => std::mem::replace(*tensor, empty()),
+                Output::Raw(p) => {
+                    let sig = &self.outputs[k];
+                    let mut t = HostTensor::zeros(sig.dtype, &sig.shape);
+                    // SAFETY: the caller's buffer holds the output's bytes (maybe zero-filled
+                    // above: the kernel sees what a fresh output holds).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            p.cast_const().cast::<u8>(),
+                            t.data.as_mut_ptr(),
+                            sig.bytes(),
+                        )
+                    };
+                    t
+                }
+            },
+            Slot::Temp(t) => temps[t].take().expect("allocated before the operator runs"),
+            Slot::Input(_) => unreachable!("operator outputs are never placed in inputs"),
+        }
+    }
+
+    /// Puts a buffer taken by [`Plan::take_output`] back (copied into raw memory).
+    fn put_output(
+        &self,
+        slot: Slot,
+        t: HostTensor,
+        outputs: &mut [Output<'_>],
+        temps: &mut [Option<HostTensor>],
+    ) {
+        match slot {
+            Slot::Output(k) => match &mut outputs[k] {
+                Output::Host { tensor, .. } => **tensor = t,
+                Output::Raw(p) => {
+                    // SAFETY: the caller's buffer holds the output's bytes.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            t.data.as_ptr(),
+                            p.cast::<u8>(),
+                            self.outputs[k].bytes(),
+                        )
+                    }
+                }
+            },
+            Slot::Temp(i) => temps[i] = Some(t),
+            Slot::Input(_) => unreachable!("operator outputs are never placed in inputs"),
+        }
+    }
+}
+
+fn write_ptr(
+    slot: Slot,
+    outputs: &mut [Output<'_>],
+    temps: &mut [Option<HostTensor>],
+) -> *mut c_void {
+    match slot {
+        Slot::Output(k) => match &mut outputs[k] {
+            Output::Host { tensor, .. } => tensor.data.as_mut_ptr().cast(),
+            Output::Raw(p) => *p,
+        },
+        Slot::Temp(t) => temps[t]
+            .as_mut()
+            .expect("allocated before the operator runs")
+            .data
+            .as_mut_ptr()
+            .cast(),
+        Slot::Input(_) => unreachable!("operator outputs are never placed in inputs"),
+    }
+}
+
+fn temp(temps: &[Option<HostTensor>], t: usize) -> &HostTensor {
+    temps[t]
+        .as_ref()
+        .expect("an intermediate is alive from its producer to its last reader")
+}
+
+fn empty() -> HostTensor {
+    HostTensor::zeros(DType::U8, &[0])
+}

@@ -1,0 +1,104 @@
+//! The program runner shared by `run_program` and the TensorFlow bridge (`LoadedProgram`): raw
+//! caller buffers, intermediates, outputs requested twice and passed-through feeds.
+
+use ovl::prelude::*;
+use ovl::program::{LoadedProgram, ProgramError};
+use ovl_core::{DType, HostTensor};
+use std::ffi::c_void;
+
+#[operator]
+fn cumsum_rows(x: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = x.dims::<2>();
+    let row = position_in([rows])[0];
+    let out = output_like(&x);
+    let mut acc = variable(0.0f32);
+    for j in 0..cols {
+        acc += x[[row, j]];
+        out[[row, j]] = acc;
+    }
+    out
+}
+
+fn options(target: Options) -> Options {
+    match std::env::var_os("OVL_CACHE_DIR") {
+        Some(dir) => Options {
+            cache_dir: Some(dir.into()),
+            ..target
+        },
+        None => target,
+    }
+}
+
+/// Two kernels (a cumsum does not fuse into a cumsum); the intermediate is requested twice and
+/// the feed once: written in place, copied, and copied from the feed.
+fn exported() -> Vec<u8> {
+    let x = ovl::placeholder::<f32>("x", &[2, 3]);
+    let c1 = cumsum_rows(&x);
+    let c2 = cumsum_rows(&c1);
+    let bundle = ovl::as_tensorflow(&x, (&c2, &c1, &c1, &x))
+        .options(&Options::interpreter())
+        .build()
+        .unwrap();
+    prost::Message::encode_to_vec(&bundle.program)
+}
+
+const INPUT: [f32; 6] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+const C1: [f32; 6] = [1.0, 3.0, 6.0, 4.0, 9.0, 15.0];
+const C2: [f32; 6] = [1.0, 4.0, 10.0, 4.0, 13.0, 28.0];
+
+#[test]
+fn runs_on_caller_buffers_with_intermediates_copies_and_passthrough() {
+    for target in [Options::default(), Options::interpreter()] {
+        let program = LoadedProgram::load(&exported(), &options(target)).unwrap();
+        assert_eq!(program.kernel_count(), 2);
+        assert_eq!(program.outputs.len(), 4);
+        program.check_feed(0, DType::F32, &[2, 3]).unwrap();
+        let e = program.check_feed(0, DType::F32, &[3, 2]).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "input 0 (`x`) is float32[3, 2], but the program was exported for float32[2, 3]"
+            ),
+            "{e}"
+        );
+        let mut outs = vec![[f32::NAN; 6]; 4];
+        let out_ptrs: Vec<*mut c_void> = outs.iter_mut().map(|o| o.as_mut_ptr().cast()).collect();
+        // SAFETY: each buffer holds the 6 f32 of its declared type.
+        unsafe { program.run(&[INPUT.as_ptr().cast()], &out_ptrs, 0) }.unwrap();
+        assert_eq!(outs, vec![C2, C1, C1, INPUT]);
+    }
+}
+
+#[test]
+fn runs_on_host_tensors_like_run_program() {
+    let x = HostTensor::from_vec(&[2, 3], INPUT.to_vec()).unwrap();
+    let want: Vec<HostTensor> = [C2, C1, C1, INPUT]
+        .iter()
+        .map(|v| HostTensor::from_vec(&[2, 3], v.to_vec()).unwrap())
+        .collect();
+    let program = LoadedProgram::load(&exported(), &options(Options::default())).unwrap();
+    assert_eq!(program.run_host(&[&x], 0).unwrap(), want);
+    let decoded = prost::Message::decode(exported().as_slice()).unwrap();
+    let got = ovl::export::run_program(&decoded, vec![x], &options(Options::default())).unwrap();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn wrong_feeds_are_mismatch_errors() {
+    let program = LoadedProgram::load(&exported(), &options(Options::default())).unwrap();
+    let y = HostTensor::from_vec(&[3, 2], INPUT.to_vec()).unwrap();
+    let e = program.run_host(&[&y], 0).unwrap_err();
+    assert!(matches!(e, ProgramError::Mismatch { .. }), "{e}");
+    let e = program.run_host(&[], 0).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("0 inputs and 4 outputs given, the program has 1 and 4"),
+        "{e}"
+    );
+}
+
+#[test]
+fn garbage_is_reported_as_a_corrupt_program() {
+    let e = LoadedProgram::load(&[0xff, 0x01, 0x02], &Options::default()).unwrap_err();
+    assert!(matches!(e, ProgramError::Corrupt(_)), "{e}");
+    assert!(e.to_string().contains("not a valid ovl program"), "{e}");
+}
