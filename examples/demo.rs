@@ -7,7 +7,7 @@ use ndarray::{Array1, Array2};
 use ovl::prelude::*;
 use std::time::Instant;
 
-/// Running sum along each row, one worker per row (DESIGN.md section 3, as written).
+/// Running sum along each row, one worker per row (the README's first example).
 #[operator]
 fn cumsum_rows(x: Tensor<f32>) -> Tensor<f32> {
     let [rows, cols] = x.dims::<2>(); // shapes are static: plain usize at trace time
@@ -51,7 +51,7 @@ fn main() -> Result<(), ovl::Error> {
     let cpu = Options::cpu();
     let interp = Options::interpreter();
 
-    // 1. cumsum_rows, the example from DESIGN.md.
+    // 1. cumsum_rows, the README's first example.
     let x = Array2::from_shape_fn((4, 6), |(r, c)| (r * 6 + c) as f32 * 0.5);
     let start = Instant::now();
     let y = evaluate_with(&cumsum_rows(&x), &cpu)?;

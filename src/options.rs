@@ -83,7 +83,10 @@ impl Options {
         }
     }
 
-    pub(crate) fn cuda_options(&self) -> ovl_codegen::cuda::CudaCompileOptions {
+    /// The options of the CUDA backend these options imply (cache root, recompilation, source
+    /// dumps, block size), for calling [`crate::cuda`] directly:
+    /// `ovl::cuda::compile(op, &options.cuda_options())`.
+    pub fn cuda_options(&self) -> ovl_codegen::cuda::CudaCompileOptions {
         let mut o =
             ovl_codegen::cuda::CudaCompileOptions::default().with_block_size(self.cuda_block_size);
         if let Some(dir) = &self.cache_dir {
@@ -117,7 +120,9 @@ impl Options {
         self
     }
 
-    pub(crate) fn compile_options(&self) -> ovl_codegen::CompileOptions {
+    /// The options of the C++ backend these options imply (cache root, recompilation, source
+    /// dumps).
+    pub fn compile_options(&self) -> ovl_codegen::CompileOptions {
         let mut o = ovl_codegen::CompileOptions::default();
         if let Some(dir) = &self.cache_dir {
             o.cache_dir = Some(dir.clone());

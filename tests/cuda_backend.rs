@@ -96,3 +96,24 @@ fn cuda_validate_compiles_checks_and_evaluates_without_a_gpu() {
         assert_eq!(n, 1, "sm_{arch}");
     }
 }
+
+/// The README's direct call: `ovl::cuda::compile(op, &options.cuda_options())` with `op` from
+/// `ovl::graph` and `options` an `ovl::Options`.
+#[test]
+fn cuda_compile_takes_the_facade_options() {
+    let x = Array1::from(vec![3.0f32, 0.25]);
+    let graph = ovl::graph(&scale_shift(&x)).unwrap_or_else(|e| panic!("{e}"));
+    let options = Options::default();
+    match ovl::cuda::nvrtc_status() {
+        Ok(_) => {
+            let artifact = ovl::cuda::compile(&graph.dag.operators[0], &options.cuda_options())
+                .unwrap_or_else(|e| panic!("{e}"));
+            let source = std::fs::read_to_string(artifact.source_path()).unwrap();
+            assert!(source.contains("scale_shift"), "{source}");
+            assert!(artifact.binary_path().exists());
+        }
+        Err(e) => say(&format!(
+            "cuda_backend: ovl::cuda::compile DID NOT RUN (no NVRTC): {e}"
+        )),
+    }
+}
