@@ -533,3 +533,61 @@ fn a_read_only_cache_with_a_damaged_library_is_a_clear_error() {
         "left as it was"
     );
 }
+
+#[test]
+fn processes_finding_the_same_damaged_library_rebuild_it_once() {
+    // A copy of a cache (this process has the original library loaded: truncating it in place
+    // would pull pages from under its own mapping) with the library truncated; four processes
+    // start on it at once. Each sees the damage, takes the lock in turn, and checks again:
+    // one recompiles, the others load what it wrote.
+    let a = TestCache::new();
+    let op = compile(&scale(0.75), &a.options()).unwrap();
+    let b = TestCache::new();
+    copy_tree(a.dir.path(), b.dir.path());
+    let lib = entry_dir(b.dir.path(), op.cache_key()).join("op.so");
+    damages()[0].1(&lib);
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "child_process_compiles",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, "normal")
+                .env("OVL_CACHE_DIR", b.dir.path())
+                .env_remove("OVL_FORCE_RECOMPILE")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "a child failed ({}):\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let outcome = stdout
+            .lines()
+            .find_map(|l| l.split("child outcome: ").nth(1))
+            .expect("the child ran the test")
+            .to_string();
+        outcomes.push(outcome);
+    }
+    println!("outcomes: {outcomes:?}");
+    let compiled = outcomes.iter().filter(|o| *o == "Compiled").count();
+    assert_eq!(compiled, 1, "{outcomes:?}");
+    assert!(outcomes.iter().all(|o| o == "Compiled" || o == "DiskCache"));
+    assert_eq!(
+        std::fs::metadata(&lib).unwrap().len(),
+        std::fs::metadata(op.library_path()).unwrap().len()
+    );
+}
