@@ -328,8 +328,11 @@ fn entry_dir(root: &Path, key: &str) -> std::path::PathBuf {
     root.join("v1/cpu").join(key)
 }
 
-/// Ways a cached file gets damaged: each takes the file's path.
-fn damages() -> Vec<(&'static str, fn(&Path))> {
+/// A way a cached file gets damaged: its name, and what it does to the file at a path.
+type Damage = (&'static str, fn(&Path));
+
+/// Ways a cached file gets damaged.
+fn damages() -> Vec<Damage> {
     vec![
         ("truncated to 4000 bytes", |p| {
             let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
