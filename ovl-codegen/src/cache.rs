@@ -1,33 +1,39 @@
 //! The operator cache: on disk (shared between processes) and in memory (per process).
 //!
-//! Layout (CUDA: see [`crate::cuda`], `<root>/v1/cuda/<key>/`): `<root>/v1/cpu/<key>/` holds `op.cpp` (the generated source), `op.so` (the library)
-//! and `meta` (what the key was computed from, for people), plus a `lock` file. `<root>` is
-//! `$OVL_CACHE_DIR`, else the user cache directory (`~/.cache/ovl` on Linux), or
-//! [`CompileOptions::cache_dir`]. `<key>` is [`crate::CompiledOperator::cache_key`]: 32 hex digits
-//! of SHA-256 over the operator's canonical hash, the codegen and ABI versions, the compiler path
-//! and `--version`, the flags and the CPU features.
+//! Layout (CUDA: see [`crate::cuda`], `<root>/v1/cuda/<key>/`): `<root>/v1/cpu/<key>/` holds
+//! `op.cpp` (the generated source), `op.so` (the library) and `meta` (the library's length and
+//! SHA-256 digest, then what the key was computed from, for people), plus a `lock` file.
+//! `<root>` is `$OVL_CACHE_DIR`, else the user cache directory (`~/.cache/ovl` on Linux), or
+//! [`CompileOptions::cache_dir`]. `<key>` is [`crate::CompiledOperator::cache_key`]: 32 hex
+//! digits of SHA-256 over the operator's canonical hash, the codegen and ABI versions, the
+//! compiler path and `--version`, the flags and the CPU features.
 //!
 //! Every file is written to a unique temporary name in the same directory and renamed into
 //! place, so readers never see a partial file; an exclusive lock on `lock` serializes
 //! compilations of one key between processes (the second process finds the library the first
 //! one made). Two processes forcing recompilation of one operator both compile and both
 //! succeed (the renames are atomic).
+//!
+//! Before a cached library is loaded (once per process: later requests are answered from
+//! memory), its length and digest are checked against `meta`: a damaged library (truncated,
+//! extended, altered, or recorded by an older version without a digest) is never loaded, it is
+//! recompiled; in a cache that cannot be written that is [`CodegenError::DamagedEntry`], which
+//! names the file. The protocol is shared with the CUDA entries (`shared::cache_entry`).
 
 use crate::compiler::Toolchain;
 use crate::cpp::generate_cpp;
 use crate::error::{defined_at, CodegenError};
 use crate::options::CompileOptions;
 use crate::runtime::{CacheOutcome, CompiledOperator, Origin};
+use crate::shared::cache_entry::{get_or_build, Backend, Entry, Writer};
 use ovl_ir::ir;
 use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// The version of the on-disk layout: the name of the subdirectory of the cache root.
-pub const CACHE_LAYOUT: &str = "v1";
+pub use crate::shared::cache_entry::CACHE_LAYOUT;
 
 /// The default cache root: `$OVL_CACHE_DIR` if set and not empty, else `ovl` in the user cache
 /// directory (`~/.cache/ovl` on Linux), else `ovl-cache` in the temporary directory.
@@ -125,34 +131,6 @@ pub(crate) fn env_flag(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
-pub(crate) fn io_err(
-    action: &'static str,
-    path: &Path,
-) -> impl FnOnce(std::io::Error) -> CodegenError {
-    let path = path.to_path_buf();
-    move |source| CodegenError::Cache {
-        action,
-        path,
-        source,
-    }
-}
-
-/// Writes `bytes` to `dir/name` atomically (a unique temporary file, then a rename).
-pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CodegenError> {
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(io_err("create a temporary file in", dir))?;
-    tmp.write_all(bytes)
-        .and_then(|_| tmp.as_file().sync_data())
-        .map_err(io_err("write", tmp.path()))?;
-    let target = dir.join(name);
-    tmp.persist(&target)
-        .map_err(|e| io_err("rename a temporary file to", &target)(e.error))?;
-    Ok(())
-}
-
 fn dump(operator: &str, path: &Path) {
     dump_source_file("C++", operator, path)
 }
@@ -198,9 +176,8 @@ pub fn compile_with_outcome(
         }
     }
     let (root, key) = &memory_key;
-    let dir = root.join(CACHE_LAYOUT).join("cpu").join(key);
-    let source_path = dir.join("op.cpp");
-    let library_path = dir.join("op.so");
+    let entry = Entry::new(root, Backend::Cpu, key, "op.so");
+    let source_path = entry.file("op.cpp");
     let remember = |op: CompiledOperator, outcome: CacheOutcome| {
         let op = Arc::new(op);
         memory()
@@ -212,78 +189,47 @@ pub fn compile_with_outcome(
         }
         Ok((op, outcome))
     };
-    let from_disk = || {
-        if force || !library_path.is_file() {
-            return None;
-        }
-        CompiledOperator::load(
-            dag,
-            key,
-            &library_path,
-            source_path.clone(),
-            Origin::DiskCache,
-        )
-        .ok()
+    // A library that passed the integrity check; the loader or the ABI check may still reject
+    // it (then it is rebuilt).
+    let accept = |library: &Path, _bytes: Vec<u8>| {
+        CompiledOperator::load(dag, key, library, source_path.clone(), Origin::DiskCache)
+            .map_err(|why| format!("it cannot be loaded: {why}"))
     };
-    if let Some(op) = from_disk() {
-        return remember(op, CacheOutcome::DiskCache);
-    }
-
-    fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
-    let lock_path = dir.join("lock");
-    let lock = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(io_err("open", &lock_path))?;
-    // A failure to lock (file systems without locks) only costs duplicate work.
-    let _ = fs4::fs_std::FileExt::lock_exclusive(&lock);
-    // Another process may have compiled it while this one waited.
-    if let Some(op) = from_disk() {
-        return remember(op, CacheOutcome::DiskCache);
-    }
-
-    ovl_ir::validate::validate(dag)?;
-    let source = generate_cpp(dag, key)?;
-    write_atomic(&dir, "op.cpp", source.as_bytes())?;
-    if dump_source {
-        dump(&dag.name, &source_path);
-    }
-    let meta = format!(
-        "operator: {}\ndefined at: {}\ncanonical hash: {}\ncodegen version: {}\nabi version: {}\n\
-         compiler: {}\ncompiler version: {}\nflags: {}\ncpu: {}\n",
-        dag.name,
-        defined_at(dag),
-        ovl_ir::hash::canonical_hash(dag),
-        crate::CODEGEN_VERSION,
-        crate::abi::ABI_VERSION,
-        toolchain.path.display(),
-        toolchain.version,
-        toolchain.flags.join(" "),
-        toolchain.cpu,
-    );
-    write_atomic(&dir, "meta", meta.as_bytes())?;
-    let tmp_lib = tempfile::Builder::new()
-        .prefix(".op.")
-        .suffix(".so")
-        .tempfile_in(&dir)
-        .map_err(io_err("create a temporary file in", &dir))?
-        .into_temp_path();
-    toolchain.compile(&source_path, &tmp_lib, &dag.name, &defined_at(dag))?;
-    // Load from the unique temporary name (the dynamic loader identifies libraries by path, so
-    // a recompiled library must not be opened under a path loaded before), then publish it.
-    let op = CompiledOperator::load(dag, key, &tmp_lib, source_path.clone(), Origin::Compiled)
-        .map_err(|message| CodegenError::Load {
-            operator: dag.name.clone(),
-            path: tmp_lib.to_path_buf(),
-            message,
-        })?;
-    tmp_lib
-        .persist(&library_path)
-        .map_err(|e| io_err("rename a temporary file to", &library_path)(e.error))?;
-    let mut op = op;
-    op.set_library_path(library_path.clone());
-    drop(lock);
-    remember(op, CacheOutcome::Compiled)
+    let build = |writer: &Writer<'_>| {
+        ovl_ir::validate::validate(dag)?;
+        let source = generate_cpp(dag, key)?;
+        writer.write("op.cpp", source.as_bytes())?;
+        if dump_source {
+            dump(&dag.name, &source_path);
+        }
+        let tmp_lib = writer.temp_artifact()?;
+        toolchain.compile(&source_path, &tmp_lib, &dag.name, &defined_at(dag))?;
+        // Load from the unique temporary name (the dynamic loader identifies libraries by path,
+        // so a recompiled library must not be opened under a path loaded before), then publish
+        // it with its `meta`.
+        let mut op =
+            CompiledOperator::load(dag, key, &tmp_lib, source_path.clone(), Origin::Compiled)
+                .map_err(|message| CodegenError::Load {
+                    operator: dag.name.clone(),
+                    path: tmp_lib.to_path_buf(),
+                    message,
+                })?;
+        let description = format!(
+            "operator: {}\ndefined at: {}\ncanonical hash: {}\ncodegen version: {}\n\
+             abi version: {}\ncompiler: {}\ncompiler version: {}\nflags: {}\ncpu: {}\n",
+            dag.name,
+            defined_at(dag),
+            ovl_ir::hash::canonical_hash(dag),
+            crate::CODEGEN_VERSION,
+            crate::abi::ABI_VERSION,
+            toolchain.path.display(),
+            toolchain.version,
+            toolchain.flags.join(" "),
+            toolchain.cpu,
+        );
+        op.set_library_path(writer.publish_file(tmp_lib, &description)?);
+        Ok(op)
+    };
+    let (op, outcome) = get_or_build(&entry, force, accept, build)?;
+    remember(op, outcome)
 }

@@ -91,6 +91,26 @@ pub enum CodegenError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A cached artifact (`op.so`, `op.ptx`, `op.cubin`) does not match what its entry's `meta`
+    /// records (it is truncated, extended or altered, or `meta` is missing or was written by an
+    /// older version), so it was not loaded; and it could not be rebuilt because the cache
+    /// cannot be written (a read-only cache).
+    #[error(
+        "operator cache: {} is damaged ({reason}), so it was not loaded, and it cannot be \
+         rebuilt: {source}\n  to fix it: delete {} (it is rebuilt on the next use), or make the \
+         cache writable, or point OVL_CACHE_DIR (or the cache_dir option) at a writable \
+         directory",
+        .path.display(),
+        .path.parent().unwrap_or(.path).display()
+    )]
+    DamagedEntry {
+        /// The damaged artifact.
+        path: PathBuf,
+        /// How it differs from what `meta` records.
+        reason: String,
+        /// Why it could not be rebuilt (a [`CodegenError::Cache`] error).
+        source: Box<CodegenError>,
+    },
     /// NVRTC, the CUDA runtime compiler library, could not be found or loaded.
     #[error(
         "CUDA backend: cannot load NVRTC (libnvrtc.so.12): {message}\n  looked for: {}\n  to \

@@ -31,6 +31,7 @@ pub mod cuda;
 mod error;
 mod options;
 mod runtime;
+mod shared;
 
 pub use cache::{cache_dir, clear_cache, clear_cache_at, compile_with_outcome, CACHE_LAYOUT};
 pub use compiler::{compiler_flags, compiler_invocations};

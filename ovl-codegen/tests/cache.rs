@@ -322,3 +322,275 @@ fn processes_compile_the_same_operator_concurrently() {
     println!("outcomes: {outcomes:?}");
     assert!(outcomes.iter().any(|o| o == "Compiled"));
 }
+
+/// The entry directory of `key` in the cache rooted at `root`.
+fn entry_dir(root: &Path, key: &str) -> std::path::PathBuf {
+    root.join("v1/cpu").join(key)
+}
+
+/// A way a cached file gets damaged: its name, and what it does to the file at a path.
+type Damage = (&'static str, fn(&Path));
+
+/// Ways a cached file gets damaged.
+fn damages() -> Vec<Damage> {
+    vec![
+        ("truncated to 4000 bytes", |p| {
+            let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+            assert!(f.metadata().unwrap().len() > 4000);
+            f.set_len(4000).unwrap();
+        }),
+        ("empty", |p| std::fs::write(p, b"").unwrap()),
+        ("extended", |p| {
+            use std::io::Write as _;
+            let mut f = std::fs::OpenOptions::new().append(true).open(p).unwrap();
+            f.write_all(&[0u8; 100]).unwrap();
+        }),
+        ("bit-flipped", |p| {
+            let mut bytes = std::fs::read(p).unwrap();
+            // In the middle of the file: code or data, not the ELF header the loader checks.
+            let i = bytes.len() / 2;
+            bytes[i] ^= 0x01;
+            std::fs::write(p, bytes).unwrap();
+        }),
+    ]
+}
+
+#[test]
+fn damaged_libraries_are_rebuilt_not_loaded() {
+    // Loading a truncated library would kill this process with SIGBUS: each damaged library is
+    // detected by its length and digest and recompiled instead. Each case damages a copy of
+    // the cache (a fresh root: not in this process's memory, never loaded).
+    let a = TestCache::new();
+    let dag = scale(6.0);
+    let op = compile(&dag, &a.options()).unwrap();
+    let key = op.cache_key().to_string();
+    let meta = std::fs::read_to_string(entry_dir(a.dir.path(), &key).join("meta")).unwrap();
+    let len = std::fs::metadata(op.library_path()).unwrap().len();
+    assert!(
+        meta.starts_with(&format!("artifact: op.so\nartifact length: {len}\n")),
+        "{meta}"
+    );
+    for (name, damage) in damages() {
+        let b = TestCache::new();
+        copy_tree(a.dir.path(), b.dir.path());
+        let lib = entry_dir(b.dir.path(), &key).join("op.so");
+        damage(&lib);
+        let (op2, outcome) = compile_with_outcome(&dag, &b.options()).unwrap();
+        assert_eq!(outcome, CacheOutcome::Compiled, "{name}");
+        assert_eq!(op2.library_path(), lib);
+        check_scale(&op2, 6.0);
+        // The rebuilt entry is whole again: another process would load it from disk.
+        let c = TestCache::new();
+        copy_tree(b.dir.path(), c.dir.path());
+        let (op3, outcome) = compile_with_outcome(&dag, &c.options()).unwrap();
+        assert_eq!(outcome, CacheOutcome::DiskCache, "{name}");
+        check_scale(&op3, 6.0);
+    }
+}
+
+#[test]
+fn a_library_recorded_without_a_digest_is_rebuilt() {
+    // An entry written by an older version: `meta` has no length and digest.
+    let a = TestCache::new();
+    let dag = scale(6.5);
+    let op = compile(&dag, &a.options()).unwrap();
+    let b = TestCache::new();
+    copy_tree(a.dir.path(), b.dir.path());
+    let meta = entry_dir(b.dir.path(), op.cache_key()).join("meta");
+    let old: String = std::fs::read_to_string(&meta)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("artifact"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&meta, old).unwrap();
+    let (op2, outcome) = compile_with_outcome(&dag, &b.options()).unwrap();
+    assert_eq!(outcome, CacheOutcome::Compiled);
+    check_scale(&op2, 6.5);
+    assert!(std::fs::read_to_string(&meta)
+        .unwrap()
+        .contains("artifact sha256: "));
+}
+
+/// Sets the permissions of every file (`file_mode`) and directory (`dir_mode`) under `root`.
+fn chmod_tree(root: &Path, file_mode: u32, dir_mode: u32) {
+    use std::os::unix::fs::PermissionsExt as _;
+    for entry in std::fs::read_dir(root).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            chmod_tree(&entry.path(), file_mode, dir_mode);
+        } else {
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(file_mode))
+                .unwrap();
+        }
+    }
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(dir_mode)).unwrap();
+}
+
+/// Drops, for the calling thread only, the capabilities that let root ignore file
+/// permissions (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER). Linux keeps credentials per
+/// thread and the raw system call changes only the caller's. Returns whether it succeeded.
+fn drop_permission_override_of_this_thread() -> bool {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget/capset with a version-3 header and two data structs, as the kernel
+    // expects; pid 0 is the calling thread.
+    unsafe {
+        if libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) != 0 {
+            return false;
+        }
+        data[0].effective &= !((1 << 1) | (1 << 2) | (1 << 3));
+        libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) == 0
+    }
+}
+
+#[test]
+fn a_read_only_cache_with_a_damaged_library_is_a_clear_error() {
+    let a = TestCache::new();
+    let dag = scale(8.0);
+    let op = compile(&dag, &a.options()).unwrap();
+    let key = op.cache_key().to_string();
+    // Two read-only copies: one whole, one with a truncated library.
+    let whole = TestCache::new();
+    copy_tree(a.dir.path(), whole.dir.path());
+    let damaged = TestCache::new();
+    copy_tree(a.dir.path(), damaged.dir.path());
+    let lib = entry_dir(damaged.dir.path(), &key).join("op.so");
+    damages()[0].1(&lib);
+    for root in [whole.dir.path(), damaged.dir.path()] {
+        chmod_tree(root, 0o444, 0o555);
+    }
+    let (whole_root, damaged_root) = (whole.dir.path().to_owned(), damaged.dir.path().to_owned());
+    // In a thread of its own: as root, that thread gives up overriding permissions.
+    let result = std::thread::spawn(move || {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 && !drop_permission_override_of_this_thread() {
+            return None;
+        }
+        let probe = damaged_root.join("probe");
+        if std::fs::write(&probe, b"").is_ok() {
+            let _ = std::fs::remove_file(&probe);
+            return None;
+        }
+        let whole = compile_with_outcome(
+            &scale(8.0),
+            &CompileOptions::default().with_cache_dir(&whole_root),
+        );
+        let damaged = compile(
+            &scale(8.0),
+            &CompileOptions::default().with_cache_dir(&damaged_root),
+        );
+        Some((whole, damaged.map(|_| ())))
+    })
+    .join()
+    .unwrap();
+    for root in [whole.dir.path(), damaged.dir.path()] {
+        chmod_tree(root, 0o644, 0o755);
+    }
+    let Some((whole, damaged)) = result else {
+        eprintln!(
+            "cache.rs: a_read_only_cache_with_a_damaged_library_is_a_clear_error DID NOT RUN its \
+             read-only part: this process can write into a read-only directory (root without a \
+             way to drop CAP_DAC_OVERRIDE)"
+        );
+        return;
+    };
+    // A whole entry in a read-only cache loads as before.
+    let (op2, outcome) = whole.unwrap();
+    assert_eq!(outcome, CacheOutcome::DiskCache);
+    check_scale(&op2, 8.0);
+    // A damaged one is not loaded, and the error names it and says what to do.
+    let err = damaged.unwrap_err();
+    let msg = err.to_string();
+    println!("{msg}");
+    let CodegenError::DamagedEntry { path, reason, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(path, &lib);
+    assert!(reason.contains("4000 bytes"), "{reason}");
+    assert!(
+        msg.contains(&lib.display().to_string())
+            && msg.contains("delete")
+            && msg.contains("OVL_CACHE_DIR"),
+        "{msg}"
+    );
+    assert_eq!(
+        std::fs::metadata(&lib).unwrap().len(),
+        4000,
+        "left as it was"
+    );
+}
+
+#[test]
+fn processes_finding_the_same_damaged_library_rebuild_it_once() {
+    // A copy of a cache (this process has the original library loaded: truncating it in place
+    // would pull pages from under its own mapping) with the library truncated; four processes
+    // start on it at once. Each sees the damage, takes the lock in turn, and checks again:
+    // one recompiles, the others load what it wrote.
+    let a = TestCache::new();
+    let op = compile(&scale(0.75), &a.options()).unwrap();
+    let b = TestCache::new();
+    copy_tree(a.dir.path(), b.dir.path());
+    let lib = entry_dir(b.dir.path(), op.cache_key()).join("op.so");
+    damages()[0].1(&lib);
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "child_process_compiles",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_ENV, "normal")
+                .env("OVL_CACHE_DIR", b.dir.path())
+                .env_remove("OVL_FORCE_RECOMPILE")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "a child failed ({}):\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let outcome = stdout
+            .lines()
+            .find_map(|l| l.split("child outcome: ").nth(1))
+            .expect("the child ran the test")
+            .to_string();
+        outcomes.push(outcome);
+    }
+    println!("outcomes: {outcomes:?}");
+    let compiled = outcomes.iter().filter(|o| *o == "Compiled").count();
+    assert_eq!(compiled, 1, "{outcomes:?}");
+    assert!(outcomes.iter().all(|o| o == "Compiled" || o == "DiskCache"));
+    assert_eq!(
+        std::fs::metadata(&lib).unwrap().len(),
+        std::fs::metadata(op.library_path()).unwrap().len()
+    );
+}

@@ -293,3 +293,93 @@ fn without_a_gpu_loading_says_what_is_missing() {
         }
     }
 }
+
+/// Copies the files of a cache entry directory into the same entry of another cache root.
+fn copy_entry(dir: &std::path::Path, root: &std::path::Path) -> std::path::PathBuf {
+    let to = root.join("v1/cuda").join(dir.file_name().expect("key"));
+    std::fs::create_dir_all(&to).expect("copy");
+    for f in std::fs::read_dir(dir).expect("entry") {
+        let f = f.expect("entry");
+        std::fs::copy(f.path(), to.join(f.file_name())).expect("copy");
+    }
+    to
+}
+
+#[test]
+fn damaged_ptx_and_cubin_are_recompiled() {
+    // The cache-module tests (ovl-codegen/src/shared/cache_entry.rs) check the same damages
+    // without NVRTC; this runs them through NVRTC.
+    if let Err(e) = cuda::nvrtc_status() {
+        eprintln!("cuda.rs: damaged_ptx_and_cubin_are_recompiled DID NOT RUN: no NVRTC: {e}");
+        return;
+    }
+    type Damage = (&'static str, fn(&std::path::Path));
+    let damages: [Damage; 4] = [
+        ("truncated", |p| {
+            let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+            let len = f.metadata().unwrap().len();
+            f.set_len(len / 2).unwrap();
+        }),
+        ("empty", |p| std::fs::write(p, b"").unwrap()),
+        ("extended", |p| {
+            use std::io::Write as _;
+            let mut f = std::fs::OpenOptions::new().append(true).open(p).unwrap();
+            f.write_all(b"\n// appended\n").unwrap();
+        }),
+        ("bit-flipped", |p| {
+            let mut bytes = std::fs::read(p).unwrap();
+            let i = bytes.len() / 2;
+            bytes[i] ^= 0x01;
+            std::fs::write(p, bytes).unwrap();
+        }),
+    ];
+    let dag = add_2d(4, 4);
+    let cache = tempfile::tempdir().expect("a temporary directory");
+    for (arch, binary) in [(90, CudaBinary::Ptx), (80, CudaBinary::Cubin)] {
+        let opts = options(cache.path()).with_target(arch, binary);
+        let a = cuda::compile(&dag, &opts).unwrap_or_else(|e| panic!("{e}"));
+        let dir = a.binary_path().parent().expect("entry").to_path_buf();
+        for (name, damage) in damages {
+            let b = tempfile::tempdir().expect("a temporary directory");
+            let entry = copy_entry(&dir, b.path());
+            damage(&entry.join(binary.file_name()));
+            let at_b = opts.clone().with_cache_dir(b.path());
+            let before = cuda::thread_stats().nvrtc_compiles;
+            let (rebuilt, outcome) =
+                cuda::compile_with_outcome(&dag, &at_b).unwrap_or_else(|e| panic!("{e}"));
+            let what = format!("{} {name}", binary.file_name());
+            assert_eq!(outcome, CacheOutcome::Compiled, "{what}");
+            assert_eq!(cuda::thread_stats().nvrtc_compiles, before + 1, "{what}");
+            match binary {
+                CudaBinary::Ptx => {
+                    let ptx = String::from_utf8_lossy(rebuilt.bytes());
+                    assert!(ptx.contains(".entry ovl_kernel"), "{what}: {ptx}");
+                    // ptxas accepts the rebuilt file on disk (the artifact is in memory now).
+                    match cuda::ptxas_path() {
+                        Ok(_) => {
+                            cuda::validate(&dag, arch, &at_b).unwrap_or_else(|e| panic!("{e}"));
+                        }
+                        Err(e) => eprintln!(
+                            "cuda.rs: damaged_ptx_and_cubin_are_recompiled: no ptxas, the \
+                             rebuilt PTX was not assembled: {e}"
+                        ),
+                    }
+                }
+                CudaBinary::Cubin => assert!(rebuilt.bytes().starts_with(b"\x7fELF"), "{what}"),
+            }
+            assert_eq!(
+                std::fs::read(rebuilt.binary_path()).expect("rebuilt"),
+                rebuilt.bytes(),
+                "{what}"
+            );
+            // The rebuilt entry is whole: another process finds it on disk.
+            let c = tempfile::tempdir().expect("a temporary directory");
+            copy_entry(&entry, c.path());
+            let (found, outcome) =
+                cuda::compile_with_outcome(&dag, &opts.clone().with_cache_dir(c.path()))
+                    .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(outcome, CacheOutcome::DiskCache, "{what}");
+            assert_eq!(found.bytes(), rebuilt.bytes(), "{what}");
+        }
+    }
+}

@@ -1,16 +1,18 @@
 //! The CUDA side of the operator cache: `<root>/v1/cuda/<key>/{op.cu, op.ptx | op.cubin, meta,
-//! lock}`, with the same rules as the C++ cache (atomic writes, one compilation per key at a time
-//! between processes, force and dump switches, an in-memory map per process).
+//! lock}`, with the same rules as the C++ cache (the protocol of `shared::cache_entry`: atomic
+//! writes, one compilation per key at a time between processes, the length and digest of the
+//! PTX or CUBIN recorded in `meta` and checked before it is used; plus force and dump switches
+//! and an in-memory map per process).
 
 use super::nvrtc::{self, NvrtcInfo};
 use super::{generate_cuda, nvrtc_options, sm, CudaBinary, CudaCompileOptions};
-use crate::cache::{cache_dir, dump_source_file, env_flag, io_err, write_atomic, CACHE_LAYOUT};
+use crate::cache::{cache_dir, dump_source_file, env_flag};
 use crate::error::{defined_at, CodegenError, CudaCompileFailure};
 use crate::runtime::CacheOutcome;
+use crate::shared::cache_entry::{get_or_build, Backend, Entry, Writer};
 use ovl_ir::ir;
 use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -150,9 +152,9 @@ pub fn compile_with_outcome(
         }
     }
     let (root, key) = &memory_key;
-    let dir = root.join(CACHE_LAYOUT).join("cuda").join(key);
-    let source_path = dir.join("op.cu");
-    let binary_path = dir.join(binary.file_name());
+    let entry = Entry::new(root, Backend::Cuda, key, binary.file_name());
+    let source_path = entry.file("op.cu");
+    let binary_path = entry.artifact_path();
     let artifact = |bytes: Vec<u8>, log: String| CudaArtifact {
         name: dag.name.clone(),
         key: key.clone(),
@@ -174,84 +176,68 @@ pub fn compile_with_outcome(
         }
         Ok((a, outcome))
     };
-    let from_disk = || -> Option<CudaArtifact> {
-        if force {
-            return None;
-        }
-        let bytes = fs::read(&binary_path).ok()?;
+    // Bytes that passed the integrity check; a cheap look at their kind besides.
+    let accept = |_: &Path, bytes: Vec<u8>| {
         let plausible = match binary {
             CudaBinary::Ptx => bytes
                 .windows(super::KERNEL_NAME.len())
                 .any(|w| w == super::KERNEL_NAME.as_bytes()),
             CudaBinary::Cubin => bytes.starts_with(b"\x7fELF"),
         };
-        plausible.then(|| artifact(bytes, String::new()))
+        match plausible {
+            true => Ok(artifact(bytes, String::new())),
+            false => Err(format!("it is not {}", binary.file_name())),
+        }
     };
-    if let Some(a) = from_disk() {
-        return remember(a, CacheOutcome::DiskCache);
-    }
-
-    fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
-    let lock_path = dir.join("lock");
-    let lock = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(io_err("open", &lock_path))?;
-    // A failure to lock (file systems without locks) only costs duplicate work.
-    let _ = fs4::fs_std::FileExt::lock_exclusive(&lock);
-    if let Some(a) = from_disk() {
-        return remember(a, CacheOutcome::DiskCache);
-    }
-
-    ovl_ir::validate::validate(dag)?;
-    let source = generate_cuda(dag, key)?;
-    write_atomic(&dir, "op.cu", source.as_bytes())?;
-    if dump_source {
-        dump_source_file("CUDA", &dag.name, &source_path);
-    }
-    let meta = format!(
-        "operator: {}\ndefined at: {}\ncanonical hash: {}\ncodegen version: {}\nnvrtc: {}.{} \
-         ({})\narch: {}\noutput: {}\noptions: {}\n",
-        dag.name,
-        defined_at(dag),
-        ovl_ir::hash::canonical_hash(dag),
-        super::CUDA_CODEGEN_VERSION,
-        nvrtc.version.0,
-        nvrtc.version.1,
-        nvrtc
-            .path
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|| "found by the dynamic loader".into()),
-        sm(arch),
-        binary.file_name(),
-        nvrtc_opts.join(" "),
-    );
-    write_atomic(&dir, "meta", meta.as_bytes())?;
-    let (bytes, log) = nvrtc::compile_source(
-        &source,
-        &nvrtc::source_name(&source_path),
-        binary,
-        &nvrtc_opts,
-    )
-    .map_err(|f| {
-        CodegenError::CudaCompileFailed(Box::new(CudaCompileFailure {
-            operator: dag.name.clone(),
-            defined_at: defined_at(dag),
-            tool: "NVRTC".into(),
-            arch: sm(arch),
-            command: nvrtc_opts.join(" "),
-            source_path: source_path.clone(),
-            log: if f.log.is_empty() {
-                f.message
-            } else {
-                format!("{}\n{}", f.message, f.log)
-            },
-        }))
-    })?;
-    write_atomic(&dir, binary.file_name(), &bytes)?;
-    drop(lock);
-    remember(artifact(bytes, log), CacheOutcome::Compiled)
+    let build = |writer: &Writer<'_>| {
+        ovl_ir::validate::validate(dag)?;
+        let source = generate_cuda(dag, key)?;
+        writer.write("op.cu", source.as_bytes())?;
+        if dump_source {
+            dump_source_file("CUDA", &dag.name, &source_path);
+        }
+        let (bytes, log) = nvrtc::compile_source(
+            &source,
+            &nvrtc::source_name(&source_path),
+            binary,
+            &nvrtc_opts,
+        )
+        .map_err(|f| {
+            CodegenError::CudaCompileFailed(Box::new(CudaCompileFailure {
+                operator: dag.name.clone(),
+                defined_at: defined_at(dag),
+                tool: "NVRTC".into(),
+                arch: sm(arch),
+                command: nvrtc_opts.join(" "),
+                source_path: source_path.clone(),
+                log: if f.log.is_empty() {
+                    f.message
+                } else {
+                    format!("{}\n{}", f.message, f.log)
+                },
+            }))
+        })?;
+        let description = format!(
+            "operator: {}\ndefined at: {}\ncanonical hash: {}\ncodegen version: {}\nnvrtc: {}.{} \
+             ({})\narch: {}\noutput: {}\noptions: {}\n",
+            dag.name,
+            defined_at(dag),
+            ovl_ir::hash::canonical_hash(dag),
+            super::CUDA_CODEGEN_VERSION,
+            nvrtc.version.0,
+            nvrtc.version.1,
+            nvrtc
+                .path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "found by the dynamic loader".into()),
+            sm(arch),
+            binary.file_name(),
+            nvrtc_opts.join(" "),
+        );
+        writer.publish_bytes(&bytes, &description)?;
+        Ok(artifact(bytes, log))
+    };
+    let (a, outcome) = get_or_build(&entry, force, accept, build)?;
+    remember(a, outcome)
 }

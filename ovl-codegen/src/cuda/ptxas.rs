@@ -71,7 +71,10 @@ pub fn validate(
         .prefix(&format!(".ptxas-{}.", sm(arch)))
         .suffix(".cubin")
         .tempfile_in(&dir)
-        .map_err(crate::cache::io_err("create a temporary file in", &dir))?
+        .map_err(crate::shared::cache_entry::io_err(
+            "create a temporary file in",
+            &dir,
+        ))?
         .into_temp_path();
     let mut cmd = Command::new(&ptxas);
     cmd.arg(format!("-arch={}", sm(arch)))

@@ -1,7 +1,8 @@
 """SavedModel round trip and the operator cache, in fresh Python processes: the op carries its
 IR, so a process with only the bridge library and an empty cache compiles it on first use; a
-corrupt cached library or one missing its entry point is rebuilt; a cache miss without a
-working compiler is a clear error."""
+corrupt cached library or one missing its entry point is rebuilt, and so is one truncated,
+emptied, extended or bit-flipped (never loaded: a truncated library would crash with SIGBUS);
+a cache miss without a working compiler is a clear error."""
 
 import os
 import subprocess
@@ -112,6 +113,55 @@ def test_corrupt_or_incomplete_library_in_the_cache_is_rebuilt(bundle, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert b"ovl_run" in library.read_bytes()  # rebuilt
+
+
+def _truncate(path: Path):
+    with open(path, "r+b") as f:
+        f.truncate(4000)
+
+
+def _empty(path: Path):
+    path.write_bytes(b"")
+
+
+def _extend(path: Path):
+    with open(path, "ab") as f:
+        f.write(b"\0" * 100)
+
+
+def _flip_a_bit(path: Path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_truncated_or_altered_library_in_the_cache_is_rebuilt_not_loaded(bundle, tmp_path):
+    # Loading a library cut short kills the process with SIGBUS; the cache checks each library
+    # against the length and digest its `meta` records before loading it, and rebuilds it.
+    model = tmp_path / "model"
+    save_model(bundle, model)
+    x = RNG.standard_normal(64).astype(np.float32)
+    z = RNG.standard_normal(64).astype(np.float32)
+    want = ((tf.tanh(x) * tf.sigmoid(z) + x) * 2.0).numpy()
+    cache = tmp_path / "cache"
+    proc, _ = serve(tmp_path, model, x, z, cache)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [library] = libraries(cache)
+    whole = library.read_bytes()
+    assert len(whole) > 4000
+    assert f"artifact length: {len(whole)}\n" in (library.parent / "meta").read_text()
+    for damage in (_truncate, _empty, _extend, _flip_a_bit):
+        for lib in libraries(cache):
+            damage(lib)
+        assert library.read_bytes() != whole, damage.__name__
+        proc, got = serve(tmp_path, model, x, z, cache)
+        assert proc.returncode == 0, (damage.__name__, proc.returncode, proc.stdout + proc.stderr)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        # Rebuilt whole: the same length as the first build, recorded in its meta.
+        [rebuilt] = libraries(cache)
+        data = rebuilt.read_bytes()
+        assert b"ovl_run" in data, damage.__name__
+        assert f"artifact length: {len(data)}\n" in (rebuilt.parent / "meta").read_text()
 
 
 def test_missing_library_without_a_compiler_is_a_clear_error(bundle, tmp_path):
