@@ -1,7 +1,9 @@
 //! A program loaded for the kernel: decoded, checked, compiled into the operator cache, and
 //! run on buffers the caller owns (TensorFlow's tensors), without copying them.
 
-use ovl::export::{check_program, constant_tensor, tensor_type_of, tensorflow_dtype_name};
+use ovl::export::{
+    check_program, constant_tensor, open_program, tensor_type_of, tensorflow_dtype_name, SealError,
+};
 use ovl_codegen::{CompileOptions, CompiledOperator};
 use ovl_core::ir::{self, value_ref::Source};
 use ovl_core::{DType, HostTensor};
@@ -11,7 +13,11 @@ use std::sync::Arc;
 /// Why a program could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
 pub enum ProgramError {
-    /// The `program` attribute is not a valid serialized program.
+    /// The `program` attribute was modified or corrupted: its digest does not match (checked
+    /// before decoding).
+    #[error(transparent)]
+    Modified(#[from] SealError),
+    /// The `program` attribute is not a valid program (its digest matched).
     #[error("the `program` attribute is not a valid ovl program ({0}); re-export the bundle")]
     Corrupt(String),
     /// Generating, compiling or loading an operator failed.
@@ -113,11 +119,10 @@ impl std::fmt::Debug for LoadedProgram {
 }
 
 impl LoadedProgram {
-    /// Decodes and checks a serialized program and compiles its operators (or finds them in the
-    /// operator cache).
-    pub fn load(bytes: &[u8], options: &CompileOptions) -> Result<LoadedProgram, ProgramError> {
-        let program = <ir::Program as prost::Message>::decode(bytes)
-            .map_err(|e| ProgramError::Corrupt(e.to_string()))?;
+    /// Verifies the digest of a sealed program (`ovl::export::seal_program`), decodes and
+    /// checks it, and compiles its operators (or finds them in the operator cache).
+    pub fn load(sealed: &[u8], options: &CompileOptions) -> Result<LoadedProgram, ProgramError> {
+        let program = open_program(sealed, "the `program` attribute")?;
         check_program(&program).map_err(ProgramError::Corrupt)?;
         let name = program.name.clone();
         let dag = program.graph.clone().unwrap_or_default();
@@ -406,7 +411,7 @@ mod tests {
             .options(&Options::interpreter())
             .build()
             .unwrap();
-        let bytes = prost::Message::encode_to_vec(&bundle.program);
+        let bytes = ovl::export::seal_program(&bundle.program);
         let program = LoadedProgram::load(&bytes, &options()).unwrap();
         assert_eq!(program.kernel_count(), 2);
         assert_eq!(program.outputs.len(), 4);
@@ -430,9 +435,38 @@ mod tests {
     }
 
     #[test]
-    fn garbage_is_reported_as_a_corrupt_program() {
+    fn garbage_is_reported_as_a_modified_program() {
         let e = LoadedProgram::load(&[0xff, 0x01, 0x02], &CompileOptions::default()).unwrap_err();
-        assert!(matches!(e, ProgramError::Corrupt(_)), "{e}");
-        assert!(e.to_string().contains("not a valid ovl program"), "{e}");
+        assert!(
+            matches!(e, ProgramError::Modified(SealError::NoHeader { .. })),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with("the `program` attribute: the program was modified or corrupted"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_refused_before_decoding() {
+        let x = ovl::placeholder::<f32>("x", &[2, 3]);
+        let bundle = ovl::as_tensorflow(&x, cumsum_rows(&x))
+            .options(&Options::interpreter())
+            .build()
+            .unwrap();
+        let sealed = ovl::export::seal_program(&bundle.program);
+        assert!(LoadedProgram::load(&sealed, &options()).is_ok());
+        for bit in 0..sealed.len() * 8 {
+            let mut flipped = sealed.clone();
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            let e = LoadedProgram::load(&flipped, &options()).unwrap_err();
+            assert!(matches!(e, ProgramError::Modified(_)), "bit {bit}: {e}");
+            assert!(
+                e.to_string()
+                    .contains("the program was modified or corrupted"),
+                "bit {bit}: {e}"
+            );
+        }
     }
 }

@@ -13,6 +13,7 @@ first use).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -24,6 +25,7 @@ import tensorflow as tf
 
 __all__ = [
     "BUNDLE_FORMAT",
+    "BundleError",
     "Program",
     "dynamic_lib",
     "library_path",
@@ -32,7 +34,11 @@ __all__ = [
 ]
 
 BUNDLE_FORMAT = "ovl-tensorflow-bundle"
-_BUNDLE_VERSION = 1
+_BUNDLE_VERSION = 2
+# A sealed program: this header, the SHA-256 digest of the protobuf bytes, those bytes (the same
+# constant as ovl::export::SEALED_PROGRAM_HEADER in Rust).
+_SEALED_PROGRAM_HEADER = b"ovl.ir.Program sha256 v1\n"
+_DIGEST_BYTES = 32
 _LIBRARY_NAME = "libovl_tf_bridge.so"
 
 _lock = threading.Lock()
@@ -84,7 +90,7 @@ def dynamic_lib(
     gradient: bytes = b"",
     name: Optional[str] = None,
 ):
-    """The raw ``DynamicLib`` op: runs the serialized ``program`` on ``inputs`` and returns the
+    """The raw ``DynamicLib`` op: runs the sealed ``program`` on ``inputs`` and returns the
     list of outputs, with the static shapes ``out_shapes`` set. No checks beyond the kernel's."""
     return _call_op(
         list(inputs),
@@ -115,6 +121,26 @@ def _call_op(inputs, program, out_types, out_shapes, gradient, name):
     return outputs
 
 
+class BundleError(ValueError):
+    """A bundle file whose contents cannot be used (see the package documentation)."""
+
+
+def _sealed_problem(sealed: bytes) -> Optional[str]:
+    """Why sealed program bytes are not intact (header and SHA-256 digest, checked before
+    anything decodes them), or None."""
+    if not sealed.startswith(_SEALED_PROGRAM_HEADER):
+        return (
+            "it does not start with the header of a sealed ovl program (or an older ovl "
+            "exported it)"
+        )
+    rest = sealed[len(_SEALED_PROGRAM_HEADER) :]
+    if len(rest) < _DIGEST_BYTES:
+        return f"it is truncated ({len(sealed)} bytes, shorter than its header and digest)"
+    if hashlib.sha256(rest[_DIGEST_BYTES:]).digest() != rest[:_DIGEST_BYTES]:
+        return "its SHA-256 digest does not match its contents"
+    return None
+
+
 class Program:
     """An exported ovl program, callable on tensors (see ``load``)."""
 
@@ -141,6 +167,13 @@ class Program:
             self.gradient: bytes = base64.b64decode(grad, validate=True) if grad else b""
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{source} is not a valid ovl bundle: {e!r}") from e
+        for what, sealed in (("program", self.program), ("gradient program", self.gradient)):
+            problem = sealed and _sealed_problem(sealed)
+            if problem:
+                raise BundleError(
+                    f"bundle \"{source}\": the {what} was modified or corrupted: {problem}; "
+                    "export it again"
+                )
         self._out_types = [d for d, _ in self.outputs]
         self._out_shapes = [s.as_list() if s.rank is not None else None for _, s in self.outputs]
         self._op_name = _op_name(self.name)
@@ -231,6 +264,14 @@ def _dynamic_lib_gradient(op, *grads):
         raise LookupError(
             "DynamicLib: this ovl program has no gradient; export it with "
             "`TfExport::gradient` to differentiate through it"
+        )
+    problem = _sealed_problem(gradient)
+    if problem:
+        raise tf.errors.InvalidArgumentError(
+            None,
+            None,
+            f"DynamicLib: the `gradient` attribute: the program was modified or corrupted: "
+            f"{problem}; export it again",
         )
     upstream = [
         tf.zeros_like(out) if g is None else tf.convert_to_tensor(g)
