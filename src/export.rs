@@ -41,8 +41,109 @@ use std::path::Path;
 /// The format name written into every bundle file.
 pub const BUNDLE_FORMAT: &str = "ovl-tensorflow-bundle";
 
-/// The version of the bundle file layout.
-pub const BUNDLE_VERSION: u32 = 1;
+/// The version of the bundle file layout (2: the programs are sealed, see [`seal_program`]).
+pub const BUNDLE_VERSION: u32 = 2;
+
+/// The first bytes of a sealed program (see [`seal_program`]); the SHA-256 digest of the
+/// protobuf bytes follows, then those bytes. The Python package `ovl_tf` mirrors this
+/// constant as `_SEALED_PROGRAM_HEADER`.
+pub const SEALED_PROGRAM_HEADER: &[u8] = b"ovl.ir.Program sha256 v1\n";
+
+/// The length of a SHA-256 digest, in bytes.
+const DIGEST_BYTES: usize = 32;
+
+/// Why sealed program bytes (a bundle's `program` or `gradient`, the `DynamicLib` op's
+/// attributes) were refused before decoding. `what` names them (`bundle "x.json" (program)`,
+/// "the `program` attribute of DynamicLib `node`").
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    /// The bytes do not start with [`SEALED_PROGRAM_HEADER`].
+    #[error(
+        "{what}: the program was modified or corrupted: it does not start with the header of a \
+         sealed ovl program (or an older ovl exported it); export it again"
+    )]
+    NoHeader {
+        /// The program's origin.
+        what: String,
+    },
+    /// The header is there but the digest is cut short.
+    #[error(
+        "{what}: the program was modified or corrupted: it is truncated ({len} bytes, shorter \
+         than its header and digest); export it again"
+    )]
+    Truncated {
+        /// The program's origin.
+        what: String,
+        /// The length of the bytes.
+        len: usize,
+    },
+    /// The digest does not match the protobuf bytes.
+    #[error(
+        "{what}: the program was modified or corrupted: its SHA-256 digest does not match its \
+         contents; export it again"
+    )]
+    Digest {
+        /// The program's origin.
+        what: String,
+    },
+    /// The digest matches but the bytes are not an `ovl.ir.Program` (an incompatible ovl).
+    #[error(
+        "{what}: the program's digest matches but it does not decode as ovl.ir.Program \
+         ({message}): an incompatible ovl exported it; export it again"
+    )]
+    Decode {
+        /// The program's origin.
+        what: String,
+        /// The decoder's message.
+        message: String,
+    },
+}
+
+/// The program as the bundle file and the `DynamicLib` op carry it:
+/// [`SEALED_PROGRAM_HEADER`], the SHA-256 digest of the protobuf bytes of `program`, then those
+/// bytes. [`open_program`] checks the digest before decoding, so that an edited or corrupted
+/// program is an error instead of another program.
+pub fn seal_program(program: &ir::Program) -> Vec<u8> {
+    use prost::Message as _;
+    use sha2::Digest as _;
+    let payload = program.encode_to_vec();
+    let mut out = Vec::with_capacity(SEALED_PROGRAM_HEADER.len() + DIGEST_BYTES + payload.len());
+    out.extend_from_slice(SEALED_PROGRAM_HEADER);
+    out.extend_from_slice(&sha2::Sha256::digest(&payload));
+    out.extend_from_slice(&payload);
+    out
+}
+
+/// Checks the header and the digest of a sealed program (see [`seal_program`]) and returns its
+/// protobuf bytes, still undecoded. `what` names the bytes in the error.
+pub fn verify_sealed<'a>(sealed: &'a [u8], what: &str) -> Result<&'a [u8], SealError> {
+    use sha2::Digest as _;
+    let what = || what.to_string();
+    let Some(rest) = sealed.strip_prefix(SEALED_PROGRAM_HEADER) else {
+        return Err(SealError::NoHeader { what: what() });
+    };
+    if rest.len() < DIGEST_BYTES {
+        return Err(SealError::Truncated {
+            what: what(),
+            len: sealed.len(),
+        });
+    }
+    let (digest, payload) = rest.split_at(DIGEST_BYTES);
+    if sha2::Sha256::digest(payload).as_slice() != digest {
+        return Err(SealError::Digest { what: what() });
+    }
+    Ok(payload)
+}
+
+/// Verifies (see [`verify_sealed`]) and decodes a sealed program. The result is not checked
+/// further: run [`check_program`] on it before use.
+pub fn open_program(sealed: &[u8], what: &str) -> Result<ir::Program, SealError> {
+    let payload = verify_sealed(sealed, what)?;
+    <ir::Program as prost::Message>::decode(payload).map_err(|e| SealError::Decode {
+        what: what.to_string(),
+        message: e.to_string(),
+    })
+}
 
 /// A graph input whose data is supplied at call time, for example a `tf.Tensor` fed to the
 /// exported op. A graph that depends on a placeholder can be exported with
@@ -474,10 +575,10 @@ impl Bundle {
     }
 
     /// The bundle file's contents: JSON with the program's feeds (name, TensorFlow dtype,
-    /// shape), output types, and the programs as base64 of their protobuf bytes
-    /// (`ovl.ir.Program`), `gradient` being `null` when there is none.
+    /// shape), output types, and the programs as base64 of their sealed bytes (see
+    /// [`seal_program`]: a digest, then the protobuf bytes of `ovl.ir.Program`), `gradient`
+    /// being `null` when there is none.
     pub fn to_json(&self) -> String {
-        use prost::Message as _;
         let graph = self.program.graph.clone().unwrap_or_default();
         let inputs: Vec<serde_json::Value> = self
             .program
@@ -509,8 +610,8 @@ impl Bundle {
             "kernels": self.kernel_count(),
             "inputs": inputs,
             "outputs": outputs,
-            "program": base64(&self.program.encode_to_vec()),
-            "gradient": self.gradient.as_ref().map(|g| base64(&g.encode_to_vec())),
+            "program": base64(&seal_program(&self.program)),
+            "gradient": self.gradient.as_ref().map(|g| base64(&seal_program(g))),
         });
         let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
         s.push('\n');

@@ -3,7 +3,9 @@
 //! [`crate::export::run_program`] and the TensorFlow bridge's `DynamicLib` kernel both run
 //! programs through [`LoadedProgram`], and it runs graphs through the one [`crate::runner`].
 
-use crate::export::{check_program, constant_tensor, tensorflow_dtype_name};
+use crate::export::{
+    check_program, constant_tensor, open_program, tensorflow_dtype_name, SealError,
+};
 use crate::runner::{Input, Kernel, Output, Plan, RunFailure, Sig};
 use crate::{executor, Options};
 use ovl_core::ir;
@@ -15,7 +17,11 @@ use std::sync::Arc;
 /// Why a program could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
 pub enum ProgramError {
-    /// The bytes are not a valid serialized program, or the program is malformed.
+    /// The sealed program was modified or corrupted: its digest does not match (checked
+    /// before decoding).
+    #[error(transparent)]
+    Modified(#[from] SealError),
+    /// The bytes are not a valid program, or the program is malformed (its digest matched).
     #[error("the `program` attribute is not a valid ovl program ({0}); re-export the bundle")]
     Corrupt(String),
     /// Generating, compiling or loading an operator failed.
@@ -83,11 +89,11 @@ pub fn tensorflow_type_name(sig: &Sig) -> String {
 }
 
 impl LoadedProgram {
-    /// Decodes and checks a serialized program and compiles its operators for
-    /// `options.target` (or finds them in the operator cache).
-    pub fn load(bytes: &[u8], options: &Options) -> Result<LoadedProgram, ProgramError> {
-        let program = <ir::Program as prost::Message>::decode(bytes)
-            .map_err(|e| ProgramError::Corrupt(e.to_string()))?;
+    /// Verifies the digest of a sealed program ([`crate::export::seal_program`]), decodes and
+    /// checks it, and compiles its operators for `options.target` (or finds them in the
+    /// operator cache).
+    pub fn load(sealed: &[u8], options: &Options) -> Result<LoadedProgram, ProgramError> {
+        let program = open_program(sealed, "the `program` attribute")?;
         LoadedProgram::new(program, options)
     }
 

@@ -102,7 +102,7 @@ fn cuda_validate_compiles_checks_and_evaluates_without_a_gpu() {
 #[test]
 fn cuda_compile_takes_the_facade_options() {
     let x = Array1::from(vec![3.0f32, 0.25]);
-    let graph = ovl::graph(&scale_shift(&x)).unwrap_or_else(|e| panic!("{e}"));
+    let graph = ovl::graph(scale_shift(&x)).unwrap_or_else(|e| panic!("{e}"));
     let options = Options::default();
     match ovl::cuda::nvrtc_status() {
         Ok(_) => {

@@ -1,7 +1,7 @@
 //! Exporting for TensorFlow (`ovl::as_tensorflow`): placeholders, the program's feeds and
 //! constants, fusion, the gradient program, the bundle file, and the errors.
 
-use ovl::export::{check_program, run_program};
+use ovl::export::{check_program, open_program, run_program, seal_program, SealError};
 use ovl::prelude::*;
 use ovl::{Error, HostTensor};
 
@@ -212,7 +212,11 @@ fn bundle_json_describes_feeds_outputs_and_programs() {
         json["outputs"],
         serde_json::json!([{"dtype": "float32", "shape": [2]}])
     );
-    assert!(json["program"].as_str().unwrap().len() > 20);
+    // The program is sealed: header, digest, protobuf bytes.
+    let sealed = base64_decode(json["program"].as_str().unwrap());
+    assert!(sealed.starts_with(ovl::export::SEALED_PROGRAM_HEADER));
+    assert_eq!(sealed, seal_program(&bundle.program));
+    assert_eq!(open_program(&sealed, "neg.json").unwrap(), bundle.program);
     assert!(json["gradient"].is_null());
 
     let dir = tempfile::tempdir().unwrap();
@@ -246,4 +250,83 @@ fn corrupt_programs_are_rejected() {
     let mut p = good;
     p.feeds[0].graph_input = Some(7);
     assert!(check_program(&p).unwrap_err().contains("does not exist"));
+}
+
+/// Standard base64 with padding (the bundle's encoding), decoded.
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let mut out = Vec::new();
+    for chunk in text.as_bytes().chunks(4) {
+        let digits: Vec<u8> = chunk
+            .iter()
+            .filter(|&&c| c != b'=')
+            .map(|&c| value(c))
+            .collect();
+        let n = digits
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (k, &d)| n | (u32::from(d) << (18 - 6 * k)));
+        out.extend_from_slice(&n.to_be_bytes()[1..digits.len()]);
+    }
+    out
+}
+
+#[test]
+fn every_single_bit_flip_of_a_sealed_program_is_refused() {
+    let x = ovl::placeholder::<f32>("x", &[2]);
+    let c = ndarray::array![1.0f32, 2.0];
+    let dy = ovl::placeholder::<f32>("dy", &[2]);
+    let bundle = ovl::as_tensorflow(&x, axpy(&x, &c))
+        .gradient(&dy, negate(&dy))
+        .options(&Options::interpreter())
+        .build()
+        .unwrap();
+    for program in [&bundle.program, bundle.gradient.as_ref().unwrap()] {
+        let sealed = seal_program(program);
+        assert_eq!(&open_program(&sealed, "axpy.json").unwrap(), program);
+        for bit in 0..sealed.len() * 8 {
+            let mut flipped = sealed.clone();
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            let e = open_program(&flipped, "bundle \"axpy.json\" (program)").unwrap_err();
+            let expected_kind = if bit / 8 < ovl::export::SEALED_PROGRAM_HEADER.len() {
+                matches!(e, SealError::NoHeader { .. })
+            } else {
+                matches!(e, SealError::Digest { .. })
+            };
+            assert!(expected_kind, "bit {bit}: {e:?}");
+            let message = e.to_string();
+            assert!(
+                message.starts_with(
+                    "bundle \"axpy.json\" (program): the program was modified or corrupted: "
+                ),
+                "bit {bit}: {message}"
+            );
+        }
+        // Cut short, or with its digest but not the protobuf bytes an ovl.ir.Program has.
+        let header = ovl::export::SEALED_PROGRAM_HEADER.len();
+        assert!(matches!(
+            open_program(&sealed[..header + 5], "p"),
+            Err(SealError::Truncated { len, .. }) if len == header + 5
+        ));
+        assert!(matches!(
+            open_program(&sealed[..sealed.len() - 1], "p"),
+            Err(SealError::Digest { .. })
+        ));
+    }
+    let mut forged = ovl::export::SEALED_PROGRAM_HEADER.to_vec();
+    let junk = [0xffu8, 0xff, 0xff];
+    {
+        use sha2::Digest as _;
+        forged.extend_from_slice(&sha2::Sha256::digest(junk));
+    }
+    forged.extend_from_slice(&junk);
+    let e = open_program(&forged, "p").unwrap_err();
+    assert!(matches!(e, SealError::Decode { .. }), "{e:?}");
 }

@@ -39,7 +39,7 @@ fn exported() -> Vec<u8> {
         .options(&Options::interpreter())
         .build()
         .unwrap();
-    prost::Message::encode_to_vec(&bundle.program)
+    ovl::export::seal_program(&bundle.program)
 }
 
 const INPUT: [f32; 6] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
@@ -77,7 +77,7 @@ fn runs_on_host_tensors_like_run_program() {
         .collect();
     let program = LoadedProgram::load(&exported(), &options(Options::default())).unwrap();
     assert_eq!(program.run_host(&[&x], 0).unwrap(), want);
-    let decoded = prost::Message::decode(exported().as_slice()).unwrap();
+    let decoded = ovl::export::open_program(&exported(), "the test program").unwrap();
     let got = ovl::export::run_program(&decoded, vec![x], &options(Options::default())).unwrap();
     assert_eq!(got, want);
 }
@@ -97,8 +97,35 @@ fn wrong_feeds_are_mismatch_errors() {
 }
 
 #[test]
-fn garbage_is_reported_as_a_corrupt_program() {
+fn garbage_is_reported_as_a_modified_program() {
     let e = LoadedProgram::load(&[0xff, 0x01, 0x02], &Options::default()).unwrap_err();
-    assert!(matches!(e, ProgramError::Corrupt(_)), "{e}");
-    assert!(e.to_string().contains("not a valid ovl program"), "{e}");
+    assert!(matches!(e, ProgramError::Modified(_)), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("the `program` attribute: the program was modified or corrupted"),
+        "{e}"
+    );
+}
+
+#[test]
+fn every_single_bit_flip_is_refused_before_decoding() {
+    let x = ovl::placeholder::<f32>("x", &[2, 3]);
+    let bundle = ovl::as_tensorflow(&x, cumsum_rows(&x))
+        .options(&Options::interpreter())
+        .build()
+        .unwrap();
+    let sealed = ovl::export::seal_program(&bundle.program);
+    let options = options(Options::interpreter());
+    assert!(LoadedProgram::load(&sealed, &options).is_ok());
+    for bit in 0..sealed.len() * 8 {
+        let mut flipped = sealed.clone();
+        flipped[bit / 8] ^= 1 << (bit % 8);
+        let e = LoadedProgram::load(&flipped, &options).unwrap_err();
+        assert!(matches!(e, ProgramError::Modified(_)), "bit {bit}: {e}");
+        assert!(
+            e.to_string()
+                .contains("the program was modified or corrupted"),
+            "bit {bit}: {e}"
+        );
+    }
 }

@@ -198,20 +198,49 @@ impl Toolchain {
     }
 }
 
-/// The C++ compiler `cc` finds (honouring `$CXX`), without a build script's environment.
+/// What `cc` reports while it finds the compiler. By default it prints its warnings (a failed
+/// compiler family detection, say) and the stderr of its probes as `cargo:warning=` lines on
+/// stdout, for Cargo; here it runs inside the user's process (a TensorFlow kernel, a Python
+/// interpreter), so they are kept instead, and shown only in the error when no compiler is
+/// found.
+#[derive(Default)]
+struct CcMessages(std::sync::Mutex<Vec<String>>);
+
+impl cc::BuildMessageLogger for CcMessages {
+    fn log(&self, kind: cc::BuildMessageKind, msg: cc::BuildMessage<'_>, _: &dyn std::any::Any) {
+        if let Ok(mut m) = self.0.lock() {
+            m.push(format!("{kind:?}: {msg}"));
+        }
+    }
+}
+
+/// The C++ compiler `cc` finds (honouring `$CXX`), without a build script's environment and
+/// without printing anything.
 fn find_compiler() -> Result<(PathBuf, Vec<(OsString, OsString)>), CodegenError> {
     let target = env!("OVL_CODEGEN_TARGET");
+    let messages = std::sync::Arc::new(CcMessages::default());
     let mut b = cc::Build::new();
     b.cpp(true)
         .cargo_metadata(false)
+        .cargo_warnings(false)
+        .cargo_debug(false)
+        .cargo_output(false)
+        .message_logger(Some(messages.clone()))
         .warnings(false)
         .debug(false)
         .opt_level(3);
     if !target.is_empty() {
         b.target(target).host(target);
     }
-    let tool = b.try_get_compiler().map_err(|e| CodegenError::NoCompiler {
-        message: e.to_string(),
+    let tool = b.try_get_compiler().map_err(|e| {
+        let mut message = e.to_string();
+        if let Ok(m) = messages.0.lock() {
+            for line in m.iter() {
+                message.push_str("\n  ");
+                message.push_str(line);
+            }
+        }
+        CodegenError::NoCompiler { message }
     })?;
     let env = tool
         .get_envs()

@@ -230,10 +230,10 @@ pub use ovl_ir::error::{Access, OutOfBounds};
 
 /// What went wrong when running a compiled operator.
 ///
-/// Runtime faults ([`RunError::IndexOutOfBounds`], [`RunError::NonPositiveStep`]) do not stop
-/// the evaluation: every worker runs, and the first fault (of the first worker in row-major
-/// order that faulted, then the first in that worker's execution) is reported, as the reference
-/// interpreter does.
+/// A runtime fault ([`RunError::IndexOutOfBounds`], [`RunError::NonPositiveStep`]) ends the
+/// worker that made it (nothing after the faulting expression runs: enclosing loops exit, later
+/// writes do not happen); every other worker runs, and the fault of the first faulting worker in
+/// row-major order is reported, as the reference interpreter does.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum RunError {
@@ -262,14 +262,14 @@ pub enum RunError {
         /// The type passed.
         got: String,
     },
-    /// A read or write indexed outside a tensor: the read yielded 0, the write was dropped, the
-    /// rest of the evaluation ran normally.
+    /// A read or write indexed outside a tensor: the access did not happen and the faulting
+    /// worker stopped there; every other worker ran normally.
     #[error(transparent)]
     IndexOutOfBounds(Box<OutOfBounds>),
-    /// A RANGE loop's step was zero or negative; the loop ran zero times.
+    /// A RANGE loop's step was zero or negative; the faulting worker stopped there.
     #[error(
         "operator `{operator}`{}: the worker at position {position:?} entered the range loop \
-         %{expression} with step {step}; the step must be positive (the loop ran zero times)",
+         %{expression} with step {step}; the step must be positive (the worker stopped there)",
         at(.defined_at)
     )]
     NonPositiveStep {

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Builder, IN, LOC, OUT};
+use common::{first_negative_dag, nested_walk_dag, Builder, IN, LOC, OUT};
 use ovl_codegen::cuda::{self, CudaBinary, CudaCompileOptions};
 use ovl_codegen::{CacheOutcome, CodegenError};
 use ovl_ir::ir::{ExpressionDag, Op};
@@ -152,6 +152,13 @@ fn generated_source_has_a_grid_stride_loop_and_narrow_indices() {
     let src = cuda::generate_cuda(&gather(10, 4), "k").expect("CUDA source");
     assert!(src.contains("ovl::oob(ovl_st, "), "{src}");
     assert!(src.contains("ovl::report(ovl_gst, &ovl_ls)"), "{src}");
+    // A fault ends the worker: out of its loops, to the end of the grid-stride loop's body.
+    assert!(
+        src.contains("goto ovl_stop;") && src.contains("ovl_stop:;"),
+        "{src}"
+    );
+    let src = cuda::generate_cuda(&add_2d(3, 5), "k").expect("CUDA source");
+    assert!(!src.contains("ovl_stop"), "no fault, no label: {src}");
 }
 
 #[test]
@@ -164,6 +171,8 @@ fn nvrtc_and_ptxas_accept_every_construct() {
         runtime_step(),
         literals_and_control(),
         huge_tensor(),
+        first_negative_dag(4, 4),
+        nested_walk_dag(5, 8),
     ];
     for dag in &dags {
         for arch in [80, 90] {

@@ -9,7 +9,10 @@
 
 mod common;
 
-use common::{compiled, run, zero_outputs, Builder, IN, LOC, OUT};
+use common::{
+    compiled, first_negative_dag, nested_walk_dag, without_hang, zero_outputs, Builder, IN, LOC,
+    OUT,
+};
 use ovl_codegen::cuda;
 use ovl_codegen::RunError;
 use ovl_ir::ir::{ExpressionDag, Op};
@@ -176,20 +179,22 @@ fn position(workgroup: &[u64], worker: i64) -> Vec<u64> {
     p
 }
 
-/// The emulated CUDA agrees with the C++ backend: outputs bit for bit, and the same fault.
+/// The emulated CUDA agrees with the C++ backend: outputs bit for bit (a faulting worker
+/// stops at its fault on both), and the same fault.
 fn same_as_cpp(dag: &ExpressionDag, inputs: &[&HostTensor]) {
     let (op, _cache) = compiled(dag);
-    let expected = run(&op, dag, inputs, 1);
+    let mut cpp_out = zero_outputs(dag);
+    let expected = op.run(inputs, &mut cpp_out, 1);
     let emulated = build(dag);
     for (grid, block) in [(1, 1), (3, 4), (2, 32)] {
         let (got, st) = emulate(&emulated, dag, inputs, grid, block);
         let what = format!("{} with grid {grid} x block {block}", dag.name);
+        for (k, (g, e)) in got.iter().zip(&cpp_out).enumerate() {
+            assert_eq!(common::bits(g), common::bits(e), "{what}: output {k}");
+        }
         match &expected {
-            Ok(e) => {
+            Ok(()) => {
                 assert_eq!(st.code, 0, "{what}: unexpected fault {st:?}");
-                for (k, (g, e)) in got.iter().zip(e).enumerate() {
-                    assert_eq!(common::bits(g), common::bits(e), "{what}: output {k}");
-                }
             }
             Err(RunError::IndexOutOfBounds(oob)) => {
                 assert_eq!(st.code, 1, "{what}: {st:?}");
@@ -431,4 +436,37 @@ fn casts_literals_locals_and_loops() {
     b.write(OUT, 1, &[i], z);
     b.write(OUT, 2, &[i], acc);
     same_as_cpp(&b.build(), &[]);
+}
+
+#[test]
+fn a_fault_ends_its_worker_and_its_loops() {
+    // The first_negative: rows 1 and 3 walk past their end; without a stop at the
+    // fault their while loop never ends. Row 1's fault is reported on every grid.
+    let x = HostTensor::from_vec(
+        &[4, 4],
+        vec![
+            1.0f32, 2.0, -1.0, 3.0, 1.0, 2.0, 3.0, 4.0, -5.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0,
+        ],
+    )
+    .unwrap();
+    without_hang("the emulated first_negative", move || {
+        same_as_cpp(&first_negative_dag(4, 4), &[&x])
+    });
+    let x = HostTensor::from_vec(&[1, 3], vec![1.0f32, 2.0, 3.0]).unwrap();
+    without_hang("the emulated reproducer", move || {
+        same_as_cpp(&first_negative_dag(1, 3), &[&x])
+    });
+    // A fault inside a while loop inside two range loops (row 2, then row 4).
+    let rows: Vec<f32> = [
+        [-1.0f32, 2.0, -3.0, 4.0, 5.0, -6.0, 7.0, -1.0],
+        [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, -1.0],
+        [-1.0, 2.0, -3.0, 4.0, 5.0, 6.0, 7.0, 8.0],
+        [-1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0],
+        [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+    ]
+    .concat();
+    let x = HostTensor::from_vec(&[5, 8], rows).unwrap();
+    without_hang("the emulated nested walk", move || {
+        same_as_cpp(&nested_walk_dag(5, 8), &[&x])
+    });
 }

@@ -240,7 +240,7 @@ fn non_positive_step_is_an_error() {
         }
         other => panic!("{other:?}"),
     }
-    // Every worker ran; the faulty loops ran zero times.
+    // Every other worker ran; the faulting ones stopped before their write.
     assert_eq!(out[0].as_slice::<i64>().unwrap(), &[4, 2, 0, 0]);
     let msg = err.to_string();
     assert!(msg.contains("step 0") && msg.contains("bad_step"), "{msg}");
@@ -1478,5 +1478,94 @@ fn random_programs_match_the_interpreter() {
         let dag = b.build();
         let refs: Vec<&HostTensor> = inputs.iter().collect();
         same_as_interpreter(&dag, &refs, 1);
+    }
+}
+
+/// Runs `dag` compiled (with `threads`) and in the interpreter, each on a watchdog thread,
+/// asserts the same outputs and the same out-of-bounds fault, and returns them.
+fn same_fault_as_interpreter(
+    dag: &ovl_ir::ir::ExpressionDag,
+    inputs: &[HostTensor],
+    threads: usize,
+) -> (Vec<HostTensor>, ovl_codegen::OutOfBounds) {
+    let (op, _cache) = compiled(dag);
+    let (d, ins) = (dag.clone(), inputs.to_vec());
+    let (got, compiled_out) = without_hang("the compiled operator", move || {
+        let mut out = zero_outputs(&d);
+        let r = op.run(&ins.iter().collect::<Vec<_>>(), &mut out, threads);
+        (r, out)
+    });
+    let (d, ins) = (dag.clone(), inputs.to_vec());
+    let (expected, interp_out) = without_hang("the interpreter", move || {
+        let mut out = zero_outputs(&d);
+        let r = ovl_core::interp::interpret(&d, &ins.iter().collect::<Vec<_>>(), &mut out);
+        (r, out)
+    });
+    let (
+        Err(RunError::IndexOutOfBounds(got)),
+        Err(ovl_core::interp::InterpError::IndexOutOfBounds(expected)),
+    ) = (got, expected)
+    else {
+        panic!("expected an out-of-bounds fault from both")
+    };
+    assert_eq!(got, expected);
+    for (g, e) in compiled_out.iter().zip(&interp_out) {
+        assert_eq!(bits(g), bits(e));
+    }
+    (compiled_out, *got)
+}
+
+#[test]
+fn a_fault_ends_its_worker_and_its_while_loop() {
+    // Rows 1 and 3 have no negative element: their walk faults at index 4 and stops there
+    // (out1 keeps its 0, the earlier write of out0 stays); row 1's fault is reported.
+    let rows = [
+        [1.0f32, 2.0, -1.0, 3.0],
+        [1.0, 2.0, 3.0, 4.0],
+        [-5.0, 1.0, 1.0, 1.0],
+        [0.0, 0.0, 0.0, 0.0],
+    ];
+    let dag = first_negative_dag(4, 4);
+    let x = HostTensor::from_vec(&[4, 4], rows.concat()).unwrap();
+    for threads in [1, 2, 4] {
+        let (out, e) = same_fault_as_interpreter(&dag, std::slice::from_ref(&x), threads);
+        assert_eq!(
+            (e.access, e.tensor.as_str(), e.axis, e.index, e.size),
+            (Access::Read, "input 0", 1, 4, 4)
+        );
+        assert_eq!(e.position, vec![1]);
+        assert_eq!(out[0].as_slice::<i64>().unwrap(), &[7, 7, 7, 7]);
+        let expected: Vec<i64> = rows
+            .iter()
+            .map(|r| first_negative_from(r, 0).map_or(0, |k| k as i64))
+            .collect();
+        assert_eq!(out[1].as_slice::<i64>().unwrap(), expected.as_slice());
+    }
+}
+
+#[test]
+fn a_fault_three_loops_deep_ends_its_worker() {
+    // Row 2's walk from 3 leaves the row (its last negative is at 2).
+    let rows = [
+        [-1.0f32, 2.0, -3.0, 4.0, 5.0, -6.0, 7.0, -1.0],
+        [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, -1.0],
+        [-1.0, 2.0, -3.0, 4.0, 5.0, 6.0, 7.0, 8.0],
+        [-1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0],
+        [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+    ];
+    let dag = nested_walk_dag(5, 8);
+    let x = HostTensor::from_vec(&[5, 8], rows.concat()).unwrap();
+    for threads in [1, 3] {
+        let (out, e) = same_fault_as_interpreter(&dag, std::slice::from_ref(&x), threads);
+        assert_eq!(
+            (e.axis, e.index, e.size, e.position.as_slice()),
+            (1, 8, 8, &[2u64][..])
+        );
+        let expected: Vec<i64> = rows
+            .iter()
+            .map(|r| nested_walk_row(r).unwrap_or(0))
+            .collect();
+        assert_eq!(expected, [19, 42, 0, 15, 0]);
+        assert_eq!(out[0].as_slice::<i64>().unwrap(), expected.as_slice());
     }
 }

@@ -5,9 +5,9 @@ use crate::names::at;
 /// Whether an out-of-bounds access was a read or a write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
-    /// An `OP_READ`: it yielded 0.
+    /// An `OP_READ`: it did not happen, and its worker stopped there.
     Read,
-    /// An `OP_WRITE`: it was dropped.
+    /// An `OP_WRITE`: it did not happen, and its worker stopped there.
     Write,
 }
 

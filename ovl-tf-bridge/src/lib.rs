@@ -8,8 +8,8 @@
 //!   in_types:   list(type) >= 0   the dtypes of the fed tensors
 //!   out_types:  list(type) >= 1   the dtypes of the outputs
 //!   out_shapes: list(shape)       their static shapes (checked against the program)
-//!   program:    string            the serialized ovl.ir.Program (fused operator DAG + constants)
-//!   gradient:   string = ''       the serialized gradient program, read by the Python gradient
+//!   program:    string            the sealed ovl.ir.Program (fused operator DAG + constants)
+//!   gradient:   string = ''       the sealed gradient program, read by the Python gradient
 //! ```
 //!
 //! The op carries its IR: the kernel compiles the program into the process's operator cache the
@@ -24,6 +24,11 @@
 //! carries the IR and each process finds (or builds) its own library. A cached library that
 //! does not load, or lacks the expected entry points, is rebuilt; a cache miss that cannot be
 //! compiled (no working C++ compiler) fails the op with the compiler's message.
+//!
+//! Both programs are *sealed* (`ovl::export::seal_program`): a header, the SHA-256 digest of
+//! the protobuf bytes, then those bytes. The kernel checks the digests before decoding
+//! anything, so an edited or corrupted attribute is an error that says so, never another
+//! program.
 //!
 //! Errors (a wrong dtype or shape, a corrupt program, a compiler failure) are reported as
 //! TensorFlow errors; every callback runs under `catch_unwind`, so no panic reaches TensorFlow.

@@ -77,8 +77,11 @@ pub struct Attrs {
     pub out_types: Vec<i32>,
     /// `out_shapes`: `None` for an unknown rank, `-1` for an unknown dimension.
     pub out_shapes: Vec<Option<Vec<i64>>>,
-    /// `program`: the serialized `ovl.ir.Program`.
+    /// `program`: the sealed `ovl.ir.Program` (`ovl::export::seal_program`).
     pub program: Vec<u8>,
+    /// `gradient`: the sealed gradient program, empty when there is none (or when the node
+    /// does not set it).
+    pub gradient: Vec<u8>,
 }
 
 /// Why a `NodeDef` could not be read.
@@ -141,12 +144,18 @@ impl Attrs {
             Value::S(s) => s,
             _ => return Err(wrong("program", "string")),
         };
+        let gradient = match def.attr.get("gradient").map(|a| a.value.clone()) {
+            None | Some(None) => Vec::new(),
+            Some(Some(Value::S(s))) => s,
+            Some(Some(_)) => return Err(wrong("gradient", "string")),
+        };
         Ok(Attrs {
             node,
             in_types,
             out_types,
             out_shapes,
             program,
+            gradient,
         })
     }
 }

@@ -182,9 +182,15 @@ fn construct(ctx: *mut TF_OpKernelConstruction) -> Result<Kernel, (TF_Code, Stri
     let attrs = Attrs::decode(&bytes).map_err(|e| (TF_INVALID_ARGUMENT, e.to_string()))?;
     let node = attrs.node.clone();
     let fail = |code, message: String| (code, format!("DynamicLib `{node}`: {message}"));
+    // The gradient program runs in another op (built by the Python gradient function, which
+    // checks it too); an edited one is refused here already.
+    if !attrs.gradient.is_empty() {
+        ovl::export::verify_sealed(&attrs.gradient, "the `gradient` attribute")
+            .map_err(|e| fail(TF_INVALID_ARGUMENT, e.to_string()))?;
+    }
     let program = LoadedProgram::load(&attrs.program, &ovl::Options::default()).map_err(|e| {
         let code = match e {
-            ProgramError::Corrupt(_) => TF_INVALID_ARGUMENT,
+            ProgramError::Corrupt(_) | ProgramError::Modified(_) => TF_INVALID_ARGUMENT,
             _ => TF_FAILED_PRECONDITION,
         };
         fail(code, e.to_string())

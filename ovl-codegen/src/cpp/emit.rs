@@ -15,7 +15,9 @@
 //!   break; body }`).
 //! - Shapes and strides are compile-time constants. An index is checked only where the interval
 //!   analysis ([`super::bounds`]) cannot prove it inside its dimension; a failed check records
-//!   the first fault in the status struct and skips the access (a read yields 0).
+//!   the fault in the status struct and ends the worker: `goto ovl_stop`, a label after the
+//!   worker program's block ([`Emitter::worker_program`]), so that staged loops exit (a
+//!   non-positive RANGE step does the same).
 //! - Local tensors are arrays on the kernel's stack, reused by each worker of the chunk and
 //!   zero-filled per worker where the program could read them before its LOCAL_TENSOR ran.
 
@@ -93,9 +95,16 @@ pub(crate) struct Emitter<'a> {
     /// The value of each integer CONST.
     consts: Vec<Option<i128>>,
     frames: Vec<Frame>,
-    pub body: String,
+    /// The worker program; the frames place it with [`Emitter::worker_program`].
+    body: String,
     indent: usize,
+    /// Whether the body jumps to `ovl_stop` (it has a fault check).
+    stops: std::cell::Cell<bool>,
 }
+
+/// The statement that ends the current worker after a fault was recorded (see
+/// [`Emitter::worker_program`]).
+const STOP: &str = "goto ovl_stop;";
 
 /// Generates the C++ translation unit of an operator. `key` is embedded in the library (the
 /// runtime checks it when loading a cached library); pass any string when only inspecting.
@@ -175,6 +184,7 @@ impl<'a> Emitter<'a> {
             frames: Vec::new(),
             body: String::new(),
             indent: 3,
+            stops: std::cell::Cell::new(false),
         };
         if e.workgroup.is_empty() {
             return Err(e.err(None, "the workgroup shape is empty"));
@@ -421,7 +431,9 @@ impl<'a> Emitter<'a> {
             .join(" && ")
     }
 
+    /// The statements run when a bounds check fails: record the fault, end the worker.
     fn fault_chain(&self, k: usize, t: &TensorInfo, unproven: &[(usize, String, u64)]) -> String {
+        self.stops.set(true);
         let mut s = String::new();
         let w = self.worker_expr();
         for (i, (axis, v, size)) in unproven.iter().enumerate() {
@@ -435,7 +447,27 @@ impl<'a> Emitter<'a> {
                 s.push_str(&call);
             }
         }
+        s.push(' ');
+        s.push_str(STOP);
         s
+    }
+
+    /// The worker program as the frames place it, once per worker at `indent` levels. When it
+    /// can fault, it is a block followed by the label `ovl_stop` that a fault jumps to: a
+    /// fault ends the worker, out of any staged loop (proto/ovl.proto); the block keeps every
+    /// local of the program out of the label's scope.
+    pub(crate) fn worker_program(&self, indent: usize) -> String {
+        if !self.stops.get() {
+            return self.body.clone();
+        }
+        let pad = "  ".repeat(indent);
+        format!(
+            "{pad}{{
+{}{pad}}}
+{pad}ovl_stop:;
+",
+            self.body
+        )
     }
 
     /// Emits expression `k`; returns its value dtype (None for statements) and the interval of
@@ -805,8 +837,9 @@ impl<'a> Emitter<'a> {
             ));
             if step.is_none_or(|c| c <= 0) {
                 let w = self.worker_expr();
+                self.stops.set(true);
                 self.line(&format!(
-                    "if (OVL_UNLIKELY(ovl_step{k} <= 0)) ovl::bad_step(ovl_st, {k}, ovl_step{k}, {w});"
+                    "if (OVL_UNLIKELY(ovl_step{k} <= 0)) {{ ovl::bad_step(ovl_st, {k}, ovl_step{k}, {w}); {STOP} }}"
                 ));
                 self.line(&format!("else if (ovl_start{k} < ovl_end{k}) {{"));
             } else {
@@ -966,7 +999,7 @@ impl<'a> Emitter<'a> {
                 let _ = writeln!(s, "      __builtin_memset({0}, 0, sizeof({0}));", t.name);
             }
         }
-        s.push_str(&self.body);
+        s.push_str(&self.worker_program(3));
         let _ = writeln!(s, "    }}");
         let _ = writeln!(s, "    ovl_w += ovl_n;");
         let _ = writeln!(s, "    ovl_q = 0;");

@@ -13,7 +13,8 @@
 //! - Local tensors are per-thread arrays (local memory), zeroed per worker where the program
 //!   could read them before its LOCAL_TENSOR ran.
 //! - An index the interval analysis cannot prove in range is checked; a fault is recorded in a
-//!   per-thread `ovl_status` (the thread's first faulting worker, its first fault) and published
+//!   per-thread `ovl_status` (the thread's first faulting worker, its fault: a fault ends the
+//!   worker, and the thread goes on with its next one) and published
 //!   at the end of the thread into the launch's `ovl_cuda_status` when it precedes the one
 //!   there, so the runtime reports the same fault as the C++ backend and the interpreter.
 //!
@@ -36,7 +37,8 @@ pub const KERNEL_NAME: &str = "ovl_kernel";
 /// [`CodegenError::Unsupported`], never a panic.
 pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, CodegenError> {
     let e = emit(dag, key, Dialect::Cuda)?;
-    let mut s = String::with_capacity(PRELUDE.len() + e.body.len() + 4096);
+    let program = e.worker_program(2);
+    let mut s = String::with_capacity(PRELUDE.len() + program.len() + 4096);
     let clean = |text: &str| -> String {
         text.chars()
             .map(|c| {
@@ -133,7 +135,7 @@ pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codeg
             let _ = writeln!(s, "    ovl::zero({}, {}LL);", t.name, t.elements.max(1));
         }
     }
-    s.push_str(&e.body);
+    s.push_str(&program);
     let _ = writeln!(s, "  }}");
     let _ = writeln!(s, "  if (ovl_ls.code != 0) ovl::report(ovl_gst, &ovl_ls);");
     let _ = writeln!(s, "}}");

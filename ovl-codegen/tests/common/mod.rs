@@ -133,3 +133,95 @@ pub fn same_as_interpreter(
         _ => panic!("compiled: {got:?}\ninterpreter: {interp:?}"),
     }
 }
+
+/// Runs `f` on another thread and returns its result, or panics when it has not returned after
+/// several minutes: a test of a program that would loop forever fails instead of hanging.
+pub fn without_hang<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = send.send(f());
+    });
+    match receive.recv_timeout(std::time::Duration::from_secs(300)) {
+        Ok(v) => v,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{what} did not return: a faulting worker kept running")
+        }
+        Err(e) => panic!("{what} panicked ({e})"),
+    }
+}
+
+/// The issue's `first_negative`, one worker per row of `x: f32[rows, cols]`: `out0[p] = 7`,
+/// then `j` walks along row `p` while `x[p, j] >= 0`, then `out1[p] = j`. A row without a
+/// negative element walks past its end: an out-of-bounds read that, unless it ends the worker,
+/// repeats forever.
+pub fn first_negative_dag(rows: u64, cols: u64) -> ir::ExpressionDag {
+    use ovl_ir::ir::Op;
+    let mut b = Builder::new("first_negative", &[rows]);
+    b.input(DType::F32, &[rows, cols]);
+    b.output(DType::I64, &[rows]);
+    b.output(DType::I64, &[rows]);
+    let p = b.position(0);
+    let seven = b.i64(7);
+    b.write(OUT, 0, &[p], seven);
+    let zero = b.i64(0);
+    let j = b.var(zero);
+    b.while_begin();
+    let x = b.read(IN, 0, &[p, j]);
+    let z = b.f32(0.0);
+    let c = b.op(Op::Ge, &[x, z]);
+    b.while_cond(c);
+    let one = b.i64(1);
+    let next = b.op(Op::Add, &[j, one]);
+    b.assign(j, next);
+    b.while_end();
+    b.write(OUT, 1, &[p], j);
+    b.build()
+}
+
+/// The index of the first negative element of `row` at or after `start`, or None.
+pub fn first_negative_from(row: &[f32], start: usize) -> Option<usize> {
+    (start..row.len()).find(|&k| row[k] < 0.0)
+}
+
+/// A fault three loops deep, one worker per row of `x: f32[rows, cols]`: for a in 0..2, for b
+/// in 0..3, a while loop walks from `k = 3a + b` to the next negative element of the row and
+/// adds `k` to the sum written to `out0[p]` (cols must be at least 6).
+pub fn nested_walk_dag(rows: u64, cols: u64) -> ir::ExpressionDag {
+    use ovl_ir::ir::Op;
+    let mut b = Builder::new("nested_walk", &[rows]);
+    b.input(DType::F32, &[rows, cols]);
+    b.output(DType::I64, &[rows]);
+    let p = b.position(0);
+    let (zero, one, two, three) = (b.i64(0), b.i64(1), b.i64(2), b.i64(3));
+    let sum = b.var(zero);
+    let a = b.range(zero, two, one);
+    let bi = b.range(zero, three, one);
+    let a3 = b.op(Op::Mul, &[a, three]);
+    let start = b.op(Op::Add, &[a3, bi]);
+    let k = b.var(start);
+    b.while_begin();
+    let x = b.read(IN, 0, &[p, k]);
+    let z = b.f32(0.0);
+    let c = b.op(Op::Ge, &[x, z]);
+    b.while_cond(c);
+    let next = b.op(Op::Add, &[k, one]);
+    b.assign(k, next);
+    b.while_end();
+    let s = b.op(Op::Add, &[sum, k]);
+    b.assign(sum, s);
+    b.end_range();
+    b.end_range();
+    b.write(OUT, 0, &[p], sum);
+    b.build()
+}
+
+/// What [`nested_walk_dag`] computes for one row: the sum, or None when a walk leaves the row.
+pub fn nested_walk_row(row: &[f32]) -> Option<i64> {
+    let mut sum = 0i64;
+    for a in 0..2 {
+        for b in 0..3 {
+            sum += first_negative_from(row, 3 * a + b)? as i64;
+        }
+    }
+    Some(sum)
+}

@@ -289,7 +289,8 @@ impl<'p, 'd> Worker<'p, 'd> {
         }
     }
 
-    /// The linear element index of a READ/WRITE, or None (fault recorded) if out of bounds.
+    /// The linear element index of a READ/WRITE, or None (fault recorded: the caller ends the
+    /// worker) if out of bounds.
     #[inline]
     fn element(&mut self, pc: usize) -> Option<usize> {
         let prog = self.prog;
@@ -324,6 +325,8 @@ impl<'p, 'd> Worker<'p, 'd> {
         Some(linear as usize)
     }
 
+    /// Runs the program of the worker at `self.position`. A fault ends it: nothing after the
+    /// faulting expression runs (enclosing loops exit, later writes do not happen).
     fn run_worker(&mut self) {
         let prog = self.prog;
         let n = prog.instrs.len();
@@ -361,7 +364,8 @@ impl<'p, 'd> Worker<'p, 'd> {
                 Code::Read => {
                     let t = &prog.tensors[ins.tensor as usize];
                     match self.element(pc) {
-                        None => Value::zero(t.dtype),
+                        // A fault ends the worker (proto/ovl.proto).
+                        None => return,
                         Some(i) => {
                             let loaded = match t.kind {
                                 TensorKind::Input => Value::load(self.inputs[t.index], i),
@@ -379,20 +383,20 @@ impl<'p, 'd> Worker<'p, 'd> {
                     }
                 }
                 Code::Write => {
-                    if let Some(i) = self.element(pc) {
-                        let t = &prog.tensors[ins.tensor as usize];
-                        let v = self.slots[a];
-                        let ok = match t.kind {
-                            TensorKind::Output => self.outputs[t.index].store(i, v),
-                            TensorKind::Local => {
-                                self.ready_local(t.index);
-                                v.store(&mut self.locals[t.index], i)
-                            }
-                            _ => false,
-                        };
-                        if !ok {
-                            return self.internal(pc, "a write of the wrong dtype or outside");
+                    // A fault ends the worker (proto/ovl.proto).
+                    let Some(i) = self.element(pc) else { return };
+                    let t = &prog.tensors[ins.tensor as usize];
+                    let v = self.slots[a];
+                    let ok = match t.kind {
+                        TensorKind::Output => self.outputs[t.index].store(i, v),
+                        TensorKind::Local => {
+                            self.ready_local(t.index);
+                            v.store(&mut self.locals[t.index], i)
                         }
+                        _ => false,
+                    };
+                    if !ok {
+                        return self.internal(pc, "a write of the wrong dtype or outside");
                     }
                     pc += 1;
                     continue;
@@ -437,12 +441,12 @@ impl<'p, 'd> Worker<'p, 'd> {
                         return self.internal(pc, "non-i64 range bounds");
                     };
                     if step <= 0 {
+                        // A fault ends the worker (proto/ovl.proto).
                         self.fault(Fault::NonPositiveStep {
                             expression: pc,
                             step,
                         });
-                        pc = ins.jump as usize;
-                        continue;
+                        return;
                     }
                     if start >= end {
                         pc = ins.jump as usize;

@@ -58,16 +58,16 @@ pub enum InterpError {
         /// The type passed.
         got: String,
     },
-    /// A read or write indexed outside a tensor. The read yielded 0 and the write was dropped;
-    /// the rest of the evaluation ran normally. Reported for the first occurrence (the first
-    /// worker in row-major order, then the first in that worker's execution).
+    /// A read or write indexed outside a tensor. The access did not happen and the faulting
+    /// worker stopped there; every other worker ran normally. Reported for the first faulting
+    /// worker in row-major order (a worker's first fault is its only one).
     #[error(transparent)]
     IndexOutOfBounds(Box<OutOfBounds>),
-    /// A RANGE loop's step was zero or negative; the loop ran zero times. Reported for the first
-    /// occurrence.
+    /// A RANGE loop's step was zero or negative; the faulting worker stopped there. Reported for
+    /// the first faulting worker in row-major order.
     #[error(
         "operator `{operator}`{}: the worker at position {position:?} entered the range loop \
-         %{expression} with step {step}; the step must be positive (the loop ran zero times)",
+         %{expression} with step {step}; the step must be positive (the worker stopped there)",
         at(.defined_at)
     )]
     NonPositiveStep {
@@ -112,8 +112,9 @@ const PARALLEL_THRESHOLD: u64 = 1 << 16;
 ///
 /// `outputs` must already be allocated with the operator's declared output types (normally
 /// zero-filled: elements no worker writes keep their value). The dag is validated first. An
-/// index out of bounds does not stop the evaluation: the read yields 0, the write is dropped,
-/// every worker runs, and the first occurrence is returned as
+/// index out of bounds is a fault: the access does not happen, the faulting worker stops there
+/// (its enclosing loops exit, its later writes do not happen), every other worker runs, and the
+/// fault of the first faulting worker in row-major order is returned as
 /// [`InterpError::IndexOutOfBounds`].
 pub fn interpret(
     dag: &ir::ExpressionDag,

@@ -424,7 +424,7 @@ fn range_steps_and_bounds() {
 }
 
 #[test]
-fn non_positive_step_is_an_error_and_runs_zero_iterations() {
+fn non_positive_step_is_an_error_and_ends_the_worker() {
     let mut b = Builder::new("bad_step", &[3]);
     b.input(DType::I64, &[3]);
     b.output(DType::I64, &[3]);
@@ -503,7 +503,7 @@ fn indices_of_any_integer_dtype() {
 // ---------------------------------------------------------------- errors
 
 #[test]
-fn out_of_bounds_read_yields_zero_and_reports_the_first_worker() {
+fn out_of_bounds_read_ends_the_worker_and_reports_the_first_worker() {
     // out[p] = x[p + 2] on 6 workers, x has 6 elements: workers 4 and 5 read outside.
     let mut b = Builder::new("shift", &[2, 3]);
     b.input(DType::F32, &[6]);
@@ -547,7 +547,7 @@ fn out_of_bounds_read_yields_zero_and_reports_the_first_worker() {
 }
 
 #[test]
-fn out_of_bounds_write_is_dropped_negative_and_huge_indices() {
+fn out_of_bounds_write_does_not_happen_negative_and_huge_indices() {
     // Worker p writes 9 to out[p - shift, col[p]].
     fn make(shift: i64) -> ir::ExpressionDag {
         let mut b = Builder::new("oob_write", &[3]);
@@ -586,6 +586,47 @@ fn out_of_bounds_write_is_dropped_negative_and_huge_indices() {
             assert_eq!(e.position, vec![2]);
         }
         other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_fault_ends_the_worker_and_exits_its_loops() {
+    // Per worker p: out0[p] = 1; for a in 0..2 { while x[k] >= 0 { k += 1 } } (k from p);
+    // out1[p] = k. Worker 2 finds no negative element at or after 2: its walk reads x[3], a
+    // fault that (unless it ends the worker) repeats forever.
+    let mut b = Builder::new("walk", &[3]);
+    b.input(DType::F32, &[3]);
+    b.output(DType::I64, &[3]);
+    b.output(DType::I64, &[3]);
+    let p = b.position(0);
+    let (zero, one, two) = (b.i64(0), b.i64(1), b.i64(2));
+    b.write(OUT, 0, &[p], one);
+    let k = b.var(p);
+    b.range(zero, two, one);
+    b.while_begin();
+    let x = b.read(IN, 0, &[k]);
+    let z = b.f32(0.0);
+    let c = b.op(Op::Ge, &[x, z]);
+    b.while_cond(c);
+    let next = b.op(Op::Add, &[k, one]);
+    b.assign(k, next);
+    b.while_end();
+    b.end_range();
+    b.write(OUT, 1, &[p], k);
+    let dag = b.build();
+    for threads in [Some(1), Some(3)] {
+        let (res, out) = run_with(&dag, &[t(&[3], vec![2.0f32, -1.0, 3.0])], threads);
+        assert_eq!(vals::<i64>(&out[0]), vec![1, 1, 1]);
+        assert_eq!(vals::<i64>(&out[1]), vec![1, 1, 0]);
+        match res {
+            Err(InterpError::IndexOutOfBounds(e)) => {
+                assert_eq!(
+                    (e.index, e.size, e.position.as_slice()),
+                    (3, 3, &[2u64][..])
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
 

@@ -7,12 +7,42 @@ callable that runs it as TensorFlow's ``DynamicLib`` op, eagerly or inside ``tf.
 with static output shapes; ``tf.GradientTape`` differentiates through it when the bundle has a
 gradient. The op carries the program, so a SavedModel that uses it runs in any process that
 has loaded the bridge library (the program is compiled into that process's operator cache on
-first use).
+first use). The programs are sealed with a SHA-256 digest, checked before anything decodes them
+(here when a bundle is loaded, in the kernel when the op is built): an edited or corrupted
+program is an error, never another program.
+
+Errors
+------
+``ovl_tf`` raises these, always with a message that names the bundle file or the program and
+the input concerned:
+
+- ``ovl_tf.BundleError`` (a subclass of ``ValueError``), from ``load`` and ``Program``: the
+  bundle file's contents cannot be used. It is not UTF-8 text (a binary file), not JSON, JSON
+  that is not an object (an array, a number), another format or bundle version, a missing field
+  or one of the wrong type (``name``, ``inputs``, ``outputs``, their ``name``/``dtype``/``shape``,
+  ``program``, ``gradient``), invalid base64, or a program or gradient program that was modified
+  or corrupted (its digest does not match). The message starts with ``bundle "<path>":``.
+- ``OSError`` (``FileNotFoundError``, ``IsADirectoryError``, ...), from ``load``: the file
+  cannot be read; also when the bridge library is not found.
+- Calling a ``Program``: ``TypeError`` when the number of arguments is wrong, or an argument has
+  another dtype than the input it is passed for (or cannot be converted to it); ``ValueError``
+  when an argument has the right dtype but a static shape that does not fit the input. This
+  follows Python's convention (``TypeError``: the wrong kind or number of arguments;
+  ``ValueError``: the right kind with a wrong value) and is the same eagerly and while
+  ``tf.function`` traces.
+- ``tf.errors.InvalidArgumentError``, from the op when it runs: a shape known only at run time
+  that does not fit (inside ``tf.function`` with unknown dimensions), an index out of bounds in
+  the program, or a ``program``/``gradient`` attribute that was modified or corrupted;
+  ``tf.errors.FailedPreconditionError`` when the program cannot be compiled (no C++ compiler).
+- ``LookupError``, from ``tf.GradientTape.gradient``: the program was exported without a
+  gradient ("ovl program `X` has no gradient; ..."), or a nested tape differentiates it twice
+  ("the gradient program of `X` has no gradient; ..."): ovl exports first derivatives only.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -24,6 +54,7 @@ import tensorflow as tf
 
 __all__ = [
     "BUNDLE_FORMAT",
+    "BundleError",
     "Program",
     "dynamic_lib",
     "library_path",
@@ -32,7 +63,11 @@ __all__ = [
 ]
 
 BUNDLE_FORMAT = "ovl-tensorflow-bundle"
-_BUNDLE_VERSION = 1
+_BUNDLE_VERSION = 2
+# A sealed program: this header, the SHA-256 digest of the protobuf bytes, those bytes (the same
+# constant as ovl::export::SEALED_PROGRAM_HEADER in Rust).
+_SEALED_PROGRAM_HEADER = b"ovl.ir.Program sha256 v1\n"
+_DIGEST_BYTES = 32
 _LIBRARY_NAME = "libovl_tf_bridge.so"
 
 _lock = threading.Lock()
@@ -84,7 +119,7 @@ def dynamic_lib(
     gradient: bytes = b"",
     name: Optional[str] = None,
 ):
-    """The raw ``DynamicLib`` op: runs the serialized ``program`` on ``inputs`` and returns the
+    """The raw ``DynamicLib`` op: runs the sealed ``program`` on ``inputs`` and returns the
     list of outputs, with the static shapes ``out_shapes`` set. No checks beyond the kernel's."""
     return _call_op(
         list(inputs),
@@ -115,32 +150,141 @@ def _call_op(inputs, program, out_types, out_shapes, gradient, name):
     return outputs
 
 
+class BundleError(ValueError):
+    """A bundle file whose contents cannot be used (see the package documentation). The
+    message starts with ``bundle "<path>":``."""
+
+
+def _sealed_problem(sealed: bytes) -> Optional[str]:
+    """Why sealed program bytes are not intact (header and SHA-256 digest, checked before
+    anything decodes them), or None."""
+    if not sealed.startswith(_SEALED_PROGRAM_HEADER):
+        return (
+            "it does not start with the header of a sealed ovl program (or an older ovl "
+            "exported it)"
+        )
+    rest = sealed[len(_SEALED_PROGRAM_HEADER) :]
+    if len(rest) < _DIGEST_BYTES:
+        return f"it is truncated ({len(sealed)} bytes, shorter than its header and digest)"
+    if hashlib.sha256(rest[_DIGEST_BYTES:]).digest() != rest[:_DIGEST_BYTES]:
+        return "its SHA-256 digest does not match its contents"
+    return None
+
+
+def _json_kind(value) -> str:
+    """What a JSON value is, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+class _BundleReader:
+    """Reads the fields of a parsed bundle, raising ``BundleError`` for anything missing or of
+    the wrong type."""
+
+    def __init__(self, bundle, source: str):
+        self.source = source
+        if not isinstance(bundle, dict):
+            raise self.error(
+                f"the file holds {_json_kind(bundle)}, not an object: it is not an ovl "
+                "TensorFlow bundle"
+            )
+        self.bundle = bundle
+
+    def error(self, message: str) -> BundleError:
+        return BundleError(f'bundle "{self.source}": {message}')
+
+    def get(self, obj: dict, key: str, path: str, kinds, kind: str, required: bool = True):
+        if key not in obj:
+            if required:
+                raise self.error(f'the field "{path}" is missing')
+            return None
+        value = obj[key]
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            raise self.error(f'the field "{path}" must be {kind}, not {_json_kind(value)}')
+        return value
+
+    def tensor(self, value, path: str, named: bool):
+        if not isinstance(value, dict):
+            raise self.error(f'the field "{path}" must be an object, not {_json_kind(value)}')
+        name = self.get(value, "name", f"{path}.name", (str,), "a string") if named else None
+        dtype_name = self.get(value, "dtype", f"{path}.dtype", (str,), "a string")
+        try:
+            dtype = tf.as_dtype(dtype_name)
+        except TypeError:
+            raise self.error(
+                f'the field "{path}.dtype" is {dtype_name!r}, not a TensorFlow dtype'
+            ) from None
+        shape = self.get(value, "shape", f"{path}.shape", (list,), "an array of sizes")
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise self.error(
+                f'the field "{path}.shape" must hold sizes (integers >= 0), not {shape!r}'
+            )
+        shape = tf.TensorShape(shape)
+        return (name, dtype, shape) if named else (dtype, shape)
+
+    def tensors(self, key: str, named: bool):
+        values = self.get(self.bundle, key, key, (list,), "an array")
+        return [self.tensor(v, f"{key}[{k}]", named) for k, v in enumerate(values)]
+
+    def sealed(self, key: str, what: str, required: bool) -> bytes:
+        text = self.get(
+            self.bundle, key, key, (str, type(None)), "a base64 string", required=required
+        )
+        if text is None:
+            if required:
+                raise self.error(f'the field "{key}" must be a base64 string, not null')
+            return b""
+        try:
+            data = base64.b64decode(text, validate=True)
+        except ValueError as e:
+            raise self.error(f'the field "{key}" is not valid base64 ({e})') from None
+        problem = _sealed_problem(data)
+        if problem:
+            raise self.error(
+                f"the {what} was modified or corrupted: {problem}; export it again"
+            )
+        return data
+
+
 class Program:
-    """An exported ovl program, callable on tensors (see ``load``)."""
+    """An exported ovl program, callable on tensors (see ``load``). ``bundle`` is the parsed
+    bundle file (``source`` names it in errors); anything wrong with it is a ``BundleError``."""
 
     def __init__(self, bundle: dict, source: str = "<bundle>"):
-        if bundle.get("format") != BUNDLE_FORMAT:
-            raise ValueError(f"{source} is not an ovl TensorFlow bundle")
-        if bundle.get("version") != _BUNDLE_VERSION:
-            raise ValueError(
-                f"{source} has bundle version {bundle.get('version')}, "
-                f"this ovl_tf reads version {_BUNDLE_VERSION}"
+        r = _BundleReader(bundle, source)
+        fmt = bundle.get("format")
+        if fmt != BUNDLE_FORMAT:
+            raise r.error(
+                f'it is not an ovl TensorFlow bundle (its "format" is {fmt!r}, not '
+                f"{BUNDLE_FORMAT!r})"
             )
-        try:
-            self.name: str = bundle["name"]
-            self.inputs = [
-                (i["name"], tf.as_dtype(i["dtype"]), tf.TensorShape(i["shape"]))
-                for i in bundle["inputs"]
-            ]
-            self.outputs = [
-                (tf.as_dtype(o["dtype"]), tf.TensorShape(o["shape"])) for o in bundle["outputs"]
-            ]
-            self.kernels: int = bundle.get("kernels", 0)
-            self.program: bytes = base64.b64decode(bundle["program"], validate=True)
-            grad = bundle.get("gradient")
-            self.gradient: bytes = base64.b64decode(grad, validate=True) if grad else b""
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"{source} is not a valid ovl bundle: {e!r}") from e
+        version = bundle.get("version")
+        if version != _BUNDLE_VERSION:
+            raise r.error(
+                f"it has bundle version {version!r}, this ovl_tf reads version "
+                f"{_BUNDLE_VERSION}: export it again with this version of ovl"
+            )
+        self.name: str = r.get(bundle, "name", "name", (str,), "a string")
+        self.inputs = r.tensors("inputs", named=True)
+        self.outputs = r.tensors("outputs", named=False)
+        if not self.outputs:
+            raise r.error('the field "outputs" is empty: a program has at least one output')
+        self.kernels: int = r.get(
+            bundle, "kernels", "kernels", (int,), "an integer", required=False
+        ) or 0
+        self.program: bytes = r.sealed("program", "program", required=True)
+        self.gradient: bytes = r.sealed("gradient", "gradient program", required=False)
+        if self.gradient:
+            _gradient_of[_digest(self.gradient)] = self.name
         self._out_types = [d for d, _ in self.outputs]
         self._out_shapes = [s.as_list() if s.rank is not None else None for _, s in self.outputs]
         self._op_name = _op_name(self.name)
@@ -155,20 +299,33 @@ class Program:
         return f"<ovl_tf.Program {self.name}({ins}) -> ({outs})>"
 
     def _convert(self, k: int, x):
+        """Argument ``k`` as a tensor of input ``k``'s dtype: ``TypeError`` for another dtype
+        (or a value that does not convert), ``ValueError`` for a static shape that does not
+        fit (see the package documentation)."""
         name, dtype, shape = self.inputs[k]
         if isinstance(x, tf.Tensor) and x.dtype == dtype and x.shape == shape:
             return x  # the common case, checked cheaply
+        where = f"ovl program `{self.name}`: input {k} (`{name}`)"
         if isinstance(x, (tf.Tensor, tf.Variable)) or hasattr(x, "dtype") and hasattr(
             x, "shape"
         ) and not isinstance(x, (list, tuple)):
-            t = tf.convert_to_tensor(x)
+            try:
+                t = tf.convert_to_tensor(x)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"{where}: cannot be converted to a tensor: {e}") from None
             if t.dtype != dtype:
                 raise TypeError(
-                    f"ovl program `{self.name}`: input {k} (`{name}`) has dtype "
-                    f"{t.dtype.name}, the program was exported for {dtype.name}"
+                    f"{where} has dtype {t.dtype.name}, the program was exported for "
+                    f"{dtype.name}"
                 )
         else:
-            t = tf.convert_to_tensor(x, dtype=dtype)
+            try:
+                t = tf.convert_to_tensor(x, dtype=dtype)
+            except (TypeError, ValueError) as e:
+                raise TypeError(
+                    f"{where}: {type(x).__name__} value cannot be converted to a {dtype.name} "
+                    f"tensor: {e}"
+                ) from None
         if not t.shape.is_compatible_with(shape):
             raise ValueError(
                 f"ovl program `{self.name}`: input {k} (`{name}`) has shape {t.shape}, "
@@ -204,13 +361,29 @@ def _op_name(name: str) -> str:
 
 def load(path: os.PathLike) -> Program:
     """Reads a bundle file written by ``ovl::as_tensorflow(..).write(path)``, and loads the
-    bridge library if it is not loaded yet."""
-    with open(path, "r", encoding="utf-8") as f:
-        try:
-            bundle = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not an ovl bundle (not JSON: {e})") from e
-    program = Program(bundle, str(path))
+    bridge library if it is not loaded yet. A file that cannot be read is an ``OSError``, one
+    whose contents are not a usable bundle a ``BundleError`` (see the package documentation)."""
+    source = os.fspath(path)
+    with open(path, "rb") as f:
+        data = f.read()
+
+    def error(message: str) -> BundleError:
+        return BundleError(
+            f'bundle "{source}": {message}: it is not an ovl TensorFlow bundle (a JSON file)'
+        )
+
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(
+            f"not text (byte {e.start} is 0x{data[e.start]:02x}, invalid in UTF-8; a binary "
+            "file?)"
+        ) from None
+    try:
+        bundle = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise error(f"not JSON ({e})") from None
+    program = Program(bundle, source)
     load_library()
     return program
 
@@ -222,16 +395,82 @@ def _register_gradient():
         pass  # registered before (the module was reloaded)
 
 
+# The digest of each gradient program seen in this process (loaded with a bundle, or run by
+# `_dynamic_lib_gradient`) -> the name of the program it differentiates: a nested tape that
+# differentiates a gradient op is told so.
+_gradient_of: dict = {}
+
+
+def _digest(sealed: bytes) -> bytes:
+    """The digest inside a sealed program (empty for bytes too short to hold one)."""
+    return sealed[len(_SEALED_PROGRAM_HEADER) : len(_SEALED_PROGRAM_HEADER) + _DIGEST_BYTES]
+
+
+def _program_name(sealed: bytes) -> Optional[str]:
+    """The `name` field (2) of the ovl.ir.Program inside a sealed program, read without a
+    protobuf library; None when it cannot be read."""
+    data = sealed[len(_SEALED_PROGRAM_HEADER) + _DIGEST_BYTES :]
+    pos = 0
+
+    def varint():
+        nonlocal pos
+        value, shift = 0, 0
+        while pos < len(data) and shift < 64:
+            b = data[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                return value
+            shift += 7
+        raise ValueError("truncated varint")
+
+    try:
+        while pos < len(data):
+            tag = varint()
+            field, wire = tag >> 3, tag & 7
+            if wire == 0:
+                varint()
+            elif wire == 2:
+                n = varint()
+                if field == 2:
+                    return data[pos : pos + n].decode("utf-8", "replace")
+                pos += n
+            elif wire in (1, 5):
+                pos += 8 if wire == 1 else 4
+            else:
+                return None
+    except ValueError:
+        return None
+    return None
+
+
 def _dynamic_lib_gradient(op, *grads):
     """The gradient of ``DynamicLib``: another ``DynamicLib`` running the gradient program on
     the forward inputs followed by the gradients flowing into each output (zeros where none
     flows). It returns one gradient per forward input; integer and bool inputs get ``None``."""
+    program = op.get_attr("program")
     gradient = op.get_attr("gradient")
     if not gradient:
+        of = _gradient_of.get(_digest(program))
+        if of is not None:
+            raise LookupError(
+                f"DynamicLib: the gradient program of `{of}` has no gradient; ovl exports "
+                f"first derivatives only, so a nested tf.GradientTape cannot differentiate "
+                f"`{of}` twice"
+            )
         raise LookupError(
-            "DynamicLib: this ovl program has no gradient; export it with "
-            "`TfExport::gradient` to differentiate through it"
+            f"DynamicLib: ovl program `{_program_name(program) or '?'}` has no gradient; "
+            "export it with `TfExport::gradient` to differentiate through it"
         )
+    problem = _sealed_problem(gradient)
+    if problem:
+        raise tf.errors.InvalidArgumentError(
+            None,
+            None,
+            f"DynamicLib: the `gradient` attribute: the program was modified or corrupted: "
+            f"{problem}; export it again",
+        )
+    _gradient_of[_digest(gradient)] = _program_name(program) or "?"
     upstream = [
         tf.zeros_like(out) if g is None else tf.convert_to_tensor(g)
         for g, out in zip(grads, op.outputs)

@@ -80,13 +80,12 @@ def test_corrupt_program(bundle, damage):
         "bit flip": program[:40] + bytes([program[40] ^ 0x5A]) + program[41:],
     }[damage]
     x = tf.zeros(64)
-    try:
-        out = ovl_tf.dynamic_lib([x, x], bad, [tf.float32], [[64]])
-    except tf.errors.InvalidArgumentError as e:
-        assert "DynamicLib" in str(e)
-    else:
-        # A flipped bit can leave a valid program (a different constant, say): then it runs.
-        assert damage == "bit flip", out
+    # The digest is checked before decoding: every damage is refused, a flipped bit included.
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=r"DynamicLib `.*`: the `program` attribute: the program was modified or corrupted",
+    ):
+        ovl_tf.dynamic_lib([x, x], bad, [tf.float32], [[64]])
 
 
 def test_bundle_that_is_not_a_bundle(tmp_path):
@@ -97,3 +96,101 @@ def test_bundle_that_is_not_a_bundle(tmp_path):
     p.write_text("{ not json")
     with pytest.raises(ValueError, match="not JSON"):
         ovl_tf.load(p)
+
+
+def test_call_errors_are_typed_consistently(bundle):
+    """TypeError: the wrong number of arguments or the wrong dtype (or a value that does not
+    convert); ValueError: the right dtype with a static shape that does not fit. The same inside
+    tf.function (raised while tracing)."""
+    import numpy as np
+
+    f = bundle("scale_add")
+    good = tf.zeros((4, 5))
+    cases = [
+        (TypeError, r"takes 1 inputs \(x\), 0 given", ()),
+        (TypeError, r"takes 1 inputs \(x\), 2 given", (good, good)),
+        (TypeError, r"input 0 \(`x`\) has dtype int32, the program was exported for float32",
+         (tf.zeros((4, 5), tf.int32),)),
+        (TypeError, r"input 0 \(`x`\) has dtype float64", (np.zeros((4, 5)),)),
+        (TypeError, r"input 0 \(`x`\): str value cannot be converted to a float32 tensor",
+         ("text",)),
+        (TypeError, r"input 0 \(`x`\): list value cannot be converted to a float32 tensor",
+         ([[1.0, 2.0], [3.0]],)),
+        (ValueError, r"input 0 \(`x`\) has shape \(4, 6\), the program was exported for \(4, 5\)",
+         (tf.zeros((4, 6)),)),
+        (ValueError, r"input 0 \(`x`\) has shape \(2,\)", ([1.0, 2.0],)),
+    ]
+    for error, message, args in cases:
+        with pytest.raises(error, match=r"^ovl program `scale_add`.*" + message):
+            f(*args)
+    for error, message, args in cases:
+        if all(isinstance(a, tf.Tensor) for a in args):
+            with pytest.raises(error, match=message):
+                tf.function(lambda *xs: f(*xs))(*args)
+    assert f(good).shape == (4, 5)
+
+
+def test_a_nested_gradient_tape_names_the_program_whose_gradient_has_none(bundle):
+    f = bundle("square")
+    x = tf.Variable([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    with tf.GradientTape() as outer:
+        with tf.GradientTape() as inner:
+            y = tf.reduce_sum(f(x))
+        g = inner.gradient(y, x)
+        s = tf.reduce_sum(g * g)
+    assert g.numpy().tolist() == [2.0, 4.0, 6.0, 8.0, 10.0, 12.0]
+    with pytest.raises(LookupError) as e:
+        outer.gradient(s, x)
+    assert str(e.value) == (
+        "DynamicLib: the gradient program of `square` has no gradient; ovl exports first "
+        "derivatives only, so a nested tf.GradientTape cannot differentiate `square` twice"
+    )
+
+
+def test_a_program_without_gradient_is_named(bundle):
+    f = bundle("square_no_grad")
+    x = tf.Variable(tf.ones(6))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(f(x))
+    with pytest.raises(LookupError) as e:
+        tape.gradient(loss, x)
+    assert str(e.value) == (
+        "DynamicLib: ovl program `square` has no gradient; export it with `TfExport::gradient` "
+        "to differentiate through it"
+    )
+
+
+def test_compiling_prints_no_build_tool_output(bundle_dir, tmp_path):
+    """cc's `cargo:warning=` lines (here: a compiler whose family cc cannot detect) must not
+    reach the user's process; run in a fresh process with a fresh operator cache, so that the
+    bridge finds the compiler and compiles."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    real = shutil.which(os.environ.get("CXX", "c++"))
+    assert real, "a C++ compiler is needed to compile operators"
+    wrapper = tmp_path / "c++"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "# Empty preprocessor output: the build tool cannot tell which compiler this is.\n"
+        'for a in "$@"; do [ "$a" = "-E" ] && exit 0; done\n'
+        f'exec "{real}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    script = (
+        "import sys, tensorflow as tf, ovl_tf\n"
+        f"f = ovl_tf.load({str(bundle_dir / 'add_one.json')!r})\n"
+        "print('result', f(tf.constant([1.0, 2.0, 3.0, 4.0])).numpy().tolist())\n"
+    )
+    env = dict(os.environ, CXX=str(wrapper), OVL_CACHE_DIR=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    assert "result [2.0, 3.0, 4.0, 5.0]" in done.stdout
+    assert list((tmp_path / "cache").rglob("*.so")), "the operator was compiled"
+    for stream in (done.stdout, done.stderr):
+        assert "cargo:" not in stream, stream
