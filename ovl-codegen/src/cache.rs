@@ -1,54 +1,12 @@
-//! The operator cache: on disk (shared between processes) and in memory (per process).
-//!
-//! Layout (CUDA: see [`crate::cuda`], `<root>/v1/cuda/<key>/`): `<root>/v1/cpu/<key>/` holds
-//! `op.cpp` (the generated source), `op.so` (the library) and `meta` (the library's length and
-//! SHA-256 digest, then what the key was computed from, for people), plus a `lock` file.
-//! `<root>` is `$OVL_CACHE_DIR`, else the user cache directory (`~/.cache/ovl` on Linux), or
-//! [`CompileOptions::cache_dir`]. `<key>` is [`crate::CompiledOperator::cache_key`]: 32 hex
-//! digits of SHA-256 over the operator's canonical hash, the codegen and ABI versions, the
-//! compiler path and `--version`, the flags and the CPU features.
-//!
-//! Every file is written to a unique temporary name in the same directory and renamed into
-//! place, so readers never see a partial file; an exclusive lock on `lock` serializes
-//! compilations of one key between processes (the second process finds the library the first
-//! one made). Two processes forcing recompilation of one operator both compile and both
-//! succeed (the renames are atomic).
-//!
-//! Before a cached library is loaded (once per process: later requests are answered from
-//! memory), its length and digest are checked against `meta`: a damaged library (truncated,
-//! extended, altered, or recorded by an older version without a digest) is never loaded, it is
-//! recompiled; in a cache that cannot be written that is [`CodegenError::DamagedEntry`], which
-//! names the file. The protocol is shared with the CUDA entries (`shared::cache_entry`).
+//! The operator cache as a whole: where it is ([`cache_dir`]) and how to empty it. Its C++
+//! entries are [`crate::cpu::cache`], its CUDA entries `crate::cuda`'s, both written by the one
+//! entry protocol (`shared::cache_entry`).
 
-use crate::compiler::Toolchain;
-use crate::cpp::generate_cpp;
-use crate::error::{defined_at, CodegenError};
-use crate::options::CompileOptions;
-use crate::runtime::{CacheOutcome, CompiledOperator, Origin};
-use crate::shared::cache_entry::{get_or_build, Backend, Entry, Writer};
-use ovl_ir::ir;
-use sha2::{Digest as _, Sha256};
-use std::collections::HashMap;
+use crate::error::CodegenError;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::path::Path;
 
-pub use crate::shared::cache_entry::CACHE_LAYOUT;
-
-/// The default cache root: `$OVL_CACHE_DIR` if set and not empty, else `ovl` in the user cache
-/// directory (`~/.cache/ovl` on Linux), else `ovl-cache` in the temporary directory.
-pub fn cache_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("OVL_CACHE_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir);
-    }
-    static DEFAULT: OnceLock<PathBuf> = OnceLock::new();
-    DEFAULT
-        .get_or_init(|| match directories::BaseDirs::new() {
-            Some(b) => b.cache_dir().join("ovl"),
-            None => std::env::temp_dir().join("ovl-cache"),
-        })
-        .clone()
-}
+pub use crate::shared::cache_entry::{cache_dir, CACHE_LAYOUT};
 
 /// Removes every compiled operator from the default cache ([`cache_dir`]) and forgets the ones
 /// loaded in this process (libraries already loaded stay usable).
@@ -59,10 +17,7 @@ pub fn clear_cache() -> Result<(), CodegenError> {
 /// Like [`clear_cache`] for the cache rooted at `root`: removes its layout directories (`v1`,
 /// and those of other layout versions).
 pub fn clear_cache_at(root: &Path) -> Result<(), CodegenError> {
-    memory()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .retain(|(r, _), _| r != root);
+    crate::cpu::cache::forget_root(root);
     crate::cuda::forget_root(root);
     let entries = match fs::read_dir(root) {
         Ok(e) => e,
@@ -94,142 +49,4 @@ pub fn clear_cache_at(root: &Path) -> Result<(), CodegenError> {
         }
     }
     Ok(())
-}
-
-type MemoryKey = (PathBuf, String);
-
-fn memory() -> &'static Mutex<HashMap<MemoryKey, Arc<CompiledOperator>>> {
-    static M: OnceLock<Mutex<HashMap<MemoryKey, Arc<CompiledOperator>>>> = OnceLock::new();
-    M.get_or_init(Default::default)
-}
-
-/// SHA-256 of the C++ prelude, computed once: the key is looked up on every evaluation.
-fn prelude_digest() -> &'static [u8] {
-    static DIGEST: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    DIGEST.get_or_init(|| Sha256::digest(crate::cpp::PRELUDE.as_bytes()).to_vec())
-}
-
-/// The cache key of an operator for a toolchain: 32 hex digits of SHA-256 over the operator's
-/// canonical hash ([`ovl_ir::hash::canonical_hash`]), the codegen and ABI versions, the text of
-/// the C++ prelude (so that a change to it can never reuse a stale library), and the toolchain
-/// fingerprint (compiler path and `--version`, flags, CPU features).
-pub(crate) fn cache_key(dag: &ir::ExpressionDag, toolchain: &Toolchain) -> String {
-    let digest = ovl_ir::hash::canonical_hash(dag);
-    let mut h = Sha256::new();
-    h.update(b"ovl-codegen cpu cache key\0");
-    h.update(crate::CODEGEN_VERSION.as_bytes());
-    h.update([0]);
-    h.update(crate::abi::ABI_VERSION.to_le_bytes());
-    h.update(prelude_digest());
-    h.update(digest.0);
-    h.update(toolchain.fingerprint);
-    let out = h.finalize();
-    out[..16].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-pub(crate) fn env_flag(name: &str) -> bool {
-    std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
-
-fn dump(operator: &str, path: &Path) {
-    dump_source_file("C++", operator, path)
-}
-
-/// Prints a generated source file (`language`: `C++`, `CUDA`) to stderr for `OVL_DUMP_SOURCE`.
-pub(crate) fn dump_source_file(language: &str, operator: &str, path: &Path) {
-    match fs::read_to_string(path) {
-        Ok(src) => eprintln!(
-            "ovl: {language} source of operator `{operator}` ({}):\n{src}\novl: end of {}",
-            path.display(),
-            path.display()
-        ),
-        Err(e) => eprintln!(
-            "ovl: cannot read the {language} source of operator `{operator}` at {}: {e}",
-            path.display()
-        ),
-    }
-}
-
-/// Compiles an operator (or finds it in the cache) and loads it; also says where it was found.
-///
-/// See [`crate::compile`].
-pub fn compile_with_outcome(
-    dag: &ir::ExpressionDag,
-    options: &CompileOptions,
-) -> Result<(Arc<CompiledOperator>, CacheOutcome), CodegenError> {
-    let force = options.force_recompile || env_flag("OVL_FORCE_RECOMPILE");
-    let dump_source = options.dump_source || env_flag("OVL_DUMP_SOURCE");
-    let toolchain = Toolchain::get(options)?;
-    let root = options.cache_dir.clone().unwrap_or_else(cache_dir);
-    let key = cache_key(dag, &toolchain);
-    let memory_key = (root, key);
-
-    // In memory: no file system access. A forced recompilation accepts only a library this
-    // process compiled itself.
-    if let Some(op) = memory()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&memory_key)
-    {
-        if !force || op.origin() == Origin::Compiled {
-            return Ok((op.clone(), CacheOutcome::Memory));
-        }
-    }
-    let (root, key) = &memory_key;
-    let entry = Entry::new(root, Backend::Cpu, key, "op.so");
-    let source_path = entry.file("op.cpp");
-    let remember = |op: CompiledOperator, outcome: CacheOutcome| {
-        let op = Arc::new(op);
-        memory()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(memory_key.clone(), op.clone());
-        if dump_source && outcome == CacheOutcome::DiskCache {
-            dump(op.name(), op.source_path());
-        }
-        Ok((op, outcome))
-    };
-    // A library that passed the integrity check; the loader or the ABI check may still reject
-    // it (then it is rebuilt).
-    let accept = |library: &Path, _bytes: Vec<u8>| {
-        CompiledOperator::load(dag, key, library, source_path.clone(), Origin::DiskCache)
-            .map_err(|why| format!("it cannot be loaded: {why}"))
-    };
-    let build = |writer: &Writer<'_>| {
-        ovl_ir::validate::validate(dag)?;
-        let source = generate_cpp(dag, key)?;
-        writer.write("op.cpp", source.as_bytes())?;
-        if dump_source {
-            dump(&dag.name, &source_path);
-        }
-        let tmp_lib = writer.temp_artifact()?;
-        toolchain.compile(&source_path, &tmp_lib, &dag.name, &defined_at(dag))?;
-        // Load from the unique temporary name (the dynamic loader identifies libraries by path,
-        // so a recompiled library must not be opened under a path loaded before), then publish
-        // it with its `meta`.
-        let mut op =
-            CompiledOperator::load(dag, key, &tmp_lib, source_path.clone(), Origin::Compiled)
-                .map_err(|message| CodegenError::Load {
-                    operator: dag.name.clone(),
-                    path: tmp_lib.to_path_buf(),
-                    message,
-                })?;
-        let description = format!(
-            "operator: {}\ndefined at: {}\ncanonical hash: {}\ncodegen version: {}\n\
-             abi version: {}\ncompiler: {}\ncompiler version: {}\nflags: {}\ncpu: {}\n",
-            dag.name,
-            defined_at(dag),
-            ovl_ir::hash::canonical_hash(dag),
-            crate::CODEGEN_VERSION,
-            crate::abi::ABI_VERSION,
-            toolchain.path.display(),
-            toolchain.version,
-            toolchain.flags.join(" "),
-            toolchain.cpu,
-        );
-        op.set_library_path(writer.publish_file(tmp_lib, &description)?);
-        Ok(op)
-    };
-    let (op, outcome) = get_or_build(&entry, force, accept, build)?;
-    remember(op, outcome)
 }

@@ -13,31 +13,34 @@
 //! # Ok(()) }
 //! ```
 //!
-//! - [`cpp`]: the emitter (exact IR semantics, vectorizable loops, proven bounds checks elided).
+//! - [`cpu`]: the C++ backend: [`generate_cpp`] (exact IR semantics, vectorizable loops, proven
+//!   bounds checks elided), the compiler driver, the cache's C++ entries, the runtime.
+//! - `shared`: what both backends use: the worker-program emitter, the interval analysis,
+//!   literals, the prelude of `ovl::` helpers (one source, two dialects), cache entries.
 //! - [`compiler_flags`], [`compiler_invocations`]: the compiler driver.
-//! - [`cache_dir`], [`clear_cache`]: the operator cache (layout in the [`cache`] module docs).
-//! - [`CompiledOperator::run`]: the runtime; [`abi`] documents the C entry points.
+//! - [`cache_dir`], [`clear_cache`]: the operator cache (layout in the [`cpu::cache`] module docs).
+//! - [`CompiledOperator::run`]: the runtime; [`cpu::abi`] documents the C entry points.
 //! - [`cuda`]: the CUDA backend (emitter, NVRTC, ptxas, cache entries, GPU runtime).
 //!
 //! Environment: `OVL_CACHE_DIR` (cache root), `OVL_FORCE_RECOMPILE=1` (ignore the on-disk
 //! cache), `OVL_DUMP_SOURCE=1` (print generated sources to stderr), `CXX` (the compiler, as
 //! the `cc` crate reads it).
 
-pub mod abi;
 pub mod cache;
-mod compiler;
-pub mod cpp;
+pub mod cpu;
 pub mod cuda;
 mod error;
 mod options;
-mod runtime;
 mod shared;
 
-pub use cache::{cache_dir, clear_cache, clear_cache_at, compile_with_outcome, CACHE_LAYOUT};
-pub use compiler::{compiler_flags, compiler_invocations};
+pub use cache::{cache_dir, clear_cache, clear_cache_at, CACHE_LAYOUT};
+pub use cpu::cache::compile_with_outcome;
+pub use cpu::compiler::{compiler_flags, compiler_invocations};
+pub use cpu::generate_cpp;
+pub use cpu::runtime::{CompiledOperator, Origin, PARALLEL_MIN_WORK};
 pub use error::{Access, CodegenError, CompileFailure, CudaCompileFailure, OutOfBounds, RunError};
 pub use options::CompileOptions;
-pub use runtime::{CacheOutcome, CompiledOperator, Origin, PARALLEL_MIN_WORK};
+pub use shared::cache_entry::CacheOutcome;
 
 use ovl_ir::ir;
 use std::sync::Arc;

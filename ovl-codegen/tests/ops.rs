@@ -1108,7 +1108,7 @@ fn provable_indices_need_no_check() {
     let s = b.op(Op::Add, &[s, z]);
     b.write(OUT, 0, &[i], s);
     let dag = b.build();
-    let src = ovl_codegen::cpp::generate_cpp(&dag, "test").unwrap();
+    let src = ovl_codegen::generate_cpp(&dag, "test").unwrap();
     assert!(!src.contains("ovl::inb(v"), "{src}");
     let a = f32_tensor(&[16], |k| k as f32);
     let c = f32_tensor(&[4], |k| 100.0 * k as f32);
@@ -1252,7 +1252,7 @@ fn malformed_ir_never_panics_the_emitter() {
                 _ => dag.workgroup_shape.push(next() % 3),
             }
         }
-        if ovl_codegen::cpp::generate_cpp(&dag, "fuzz").is_err() {
+        if ovl_codegen::generate_cpp(&dag, "fuzz").is_err() {
             errors += 1;
         }
     }

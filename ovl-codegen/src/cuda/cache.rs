@@ -6,9 +6,8 @@
 
 use super::nvrtc::{self, NvrtcInfo};
 use super::{generate_cuda, nvrtc_options, sm, CudaBinary, CudaCompileOptions};
-use crate::cache::{cache_dir, dump_source_file, env_flag};
 use crate::error::{defined_at, CodegenError, CudaCompileFailure};
-use crate::runtime::CacheOutcome;
+use crate::shared::cache_entry::{cache_dir, dump_source_file, env_flag, CacheOutcome};
 use crate::shared::cache_entry::{get_or_build, Backend, Entry, Writer};
 use ovl_ir::ir;
 use sha2::{Digest as _, Sha256};

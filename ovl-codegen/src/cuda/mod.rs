@@ -43,14 +43,13 @@
 //! `OVL_NVRTC_LIB`, `OVL_PTXAS`, `OVL_PYTHON`, `VIRTUAL_ENV` and `CUDA_HOME` locate the tools.
 
 mod cache;
-mod emit;
+mod frame;
 mod nvrtc;
-mod prelude;
 mod ptxas;
 mod runtime;
 
 pub use cache::{compile, compile_with_outcome, CudaArtifact};
-pub use emit::{generate_cuda, KERNEL_NAME};
+pub use frame::{generate_cuda, KERNEL_NAME};
 pub use nvrtc::{nvrtc_status, NvrtcInfo};
 pub use ptxas::{ptxas_path, validate};
 pub use runtime::{device_copy_bandwidth, gpu_status, load, CudaOperator, GpuInfo};

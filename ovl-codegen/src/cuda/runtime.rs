@@ -4,9 +4,8 @@
 //! are copied back.
 
 use super::{compile, no_panic, nvrtc, CudaArtifact, CudaBinary, CudaCompileOptions, KERNEL_NAME};
-use crate::abi::Status;
 use crate::error::{defined_at, CodegenError, RunError};
-use crate::runtime::fault_error;
+use crate::shared::fault::{fault_error, Status};
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig};
 use cudarc::driver::{DriverError, PushKernelArg as _};
 use ovl_ir::ir::{self, Op};

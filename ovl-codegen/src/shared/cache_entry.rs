@@ -21,11 +21,56 @@
 //! new `meta` with an old artifact: that is a mismatch, so it takes the lock and checks again.
 
 use crate::error::CodegenError;
-use crate::runtime::CacheOutcome;
 use sha2::{Digest as _, Sha256};
 use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// Where a call of [`crate::compile_with_outcome`] found the operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// The C++ compiler ran.
+    Compiled,
+    /// The library was loaded from the on-disk cache (no compiler run).
+    DiskCache,
+    /// The operator was already loaded in this process (no file system access at all).
+    Memory,
+}
+
+/// The default cache root: `$OVL_CACHE_DIR` if set and not empty, else `ovl` in the user cache
+/// directory (`~/.cache/ovl` on Linux), else `ovl-cache` in the temporary directory.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("OVL_CACHE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    static DEFAULT: OnceLock<PathBuf> = OnceLock::new();
+    DEFAULT
+        .get_or_init(|| match directories::BaseDirs::new() {
+            Some(b) => b.cache_dir().join("ovl"),
+            None => std::env::temp_dir().join("ovl-cache"),
+        })
+        .clone()
+}
+
+pub(crate) fn env_flag(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// Prints a generated source file (`language`: `C++`, `CUDA`) to stderr for `OVL_DUMP_SOURCE`.
+pub(crate) fn dump_source_file(language: &str, operator: &str, path: &Path) {
+    match fs::read_to_string(path) {
+        Ok(src) => eprintln!(
+            "ovl: {language} source of operator `{operator}` ({}):\n{src}\novl: end of {}",
+            path.display(),
+            path.display()
+        ),
+        Err(e) => eprintln!(
+            "ovl: cannot read the {language} source of operator `{operator}` at {}: {e}",
+            path.display()
+        ),
+    }
+}
 
 /// The version of the on-disk layout: the name of the subdirectory of the cache root.
 pub const CACHE_LAYOUT: &str = "v1";

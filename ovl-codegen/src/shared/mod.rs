@@ -1,6 +1,16 @@
 //! Code shared by the C++ and CUDA backends.
 //!
+//! - [`emit`]: the worker-program emitter (both dialects) and its limits.
+//! - [`bounds`]: the interval analysis that removes provably unnecessary bounds checks.
+//! - [`literal`]: C++ types and literals of every dtype.
+//! - [`prelude`]: the `ovl::` helpers of generated code, one source for both dialects.
 //! - [`cache_entry`]: one entry of the on-disk operator cache (layout, lock, double-check,
-//!   atomic writes, `meta`, integrity check).
+//!   atomic writes, `meta`, integrity check), the cache root and the environment switches.
+//! - [`fault`]: the fault status of generated code and the error it becomes.
 
+pub(crate) mod bounds;
 pub(crate) mod cache_entry;
+pub(crate) mod emit;
+pub(crate) mod fault;
+pub(crate) mod literal;
+pub(crate) mod prelude;

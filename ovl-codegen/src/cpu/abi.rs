@@ -26,30 +26,11 @@
 //! int64_t ovl_worker_count(void);      // the number of workers of the workgroup
 //! ```
 
+pub(crate) use crate::shared::fault::Status;
 use std::ffi::{c_char, c_void};
 
 /// The version of this ABI; a cached library with another version is recompiled.
 pub const ABI_VERSION: u32 = 1;
-
-/// `ovl_status` (see the module documentation).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Status {
-    pub code: i32,
-    pub expression: i32,
-    pub tensor_kind: i32,
-    pub tensor_index: i32,
-    pub axis: i32,
-    pub index_signed: i32,
-    pub index_bits: u64,
-    pub size: u64,
-    pub worker: i64,
-    pub step: i64,
-}
-
-/// Status codes.
-pub(crate) const STATUS_OUT_OF_BOUNDS: i32 = 1;
-pub(crate) const STATUS_NON_POSITIVE_STEP: i32 = 2;
 
 /// `ovl_run`.
 pub(crate) type RunFn = unsafe extern "C" fn(

@@ -1,8 +1,10 @@
 //! Loading a compiled operator and running it on host tensors, multi-threaded.
 
-use crate::abi::{self, AbiVersionFn, CacheKeyFn, RunFn, Status, WorkerCountFn, ABI_VERSION};
-use crate::error::{defined_at, Access, OutOfBounds, RunError};
-use ovl_ir::ir::{self, Op, TensorKind};
+use crate::cpu::abi::{AbiVersionFn, CacheKeyFn, RunFn, Status, WorkerCountFn, ABI_VERSION};
+use crate::error::{defined_at, RunError};
+pub use crate::shared::cache_entry::CacheOutcome;
+use crate::shared::fault::fault_error;
+use ovl_ir::ir::{self, Op};
 use ovl_ir::{DType, HostTensor};
 use std::ffi::{c_void, CStr};
 use std::path::{Path, PathBuf};
@@ -20,17 +22,6 @@ pub enum Origin {
     Compiled,
     /// The library was found in the on-disk cache.
     DiskCache,
-}
-
-/// Where a call of [`crate::compile_with_outcome`] found the operator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CacheOutcome {
-    /// The C++ compiler ran.
-    Compiled,
-    /// The library was loaded from the on-disk cache (no compiler run).
-    DiskCache,
-    /// The operator was already loaded in this process (no file system access at all).
-    Memory,
 }
 
 /// A tensor type: dtype and shape.
@@ -150,7 +141,7 @@ impl CompiledOperator {
         let library =
             unsafe { libloading::Library::new(library_path) }.map_err(|e| e.to_string())?;
         // SAFETY: the symbols are looked up with the signatures the generated code defines
-        // (see `crate::abi`); the ABI version is checked before any other symbol is called.
+        // (see `crate::cpu::abi`); the ABI version is checked before any other symbol is called.
         let run_fn = unsafe {
             let version = *library
                 .get::<AbiVersionFn>(b"ovl_abi_version\0")
@@ -187,7 +178,7 @@ impl CompiledOperator {
             outputs,
             workgroup: dag.workgroup_shape.clone(),
             workers,
-            worker_cost: crate::cpp::worker_cost(dag),
+            worker_cost: crate::shared::emit::worker_cost(dag),
             writes: dag
                 .expressions
                 .iter()
@@ -426,72 +417,6 @@ impl CompiledOperator {
             &self.writes,
             st,
         )
-    }
-}
-
-/// The position of a flattened worker index in a workgroup.
-fn position(workgroup: &[u64], worker: i64) -> Vec<u64> {
-    let mut rest = worker.max(0) as u64;
-    let mut p = vec![0; workgroup.len()];
-    for a in (0..p.len()).rev() {
-        let d = workgroup[a].max(1);
-        p[a] = rest % d;
-        rest /= d;
-    }
-    p
-}
-
-/// The error for a fault status of the generated code (shared by the C++ and CUDA runtimes).
-/// `writes[k]` says whether expression `k` is a WRITE.
-pub(crate) fn fault_error(
-    name: &str,
-    defined_at: &str,
-    workgroup: &[u64],
-    writes: &[bool],
-    st: &Status,
-) -> RunError {
-    let position = position(workgroup, st.worker);
-    let expression = st.expression.max(0) as usize;
-    match st.code {
-        abi::STATUS_OUT_OF_BOUNDS => {
-            let kind = match TensorKind::try_from(st.tensor_kind) {
-                Ok(TensorKind::Input) => "input",
-                Ok(TensorKind::Output) => "output",
-                Ok(TensorKind::Local) => "local",
-                _ => "tensor",
-            };
-            let index = if st.index_signed != 0 {
-                st.index_bits as i64 as i128
-            } else {
-                st.index_bits as i128
-            };
-            RunError::IndexOutOfBounds(Box::new(OutOfBounds {
-                operator: name.to_string(),
-                defined_at: defined_at.to_string(),
-                expression,
-                access: if writes.get(expression).copied().unwrap_or(false) {
-                    Access::Write
-                } else {
-                    Access::Read
-                },
-                tensor: format!("{kind} {}", st.tensor_index),
-                axis: st.axis.max(0) as usize,
-                index,
-                size: st.size,
-                position,
-            }))
-        }
-        abi::STATUS_NON_POSITIVE_STEP => RunError::NonPositiveStep {
-            operator: name.to_string(),
-            defined_at: defined_at.to_string(),
-            expression,
-            step: st.step,
-            position,
-        },
-        code => RunError::Internal {
-            operator: name.to_string(),
-            message: format!("unknown status code {code} from the generated code"),
-        },
     }
 }
 

@@ -1,0 +1,12 @@
+//! The C++ backend: the frame around the shared worker program ([`generate_cpp`]), the compiler
+//! driver, the operator cache's C++ entries ([`cache`]), the C entry points of a compiled
+//! operator ([`abi`]) and the multi-threaded runtime.
+
+pub mod abi;
+pub mod cache;
+pub(crate) mod compiler;
+mod frame;
+pub(crate) mod runtime;
+
+pub use crate::shared::emit::{MAX_LOCALS_TOTAL_BYTES, MAX_LOCAL_BYTES};
+pub use frame::generate_cpp;
