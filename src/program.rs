@@ -1,18 +1,268 @@
-//! An exported program loaded to run: decoded, checked, compiled for a target, planned, and run
-//! on buffers the caller owns (TensorFlow's tensors, without copies) or on host tensors.
-//! [`crate::export::run_program`] and the TensorFlow bridge's `DynamicLib` kernel both run
+//! Exported programs ([`ir::Program`]): the sealed byte format ([`seal_program`],
+//! [`open_program`]: a digest checked before decoding), the checks every receiver runs
+//! ([`check_program`]), and [`LoadedProgram`]: a program decoded, checked, compiled for a
+//! target, planned, and run on buffers the caller owns (TensorFlow's tensors, without copies)
+//! or on host tensors. [`run_program`] and the TensorFlow bridge's `DynamicLib` kernel both run
 //! programs through [`LoadedProgram`], and it runs graphs through the one [`crate::runner`].
+//! The exporter that makes programs is [`crate::export`].
 
-use crate::export::{
-    check_program, constant_tensor, open_program, tensorflow_dtype_name, SealError,
-};
 use crate::runner::{Input, Kernel, Output, Plan, RunFailure, Sig};
-use crate::{executor, Options};
+use crate::{executor, Error, Options};
 use ovl_core::ir;
 use ovl_core::{DType, HostTensor};
 use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
+
+/// The first bytes of a sealed program (see [`seal_program`]); the SHA-256 digest of the
+/// protobuf bytes follows, then those bytes. The Python package `ovl_tf` mirrors this
+/// constant as `_SEALED_PROGRAM_HEADER`.
+pub const SEALED_PROGRAM_HEADER: &[u8] = b"ovl.ir.Program sha256 v1\n";
+
+/// The length of a SHA-256 digest, in bytes.
+const DIGEST_BYTES: usize = 32;
+
+/// Why sealed program bytes (a bundle's `program` or `gradient`, the `DynamicLib` op's
+/// attributes) were refused before decoding. `what` names them (`bundle "x.json" (program)`,
+/// "the `program` attribute of DynamicLib `node`").
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    /// The bytes do not start with [`SEALED_PROGRAM_HEADER`].
+    #[error(
+        "{what}: the program was modified or corrupted: it does not start with the header of a \
+         sealed ovl program (or an older ovl exported it); export it again"
+    )]
+    NoHeader {
+        /// The program's origin.
+        what: String,
+    },
+    /// The header is there but the digest is cut short.
+    #[error(
+        "{what}: the program was modified or corrupted: it is truncated ({len} bytes, shorter \
+         than its header and digest); export it again"
+    )]
+    Truncated {
+        /// The program's origin.
+        what: String,
+        /// The length of the bytes.
+        len: usize,
+    },
+    /// The digest does not match the protobuf bytes.
+    #[error(
+        "{what}: the program was modified or corrupted: its SHA-256 digest does not match its \
+         contents; export it again"
+    )]
+    Digest {
+        /// The program's origin.
+        what: String,
+    },
+    /// The digest matches but the bytes are not an `ovl.ir.Program` (an incompatible ovl).
+    #[error(
+        "{what}: the program's digest matches but it does not decode as ovl.ir.Program \
+         ({message}): an incompatible ovl exported it; export it again"
+    )]
+    Decode {
+        /// The program's origin.
+        what: String,
+        /// The decoder's message.
+        message: String,
+    },
+}
+
+/// The program as the bundle file and the `DynamicLib` op carry it:
+/// [`SEALED_PROGRAM_HEADER`], the SHA-256 digest of the protobuf bytes of `program`, then those
+/// bytes. [`open_program`] checks the digest before decoding, so that an edited or corrupted
+/// program is an error instead of another program.
+pub fn seal_program(program: &ir::Program) -> Vec<u8> {
+    use prost::Message as _;
+    use sha2::Digest as _;
+    let payload = program.encode_to_vec();
+    let mut out = Vec::with_capacity(SEALED_PROGRAM_HEADER.len() + DIGEST_BYTES + payload.len());
+    out.extend_from_slice(SEALED_PROGRAM_HEADER);
+    out.extend_from_slice(&sha2::Sha256::digest(&payload));
+    out.extend_from_slice(&payload);
+    out
+}
+
+/// Checks the header and the digest of a sealed program (see [`seal_program`]) and returns its
+/// protobuf bytes, still undecoded. `what` names the bytes in the error.
+pub fn verify_sealed<'a>(sealed: &'a [u8], what: &str) -> Result<&'a [u8], SealError> {
+    use sha2::Digest as _;
+    let what = || what.to_string();
+    let Some(rest) = sealed.strip_prefix(SEALED_PROGRAM_HEADER) else {
+        return Err(SealError::NoHeader { what: what() });
+    };
+    if rest.len() < DIGEST_BYTES {
+        return Err(SealError::Truncated {
+            what: what(),
+            len: sealed.len(),
+        });
+    }
+    let (digest, payload) = rest.split_at(DIGEST_BYTES);
+    if sha2::Sha256::digest(payload).as_slice() != digest {
+        return Err(SealError::Digest { what: what() });
+    }
+    Ok(payload)
+}
+
+/// Verifies (see [`verify_sealed`]) and decodes a sealed program. The result is not checked
+/// further: run [`check_program`] on it before use.
+pub fn open_program(sealed: &[u8], what: &str) -> Result<ir::Program, SealError> {
+    let payload = verify_sealed(sealed, what)?;
+    <ir::Program as prost::Message>::decode(payload).map_err(|e| SealError::Decode {
+        what: what.to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// The dtype and shape of an IR tensor type, or why it is not supported.
+pub fn tensor_type_of(t: &ir::TensorType) -> Result<(DType, Vec<usize>), String> {
+    let dtype =
+        DType::from_ir(t.dtype).ok_or_else(|| format!("unsupported dtype {} in IR", t.dtype))?;
+    let shape = t
+        .shape
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("dimension {d} is too large")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((dtype, shape))
+}
+
+/// Checks the invariants of a program (see `proto/ovl.proto`): the version, that every graph
+/// input is fed or constant exactly once with matching types, that constants hold the right
+/// number of bytes (and only 0 or 1 for bool), and that every operator passes
+/// [`ovl_core::validate::validate`].
+pub fn check_program(program: &ir::Program) -> Result<(), String> {
+    if program.version != ovl_core::IR_VERSION {
+        return Err(format!(
+            "the program has IR version {}, this ovl reads version {}",
+            program.version,
+            ovl_core::IR_VERSION
+        ));
+    }
+    let graph = program.graph.as_ref().ok_or("the program has no graph")?;
+    let mut source = vec![0u32; graph.inputs.len()];
+    for (k, feed) in program.feeds.iter().enumerate() {
+        let t = feed
+            .r#type
+            .as_ref()
+            .ok_or_else(|| format!("feed {k} has no type"))?;
+        tensor_type_of(t)?;
+        if let Some(i) = feed.graph_input {
+            let slot = source
+                .get_mut(i as usize)
+                .ok_or_else(|| format!("feed {k} names graph input {i}, which does not exist"))?;
+            *slot += 1;
+            if graph.inputs[i as usize] != *t {
+                return Err(format!(
+                    "feed {k} has another type than graph input {i} that it feeds"
+                ));
+            }
+        }
+    }
+    for c in &program.constants {
+        let i = c.graph_input as usize;
+        let t = graph
+            .inputs
+            .get(i)
+            .ok_or_else(|| format!("a constant names graph input {i}, which does not exist"))?;
+        source[i] += 1;
+        let (dtype, shape) = tensor_type_of(t)?;
+        let len = shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .and_then(|n| n.checked_mul(dtype.size()))
+            .ok_or("a constant is too large")?;
+        if c.data.len() != len {
+            return Err(format!(
+                "the constant for graph input {i} holds {} bytes, its type {dtype}{shape:?} needs {len}",
+                c.data.len()
+            ));
+        }
+        if dtype == DType::Bool && c.data.iter().any(|&b| b > 1) {
+            return Err(format!(
+                "the bool constant for graph input {i} holds a byte other than 0 or 1"
+            ));
+        }
+    }
+    if let Some(i) = source.iter().position(|&n| n != 1) {
+        return Err(format!(
+            "graph input {i} is {} by {} feeds and constants; it must be fed or constant exactly once",
+            if source[i] == 0 { "not supplied" } else { "supplied twice" },
+            source[i]
+        ));
+    }
+    if graph.operator_inputs.len() != graph.operators.len() {
+        return Err("the graph's operator wiring does not match its operators".into());
+    }
+    for op in &graph.operators {
+        ovl_core::validate::validate(op).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The host tensor for constant `c` of `program` (after [`check_program`]).
+pub fn constant_tensor(
+    program: &ir::Program,
+    c: &ir::ProgramConstant,
+) -> Result<HostTensor, String> {
+    let t = program
+        .graph
+        .as_ref()
+        .and_then(|g| g.inputs.get(c.graph_input as usize))
+        .ok_or("a constant names a graph input that does not exist")?;
+    let (dtype, shape) = tensor_type_of(t)?;
+    let mut h = HostTensor::zeros(dtype, &shape);
+    let len = h.len() * dtype.size();
+    if c.data.len() != len || (dtype == DType::Bool && c.data.iter().any(|&b| b > 1)) {
+        return Err("a constant's bytes do not fit its type".into());
+    }
+    // SAFETY: `h` owns `len` bytes of initialized elements; every byte pattern is a valid
+    // value of the numeric dtypes, and bool bytes were checked to be 0 or 1.
+    unsafe { std::ptr::copy_nonoverlapping(c.data.as_ptr(), h.data.as_mut_ptr(), len) };
+    Ok(h)
+}
+
+/// Runs an exported program on host tensors (one per feed, in order), the way the TensorFlow
+/// kernel does (through the same [`crate::program::LoadedProgram`]): for tests and for callers
+/// without TensorFlow. Returns the outputs in order.
+pub fn run_program(
+    program: &ir::Program,
+    feeds: Vec<HostTensor>,
+    options: &Options,
+) -> Result<Vec<HostTensor>, Error> {
+    let err = |message: String| Error::Export {
+        name: program.name.clone(),
+        message,
+    };
+    let loaded = LoadedProgram::new(program.clone(), options).map_err(|e| match e {
+        ProgramError::Compile { source, .. } => *source,
+        e => err(e.to_string()),
+    })?;
+    let feeds: Vec<&HostTensor> = feeds.iter().collect();
+    loaded
+        .run_host(&feeds, options.threads)
+        .map_err(|e| match e {
+            ProgramError::Run { source, .. } => (*source).into(),
+            e => err(e.to_string()),
+        })
+}
+
+/// The TensorFlow name of a dtype (`tf.as_dtype` accepts it).
+pub fn tensorflow_dtype_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "float32",
+        DType::F64 => "float64",
+        DType::I8 => "int8",
+        DType::I16 => "int16",
+        DType::I32 => "int32",
+        DType::I64 => "int64",
+        DType::U8 => "uint8",
+        DType::U16 => "uint16",
+        DType::U32 => "uint32",
+        DType::U64 => "uint64",
+        DType::Bool => "bool",
+    }
+}
 
 /// Why a program could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
