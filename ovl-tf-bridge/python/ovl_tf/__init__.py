@@ -62,10 +62,11 @@ __all__ = [
     "load_library",
 ]
 
+# These three mirror ovl::export::{BUNDLE_FORMAT, BUNDLE_VERSION, SEALED_PROGRAM_HEADER}, the
+# source of truth; ovl-tf-bridge/tests/python_constants.rs checks that they agree.
 BUNDLE_FORMAT = "ovl-tensorflow-bundle"
 _BUNDLE_VERSION = 2
-# A sealed program: this header, the SHA-256 digest of the protobuf bytes, those bytes (the same
-# constant as ovl::export::SEALED_PROGRAM_HEADER in Rust).
+# A sealed program: this header, the SHA-256 digest of the protobuf bytes, those bytes.
 _SEALED_PROGRAM_HEADER = b"ovl.ir.Program sha256 v1\n"
 _DIGEST_BYTES = 32
 _LIBRARY_NAME = "libovl_tf_bridge.so"
