@@ -52,6 +52,10 @@ pub(crate) struct TensorInfo {
     pub name: String,
 }
 
+/// What emitting one expression gives: its value dtype (None for a statement) and the interval
+/// of an integer value when known.
+type Emitted = Result<(Option<DType>, Option<Interval>), CodegenError>;
+
 /// The index operands that need a bounds check: (axis, C++ variable, dimension size).
 type Unproven = Vec<(usize, String, u64)>;
 
@@ -455,7 +459,7 @@ impl<'a> Emitter<'a> {
 
     /// Emits expression `k`; returns its value dtype (None for statements) and the interval of
     /// an integer value when known.
-    fn expression(&mut self, k: usize) -> Result<(Option<DType>, Option<Interval>), CodegenError> {
+    fn expression(&mut self, k: usize) -> Emitted {
         let dag = self.dag;
         let e = &dag.expressions[k];
         let op = Op::try_from(e.code)
@@ -471,257 +475,312 @@ impl<'a> Emitter<'a> {
             _ => {}
         }
         match op {
-            Op::Const => {
-                self.operand_count(k, 0)?;
-                let d = self.declared(k)?;
-                let lit = self.literal(d, e.float_value, e.int_value, e.uint_value);
-                self.line(&format!("const {} v{k} = {lit};", ctype(d)));
-                let value = int_literal_value(d, e.int_value, e.uint_value);
-                self.consts[k] = value;
-                Ok((Some(d), value.map(Interval::point)))
-            }
-            Op::Position => {
-                self.operand_count(k, 0)?;
-                self.check_result(k, DType::I64)?;
-                let axis = e.axis as usize;
-                let Some(&size) = self.workgroup.get(axis) else {
-                    return Err(self.err(Some(k), format!("axis {axis} is outside the workgroup")));
-                };
-                self.line(&format!("const int64_t v{k} = ovl_p{axis};"));
-                Ok((Some(DType::I64), Some(Interval::new(0, size as i128 - 1))))
-            }
-            Op::Read => {
-                let t = self.tensor(k, &e.tensor)?;
-                if !matches!(t.kind, TensorKind::Input | TensorKind::Local) {
-                    return Err(self.err(Some(k), "a read must read an input or a local tensor"));
-                }
-                self.operand_count(k, t.shape.len())?;
-                let (linear, unproven) = self.indices(k, t)?;
-                let (d, name) = (t.dtype, t.name.clone());
-                let ct = ctype(d);
-                if unproven.is_empty() {
-                    self.line(&format!("const {ct} v{k} = {name}[{linear}];"));
-                } else {
-                    let cond = Self::bounds_condition(&unproven);
-                    let faults = self.fault_chain(k, t, &unproven);
-                    self.line(&format!("{ct} v{k}{{}};"));
-                    self.line(&format!("if (OVL_LIKELY({cond})) v{k} = {name}[{linear}];"));
-                    self.line(&format!("else {{ {faults} }}"));
-                }
-                Ok((Some(d), Interval::of_dtype(d)))
-            }
-            Op::Write => {
-                let t = self.tensor(k, &e.tensor)?;
-                if !matches!(t.kind, TensorKind::Output | TensorKind::Local) {
-                    return Err(self.err(Some(k), "a write must write an output or a local tensor"));
-                }
-                let rank = t.shape.len();
-                self.operand_count(k, rank + 1)?;
-                let (value, vd) = self.operand(k, rank)?;
-                if vd != t.dtype {
-                    return Err(self.err(
-                        Some(k),
-                        format!("writes a {vd} value into a {} tensor", t.dtype),
-                    ));
-                }
-                let (linear, unproven) = self.indices(k, t)?;
-                let name = t.name.clone();
-                if unproven.is_empty() {
-                    self.line(&format!("{name}[{linear}] = v{value};"));
-                } else {
-                    let cond = Self::bounds_condition(&unproven);
-                    let faults = self.fault_chain(k, t, &unproven);
-                    self.line(&format!(
-                        "if (OVL_LIKELY({cond})) {name}[{linear}] = v{value};"
-                    ));
-                    self.line(&format!("else {{ {faults} }}"));
-                }
-                Ok((None, None))
-            }
-            Op::Variable => {
-                self.operand_count(k, 1)?;
-                let (init, d) = self.operand(k, 0)?;
-                self.check_result(k, d)?;
-                self.line(&format!("{} v{k} = v{init};", ctype(d)));
-                Ok((Some(d), Interval::of_dtype(d)))
-            }
-            Op::Assign => {
-                self.operand_count(k, 2)?;
-                let (var, vd) = self.operand(k, 0)?;
-                let (value, d) = self.operand(k, 1)?;
-                if self.ops[var] != Op::Variable {
-                    return Err(self.err(
-                        Some(k),
-                        format!("assigns to %{var}, which is not a variable"),
-                    ));
-                }
-                if vd != d {
-                    return Err(
-                        self.err(Some(k), format!("assigns a {d} value to a {vd} variable"))
-                    );
-                }
-                self.line(&format!("v{var} = v{value};"));
-                Ok((None, None))
-            }
-            Op::LocalTensor => {
-                self.operand_count(k, 0)?;
-                let t = self.tensor(k, &e.tensor)?;
-                if t.kind != TensorKind::Local {
-                    return Err(self.err(Some(k), "local_tensor must name a local tensor"));
-                }
-                let lit = self.literal(t.dtype, e.float_value, e.int_value, e.uint_value);
-                let (name, n) = (t.name.clone(), t.elements);
-                if n > 0 {
-                    self.line(&format!("ovl::fill({name}, {n}LL, {lit});"));
-                }
-                Ok((None, None))
-            }
-            Op::Cast => {
-                self.operand_count(k, 1)?;
-                let (a, from) = self.operand(k, 0)?;
-                let to = self.declared(k)?;
-                let ct = ctype(to);
-                let x = format!("v{a}");
-                let expr = if to == DType::Bool {
-                    if from == DType::Bool {
-                        x
-                    } else {
-                        format!("({x} != 0)")
-                    }
-                } else if from.is_float() && to.is_int() {
-                    format!("ovl::f2i<{ct}>({x})")
-                } else {
-                    format!("({ct}){x}")
-                };
-                self.line(&format!("const {ct} v{k} = {expr};"));
-                let iv = if to.is_float() {
-                    None
-                } else if from.is_float() {
-                    Interval::of_dtype(to)
-                } else {
-                    self.interval(a).and_then(|iv| iv.fit(to))
-                };
-                Ok((Some(to), iv))
-            }
-            Op::Select => {
-                self.operand_count(k, 3)?;
-                let (c, cd) = self.operand(k, 0)?;
-                let (a, d) = self.operand(k, 1)?;
-                let (b, bd) = self.operand(k, 2)?;
-                if cd != DType::Bool || d != bd {
-                    return Err(self.err(
-                        Some(k),
-                        "select needs a bool condition and two values of one dtype",
-                    ));
-                }
-                self.check_result(k, d)?;
-                self.line(&format!("const {} v{k} = v{c} ? v{a} : v{b};", ctype(d)));
-                let iv = match (self.interval(a), self.interval(b)) {
-                    (Some(x), Some(y)) => Some(x.union(y)),
-                    _ => None,
-                };
-                Ok((Some(d), iv))
-            }
-            Op::Fma => {
-                self.operand_count(k, 3)?;
-                let (a, d) = self.operand(k, 0)?;
-                let (b, bd) = self.operand(k, 1)?;
-                let (c, cd) = self.operand(k, 2)?;
-                if !d.is_float() || bd != d || cd != d {
-                    return Err(self.err(Some(k), "fma needs three float operands of one dtype"));
-                }
-                self.check_result(k, d)?;
-                let args = [format!("v{a}"), format!("v{b}"), format!("v{c}")];
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                let expr = row
-                    .spelling
-                    .for_dtype(d)
-                    .apply(&args)
-                    .expect("fma takes floats");
-                self.line(&format!("const {} v{k} = {expr};", ctype(d)));
-                Ok((Some(d), None))
-            }
-            Op::If => {
-                self.operand_count(k, 1)?;
-                let (c, cd) = self.operand(k, 0)?;
-                if cd != DType::Bool {
-                    return Err(self.err(Some(k), "the condition of `if` must be bool"));
-                }
-                self.line(&format!("if (v{c}) {{"));
-                self.indent += 1;
-                self.frames.push(Frame::If { else_seen: false });
-                Ok((None, None))
-            }
-            Op::Else => {
-                match self.frames.last_mut() {
-                    Some(Frame::If { else_seen }) if !*else_seen => *else_seen = true,
-                    _ => return Err(self.err(Some(k), "`else` without an open `if`")),
-                }
-                self.indent -= 1;
-                self.line("} else {");
-                self.indent += 1;
-                Ok((None, None))
-            }
-            Op::EndIf => {
-                if !matches!(self.frames.last(), Some(Frame::If { .. })) {
-                    return Err(self.err(Some(k), "`end_if` without an open `if`"));
-                }
-                self.frames.pop();
-                self.indent -= 1;
-                self.line("}");
-                Ok((None, None))
-            }
+            Op::Const => self.constant(k),
+            Op::Position => self.position(k),
+            Op::Read => self.read(k),
+            Op::Write => self.write(k),
+            Op::Variable => self.variable(k),
+            Op::Assign => self.assign(k),
+            Op::LocalTensor => self.local_tensor(k),
+            Op::Cast => self.cast(k),
+            Op::Select => self.select(k),
+            Op::Fma => self.fma(k, row),
+            Op::If => self.if_(k),
+            Op::Else => self.else_(k),
+            Op::EndIf => self.end_if(k),
             Op::Range => self.range(k),
-            Op::EndRange => {
-                let Some(&Frame::Range { braces }) = self.frames.last() else {
-                    return Err(self.err(Some(k), "`end_range` without an open `range`"));
-                };
-                self.frames.pop();
-                for _ in 0..braces {
-                    self.indent -= 1;
-                    self.line("}");
-                }
-                Ok((None, None))
-            }
-            Op::WhileBegin => {
-                self.operand_count(k, 0)?;
-                self.line("while (true) {");
-                self.indent += 1;
-                self.frames.push(Frame::WhileCond);
-                Ok((None, None))
-            }
-            Op::WhileCond => {
-                self.operand_count(k, 1)?;
-                let (c, cd) = self.operand(k, 0)?;
-                if cd != DType::Bool || self.frames.last() != Some(&Frame::WhileCond) {
-                    return Err(self.err(
-                        Some(k),
-                        "`while_cond` needs an open `while_begin` and a bool",
-                    ));
-                }
-                *self.frames.last_mut().expect("checked") = Frame::WhileBody;
-                self.line(&format!("if (!v{c}) break;"));
-                Ok((None, None))
-            }
-            Op::WhileEnd => {
-                if self.frames.last() != Some(&Frame::WhileBody) {
-                    return Err(self.err(Some(k), "`while_end` without an open `while_cond`"));
-                }
-                self.frames.pop();
-                self.indent -= 1;
-                self.line("}");
-                Ok((None, None))
-            }
+            Op::EndRange => self.end_range(k),
+            Op::WhileBegin => self.while_begin(k),
+            Op::WhileCond => self.while_cond(k),
+            Op::WhileEnd => self.while_end(k),
             _ => Err(self.err(Some(k), format!("{} is not emitted here", row.name))),
         }
     }
 
+    /// The literal of a CONST.
+    fn constant(&mut self, k: usize) -> Emitted {
+        let dag = self.dag;
+        let e = &dag.expressions[k];
+        self.operand_count(k, 0)?;
+        let d = self.declared(k)?;
+        let lit = self.literal(d, e.float_value, e.int_value, e.uint_value);
+        self.line(&format!("const {} v{k} = {lit};", ctype(d)));
+        let value = int_literal_value(d, e.int_value, e.uint_value);
+        self.consts[k] = value;
+        Ok((Some(d), value.map(Interval::point)))
+    }
+
+    /// A component of the worker position.
+    fn position(&mut self, k: usize) -> Emitted {
+        let dag = self.dag;
+        let e = &dag.expressions[k];
+        self.operand_count(k, 0)?;
+        self.check_result(k, DType::I64)?;
+        let axis = e.axis as usize;
+        let Some(&size) = self.workgroup.get(axis) else {
+            return Err(self.err(Some(k), format!("axis {axis} is outside the workgroup")));
+        };
+        self.line(&format!("const int64_t v{k} = ovl_p{axis};"));
+        Ok((Some(DType::I64), Some(Interval::new(0, size as i128 - 1))))
+    }
+
+    /// A READ of an input or local tensor (bounds-checked where not proven).
+    fn read(&mut self, k: usize) -> Emitted {
+        let dag = self.dag;
+        let e = &dag.expressions[k];
+        let t = self.tensor(k, &e.tensor)?;
+        if !matches!(t.kind, TensorKind::Input | TensorKind::Local) {
+            return Err(self.err(Some(k), "a read must read an input or a local tensor"));
+        }
+        self.operand_count(k, t.shape.len())?;
+        let (linear, unproven) = self.indices(k, t)?;
+        let (d, name) = (t.dtype, t.name.clone());
+        let ct = ctype(d);
+        if unproven.is_empty() {
+            self.line(&format!("const {ct} v{k} = {name}[{linear}];"));
+        } else {
+            let cond = Self::bounds_condition(&unproven);
+            let faults = self.fault_chain(k, t, &unproven);
+            self.line(&format!("{ct} v{k}{{}};"));
+            self.line(&format!("if (OVL_LIKELY({cond})) v{k} = {name}[{linear}];"));
+            self.line(&format!("else {{ {faults} }}"));
+        }
+        Ok((Some(d), Interval::of_dtype(d)))
+    }
+
+    /// A WRITE to an output or local tensor (bounds-checked where not proven).
+    fn write(&mut self, k: usize) -> Emitted {
+        let dag = self.dag;
+        let e = &dag.expressions[k];
+        let t = self.tensor(k, &e.tensor)?;
+        if !matches!(t.kind, TensorKind::Output | TensorKind::Local) {
+            return Err(self.err(Some(k), "a write must write an output or a local tensor"));
+        }
+        let rank = t.shape.len();
+        self.operand_count(k, rank + 1)?;
+        let (value, vd) = self.operand(k, rank)?;
+        if vd != t.dtype {
+            return Err(self.err(
+                Some(k),
+                format!("writes a {vd} value into a {} tensor", t.dtype),
+            ));
+        }
+        let (linear, unproven) = self.indices(k, t)?;
+        let name = t.name.clone();
+        if unproven.is_empty() {
+            self.line(&format!("{name}[{linear}] = v{value};"));
+        } else {
+            let cond = Self::bounds_condition(&unproven);
+            let faults = self.fault_chain(k, t, &unproven);
+            self.line(&format!(
+                "if (OVL_LIKELY({cond})) {name}[{linear}] = v{value};"
+            ));
+            self.line(&format!("else {{ {faults} }}"));
+        }
+        Ok((None, None))
+    }
+
+    /// A worker-local VARIABLE.
+    fn variable(&mut self, k: usize) -> Emitted {
+        self.operand_count(k, 1)?;
+        let (init, d) = self.operand(k, 0)?;
+        self.check_result(k, d)?;
+        self.line(&format!("{} v{k} = v{init};", ctype(d)));
+        Ok((Some(d), Interval::of_dtype(d)))
+    }
+
+    /// An ASSIGN to a variable.
+    fn assign(&mut self, k: usize) -> Emitted {
+        self.operand_count(k, 2)?;
+        let (var, vd) = self.operand(k, 0)?;
+        let (value, d) = self.operand(k, 1)?;
+        if self.ops[var] != Op::Variable {
+            return Err(self.err(
+                Some(k),
+                format!("assigns to %{var}, which is not a variable"),
+            ));
+        }
+        if vd != d {
+            return Err(self.err(Some(k), format!("assigns a {d} value to a {vd} variable")));
+        }
+        self.line(&format!("v{var} = v{value};"));
+        Ok((None, None))
+    }
+
+    /// LOCAL_TENSOR: (re)fills a local tensor.
+    fn local_tensor(&mut self, k: usize) -> Emitted {
+        let dag = self.dag;
+        let e = &dag.expressions[k];
+        self.operand_count(k, 0)?;
+        let t = self.tensor(k, &e.tensor)?;
+        if t.kind != TensorKind::Local {
+            return Err(self.err(Some(k), "local_tensor must name a local tensor"));
+        }
+        let lit = self.literal(t.dtype, e.float_value, e.int_value, e.uint_value);
+        let (name, n) = (t.name.clone(), t.elements);
+        if n > 0 {
+            self.line(&format!("ovl::fill({name}, {n}LL, {lit});"));
+        }
+        Ok((None, None))
+    }
+
+    /// A CAST (saturating float-to-integer, `!= 0` to bool).
+    fn cast(&mut self, k: usize) -> Emitted {
+        self.operand_count(k, 1)?;
+        let (a, from) = self.operand(k, 0)?;
+        let to = self.declared(k)?;
+        let ct = ctype(to);
+        let x = format!("v{a}");
+        let expr = if to == DType::Bool {
+            if from == DType::Bool {
+                x
+            } else {
+                format!("({x} != 0)")
+            }
+        } else if from.is_float() && to.is_int() {
+            format!("ovl::f2i<{ct}>({x})")
+        } else {
+            format!("({ct}){x}")
+        };
+        self.line(&format!("const {ct} v{k} = {expr};"));
+        let iv = if to.is_float() {
+            None
+        } else if from.is_float() {
+            Interval::of_dtype(to)
+        } else {
+            self.interval(a).and_then(|iv| iv.fit(to))
+        };
+        Ok((Some(to), iv))
+    }
+
+    /// SELECT: `c ? a : b`.
+    fn select(&mut self, k: usize) -> Emitted {
+        self.operand_count(k, 3)?;
+        let (c, cd) = self.operand(k, 0)?;
+        let (a, d) = self.operand(k, 1)?;
+        let (b, bd) = self.operand(k, 2)?;
+        if cd != DType::Bool || d != bd {
+            return Err(self.err(
+                Some(k),
+                "select needs a bool condition and two values of one dtype",
+            ));
+        }
+        self.check_result(k, d)?;
+        self.line(&format!("const {} v{k} = v{c} ? v{a} : v{b};", ctype(d)));
+        let iv = match (self.interval(a), self.interval(b)) {
+            (Some(x), Some(y)) => Some(x.union(y)),
+            _ => None,
+        };
+        Ok((Some(d), iv))
+    }
+
+    /// FMA, spelled as the op table says.
+    fn fma(&mut self, k: usize, row: &OpInfo) -> Emitted {
+        self.operand_count(k, 3)?;
+        let (a, d) = self.operand(k, 0)?;
+        let (b, bd) = self.operand(k, 1)?;
+        let (c, cd) = self.operand(k, 2)?;
+        if !d.is_float() || bd != d || cd != d {
+            return Err(self.err(Some(k), "fma needs three float operands of one dtype"));
+        }
+        self.check_result(k, d)?;
+        let args = [format!("v{a}"), format!("v{b}"), format!("v{c}")];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let expr = row
+            .spelling
+            .for_dtype(d)
+            .apply(&args)
+            .expect("fma takes floats");
+        self.line(&format!("const {} v{k} = {expr};", ctype(d)));
+        Ok((Some(d), None))
+    }
+
+    /// IF: opens a block.
+    fn if_(&mut self, k: usize) -> Emitted {
+        self.operand_count(k, 1)?;
+        let (c, cd) = self.operand(k, 0)?;
+        if cd != DType::Bool {
+            return Err(self.err(Some(k), "the condition of `if` must be bool"));
+        }
+        self.line(&format!("if (v{c}) {{"));
+        self.indent += 1;
+        self.frames.push(Frame::If { else_seen: false });
+        Ok((None, None))
+    }
+
+    /// ELSE.
+    fn else_(&mut self, k: usize) -> Emitted {
+        match self.frames.last_mut() {
+            Some(Frame::If { else_seen }) if !*else_seen => *else_seen = true,
+            _ => return Err(self.err(Some(k), "`else` without an open `if`")),
+        }
+        self.indent -= 1;
+        self.line("} else {");
+        self.indent += 1;
+        Ok((None, None))
+    }
+
+    /// END_IF.
+    fn end_if(&mut self, k: usize) -> Emitted {
+        if !matches!(self.frames.last(), Some(Frame::If { .. })) {
+            return Err(self.err(Some(k), "`end_if` without an open `if`"));
+        }
+        self.frames.pop();
+        self.indent -= 1;
+        self.line("}");
+        Ok((None, None))
+    }
+
+    /// END_RANGE: closes the loop's braces.
+    fn end_range(&mut self, k: usize) -> Emitted {
+        let Some(&Frame::Range { braces }) = self.frames.last() else {
+            return Err(self.err(Some(k), "`end_range` without an open `range`"));
+        };
+        self.frames.pop();
+        for _ in 0..braces {
+            self.indent -= 1;
+            self.line("}");
+        }
+        Ok((None, None))
+    }
+
+    /// WHILE_BEGIN: `while (true) {`.
+    fn while_begin(&mut self, k: usize) -> Emitted {
+        self.operand_count(k, 0)?;
+        self.line("while (true) {");
+        self.indent += 1;
+        self.frames.push(Frame::WhileCond);
+        Ok((None, None))
+    }
+
+    /// WHILE_COND: `if (!c) break;`.
+    fn while_cond(&mut self, k: usize) -> Emitted {
+        self.operand_count(k, 1)?;
+        let (c, cd) = self.operand(k, 0)?;
+        if cd != DType::Bool || self.frames.last() != Some(&Frame::WhileCond) {
+            return Err(self.err(
+                Some(k),
+                "`while_cond` needs an open `while_begin` and a bool",
+            ));
+        }
+        *self.frames.last_mut().expect("checked") = Frame::WhileBody;
+        self.line(&format!("if (!v{c}) break;"));
+        Ok((None, None))
+    }
+
+    /// WHILE_END.
+    fn while_end(&mut self, k: usize) -> Emitted {
+        if self.frames.last() != Some(&Frame::WhileBody) {
+            return Err(self.err(Some(k), "`while_end` without an open `while_cond`"));
+        }
+        self.frames.pop();
+        self.indent -= 1;
+        self.line("}");
+        Ok((None, None))
+    }
+
     /// A unary op, spelled as the op table says for the operand's dtype.
-    fn unary(
-        &mut self,
-        k: usize,
-        row: &OpInfo,
-    ) -> Result<(Option<DType>, Option<Interval>), CodegenError> {
+    fn unary(&mut self, k: usize, row: &OpInfo) -> Emitted {
         self.operand_count(k, 1)?;
         let (a, d) = self.operand(k, 0)?;
         let x = format!("v{a}");
@@ -746,11 +805,7 @@ impl<'a> Emitter<'a> {
     }
 
     /// A binary or comparison op, spelled as the op table says for the operands' dtype.
-    fn binary(
-        &mut self,
-        k: usize,
-        row: &OpInfo,
-    ) -> Result<(Option<DType>, Option<Interval>), CodegenError> {
+    fn binary(&mut self, k: usize, row: &OpInfo) -> Emitted {
         self.operand_count(k, 2)?;
         let (a, d) = self.operand(k, 0)?;
         let (b, bd) = self.operand(k, 1)?;
@@ -793,7 +848,7 @@ impl<'a> Emitter<'a> {
         Ok((Some(rd), iv))
     }
 
-    fn range(&mut self, k: usize) -> Result<(Option<DType>, Option<Interval>), CodegenError> {
+    fn range(&mut self, k: usize) -> Emitted {
         self.operand_count(k, 3)?;
         let (s, sd) = self.operand(k, 0)?;
         let (e, ed) = self.operand(k, 1)?;
