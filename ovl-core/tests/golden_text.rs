@@ -1,0 +1,16 @@
+//! The IR text (`ovl_core::text::to_text`) of every fixture (`ovl_core::fixtures`) against
+//! `tests/golden/text/<fixture>.txt`. Run with `OVL_BLESS=1` to rewrite the files after an
+//! intended change, and review the diff.
+
+use ovl_core::{fixtures, text};
+use ovl_testkit::golden::assert_golden;
+
+#[test]
+fn ir_text_of_every_fixture() {
+    for f in fixtures::all() {
+        assert_golden(
+            format!("tests/golden/text/{}.txt", f.name),
+            &text::to_text(&f.dag),
+        );
+    }
+}
