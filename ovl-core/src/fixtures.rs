@@ -621,7 +621,8 @@ pub fn gather(n: u64, m: u64) -> ir::ExpressionDag {
 }
 
 /// `literals_and_control` (8 workers, no inputs): constants of every dtype (infinities and NaN
-/// included), a local tensor, a while loop, a select and float-to-integer casts.
+/// included) cast to i64 and summed (wrapping), a local tensor read in a while loop that counts
+/// in steps of 3 up to 100 + i, a select and float-to-integer casts.
 pub fn literals_and_control() -> ir::ExpressionDag {
     let mut b = Builder::new("literals_and_control", &[8]);
     b.output(DType::F32, &[8]);
@@ -659,18 +660,23 @@ pub fn literals_and_control() -> ir::ExpressionDag {
         b.assign(acc, s);
         acc = b.var(s);
     }
+    // count = 0; while count < 100 + i { count += local[i] } (local[i] is 3).
+    let zero = b.i64(0);
+    let count = b.var(zero);
     b.while_begin();
-    let lim = b.i64(100);
-    let c = b.op(Op::Lt, &[acc, lim]);
+    let hundred = b.i64(100);
+    let lim = b.op(Op::Add, &[hundred, i]);
+    let c = b.op(Op::Lt, &[count, lim]);
     b.while_cond(c);
     let r = b.read(LOC, loc, &[i]);
-    let s = b.op(Op::Add, &[acc, r]);
-    b.assign(acc, s);
+    let s = b.op(Op::Add, &[count, r]);
+    b.assign(count, s);
     b.while_end();
     let sel = b.push(Op::Select, Some(DType::F32), &[m, y, inf32]);
     b.write(OUT, 0, &[i], sel);
     b.write(OUT, 1, &[i], z);
-    b.write(OUT, 2, &[i], acc);
+    let total = b.op(Op::Add, &[acc, count]);
+    b.write(OUT, 2, &[i], total);
     b.build()
 }
 

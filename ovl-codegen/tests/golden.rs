@@ -1,0 +1,27 @@
+//! The generated C++ and CUDA of every fixture (`ovl_core::fixtures`) against
+//! `tests/golden/cpp/<fixture>.cpp` and `tests/golden/cuda/<fixture>.cu`: the emitters' output
+//! must stay byte-identical unless a change means it to differ. Run with `OVL_BLESS=1` to
+//! rewrite the files after an intended change, and review the diff.
+
+use ovl_codegen::{cpp::generate_cpp, cuda::generate_cuda};
+use ovl_core::fixtures;
+use ovl_testkit::golden::assert_golden;
+
+/// The key written into generated sources (the cache key in real use).
+const KEY: &str = "golden";
+
+#[test]
+fn generated_cpp_of_every_fixture() {
+    for f in fixtures::all() {
+        let src = generate_cpp(&f.dag, KEY).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+        assert_golden(format!("tests/golden/cpp/{}.cpp", f.name), &src);
+    }
+}
+
+#[test]
+fn generated_cuda_of_every_fixture() {
+    for f in fixtures::all() {
+        let src = generate_cuda(&f.dag, KEY).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+        assert_golden(format!("tests/golden/cuda/{}.cu", f.name), &src);
+    }
+}
