@@ -684,8 +684,8 @@ fn assert_fusion_golden(case: &str, fusion: &ovl::Fusion) {
 #[test]
 fn golden_reports_and_pictures() {
     let a = paper_input();
-    assert_fusion_golden("paper", &ovl::fusion(&paper_graph(&a), 3).unwrap());
-    assert_fusion_golden("paper_opt0", &ovl::fusion(&paper_graph(&a), 0).unwrap());
+    assert_fusion_golden("paper", &ovl::fusion(paper_graph(&a), 3).unwrap());
+    assert_fusion_golden("paper_opt0", &ovl::fusion(paper_graph(&a), 0).unwrap());
 
     let z = Array2::from_shape_fn((3, 32), |(r, k)| (r * 32 + k) as f32 * 0.1);
     let c = Array2::from_shape_fn((3, 8), |(r, k)| (r * 8 + k) as f32 * 0.2);
@@ -697,27 +697,27 @@ fn golden_reports_and_pictures() {
     let y = Array2::from_shape_fn((3, 3), |(i, j)| (i as f32) - 2.0 * j as f32);
     assert_fusion_golden(
         "transpose",
-        &ovl::fusion(&add2(transpose(&x), &y), 3).unwrap(),
+        &ovl::fusion(add2(transpose(&x), &y), 3).unwrap(),
     );
 
     let v = Array1::from_shape_fn(9, |i| i as f32 - 4.0);
-    assert_fusion_golden("stencil", &ovl::fusion(&smooth(square(&v)), 3).unwrap());
+    assert_fusion_golden("stencil", &ovl::fusion(smooth(square(&v)), 3).unwrap());
 
     let m = Array2::from_shape_fn((4, 5), |(i, j)| (i * 5 + j) as f32);
     let b = Array1::from_shape_fn(5, |j| j as f32 - 2.0);
     assert_fusion_golden(
         "broadcast",
-        &ovl::fusion(&add_row_vector(&m, square(&b)), 3).unwrap(),
+        &ovl::fusion(add_row_vector(&m, square(&b)), 3).unwrap(),
     );
 
     let s = Array2::from_shape_fn((4, 4), |(i, j)| (i * 4 + j) as f32 - 5.0);
     assert_fusion_golden(
         "cumsum",
-        &ovl::fusion(&cumsum_cols(cumsum_rows(&s)), 3).unwrap(),
+        &ovl::fusion(cumsum_cols(cumsum_rows(&s)), 3).unwrap(),
     );
 
     let w = Array1::from_shape_fn(6, |i| i as f32 + 1.0);
     let p = square(&w);
     let d = shift_right_guarded(&p);
-    assert_fusion_golden("cycle", &ovl::fusion(&add(&p, &d), 3).unwrap());
+    assert_fusion_golden("cycle", &ovl::fusion(add(&p, &d), 3).unwrap());
 }

@@ -28,9 +28,7 @@ fn value(f: From) -> ir::ValueRef {
     ir::ValueRef {
         source: Some(match f {
             From::Input(k) => Source::GraphInput(k),
-            From::Op(operator, output) => {
-                Source::OpOutput(ir::OperatorOutput { operator, output })
-            }
+            From::Op(operator, output) => Source::OpOutput(ir::OperatorOutput { operator, output }),
         }),
     }
 }
@@ -149,7 +147,9 @@ fn never_written() {
     );
     let (fused, report) = refused(&dag, |r| matches!(r, Reason::NeverWritten { output: 1 }));
     assert!(
-        report.to_string().contains("output 1 is never written by the producer"),
+        report
+            .to_string()
+            .contains("output 1 is never written by the producer"),
         "{report}"
     );
     let x = [1.0, -2.0, 3.5, 0.0];
@@ -227,11 +227,14 @@ fn opaque_write() {
         ],
         &[From::Op(1, 0)],
     );
-    let (fused, report) = refused(&dag, |r| {
-        matches!(r, Reason::OpaqueWrite { output: 0, write } if write.affine().is_none())
-    });
+    let (fused, report) = refused(
+        &dag,
+        |r| matches!(r, Reason::OpaqueWrite { output: 0, write } if write.affine().is_none()),
+    );
     assert!(
-        report.to_string().contains("the write index of output 0 is opaque"),
+        report
+            .to_string()
+            .contains("the write index of output 0 is opaque"),
         "{report}"
     );
     let x = [10.0, 20.0, 30.0, 40.0];
@@ -260,9 +263,10 @@ fn write_not_one_to_one() {
         ],
         &[From::Op(1, 0)],
     );
-    let (fused, report) = refused(&dag, |r| {
-        matches!(r, Reason::WriteNotOneToOne { output: 0, write } if write.to_string() == "[p0]")
-    });
+    let (fused, report) = refused(
+        &dag,
+        |r| matches!(r, Reason::WriteNotOneToOne { output: 0, write } if write.to_string() == "[p0]"),
+    );
     assert!(
         report
             .to_string()
@@ -349,7 +353,9 @@ fn opaque_read() {
             if write.to_string() == "[p0]" && read.affine().is_none())
     });
     assert!(
-        report.to_string().contains("opaque read index: written [p0], read "),
+        report
+            .to_string()
+            .contains("opaque read index: written [p0], read "),
         "{report}"
     );
     let idx = HostTensor::from_vec(&[4], vec![3i32, 3, 0, 1]).expect("4 indices");

@@ -211,7 +211,10 @@ mod tests {
         std::fs::write(&path, "one\ntwo\n").unwrap();
         assert_eq!(check(&path, "one\ntwo\n", false).unwrap(), Outcome::Same);
         assert_eq!(check(&path, "one\ntwo", false).unwrap(), Outcome::Same);
-        assert_eq!(check(&path, "one\ntwo\n\n\n", false).unwrap(), Outcome::Same);
+        assert_eq!(
+            check(&path, "one\ntwo\n\n\n", false).unwrap(),
+            Outcome::Same
+        );
         // Trailing spaces and inner blank lines are not normalised.
         assert!(check(&path, "one \ntwo\n", false).is_err());
         assert!(check(&path, "one\n\ntwo\n", false).is_err());
@@ -246,8 +249,14 @@ mod tests {
         let e: String = (0..40).map(|k| format!("line {k}\n")).collect();
         let a: String = (0..40).map(|k| format!("LINE {k}\n")).collect();
         let d = line_diff(&e, &a);
-        assert!(d.starts_with("first difference at line 1 (40 expected"), "{d}");
-        assert!(d.contains("-   12 | line 11\n") && !d.contains("line 12\n"), "{d}");
+        assert!(
+            d.starts_with("first difference at line 1 (40 expected"),
+            "{d}"
+        );
+        assert!(
+            d.contains("-   12 | line 11\n") && !d.contains("line 12\n"),
+            "{d}"
+        );
         assert!(d.contains("-  ... 28 more expected line(s)"), "{d}");
         assert!(d.contains("+  ... 28 more actual line(s)"), "{d}");
         // A deletion at the end.
@@ -313,7 +322,10 @@ mod tests {
             .downcast_ref::<String>()
             .cloned()
             .unwrap_or_default();
-        assert!(msg.contains("-    1 | old") && msg.contains("+    1 | new"), "{msg}");
+        assert!(
+            msg.contains("-    1 | old") && msg.contains("+    1 | new"),
+            "{msg}"
+        );
         assert!(msg.contains("run with OVL_BLESS=1 to accept"), "{msg}");
         assert_golden(&path, "old");
     }
