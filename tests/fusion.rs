@@ -720,4 +720,20 @@ fn golden_reports_and_pictures() {
     let p = square(&w);
     let d = shift_right_guarded(&p);
     assert_fusion_golden("cycle", &ovl::fusion(add(&p, &d), 3).unwrap());
+
+    let cases = [
+        "paper",
+        "paper_opt0",
+        "lstm_cell",
+        "transpose",
+        "stencil",
+        "broadcast",
+        "cumsum",
+        "cycle",
+    ];
+    let files: Vec<String> = cases
+        .iter()
+        .flat_map(|c| ["report.txt", "before.dot", "after.dot"].map(|e| format!("{c}.{e}")))
+        .collect();
+    ovl_testkit::golden::assert_only_files("tests/golden/fusion", &files);
 }

@@ -5,10 +5,18 @@
 
 use ovl_codegen::{cpp::generate_cpp, cuda::generate_cuda};
 use ovl_core::fixtures;
-use ovl_testkit::golden::assert_golden;
+use ovl_testkit::golden::{assert_golden, assert_only_files};
 
 /// The key written into generated sources (the cache key in real use).
 const KEY: &str = "golden";
+
+/// The golden file names of the fixtures with extension `ext`.
+fn names(ext: &str) -> Vec<String> {
+    fixtures::all()
+        .iter()
+        .map(|f| format!("{}.{ext}", f.name))
+        .collect()
+}
 
 #[test]
 fn generated_cpp_of_every_fixture() {
@@ -16,6 +24,7 @@ fn generated_cpp_of_every_fixture() {
         let src = generate_cpp(&f.dag, KEY).unwrap_or_else(|e| panic!("{}: {e}", f.name));
         assert_golden(format!("tests/golden/cpp/{}.cpp", f.name), &src);
     }
+    assert_only_files("tests/golden/cpp", &names("cpp"));
 }
 
 #[test]
@@ -24,4 +33,5 @@ fn generated_cuda_of_every_fixture() {
         let src = generate_cuda(&f.dag, KEY).unwrap_or_else(|e| panic!("{}: {e}", f.name));
         assert_golden(format!("tests/golden/cuda/{}.cu", f.name), &src);
     }
+    assert_only_files("tests/golden/cuda", &names("cu"));
 }

@@ -3,7 +3,7 @@
 //! intended change, and review the diff.
 
 use ovl_core::{fixtures, text};
-use ovl_testkit::golden::assert_golden;
+use ovl_testkit::golden::{assert_golden, assert_only_files};
 
 #[test]
 fn ir_text_of_every_fixture() {
@@ -13,4 +13,9 @@ fn ir_text_of_every_fixture() {
             &text::to_text(&f.dag),
         );
     }
+    let names: Vec<String> = fixtures::all()
+        .iter()
+        .map(|f| format!("{}.txt", f.name))
+        .collect();
+    assert_only_files("tests/golden/text", &names);
 }

@@ -200,6 +200,60 @@ pub fn assert_golden(path: impl AsRef<Path>, actual: &str) {
     }
 }
 
+/// Checks that the folder `dir` (relative to the crate whose test is running, or absolute)
+/// holds no file but `expected` (file names): a golden file left behind by a renamed or removed
+/// case fails the test, and is removed with `OVL_BLESS=1`. A missing folder holds nothing.
+#[track_caller]
+pub fn assert_only_files(dir: impl AsRef<Path>, expected: &[String]) {
+    let result = resolve(dir).and_then(|d| stray_files(&d, expected, blessing()));
+    match result {
+        Ok(stray) if stray.is_empty() || blessing() => {}
+        Ok(stray) => panic!(
+            "golden files without a case: {}; remove them, or run with {BLESS_VAR}=1 to remove \
+             them",
+            stray
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The files of `dir` whose names are not in `expected`, sorted; removed when `remove`.
+pub fn stray_files(
+    dir: &Path,
+    expected: &[String],
+    remove: bool,
+) -> Result<Vec<PathBuf>, GoldenError> {
+    let io = |action, source| GoldenError::Io {
+        path: dir.to_path_buf(),
+        action,
+        source,
+    };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io("read", e)),
+    };
+    let mut stray = Vec::new();
+    for entry in entries {
+        let path = entry.map_err(|e| io("read", e))?.path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        if path.is_file() && !name.is_some_and(|n| expected.contains(&n)) {
+            stray.push(path);
+        }
+    }
+    stray.sort();
+    if remove {
+        for p in &stray {
+            std::fs::remove_file(p).map_err(|e| io("write", e))?;
+        }
+    }
+    Ok(stray)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,5 +382,24 @@ mod tests {
         );
         assert!(msg.contains("run with OVL_BLESS=1 to accept"), "{msg}");
         assert_golden(&path, "old");
+    }
+    #[test]
+    fn stray_files_are_found_and_removed_when_blessing() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["a.txt", "b.txt", "old.txt"] {
+            std::fs::write(dir.path().join(f), "x\n").unwrap();
+        }
+        let expected = vec!["a.txt".to_string(), "b.txt".to_string()];
+        let stray = stray_files(dir.path(), &expected, false).unwrap();
+        assert_eq!(stray, vec![dir.path().join("old.txt")]);
+        assert!(dir.path().join("old.txt").exists());
+        stray_files(dir.path(), &expected, true).unwrap();
+        assert!(!dir.path().join("old.txt").exists());
+        assert!(stray_files(dir.path(), &expected, false)
+            .unwrap()
+            .is_empty());
+        assert!(stray_files(&dir.path().join("none"), &expected, false)
+            .unwrap()
+            .is_empty());
     }
 }
