@@ -665,3 +665,75 @@ fn fused_paper_example_reads_the_matrix_once_per_element() {
         .count();
     assert_eq!(reads, 4, "each element of the 4 rows is read once");
 }
+
+// ---------------------------------------------------------------- golden reports and pictures
+
+/// Checks the report and the DOT pictures before and after of `fusion` against
+/// `tests/golden/fusion/<case>.{report.txt,before.dot,after.dot}` (`OVL_BLESS=1` rewrites them).
+fn assert_fusion_golden(case: &str, fusion: &ovl::Fusion) {
+    use ovl_testkit::golden::assert_golden;
+    let dir = "tests/golden/fusion";
+    assert_golden(
+        format!("{dir}/{case}.report.txt"),
+        &fusion.report.to_string(),
+    );
+    assert_golden(format!("{dir}/{case}.before.dot"), &fusion.before_dot());
+    assert_golden(format!("{dir}/{case}.after.dot"), &fusion.after_dot());
+}
+
+#[test]
+fn golden_reports_and_pictures() {
+    let a = paper_input();
+    assert_fusion_golden("paper", &ovl::fusion(paper_graph(&a), 3).unwrap());
+    assert_fusion_golden("paper_opt0", &ovl::fusion(paper_graph(&a), 0).unwrap());
+
+    let z = Array2::from_shape_fn((3, 32), |(r, k)| (r * 32 + k) as f32 * 0.1);
+    let c = Array2::from_shape_fn((3, 8), |(r, k)| (r * 8 + k) as f32 * 0.2);
+    let (zl, cl): (Lazy<f32>, Lazy<f32>) = (z.into(), c.into());
+    let (new_c, new_h) = lstm_cell(&zl, &cl, 1.0);
+    assert_fusion_golden("lstm_cell", &ovl::fusion((&new_c, &new_h), 3).unwrap());
+
+    let x = Array2::from_shape_fn((3, 3), |(i, j)| (i * 3 + j) as f32);
+    let y = Array2::from_shape_fn((3, 3), |(i, j)| (i as f32) - 2.0 * j as f32);
+    assert_fusion_golden(
+        "transpose",
+        &ovl::fusion(add2(transpose(&x), &y), 3).unwrap(),
+    );
+
+    let v = Array1::from_shape_fn(9, |i| i as f32 - 4.0);
+    assert_fusion_golden("stencil", &ovl::fusion(smooth(square(&v)), 3).unwrap());
+
+    let m = Array2::from_shape_fn((4, 5), |(i, j)| (i * 5 + j) as f32);
+    let b = Array1::from_shape_fn(5, |j| j as f32 - 2.0);
+    assert_fusion_golden(
+        "broadcast",
+        &ovl::fusion(add_row_vector(&m, square(&b)), 3).unwrap(),
+    );
+
+    let s = Array2::from_shape_fn((4, 4), |(i, j)| (i * 4 + j) as f32 - 5.0);
+    assert_fusion_golden(
+        "cumsum",
+        &ovl::fusion(cumsum_cols(cumsum_rows(&s)), 3).unwrap(),
+    );
+
+    let w = Array1::from_shape_fn(6, |i| i as f32 + 1.0);
+    let p = square(&w);
+    let d = shift_right_guarded(&p);
+    assert_fusion_golden("cycle", &ovl::fusion(add(&p, &d), 3).unwrap());
+
+    let cases = [
+        "paper",
+        "paper_opt0",
+        "lstm_cell",
+        "transpose",
+        "stencil",
+        "broadcast",
+        "cumsum",
+        "cycle",
+    ];
+    let files: Vec<String> = cases
+        .iter()
+        .flat_map(|c| ["report.txt", "before.dot", "after.dot"].map(|e| format!("{c}.{e}")))
+        .collect();
+    ovl_testkit::golden::assert_only_files("tests/golden/fusion", &files);
+}

@@ -5,41 +5,15 @@
 
 mod common;
 
-use common::{first_negative_dag, nested_walk_dag, Builder, IN, LOC, OUT};
+use common::{first_negative_dag, nested_walk_dag, Builder, IN, OUT};
 use ovl_codegen::cuda::{self, CudaBinary, CudaCompileOptions};
 use ovl_codegen::{CacheOutcome, CodegenError};
+use ovl_ir::fixtures::{add_2d, gather, literals_and_control};
 use ovl_ir::ir::{ExpressionDag, Op};
-use ovl_ir::{DType, HostTensor, Literal};
+use ovl_ir::{DType, HostTensor};
 
 fn options(dir: &std::path::Path) -> CudaCompileOptions {
     CudaCompileOptions::default().with_cache_dir(dir)
-}
-
-fn add_2d(rows: u64, cols: u64) -> ExpressionDag {
-    let mut b = Builder::new("add_2d", &[rows, cols]);
-    b.input(DType::F32, &[rows, cols]);
-    b.input(DType::F32, &[rows, cols]);
-    b.output(DType::F32, &[rows, cols]);
-    let i = b.position(0);
-    let j = b.position(1);
-    let x = b.read(IN, 0, &[i, j]);
-    let y = b.read(IN, 1, &[i, j]);
-    let s = b.op(Op::Add, &[x, y]);
-    b.write(OUT, 0, &[i, j], s);
-    b.build()
-}
-
-/// out[i] = x[idx[i]]: a data-dependent index that needs a bounds check.
-fn gather(n: u64, m: u64) -> ExpressionDag {
-    let mut b = Builder::new("gather", &[m]);
-    b.input(DType::F32, &[n]);
-    b.input(DType::I32, &[m]);
-    b.output(DType::F32, &[m]);
-    let i = b.position(0);
-    let k = b.read(IN, 1, &[i]);
-    let v = b.read(IN, 0, &[k]);
-    b.write(OUT, 0, &[i], v);
-    b.build()
 }
 
 /// Worker i sums k for k in (0 .. 10).step_by(steps[i]): a runtime step, checked.
@@ -57,60 +31,6 @@ fn runtime_step() -> ExpressionDag {
     b.assign(acc, s);
     b.end_range();
     b.write(OUT, 0, &[i], acc);
-    b.build()
-}
-
-/// Constants of every dtype (infinities and NaN included), a local tensor, a while loop, a
-/// select and float-to-integer casts.
-fn literals_and_control() -> ExpressionDag {
-    let mut b = Builder::new("literals_and_control", &[8]);
-    b.output(DType::F32, &[8]);
-    b.output(DType::F64, &[8]);
-    b.output(DType::I64, &[8]);
-    let i = b.position(0);
-    let inf32 = b.f32(f32::INFINITY);
-    let ninf32 = b.f32(f32::NEG_INFINITY);
-    let nan32 = b.f32(f32::NAN);
-    let inf64 = b.f64(f64::INFINITY);
-    let nan64 = b.f64(f64::NAN);
-    let mut ints = Vec::new();
-    for (d, v) in [
-        (DType::I8, Literal::Int(i8::MIN as i64)),
-        (DType::I16, Literal::Int(i16::MIN as i64)),
-        (DType::I32, Literal::Int(i32::MIN as i64)),
-        (DType::I64, Literal::Int(i64::MIN)),
-        (DType::U8, Literal::Int(u8::MAX as i64)),
-        (DType::U16, Literal::Int(u16::MAX as i64)),
-        (DType::U32, Literal::Int(u32::MAX as i64)),
-        (DType::U64, Literal::UInt(u64::MAX)),
-    ] {
-        let c = b.constant(d, v);
-        ints.push(b.cast(c, DType::I64));
-    }
-    let loc = b.local(DType::I64, &[8], Literal::Int(3));
-    let m = b.boolean(true);
-    let x = b.op(Op::Min, &[inf32, ninf32]);
-    let y = b.op(Op::Max, &[x, nan32]);
-    let z = b.op(Op::Add, &[inf64, nan64]);
-    let cz = b.cast(z, DType::I64);
-    let mut acc = b.var(cz);
-    for v in ints {
-        let s = b.op(Op::Add, &[acc, v]);
-        b.assign(acc, s);
-        acc = b.var(s);
-    }
-    b.while_begin();
-    let lim = b.i64(100);
-    let c = b.op(Op::Lt, &[acc, lim]);
-    b.while_cond(c);
-    let r = b.read(LOC, loc, &[i]);
-    let s = b.op(Op::Add, &[acc, r]);
-    b.assign(acc, s);
-    b.while_end();
-    let sel = b.push(Op::Select, Some(DType::F32), &[m, y, inf32]);
-    b.write(OUT, 0, &[i], sel);
-    b.write(OUT, 1, &[i], z);
-    b.write(OUT, 2, &[i], acc);
     b.build()
 }
 

@@ -7,27 +7,13 @@ mod common;
 
 use common::*;
 use ovl_codegen::{Access, RunError};
+use ovl_ir::fixtures::{self, add_2d, cumsum, gather};
 use ovl_ir::ir::Op;
 use ovl_ir::{DType, HostTensor, Literal};
 
 fn f32_tensor(shape: &[usize], f: impl Fn(usize) -> f32) -> HostTensor {
     let n = shape.iter().product();
     HostTensor::from_vec(shape, (0..n).map(f).collect::<Vec<f32>>()).unwrap()
-}
-
-/// out[i, j] = a[i, j] + b[i, j] over a 2-D workgroup.
-fn add_2d(rows: u64, cols: u64) -> ovl_ir::ir::ExpressionDag {
-    let mut b = Builder::new("add_2d", &[rows, cols]);
-    b.input(DType::F32, &[rows, cols]);
-    b.input(DType::F32, &[rows, cols]);
-    b.output(DType::F32, &[rows, cols]);
-    let i = b.position(0);
-    let j = b.position(1);
-    let x = b.read(IN, 0, &[i, j]);
-    let y = b.read(IN, 1, &[i, j]);
-    let s = b.op(Op::Add, &[x, y]);
-    b.write(OUT, 0, &[i, j], s);
-    b.build()
 }
 
 #[test]
@@ -105,26 +91,6 @@ fn three_d_workgroup_positions() {
     }
 }
 
-/// out[r, j] = x[r, 0] + ... + x[r, j], one worker per row (RANGE + VARIABLE).
-fn cumsum(rows: u64, cols: u64, step: i64) -> ovl_ir::ir::ExpressionDag {
-    let mut b = Builder::new("cumsum", &[rows]);
-    b.input(DType::F64, &[rows, cols]);
-    b.output(DType::F64, &[rows, cols]);
-    let r = b.position(0);
-    let zero = b.f64(0.0);
-    let acc = b.var(zero);
-    let start = b.i64(0);
-    let end = b.i64(cols as i64);
-    let st = b.i64(step);
-    let j = b.range(start, end, st);
-    let x = b.read(IN, 0, &[r, j]);
-    let s = b.op(Op::Add, &[acc, x]);
-    b.assign(acc, s);
-    b.write(OUT, 0, &[r, j], acc);
-    b.end_range();
-    b.build()
-}
-
 #[test]
 fn cumsum_with_range_and_variable() {
     let (rows, cols) = (6usize, 9usize);
@@ -158,23 +124,7 @@ fn cumsum_with_range_and_variable() {
 fn range_with_runtime_bounds_and_step() {
     // Worker i sums k for k in (i .. 3*i+7).step_by(i + 1): runtime start, end and step.
     let n = 40u64;
-    let mut b = Builder::new("runtime_range", &[n]);
-    b.output(DType::I64, &[n]);
-    let i = b.position(0);
-    let zero = b.i64(0);
-    let acc = b.var(zero);
-    let three = b.i64(3);
-    let seven = b.i64(7);
-    let one = b.i64(1);
-    let end = b.op(Op::Mul, &[i, three]);
-    let end = b.op(Op::Add, &[end, seven]);
-    let step = b.op(Op::Add, &[i, one]);
-    let k = b.range(i, end, step);
-    let s = b.op(Op::Add, &[acc, k]);
-    b.assign(acc, s);
-    b.end_range();
-    b.write(OUT, 0, &[i], acc);
-    let dag = b.build();
+    let dag = fixtures::runtime_range(n);
     let out = same_as_interpreter(&dag, &[], 1);
     let got = out[0].as_slice::<i64>().unwrap();
     for i in 0..n as i64 {
@@ -250,30 +200,7 @@ fn non_positive_step_is_an_error() {
 fn if_else() {
     // out[i] = if x[i] > 0 { x[i] * 2 } else if x[i] == 0 { 7 } else { -x[i] }
     let n = 11u64;
-    let mut b = Builder::new("branches", &[n]);
-    b.input(DType::I32, &[n]);
-    b.output(DType::I32, &[n]);
-    let i = b.position(0);
-    let x = b.read(IN, 0, &[i]);
-    let zero = b.i32(0);
-    let r = b.var(zero);
-    let pos = b.op(Op::Gt, &[x, zero]);
-    b.if_(pos);
-    let two = b.i32(2);
-    let d = b.op(Op::Mul, &[x, two]);
-    b.assign(r, d);
-    b.else_();
-    let is0 = b.op(Op::Eq, &[x, zero]);
-    b.if_(is0);
-    let seven = b.i32(7);
-    b.assign(r, seven);
-    b.else_();
-    let nx = b.op(Op::Neg, &[x]);
-    b.assign(r, nx);
-    b.end_if();
-    b.end_if();
-    b.write(OUT, 0, &[i], r);
-    let dag = b.build();
+    let dag = fixtures::branches();
     let xs: Vec<i32> = vec![-5, -1, 0, 1, 2, 3, i32::MIN, i32::MAX, 0, -7, 100];
     let x = HostTensor::from_vec(&[n as usize], xs.clone()).unwrap();
     let out = same_as_interpreter(&dag, &[&x], 1);
@@ -296,37 +223,7 @@ fn if_else() {
 fn while_loop_collatz() {
     // out[i] = number of Collatz steps from x[i] to 1.
     let n = 16u64;
-    let mut b = Builder::new("collatz", &[n]);
-    b.input(DType::U64, &[n]);
-    b.output(DType::U32, &[n]);
-    let i = b.position(0);
-    let x0 = b.read(IN, 0, &[i]);
-    let x = b.var(x0);
-    let zero32 = b.constant(DType::U32, Literal::UInt(0));
-    let steps = b.var(zero32);
-    let one = b.constant(DType::U64, Literal::UInt(1));
-    let two = b.constant(DType::U64, Literal::UInt(2));
-    let three = b.constant(DType::U64, Literal::UInt(3));
-    let zero = b.constant(DType::U64, Literal::UInt(0));
-    let one32 = b.constant(DType::U32, Literal::UInt(1));
-    b.while_begin();
-    let c = b.op(Op::Gt, &[x, one]);
-    b.while_cond(c);
-    let m = b.op(Op::Mod, &[x, two]);
-    let even = b.op(Op::Eq, &[m, zero]);
-    b.if_(even);
-    let h = b.op(Op::Div, &[x, two]);
-    b.assign(x, h);
-    b.else_();
-    let t = b.op(Op::Mul, &[x, three]);
-    let t = b.op(Op::Add, &[t, one]);
-    b.assign(x, t);
-    b.end_if();
-    let s = b.op(Op::Add, &[steps, one32]);
-    b.assign(steps, s);
-    b.while_end();
-    b.write(OUT, 0, &[i], steps);
-    let dag = b.build();
+    let dag = fixtures::collatz(n);
     let xs: Vec<u64> = (1..=n).map(|k| k * 7 + 1).collect();
     let x = HostTensor::from_vec(&[n as usize], xs.clone()).unwrap();
     let out = same_as_interpreter(&dag, &[&x], 1);
@@ -349,38 +246,7 @@ fn local_tensors() {
     // Each worker reverses its row through a local tensor, and counts into a local that is only
     // initialized in a branch (so it must read as zero in the other).
     let (rows, cols) = (5u64, 8u64);
-    let mut b = Builder::new("reverse_rows", &[rows]);
-    b.input(DType::F32, &[rows, cols]);
-    b.output(DType::F32, &[rows, cols]);
-    b.output(DType::I32, &[rows]);
-    let r = b.position(0);
-    let buf = b.local(DType::F32, &[cols], Literal::Float(-1.0));
-    let counter = b.declare_local(DType::I32, &[2]);
-    let zero = b.i64(0);
-    let one = b.i64(1);
-    let n = b.i64(cols as i64);
-    let j = b.range(zero, n, one);
-    let x = b.read(IN, 0, &[r, j]);
-    b.write(LOC, buf, &[j], x);
-    b.end_range();
-    let last = b.i64(cols as i64 - 1);
-    let j = b.range(zero, n, one);
-    let src = b.op(Op::Sub, &[last, j]);
-    let v = b.read(LOC, buf, &[src]);
-    b.write(OUT, 0, &[r, j], v);
-    b.end_range();
-    // if r is even: counter = [40, 40]; then out1[r] = counter[1] + 1 (1 for odd rows).
-    let two = b.i64(2);
-    let m = b.op(Op::Mod, &[r, two]);
-    let even = b.op(Op::Eq, &[m, zero]);
-    b.if_(even);
-    b.local_fill(counter, Literal::Int(40));
-    b.end_if();
-    let c = b.read(LOC, counter, &[one]);
-    let one32 = b.i32(1);
-    let c = b.op(Op::Add, &[c, one32]);
-    b.write(OUT, 1, &[r], c);
-    let dag = b.build();
+    let dag = fixtures::reverse_rows(rows, cols);
     let x = f32_tensor(&[rows as usize, cols as usize], |k| k as f32);
     let out = same_as_interpreter(&dag, &[&x], 1);
     let got = out[0].as_slice::<f32>().unwrap();
@@ -787,23 +653,7 @@ fn float_binary_ops_are_bit_exact() {
 #[test]
 fn fma_is_fused_and_mul_add_is_not() {
     // a * b + c with one rounding (FMA) versus two roundings (MUL then ADD: no contraction).
-    let n = 4u64;
-    let mut b = Builder::new("fma", &[n]);
-    for _ in 0..3 {
-        b.input(DType::F64, &[n]);
-    }
-    b.output(DType::F64, &[n]);
-    b.output(DType::F64, &[n]);
-    let i = b.position(0);
-    let x = b.read(IN, 0, &[i]);
-    let y = b.read(IN, 1, &[i]);
-    let z = b.read(IN, 2, &[i]);
-    let f = b.op(Op::Fma, &[x, y, z]);
-    b.write(OUT, 0, &[i], f);
-    let m = b.op(Op::Mul, &[x, y]);
-    let s = b.op(Op::Add, &[m, z]);
-    b.write(OUT, 1, &[i], s);
-    let dag = b.build();
+    let dag = fixtures::fma();
     let e = f64::EPSILON;
     let xs = vec![1.0 + e, 0.1, 3.0, 1e308];
     let ys = vec![1.0 - e, 0.2, 7.0, 10.0];
@@ -944,25 +794,7 @@ fn libm_erf(x: f64) -> f64 {
 
 #[test]
 fn select_and_bool_logic() {
-    let n = 8u64;
-    let mut b = Builder::new("select", &[n]);
-    b.input(DType::F64, &[n]);
-    b.output(DType::F64, &[n]);
-    b.output(DType::Bool, &[n]);
-    let i = b.position(0);
-    let x = b.read(IN, 0, &[i]);
-    let zero = b.f64(0.0);
-    let ten = b.f64(10.0);
-    let pos = b.op(Op::Gt, &[x, zero]);
-    let small = b.op(Op::Lt, &[x, ten]);
-    let both = b.op(Op::And, &[pos, small]);
-    let either = b.op(Op::Or, &[pos, small]);
-    let not_both = b.op(Op::Not, &[both]);
-    let r = b.op(Op::Select, &[both, x, zero]);
-    b.write(OUT, 0, &[i], r);
-    let flag = b.op(Op::And, &[either, not_both]);
-    b.write(OUT, 1, &[i], flag);
-    let dag = b.build();
+    let dag = fixtures::select_logic();
     let xs = vec![-1.0, 0.0, 1.0, 9.5, 10.0, 20.0, f64::NAN, 5.0];
     let x = HostTensor::from_vec(&[8], xs.clone()).unwrap();
     let out = same_as_interpreter(&dag, &[&x], 1);
@@ -976,19 +808,6 @@ fn select_and_bool_logic() {
         );
         assert_eq!(flags[k], (p || s) && !(p && s));
     }
-}
-
-/// out[i] = values[idx[i]]: a data-dependent index that needs a bounds check.
-fn gather(n: u64, m: u64) -> ovl_ir::ir::ExpressionDag {
-    let mut b = Builder::new("gather", &[m]);
-    b.input(DType::F32, &[n]);
-    b.input(DType::I32, &[m]);
-    b.output(DType::F32, &[m]);
-    let i = b.position(0);
-    let k = b.read(IN, 1, &[i]);
-    let v = b.read(IN, 0, &[k]);
-    b.write(OUT, 0, &[i], v);
-    b.build()
 }
 
 #[test]

@@ -8,6 +8,7 @@ pub mod analysis;
 pub mod builder;
 pub mod dtype;
 pub mod error;
+pub mod fixtures;
 pub mod hash;
 pub mod host;
 pub mod names;

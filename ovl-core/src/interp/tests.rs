@@ -364,26 +364,10 @@ fn values_are_computed_at_their_program_point() {
 
 #[test]
 fn nested_ranges_matmul() {
-    let (m, k, n) = (3u64, 4u64, 2u64);
-    let mut b = Builder::new("matmul", &[m, n]);
-    b.input(DType::F64, &[m, k]);
-    b.input(DType::F64, &[k, n]);
-    b.output(DType::F64, &[m, n]);
-    let i = b.position(0);
-    let j = b.position(1);
-    let zero = b.f64(0.0);
-    let acc = b.var(zero);
-    let (s, e, st) = (b.i64(0), b.i64(k as i64), b.i64(1));
-    let kk = b.range(s, e, st);
-    let a = b.read(IN, 0, &[i, kk]);
-    let bb = b.read(IN, 1, &[kk, j]);
-    let f = b.op(Op::Fma, &[a, bb, acc]);
-    b.assign(acc, f);
-    b.end_range();
-    b.write(OUT, 0, &[i, j], acc);
+    let dag = ovl_ir::fixtures::matmul(3, 4, 2);
     let a: Vec<f64> = (0..12).map(|v| v as f64).collect();
     let bm: Vec<f64> = (0..8).map(|v| 1.0 + v as f64).collect();
-    let out = run_ok(&b.build(), &[t(&[3, 4], a.clone()), t(&[4, 2], bm.clone())]);
+    let out = run_ok(&dag, &[t(&[3, 4], a.clone()), t(&[4, 2], bm.clone())]);
     let mut expected = vec![0.0; 6];
     for i in 0..3 {
         for j in 0..2 {
