@@ -41,6 +41,9 @@ pub use cpu::runtime::{CompiledOperator, Origin, PARALLEL_MIN_WORK};
 pub use error::{Access, CodegenError, CompileFailure, CudaCompileFailure, OutOfBounds, RunError};
 pub use options::CompileOptions;
 pub use shared::cache_entry::CacheOutcome;
+/// The fixed preludes of generated C++ and CUDA (one source, two dialects), for tools and
+/// golden tests that show generated code without them.
+pub use shared::prelude::{CPP as CPP_PRELUDE, CUDA as CUDA_PRELUDE};
 
 use ovl_ir::ir;
 use std::sync::Arc;

@@ -1,37 +1,55 @@
 //! The generated C++ and CUDA of every fixture (`ovl_ir::fixtures`) against
 //! `tests/golden/cpp/<fixture>.cpp` and `tests/golden/cuda/<fixture>.cu`: the emitters' output
-//! must stay byte-identical unless a change means it to differ. Run with `OVL_BLESS=1` to
-//! rewrite the files after an intended change, and review the diff.
+//! must stay byte-identical unless a change means it to differ. The fixed prelude every source
+//! starts with is pinned once (`tests/golden/cpp/prelude.hpp`, `tests/golden/cuda/prelude.cuh`)
+//! and replaced by a marker line in the per-fixture files. Run with `OVL_BLESS=1` to rewrite the
+//! files after an intended change, and review the diff.
 
-use ovl_codegen::{cuda::generate_cuda, generate_cpp};
+use ovl_codegen::{cuda::generate_cuda, generate_cpp, CPP_PRELUDE, CUDA_PRELUDE};
 use ovl_ir::fixtures;
 use ovl_testkit::golden::{assert_golden, assert_only_files};
 
 /// The key written into generated sources (the cache key in real use).
 const KEY: &str = "golden";
 
-/// The golden file names of the fixtures with extension `ext`.
-fn names(ext: &str) -> Vec<String> {
-    fixtures::all()
+/// The golden file names of the fixtures with extension `ext`, and the prelude's.
+fn names(ext: &str, prelude: &str) -> Vec<String> {
+    let mut names: Vec<String> = fixtures::all()
         .iter()
         .map(|f| format!("{}.{ext}", f.name))
-        .collect()
+        .collect();
+    names.push(prelude.to_string());
+    names
+}
+
+/// `src` with its prelude replaced by a marker line (the prelude must be there, once).
+fn without_prelude(src: &str, prelude: &str, file: &str) -> String {
+    assert_eq!(
+        src.matches(prelude).count(),
+        1,
+        "the prelude is not in the source once"
+    );
+    src.replace(prelude, &format!("// ... the prelude ({file}) ...\n"))
 }
 
 #[test]
 fn generated_cpp_of_every_fixture() {
     for f in fixtures::all() {
         let src = generate_cpp(&f.dag, KEY).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+        let src = without_prelude(&src, CPP_PRELUDE, "prelude.hpp");
         assert_golden(format!("tests/golden/cpp/{}.cpp", f.name), &src);
     }
-    assert_only_files("tests/golden/cpp", &names("cpp"));
+    assert_golden("tests/golden/cpp/prelude.hpp", CPP_PRELUDE);
+    assert_only_files("tests/golden/cpp", &names("cpp", "prelude.hpp"));
 }
 
 #[test]
 fn generated_cuda_of_every_fixture() {
     for f in fixtures::all() {
         let src = generate_cuda(&f.dag, KEY).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+        let src = without_prelude(&src, CUDA_PRELUDE, "prelude.cuh");
         assert_golden(format!("tests/golden/cuda/{}.cu", f.name), &src);
     }
-    assert_only_files("tests/golden/cuda", &names("cu"));
+    assert_golden("tests/golden/cuda/prelude.cuh", CUDA_PRELUDE);
+    assert_only_files("tests/golden/cuda", &names("cu", "prelude.cuh"));
 }

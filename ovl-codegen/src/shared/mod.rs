@@ -13,4 +13,4 @@ pub(crate) mod cache_entry;
 pub(crate) mod emit;
 pub(crate) mod fault;
 pub(crate) mod literal;
-pub(crate) mod prelude;
+pub mod prelude;

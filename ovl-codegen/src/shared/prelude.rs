@@ -212,7 +212,7 @@ OVL_COLD void bad_step(ovl_status* s, int32_t e, int64_t step, int64_t w) {
 /// vectorizes). Math functions are the compiler builtins (`__builtin_sinf`, ...) rather than
 /// `<cmath>`: they are what libstdc++'s `std::sin(float)` calls, and not parsing `<cmath>` and
 /// `<algorithm>` halves the compile time of a small operator.
-pub(crate) const CPP: &str = concat!(
+pub const CPP: &str = concat!(
     cpp_header!(),
     status!(),
     cpp_traits!(),
@@ -327,7 +327,7 @@ static inline double f64_bits(uint64_t b) { double f; __builtin_memcpy(&f, &b, s
 /// The CUDA prelude (NVRTC has no standard headers: fixed-width types are typedefs). f32 `pow`,
 /// `atan2` and `tan` are computed in f64 and rounded: CUDA's single-precision versions are up
 /// to 4 ulp off, the host's within 1.
-pub(crate) const CUDA: &str = concat!(
+pub const CUDA: &str = concat!(
     cuda_header!(),
     status!(),
     cuda_traits!(),

@@ -1,0 +1,226 @@
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#define OVL_LIKELY(x) __builtin_expect(!!(x), 1)
+#define OVL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define OVL_EXPORT extern "C" __attribute__((visibility("default")))
+#define OVL_FN static inline
+#define OVL_COLD __attribute__((cold, noinline)) static
+
+// The first fault of one worker (C++: of one call of ovl_run, one contiguous chunk of workers).
+// The caller passes a zeroed struct; code 0: no fault, 1: index out of bounds, 2: non-positive
+// range step.
+struct ovl_status {
+  int32_t code;
+  int32_t expression;   // the READ/WRITE or RANGE expression
+  int32_t tensor_kind;  // ir::TensorKind: 1 input, 2 output, 3 local
+  int32_t tensor_index;
+  int32_t axis;
+  int32_t index_signed; // 1: index_bits holds an int64_t, 0: a uint64_t
+  uint64_t index_bits;
+  uint64_t size;        // the size of the dimension
+  int64_t worker;       // row-major flattened worker index
+  int64_t step;         // the RANGE step
+};
+
+namespace ovl {
+
+// Facts about an integer type, as the CUDA dialect (which has no standard headers) defines
+// them too: the unsigned type its arithmetic wraps in (at least as wide as `unsigned`, so
+// 8/16-bit types do not promote to a signed int), signedness and range.
+template <class T> struct traits {
+  typedef typename std::conditional<(sizeof(T) < sizeof(unsigned)), unsigned,
+                                    typename std::make_unsigned<T>::type>::type uw;
+  static constexpr bool is_signed = std::is_signed<T>::value;
+  static constexpr T lo = std::numeric_limits<T>::min();
+  static constexpr T hi = std::numeric_limits<T>::max();
+};
+
+// Integer arithmetic wraps (two's complement): it is done in traits<T>::uw and converted back
+// modulo 2^N, so nothing depends on -fwrapv.
+template <class T> using uw = typename traits<T>::uw;
+
+template <class T> OVL_FN T add(T a, T b) { return (T)((uw<T>)a + (uw<T>)b); }
+template <class T> OVL_FN T sub(T a, T b) { return (T)((uw<T>)a - (uw<T>)b); }
+template <class T> OVL_FN T mul(T a, T b) { return (T)((uw<T>)a * (uw<T>)b); }
+template <class T> OVL_FN T neg(T a) { return (T)((uw<T>)0 - (uw<T>)a); }
+template <class T> OVL_FN T bnot(T a) { return (T)(~(uw<T>)a); }
+template <class T> OVL_FN T iabs(T a) { return a < 0 ? neg(a) : a; }
+
+// x / 0 == 0, x % 0 == 0, MIN / -1 == MIN, MIN % -1 == 0; otherwise C's (truncating) / and %.
+template <class T> OVL_FN T div(T a, T b) {
+  if (b == 0) return 0;
+  if constexpr (traits<T>::is_signed) {
+    if (b == (T)-1) return neg(a);
+  }
+  return (T)(a / b);
+}
+template <class T> OVL_FN T rem(T a, T b) {
+  if (b == 0) return 0;
+  if constexpr (traits<T>::is_signed) {
+    if (b == (T)-1) return 0;
+  }
+  return (T)(a % b);
+}
+template <class T> OVL_FN T imin(T a, T b) { return b < a ? b : a; }
+template <class T> OVL_FN T imax(T a, T b) { return b > a ? b : a; }
+
+// min/max of floats ignore a NaN operand (C's fmin/fmax, Rust's f32::min/max); equal operands
+// (+0 and -0) give the first one, as Rust's min/max do on x86-64.
+template <class F> OVL_FN F fmin(F a, F b) { return a != a ? b : (b != b ? a : (b < a ? b : a)); }
+template <class F> OVL_FN F fmax(F a, F b) { return a != a ? b : (b != b ? a : (b > a ? b : a)); }
+
+// Rust's `as` from a float to an integer: saturating, NaN -> 0.
+template <class I, class F> OVL_FN I f2i(F x) {
+  constexpr F lo = (F)traits<I>::lo;
+  constexpr F hi = traits<I>::is_signed ? -(F)traits<I>::lo
+                                        : (F)2 * (F)((traits<I>::hi >> 1) + 1);
+  if (x != x) return 0;
+  if (x >= hi) return traits<I>::hi;
+  if (x <= lo) return traits<I>::lo;
+  return (I)x;
+}
+
+template <class T> OVL_FN void fill(T* p, int64_t n, T v) { for (int64_t i = 0; i < n; ++i) p[i] = v; }
+
+// Whether index i lies in [0, n): one unsigned comparison for any integer index type.
+template <class I> OVL_FN bool inb(I i, uint64_t n) {
+  if constexpr (traits<I>::is_signed) {
+    return (uint64_t)(int64_t)i < n;
+  } else {
+    return (uint64_t)i < n;
+  }
+}
+
+template <class I>
+OVL_COLD void oob(ovl_status* s, int32_t e, int32_t kind, int32_t t, int32_t axis, I i,
+                  uint64_t size, int64_t w) {
+  if (s->code != 0) return;
+  s->code = 1;
+  s->expression = e;
+  s->tensor_kind = kind;
+  s->tensor_index = t;
+  s->axis = axis;
+  if constexpr (traits<I>::is_signed) {
+    s->index_signed = 1;
+    s->index_bits = (uint64_t)(int64_t)i;
+  } else {
+    s->index_signed = 0;
+    s->index_bits = (uint64_t)i;
+  }
+  s->size = size;
+  s->worker = w;
+}
+
+OVL_COLD void bad_step(ovl_status* s, int32_t e, int64_t step, int64_t w) {
+  if (s->code != 0) return;
+  s->code = 2;
+  s->expression = e;
+  s->step = step;
+  s->worker = w;
+}
+
+// Math functions: f32 math is computed in f32 (sinf, ...), f64 in f64, by the C library (or
+// inline instructions for sqrt, fabs, ceil, floor, round, fma) exactly as std::sin etc. do;
+// except f32 exp, tanh and sigmoid, defined below so that they vectorize.
+#define OVL_MATH1(name)                                                   \
+  static inline float name(float x) { return __builtin_##name##f(x); }   \
+  static inline double name(double x) { return __builtin_##name(x); }
+#define OVL_MATH2(name)                                                            \
+  static inline float name(float x, float y) { return __builtin_##name##f(x, y); } \
+  static inline double name(double x, double y) { return __builtin_##name(x, y); }
+OVL_MATH1(fabs) OVL_MATH1(sqrt) OVL_MATH1(exp2) OVL_MATH1(expm1)
+OVL_MATH1(log) OVL_MATH1(log2) OVL_MATH1(log10) OVL_MATH1(log1p)
+OVL_MATH1(sin) OVL_MATH1(cos) OVL_MATH1(tan) OVL_MATH1(asin) OVL_MATH1(acos) OVL_MATH1(atan)
+OVL_MATH1(sinh) OVL_MATH1(cosh) OVL_MATH1(erf)
+OVL_MATH1(ceil) OVL_MATH1(floor) OVL_MATH1(round)
+OVL_MATH2(pow) OVL_MATH2(atan2) OVL_MATH2(fmod)
+// Vectorizable f32 exp, tanh and sigmoid: the C library's expf and tanhf are scalar calls that
+// GCC cannot vectorize, which made fused elementwise kernels compute-bound. These are branch-free,
+// and NaN passes through their clamps (a comparison with NaN is false, so `x < lo ? lo : x` keeps
+// x). Rounding to an integer adds and subtracts 1.5 * 2^23 and reads n from the low bits of the
+// sum, so no float is ever converted to an int (undefined in C++ for NaN).
+//   exp: the classic Cephes reduction by n*ln2 (ln2 split in two) and polynomial (Horner steps
+//     as explicit FMAs), scaled by two powers of two so that subnormal and infinite results come
+//     out right. At most 1 ulp from the correctly rounded value.
+//   tanh: an odd rational minimax approximation x*P(x^2)/Q(x^2) (degrees 4 and 4 in x^2) on
+//     |x| <= 9.02, beyond which tanh rounds to +-1; coefficients fitted in f32 by
+//     ovl-codegen/tools/fit_tanh.py. At most 6 ulp from the correctly rounded value over every
+//     f32 (exhaustive check), and about three times faster than an exp-based tanh.
+//   sigmoid: 1/(1 + e^-x) with e^-x computed where it matters: below -87 it is under 2^-125 and
+//     1 + it rounds to 1; from 88.72 up it overflows to inf and the result is 0, as the f32
+//     formula gives. At most 4 ulp from the f32 formula with the C library's expf (exhaustive).
+static constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23
+static inline uint32_t f32_to_bits(float f) { uint32_t b; __builtin_memcpy(&b, &f, sizeof b); return b; }
+static inline float pow2_bits(uint32_t biased) {  // 2^(biased - 127) for biased in [1, 254]; 0 for 0
+  uint32_t bits = biased << 23;
+  float s;
+  __builtin_memcpy(&s, &bits, sizeof s);
+  return s;
+}
+// e^r for |r| <= ln2/2 (Cephes' expf polynomial).
+static inline float exp_reduced(float r) {
+  float r2 = r * r;
+  float p = 1.9875691500e-4f;
+  p = __builtin_fmaf(p, r, 1.3981999507e-3f);
+  p = __builtin_fmaf(p, r, 8.3334519073e-3f);
+  p = __builtin_fmaf(p, r, 4.1665795894e-2f);
+  p = __builtin_fmaf(p, r, 1.6666665459e-1f);
+  p = __builtin_fmaf(p, r, 5.0000001201e-1f);
+  p = __builtin_fmaf(p, r2, r);
+  return p + 1.0f;
+}
+static inline float exp(float x) {
+  float xc = x < -104.0f ? -104.0f : x;
+  xc = xc > 89.0f ? 89.0f : xc;
+  float k = xc * 1.44269504088896341f + kRoundMagic;  // n = round(x / ln2) in the low bits
+  float n = k - kRoundMagic;
+  float r = __builtin_fmaf(n, -0.693359375f, xc);
+  r = __builtin_fmaf(n, 2.12194440e-4f, r);
+  int32_t ni = (int32_t)(f32_to_bits(k) - f32_to_bits(kRoundMagic));  // in [-150, 129]
+  int32_t half = ni >> 1;  // two factors keep each in range, so results may be subnormal or inf
+  return exp_reduced(r) * pow2_bits((uint32_t)(half + 127)) * pow2_bits((uint32_t)(ni - half + 127));
+}
+static inline float tanh(float x) {
+  float a = x > 9.02f ? 9.02f : x;
+  a = a < -9.02f ? -9.02f : a;
+  float t = a * a;
+  float p = 1.338452638e-08f;
+  p = __builtin_fmaf(p, t, 2.063600004e-05f);
+  p = __builtin_fmaf(p, t, 3.497468773e-03f);
+  p = __builtin_fmaf(p, t, 1.338269711e-01f);
+  p = __builtin_fmaf(p, t, 1.0f);
+  float q = 7.790347922e-07f;
+  q = __builtin_fmaf(q, t, 3.288535227e-04f);
+  q = __builtin_fmaf(q, t, 2.588440478e-02f);
+  q = __builtin_fmaf(q, t, 4.671601653e-01f);
+  q = __builtin_fmaf(q, t, 1.0f);
+  return a * p / q;
+}
+static inline float sigmoid(float x) {
+  float t = -x;
+  t = t < -87.0f ? -87.0f : t;
+  t = t > 89.0f ? 89.0f : t;
+  float k = t * 1.44269504088896341f + kRoundMagic;
+  float n = k - kRoundMagic;
+  float r = __builtin_fmaf(n, -0.693359375f, t);
+  r = __builtin_fmaf(n, 2.12194440e-4f, r);
+  uint32_t n1 = f32_to_bits(k) - f32_to_bits(kRoundMagic) + 126u;  // n - 1 + 127: 0 (e = 0) to 254
+  float e = (exp_reduced(r) * 2.0f) * pow2_bits(n1);
+  return 1.0f / (1.0f + e);
+}
+static inline double exp(double x) { return __builtin_exp(x); }
+static inline double tanh(double x) { return __builtin_tanh(x); }
+static inline float fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+static inline double fma(double a, double b, double c) { return __builtin_fma(a, b, c); }
+template <class F> static inline bool isnan(F x) { return __builtin_isnan(x); }
+template <class F> static inline bool isinf(F x) { return __builtin_isinf(x) != 0; }
+template <class F> static inline bool isfinite(F x) { return __builtin_isfinite(x); }
+template <class F> static inline F rsqrt(F x) { return (F)1 / sqrt(x); }
+static inline double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+static inline float f32_bits(uint32_t b) { float f; __builtin_memcpy(&f, &b, sizeof f); return f; }
+static inline double f64_bits(uint64_t b) { double f; __builtin_memcpy(&f, &b, sizeof f); return f; }
+
+}  // namespace ovl

@@ -1,0 +1,199 @@
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+
+#define OVL_LIKELY(x) __builtin_expect(!!(x), 1)
+#define OVL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define OVL_FN __device__ __forceinline__
+#define OVL_COLD __device__ __noinline__
+
+// The first fault of one worker (C++: of one call of ovl_run, one contiguous chunk of workers).
+// The caller passes a zeroed struct; code 0: no fault, 1: index out of bounds, 2: non-positive
+// range step.
+struct ovl_status {
+  int32_t code;
+  int32_t expression;   // the READ/WRITE or RANGE expression
+  int32_t tensor_kind;  // ir::TensorKind: 1 input, 2 output, 3 local
+  int32_t tensor_index;
+  int32_t axis;
+  int32_t index_signed; // 1: index_bits holds an int64_t, 0: a uint64_t
+  uint64_t index_bits;
+  uint64_t size;        // the size of the dimension
+  int64_t worker;       // row-major flattened worker index
+  int64_t step;         // the RANGE step
+};
+
+// The launch's status in device memory, zeroed before the launch: the fault of the first
+// faulting worker in row-major order, guarded by a spin lock (taken only on the fault path).
+struct ovl_cuda_status {
+  ovl_status first;
+  uint32_t lock;
+  uint32_t pad;
+};
+
+namespace ovl {
+
+template <class T> struct traits;
+#define OVL_TRAITS(T, U, S, LO, HI)                 \
+  template <> struct traits<T> {                     \
+    typedef U uw;                                    \
+    static constexpr bool is_signed = S;             \
+    static constexpr T lo = LO;                      \
+    static constexpr T hi = HI;                      \
+  };
+OVL_TRAITS(int8_t, uint32_t, true, (int8_t)-128, (int8_t)127)
+OVL_TRAITS(int16_t, uint32_t, true, (int16_t)-32768, (int16_t)32767)
+OVL_TRAITS(int32_t, uint32_t, true, (int32_t)(-2147483647 - 1), (int32_t)2147483647)
+OVL_TRAITS(int64_t, uint64_t, true, (int64_t)(-9223372036854775807LL - 1), (int64_t)9223372036854775807LL)
+OVL_TRAITS(uint8_t, uint32_t, false, (uint8_t)0, (uint8_t)255)
+OVL_TRAITS(uint16_t, uint32_t, false, (uint16_t)0, (uint16_t)65535)
+OVL_TRAITS(uint32_t, uint32_t, false, 0u, 4294967295u)
+OVL_TRAITS(uint64_t, uint64_t, false, 0ull, 18446744073709551615ull)
+
+// Integer arithmetic wraps (two's complement): it is done in traits<T>::uw and converted back
+// modulo 2^N, so nothing depends on -fwrapv.
+template <class T> using uw = typename traits<T>::uw;
+
+template <class T> OVL_FN T add(T a, T b) { return (T)((uw<T>)a + (uw<T>)b); }
+template <class T> OVL_FN T sub(T a, T b) { return (T)((uw<T>)a - (uw<T>)b); }
+template <class T> OVL_FN T mul(T a, T b) { return (T)((uw<T>)a * (uw<T>)b); }
+template <class T> OVL_FN T neg(T a) { return (T)((uw<T>)0 - (uw<T>)a); }
+template <class T> OVL_FN T bnot(T a) { return (T)(~(uw<T>)a); }
+template <class T> OVL_FN T iabs(T a) { return a < 0 ? neg(a) : a; }
+
+// x / 0 == 0, x % 0 == 0, MIN / -1 == MIN, MIN % -1 == 0; otherwise C's (truncating) / and %.
+template <class T> OVL_FN T div(T a, T b) {
+  if (b == 0) return 0;
+  if constexpr (traits<T>::is_signed) {
+    if (b == (T)-1) return neg(a);
+  }
+  return (T)(a / b);
+}
+template <class T> OVL_FN T rem(T a, T b) {
+  if (b == 0) return 0;
+  if constexpr (traits<T>::is_signed) {
+    if (b == (T)-1) return 0;
+  }
+  return (T)(a % b);
+}
+template <class T> OVL_FN T imin(T a, T b) { return b < a ? b : a; }
+template <class T> OVL_FN T imax(T a, T b) { return b > a ? b : a; }
+
+// min/max of floats ignore a NaN operand (C's fmin/fmax, Rust's f32::min/max); equal operands
+// (+0 and -0) give the first one, as Rust's min/max do on x86-64.
+template <class F> OVL_FN F fmin(F a, F b) { return a != a ? b : (b != b ? a : (b < a ? b : a)); }
+template <class F> OVL_FN F fmax(F a, F b) { return a != a ? b : (b != b ? a : (b > a ? b : a)); }
+
+// Rust's `as` from a float to an integer: saturating, NaN -> 0.
+template <class I, class F> OVL_FN I f2i(F x) {
+  constexpr F lo = (F)traits<I>::lo;
+  constexpr F hi = traits<I>::is_signed ? -(F)traits<I>::lo
+                                        : (F)2 * (F)((traits<I>::hi >> 1) + 1);
+  if (x != x) return 0;
+  if (x >= hi) return traits<I>::hi;
+  if (x <= lo) return traits<I>::lo;
+  return (I)x;
+}
+
+template <class T> OVL_FN void fill(T* p, int64_t n, T v) { for (int64_t i = 0; i < n; ++i) p[i] = v; }
+
+// Whether index i lies in [0, n): one unsigned comparison for any integer index type.
+template <class I> OVL_FN bool inb(I i, uint64_t n) {
+  if constexpr (traits<I>::is_signed) {
+    return (uint64_t)(int64_t)i < n;
+  } else {
+    return (uint64_t)i < n;
+  }
+}
+
+template <class I>
+OVL_COLD void oob(ovl_status* s, int32_t e, int32_t kind, int32_t t, int32_t axis, I i,
+                  uint64_t size, int64_t w) {
+  if (s->code != 0) return;
+  s->code = 1;
+  s->expression = e;
+  s->tensor_kind = kind;
+  s->tensor_index = t;
+  s->axis = axis;
+  if constexpr (traits<I>::is_signed) {
+    s->index_signed = 1;
+    s->index_bits = (uint64_t)(int64_t)i;
+  } else {
+    s->index_signed = 0;
+    s->index_bits = (uint64_t)i;
+  }
+  s->size = size;
+  s->worker = w;
+}
+
+OVL_COLD void bad_step(ovl_status* s, int32_t e, int64_t step, int64_t w) {
+  if (s->code != 0) return;
+  s->code = 2;
+  s->expression = e;
+  s->step = step;
+  s->worker = w;
+}
+
+__device__ __forceinline__ float f32_bits(uint32_t b) { return __int_as_float((int)b); }
+__device__ __forceinline__ double f64_bits(uint64_t b) { return __longlong_as_double((long long)b); }
+
+#define OVL_MATH1(name)                                                           \
+  __device__ __forceinline__ float name(float x) { return ::name##f(x); }         \
+  __device__ __forceinline__ double name(double x) { return ::name(x); }
+#define OVL_MATH2(name)                                                                  \
+  __device__ __forceinline__ float name(float x, float y) { return ::name##f(x, y); }    \
+  __device__ __forceinline__ double name(double x, double y) { return ::name(x, y); }
+OVL_MATH1(fabs) OVL_MATH1(sqrt) OVL_MATH1(exp) OVL_MATH1(exp2) OVL_MATH1(expm1)
+OVL_MATH1(log) OVL_MATH1(log2) OVL_MATH1(log10) OVL_MATH1(log1p)
+OVL_MATH1(sin) OVL_MATH1(cos) OVL_MATH1(asin) OVL_MATH1(acos) OVL_MATH1(atan)
+OVL_MATH1(sinh) OVL_MATH1(cosh) OVL_MATH1(tanh) OVL_MATH1(erf)
+OVL_MATH1(ceil) OVL_MATH1(floor) OVL_MATH1(round)
+OVL_MATH2(fmod)
+__device__ __forceinline__ float tan(float x) { return (float)::tan((double)x); }
+__device__ __forceinline__ double tan(double x) { return ::tan(x); }
+__device__ __forceinline__ float pow(float x, float y) { return (float)::pow((double)x, (double)y); }
+__device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); }
+__device__ __forceinline__ float atan2(float y, float x) { return (float)::atan2((double)y, (double)x); }
+__device__ __forceinline__ double atan2(double y, double x) { return ::atan2(y, x); }
+__device__ __forceinline__ float fma(float a, float b, float c) { return ::fmaf(a, b, c); }
+__device__ __forceinline__ double fma(double a, double b, double c) { return ::fma(a, b, c); }
+template <class F> __device__ __forceinline__ bool isnan(F x) { return x != x; }
+__device__ __forceinline__ bool isinf(float x) { return ::fabsf(x) == f32_bits(0x7f800000u); }
+__device__ __forceinline__ bool isinf(double x) { return ::fabs(x) == f64_bits(0x7ff0000000000000ull); }
+__device__ __forceinline__ bool isfinite(float x) { return ::fabsf(x) < f32_bits(0x7f800000u); }
+__device__ __forceinline__ bool isfinite(double x) { return ::fabs(x) < f64_bits(0x7ff0000000000000ull); }
+template <class F> __device__ __forceinline__ F rsqrt(F x) { return (F)1 / sqrt(x); }
+template <class F> __device__ __forceinline__ F sigmoid(F x) { return (F)1 / ((F)1 + exp(-x)); }
+
+template <class T> __device__ __forceinline__ void zero(T* p, int64_t n) { for (int64_t i = 0; i < n; ++i) p[i] = (T)0; }
+
+// Publishes a thread's first fault if its worker precedes the one recorded so far. The lock is
+// only contended on the fault path; independent thread scheduling (sm_70 and later) makes
+// spinning inside a warp safe.
+__device__ __noinline__ void report(ovl_cuda_status* g, const ovl_status* l) {
+  while (atomicCAS(&g->lock, 0u, 1u) != 0u) {
+  }
+  __threadfence();
+  volatile ovl_status* f = &g->first;
+  if (f->code == 0 || l->worker < f->worker) {
+    f->code = l->code;
+    f->expression = l->expression;
+    f->tensor_kind = l->tensor_kind;
+    f->tensor_index = l->tensor_index;
+    f->axis = l->axis;
+    f->index_signed = l->index_signed;
+    f->index_bits = l->index_bits;
+    f->size = l->size;
+    f->worker = l->worker;
+    f->step = l->step;
+  }
+  __threadfence();
+  atomicExch(&g->lock, 0u);
+}
+
+}  // namespace ovl
