@@ -7,6 +7,7 @@ use ndarray::{array, Array1, Array2};
 use ovl::prelude::*;
 use ovl_codegen::{Access, OutOfBounds, RunError};
 use ovl_core::interp::InterpError;
+use ovl_testkit::without_hang;
 
 /// The reproducer: the index of the first negative element, found by a walk that
 /// leaves the tensor when there is none.
@@ -72,22 +73,6 @@ fn targets() -> [(&'static str, Options); 2] {
         ("interpreter", Options::interpreter()),
         ("C++", Options::cpu()),
     ]
-}
-
-/// Runs `f` on another thread; panics when it has not returned after several minutes (a
-/// faulting worker that kept running).
-fn without_hang<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (send, receive) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = send.send(f());
-    });
-    match receive.recv_timeout(std::time::Duration::from_secs(300)) {
-        Ok(v) => v,
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-            panic!("{what} did not return: a faulting worker kept running")
-        }
-        Err(e) => panic!("{what} panicked ({e})"),
-    }
 }
 
 /// The out-of-bounds fault inside an evaluation error, whichever backend reported it.

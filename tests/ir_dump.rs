@@ -2,21 +2,12 @@
 
 use ndarray::array;
 use ovl::ir;
+#[path = "support/cumsum_rows.rs"]
+mod cumsum;
+
+use cumsum::cumsum_rows;
 use ovl::prelude::*;
 use prost::Message;
-
-#[operator]
-fn cumsum_rows(x: Tensor<f32>) -> Tensor<f32> {
-    let [rows, cols] = x.dims::<2>();
-    let row = position_in([rows])[0];
-    let out = output_like(&x);
-    let mut acc = variable(0.0f32);
-    for j in 0..cols {
-        acc += x[[row, j]];
-        out[[row, j]] = acc;
-    }
-    out
-}
 
 #[test]
 fn the_ir_round_trips_through_protobuf_bytes() {
@@ -48,7 +39,7 @@ fn the_text_dump_shows_the_loop_the_reads_and_the_writes() {
     let text = ovl::ir_tools::to_text(&graph.dag.operators[0]);
     let lines: Vec<&str> = text.lines().map(str::trim).collect();
     assert!(
-        lines[0].starts_with("operator `cumsum_rows` (tests/ir_dump.rs:"),
+        lines[0].starts_with("operator `cumsum_rows` (tests/support/cumsum_rows.rs:"),
         "{text}"
     );
     assert!(lines.contains(&"workgroup [2]"), "{text}");

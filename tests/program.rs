@@ -1,23 +1,14 @@
 //! The program runner shared by `run_program` and the TensorFlow bridge (`LoadedProgram`): raw
 //! caller buffers, intermediates, outputs requested twice and passed-through feeds.
 
+#[path = "support/cumsum_rows.rs"]
+mod cumsum;
+
+use cumsum::cumsum_rows;
 use ovl::prelude::*;
 use ovl::program::{LoadedProgram, ProgramError};
 use ovl_core::{DType, HostTensor};
 use std::ffi::c_void;
-
-#[operator]
-fn cumsum_rows(x: Tensor<f32>) -> Tensor<f32> {
-    let [rows, cols] = x.dims::<2>();
-    let row = position_in([rows])[0];
-    let out = output_like(&x);
-    let mut acc = variable(0.0f32);
-    for j in 0..cols {
-        acc += x[[row, j]];
-        out[[row, j]] = acc;
-    }
-    out
-}
 
 fn options(target: Options) -> Options {
     match std::env::var_os("OVL_CACHE_DIR") {

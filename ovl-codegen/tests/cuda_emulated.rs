@@ -9,14 +9,12 @@
 
 mod common;
 
-use common::{
-    compiled, first_negative_dag, nested_walk_dag, without_hang, zero_outputs, Builder, IN, LOC,
-    OUT,
-};
+use common::{compiled, first_negative_dag, nested_walk_dag, zero_outputs, Builder, IN, LOC, OUT};
 use ovl_codegen::cuda;
 use ovl_codegen::RunError;
 use ovl_ir::ir::{ExpressionDag, Op};
 use ovl_ir::{DType, HostTensor, Literal};
+use ovl_testkit::without_hang;
 use std::ffi::c_void;
 use std::process::Command;
 

@@ -10,6 +10,7 @@ use ovl_codegen::{Access, RunError};
 use ovl_ir::fixtures::{self, add_2d, cumsum, gather};
 use ovl_ir::ir::Op;
 use ovl_ir::{DType, HostTensor, Literal};
+use ovl_testkit::without_hang;
 
 fn f32_tensor(shape: &[usize], f: impl Fn(usize) -> f32) -> HostTensor {
     let n = shape.iter().product();

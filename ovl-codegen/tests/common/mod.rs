@@ -134,22 +134,6 @@ pub fn same_as_interpreter(
     }
 }
 
-/// Runs `f` on another thread and returns its result, or panics when it has not returned after
-/// several minutes: a test of a program that would loop forever fails instead of hanging.
-pub fn without_hang<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (send, receive) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = send.send(f());
-    });
-    match receive.recv_timeout(std::time::Duration::from_secs(300)) {
-        Ok(v) => v,
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-            panic!("{what} did not return: a faulting worker kept running")
-        }
-        Err(e) => panic!("{what} panicked ({e})"),
-    }
-}
-
 /// The issue's `first_negative`, one worker per row of `x: f32[rows, cols]`: `out0[p] = 7`,
 /// then `j` walks along row `p` while `x[p, j] >= 0`, then `out1[p] = j`. A row without a
 /// negative element walks past its end: an out-of-bounds read that, unless it ends the worker,
