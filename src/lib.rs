@@ -152,6 +152,8 @@ pub mod prelude {
     };
     /// Rank-generic indexing (`t.read(vec![ix(p[0]), ix(0)])`) and argument checks.
     pub use ovl_core::trace::{ix, trace_error, Idx, IndexPart};
+    /// Reductions in a defined order that vectorizes (see [`ovl_core::trace::reduce`]).
+    pub use ovl_core::trace::{max_of, min_of, product_of, sum_of, Acc};
     pub use ovl_core::{DType, Scalar};
 }
 

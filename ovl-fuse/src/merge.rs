@@ -173,12 +173,13 @@ pub(crate) fn merge_vertical(
         .zip(&producer.dag.inputs)
         .map(|(&src, t)| s.input(src, t))
         .collect();
-    // A written value that is a variable is copied at the write.
+    // A written value that is a variable or an accumulator is copied at the write.
     let mut snapshot_before = HashMap::new();
     for h in &plan.handoffs {
         let w = &producer.dag.expressions[h.write];
         let value = *w.operands.last().unwrap_or(&0) as usize;
-        if producer.dag.expressions[value].code == Op::Variable as i32 {
+        let code = producer.dag.expressions[value].code;
+        if code == Op::Variable as i32 || code == Op::Accumulator as i32 {
             snapshot_before.insert(h.write, value);
         }
     }

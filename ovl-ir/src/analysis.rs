@@ -57,3 +57,53 @@ pub fn written_everywhere(dag: &ir::ExpressionDag) -> Vec<bool> {
     }
     full
 }
+
+/// For each expression, the innermost loop enclosing it: the index of its RANGE or WHILE_BEGIN
+/// (a loop's own opener and closer are outside it; WHILE_COND and the condition are inside).
+/// Robust to malformed nesting (an unmatched closer is ignored).
+pub fn innermost_loops(dag: &ir::ExpressionDag) -> Vec<Option<usize>> {
+    let mut stack: Vec<(usize, bool)> = Vec::new(); // (opener, is a loop)
+    dag.expressions
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let row = ops::info_of_code(e.code);
+            if row.is_some_and(|r| r.block == Block::Close) {
+                stack.pop();
+            }
+            let inner = stack
+                .iter()
+                .rev()
+                .find(|(_, is_loop)| *is_loop)
+                .map(|&(o, _)| o);
+            if let Some(r) = row.filter(|r| r.block == Block::Open) {
+                stack.push((i, r.op != Op::If));
+            }
+            inner
+        })
+        .collect()
+}
+
+/// The reductions of an operator: for each RANGE that is a reduction loop, the accumulators it
+/// reduces (OP_ACCUMULATOR indices, in the order of their first OP_ACCUMULATE in the loop). An
+/// OP_ACCUMULATE whose innermost loop is not a RANGE is left out (`validate` refuses it).
+pub fn reduction_loops(dag: &ir::ExpressionDag) -> std::collections::BTreeMap<usize, Vec<usize>> {
+    let loops = innermost_loops(dag);
+    let mut out: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    for (i, e) in dag.expressions.iter().enumerate() {
+        if e.code != Op::Accumulate as i32 {
+            continue;
+        }
+        let (Some(range), Some(&acc)) = (loops[i], e.operands.first()) else {
+            continue;
+        };
+        if dag.expressions[range].code != Op::Range as i32 {
+            continue;
+        }
+        let accs = out.entry(range).or_default();
+        if !accs.contains(&(acc as usize)) {
+            accs.push(acc as usize);
+        }
+    }
+    out
+}

@@ -186,6 +186,23 @@ impl Builder {
         self.push(Op::Variable, Some(d), &[init])
     }
 
+    /// An ACCUMULATOR with `combiner`, starting at `init`.
+    pub fn accumulator(&mut self, combiner: crate::ops::Combiner, init: u32) -> u32 {
+        let d = self.dtype(init);
+        self.raw(ir::Expression {
+            code: Op::Accumulator as i32,
+            dtype: d.to_ir() as i32,
+            operands: vec![init],
+            int_value: combiner as i64,
+            ..Default::default()
+        })
+    }
+
+    /// An ACCUMULATE of `value` into `acc`.
+    pub fn accumulate(&mut self, acc: u32, value: u32) -> u32 {
+        self.push(Op::Accumulate, None, &[acc, value])
+    }
+
     pub fn assign(&mut self, var: u32, value: u32) -> u32 {
         self.push(Op::Assign, None, &[var, value])
     }

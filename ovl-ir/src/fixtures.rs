@@ -60,6 +60,15 @@ fn fixture(
 pub fn all() -> Vec<Fixture> {
     vec![
         fixture(
+            "reductions",
+            "accumulators (sum, max, i32 product) over a constant and a runtime-step loop",
+            reductions(4, 21),
+            vec![
+                tensor(&[4, 21], |k| ((k * 37) % 23) as f32 * 0.61 - 6.5),
+                tensor(&[4, 21], |k| (k % 7) as i32 - 3),
+            ],
+        ),
+        fixture(
             "add_2d",
             "f32 elementwise add over a 2-D workgroup",
             add_2d(4, 5),
@@ -489,6 +498,44 @@ pub fn cumsum(rows: u64, cols: u64, step: i64) -> ir::ExpressionDag {
     b.assign(acc, s);
     b.write(OUT, 0, &[r, j], acc);
     b.end_range();
+    b.build()
+}
+
+/// `reductions`: per row of `x: f32[rows, cols]`, a sum, a max (accumulators, 8 lanes) and an
+/// i32 product over a strided loop with a runtime step; three outputs.
+pub fn reductions(rows: u64, cols: u64) -> ir::ExpressionDag {
+    use crate::ops::Combiner;
+    let mut b = Builder::new("reductions", &[rows]);
+    b.input(DType::F32, &[rows, cols]);
+    b.input(DType::I32, &[rows, cols]);
+    b.output(DType::F32, &[rows]);
+    b.output(DType::F32, &[rows]);
+    b.output(DType::I32, &[rows]);
+    let r = b.position(0);
+    let zero = b.f32(0.0);
+    let sum = b.accumulator(Combiner::Sum, zero);
+    let low = b.f32(f32::NEG_INFINITY);
+    let max = b.accumulator(Combiner::Max, low);
+    let start = b.i64(0);
+    let end = b.i64(cols as i64);
+    let one = b.i64(1);
+    let j = b.range(start, end, one);
+    let x = b.read(IN, 0, &[r, j]);
+    b.accumulate(sum, x);
+    b.accumulate(max, x);
+    b.end_range();
+    b.write(OUT, 0, &[r], sum);
+    b.write(OUT, 1, &[r], max);
+    let first = b.read(IN, 1, &[r, start]);
+    let product = b.accumulator(Combiner::Product, first);
+    let two = b.i64(2);
+    let step = b.op(Op::Add, &[r, one]);
+    let step = b.op(Op::Max, &[step, two]);
+    let k = b.range(one, end, step);
+    let y = b.read(IN, 1, &[r, k]);
+    b.accumulate(product, y);
+    b.end_range();
+    b.write(OUT, 2, &[r], product);
     b.build()
 }
 

@@ -203,6 +203,58 @@ impl Spelling {
     }
 }
 
+/// The number of lanes of a reduction loop (`REDUCE_LANES` in `proto/ovl.proto`): iteration `t`
+/// of the loop combines into lane `t % REDUCE_LANES`.
+pub const REDUCE_LANES: usize = 8;
+
+/// How an accumulator (`OP_ACCUMULATOR`, its `int_value`) combines values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Combiner {
+    /// `OP_ADD`; identity 0.
+    Sum = 1,
+    /// `OP_MUL`; identity 1.
+    Product = 2,
+    /// `OP_MIN`; identity +inf (floats) or the largest value (integers).
+    Min = 3,
+    /// `OP_MAX`; identity -inf (floats) or the smallest value (integers).
+    Max = 4,
+}
+
+impl Combiner {
+    /// Every combiner.
+    pub const ALL: [Combiner; 4] = [
+        Combiner::Sum,
+        Combiner::Product,
+        Combiner::Min,
+        Combiner::Max,
+    ];
+
+    /// The combiner an accumulator's `int_value` names.
+    pub fn from_code(code: i64) -> Option<Combiner> {
+        Combiner::ALL.into_iter().find(|c| *c as i64 == code)
+    }
+
+    /// The binary op that combines two values.
+    pub fn op(self) -> Op {
+        match self {
+            Combiner::Sum => Op::Add,
+            Combiner::Product => Op::Mul,
+            Combiner::Min => Op::Min,
+            Combiner::Max => Op::Max,
+        }
+    }
+
+    /// `sum`, `product`, `min`, `max`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Combiner::Sum => "sum",
+            Combiner::Product => "product",
+            Combiner::Min => "min",
+            Combiner::Max => "max",
+        }
+    }
+}
+
 /// One row of the op table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct OpInfo {
@@ -367,7 +419,7 @@ use ResultRule as R;
 
 /// Every opcode but `OP_UNSPECIFIED`, in the order of `proto/ovl.proto`.
 #[rustfmt::skip]
-pub const TABLE: [OpInfo; 64] = [
+pub const TABLE: [OpInfo; 66] = [
     // ---- values
     row(Op::Const, "const", C::Leaf, Some(0), "none", K::Any, R::Declared, B::None, Spelling::NONE),
     row(Op::Position, "position", C::Leaf, Some(0), "none", K::Any, R::I64, B::None, Spelling::NONE),
@@ -437,10 +489,13 @@ pub const TABLE: [OpInfo; 64] = [
     control(Op::WhileBegin, "while_begin", 0, "none", B::Open),
     control(Op::WhileCond, "while_cond", 1, "the condition", B::Middle),
     control(Op::WhileEnd, "while_end", 0, "none", B::Close),
+    // ---- reductions
+    row(Op::Accumulator, "accumulator", C::Variable, Some(1), "the initial value", K::Numeric, R::SameAsOperands, B::None, Spelling::NONE),
+    row(Op::Accumulate, "accumulate", C::Variable, Some(2), "the accumulator and the value", K::Numeric, R::Statement, B::None, Spelling::NONE),
 ];
 
 /// One past the largest opcode value.
-const CODES: usize = 108;
+const CODES: usize = 122;
 
 /// `TABLE` row of each opcode value, `u8::MAX` where there is none.
 const BY_CODE: [u8; CODES] = {

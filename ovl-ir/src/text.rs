@@ -102,6 +102,19 @@ fn expression(dag: &ir::ExpressionDag, i: usize, e: &ir::Expression) -> String {
                 literal(e, local.or(dtype))
             )
         }
+        Some(Op::Accumulator) => {
+            let combiner = crate::ops::Combiner::from_code(e.int_value).map_or_else(
+                || format!("combiner {}", e.int_value),
+                |c| c.name().to_string(),
+            );
+            typed(format!(
+                "accumulator {combiner} from {}",
+                operands(&e.operands)
+            ))
+        }
+        Some(Op::Accumulate) if e.operands.len() == 2 => {
+            format!("accumulate %{} <- %{}", e.operands[0], e.operands[1])
+        }
         Some(op) if produces_value(op) => {
             if e.operands.is_empty() {
                 typed(name)

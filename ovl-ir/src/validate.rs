@@ -10,7 +10,7 @@ use crate::ir::{self, value_ref::Source, Op, TensorKind};
 use crate::names::{
     at, defined_at, dtype_name, kind_word, op_name, tensor_ref_name, tensor_type_name,
 };
-use crate::ops::{self, Category, OpInfo, ResultRule};
+use crate::ops::{self, Category, Combiner, OpInfo, ResultRule};
 use thiserror::Error;
 
 /// Why an operator or an operator DAG is not valid IR.
@@ -156,6 +156,10 @@ struct Checker<'a> {
     open: Vec<bool>,
     stack: Vec<Frame>,
     local_initialized: Vec<bool>,
+    /// The innermost loop around each expression (`analysis::innermost_loops`).
+    loops: Vec<Option<usize>>,
+    /// Each reduction loop's accumulators (`analysis::reduction_loops`).
+    reductions: std::collections::BTreeMap<usize, Vec<usize>>,
 }
 
 type Check<T> = Result<T, ValidationError>;
@@ -228,6 +232,38 @@ impl<'a> Checker<'a> {
 
     /// Checks operand `k` of expression `i` and returns its dtype.
     fn operand(&self, i: usize, k: usize) -> Check<DType> {
+        let d = self.visible_operand(i, k)?;
+        let id = self.dag.expressions[i].operands[k] as usize;
+        if let Some(r) = self.reducing_loop(id) {
+            return Err(self.expr_error(
+                i,
+                format!(
+                    "operand {k} is %{id}, an accumulator that the loop %{r} reduces, inside that \
+                     loop; an accumulator's value is defined after its loop: read it there"
+                ),
+            ));
+        }
+        Ok(d)
+    }
+
+    /// The open RANGE (if any) that reduces accumulator `id`.
+    fn reducing_loop(&self, id: usize) -> Option<usize> {
+        if self.dag.expressions[id].code != Op::Accumulator as i32 {
+            return None;
+        }
+        self.stack
+            .iter()
+            .filter(|f| f.kind == FrameKind::Range)
+            .map(|f| f.opener)
+            .find(|r| {
+                self.reductions
+                    .get(r)
+                    .is_some_and(|accs| accs.contains(&id))
+            })
+    }
+
+    /// Operand `k` of expression `i`: an earlier, visible, value-producing expression.
+    fn visible_operand(&self, i: usize, k: usize) -> Check<DType> {
         let e = &self.dag.expressions[i];
         let Some(&id) = e.operands.get(k) else {
             return Err(self.expr_error(i, format!("operand {k} is missing")));
@@ -526,6 +562,11 @@ impl<'a> Checker<'a> {
 
     /// VARIABLE, ASSIGN.
     fn variable(&mut self, i: usize, row: &OpInfo) -> Check<Option<DType>> {
+        match row.op {
+            Op::Accumulator => return self.accumulator(i, row),
+            Op::Accumulate => return self.accumulate(i, row),
+            _ => {}
+        }
         if row.op == Op::Variable {
             self.expect_arity(i, row)?;
             let init = self.operand(i, 0)?;
@@ -554,6 +595,72 @@ impl<'a> Checker<'a> {
                 format!(
                     "the value has dtype {v} but the variable %{target} has dtype {var}; cast \
                      the value first"
+                ),
+            ));
+        }
+        Ok(None)
+    }
+
+    /// ACCUMULATOR: a numeric initial value and a combiner.
+    fn accumulator(&mut self, i: usize, row: &OpInfo) -> Check<Option<DType>> {
+        self.expect_arity(i, row)?;
+        let init = self.operand(i, 0)?;
+        if !row.operands.accepts(init) {
+            return Err(self.expr_error(
+                i,
+                format!(
+                    "an accumulator takes {}, found {init}",
+                    row.operands.describe()
+                ),
+            ));
+        }
+        let d = self.declared_dtype(i)?;
+        self.expect_result(i, d, init, "the dtype of its initial value")?;
+        let code = self.dag.expressions[i].int_value;
+        if Combiner::from_code(code).is_none() {
+            return Err(self.expr_error(
+                i,
+                format!("int_value {code} is not a combiner (1 sum, 2 product, 3 min, 4 max)"),
+            ));
+        }
+        Ok(Some(d))
+    }
+
+    /// ACCUMULATE: into an accumulator, inside a RANGE opened after it, a value of its dtype.
+    fn accumulate(&mut self, i: usize, row: &OpInfo) -> Check<Option<DType>> {
+        self.expect_statement(i)?;
+        self.expect_arity(i, row)?;
+        let acc_dtype = self.visible_operand(i, 0)?;
+        let acc = self.dag.expressions[i].operands[0] as usize;
+        if self.dag.expressions[acc].code != Op::Accumulator as i32 {
+            return Err(self.expr_error(
+                i,
+                format!(
+                    "operand 0 must be an accumulator expression, but %{acc} is {}",
+                    op_name(self.dag.expressions[acc].code)
+                ),
+            ));
+        }
+        match self.loops[i] {
+            Some(r) if self.dag.expressions[r].code == Op::Range as i32 && r > acc => {}
+            _ => {
+                return Err(self.expr_error(
+                    i,
+                    format!(
+                        "an accumulate must be inside a `for` loop (a range) that starts after its \
+                         accumulator %{acc} and is its innermost loop; outside such a loop (or in a \
+                         `while` loop) update a variable instead"
+                    ),
+                ))
+            }
+        }
+        let v = self.operand(i, 1)?;
+        if v != acc_dtype {
+            return Err(self.expr_error(
+                i,
+                format!(
+                    "the value has dtype {v} but the accumulator %{acc} has dtype {acc_dtype}; \
+                     cast the value first"
                 ),
             ));
         }
@@ -764,6 +871,8 @@ pub fn validate(dag: &ir::ExpressionDag) -> Result<(), ValidationError> {
         open: vec![true],
         stack: Vec::new(),
         local_initialized: vec![false; dag.locals.len()],
+        loops: crate::analysis::innermost_loops(dag),
+        reductions: crate::analysis::reduction_loops(dag),
     };
     if dag.version != crate::IR_VERSION {
         return Err(ValidationError::Version {

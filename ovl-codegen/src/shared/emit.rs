@@ -19,7 +19,7 @@ use super::literal::{ctype, cuda_literal, int_literal_value, literal};
 use crate::error::{defined_at, CodegenError};
 use ovl_ir::ir::{self, Op, TensorKind};
 use ovl_ir::names::kind_word;
-use ovl_ir::ops::{self, Category, OpInfo, ResultRule};
+use ovl_ir::ops::{self, Category, Combiner, OpInfo, ResultRule, REDUCE_LANES};
 use ovl_ir::DType;
 use std::fmt::Write as _;
 
@@ -64,9 +64,12 @@ enum Frame {
     If {
         else_seen: bool,
     },
-    /// A RANGE loop closed by this many braces.
+    /// A RANGE loop closed by this many braces; a reduction loop folds its accumulators'
+    /// lanes after the first `inner` of them.
     Range {
         braces: usize,
+        opener: usize,
+        inner: usize,
     },
     WhileCond,
     WhileBody,
@@ -91,6 +94,10 @@ pub(crate) struct Emitter<'a> {
     /// The value of each integer CONST.
     consts: Vec<Option<i128>>,
     frames: Vec<Frame>,
+    /// The innermost loop around each expression (`ovl_ir::analysis::innermost_loops`).
+    loops: Vec<Option<usize>>,
+    /// Each reduction loop's accumulators (`ovl_ir::analysis::reduction_loops`).
+    reductions: std::collections::BTreeMap<usize, Vec<usize>>,
     /// The worker program; the frames place it with [`Emitter::worker_program`].
     body: String,
     indent: usize,
@@ -169,6 +176,8 @@ impl<'a> Emitter<'a> {
             intervals: Vec::with_capacity(dag.expressions.len()),
             consts: Vec::with_capacity(dag.expressions.len()),
             frames: Vec::new(),
+            loops: ovl_ir::analysis::innermost_loops(dag),
+            reductions: ovl_ir::analysis::reduction_loops(dag),
             body: String::new(),
             indent: 3,
             stops: std::cell::Cell::new(false),
@@ -493,6 +502,8 @@ impl<'a> Emitter<'a> {
             Op::WhileBegin => self.while_begin(k),
             Op::WhileCond => self.while_cond(k),
             Op::WhileEnd => self.while_end(k),
+            Op::Accumulator => self.accumulator(k),
+            Op::Accumulate => self.accumulate(k),
             _ => Err(self.err(Some(k), format!("{} is not emitted here", row.name))),
         }
     }
@@ -733,14 +744,109 @@ impl<'a> Emitter<'a> {
 
     /// END_RANGE: closes the loop's braces.
     fn end_range(&mut self, k: usize) -> Emitted {
-        let Some(&Frame::Range { braces }) = self.frames.last() else {
+        let Some(&Frame::Range {
+            braces,
+            opener,
+            inner,
+        }) = self.frames.last()
+        else {
             return Err(self.err(Some(k), "`end_range` without an open `range`"));
         };
         self.frames.pop();
-        for _ in 0..braces {
+        for b in 0..braces {
+            if b == inner {
+                self.fold_lanes(opener)?;
+            }
             self.indent -= 1;
             self.line("}");
         }
+        Ok((None, None))
+    }
+
+    /// After a reduction loop ran: each accumulator becomes accumulator ⊕ the pairwise fold of
+    /// its lanes (`proto/ovl.proto`, "Accumulators").
+    fn fold_lanes(&mut self, range: usize) -> Result<(), CodegenError> {
+        for acc in self.reductions.get(&range).cloned().unwrap_or_default() {
+            let (combiner, d) = self.accumulator_kind(acc)?;
+            let lanes: Vec<String> = (0..REDUCE_LANES)
+                .map(|l| format!("ovl_lanes{acc}[{l}]"))
+                .collect();
+            let mut level = lanes;
+            while level.len() > 1 {
+                level = level
+                    .chunks(2)
+                    .map(|p| self.combine(combiner, d, &p[0], &p[1]))
+                    .collect::<Result<_, _>>()?;
+            }
+            let folded = self.combine(combiner, d, &format!("v{acc}"), &level[0])?;
+            self.line(&format!("v{acc} = {folded};"));
+        }
+        Ok(())
+    }
+
+    /// `x ⊕ y` for a combiner on dtype `d`, spelled as the op table spells its binary op.
+    fn combine(
+        &self,
+        combiner: Combiner,
+        d: DType,
+        x: &str,
+        y: &str,
+    ) -> Result<String, CodegenError> {
+        let row = ops::info(combiner.op()).expect("combiners are binary ops");
+        let x = if x.contains(' ') {
+            format!("({x})")
+        } else {
+            x.to_string()
+        };
+        let y = if y.contains(' ') {
+            format!("({y})")
+        } else {
+            y.to_string()
+        };
+        row.spelling
+            .for_dtype(d)
+            .apply(&[&x, &y])
+            .ok_or_else(|| self.err(None, format!("{} does not take {d}", row.name)))
+    }
+
+    /// The combiner and dtype of accumulator `acc`.
+    fn accumulator_kind(&self, acc: usize) -> Result<(Combiner, DType), CodegenError> {
+        let e = &self.dag.expressions[acc];
+        let combiner = Combiner::from_code(e.int_value)
+            .ok_or_else(|| self.err(Some(acc), format!("unknown combiner {}", e.int_value)))?;
+        let d = DType::from_ir(e.dtype)
+            .ok_or_else(|| self.err(Some(acc), "an accumulator without a dtype"))?;
+        Ok((combiner, d))
+    }
+
+    /// An ACCUMULATOR: a mutable local like a VARIABLE (its lanes live with its reduction loop).
+    fn accumulator(&mut self, k: usize) -> Emitted {
+        self.operand_count(k, 1)?;
+        let (init, d) = self.operand(k, 0)?;
+        self.check_result(k, d)?;
+        self.accumulator_kind(k)?;
+        self.line(&format!("{} v{k} = v{init};", ctype(d)));
+        Ok((Some(d), Interval::of_dtype(d)))
+    }
+
+    /// An ACCUMULATE: combines the value into the lane of the current iteration.
+    fn accumulate(&mut self, k: usize) -> Emitted {
+        self.operand_count(k, 2)?;
+        let (acc, ad) = self.operand(k, 0)?;
+        let (value, d) = self.operand(k, 1)?;
+        if ad != d || self.ops[acc] != Op::Accumulator {
+            return Err(self.err(
+                Some(k),
+                "accumulates a value into a non-accumulator or of another dtype",
+            ));
+        }
+        let Some(range) = self.loops[k].filter(|r| self.reductions.contains_key(r)) else {
+            return Err(self.err(Some(k), "an accumulate outside a reduction loop"));
+        };
+        let (combiner, _) = self.accumulator_kind(acc)?;
+        let lane = format!("ovl_lanes{acc}[ovl_l{range}]");
+        let combined = self.combine(combiner, d, &lane, &format!("v{value}"))?;
+        self.line(&format!("{lane} = {combined};"));
         Ok((None, None))
     }
 
@@ -858,7 +964,10 @@ impl<'a> Emitter<'a> {
         }
         self.check_result(k, DType::I64)?;
         let step = self.consts[st];
-        let braces = if step == Some(1) {
+        let reduced = self.reductions.get(&k).cloned();
+        let braces = if let Some(accs) = reduced {
+            self.reduction_range(k, (s, e, st), step, &accs)?
+        } else if step == Some(1) {
             self.line("{");
             self.indent += 1;
             self.line(&format!("const int64_t ovl_end{k} = v{e};"));
@@ -897,12 +1006,99 @@ impl<'a> Emitter<'a> {
             ));
             3
         };
-        self.frames.push(Frame::Range { braces });
+        let inner = if self.reductions.contains_key(&k) {
+            2
+        } else {
+            braces
+        };
+        self.frames.push(Frame::Range {
+            braces,
+            opener: k,
+            inner,
+        });
         let iv = match (self.interval(s), self.interval(e)) {
             (Some(a), Some(b)) => Some(Interval::new(a.lo, (b.hi - 1).max(a.lo))),
             _ => None,
         };
         Ok((Some(DType::I64), iv))
+    }
+
+    /// A reduction loop (`proto/ovl.proto`, "Accumulators"): each accumulator's lanes start at the
+    /// combiner's identity, and the iterations run in blocks of `REDUCE_LANES`, iteration `l`
+    /// of a block combining into lane `l`, so that the inner loop's lanes are independent and
+    /// vectorize. Returns the braces opened; the fold goes after the inner two.
+    fn reduction_range(
+        &mut self,
+        k: usize,
+        (s, e, st): (usize, usize, usize),
+        step: Option<i128>,
+        accs: &[usize],
+    ) -> Result<usize, CodegenError> {
+        self.line("{");
+        self.indent += 1;
+        self.line(&format!(
+            "const int64_t ovl_start{k} = v{s}, ovl_end{k} = v{e}, ovl_step{k} = v{st};"
+        ));
+        for &acc in accs {
+            let (combiner, d) = self.accumulator_kind(acc)?;
+            let id = self.identity(combiner, d);
+            let lanes = vec![id; REDUCE_LANES].join(", ");
+            self.line(&format!(
+                "{} ovl_lanes{acc}[{REDUCE_LANES}] = {{{lanes}}};",
+                ctype(d)
+            ));
+        }
+        if step.is_none_or(|c| c <= 0) {
+            let w = self.worker_expr();
+            self.stops.set(true);
+            self.line(&format!(
+                "if (OVL_UNLIKELY(ovl_step{k} <= 0)) {{ ovl::bad_step(ovl_st, {k}, ovl_step{k}, {w}); {STOP} }}"
+            ));
+            self.line(&format!("else if (ovl_start{k} < ovl_end{k}) {{"));
+        } else {
+            self.line(&format!("if (ovl_start{k} < ovl_end{k}) {{"));
+        }
+        self.indent += 1;
+        self.line(&format!(
+            "const uint64_t ovl_n{k} = ((uint64_t)ovl_end{k} - (uint64_t)ovl_start{k} - 1) / \
+             (uint64_t)ovl_step{k} + 1;"
+        ));
+        self.line(&format!(
+            "for (uint64_t ovl_b{k} = 0; ovl_b{k} < ovl_n{k}; ovl_b{k} += {REDUCE_LANES}) {{"
+        ));
+        self.indent += 1;
+        self.line(&format!(
+            "const uint64_t ovl_m{k} = ovl_n{k} - ovl_b{k} < {REDUCE_LANES} ? ovl_n{k} - ovl_b{k} : {REDUCE_LANES};"
+        ));
+        self.line(&format!(
+            "for (uint64_t ovl_l{k} = 0; ovl_l{k} < ovl_m{k}; ++ovl_l{k}) {{"
+        ));
+        self.indent += 1;
+        self.line(&format!(
+            "const int64_t v{k} = (int64_t)((uint64_t)ovl_start{k} + (ovl_b{k} + ovl_l{k}) * (uint64_t)ovl_step{k});"
+        ));
+        Ok(4)
+    }
+
+    /// The identity of a combiner on dtype `d`, as a literal of the dialect.
+    fn identity(&self, combiner: Combiner, d: DType) -> String {
+        let (lo_i, hi_i, hi_u): (i64, i64, u64) = match d {
+            DType::I8 => (i8::MIN.into(), i8::MAX.into(), 0),
+            DType::I16 => (i16::MIN.into(), i16::MAX.into(), 0),
+            DType::I32 => (i32::MIN.into(), i32::MAX.into(), 0),
+            DType::I64 => (i64::MIN, i64::MAX, 0),
+            DType::U8 => (0, 0, u8::MAX.into()),
+            DType::U16 => (0, 0, u16::MAX.into()),
+            DType::U32 => (0, 0, u32::MAX.into()),
+            _ => (0, 0, u64::MAX),
+        };
+        let (f, i, u) = match combiner {
+            Combiner::Sum => (0.0, 0, 0),
+            Combiner::Product => (1.0, 1, 1),
+            Combiner::Min => (f64::INFINITY, hi_i, hi_u),
+            Combiner::Max => (f64::NEG_INFINITY, lo_i, 0),
+        };
+        self.literal(d, f, i, u)
     }
 
     /// Locals that a worker could read before its first LOCAL_TENSOR ran: they are zeroed at

@@ -4,6 +4,7 @@ use super::program::{Code, Program};
 use super::value::{self, Value};
 use crate::host::TensorData;
 use crate::ir::TensorKind;
+use ovl_ir::ops::REDUCE_LANES;
 use std::sync::atomic::{
     AtomicBool, AtomicI16, AtomicI32, AtomicI64, AtomicI8, AtomicU16, AtomicU32, AtomicU64,
     AtomicU8, Ordering::Relaxed,
@@ -215,8 +216,10 @@ pub(crate) struct Worker<'p, 'd> {
     outputs: &'p [OutView<'d>],
     /// One value slot per expression.
     slots: Vec<Value>,
-    /// Per RANGE loop: (end, step).
-    ranges: Vec<(i64, i64)>,
+    /// Per RANGE loop: (end, step, iterations started).
+    ranges: Vec<(i64, i64, u64)>,
+    /// Per accumulator: its lanes in the running reduction loop.
+    lanes: Vec<[Value; REDUCE_LANES]>,
     locals: Vec<TensorData>,
     local_ready: Vec<bool>,
     position: Vec<u64>,
@@ -238,7 +241,8 @@ impl<'p, 'd> Worker<'p, 'd> {
             inputs,
             outputs,
             slots: vec![Value::Bool(false); prog.instrs.len()],
-            ranges: vec![(0, 0); prog.n_ranges],
+            ranges: vec![(0, 0, 0); prog.n_ranges],
+            lanes: vec![[Value::Bool(false); REDUCE_LANES]; prog.n_accumulators],
             local_ready: vec![false; locals.len()],
             locals,
             position: vec![0; prog.workgroup.len()],
@@ -325,6 +329,25 @@ impl<'p, 'd> Worker<'p, 'd> {
         Some(linear as usize)
     }
 
+    /// At the end of reduction loop `ordinal`: folds each accumulator's lanes pairwise and
+    /// combines the fold into the accumulator (`proto/ovl.proto`, "Accumulators").
+    fn fold_reductions(&mut self, ordinal: usize) -> Result<(), &'static str> {
+        for &(acc, lanes_of, combiner) in &self.prog.reductions[ordinal] {
+            let op = combiner.op();
+            let combine =
+                |x: Value, y: Value| value::binary(op, x, y).ok_or("lanes of the wrong dtype");
+            let mut level: Vec<Value> = self.lanes[lanes_of].to_vec();
+            while level.len() > 1 {
+                level = level
+                    .chunks(2)
+                    .map(|p| combine(p[0], p[1]))
+                    .collect::<Result<_, _>>()?;
+            }
+            self.slots[acc] = combine(self.slots[acc], level[0])?;
+        }
+        Ok(())
+    }
+
     /// Runs the program of the worker at `self.position`. A fault ends it: nothing after the
     /// faulting expression runs (enclosing loops exit, later writes do not happen).
     fn run_worker(&mut self) {
@@ -338,7 +361,7 @@ impl<'p, 'd> Worker<'p, 'd> {
             let result = match ins.code {
                 Code::Const => ins.literal,
                 Code::Position => Value::I64(self.position[ins.jump as usize] as i64),
-                Code::Variable => self.slots[a],
+                Code::Variable | Code::Accumulator => self.slots[a],
                 Code::Cast => value::cast(self.slots[a], ins.dtype),
                 Code::Unary(op) => match value::unary(op, self.slots[a]) {
                     Some(v) => v,
@@ -406,6 +429,21 @@ impl<'p, 'd> Worker<'p, 'd> {
                     pc += 1;
                     continue;
                 }
+                Code::Accumulate => {
+                    // Iteration t of the reduction loop combines into lane t % REDUCE_LANES.
+                    let t = self.ranges[ins.jump as usize].2;
+                    let lanes = &mut self.lanes[ins.aux as usize];
+                    let lane = &mut lanes[(t % REDUCE_LANES as u64) as usize];
+                    let combiner = prog.combiners[ins.aux as usize];
+                    match value::binary(combiner.op(), *lane, self.slots[b]) {
+                        Some(v) => *lane = v,
+                        None => {
+                            return self.internal(pc, "an accumulated value of the wrong dtype")
+                        }
+                    }
+                    pc += 1;
+                    continue;
+                }
                 Code::LocalTensor => {
                     let local = prog.tensors[ins.tensor as usize].index;
                     if !ins.literal.fill(&mut self.locals[local]) {
@@ -452,14 +490,19 @@ impl<'p, 'd> Worker<'p, 'd> {
                         pc = ins.jump as usize;
                         continue;
                     }
-                    self.ranges[ins.aux as usize] = (end, step);
+                    self.ranges[ins.aux as usize] = (end, step, 0);
+                    for &(acc, ordinal, combiner) in &prog.reductions[ins.aux as usize] {
+                        let d = prog.instrs[acc].dtype;
+                        self.lanes[ordinal] = [Value::identity(combiner, d); REDUCE_LANES];
+                    }
                     self.slots[pc] = Value::I64(start);
                     pc += 1;
                     continue;
                 }
                 Code::EndRange => {
                     let head = ins.jump as usize;
-                    let (end, step) = self.ranges[prog.instrs[head].aux as usize];
+                    let ordinal = prog.instrs[head].aux as usize;
+                    let (end, step, _) = self.ranges[ordinal];
                     let next = match self.slots[head].as_i64() {
                         Some(i) => i.checked_add(step),
                         None => return self.internal(pc, "a non-i64 loop index"),
@@ -467,9 +510,15 @@ impl<'p, 'd> Worker<'p, 'd> {
                     match next {
                         Some(i) if i < end => {
                             self.slots[head] = Value::I64(i);
+                            self.ranges[ordinal].2 += 1;
                             pc = head + 1;
                         }
-                        _ => pc += 1,
+                        _ => {
+                            if let Err(m) = self.fold_reductions(ordinal) {
+                                return self.internal(pc, m);
+                            }
+                            pc += 1;
+                        }
                     }
                     continue;
                 }

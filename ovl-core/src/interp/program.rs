@@ -4,7 +4,7 @@
 use super::value::Value;
 use crate::dtype::DType;
 use crate::ir::{self, Op, TensorKind};
-use ovl_ir::ops::Category;
+use ovl_ir::ops::{Category, Combiner};
 
 /// The decoded opcode of an instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,6 +15,10 @@ pub(crate) enum Code {
     Write,
     Variable,
     Assign,
+    /// `aux`: the accumulator's ordinal.
+    Accumulator,
+    /// `aux`: the accumulator's ordinal; `jump`: the ordinal of its reduction loop.
+    Accumulate,
     LocalTensor,
     Cast,
     /// An opcode of the table's `Unary` category.
@@ -91,6 +95,13 @@ pub(crate) struct Program {
     pub n_outputs: usize,
     /// Number of RANGE loops.
     pub n_ranges: usize,
+    /// Per RANGE loop (by ordinal): the accumulators it reduces, as (expression, ordinal,
+    /// combiner).
+    pub reductions: Vec<Vec<(usize, usize, Combiner)>>,
+    /// Number of accumulators.
+    pub n_accumulators: usize,
+    /// Per accumulator (by ordinal): its combiner.
+    pub combiners: Vec<Combiner>,
     /// A rough cost of one worker: expressions outside loops count 1, inside loops
     /// [`LOOP_WEIGHT`] (the trip count is unknown before running).
     pub cost: u64,
@@ -143,6 +154,18 @@ impl Program {
             Ok(id as u32)
         };
 
+        // Accumulators get ordinals (their lanes); each reduction loop lists its accumulators.
+        let loops = ovl_ir::analysis::innermost_loops(dag);
+        let mut acc_ordinal: Vec<Option<usize>> = vec![None; dag.expressions.len()];
+        let mut combiners = Vec::new();
+        for (i, e) in dag.expressions.iter().enumerate() {
+            if e.code == Op::Accumulator as i32 {
+                acc_ordinal[i] = Some(combiners.len());
+                combiners.push(Combiner::from_code(e.int_value).ok_or("an unknown combiner")?);
+            }
+        }
+        let n_accumulators = combiners.len();
+        let reduced = ovl_ir::analysis::reduction_loops(dag);
         let mut instrs = Vec::with_capacity(dag.expressions.len());
         let mut pool = Vec::new();
         let mut n_ranges = 0u32;
@@ -188,6 +211,25 @@ impl Program {
                     }
                 }
                 Op::Variable => Code::Variable,
+                Op::Accumulator => {
+                    ins.aux = acc_ordinal[pc].ok_or("an accumulator without an ordinal")? as u32;
+                    Code::Accumulator
+                }
+                Op::Accumulate => {
+                    let acc = operand(0) as usize;
+                    ins.aux = acc_ordinal
+                        .get(acc)
+                        .copied()
+                        .flatten()
+                        .ok_or("an accumulate into a non-accumulator")?
+                        as u32;
+                    let range = loops[pc].ok_or("an accumulate outside a loop")?;
+                    ins.jump = instrs
+                        .get(range)
+                        .map(|r: &Instr| r.aux)
+                        .ok_or("an accumulate before its loop")?;
+                    Code::Accumulate
+                }
                 Op::Assign => Code::Assign,
                 Op::LocalTensor => {
                     ins.tensor = tensor_id(e.tensor.as_ref())?;
@@ -264,12 +306,28 @@ impl Program {
         if !open.is_empty() {
             return Err("unclosed block".into());
         }
+        let reductions = {
+            let mut per_range = vec![Vec::new(); n_ranges as usize];
+            for (range, accs) in &reduced {
+                let ordinal = instrs[*range].aux as usize;
+                for &acc in accs {
+                    let combiner = Combiner::from_code(dag.expressions[acc].int_value)
+                        .ok_or("an accumulator without a combiner")?;
+                    let ord = acc_ordinal[acc].ok_or("an accumulate into a non-accumulator")?;
+                    per_range[ordinal].push((acc, ord, combiner));
+                }
+            }
+            per_range
+        };
         Ok(Program {
             instrs,
             pool,
             tensors,
             n_inputs: dag.inputs.len(),
             n_outputs: dag.outputs.len(),
+            reductions,
+            n_accumulators,
+            combiners,
             n_ranges: n_ranges as usize,
             cost,
             workgroup: dag.workgroup_shape.clone(),

@@ -4,6 +4,7 @@
 use crate::dtype::DType;
 use crate::host::TensorData;
 use crate::ir::Op;
+use ovl_ir::ops::Combiner;
 
 /// One scalar value: one variant per dtype.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -52,6 +53,34 @@ impl Value {
             DType::U16 => Value::U16(0),
             DType::U32 => Value::U32(0),
             DType::U64 => Value::U64(0),
+            DType::Bool => Value::Bool(false),
+        }
+    }
+
+    /// The identity of a combiner on a dtype (`proto/ovl.proto`, "Accumulators"): SUM 0,
+    /// PRODUCT 1, MIN +inf or the largest integer, MAX -inf or the smallest integer.
+    pub(crate) fn identity(combiner: Combiner, d: DType) -> Value {
+        macro_rules! pick {
+            ($zero:expr, $one:expr, $lo:expr, $hi:expr) => {
+                match combiner {
+                    Combiner::Sum => $zero,
+                    Combiner::Product => $one,
+                    Combiner::Min => $hi,
+                    Combiner::Max => $lo,
+                }
+            };
+        }
+        match d {
+            DType::F32 => Value::F32(pick!(0.0, 1.0, f32::NEG_INFINITY, f32::INFINITY)),
+            DType::F64 => Value::F64(pick!(0.0, 1.0, f64::NEG_INFINITY, f64::INFINITY)),
+            DType::I8 => Value::I8(pick!(0, 1, i8::MIN, i8::MAX)),
+            DType::I16 => Value::I16(pick!(0, 1, i16::MIN, i16::MAX)),
+            DType::I32 => Value::I32(pick!(0, 1, i32::MIN, i32::MAX)),
+            DType::I64 => Value::I64(pick!(0, 1, i64::MIN, i64::MAX)),
+            DType::U8 => Value::U8(pick!(0, 1, u8::MIN, u8::MAX)),
+            DType::U16 => Value::U16(pick!(0, 1, u16::MIN, u16::MAX)),
+            DType::U32 => Value::U32(pick!(0, 1, u32::MIN, u32::MAX)),
+            DType::U64 => Value::U64(pick!(0, 1, u64::MIN, u64::MAX)),
             DType::Bool => Value::Bool(false),
         }
     }

@@ -6,6 +6,8 @@
 //! - [`ops`]: arithmetic operator overloading.
 //! - [`math`]: math functions.
 //! - [`tensor`]: tensors, positions, element reads and writes, `output`, `zeros`, `variable`.
+//! - [`reduce`]: accumulators ([`Acc`]): sums, products, minima and maxima over a staged loop
+//!   in a defined order of 8 lanes that vectorizes.
 //! - [`control`]: `if`, `for`, `while` on trace-time or staged conditions.
 //! - [`dispatch`]: comparisons, `&&`/`||`, casts and assignments on either kind of value.
 //! - [`operator`]: tracing one operator call into a lazy graph node.
@@ -16,12 +18,14 @@ pub mod expr;
 pub mod math;
 pub mod operator;
 pub mod ops;
+pub mod reduce;
 pub mod state;
 pub mod tensor;
 
 pub use expr::{constant, Expr, Float, Int, IntoExpr, Num, Typed, Var};
 pub use math::*;
 pub use ops::Logical;
+pub use reduce::{max_of, min_of, product_of, sum_of, Acc};
 pub use state::OperatorSite;
 pub use tensor::{
     ix, ones, output, output_like, position_in, trace_error, variable, zeros, Idx, IndexPart,

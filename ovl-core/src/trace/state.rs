@@ -46,6 +46,8 @@ pub(crate) struct TraceState {
     pub outputs: Vec<ir::TensorType>,
     pub locals: Vec<ir::TensorType>,
     pub errors: Vec<TraceError>,
+    /// Accumulators updated so far, and the staged loop (region) that updates them.
+    pub reducing: std::collections::HashMap<u32, u32>,
 }
 
 thread_local! {
@@ -77,6 +79,7 @@ pub(crate) fn begin(site: OperatorSite) -> u32 {
             outputs: Vec::new(),
             locals: Vec::new(),
             errors: Vec::new(),
+            reducing: Default::default(),
         })
     });
     id
