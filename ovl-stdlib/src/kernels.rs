@@ -136,7 +136,7 @@ pub(crate) fn sum<T: Num>(x: Tensor<T>, axis: usize, keep: bool) -> Tensor<T> {
     };
     let p = workers(&reduced);
     let out = output(&shape);
-    let mut acc = variable(lit::<T>(0.0));
+    let mut acc = sum_of(lit::<T>(0.0));
     for k in 0..x.dim(axis) {
         acc += x.read(along(&p, x.rank(), axis, k));
     }
@@ -156,14 +156,14 @@ pub(crate) fn extreme<T: Num>(x: Tensor<T>, axis: usize, largest: bool) -> Tenso
     let shape = without(x.shape(), axis);
     let p = workers(&shape);
     let out = output(&shape);
-    let mut acc = variable(x.read(along(&p, x.rank(), axis, 0usize)));
+    let first = x.read(along(&p, x.rank(), axis, 0usize));
+    let mut acc = if largest {
+        max_of(first)
+    } else {
+        min_of(first)
+    };
     for k in 1..x.dim(axis) {
-        let v = x.read(along(&p, x.rank(), axis, k));
-        if largest {
-            acc = max(acc, v);
-        } else {
-            acc = min(acc, v);
-        }
+        acc.update(x.read(along(&p, x.rank(), axis, k)));
     }
     out.write(own(&p, shape.len()), acc);
     out
@@ -234,14 +234,16 @@ pub(crate) fn softmax<T: Float>(x: Tensor<T>) -> Tensor<T> {
     let p = workers(&others);
     let out = output_like(&x);
     let r = x.rank();
-    let mut top = variable(x.read(along(&p, r, axis, 0usize)));
+    let mut top = max_of(x.read(along(&p, r, axis, 0usize)));
     for k in 1..x.dim(axis) {
-        top = max(top, x.read(along(&p, r, axis, k)));
+        top.update(x.read(along(&p, r, axis, k)));
     }
-    let mut total = variable(lit::<T>(0.0));
+    let top = top.get();
+    let mut total = sum_of(lit::<T>(0.0));
     for k in 0..x.dim(axis) {
         total += dsl::exp(x.read(along(&p, r, axis, k)) - top);
     }
+    let total = total.get();
     for k in 0..x.dim(axis) {
         out.write(
             along(&p, r, axis, k),
