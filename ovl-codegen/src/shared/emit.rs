@@ -65,11 +65,12 @@ enum Frame {
         else_seen: bool,
     },
     /// A RANGE loop closed by this many braces; a reduction loop folds its accumulators'
-    /// lanes after the first `inner` of them.
+    /// lanes after the first `inner` of them, and its block loop starts at `block` in the body.
     Range {
         braces: usize,
         opener: usize,
         inner: usize,
+        block: Option<usize>,
     },
     WhileCond,
     WhileBody,
@@ -98,6 +99,8 @@ pub(crate) struct Emitter<'a> {
     loops: Vec<Option<usize>>,
     /// Each reduction loop's accumulators (`ovl_ir::analysis::reduction_loops`).
     reductions: std::collections::BTreeMap<usize, Vec<usize>>,
+    /// Where the block loop of the reduction loop being opened starts in `body`.
+    block_mark: Option<usize>,
     /// The worker program; the frames place it with [`Emitter::worker_program`].
     body: String,
     indent: usize,
@@ -178,6 +181,7 @@ impl<'a> Emitter<'a> {
             frames: Vec::new(),
             loops: ovl_ir::analysis::innermost_loops(dag),
             reductions: ovl_ir::analysis::reduction_loops(dag),
+            block_mark: None,
             body: String::new(),
             indent: 3,
             stops: std::cell::Cell::new(false),
@@ -748,6 +752,7 @@ impl<'a> Emitter<'a> {
             braces,
             opener,
             inner,
+            block,
         }) = self.frames.last()
         else {
             return Err(self.err(Some(k), "`end_range` without an open `range`"));
@@ -759,8 +764,31 @@ impl<'a> Emitter<'a> {
             }
             self.indent -= 1;
             self.line("}");
+            if let (0, Some(mark)) = (b, block) {
+                self.full_block_copy(opener, mark);
+            }
         }
         Ok((None, None))
+    }
+
+    /// Gives a reduction loop's block loop (the text from `mark`: `for (ovl_l < ovl_m) { .. }`)
+    /// a copy for full blocks, whose constant trip count of `REDUCE_LANES` lets the compiler
+    /// keep the lanes in one vector register: `if (ovl_m == 8) { <copy> } else { <loop> }`.
+    /// Both copies run the same iterations in the same order, so the result is unchanged.
+    fn full_block_copy(&mut self, range: usize, mark: usize) {
+        let block = self.body.split_off(mark);
+        let full = block.replacen(
+            &format!("ovl_l{range} < ovl_m{range};"),
+            &format!("ovl_l{range} < {REDUCE_LANES};"),
+            1,
+        );
+        let indented =
+            |text: &str| -> String { text.lines().map(|l| format!("  {l}\n")).collect() };
+        self.line(&format!("if (ovl_m{range} == {REDUCE_LANES}) {{"));
+        self.body.push_str(&indented(&full));
+        self.line("} else {");
+        self.body.push_str(&indented(&block));
+        self.line("}");
     }
 
     /// After a reduction loop ran: each accumulator becomes accumulator ⊕ the pairwise fold of
@@ -1006,15 +1034,15 @@ impl<'a> Emitter<'a> {
             ));
             3
         };
-        let inner = if self.reductions.contains_key(&k) {
-            2
-        } else {
-            braces
+        let (inner, block) = match self.block_mark.take() {
+            Some(mark) => (2, Some(mark)),
+            None => (braces, None),
         };
         self.frames.push(Frame::Range {
             braces,
             opener: k,
             inner,
+            block,
         });
         let iv = match (self.interval(s), self.interval(e)) {
             (Some(a), Some(b)) => Some(Interval::new(a.lo, (b.hi - 1).max(a.lo))),
@@ -1070,6 +1098,7 @@ impl<'a> Emitter<'a> {
         self.line(&format!(
             "const uint64_t ovl_m{k} = ovl_n{k} - ovl_b{k} < {REDUCE_LANES} ? ovl_n{k} - ovl_b{k} : {REDUCE_LANES};"
         ));
+        self.block_mark = Some(self.body.len());
         self.line(&format!(
             "for (uint64_t ovl_l{k} = 0; ovl_l{k} < ovl_m{k}; ++ovl_l{k}) {{"
         ));
