@@ -2,6 +2,7 @@
 //! backward graph fuses like the forward one.
 
 use crate::index::*;
+use ovl::prelude as dsl;
 use ovl::prelude::*;
 
 macro_rules! grad2 {
@@ -141,6 +142,72 @@ pub(crate) fn softmax_grad<T: Float>(y: Tensor<T>, g: Tensor<T>) -> Tensor<T> {
             along(&p, r, axis, k),
             yk * (g.read(along(&p, r, axis, k)) - dot),
         );
+    }
+    out
+}
+
+/// Gradient of `logsumexp` along the last axis: `exp(x - y) * g`, with `y` and `g` repeated
+/// along the axis.
+#[operator]
+pub(crate) fn logsumexp_grad<T: Float>(x: Tensor<T>, y: Tensor<T>, g: Tensor<T>) -> Tensor<T> {
+    let r = x.rank();
+    let axis = r.saturating_sub(1);
+    let p = workers(x.shape());
+    let out = output_like(&x);
+    let at = own(&p, r);
+    let row = skipping(&p, r, axis);
+    let v = x.read(at.clone()) - y.read(row.clone());
+    out.write(at, dsl::exp(v) * g.read(row));
+    out
+}
+
+/// Gradient of `normalize` (layer norm with `center`, RMS norm without) along the last axis:
+/// with `y` the normalized row and `s = 1 / sqrt(var + eps)`,
+/// `dx = s * (g - mean(g) - y * mean(g * y))` (layer norm) or `s * (g - y * mean(g * y))`.
+#[operator]
+pub(crate) fn normalize_grad<T: Float>(
+    x: Tensor<T>,
+    g: Tensor<T>,
+    eps: f64,
+    center: bool,
+) -> Tensor<T> {
+    let r = x.rank();
+    let axis = r.saturating_sub(1);
+    let others = without(x.shape(), axis);
+    let p = workers(&others);
+    let out = output_like(&x);
+    let n = lit::<T>(x.dim(axis) as f64);
+    let mut s = sum_of(lit::<T>(0.0));
+    let mut sq = sum_of(lit::<T>(0.0));
+    for k in 0..x.dim(axis) {
+        let v = x.read(along(&p, r, axis, k));
+        s += v;
+        sq += v * v;
+    }
+    let mean = if center {
+        s / n
+    } else {
+        lit::<T>(0.0).into_expr()
+    };
+    let scale = dsl::rsqrt(sq / n - mean * mean + lit::<T>(eps));
+    let mut gsum = sum_of(lit::<T>(0.0));
+    let mut gy = sum_of(lit::<T>(0.0));
+    for k in 0..x.dim(axis) {
+        let gk = g.read(along(&p, r, axis, k));
+        let yk = (x.read(along(&p, r, axis, k)) - mean) * scale;
+        gsum += gk;
+        gy += gk * yk;
+    }
+    let gmean = if center {
+        gsum / n
+    } else {
+        lit::<T>(0.0).into_expr()
+    };
+    let gy = gy / n;
+    for k in 0..x.dim(axis) {
+        let gk = g.read(along(&p, r, axis, k));
+        let yk = (x.read(along(&p, r, axis, k)) - mean) * scale;
+        out.write(along(&p, r, axis, k), scale * (gk - gmean - yk * gy));
     }
     out
 }

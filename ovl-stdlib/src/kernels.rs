@@ -253,6 +253,68 @@ pub(crate) fn softmax<T: Float>(x: Tensor<T>) -> Tensor<T> {
     out
 }
 
+/// `log(sum(exp(x)))` along the last axis (stable: the maximum is taken out first); the axis is
+/// removed.
+#[operator]
+pub(crate) fn logsumexp<T: Float>(x: Tensor<T>) -> Tensor<T> {
+    let axis = checked_axis("logsumexp", x.rank().saturating_sub(1), x.shape());
+    if x.dim(axis) == 0 {
+        trace_error("`logsumexp` of an empty axis: it has no maximum (the result would be -inf)");
+    }
+    let others = without(x.shape(), axis);
+    let p = workers(&others);
+    let out = output(&others);
+    let r = x.rank();
+    let mut top = max_of(x.read(along(&p, r, axis, 0usize)));
+    for k in 1..x.dim(axis) {
+        top.update(x.read(along(&p, r, axis, k)));
+    }
+    let top = top.get();
+    let mut total = sum_of(lit::<T>(0.0));
+    for k in 0..x.dim(axis) {
+        total += dsl::exp(x.read(along(&p, r, axis, k)) - top);
+    }
+    out.write(own(&p, others.len()), top + dsl::log(total));
+    out
+}
+
+/// Normalization along the last axis: `(x - mean) / sqrt(var + eps)` with `center` (layer
+/// norm), `x / sqrt(mean(x^2) + eps)` without (RMS norm). One worker per row, one pass for the
+/// statistics.
+#[operator]
+pub(crate) fn normalize<T: Float>(x: Tensor<T>, eps: f64, center: bool) -> Tensor<T> {
+    let name = if center { "layernorm" } else { "rmsnorm" };
+    let axis = checked_axis(name, x.rank().saturating_sub(1), x.shape());
+    if x.dim(axis) == 0 {
+        trace_error(format!(
+            "`{name}` of an empty axis: a row of no elements has no statistics"
+        ));
+    }
+    let others = without(x.shape(), axis);
+    let p = workers(&others);
+    let out = output_like(&x);
+    let r = x.rank();
+    let n = lit::<T>(x.dim(axis) as f64);
+    let mut s = sum_of(lit::<T>(0.0));
+    let mut sq = sum_of(lit::<T>(0.0));
+    for k in 0..x.dim(axis) {
+        let v = x.read(along(&p, r, axis, k));
+        s += v;
+        sq += v * v;
+    }
+    let mean = if center {
+        s / n
+    } else {
+        lit::<T>(0.0).into_expr()
+    };
+    let scale = dsl::rsqrt(sq / n - mean * mean + lit::<T>(eps));
+    for k in 0..x.dim(axis) {
+        let v = x.read(along(&p, r, axis, k));
+        out.write(along(&p, r, axis, k), (v - mean) * scale);
+    }
+    out
+}
+
 /// `x` cut into `parts` equal pieces along `axis`: one worker per element of a piece, writing
 /// that element of every piece (the paper's split).
 #[operator]

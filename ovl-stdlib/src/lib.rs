@@ -357,6 +357,41 @@ pub fn matmul<T: Num>(a: impl IntoLazy<T>, b: impl IntoLazy<T>) -> Lazy<T> {
     })
 }
 
+/// `log(sum(exp(x)))` along the last axis (stable), which is removed. Gradient: `softmax(x)`
+/// times the output gradient, repeated along the axis.
+pub fn logsumexp<T: Float>(x: impl IntoLazy<T>) -> Lazy<T> {
+    with_grad(kernels::logsumexp(x.into_lazy()), |c| {
+        vec![some(gk::logsumexp_grad(
+            c.input::<T>(0),
+            c.output::<T>(0),
+            c.output_grad::<T>(0),
+        ))]
+    })
+}
+
+/// Layer normalization along the last axis, without scale and shift:
+/// `(x - mean) / sqrt(var + eps)` per row (the variance is the population variance). One
+/// operator, one pass for the statistics; its gradient is one operator too.
+pub fn layernorm<T: Float>(x: impl IntoLazy<T>, eps: f64) -> Lazy<T> {
+    normalize(x.into_lazy(), eps, true)
+}
+
+/// RMS normalization along the last axis, without scale: `x / sqrt(mean(x^2) + eps)` per row.
+pub fn rmsnorm<T: Float>(x: impl IntoLazy<T>, eps: f64) -> Lazy<T> {
+    normalize(x.into_lazy(), eps, false)
+}
+
+fn normalize<T: Float>(x: Lazy<T>, eps: f64, center: bool) -> Lazy<T> {
+    with_grad(kernels::normalize(x, eps, center), move |c| {
+        vec![some(gk::normalize_grad(
+            c.input::<T>(0),
+            c.output_grad::<T>(0),
+            eps,
+            center,
+        ))]
+    })
+}
+
 /// Softmax along the last axis (stable: the maximum is subtracted first); shape of `x`.
 /// Gradient `y * (dy - sum(dy * y))` along the axis.
 pub fn softmax<T: Float>(x: impl IntoLazy<T>) -> Lazy<T> {

@@ -296,6 +296,61 @@ fn matmul_and_softmax() {
 }
 
 #[test]
+fn logsumexp_layernorm_and_rmsnorm() {
+    let x = Array::from_shape_fn((4, 37), |(r, c)| {
+        ((r * 37 + c) % 11) as f64 * 0.7 - 3.0 + r as f64
+    })
+    .into_dyn();
+    let eps = 1e-5;
+    for o in targets() {
+        let l = eval(&ops::logsumexp(Lazy::from(x.clone())), &o);
+        let ln = eval(&ops::layernorm(Lazy::from(x.clone()), eps), &o);
+        let rms = eval(&ops::rmsnorm(Lazy::from(x.clone()), eps), &o);
+        assert_eq!(l.shape(), &[4]);
+        for r in 0..4 {
+            let row: Vec<f64> = (0..37).map(|c| x[[r, c]]).collect();
+            let m = row.iter().copied().fold(f64::MIN, f64::max);
+            let want = m + row.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+            assert!(
+                (l[[r]] - want).abs() < 1e-12,
+                "logsumexp[{r}] = {} vs {want}",
+                l[[r]]
+            );
+            let mean = row.iter().sum::<f64>() / 37.0;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / 37.0;
+            let ms = row.iter().map(|v| v * v).sum::<f64>() / 37.0;
+            for c in 0..37 {
+                let want = (row[c] - mean) / (var + eps).sqrt();
+                assert!((ln[[r, c]] - want).abs() < 1e-9, "layernorm[{r},{c}]");
+                let want = row[c] / (ms + eps).sqrt();
+                assert!((rms[[r, c]] - want).abs() < 1e-12, "rmsnorm[{r},{c}]");
+            }
+        }
+    }
+    // One operator forward; the gradient is one operator too (on the C++ backend).
+    let xl = Lazy::from(x.clone());
+    let y = ops::layernorm(&xl, eps);
+    let (_, profile) = ovl::profile(&y, &Options::default(), 1).unwrap();
+    assert_eq!(profile.kernel_count(), 1);
+    let dy = Lazy::from(ArrayD::<f64>::ones(IxDyn(&[4, 37])));
+    let grads = ovl::backward(&[(&y, &dy)], &[&xl]).unwrap();
+    let (_, profile) = ovl::profile(grads.of(&xl).unwrap(), &Options::default(), 1).unwrap();
+    assert_eq!(profile.kernel_count(), 1);
+    // An empty axis is an error naming the operator.
+    let empty = Lazy::from(ArrayD::<f64>::zeros(IxDyn(&[2, 0])));
+    let e = ovl::evaluate(&ops::layernorm(&empty, eps)).unwrap_err();
+    assert!(
+        e.to_string().contains("`layernorm` of an empty axis"),
+        "{e}"
+    );
+    let e = ovl::evaluate(&ops::logsumexp(&empty)).unwrap_err();
+    assert!(
+        e.to_string().contains("`logsumexp` of an empty axis"),
+        "{e}"
+    );
+}
+
+#[test]
 fn bad_arguments_are_errors_not_panics() {
     let a = Lazy::from(ArrayD::<f32>::zeros(IxDyn(&[2, 3])));
     let b = Lazy::from(ArrayD::<f32>::zeros(IxDyn(&[4])));

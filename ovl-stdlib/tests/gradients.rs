@@ -151,6 +151,15 @@ fn shape_reduction_and_network_gradients() {
     check("softmax", vec![values(&[3, 5], 17, -2.0, 2.0)], |v| {
         ops::softmax(&v[0])
     });
+    check("logsumexp", vec![values(&[3, 5], 19, -2.0, 2.0)], |v| {
+        ops::logsumexp(&v[0])
+    });
+    check("layernorm", vec![values(&[3, 11], 20, -2.0, 2.0)], |v| {
+        ops::layernorm(&v[0], 1e-5)
+    });
+    check("rmsnorm", vec![values(&[2, 3, 9], 21, -2.0, 2.0)], |v| {
+        ops::rmsnorm(&v[0], 1e-5)
+    });
     // A value used twice: the contributions add up.
     check("x * tanh(x) + x", vec![values(&[4], 18, -2.0, 2.0)], |v| {
         ops::add(ops::mul(&v[0], ops::tanh(&v[0])), &v[0])
