@@ -172,10 +172,10 @@ fn elementwise<T: Scalar>(
         }
     }
     // An operand's own trace error is reported first by the graph walk.
-    let node = Arc::new(Node::Operator(OperatorNode {
-        dag: Arc::new(dag),
+    let node = Arc::new(Node::Operator(OperatorNode::new(
+        Arc::new(dag),
         inputs,
-        error: error.map(|message| {
+        error.map(|message| {
             Arc::new(TraceError {
                 operator: name.to_string(),
                 operator_file: at.file().to_string(),
@@ -186,8 +186,7 @@ fn elementwise<T: Scalar>(
                 message,
             })
         }),
-        gradient: Default::default(),
-    }));
+    )));
     Lazy::from_untyped(LazyTensor {
         node,
         output: 0,

@@ -175,12 +175,11 @@ pub fn trace_operator<R: Outputs, F: FnOnce(&mut Tracer) -> R>(
             )));
         }
     }
-    let node = Arc::new(Node::Operator(OperatorNode {
-        dag: Arc::new(dag),
-        inputs: tracer.inputs,
-        error: error.map(Arc::new),
-        gradient: Default::default(),
-    }));
+    let node = Arc::new(Node::Operator(OperatorNode::new(
+        Arc::new(dag),
+        tracer.inputs,
+        error.map(Arc::new),
+    )));
     returned.to_lazy(&node, &mut 0)
 }
 
