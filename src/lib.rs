@@ -102,6 +102,12 @@ pub use ovl_core::autodiff::{
     backward, backward_untyped, set_gradient, GradError, GradientCall, GradientFn, Gradients,
 };
 pub use ovl_core::lazy::Graph;
+/// Memoized operator traces: a call with the same input dtypes and shapes and trace-time
+/// arguments reuses its traced IR instead of running the operator's body again (see
+/// [`ovl_core::trace::memo`] for the key and its rules; `OVL_TRACE_MEMO=0` turns it off).
+pub use ovl_core::trace::memo::{
+    clear_trace_memo, set_trace_memo, trace_memo_stats, TraceArg, TraceKey, TraceMemoStats,
+};
 pub use ovl_core::trace::{Expr, Position, Tensor, Var};
 pub use ovl_core::{ir, DType, HostTensor, IntoLazy, Lazy, LazyTensor, Scalar, TraceError};
 pub use ovl_macros::{helper, operator};
