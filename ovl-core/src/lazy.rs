@@ -374,7 +374,7 @@ fn walk(
         build,
         dag: Default::default(),
         inputs: Vec::new(),
-        seen: HashMap::new(),
+        seen: HashMap::default(),
         key: sha2::Sha256::new(),
         operators: 0,
     };
@@ -425,7 +425,7 @@ struct GraphBuilder {
     dag: ir::OperatorDag,
     inputs: Vec<GraphInput>,
     /// Node address -> graph input index or operator index.
-    seen: HashMap<usize, Seen>,
+    seen: HashMap<usize, Seen, crate::fast_hash::FastBuild>,
     /// The graph key, fed in the order nodes are numbered.
     key: sha2::Sha256,
     /// Operators numbered so far.

@@ -281,7 +281,9 @@ impl<T: ?Sized> KeyNone for KeyWrap<'_, T> {
     }
 }
 
-static TABLE: Mutex<Option<HashMap<Vec<u8>, Arc<Memoized>>>> = Mutex::new(None);
+type Table = HashMap<Vec<u8>, Arc<Memoized>, crate::fast_hash::FastBuild>;
+
+static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 /// 0: not read yet, 1: on, 2: off.
 static ENABLED: AtomicU8 = AtomicU8::new(0);
 static HITS: AtomicU64 = AtomicU64::new(0);
@@ -338,20 +340,25 @@ pub fn clear_trace_memo() {
     MISSES.store(0, Ordering::Relaxed);
 }
 
-/// The full key of a call: its [`TraceKey`] and the operator's identity.
+/// The full key of a call: the operator's identity, then its [`TraceKey`].
+///
+/// The identity is the site and the type names of the body closure `F` and of `R` (they name
+/// every generic argument), each a `&'static str` taken by address and length: equal
+/// (address, length) pairs are equal strings, so this can only miss where the contents would
+/// hit (when one string is emitted twice), never hit where they would miss.
 pub(crate) fn full_key<R, F>(site: &super::OperatorSite, key: &TraceKey) -> Option<Vec<u8>> {
     if !key.keyable || !enabled() {
         return None;
     }
-    let mut k = Vec::with_capacity(key.bytes.len() + 160);
+    let mut k = Vec::with_capacity(key.bytes.len() + 72);
     for s in [
         site.name,
         site.file,
         std::any::type_name::<F>(),
         std::any::type_name::<R>(),
     ] {
+        k.extend_from_slice(&(s.as_ptr() as u64).to_le_bytes());
         k.extend_from_slice(&(s.len() as u64).to_le_bytes());
-        k.extend_from_slice(s.as_bytes());
     }
     k.extend_from_slice(&site.line.to_le_bytes());
     k.extend_from_slice(&site.column.to_le_bytes());
@@ -374,7 +381,7 @@ pub(crate) fn lookup(key: &[u8]) -> Option<Arc<Memoized>> {
 pub(crate) fn remember(key: Vec<u8>, entry: Memoized) {
     MISSES.fetch_add(1, Ordering::Relaxed);
     let mut guard = TABLE.lock().unwrap_or_else(|p| p.into_inner());
-    let m = guard.get_or_insert_with(HashMap::new);
+    let m = guard.get_or_insert_with(Table::default);
     if m.len() >= CAPACITY {
         m.clear();
     }
