@@ -17,9 +17,8 @@
 use crate::executor::{self, Planned, Prepared};
 use crate::options::{Options, Target};
 use crate::Error;
-use ovl_core::hash::Digest;
+use ovl_core::fast_hash::FastBuild;
 use ovl_core::LazyTensor;
-use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -50,7 +49,8 @@ struct Entry {
 }
 
 struct Cache {
-    map: HashMap<Digest, Entry>,
+    /// Keyed by [`key`]'s bytes, compared exactly.
+    map: HashMap<Vec<u8>, Entry, FastBuild>,
     capacity: usize,
     clock: u64,
 }
@@ -70,7 +70,7 @@ fn lock() -> MutexGuard<'static, Option<Cache>> {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(DEFAULT_CAPACITY);
         *guard = Some(Cache {
-            map: HashMap::new(),
+            map: HashMap::default(),
             capacity,
             clock: 0,
         });
@@ -82,7 +82,12 @@ impl Cache {
     /// Drops least recently used plans until at most `keep` remain.
     fn shrink_to(&mut self, keep: usize) {
         while self.map.len() > keep {
-            let Some(oldest) = self.map.iter().min_by_key(|(_, e)| e.used).map(|(k, _)| *k) else {
+            let Some(oldest) = self
+                .map
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| k.clone())
+            else {
                 break;
             };
             self.map.remove(&oldest);
@@ -132,33 +137,30 @@ pub fn set_plan_cache_capacity(capacity: usize) {
     }
 }
 
-/// The key of a graph under `options`: the graph key and every option that changes what is
-/// prepared.
-fn key(graph: &Digest, options: &Options) -> Digest {
-    let mut h = Sha256::new();
-    h.update(b"ovl plan cache key\0");
-    h.update(graph.0);
-    h.update([match options.target {
+/// The key of a graph under `options`: the graph key's bytes followed by every option that
+/// changes what is prepared (a self-delimiting encoding, compared exactly).
+fn key(mut k: Vec<u8>, options: &Options) -> Vec<u8> {
+    k.push(match options.target {
         Target::Interpreter => 0u8,
         Target::Cpu => 1,
         Target::Cuda => 2,
         Target::CudaValidate => 3,
-    }]);
-    h.update([options.opt_level.get(), options.force_recompile as u8]);
-    h.update(options.cuda_block_size.to_le_bytes());
-    let path = |h: &mut Sha256, p: Option<&std::ffi::OsStr>| match p {
-        None => h.update([0u8]),
+    });
+    k.extend_from_slice(&[options.opt_level.get(), options.force_recompile as u8]);
+    k.extend_from_slice(&options.cuda_block_size.to_le_bytes());
+    let path = |k: &mut Vec<u8>, p: Option<&std::ffi::OsStr>| match p {
+        None => k.push(0),
         Some(p) => {
-            h.update([1u8]);
-            h.update((p.len() as u64).to_le_bytes());
-            h.update(p.as_encoded_bytes());
+            k.push(1);
+            k.extend_from_slice(&(p.len() as u64).to_le_bytes());
+            k.extend_from_slice(p.as_encoded_bytes());
         }
     };
-    path(&mut h, options.cache_dir.as_deref().map(|p| p.as_os_str()));
+    path(&mut k, options.cache_dir.as_deref().map(|p| p.as_os_str()));
     // The environment the operator cache reads when the options leave it open.
-    path(&mut h, std::env::var_os("OVL_CACHE_DIR").as_deref());
-    path(&mut h, std::env::var_os("OVL_FORCE_RECOMPILE").as_deref());
-    Digest(h.finalize().into())
+    path(&mut k, std::env::var_os("OVL_CACHE_DIR").as_deref());
+    path(&mut k, std::env::var_os("OVL_FORCE_RECOMPILE").as_deref());
+    k
 }
 
 /// The prepared graph behind `outputs`: from the cache when it was seen before under these
@@ -168,7 +170,7 @@ pub(crate) fn prepare(outputs: &[&LazyTensor], options: &Options) -> Result<Prep
         return prepare_fresh(outputs, options);
     }
     let graph = ovl_core::lazy::graph_key(outputs)?;
-    let key = key(&graph.digest, options);
+    let key = key(graph.bytes, options);
     {
         let mut guard = lock();
         let Some(cache) = guard.as_mut() else {

@@ -350,8 +350,9 @@ pub fn build_graph(outputs: &[&LazyTensor]) -> Result<Graph, TraceError> {
 pub struct GraphKey {
     /// Identifies the graph [`build_graph`] would build: every operator's [`operator_key`], the
     /// wiring, the dtype and shape of every graph input (placeholders also by id) and the
-    /// outputs. Host data is not part of it.
-    pub digest: Digest,
+    /// outputs, as a self-delimiting byte string to compare exactly (each operator by its
+    /// 32-byte key, the rest as written). Host data is not part of it.
+    pub bytes: Vec<u8>,
     /// What feeds each graph input, in the order of [`build_graph`]'s `dag.inputs`.
     pub inputs: Vec<GraphInput>,
 }
@@ -360,8 +361,8 @@ pub struct GraphKey {
 /// that reads each operator's precomputed key (no work proportional to the operators' IR).
 /// Reports the same first trace error as [`build_graph`].
 pub fn graph_key(outputs: &[&LazyTensor]) -> Result<GraphKey, TraceError> {
-    let (_, inputs, digest) = walk(outputs, false)?;
-    Ok(GraphKey { digest, inputs })
+    let (_, inputs, bytes) = walk(outputs, false)?;
+    Ok(GraphKey { bytes, inputs })
 }
 
 /// The walk behind [`build_graph`] and [`graph_key`]: one traversal, so that both number the
@@ -369,13 +370,13 @@ pub fn graph_key(outputs: &[&LazyTensor]) -> Result<GraphKey, TraceError> {
 fn walk(
     outputs: &[&LazyTensor],
     build: bool,
-) -> Result<(ir::OperatorDag, Vec<GraphInput>, Digest), TraceError> {
+) -> Result<(ir::OperatorDag, Vec<GraphInput>, Vec<u8>), TraceError> {
     let mut builder = GraphBuilder {
         build,
         dag: Default::default(),
         inputs: Vec::new(),
         seen: HashMap::default(),
-        key: sha2::Sha256::new(),
+        key: KeyBytes(Vec::with_capacity(64 * outputs.len() + 256)),
         operators: 0,
     };
     builder.key.update(b"ovl.lazy.graph_key");
@@ -388,14 +389,22 @@ fn walk(
     for r in &refs {
         key_ref(&mut builder.key, r);
     }
-    let digest = Digest(builder.key.finalize().into());
     let mut dag = builder.dag;
     dag.version = crate::IR_VERSION;
     dag.outputs = refs;
-    Ok((dag, builder.inputs, digest))
+    Ok((dag, builder.inputs, builder.key.0))
 }
 
-fn key_ref(key: &mut sha2::Sha256, r: &ir::ValueRef) {
+/// The graph key's bytes: a self-delimiting encoding, compared exactly by the plan cache.
+struct KeyBytes(Vec<u8>);
+
+impl KeyBytes {
+    fn update(&mut self, bytes: impl AsRef<[u8]>) {
+        self.0.extend_from_slice(bytes.as_ref());
+    }
+}
+
+fn key_ref(key: &mut KeyBytes, r: &ir::ValueRef) {
     use ir::value_ref::Source;
     match &r.source {
         Some(Source::GraphInput(i)) => {
@@ -411,7 +420,7 @@ fn key_ref(key: &mut sha2::Sha256, r: &ir::ValueRef) {
     }
 }
 
-fn key_tensor_type(key: &mut sha2::Sha256, dtype: DType, shape: &[usize]) {
+fn key_tensor_type(key: &mut KeyBytes, dtype: DType, shape: &[usize]) {
     key.update([dtype.to_ir() as u8]);
     key.update((shape.len() as u64).to_le_bytes());
     for &d in shape {
@@ -427,7 +436,7 @@ struct GraphBuilder {
     /// Node address -> graph input index or operator index.
     seen: HashMap<usize, Seen, crate::fast_hash::FastBuild>,
     /// The graph key, fed in the order nodes are numbered.
-    key: sha2::Sha256,
+    key: KeyBytes,
     /// Operators numbered so far.
     operators: u32,
 }
