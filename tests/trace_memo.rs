@@ -251,3 +251,27 @@ fn several_threads_share_the_memo() {
     assert_eq!(s.hits + s.misses, 40);
     assert_eq!(s.entries, 2);
 }
+
+#[test]
+fn arithmetic_on_handles_is_memoized_by_literal_and_shape() {
+    let _g = fresh();
+    let inputs = [
+        (2.0f32, array![1.0f32, 2.0]),
+        (3.0, array![1.0f32, 2.0]),
+        (2.0, array![5.0f32, 6.0]),
+        (2.0, array![1.0f32, 2.0, 3.0]),
+        (-0.0, array![1.0f32, 2.0]),
+        (0.0, array![1.0f32, 2.0]),
+    ];
+    for (k, x) in inputs {
+        let x = Lazy::from(x.clone());
+        // One source line: only the literal and the shape tell the calls apart.
+        let y = &(k * &x) - &x;
+        let want = ovl::evaluate_with(&x, &Options::interpreter()).unwrap() * (k - 1.0);
+        assert_eq!(run(&y), want);
+    }
+    let s = stats();
+    // `*`: only 2.0 on [2] repeats (-0.0 and 0.0 differ); `-`: one miss per shape, the other
+    // four [2] calls hit.
+    assert_eq!((s.hits, s.misses), (1 + 4, 5 + 2));
+}

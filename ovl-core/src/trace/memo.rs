@@ -13,6 +13,9 @@
 //! body that reads global mutable state at trace time would be served the first trace. Set
 //! `OVL_TRACE_MEMO=0` (read once) or call [`set_trace_memo`]`(false)` to trace every call.
 //!
+//! Arithmetic on lazy handles (`&a + &b`, `2.0 * &x`) is memoized the same way, by operator,
+//! dtype, operand shapes and literals, and the source line it names.
+//!
 //! The memo is bounded: it keeps at most [`CAPACITY`] traces and is emptied when full.
 
 use super::operator::Outputs;
@@ -350,7 +353,8 @@ pub(crate) fn full_key<R, F>(site: &super::OperatorSite, key: &TraceKey) -> Opti
     if !key.keyable || !enabled() {
         return None;
     }
-    let mut k = Vec::with_capacity(key.bytes.len() + 72);
+    let mut k = Vec::with_capacity(key.bytes.len() + 73);
+    k.push(b'O');
     for s in [
         site.name,
         site.file,
@@ -363,6 +367,55 @@ pub(crate) fn full_key<R, F>(site: &super::OperatorSite, key: &TraceKey) -> Opti
     k.extend_from_slice(&site.line.to_le_bytes());
     k.extend_from_slice(&site.column.to_le_bytes());
     k.extend_from_slice(&key.bytes);
+    Some(k)
+}
+
+/// The memo key of an elementwise operator recorded by arithmetic on lazy handles
+/// (`&a + &b`, `2.0 * &x`): its name, opcode, dtype, each operand (a tensor's shape, a
+/// literal's bits) and the source location it names. `None` when the memo is off.
+pub(crate) fn elementwise_key(
+    name: &'static str,
+    op: i32,
+    dtype: DType,
+    operands: &[crate::lazy_ops::Operand],
+    at: &'static std::panic::Location<'static>,
+) -> Option<Vec<u8>> {
+    use crate::lazy_ops::Operand;
+    if !enabled() {
+        return None;
+    }
+    let mut k = Vec::with_capacity(96);
+    k.push(b'E');
+    for s in [name, at.file()] {
+        k.extend_from_slice(&(s.as_ptr() as u64).to_le_bytes());
+        k.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    }
+    k.extend_from_slice(&at.line().to_le_bytes());
+    k.extend_from_slice(&at.column().to_le_bytes());
+    k.extend_from_slice(&op.to_le_bytes());
+    k.push(dtype.to_ir() as u8);
+    for o in operands {
+        match o {
+            Operand::Tensor(t) => {
+                k.push(b'T');
+                k.extend_from_slice(&(t.shape.len() as u64).to_le_bytes());
+                for &d in t.shape.iter() {
+                    k.extend_from_slice(&(d as u64).to_le_bytes());
+                }
+            }
+            Operand::Scalar(lit) => {
+                let (tag, bits) = match *lit {
+                    Literal::Float(f) => (0u8, f.to_bits()),
+                    Literal::Int(i) => (1, i as u64),
+                    Literal::UInt(u) => (2, u),
+                    Literal::Bool(b) => (3, b as u64),
+                };
+                k.push(b'S');
+                k.push(tag);
+                k.extend_from_slice(&bits.to_le_bytes());
+            }
+        }
+    }
     Some(k)
 }
 
