@@ -114,7 +114,7 @@ impl Compiled {
                 self.feeds.len()
             )));
         }
-        let outputs = self.prepared.plan.outputs().len();
+        let outputs = self.prepared.plan().outputs().len();
         if dests.len() != outputs {
             return Err(Error::OutputMismatch(format!(
                 "{outputs} outputs but {} arrays to write them into",
@@ -152,6 +152,6 @@ impl Compiled {
 
     /// How many kernels one run launches (after fusion).
     pub fn kernel_count(&self) -> usize {
-        self.prepared.plan.dag().operators.len()
+        self.prepared.plan().dag().operators.len()
     }
 }

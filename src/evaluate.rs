@@ -2,6 +2,7 @@
 
 use crate::executor;
 use crate::options::Options;
+use crate::plan_cache;
 use crate::Error;
 use ndarray::{ArrayD, IxDyn};
 use ovl_core::{HostTensor, Lazy, LazyTensor, Scalar};
@@ -102,14 +103,21 @@ tuple_evaluate!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
 /// Evaluates on the default target (generated C++ on all cores) and returns the arrays.
 ///
 /// `outputs` is a handle, a tuple of handles, or a slice of handles of one dtype.
+///
+/// A graph seen before costs a lookup: [`evaluate`], [`evaluate_with`], [`evaluate_into`],
+/// [`evaluate_into_all`] and [`profile`] keep the fused, prepared plan of every graph they
+/// run in a bounded cache keyed by the graph's structure (operators, wiring, input dtypes and
+/// shapes) and the options that matter, never by host data, which is fed at every call. The
+/// cache keeps the 128 most recently used plans (`OVL_PLAN_CACHE_SIZE` or
+/// [`crate::set_plan_cache_capacity`] change that; 0 turns it off); see
+/// [`crate::plan_cache_stats`] and [`crate::clear_plan_cache`].
 pub fn evaluate<O: Evaluate>(outputs: O) -> Result<O::Output, Error> {
     evaluate_with(outputs, &Options::default())
 }
 
 /// Evaluates with the given options.
 pub fn evaluate_with<O: Evaluate>(outputs: O, options: &Options) -> Result<O::Output, Error> {
-    let graph = ovl_core::lazy::build_graph(&outputs.tensors())?;
-    let prepared = executor::prepare(executor::fuse(graph, options)?, options)?;
+    let prepared = plan_cache::prepare(&outputs.tensors(), options)?;
     let results = prepared.run(options, None)?;
     outputs.convert(&mut results.into_iter())
 }
@@ -152,7 +160,8 @@ impl OperatorProfile {
 pub struct Profile {
     /// One entry per operator (kernel) in execution order.
     pub operators: Vec<OperatorProfile>,
-    /// Time spent compiling or loading from the cache (before the timed iterations).
+    /// Time spent compiling or loading from the cache (before the timed iterations); a plan
+    /// found in the plan cache costs only the lookup.
     pub prepare: Duration,
     /// The number of timed iterations.
     pub iterations: usize,
@@ -242,8 +251,7 @@ pub fn evaluate_into_all<T: Scalar>(
         )));
     }
     let tensors: Vec<&LazyTensor> = outputs.iter().map(|o| o.untyped()).collect();
-    let graph = ovl_core::lazy::build_graph(&tensors)?;
-    let prepared = executor::prepare(executor::fuse(graph, options)?, options)?;
+    let prepared = plan_cache::prepare(&tensors, options)?;
     run_into_arrays(&prepared, &[], options, dests)
 }
 
@@ -320,13 +328,12 @@ pub fn profile<O: Evaluate>(
     options: &Options,
     iterations: usize,
 ) -> Result<(O::Output, Profile), Error> {
-    let graph = ovl_core::lazy::build_graph(&outputs.tensors())?;
     let start = Instant::now();
-    let prepared = executor::prepare(executor::fuse(graph, options)?, options)?;
+    let prepared = plan_cache::prepare(&outputs.tensors(), options)?;
     let prepare = start.elapsed();
     let iterations = iterations.max(1);
     let mut operators: Vec<OperatorProfile> = prepared
-        .plan
+        .plan()
         .dag()
         .operators
         .iter()

@@ -50,10 +50,17 @@ pub(crate) fn kernels(dag: &ir::OperatorDag, options: &Options) -> Result<Vec<Ke
         .collect()
 }
 
-/// A graph ready to run: planned, with a kernel per operator and its graph inputs' data.
-pub(crate) struct Prepared {
+/// A fused graph, planned, with a kernel per operator: what the plan cache keeps (no host
+/// data: that is fed per run).
+pub(crate) struct Planned {
     pub plan: Plan,
     pub kernels: Vec<Kernel>,
+}
+
+/// A graph ready to run: its plan and kernels (shared with the plan cache) and its graph
+/// inputs' data.
+pub(crate) struct Prepared {
+    pub planned: Arc<Planned>,
     pub inputs: Vec<GraphInput>,
 }
 
@@ -62,8 +69,7 @@ pub(crate) fn prepare(graph: Graph, options: &Options) -> Result<Prepared, Error
     let kernels = kernels(&graph.dag, options)?;
     let plan = Plan::new(Arc::new(graph.dag)).map_err(Error::Internal)?;
     Ok(Prepared {
-        plan,
-        kernels,
+        planned: Arc::new(Planned { plan, kernels }),
         inputs: graph.inputs,
     })
 }
@@ -79,6 +85,11 @@ impl From<RunFailure> for Error {
 }
 
 impl Prepared {
+    /// The plan.
+    pub fn plan(&self) -> &Plan {
+        &self.planned.plan
+    }
+
     /// Runs the graph once; returns the requested outputs in order. When `timings` is given,
     /// the time of each operator is appended to it.
     pub fn run(
@@ -112,10 +123,11 @@ impl Prepared {
                 }
             })
             .collect::<Result<Vec<_>, _>>()?;
-        provided.resize_with(self.plan.outputs().len(), || None);
+        let plan = self.plan();
+        provided.resize_with(plan.outputs().len(), || None);
         let mut buffers: Vec<(HostTensor, bool)> = provided
             .into_iter()
-            .zip(self.plan.outputs())
+            .zip(plan.outputs())
             .map(|(given, sig)| match given {
                 Some(t) => (t, false),
                 None => (HostTensor::zeros(sig.dtype, &sig.shape), true),
@@ -128,8 +140,8 @@ impl Prepared {
                 zeroed: *zeroed,
             })
             .collect();
-        self.plan.run_host(
-            &self.kernels,
+        plan.run_host(
+            &self.planned.kernels,
             &inputs,
             &mut outputs,
             options.threads,

@@ -85,6 +85,7 @@ mod executor;
 pub mod export;
 mod fusion;
 mod options;
+mod plan_cache;
 pub mod program;
 pub mod runner;
 
@@ -101,9 +102,16 @@ pub use ovl_core::autodiff::{
     backward, backward_untyped, set_gradient, GradError, GradientCall, GradientFn, Gradients,
 };
 pub use ovl_core::lazy::Graph;
+/// Memoized operator traces: a call with the same input dtypes and shapes and trace-time
+/// arguments reuses its traced IR instead of running the operator's body again (see
+/// [`ovl_core::trace::memo`] for the key and its rules; `OVL_TRACE_MEMO=0` turns it off).
+pub use ovl_core::trace::memo::{
+    clear_trace_memo, set_trace_memo, trace_memo_stats, TraceArg, TraceKey, TraceMemoStats,
+};
 pub use ovl_core::trace::{Expr, Position, Tensor, Var};
 pub use ovl_core::{ir, DType, HostTensor, IntoLazy, Lazy, LazyTensor, Scalar, TraceError};
 pub use ovl_macros::{helper, operator};
+pub use plan_cache::{clear_plan_cache, plan_cache_stats, set_plan_cache_capacity, PlanCacheStats};
 
 pub use fusion::fusion;
 /// The operator merger: fusion reports, refusal reasons, index patterns, Graphviz output.
@@ -113,8 +121,16 @@ pub use ovl_fuse::{
 };
 
 /// The on-disk operator cache: where compiled operators live (`OVL_CACHE_DIR` overrides the
-/// default), how to empty it, and how many times this process has run the C++ compiler.
-pub use ovl_codegen::{cache_dir, clear_cache, compiler_invocations};
+/// default) and how many times this process has run the C++ compiler.
+pub use ovl_codegen::{cache_dir, compiler_invocations};
+
+/// Empties the on-disk operator cache at [`cache_dir`] (and forgets the operators this process
+/// loaded from it), and the in-memory plan cache ([`clear_plan_cache`]), so that the next
+/// evaluation compiles again.
+pub fn clear_cache() -> Result<(), ovl_codegen::CodegenError> {
+    clear_plan_cache();
+    ovl_codegen::clear_cache()
+}
 
 /// The CUDA backend behind [`Target::Cuda`] and [`Target::CudaValidate`]: what this machine has
 /// ([`cuda::gpu_status`], [`cuda::nvrtc_status`], [`cuda::ptxas_path`]), NVRTC and ptxas

@@ -3,9 +3,11 @@
 
 use crate::dtype::DType;
 use crate::error::TraceError;
+use crate::hash::Digest;
 use crate::host::HostTensor;
 use crate::host::Scalar;
 use crate::ir;
+use sha2::Digest as _;
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
@@ -29,12 +31,65 @@ pub enum Node {
 pub struct OperatorNode {
     /// The traced operator.
     pub dag: Arc<ir::ExpressionDag>,
+    /// The operator's identity, computed once when it is recorded ([`operator_key`]): what the
+    /// graph key of [`graph_key`] is built from, so that a graph seen before is recognised
+    /// without walking its IR again.
+    pub key: Digest,
     /// Its inputs, in the order of `dag.inputs`.
     pub inputs: Vec<LazyTensor>,
     /// The error found while tracing, reported when the graph is evaluated.
     pub error: Option<Arc<TraceError>>,
     /// The call's gradient function, if one was attached ([`crate::autodiff::set_gradient`]).
     pub gradient: GradientSlot,
+}
+
+impl OperatorNode {
+    /// A recorded call of `dag` on `inputs`; computes the operator's [`key`](Self::key).
+    pub fn new(
+        dag: Arc<ir::ExpressionDag>,
+        inputs: Vec<LazyTensor>,
+        error: Option<Arc<TraceError>>,
+    ) -> OperatorNode {
+        let key = operator_key(&dag);
+        OperatorNode::with_key(dag, key, inputs, error)
+    }
+
+    /// A recorded call of `dag` whose [`operator_key`] is already known (a memoized trace).
+    pub fn with_key(
+        dag: Arc<ir::ExpressionDag>,
+        key: Digest,
+        inputs: Vec<LazyTensor>,
+        error: Option<Arc<TraceError>>,
+    ) -> OperatorNode {
+        OperatorNode {
+            dag,
+            key,
+            inputs,
+            error,
+            gradient: Default::default(),
+        }
+    }
+}
+
+/// The identity of a traced operator: its canonical hash ([`crate::hash::canonical_hash`]) and
+/// its source location. The location counts here (unlike in the canonical hash) because a
+/// fused graph carries it into error messages: two identical bodies at different lines are two
+/// operators for the plan cache.
+pub fn operator_key(dag: &ir::ExpressionDag) -> Digest {
+    let mut h = sha2::Sha256::new();
+    h.update(b"ovl.lazy.operator_key");
+    h.update(crate::hash::canonical_hash(dag).0);
+    match &dag.source {
+        None => h.update([0u8]),
+        Some(s) => {
+            h.update([1u8]);
+            h.update((s.file.len() as u64).to_le_bytes());
+            h.update(s.file.as_bytes());
+            h.update(s.line.to_le_bytes());
+            h.update(s.column.to_le_bytes());
+        }
+    }
+    Digest(h.finalize().into())
 }
 
 /// Where an operator call keeps its gradient function (set at most once).
@@ -286,26 +341,104 @@ impl GraphInput {
 /// Collects everything `outputs` depend on. Returns the first trace error found (in
 /// topological order), if any operator failed to trace.
 pub fn build_graph(outputs: &[&LazyTensor]) -> Result<Graph, TraceError> {
-    let mut builder = GraphBuilder::default();
+    let (dag, inputs, _) = walk(outputs, true)?;
+    Ok(Graph { dag, inputs })
+}
+
+/// What [`graph_key`] returns: the key of a graph and the sources of its graph inputs.
+#[derive(Debug)]
+pub struct GraphKey {
+    /// Identifies the graph [`build_graph`] would build: every operator's [`operator_key`], the
+    /// wiring, the dtype and shape of every graph input (placeholders also by id) and the
+    /// outputs, as a self-delimiting byte string to compare exactly (each operator by its
+    /// 32-byte key, the rest as written). Host data is not part of it.
+    pub bytes: Vec<u8>,
+    /// What feeds each graph input, in the order of [`build_graph`]'s `dag.inputs`.
+    pub inputs: Vec<GraphInput>,
+}
+
+/// The key of the graph behind `outputs`, without building its IR: a walk of the lazy nodes
+/// that reads each operator's precomputed key (no work proportional to the operators' IR).
+/// Reports the same first trace error as [`build_graph`].
+pub fn graph_key(outputs: &[&LazyTensor]) -> Result<GraphKey, TraceError> {
+    let (_, inputs, bytes) = walk(outputs, false)?;
+    Ok(GraphKey { bytes, inputs })
+}
+
+/// The walk behind [`build_graph`] and [`graph_key`]: one traversal, so that both number the
+/// graph inputs and operators identically. The IR is built only when `build` is set.
+fn walk(
+    outputs: &[&LazyTensor],
+    build: bool,
+) -> Result<(ir::OperatorDag, Vec<GraphInput>, Vec<u8>), TraceError> {
+    let mut builder = GraphBuilder {
+        build,
+        dag: Default::default(),
+        inputs: Vec::new(),
+        seen: HashMap::default(),
+        key: KeyBytes(Vec::with_capacity(64 * outputs.len() + 256)),
+        operators: 0,
+    };
+    builder.key.update(b"ovl.lazy.graph_key");
     let mut refs = Vec::with_capacity(outputs.len());
     for out in outputs {
         refs.push(builder.visit(out)?);
     }
+    builder.key.update([4u8]);
+    builder.key.update((refs.len() as u64).to_le_bytes());
+    for r in &refs {
+        key_ref(&mut builder.key, r);
+    }
     let mut dag = builder.dag;
     dag.version = crate::IR_VERSION;
     dag.outputs = refs;
-    Ok(Graph {
-        dag,
-        inputs: builder.inputs,
-    })
+    Ok((dag, builder.inputs, builder.key.0))
 }
 
-#[derive(Default)]
+/// The graph key's bytes: a self-delimiting encoding, compared exactly by the plan cache.
+struct KeyBytes(Vec<u8>);
+
+impl KeyBytes {
+    fn update(&mut self, bytes: impl AsRef<[u8]>) {
+        self.0.extend_from_slice(bytes.as_ref());
+    }
+}
+
+fn key_ref(key: &mut KeyBytes, r: &ir::ValueRef) {
+    use ir::value_ref::Source;
+    match &r.source {
+        Some(Source::GraphInput(i)) => {
+            key.update([1u8]);
+            key.update(i.to_le_bytes());
+        }
+        Some(Source::OpOutput(o)) => {
+            key.update([2u8]);
+            key.update(o.operator.to_le_bytes());
+            key.update(o.output.to_le_bytes());
+        }
+        None => key.update([0u8]),
+    }
+}
+
+fn key_tensor_type(key: &mut KeyBytes, dtype: DType, shape: &[usize]) {
+    key.update([dtype.to_ir() as u8]);
+    key.update((shape.len() as u64).to_le_bytes());
+    for &d in shape {
+        key.update((d as u64).to_le_bytes());
+    }
+}
+
 struct GraphBuilder {
+    /// Whether to build the IR (else only the key and the inputs).
+    build: bool,
     dag: ir::OperatorDag,
     inputs: Vec<GraphInput>,
     /// Node address -> graph input index or operator index.
-    seen: HashMap<usize, Seen>,
+    seen: HashMap<usize, Seen, crate::fast_hash::FastBuild>,
+    /// The graph key, fed in the order nodes are numbered.
+    key: KeyBytes,
+    /// Operators numbered so far.
+    operators: u32,
 }
 
 #[derive(Clone, Copy)]
@@ -349,10 +482,14 @@ impl GraphBuilder {
                 Node::Host(h) => {
                     let i = self.inputs.len() as u32;
                     self.inputs.push(GraphInput::Host(h.clone()));
-                    self.dag.inputs.push(ir::TensorType {
-                        dtype: h.dtype().to_ir() as i32,
-                        shape: h.shape.iter().map(|&d| d as u64).collect(),
-                    });
+                    self.key.update([1u8]);
+                    key_tensor_type(&mut self.key, h.dtype(), &h.shape);
+                    if self.build {
+                        self.dag.inputs.push(ir::TensorType {
+                            dtype: h.dtype().to_ir() as i32,
+                            shape: h.shape.iter().map(|&d| d as u64).collect(),
+                        });
+                    }
                     self.seen.insert(key, Seen::Input(i));
                 }
                 Node::Placeholder(p) => {
@@ -361,10 +498,15 @@ impl GraphBuilder {
                         id: p.id,
                         name: p.name.clone(),
                     });
-                    self.dag.inputs.push(ir::TensorType {
-                        dtype: p.dtype.to_ir() as i32,
-                        shape: p.shape.iter().map(|&d| d as u64).collect(),
-                    });
+                    self.key.update([2u8]);
+                    self.key.update(p.id.to_le_bytes());
+                    key_tensor_type(&mut self.key, p.dtype, &p.shape);
+                    if self.build {
+                        self.dag.inputs.push(ir::TensorType {
+                            dtype: p.dtype.to_ir() as i32,
+                            shape: p.shape.iter().map(|&d| d as u64).collect(),
+                        });
+                    }
                     self.seen.insert(key, Seen::Input(i));
                 }
                 Node::Operator(op) => {
@@ -385,9 +527,18 @@ impl GraphBuilder {
                         .iter()
                         .map(|i| self.visit(i))
                         .collect::<Result<Vec<_>, _>>()?;
-                    let index = self.dag.operators.len() as u32;
-                    self.dag.operators.push((*op.dag).clone());
-                    self.dag.operator_inputs.push(ir::OperatorInputs { inputs });
+                    let index = self.operators;
+                    self.operators += 1;
+                    self.key.update([3u8]);
+                    self.key.update(op.key.0);
+                    self.key.update((inputs.len() as u64).to_le_bytes());
+                    for r in &inputs {
+                        key_ref(&mut self.key, r);
+                    }
+                    if self.build {
+                        self.dag.operators.push((*op.dag).clone());
+                        self.dag.operator_inputs.push(ir::OperatorInputs { inputs });
+                    }
                     self.seen.insert(key, Seen::Operator(index));
                 }
             }

@@ -16,7 +16,7 @@ use std::panic::Location;
 use std::sync::Arc;
 
 /// One operand of an elementwise operator.
-enum Operand {
+pub(crate) enum Operand {
     Tensor(LazyTensor),
     Scalar(Literal),
 }
@@ -80,6 +80,29 @@ fn elementwise<T: Scalar>(
         error = Some(format!(
             "`{name}` of an empty tensor {shape:?}: every workgroup dimension must be > 0"
         ));
+    }
+
+    // A call seen before (same operator, dtype, operand shapes and literals, same line) reuses
+    // its IR and key (see `trace::memo`).
+    let memo_key = if error.is_none() {
+        crate::trace::memo::elementwise_key(name, op as i32, dtype, &operands, at)
+    } else {
+        None
+    };
+    if let Some(m) = memo_key.as_deref().and_then(crate::trace::memo::lookup) {
+        let inputs: Vec<LazyTensor> = tensors.iter().map(|t| (*t).clone()).collect();
+        let node = Arc::new(Node::Operator(OperatorNode::with_key(
+            m.dag.clone(),
+            m.key,
+            inputs,
+            None,
+        )));
+        return Lazy::from_untyped(LazyTensor {
+            node,
+            output: 0,
+            dtype,
+            shape: shape.into(),
+        });
     }
 
     let rank = shape.len();
@@ -171,11 +194,24 @@ fn elementwise<T: Scalar>(
             ));
         }
     }
+    let dag = Arc::new(dag);
+    let key = crate::lazy::operator_key(&dag);
+    if let (Some(k), None) = (memo_key, &error) {
+        crate::trace::memo::remember(
+            k,
+            crate::trace::memo::Memoized {
+                dag: dag.clone(),
+                key,
+                returned: Vec::new(),
+            },
+        );
+    }
     // An operand's own trace error is reported first by the graph walk.
-    let node = Arc::new(Node::Operator(OperatorNode {
-        dag: Arc::new(dag),
+    let node = Arc::new(Node::Operator(OperatorNode::with_key(
+        dag,
+        key,
         inputs,
-        error: error.map(|message| {
+        error.map(|message| {
             Arc::new(TraceError {
                 operator: name.to_string(),
                 operator_file: at.file().to_string(),
@@ -186,8 +222,7 @@ fn elementwise<T: Scalar>(
                 message,
             })
         }),
-        gradient: Default::default(),
-    }));
+    )));
     Lazy::from_untyped(LazyTensor {
         node,
         output: 0,

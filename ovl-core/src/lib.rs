@@ -7,6 +7,7 @@
 
 pub mod autodiff;
 pub mod error;
+pub mod fast_hash;
 pub mod interp;
 pub mod lazy;
 mod lazy_ops;

@@ -140,7 +140,10 @@ enum WrapperBody {
 
 /// ```text
 /// pub fn name<G>(a: impl RT::IntoLazy<E>, xs: Vec<Lazy<E>>, k: f32) -> <RET as RT::Outputs>::Lazy {
-///     RT::trace_operator::<RET, _>(RT::OperatorSite { .. }, move |__ovl_tracer| -> RET {
+///     let mut __ovl_key = RT::TraceKey::new();
+///     let a: Lazy<E> = RT::IntoLazy::<E>::into_lazy(a); __ovl_key.tensor(&a);
+///     __ovl_key.tensors(&xs); (&&&RT::KeyWrap(&k)).__ovl_key(&mut __ovl_key);
+///     RT::trace_operator_keyed::<RET, _>(RT::OperatorSite { .. }, __ovl_key, move |__ovl_tracer| -> RET {
 ///         let a: Tensor<E> = __ovl_tracer.input(a); ..; BODY
 ///     })
 /// }
@@ -158,13 +161,37 @@ fn wrapper(f: &ItemFn, sig: &OperatorSignature, body: WrapperBody) -> TokenStrea
 
     let mut params = Vec::new();
     let mut inputs = Vec::new();
+    // The memo key of the call (EXPANSION.md, "The memo key"), built before the body runs.
+    let mut key = Vec::new();
     for p in &sig.params {
         let param_attrs = &p.arg.attrs;
         match &p.kind {
-            ParamKind::Constant => params.push(p.arg.to_token_stream()),
+            ParamKind::Constant => {
+                params.push(p.arg.to_token_stream());
+                let at = crate::rewrite::macro_span(p.arg.pat.span());
+                key.push(match &*p.arg.pat {
+                    syn::Pat::Ident(syn::PatIdent {
+                        ident,
+                        by_ref: None,
+                        subpat: None,
+                        ..
+                    }) => quote_spanned! {at=>
+                        (&&&::ovl::__rt::KeyWrap(&#ident)).__ovl_key(&mut __ovl_key);
+                    },
+                    _ => quote_spanned!(at=> __ovl_key.unkeyable();),
+                });
+            }
             ParamKind::Tensor { elem } | ParamKind::TensorList { elem } => {
                 let (name, mutability) = p.ident();
                 let list = matches!(p.kind, ParamKind::TensorList { .. });
+                let at = crate::rewrite::macro_span(name.span());
+                key.push(if list {
+                    quote_spanned!(at=> __ovl_key.tensors(&#name);)
+                } else {
+                    quote_spanned!(at=>
+                        let #name: ::ovl::Lazy<#elem> = ::ovl::__rt::IntoLazy::<#elem>::into_lazy(#name);
+                        __ovl_key.tensor(&#name);)
+                });
                 params.push(if list {
                     quote!(#(#param_attrs)* #name: ::std::vec::Vec<::ovl::Lazy<#elem>>)
                 } else {
@@ -216,7 +243,13 @@ fn wrapper(f: &ItemFn, sig: &OperatorSignature, body: WrapperBody) -> TokenStrea
     // The call, and the function's block, at the return type: the bound `RET: Outputs` they
     // carry is reported there rather than at the attribute.
     let body = quote_spanned! {at=>
-        { ::ovl::__rt::trace_operator::<#ret, _>(#site, #closure) }
+        {
+            #[allow(unused_imports)]
+            use ::ovl::__rt::{KeyByScalar as _, KeyByTraceArg as _, KeyNone as _};
+            let mut __ovl_key = ::ovl::__rt::TraceKey::new();
+            #(#key)*
+            ::ovl::__rt::trace_operator_keyed::<#ret, _>(#site, __ovl_key, #closure)
+        }
     };
     quote! {
         #(#attrs)*

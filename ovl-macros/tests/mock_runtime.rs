@@ -193,6 +193,68 @@ pub mod __rt {
         }
     }
 
+    impl<T> IntoLazy<T> for Lazy<T> {
+        fn into_lazy(self) -> Lazy<T> {
+            self
+        }
+    }
+
+    /// The memo key: the mock only checks that every parameter reaches it.
+    #[derive(Default)]
+    pub struct TraceKey(pub Vec<String>);
+    impl TraceKey {
+        pub fn new() -> TraceKey {
+            TraceKey::default()
+        }
+        pub fn tensor<T>(&mut self, x: &Lazy<T>) {
+            self.0.push(format!("tensor {}", x.name));
+        }
+        pub fn tensors<T>(&mut self, xs: &[Lazy<T>]) {
+            self.0.push(format!("{} tensors", xs.len()));
+        }
+        pub fn unkeyable(&mut self) {
+            self.0.push("unkeyable".into());
+        }
+    }
+    pub struct KeyWrap<'a, T: ?Sized>(pub &'a T);
+    pub trait KeyByTraceArg {
+        fn __ovl_key(&self, key: &mut TraceKey);
+    }
+    pub trait KeyByScalar {
+        fn __ovl_key(&self, key: &mut TraceKey);
+    }
+    pub trait KeyNone {
+        fn __ovl_key(&self, key: &mut TraceKey);
+    }
+    impl<T: std::fmt::Debug> KeyByTraceArg for &&KeyWrap<'_, T> {
+        fn __ovl_key(&self, key: &mut TraceKey) {
+            key.0.push(format!("arg {:?}", self.0));
+        }
+    }
+    impl<T> KeyByScalar for &KeyWrap<'_, T> {
+        fn __ovl_key(&self, key: &mut TraceKey) {
+            key.0.push("scalar".into());
+        }
+    }
+    impl<T: ?Sized> KeyNone for KeyWrap<'_, T> {
+        fn __ovl_key(&self, key: &mut TraceKey) {
+            key.unkeyable();
+        }
+    }
+
+    pub fn trace_operator_keyed<R: Outputs, F: FnOnce(&mut Tracer) -> R>(
+        site: OperatorSite,
+        key: TraceKey,
+        body: F,
+    ) -> R::Lazy {
+        assert!(
+            !key.0.is_empty() || site.name == "with_helper",
+            "{key:?}",
+            key = key.0
+        );
+        trace_operator(site, body)
+    }
+
     pub trait Outputs {
         type Lazy;
         fn to_lazy(&self) -> Self::Lazy;

@@ -16,6 +16,7 @@ pub mod control;
 pub mod dispatch;
 pub mod expr;
 pub mod math;
+pub mod memo;
 pub mod operator;
 pub mod ops;
 pub mod reduce;
@@ -39,7 +40,8 @@ pub mod rt {
     pub use super::dispatch::{
         and, cast, eq, ge, gt, le, lt, ne, or, read, write, AssignPlain, AssignStaged, IndexAssign,
     };
-    pub use super::operator::{trace_operator, Outputs, Tracer};
+    pub use super::memo::{KeyByScalar, KeyByTraceArg, KeyNone, KeyWrap, TraceKey};
+    pub use super::operator::{trace_operator, trace_operator_keyed, Outputs, Tracer};
     pub use super::state::OperatorSite;
     pub use super::tensor::ix;
     pub use crate::lazy::IntoLazy;

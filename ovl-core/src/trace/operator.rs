@@ -1,6 +1,7 @@
 //! Tracing one operator call: run the user's body on symbolic values, collect the expression
 //! DAG, and record a node of the lazy graph. `#[operator]` expands to a call of [`trace_operator`].
 
+use super::memo::{self, Returned, TraceKey};
 use super::state::{self, OperatorSite};
 use super::tensor::{declare_input, Tensor, TensorKind};
 use crate::error::TraceError;
@@ -57,6 +58,14 @@ pub trait Outputs {
     fn visit(&self, out: &mut Vec<(TensorKind, u32, u32)>);
     /// Builds the handles, taking output positions from `next`.
     fn to_lazy(&self, node: &Arc<Node>, next: &mut usize) -> Self::Lazy;
+    /// Describes the returned tensors (shapes, list lengths) for a memoized trace.
+    fn describe(&self, out: &mut Vec<Returned>);
+    /// Builds the handles of a memoized call from its description; `None` if it does not fit.
+    fn rebuild(
+        desc: &mut std::slice::Iter<'_, Returned>,
+        node: &Arc<Node>,
+        next: &mut usize,
+    ) -> Option<Self::Lazy>;
 }
 
 impl<T: Scalar> Outputs for Tensor<T> {
@@ -74,6 +83,26 @@ impl<T: Scalar> Outputs for Tensor<T> {
             shape: self.shape().into(),
         })
     }
+    fn describe(&self, out: &mut Vec<Returned>) {
+        out.push(Returned::Tensor(self.shape().into()));
+    }
+    fn rebuild(
+        desc: &mut std::slice::Iter<'_, Returned>,
+        node: &Arc<Node>,
+        next: &mut usize,
+    ) -> Option<Lazy<T>> {
+        let Some(Returned::Tensor(shape)) = desc.next() else {
+            return None;
+        };
+        let output = *next;
+        *next += 1;
+        Some(Lazy::from_untyped(LazyTensor {
+            node: node.clone(),
+            output,
+            dtype: T::DTYPE,
+            shape: shape.clone(),
+        }))
+    }
 }
 
 impl<O: Outputs, const N: usize> Outputs for [O; N] {
@@ -84,6 +113,19 @@ impl<O: Outputs, const N: usize> Outputs for [O; N] {
     fn to_lazy(&self, node: &Arc<Node>, next: &mut usize) -> Self::Lazy {
         std::array::from_fn(|i| self[i].to_lazy(node, next))
     }
+    fn describe(&self, out: &mut Vec<Returned>) {
+        self.iter().for_each(|o| o.describe(out));
+    }
+    fn rebuild(
+        desc: &mut std::slice::Iter<'_, Returned>,
+        node: &Arc<Node>,
+        next: &mut usize,
+    ) -> Option<Self::Lazy> {
+        let items = (0..N)
+            .map(|_| O::rebuild(desc, node, next))
+            .collect::<Option<Vec<_>>>()?;
+        items.try_into().ok()
+    }
 }
 
 impl<O: Outputs> Outputs for Vec<O> {
@@ -93,6 +135,20 @@ impl<O: Outputs> Outputs for Vec<O> {
     }
     fn to_lazy(&self, node: &Arc<Node>, next: &mut usize) -> Self::Lazy {
         self.iter().map(|o| o.to_lazy(node, next)).collect()
+    }
+    fn describe(&self, out: &mut Vec<Returned>) {
+        out.push(Returned::List(self.len()));
+        self.iter().for_each(|o| o.describe(out));
+    }
+    fn rebuild(
+        desc: &mut std::slice::Iter<'_, Returned>,
+        node: &Arc<Node>,
+        next: &mut usize,
+    ) -> Option<Self::Lazy> {
+        let Some(&Returned::List(n)) = desc.next() else {
+            return None;
+        };
+        (0..n).map(|_| O::rebuild(desc, node, next)).collect()
     }
 }
 
@@ -105,6 +161,16 @@ macro_rules! tuple_outputs {
             }
             fn to_lazy(&self, node: &Arc<Node>, next: &mut usize) -> Self::Lazy {
                 ($(self.$idx.to_lazy(node, next),)+)
+            }
+            fn describe(&self, out: &mut Vec<Returned>) {
+                $(self.$idx.describe(out);)+
+            }
+            fn rebuild(
+                desc: &mut std::slice::Iter<'_, Returned>,
+                node: &Arc<Node>,
+                next: &mut usize,
+            ) -> Option<Self::Lazy> {
+                Some(($($name::rebuild(desc, node, next)?,)+))
             }
         }
     };
@@ -130,6 +196,51 @@ pub fn trace_operator<R: Outputs, F: FnOnce(&mut Tracer) -> R>(
     site: OperatorSite,
     body: F,
 ) -> R::Lazy {
+    let (returned, node, _) = trace(site, body);
+    returned.to_lazy(&node, &mut 0)
+}
+
+/// [`trace_operator`] for a call whose inputs and trace-time arguments are described by `key`
+/// (see [`super::memo`]): a call seen before reuses its trace without running `body`.
+pub fn trace_operator_keyed<R: Outputs, F: FnOnce(&mut Tracer) -> R>(
+    site: OperatorSite,
+    key: TraceKey,
+    body: F,
+) -> R::Lazy {
+    let Some(full) = memo::full_key::<R, F>(&site, &key) else {
+        return trace_operator(site, body);
+    };
+    if let Some(m) = memo::lookup(&full) {
+        if let Some(lazy) = memo::replay::<R>(&m, key.inputs) {
+            return lazy;
+        }
+        // A description that does not fit cannot come from this key; trace as usual.
+        let (returned, node, _) = trace(site, body);
+        return returned.to_lazy(&node, &mut 0);
+    }
+    let (returned, node, ok) = trace(site, body);
+    if ok {
+        if let Node::Operator(op) = &*node {
+            let mut desc = Vec::new();
+            returned.describe(&mut desc);
+            memo::remember(
+                full,
+                memo::Memoized {
+                    dag: op.dag.clone(),
+                    key: op.key,
+                    returned: desc,
+                },
+            );
+        }
+    }
+    returned.to_lazy(&node, &mut 0)
+}
+
+/// Runs `body` and records the node; also says whether the trace is free of errors.
+fn trace<R: Outputs, F: FnOnce(&mut Tracer) -> R>(
+    site: OperatorSite,
+    body: F,
+) -> (R, Arc<Node>, bool) {
     let id = state::begin(site);
     let mut tracer = Tracer { inputs: Vec::new() };
     let result = catch_unwind(AssertUnwindSafe(|| body(&mut tracer)));
@@ -175,13 +286,13 @@ pub fn trace_operator<R: Outputs, F: FnOnce(&mut Tracer) -> R>(
             )));
         }
     }
-    let node = Arc::new(Node::Operator(OperatorNode {
-        dag: Arc::new(dag),
-        inputs: tracer.inputs,
-        error: error.map(Arc::new),
-        gradient: Default::default(),
-    }));
-    returned.to_lazy(&node, &mut 0)
+    let ok = error.is_none();
+    let node = Arc::new(Node::Operator(OperatorNode::new(
+        Arc::new(dag),
+        tracer.inputs,
+        error.map(Arc::new),
+    )));
+    (returned, node, ok)
 }
 
 fn check_outputs(

@@ -401,6 +401,12 @@ def _register_gradient():
 # differentiates a gradient op is told so.
 _gradient_of: dict = {}
 
+# Gradient programs (their sealed bytes) whose digest `_dynamic_lib_gradient` checked already in
+# this process: a backward pass under `tf.GradientTape` checks each one once, not at every call.
+# Emptied when it reaches `_VERIFIED_GRADIENTS_MAX` programs.
+_verified_gradients: set = set()
+_VERIFIED_GRADIENTS_MAX = 256
+
 
 def _digest(sealed: bytes) -> bytes:
     """The digest inside a sealed program (empty for bytes too short to hold one)."""
@@ -463,24 +469,31 @@ def _dynamic_lib_gradient(op, *grads):
             f"DynamicLib: ovl program `{_program_name(program) or '?'}` has no gradient; "
             "export it with `TfExport::gradient` to differentiate through it"
         )
-    problem = _sealed_problem(gradient)
-    if problem:
-        raise tf.errors.InvalidArgumentError(
-            None,
-            None,
-            f"DynamicLib: the `gradient` attribute: the program was modified or corrupted: "
-            f"{problem}; export it again",
-        )
-    _gradient_of[_digest(gradient)] = _program_name(program) or "?"
+    if gradient not in _verified_gradients:
+        problem = _sealed_problem(gradient)
+        if problem:
+            raise tf.errors.InvalidArgumentError(
+                None,
+                None,
+                f"DynamicLib: the `gradient` attribute: the program was modified or corrupted: "
+                f"{problem}; export it again",
+            )
+        _gradient_of[_digest(gradient)] = _program_name(program) or "?"
+        if len(_verified_gradients) >= _VERIFIED_GRADIENTS_MAX:
+            _verified_gradients.clear()
+        _verified_gradients.add(gradient)
     upstream = [
         tf.zeros_like(out) if g is None else tf.convert_to_tensor(g)
         for g, out in zip(grads, op.outputs)
     ]
     inputs = list(op.inputs)
-    results = dynamic_lib(
+    # The inputs' dtypes and shapes are TensorFlow's own already: no conversion needed.
+    results = _call_op(
         inputs + upstream,
         gradient,
         [x.dtype for x in inputs],
         [x.shape for x in inputs],
+        b"",
+        None,
     )
     return [g if x.dtype.is_floating else None for g, x in zip(results, inputs)]
