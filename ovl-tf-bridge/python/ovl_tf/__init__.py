@@ -75,14 +75,35 @@ _lock = threading.Lock()
 _module = None
 
 
+def _packaged_library() -> Optional[Path]:
+    """The bridge library installed inside this package (a wheel or ``pip install`` builds it
+    as ``_bridge.<python tag>.so``; a ``libovl_tf_bridge.so`` copied next to the package also
+    counts), or None."""
+    here = Path(__file__).resolve().parent
+    found = sorted(here.glob("_bridge*.so")) + [here / _LIBRARY_NAME]
+    return next((p for p in found if p.is_file()), None)
+
+
 def library_path() -> Path:
-    """Where the bridge library is: ``$OVL_TF_LIBRARY``, else next to this package, else the
-    repository's ``target/release`` or ``target/debug`` (for an editable install)."""
+    """Where the bridge library is, in this order: inside the installed package (a wheel, or
+    ``pip install ./ovl-tf-bridge/python``), else ``$OVL_TF_LIBRARY``, else the repository's
+    ``target/release`` or ``target/debug`` (a checkout used through ``PYTHONPATH`` or an
+    editable install that did not build it). ``FileNotFoundError`` names every place looked
+    at when none has it."""
+    packaged = _packaged_library()
+    if packaged is not None:
+        return packaged
     env = os.environ.get("OVL_TF_LIBRARY")
     if env:
+        if not Path(env).is_file():
+            raise FileNotFoundError(
+                f"the ovl TensorFlow bridge library named by OVL_TF_LIBRARY ({env}) does not "
+                "exist; build it with `cargo build --release -p ovl-tf-bridge` or install the "
+                "package with `pip install ./ovl-tf-bridge/python`"
+            )
         return Path(env)
     here = Path(__file__).resolve().parent
-    candidates = [here / _LIBRARY_NAME]
+    candidates = [here / "_bridge*.so", here / _LIBRARY_NAME]
     for parent in here.parents:
         if (parent / "Cargo.toml").is_file() and (parent / "target").is_dir():
             candidates += [
@@ -90,13 +111,15 @@ def library_path() -> Path:
                 parent / "target" / "debug" / _LIBRARY_NAME,
             ]
             break
-    for c in candidates:
+    for c in candidates[2:]:
         if c.is_file():
             return c
     raise FileNotFoundError(
         "the ovl TensorFlow bridge library was not found (looked in: "
         + ", ".join(str(c) for c in candidates)
-        + "); build it with `cargo build --release -p ovl-tf-bridge` or set OVL_TF_LIBRARY"
+        + ", and OVL_TF_LIBRARY is not set); install the package with `pip install "
+        "./ovl-tf-bridge/python` (it builds the library with cargo), or build it with "
+        "`cargo build --release -p ovl-tf-bridge` and set OVL_TF_LIBRARY"
     )
 
 
