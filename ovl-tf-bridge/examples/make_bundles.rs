@@ -283,6 +283,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "add_one_big.json",
         ovl::as_tensorflow(&x, add_one(&x)),
     )?;
+    // A dense layer from ovl-stdlib, `tanh(x @ w + b)`, for `ovl_tf.Layer` (w and b become its
+    // weights); its gradient program built by `ovl::backward`.
+    let (batch, features, units) = (8, 3, 4);
+    let x = ovl::placeholder::<f32>("x", &[batch, features]);
+    let w = ovl::placeholder::<f32>("w", &[features, units]);
+    let b = ovl::placeholder::<f32>("b", &[units]);
+    let y = ovl_stdlib::tanh(ovl_stdlib::add(ovl_stdlib::matmul(&x, &w), &b));
+    let dy = ovl::placeholder::<f32>("dy", &[batch, units]);
+    let grads = ovl::backward(&[(&y, &dy)], &[&x, &w, &b])?;
+    let of = |t: &ovl::Lazy<f32>| grads.of(t).ok_or("an input of dense_tanh has no gradient");
+    let (dx, dw, db) = (of(&x)?, of(&w)?, of(&b)?);
+    write(
+        &dir,
+        "dense_tanh.json",
+        ovl::as_tensorflow((&x, &w, &b), &y).gradient(&dy, (&dx, &dw, &db)),
+    )?;
     // The LSTM cell from ovl-stdlib, its gradient program built by `ovl::backward`.
     let (batch, hidden) = (4, 8);
     let z = ovl::placeholder::<f32>("z", &[batch, 4 * hidden]);

@@ -11,6 +11,13 @@ first use). The programs are sealed with a SHA-256 digest, checked before anythi
 (here when a bundle is loaded, in the kernel when the op is built): an edited or corrupted
 program is an error, never another program.
 
+``ovl_tf.Layer`` wraps a bundle as a Keras 3 layer (some inputs can be its trainable weights);
+a ``.keras`` file saved from a model that uses it embeds the bundle and reloads in any process
+that has imported ``ovl_tf``. The op's gradient is registered when ``ovl_tf`` is imported, so it
+is there however the bridge library is loaded afterwards. The bridge library is looked for
+inside this package first (a wheel or ``pip install ./ovl-tf-bridge/python`` puts it there),
+then at ``$OVL_TF_LIBRARY``, then in the repository's ``target/`` (see ``library_path``).
+
 Errors
 ------
 ``ovl_tf`` raises these, always with a message that names the bundle file or the program and
@@ -55,6 +62,7 @@ import tensorflow as tf
 __all__ = [
     "BUNDLE_FORMAT",
     "BundleError",
+    "Layer",
     "Program",
     "dynamic_lib",
     "library_path",
@@ -285,6 +293,7 @@ class Program:
 
     def __init__(self, bundle: dict, source: str = "<bundle>"):
         r = _BundleReader(bundle, source)
+        self.bundle: dict = bundle
         fmt = bundle.get("format")
         if fmt != BUNDLE_FORMAT:
             raise r.error(
@@ -507,3 +516,27 @@ def _dynamic_lib_gradient(op, *grads):
         [x.shape for x in inputs],
     )
     return [g if x.dtype.is_floating else None for g, x in zip(results, inputs)]
+
+
+# The gradient is registered when the package is imported (TensorFlow keys gradients by op type,
+# not by library), so it is there however the bridge library is loaded afterwards: `load`,
+# `load_library`, a `Layer` rebuilt from a `.keras` file, or `tf.load_op_library` in serving
+# code that imported ovl_tf.
+_register_gradient()
+
+try:
+    import keras as _keras
+
+    _KERAS3 = _keras.__version__.split(".")[0] >= "3"
+except ImportError:  # pragma: no cover - TensorFlow 2.16+ always brings Keras 3
+    _keras = None
+    _KERAS3 = False
+
+if _KERAS3:
+    from ._keras import Layer  # noqa: E402  (registered as "ovl_tf>Layer" on import)
+else:  # pragma: no cover
+
+    def __getattr__(name):
+        if name == "Layer":
+            raise ImportError("ovl_tf.Layer needs Keras 3 (`pip install keras>=3`)")
+        raise AttributeError(f"module 'ovl_tf' has no attribute {name!r}")
