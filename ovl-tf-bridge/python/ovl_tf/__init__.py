@@ -11,6 +11,11 @@ first use). The programs are sealed with a SHA-256 digest, checked before anythi
 (here when a bundle is loaded, in the kernel when the op is built): an edited or corrupted
 program is an error, never another program.
 
+A bundle exported with ``TfExport::embed_libraries(true)`` also carries the compiled library of
+each operator for the exporting machine (inside the sealed program): a machine with the same
+target, CPU features and ovl version runs it without a C++ compiler; any other compiles the
+program as usual.
+
 ``ovl_tf.Layer`` wraps a bundle as a Keras 3 layer (some inputs can be its trainable weights);
 a ``.keras`` file saved from a model that uses it embeds the bundle and reloads in any process
 that has imported ``ovl_tf``. The op's gradient is registered when ``ovl_tf`` is imported, so it
@@ -40,7 +45,8 @@ the input concerned:
 - ``tf.errors.InvalidArgumentError``, from the op when it runs: a shape known only at run time
   that does not fit (inside ``tf.function`` with unknown dimensions), an index out of bounds in
   the program, or a ``program``/``gradient`` attribute that was modified or corrupted;
-  ``tf.errors.FailedPreconditionError`` when the program cannot be compiled (no C++ compiler).
+  ``tf.errors.FailedPreconditionError`` when the program cannot be compiled (no C++ compiler),
+  also when it carries compiled libraries for another machine (the message says both).
 - ``LookupError``, from ``tf.GradientTape.gradient``: the program was exported without a
   gradient ("ovl program `X` has no gradient; ..."), or a nested tape differentiates it twice
   ("the gradient program of `X` has no gradient; ..."): ovl exports first derivatives only.
