@@ -26,10 +26,29 @@ echo "== demo (smoke)"
 cargo run --locked --release --example demo >/dev/null
 echo "== TensorFlow bridge: build, export the test bundles, run the Python tests"
 cargo build --locked --release -p ovl-tf-bridge
-"$OVL_PYTHON" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
-    -e ovl-tf-bridge/python
 bundles="$PWD/target/ovl-tf-bundles"
 cargo run --locked --release -p ovl-tf-bridge --example make_bundles -- "$bundles" >/dev/null
+# The tests import the package from the checkout (their conftest.py puts it on sys.path).
 OVL_TF_LIBRARY="$PWD/target/release/libovl_tf_bridge.so" OVL_TF_BUNDLE_DIR="$bundles" \
     TF_CPP_MIN_LOG_LEVEL=2 "$OVL_PYTHON" -m pytest -q -p no:cacheprovider ovl-tf-bridge/python/tests
+
+echo "== TensorFlow bridge: the wheel, installed in a fresh virtual environment"
+# The wheel carries the bridge library (setuptools-rust builds it into target/release, where
+# the build above left it). The fresh environment sees TensorFlow through a .pth line naming
+# .venv's site-packages (.pth files in those are not
+# read, so an editable ovl_tf installed there stays out).
+wheelhouse="$(mktemp -d)"
+trap 'rm -rf "$wheelhouse"' EXIT
+"$OVL_PYTHON" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+    -w "$wheelhouse/dist" ./ovl-tf-bridge/python
+base_python="$("$OVL_PYTHON" -c 'import sys; print(sys._base_executable)')"
+"$base_python" -m venv "$wheelhouse/venv"
+site="$("$wheelhouse/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+"$OVL_PYTHON" -c 'import sys; print("\n".join(p for p in sys.path if p.endswith("-packages")))' \
+    >"$site/ovl_tensorflow.pth"
+"$wheelhouse/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+    "$wheelhouse"/dist/ovl_tf-*.whl
+cp ovl-tf-bridge/python/tests/installed_check.py "$wheelhouse/"
+(cd "$wheelhouse" && env -u OVL_TF_LIBRARY TF_CPP_MIN_LOG_LEVEL=2 \
+    "$wheelhouse/venv/bin/python" installed_check.py "$bundles")
 echo "== all tests passed"

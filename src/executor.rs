@@ -25,14 +25,33 @@ pub(crate) fn fuse(graph: Graph, options: &Options) -> Result<Graph, Error> {
 
 /// Compiles (or finds in the cache) every operator of `dag` for `options.target`.
 pub(crate) fn kernels(dag: &ir::OperatorDag, options: &Options) -> Result<Vec<Kernel>, Error> {
+    kernels_with_libraries(dag, &[], options)
+}
+
+/// [`kernels`], where `libraries` are compiled libraries an exported program carries (at most
+/// one per operator, checked by `check_program`): on [`Target::Cpu`] an operator that has one
+/// loads it when it fits this machine, and is compiled otherwise.
+pub(crate) fn kernels_with_libraries(
+    dag: &ir::OperatorDag,
+    libraries: &[ir::CompiledLibrary],
+    options: &Options,
+) -> Result<Vec<Kernel>, Error> {
     dag.operators
         .iter()
-        .map(|op| match options.target {
+        .enumerate()
+        .map(|(k, op)| match options.target {
             Target::Interpreter => Ok(Kernel::Interpreter),
-            Target::Cpu => Ok(Kernel::Cpu(ovl_codegen::compile(
-                op,
-                &options.compile_options(),
-            )?)),
+            Target::Cpu => {
+                let compile = options.compile_options();
+                Ok(Kernel::Cpu(
+                    match libraries.iter().find(|l| l.operator as usize == k) {
+                        Some(library) => {
+                            ovl_codegen::cpu::cache::compile_embedded(op, library, &compile)?
+                        }
+                        None => ovl_codegen::compile(op, &compile)?,
+                    },
+                ))
+            }
             Target::Cuda => Ok(Kernel::Cuda(ovl_codegen::cuda::load(
                 op,
                 &options.cuda_options(),

@@ -66,6 +66,7 @@ pub fn as_tensorflow<I: Evaluate, O: Evaluate>(inputs: I, outputs: O) -> TfExpor
         outputs: outputs.tensors().into_iter().cloned().collect(),
         gradient: None,
         options: Options::default(),
+        embed_libraries: false,
     }
 }
 
@@ -77,6 +78,7 @@ pub struct TfExport {
     outputs: Vec<LazyTensor>,
     gradient: Option<(Vec<LazyTensor>, Vec<LazyTensor>)>,
     options: Options,
+    embed_libraries: bool,
 }
 
 impl TfExport {
@@ -96,6 +98,17 @@ impl TfExport {
     /// The fusion level (see [`Options::opt_level`]).
     pub fn opt_level(mut self, level: u8) -> TfExport {
         self.options = self.options.with_opt_level(level);
+        self
+    }
+
+    /// Whether the programs carry the compiled library (`op.so`) of each of their operators
+    /// (default: no). A receiver whose target is this machine's (the same target, compiler
+    /// flags and CPU features, see `ovl_codegen::cpu::cache::target_key`) then runs them
+    /// without a C++ compiler; any other receiver compiles the IR as usual. The libraries are
+    /// inside the sealed programs, so the digest covers them. Needs [`Target::Cpu`] (the
+    /// default); a bundle grows by about 20 KB of base64 per operator.
+    pub fn embed_libraries(mut self, embed: bool) -> TfExport {
+        self.embed_libraries = embed;
         self
     }
 
@@ -126,7 +139,17 @@ impl TfExport {
         } else {
             self.name.clone()
         };
-        let program = build_program(&name, &self.inputs, &self.outputs, &self.options)?;
+        if self.embed_libraries && self.options.target != Target::Cpu {
+            return Err(Error::Export {
+                name,
+                message: format!(
+                    "embedding compiled libraries needs Target::Cpu, the options say {:?}",
+                    self.options.target
+                ),
+            });
+        }
+        let embed = self.embed_libraries;
+        let program = build_program(&name, &self.inputs, &self.outputs, &self.options, embed)?;
         let gradient = match &self.gradient {
             None => None,
             Some((upstream, input_gradients)) => {
@@ -143,6 +166,7 @@ impl TfExport {
                     &feeds,
                     input_gradients,
                     &self.options,
+                    embed,
                 )?)
             }
         };
@@ -228,6 +252,7 @@ fn build_program(
     inputs: &[LazyTensor],
     outputs: &[LazyTensor],
     options: &Options,
+    embed_libraries: bool,
 ) -> Result<ir::Program, Error> {
     let err = |message: String| Error::Export {
         name: name.to_string(),
@@ -261,18 +286,25 @@ fn build_program(
             });
         }
     }
-    let program = ir::Program {
+    let mut program = ir::Program {
         version: ovl_core::IR_VERSION,
         name: name.to_string(),
         graph: Some(graph.dag),
         feeds,
         constants,
+        libraries: Vec::new(),
     };
     check_program(&program).map_err(err)?;
     // Compile now, so that compiler errors surface here and the cache is warm.
     if let (Some(g), false) = (&program.graph, options.target == Target::Interpreter) {
-        for op in &g.operators {
-            ovl_codegen::compile(op, &options.compile_options())?;
+        let compile = options.compile_options();
+        for (k, op) in g.operators.iter().enumerate() {
+            if embed_libraries {
+                let library = ovl_codegen::cpu::cache::embed_library(op, k as u32, &compile)?;
+                program.libraries.push(library);
+            } else {
+                ovl_codegen::compile(op, &compile)?;
+            }
         }
     }
     Ok(program)

@@ -191,6 +191,21 @@ pub fn check_program(program: &ir::Program) -> Result<(), String> {
             source[i]
         ));
     }
+    let mut embedded = vec![false; graph.operators.len()];
+    for l in &program.libraries {
+        let slot = embedded.get_mut(l.operator as usize).ok_or_else(|| {
+            format!(
+                "a compiled library names operator {}, which does not exist",
+                l.operator
+            )
+        })?;
+        if std::mem::replace(slot, true) {
+            return Err(format!(
+                "operator {} has two compiled libraries; it may have one",
+                l.operator
+            ));
+        }
+    }
     if graph.operator_inputs.len() != graph.operators.len() {
         return Err("the graph's operator wiring does not match its operators".into());
     }
@@ -347,7 +362,10 @@ impl LoadedProgram {
         LoadedProgram::new(program, options)
     }
 
-    /// Checks a program and compiles its operators for `options.target`.
+    /// Checks a program and compiles its operators for `options.target`. On [`crate::Target::Cpu`]
+    /// an operator whose compiled library the program carries (`libraries`, see
+    /// [`crate::TfExport::embed_libraries`]) is loaded from it when it was compiled for this
+    /// machine's target (no C++ compiler needed), and compiled otherwise.
     pub fn new(program: ir::Program, options: &Options) -> Result<LoadedProgram, ProgramError> {
         check_program(&program).map_err(ProgramError::Corrupt)?;
         let mut sources = vec![None; program.graph.as_ref().map_or(0, |g| g.inputs.len())];
@@ -371,10 +389,13 @@ impl LoadedProgram {
             .ok_or_else(|| ProgramError::Corrupt("a graph input has no data".into()))?;
         let name = program.name;
         let dag = program.graph.unwrap_or_default();
-        let kernels = executor::kernels(&dag, options).map_err(|e| ProgramError::Compile {
-            program: name.clone(),
-            source: Box::new(e),
-        })?;
+        let kernels =
+            executor::kernels_with_libraries(&dag, &program.libraries, options).map_err(|e| {
+                ProgramError::Compile {
+                    program: name.clone(),
+                    source: Box::new(e),
+                }
+            })?;
         let plan = Plan::new(Arc::new(dag)).map_err(ProgramError::Corrupt)?;
         Ok(LoadedProgram {
             outputs: plan.outputs().to_vec(),

@@ -330,3 +330,97 @@ fn every_single_bit_flip_of_a_sealed_program_is_refused() {
     let e = open_program(&forged, "p").unwrap_err();
     assert!(matches!(e, SealError::Decode { .. }), "{e:?}");
 }
+
+/// The `meta` of the C++ cache entry `key` under `root`.
+fn entry_meta(root: &std::path::Path, key: &str) -> String {
+    std::fs::read_to_string(root.join("v1/cpu").join(key).join("meta")).unwrap()
+}
+
+#[test]
+fn embedded_libraries_run_without_compiling_fall_back_and_are_sealed() {
+    use ovl::program::{LoadedProgram, ProgramError};
+    let (x, y) = (
+        ovl::placeholder::<f32>("x", &[6]),
+        ovl::placeholder::<f32>("y", &[6]),
+    );
+    let dz = ovl::placeholder::<f32>("dz", &[6]);
+    let exporter = tempfile::tempdir().unwrap();
+    let mut options = Options::cpu();
+    options.cache_dir = Some(exporter.path().to_path_buf());
+    let bundle = ovl::as_tensorflow((&x, &y), negate(axpy(&x, &y)))
+        .gradient(&dz, (&negate(&dz), &negate(&dz)))
+        .options(&options)
+        .embed_libraries(true)
+        .build()
+        .unwrap();
+    let program = &bundle.program;
+    assert_eq!(program.libraries.len(), bundle.kernel_count());
+    let gradient = bundle.gradient.as_ref().unwrap();
+    assert_eq!(gradient.libraries.len(), bundle.gradient_kernel_count());
+    check_program(program).unwrap();
+
+    let xs = host(&[1.0, -2.0, 0.5, 4.0, 0.0, -7.25]);
+    let ys = host(&[10.0, 20.0, 30.0, 40.0, 50.0, 60.0]);
+    let want = host(&[-13.0, -14.0, -31.5, -52.0, -50.0, -38.25]);
+    let run = |sealed: &[u8]| -> (Result<Vec<HostTensor>, ProgramError>, tempfile::TempDir) {
+        let receiver = tempfile::tempdir().unwrap();
+        let mut options = Options::cpu();
+        options.cache_dir = Some(receiver.path().to_path_buf());
+        let out = LoadedProgram::load(sealed, &options).and_then(|p| p.run_host(&[&xs, &ys], 0));
+        (out, receiver)
+    };
+    // The library is installed into the receiver's empty cache as the exporter's entry, not
+    // compiled (a compiled entry's `meta` names the compiler).
+    let (out, receiver) = run(&seal_program(program));
+    assert_eq!(out.unwrap(), vec![want.clone()]);
+    let meta = entry_meta(receiver.path(), &program.libraries[0].cache_key);
+    assert!(meta.contains("embedded in an exported program"), "{meta}");
+
+    // From "another machine" (another target key): compiled here, same results.
+    let mut other = program.clone();
+    for l in &mut other.libraries {
+        l.target_key = "f".repeat(32);
+    }
+    let (out, receiver) = run(&seal_program(&other));
+    assert_eq!(out.unwrap(), vec![want]);
+    let meta = entry_meta(receiver.path(), &program.libraries[0].cache_key);
+    assert!(meta.contains("compiler version: "), "{meta}");
+
+    // The digest covers the library: a bit flipped inside it is refused before anything runs.
+    let sealed = seal_program(program);
+    let lib = &program.libraries[0].library;
+    let at = sealed
+        .windows(64)
+        .position(|w| w == &lib[..64])
+        .expect("the library is in the sealed bytes");
+    for offset in [0, 200, lib.len() - 1] {
+        let mut flipped = sealed.clone();
+        flipped[at + offset] ^= 0x08;
+        let (out, receiver) = run(&flipped);
+        let e = out.unwrap_err();
+        assert!(
+            matches!(e, ProgramError::Modified(SealError::Digest { .. })),
+            "offset {offset}: {e:?}"
+        );
+        assert!(std::fs::read_dir(receiver.path()).unwrap().next().is_none());
+    }
+
+    // Invalid: a library for an operator that does not exist, or two for one operator.
+    let mut p = program.clone();
+    p.libraries[0].operator = 9;
+    assert!(check_program(&p)
+        .unwrap_err()
+        .contains("operator 9, which does not exist"));
+    let mut p = program.clone();
+    p.libraries.push(p.libraries[0].clone());
+    assert!(check_program(&p)
+        .unwrap_err()
+        .contains("two compiled libraries"));
+    // Only the C++ target has libraries.
+    let e = ovl::as_tensorflow(&x, negate(&x))
+        .options(&Options::interpreter())
+        .embed_libraries(true)
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("needs Target::Cpu"), "{e}");
+}

@@ -69,6 +69,21 @@ pub enum CodegenError {
         /// What `cc` reported.
         message: String,
     },
+    /// An operator's compiled library that came with an exported program cannot be used on
+    /// this machine (built for another target or CPU, or it does not load), and compiling the
+    /// operator here failed too (typically: no C++ compiler).
+    #[error(
+        "operator `{operator}`: the program carries a compiled library for it that cannot be used \
+         here ({reason}), and compiling it here failed: {source}"
+    )]
+    EmbeddedLibraryUnusable {
+        /// The operator.
+        operator: String,
+        /// Why the embedded library was not used.
+        reason: String,
+        /// Why compiling failed.
+        source: Box<CodegenError>,
+    },
     /// The C++ compiler could not be started.
     #[error("cannot run the C++ compiler `{command}`: {source}")]
     CompilerSpawn {

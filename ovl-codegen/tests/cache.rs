@@ -594,3 +594,122 @@ fn processes_finding_the_same_damaged_library_rebuild_it_once() {
         std::fs::metadata(op.library_path()).unwrap().len()
     );
 }
+
+/// A compiler that does not exist: compiling is an error, as on a machine without one.
+const NO_COMPILER: &str = "/nonexistent/ovl-test-c++";
+
+#[test]
+fn an_embedded_library_is_installed_and_loaded_without_a_compiler() {
+    use ovl_codegen::cpu::cache::{compile_embedded, embed_library, target_key};
+    use sha2::Digest as _;
+    let exporter = TestCache::new();
+    let dag = scale(3.0);
+    let library = embed_library(&dag, 0, &exporter.options()).unwrap();
+    assert_eq!(library.operator, 0);
+    assert_eq!(library.target_key, target_key(&dag, &exporter.options()));
+    assert!(
+        library.library.starts_with(b"\x7fELF"),
+        "not a shared library"
+    );
+    // The target key ignores the compiler and the cache, not the flags.
+    let elsewhere = TestCache::new().options().with_compiler(NO_COMPILER);
+    assert_eq!(target_key(&dag, &elsewhere), library.target_key);
+    assert_ne!(
+        target_key(&dag, &elsewhere.clone().with_extra_flag("-DOVL_OTHER")),
+        library.target_key
+    );
+    assert_ne!(target_key(&scale(4.0), &elsewhere), library.target_key);
+
+    let receiver = TestCache::new();
+    let no_compiler = receiver.options().with_compiler(NO_COMPILER);
+    let err = compile(&dag, &no_compiler).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CodegenError::CompilerSpawn { .. } | CodegenError::NoCompiler { .. }
+        ),
+        "{err:?}"
+    );
+    let invocations = ovl_codegen::compiler_invocations();
+    let op = compile_embedded(&dag, &library, &no_compiler).unwrap();
+    assert_eq!(op.origin(), Origin::Embedded);
+    assert_eq!(op.cache_key(), library.cache_key);
+    check_scale(&op, 3.0);
+    assert_eq!(ovl_codegen::compiler_invocations(), invocations);
+    // It is the cache entry of the exporter's key, recorded in `meta` like a compiled one.
+    let entry = receiver
+        .options()
+        .cache_dir
+        .unwrap()
+        .join("v1/cpu")
+        .join(&library.cache_key);
+    assert_eq!(std::fs::read(entry.join("op.so")).unwrap(), library.library);
+    let meta = std::fs::read_to_string(entry.join("meta")).unwrap();
+    let digest: String = sha2::Sha256::digest(&library.library)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert!(
+        meta.contains(&format!("artifact length: {}\n", library.library.len()))
+            && meta.contains(&format!("artifact sha256: {digest}\n")),
+        "{meta}"
+    );
+    assert!(entry.join("op.cpp").is_file());
+}
+
+#[test]
+fn an_embedded_library_for_another_machine_is_compiled_or_a_clear_error() {
+    use ovl_codegen::cpu::cache::{compile_embedded, embed_library};
+    let dag = scale(5.0);
+    let mut library = embed_library(&dag, 0, &TestCache::new().options()).unwrap();
+    library.target_key = "0".repeat(32);
+    library.target = "riscv64-unknown-linux-gnu +v, compiled by another compiler".into();
+    // Without a compiler: an error that says why the library was not used and why compiling
+    // failed.
+    let cache = TestCache::new();
+    let err =
+        compile_embedded(&dag, &library, &cache.options().with_compiler(NO_COMPILER)).unwrap_err();
+    let msg = err.to_string();
+    println!("{msg}");
+    let CodegenError::EmbeddedLibraryUnusable {
+        operator,
+        reason,
+        source,
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!(operator, "scale");
+    assert!(
+        reason.contains("compiled for riscv64-unknown-linux-gnu"),
+        "{reason}"
+    );
+    assert!(reason.contains("; this machine, "), "{reason}");
+    assert!(msg.contains(NO_COMPILER), "{msg}");
+    assert!(
+        matches!(
+            **source,
+            CodegenError::CompilerSpawn { .. } | CodegenError::NoCompiler { .. }
+        ),
+        "{source:?}"
+    );
+    // Nothing was installed from it.
+    assert!(!cache
+        .options()
+        .cache_dir
+        .unwrap()
+        .join("v1/cpu")
+        .join(&library.cache_key)
+        .join("op.so")
+        .exists());
+    // With a compiler: compiled here.
+    let op = compile_embedded(&dag, &library, &TestCache::new().options()).unwrap();
+    assert_eq!(op.origin(), Origin::Compiled);
+    check_scale(&op, 5.0);
+    // A cache key that is not one (it names the entry's directory) is refused before use.
+    let mut bad = embed_library(&dag, 0, &TestCache::new().options()).unwrap();
+    bad.cache_key = "../../escape".into();
+    let reason = ovl_codegen::cpu::cache::load_embedded(&dag, &bad, &TestCache::new().options())
+        .unwrap_err();
+    assert!(reason.contains("not 32 hex digits"), "{reason}");
+}

@@ -283,6 +283,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "add_one_big.json",
         ovl::as_tensorflow(&x, add_one(&x)),
     )?;
+    // A dense layer from ovl-stdlib, `tanh(x @ w + b)`, for `ovl_tf.Layer` (w and b become its
+    // weights); its gradient program built by `ovl::backward`.
+    let (batch, features, units) = (8, 3, 4);
+    let x = ovl::placeholder::<f32>("x", &[batch, features]);
+    let w = ovl::placeholder::<f32>("w", &[features, units]);
+    let b = ovl::placeholder::<f32>("b", &[units]);
+    let y = ovl_stdlib::tanh(ovl_stdlib::add(ovl_stdlib::matmul(&x, &w), &b));
+    let dy = ovl::placeholder::<f32>("dy", &[batch, units]);
+    let grads = ovl::backward(&[(&y, &dy)], &[&x, &w, &b])?;
+    let of = |t: &ovl::Lazy<f32>| grads.of(t).ok_or("an input of dense_tanh has no gradient");
+    let (dx, dw, db) = (of(&x)?, of(&w)?, of(&b)?);
+    let dense = ovl::as_tensorflow((&x, &w, &b), &y)
+        .name("dense_tanh")
+        .gradient(&dy, (&dx, &dw, &db));
+    write(&dir, "dense_tanh.json", dense.clone())?;
+    // The same carrying the compiled libraries of this machine (serving without a compiler),
+    // and as if exported on another machine: the libraries' target key is not this one's.
+    let embedded = dense
+        .embed_libraries(true)
+        .write(dir.join("dense_tanh_embedded.json"))?;
+    println!(
+        "dense_tanh_embedded.json: {} + {} librar(ies)",
+        embedded.program.libraries.len(),
+        embedded.gradient.as_ref().map_or(0, |g| g.libraries.len())
+    );
+    let mut other = embedded;
+    for program in std::iter::once(&mut other.program).chain(other.gradient.as_mut()) {
+        for library in &mut program.libraries {
+            library.target_key = "0123456789abcdef0123456789abcdef".into();
+            library.target = "another machine (a test of make_bundles)".into();
+        }
+    }
+    other.write(dir.join("dense_tanh_other_machine.json"))?;
     // The LSTM cell from ovl-stdlib, its gradient program built by `ovl::backward`.
     let (batch, hidden) = (4, 8);
     let z = ovl::placeholder::<f32>("z", &[batch, 4 * hidden]);

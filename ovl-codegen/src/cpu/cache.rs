@@ -19,13 +19,18 @@
 //! extended, altered, or recorded by an older version without a digest) is never loaded, it is
 //! recompiled; in a cache that cannot be written that is [`CodegenError::DamagedEntry`], which
 //! names the file. The protocol is shared with the CUDA entries (`shared::cache_entry`).
+//!
+//! Exported programs may carry the libraries of their operators ([`embed_library`]): a receiver
+//! whose [`target_key`] (everything in the cache key but the compiler's identity, which it
+//! may lack) is the same installs the library as the entry of the exporter's cache key, through
+//! the same protocol, and loads it without a compiler ([`load_embedded`]).
 
 use super::frame::generate_cpp;
-use crate::cpu::compiler::Toolchain;
+use crate::cpu::compiler::{compiler_flags, cpu_target, Toolchain, LINK_FLAGS};
 use crate::cpu::runtime::{CacheOutcome, CompiledOperator, Origin};
 use crate::error::{defined_at, CodegenError};
 use crate::options::CompileOptions;
-use crate::shared::cache_entry::{get_or_build, Backend, Entry, Writer};
+use crate::shared::cache_entry::{get_or_build, Backend, Check, Entry, Writer};
 use ovl_ir::ir;
 use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
@@ -162,4 +167,190 @@ pub fn compile_with_outcome(
     };
     let (op, outcome) = get_or_build(&entry, force, accept, build)?;
     remember(op, outcome)
+}
+
+/// The target this crate compiles operators for, as people read it: the target triple (or
+/// architecture and OS) and the CPU features.
+fn target_name() -> String {
+    let target = env!("OVL_CODEGEN_TARGET");
+    let cpu = cpu_target();
+    if target.is_empty() {
+        cpu
+    } else {
+        format!("{target} {cpu}")
+    }
+}
+
+/// What a compiled library of `dag` depends on besides the compiler's identity: 32 hex digits of
+/// SHA-256 over the operator's canonical hash, the codegen and ABI versions, the prelude, the
+/// target, the compiler flags (with [`CompileOptions::extra_flags`]) and the CPU features. Two
+/// machines with the same target key can run each other's libraries of `dag`. Computed without
+/// a compiler.
+pub fn target_key(dag: &ir::ExpressionDag, options: &CompileOptions) -> String {
+    let digest = ovl_ir::hash::canonical_hash(dag);
+    let mut h = Sha256::new();
+    let mut field = |s: &[u8]| {
+        h.update((s.len() as u64).to_le_bytes());
+        h.update(s);
+    };
+    field(b"ovl-codegen cpu target key");
+    field(crate::CODEGEN_VERSION.as_bytes());
+    field(&crate::cpu::abi::ABI_VERSION.to_le_bytes());
+    field(prelude_digest());
+    field(&digest.0);
+    field(env!("OVL_CODEGEN_TARGET").as_bytes());
+    for f in compiler_flags()
+        .iter()
+        .chain(&options.extra_flags)
+        .map(String::as_str)
+        .chain(LINK_FLAGS.iter().copied())
+    {
+        field(f.as_bytes());
+    }
+    field(cpu_target().as_bytes());
+    let out = h.finalize();
+    out[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Compiles `dag` (or finds it in the cache) and returns its library to carry in an exported
+/// program as operator `index` (see `proto/ovl.proto`, `CompiledLibrary`). The bytes are the
+/// cache entry's, checked against its `meta` (length and SHA-256).
+pub fn embed_library(
+    dag: &ir::ExpressionDag,
+    index: u32,
+    options: &CompileOptions,
+) -> Result<ir::CompiledLibrary, CodegenError> {
+    let (op, _) = compile_with_outcome(dag, options)?;
+    let toolchain = Toolchain::get(options)?;
+    let root = options.cache_dir.clone().unwrap_or_else(cache_dir);
+    let entry = Entry::new(&root, Backend::Cpu, op.cache_key(), "op.so");
+    let bytes = match entry.check() {
+        Check::Valid(bytes) => bytes,
+        Check::Missing => return Err(missing_library(&entry, "it is missing".into())),
+        Check::Damaged(why) => return Err(missing_library(&entry, why)),
+    };
+    Ok(ir::CompiledLibrary {
+        operator: index,
+        target_key: target_key(dag, options),
+        cache_key: op.cache_key().to_string(),
+        target: format!("{}, compiled by {}", target_name(), toolchain.version),
+        library: bytes,
+    })
+}
+
+fn missing_library(entry: &Entry, why: String) -> CodegenError {
+    CodegenError::Cache {
+        action: "read back the library just compiled",
+        path: entry.artifact_path(),
+        source: std::io::Error::other(why),
+    }
+}
+
+/// Loads operator `dag` from a library an exported program carries (see [`embed_library`]),
+/// without a compiler: when `embedded`'s target key is this machine's ([`target_key`]), the
+/// library becomes the cache entry of the exporter's cache key (the same protocol as a
+/// compiled library: a temporary file, loaded, then published with its length and SHA-256 in
+/// `meta`; an entry already there and intact is used as it is) and is loaded. `Err` says why
+/// it was not used; the caller then compiles instead ([`compile_embedded`] does both).
+pub fn load_embedded(
+    dag: &ir::ExpressionDag,
+    embedded: &ir::CompiledLibrary,
+    options: &CompileOptions,
+) -> Result<Arc<CompiledOperator>, String> {
+    let here = target_key(dag, options);
+    if embedded.target_key != here {
+        return Err(format!(
+            "it was compiled for {} with target key {}; this machine, {}, has target key {} \
+             (another target, CPU features, compiler flags or ovl version)",
+            embedded.target,
+            embedded.target_key,
+            target_name(),
+            here
+        ));
+    }
+    let key = embedded.cache_key.as_str();
+    if key.len() != 32 || !key.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return Err(format!("its cache key {key:?} is not 32 hex digits"));
+    }
+    let root = options.cache_dir.clone().unwrap_or_else(cache_dir);
+    let memory_key = (root, key.to_string());
+    if let Some(op) = memory()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&memory_key)
+    {
+        return Ok(op.clone());
+    }
+    let (root, _) = &memory_key;
+    let entry = Entry::new(root, Backend::Cpu, key, "op.so");
+    let source_path = entry.file("op.cpp");
+    let accept = |library: &Path, _bytes: Vec<u8>| {
+        CompiledOperator::load(dag, key, library, source_path.clone(), Origin::DiskCache)
+            .map_err(|why| format!("it cannot be loaded: {why}"))
+    };
+    let build = |writer: &Writer<'_>| {
+        ovl_ir::validate::validate(dag)?;
+        // The source, for people (the library was compiled from the same text elsewhere).
+        writer.write("op.cpp", generate_cpp(dag, key)?.as_bytes())?;
+        let tmp = writer.temp_artifact()?;
+        std::fs::write(&tmp, &embedded.library).map_err(|source| CodegenError::Cache {
+            action: "write",
+            path: tmp.to_path_buf(),
+            source,
+        })?;
+        let mut op = CompiledOperator::load(dag, key, &tmp, source_path.clone(), Origin::Embedded)
+            .map_err(|message| CodegenError::Load {
+                operator: dag.name.clone(),
+                path: tmp.to_path_buf(),
+                message,
+            })?;
+        let description = format!(
+            "operator: {}\ndefined at: {}\ncanonical hash: {}\ncodegen version: {}\n\
+             abi version: {}\nembedded in an exported program, compiled for: {}\n\
+             target key: {}\n",
+            dag.name,
+            defined_at(dag),
+            ovl_ir::hash::canonical_hash(dag),
+            crate::CODEGEN_VERSION,
+            crate::cpu::abi::ABI_VERSION,
+            embedded.target,
+            embedded.target_key,
+        );
+        op.set_library_path(writer.publish_file(tmp, &description)?);
+        Ok(op)
+    };
+    let (op, _) = get_or_build(&entry, false, accept, build).map_err(|e| e.to_string())?;
+    let op = Arc::new(op);
+    memory()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(memory_key, op.clone());
+    Ok(op)
+}
+
+/// Operator `dag` from the library an exported program carries when it fits this machine
+/// ([`load_embedded`]), else compiled here ([`crate::compile`]). With
+/// [`CompileOptions::force_recompile`] (or `OVL_FORCE_RECOMPILE=1`) it is always compiled. When
+/// neither works, [`CodegenError::EmbeddedLibraryUnusable`] says why the library was not used
+/// and why compiling failed.
+pub fn compile_embedded(
+    dag: &ir::ExpressionDag,
+    embedded: &ir::CompiledLibrary,
+    options: &CompileOptions,
+) -> Result<Arc<CompiledOperator>, CodegenError> {
+    let reason = if options.force_recompile || env_flag("OVL_FORCE_RECOMPILE") {
+        "recompilation was forced".to_string()
+    } else {
+        match load_embedded(dag, embedded, options) {
+            Ok(op) => return Ok(op),
+            Err(reason) => reason,
+        }
+    };
+    compile_with_outcome(dag, options)
+        .map(|(op, _)| op)
+        .map_err(|source| CodegenError::EmbeddedLibraryUnusable {
+            operator: dag.name.clone(),
+            reason,
+            source: Box::new(source),
+        })
 }

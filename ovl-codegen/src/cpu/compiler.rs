@@ -47,7 +47,7 @@ pub fn compiler_flags() -> Vec<String> {
 }
 
 /// Libraries linked after the source: the C math library (the generated code calls `sinf`...).
-const LINK_FLAGS: &[&str] = &["-lm"];
+pub(crate) const LINK_FLAGS: &[&str] = &["-lm"];
 
 /// A C++ compiler, its flags and the identity that goes into cache keys.
 #[derive(Debug)]

@@ -22,6 +22,9 @@ pub enum Origin {
     Compiled,
     /// The library was found in the on-disk cache.
     DiskCache,
+    /// The library came with an exported program (its `libraries`), compiled elsewhere for the
+    /// same target (see [`crate::cpu::cache::load_embedded`]).
+    Embedded,
 }
 
 /// A tensor type: dtype and shape.

@@ -11,6 +11,18 @@ first use). The programs are sealed with a SHA-256 digest, checked before anythi
 (here when a bundle is loaded, in the kernel when the op is built): an edited or corrupted
 program is an error, never another program.
 
+A bundle exported with ``TfExport::embed_libraries(true)`` also carries the compiled library of
+each operator for the exporting machine (inside the sealed program): a machine with the same
+target, CPU features and ovl version runs it without a C++ compiler; any other compiles the
+program as usual.
+
+``ovl_tf.Layer`` wraps a bundle as a Keras 3 layer (some inputs can be its trainable weights);
+a ``.keras`` file saved from a model that uses it embeds the bundle and reloads in any process
+that has imported ``ovl_tf``. The op's gradient is registered when ``ovl_tf`` is imported, so it
+is there however the bridge library is loaded afterwards. The bridge library is looked for
+inside this package first (a wheel or ``pip install ./ovl-tf-bridge/python`` puts it there),
+then at ``$OVL_TF_LIBRARY``, then in the repository's ``target/`` (see ``library_path``).
+
 Errors
 ------
 ``ovl_tf`` raises these, always with a message that names the bundle file or the program and
@@ -33,7 +45,8 @@ the input concerned:
 - ``tf.errors.InvalidArgumentError``, from the op when it runs: a shape known only at run time
   that does not fit (inside ``tf.function`` with unknown dimensions), an index out of bounds in
   the program, or a ``program``/``gradient`` attribute that was modified or corrupted;
-  ``tf.errors.FailedPreconditionError`` when the program cannot be compiled (no C++ compiler).
+  ``tf.errors.FailedPreconditionError`` when the program cannot be compiled (no C++ compiler),
+  also when it carries compiled libraries for another machine (the message says both).
 - ``LookupError``, from ``tf.GradientTape.gradient``: the program was exported without a
   gradient ("ovl program `X` has no gradient; ..."), or a nested tape differentiates it twice
   ("the gradient program of `X` has no gradient; ..."): ovl exports first derivatives only.
@@ -55,6 +68,7 @@ import tensorflow as tf
 __all__ = [
     "BUNDLE_FORMAT",
     "BundleError",
+    "Layer",
     "Program",
     "dynamic_lib",
     "library_path",
@@ -75,14 +89,35 @@ _lock = threading.Lock()
 _module = None
 
 
+def _packaged_library() -> Optional[Path]:
+    """The bridge library installed inside this package (a wheel or ``pip install`` builds it
+    as ``_bridge.<python tag>.so``; a ``libovl_tf_bridge.so`` copied next to the package also
+    counts), or None."""
+    here = Path(__file__).resolve().parent
+    found = sorted(here.glob("_bridge*.so")) + [here / _LIBRARY_NAME]
+    return next((p for p in found if p.is_file()), None)
+
+
 def library_path() -> Path:
-    """Where the bridge library is: ``$OVL_TF_LIBRARY``, else next to this package, else the
-    repository's ``target/release`` or ``target/debug`` (for an editable install)."""
+    """Where the bridge library is, in this order: inside the installed package (a wheel, or
+    ``pip install ./ovl-tf-bridge/python``), else ``$OVL_TF_LIBRARY``, else the repository's
+    ``target/release`` or ``target/debug`` (a checkout used through ``PYTHONPATH`` or an
+    editable install that did not build it). ``FileNotFoundError`` names every place looked
+    at when none has it."""
+    packaged = _packaged_library()
+    if packaged is not None:
+        return packaged
     env = os.environ.get("OVL_TF_LIBRARY")
     if env:
+        if not Path(env).is_file():
+            raise FileNotFoundError(
+                f"the ovl TensorFlow bridge library named by OVL_TF_LIBRARY ({env}) does not "
+                "exist; build it with `cargo build --release -p ovl-tf-bridge` or install the "
+                "package with `pip install ./ovl-tf-bridge/python`"
+            )
         return Path(env)
     here = Path(__file__).resolve().parent
-    candidates = [here / _LIBRARY_NAME]
+    candidates = [here / "_bridge*.so", here / _LIBRARY_NAME]
     for parent in here.parents:
         if (parent / "Cargo.toml").is_file() and (parent / "target").is_dir():
             candidates += [
@@ -90,13 +125,15 @@ def library_path() -> Path:
                 parent / "target" / "debug" / _LIBRARY_NAME,
             ]
             break
-    for c in candidates:
+    for c in candidates[2:]:
         if c.is_file():
             return c
     raise FileNotFoundError(
         "the ovl TensorFlow bridge library was not found (looked in: "
         + ", ".join(str(c) for c in candidates)
-        + "); build it with `cargo build --release -p ovl-tf-bridge` or set OVL_TF_LIBRARY"
+        + ", and OVL_TF_LIBRARY is not set); install the package with `pip install "
+        "./ovl-tf-bridge/python` (it builds the library with cargo), or build it with "
+        "`cargo build --release -p ovl-tf-bridge` and set OVL_TF_LIBRARY"
     )
 
 
@@ -262,6 +299,7 @@ class Program:
 
     def __init__(self, bundle: dict, source: str = "<bundle>"):
         r = _BundleReader(bundle, source)
+        self.bundle: dict = bundle
         fmt = bundle.get("format")
         if fmt != BUNDLE_FORMAT:
             raise r.error(
@@ -497,3 +535,27 @@ def _dynamic_lib_gradient(op, *grads):
         None,
     )
     return [g if x.dtype.is_floating else None for g, x in zip(results, inputs)]
+
+
+# The gradient is registered when the package is imported (TensorFlow keys gradients by op type,
+# not by library), so it is there however the bridge library is loaded afterwards: `load`,
+# `load_library`, a `Layer` rebuilt from a `.keras` file, or `tf.load_op_library` in serving
+# code that imported ovl_tf.
+_register_gradient()
+
+try:
+    import keras as _keras
+
+    _KERAS3 = _keras.__version__.split(".")[0] >= "3"
+except ImportError:  # pragma: no cover - TensorFlow 2.16+ always brings Keras 3
+    _keras = None
+    _KERAS3 = False
+
+if _KERAS3:
+    from ._keras import Layer  # noqa: E402  (registered as "ovl_tf>Layer" on import)
+else:  # pragma: no cover
+
+    def __getattr__(name):
+        if name == "Layer":
+            raise ImportError("ovl_tf.Layer needs Keras 3 (`pip install keras>=3`)")
+        raise AttributeError(f"module 'ovl_tf' has no attribute {name!r}")

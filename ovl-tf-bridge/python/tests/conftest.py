@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "ovl-tf-bridge" / "python"))
+PACKAGE_DIR = str(REPO / "ovl-tf-bridge" / "python")
+sys.path.insert(0, PACKAGE_DIR)
+# The fresh Python processes some tests start import this checkout's ovl_tf too.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in [PACKAGE_DIR, os.environ.get("PYTHONPATH", "")] if p
+)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
