@@ -28,7 +28,8 @@
 //!
 //! # Gradients
 //!
-//! Attach a gradient to an operator call with [`set_gradient`], then build the backward graph
+//! Attach a gradient to an operator call with [`set_gradient`] (or to every call of an operator
+//! with `#[operator(gradient = grad_fn)]`, see [`macro@operator`]), then build the backward graph
 //! lazily with [`backward`]; it is fused and compiled like any other graph.
 //!
 //! ```

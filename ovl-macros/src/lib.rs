@@ -65,6 +65,51 @@ use proc_macro::TokenStream;
 /// parameters must be bound to a plain name (`x` or `mut x`). Not allowed: `self`, `async`,
 /// `const`, `unsafe`, `extern`, `impl Trait` parameters or return type, a missing return type.
 ///
+/// # Gradients: `#[operator(gradient = grad_fn)]`
+///
+/// The attribute's only argument names the function that computes the input gradients of a
+/// call; it is attached to **every call** of the operator, as `ovl::set_gradient` would, so that
+/// `ovl::backward` differentiates through it. `grad_fn` is called with, in order:
+///
+/// 1. the operator's tensor parameters, as lazy handles (`Tensor<E>` → `Lazy<E>`,
+///    `Vec<Tensor<E>>` → `Vec<Lazy<E>>`);
+/// 2. the gradient flowing into each output, shaped like what the caller gets back (a
+///    `Lazy<E>` per `Tensor<E>` of the return type; zeros for an output that does not reach the
+///    seeds);
+/// 3. the operator's other (constant) parameters, cloned.
+///
+/// It returns one gradient per tensor parameter, in order (a tuple when there are several): a
+/// `Lazy<E>` of that input's dtype, or an `Option<Lazy<E>>` (`None`: no gradient flows, e.g. to
+/// an index tensor), or a `Vec` of either for a `Vec<Tensor<E>>` parameter. It is usually
+/// another operator, but any function with those types works.
+///
+/// ```ignore
+/// #[operator(gradient = clip_grad)]
+/// fn clip(x: Tensor<f64>, lo: f64, hi: f64) -> Tensor<f64> {
+///     let i = position_in(x.shape())[0];
+///     let out = output_like(&x);
+///     out[[i]] = min(max(x[[i]], lo), hi);
+///     out
+/// }
+///
+/// #[operator]
+/// fn clip_grad(x: Tensor<f64>, dy: Tensor<f64>, lo: f64, hi: f64) -> Tensor<f64> {
+///     let i = position_in(x.shape())[0];
+///     let dx = output_like(&x);
+///     dx[[i]] = select(x[[i]] > lo && x[[i]] < hi, dy[[i]], 0.0);
+///     dx
+/// }
+///
+/// let y = clip(&x, 0.1, 0.9);
+/// let dx = ovl::backward(&[(&y, &dy)], &[&x])?.of(&x);   // through clip_grad
+/// ```
+///
+/// The macro writes that call as ordinary typed Rust, so a gradient function of the wrong arity
+/// or with the wrong types (an `f32` gradient for an `f64` operator, one gradient for two inputs,
+/// ...) is a compile error at `gradient = ..`. The constants must be `Clone + Send + Sync +
+/// 'static` and bound to plain names (the gradient lives as long as the graph). A `Vec` output
+/// takes every remaining output gradient, so it must be returned last.
+///
 /// # Trace time and staged values: the rule
 ///
 /// Inside an operator, ordinary Rust runs at **trace time**, once. Values of type `Expr<T>`,

@@ -10,11 +10,13 @@
 //!   in a defined order of 8 lanes that vectorizes.
 //! - [`control`]: `if`, `for`, `while` on trace-time or staged conditions.
 //! - [`dispatch`]: comparisons, `&&`/`||`, casts and assignments on either kind of value.
+//! - [`gradient`]: the typed gradient call of `#[operator(gradient = ..)]`.
 //! - [`operator`]: tracing one operator call into a lazy graph node.
 
 pub mod control;
 pub mod dispatch;
 pub mod expr;
+pub mod gradient;
 pub mod math;
 pub mod operator;
 pub mod ops;
@@ -39,7 +41,12 @@ pub mod rt {
     pub use super::dispatch::{
         and, cast, eq, ge, gt, le, lt, ne, or, read, write, AssignPlain, AssignStaged, IndexAssign,
     };
-    pub use super::operator::{trace_operator, Outputs, Tracer};
+    pub use super::gradient::{
+        grad_input, grad_input_list, input_gradient, input_gradients, InputGradient,
+        InputGradients, OutputGrads,
+    };
+    pub use super::operator::{trace_operator, trace_operator_with_gradient, Outputs, Tracer};
+    pub use crate::lazy::{GradientCall, LazyTensor};
     pub use super::state::OperatorSite;
     pub use super::tensor::ix;
     pub use crate::lazy::IntoLazy;

@@ -130,6 +130,25 @@ pub fn trace_operator<R: Outputs, F: FnOnce(&mut Tracer) -> R>(
     site: OperatorSite,
     body: F,
 ) -> R::Lazy {
+    trace_inner(site, body, None)
+}
+
+/// [`trace_operator`] for an operator declared with `#[operator(gradient = ..)]`: the call gets
+/// `gradient` attached, as [`crate::autodiff::set_gradient`] would.
+pub fn trace_operator_with_gradient<R, F, G>(site: OperatorSite, body: F, gradient: G) -> R::Lazy
+where
+    R: Outputs,
+    F: FnOnce(&mut Tracer) -> R,
+    G: Fn(&crate::lazy::GradientCall) -> Vec<Option<LazyTensor>> + Send + Sync + 'static,
+{
+    trace_inner(site, body, Some(Arc::new(gradient)))
+}
+
+fn trace_inner<R: Outputs, F: FnOnce(&mut Tracer) -> R>(
+    site: OperatorSite,
+    body: F,
+    gradient: Option<Arc<crate::lazy::GradientFn>>,
+) -> R::Lazy {
     let id = state::begin(site);
     let mut tracer = Tracer { inputs: Vec::new() };
     let result = catch_unwind(AssertUnwindSafe(|| body(&mut tracer)));
@@ -181,6 +200,10 @@ pub fn trace_operator<R: Outputs, F: FnOnce(&mut Tracer) -> R>(
         error: error.map(Arc::new),
         gradient: Default::default(),
     }));
+    if let (Some(g), Node::Operator(op)) = (gradient, &*node) {
+        // A fresh node: the slot is empty.
+        let _ = op.gradient.0.set(g);
+    }
     returned.to_lazy(&node, &mut 0)
 }
 
