@@ -148,3 +148,154 @@ fn gradient_attribute_plain_function_and_no_gradient_input() {
     let dx: ArrayD<f64> = ovl::evaluate_with(&g.of(&x).unwrap(), &interp()).unwrap();
     assert_eq!(dx, array![2.0, -1.0, 1.5].into_dyn());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Item 1: descending and negative-step staged loops.
+
+/// Reversed cumulative sums along each row with `(0..cols).rev()`, and every other element
+/// from the end with `(0..cols).step_by(2).rev()`, and `arange` both ways.
+#[operator]
+fn descending(x: Tensor<f64>, lo: i64) -> (Tensor<f64>, Tensor<f64>, Tensor<f64>, Tensor<f64>) {
+    let [rows, cols] = x.dims::<2>();
+    let row = position_in([rows])[0];
+    let suffix = output_like(&x);
+    let every_other = output([rows, cols]);
+    let down = output([rows, cols]);
+    let up = output([rows, cols]);
+    let mut acc = variable(0.0f64);
+    for k in (0..cols).rev() {
+        acc += x[[row, k]];
+        suffix[[row, k]] = acc;
+    }
+    // Order matters: a running value records the visiting order.
+    let mut step = variable(0.0f64);
+    for k in (0..cols).step_by(2).rev() {
+        step = step * 10.0 + x[[row, k]];
+        every_other[[row, k]] = step;
+    }
+    let mut t = variable(0.0f64);
+    for k in arange(cols as i64 - 1, lo, -2) {
+        t = t * 10.0 + x[[row, k]];
+        down[[row, k]] = t;
+    }
+    let mut u = variable(0.0f64);
+    let end = x.dim(1) as i64;
+    for k in arange(lo + 1, end, 3) {
+        u = u * 10.0 + x[[row, k]];
+        up[[row, k]] = u;
+    }
+    (suffix, every_other, down, up)
+}
+
+/// The staged-bound forms: the bounds come from a tensor.
+#[operator]
+fn descending_staged(x: Tensor<f64>, b: Tensor<i64>) -> (Tensor<f64>, Tensor<f64>) {
+    let n = x.len();
+    let i = position_in([1])[0];
+    let a = output([n]);
+    let c = output([n]);
+    let mut s = variable(0.0f64);
+    // b = [lo, hi, step]
+    for k in ((b[[0]])..=(b[[1]])).step_by(b[[2]]).rev() {
+        s = s * 10.0 + x[[k]];
+        a[[k]] = s;
+    }
+    let mut t = variable(0.0f64);
+    for k in arange(b[[1]], b[[0]] - 1, -b[[2]]) {
+        t = t * 10.0 + x[[k]];
+        c[[k + i]] = t;
+    }
+    (a, c)
+}
+
+/// What the loops visit, in plain Rust: each visited element folded as `acc * 10 + x`.
+fn fold_visits(x: &[f64], order: impl Iterator<Item = i64>) -> Vec<f64> {
+    let mut out = vec![0.0; x.len()];
+    let mut acc = 0.0;
+    for k in order {
+        acc = acc * 10.0 + x[k as usize];
+        out[k as usize] = acc;
+    }
+    out
+}
+
+fn python_range(start: i64, stop: i64, step: i64) -> Vec<i64> {
+    let mut v = Vec::new();
+    let mut k = start;
+    while (step > 0 && k < stop) || (step < 0 && k > stop) {
+        v.push(k);
+        k += step;
+    }
+    v
+}
+
+#[test]
+fn descending_loops_interpreter_and_cpp() {
+    let x = array![[1.0f64, 2.0, 3.0, 4.0, 5.0], [6.0, 7.0, 8.0, 9.0, 1.0]];
+    for options in [interp(), Options::cpu()] {
+        for lo in [-1i64, 1, 7] {
+            let (s, e, d, u) = descending(&x, lo);
+            let (g0, g1, g2, g3) = ovl::evaluate_with((&s, &e, &d, &u), &options).unwrap();
+            let got: Vec<ndarray::Array2<f64>> = [g0, g1, g2, g3]
+                .into_iter()
+                .map(|g| g.into_dimensionality().unwrap())
+                .collect();
+            for r in 0..2 {
+                let row: Vec<f64> = x.row(r).to_vec();
+                let mut suffix = vec![0.0; 5];
+                let mut acc = 0.0;
+                for k in (0..5).rev() {
+                    acc += row[k];
+                    suffix[k] = acc;
+                }
+                assert_eq!(got[0].row(r).to_vec()[..], suffix[..]);
+                let every = fold_visits(&row, [4i64, 2, 0].into_iter());
+                assert_eq!(got[1].row(r).to_vec(), every);
+                let down = fold_visits(&row, python_range(4, lo, -2).into_iter());
+                assert_eq!(got[2].row(r).to_vec(), down, "lo {lo}");
+                let up = fold_visits(&row, python_range(lo + 1, 5, 3).into_iter());
+                assert_eq!(got[3].row(r).to_vec(), up, "lo {lo}");
+            }
+        }
+        let xs: Vec<f64> = (1..=9).map(|v| v as f64).collect();
+        let x1 = ndarray::Array1::from(xs.clone());
+        for (lo, hi, st) in [(0i64, 8i64, 3i64), (2, 7, 2), (5, 4, 1), (3, 3, 5)] {
+            let (a, c) = descending_staged(&x1, &array![lo, hi, st]);
+            let (g0, g1) = ovl::evaluate_with((&a, &c), &options).unwrap();
+            let got = [g0, g1];
+            let asc: Vec<i64> = (lo..=hi).step_by(st as usize).collect();
+            let a_exp = fold_visits(&xs, asc.into_iter().rev());
+            let c_exp = fold_visits(&xs, python_range(hi, lo - 1, -st).into_iter());
+            assert_eq!(got[0].as_slice().unwrap(), &a_exp[..], "{lo} {hi} {st}");
+            assert_eq!(got[1].as_slice().unwrap(), &c_exp[..], "{lo} {hi} {st}");
+        }
+    }
+}
+
+#[operator]
+fn zero_step(x: Tensor<f64>) -> Tensor<f64> {
+    let i = position_in([1])[0];
+    let out = output_like(&x);
+    for k in arange(0, 3, 0) {
+        out[[k + i]] = 1.0;
+    }
+    out
+}
+
+#[test]
+fn arange_zero_step_is_a_trace_error() {
+    let err = ovl::evaluate_with(&zero_step(array![1.0f64, 2.0, 3.0]), &interp()).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("the step of `arange` must not be zero"), "{msg}");
+    assert!(msg.contains("zero_step"), "{msg}");
+}
+
+/// A descending loop is one RANGE, however many iterations: the IR does not grow with n.
+#[test]
+fn descending_loop_is_staged_not_unrolled() {
+    let small = descending(ndarray::Array2::<f64>::zeros((1, 3)), -1);
+    let large = descending(ndarray::Array2::<f64>::zeros((1, 300)), -1);
+    let n_small = small.0.operator_ir().unwrap().expressions.len();
+    let n_large = large.0.operator_ir().unwrap().expressions.len();
+    assert_eq!(n_small, n_large);
+}

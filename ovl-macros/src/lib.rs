@@ -121,7 +121,7 @@ use proc_macro::TokenStream;
 /// | syntax | trace-time operands | staged operands |
 /// |---|---|---|
 /// | `if c { .. } else if .. else { .. }` (a statement) | Rust `if` | IF / ELSE / END_IF |
-/// | `for i in a..b`, `a..=b`, `(a..b).step_by(s)` | always staged: one RANGE (bounds may be plain) | RANGE |
+/// | `for i in a..b`, `a..=b`, `(a..b).step_by(s)`, each also `.rev()`; `arange(a, b, s)` | always staged: one RANGE (bounds may be plain) | RANGE |
 /// | `for x in anything_else`, `#[unroll] for ..` | Rust loop, unrolled at trace time | - |
 /// | `while c { .. }` | Rust loop | WHILE |
 /// | `a < b`, `<= > >= == !=` | Rust comparison | `Expr<bool>` |
@@ -135,8 +135,18 @@ use proc_macro::TokenStream;
 /// not an array literal) need no rewrite: they are trait implementations.
 ///
 /// So a loop over a **range** is always one staged loop, however many iterations it has, while a
-/// loop over anything else (a `Vec` of inputs, an array of gates, `(0..4).rev()`) runs at trace
-/// time and is unrolled into the IR. To unroll a range loop, mark it:
+/// loop over anything else (a `Vec` of inputs, an array of gates) runs at trace time and is
+/// unrolled into the IR.
+///
+/// Descending loops are staged too: `(a..b).rev()`, `(a..=b).rev()` and
+/// `(a..b).step_by(s).rev()` visit the same indices as in Rust, last first, and
+/// `arange(start, stop, step)` counts like numpy's `arange` (Python's `range`): up while below
+/// `stop` for a positive step, down while above it for a negative one, e.g.
+/// `for k in arange(n as i64 - 1, -1, -1)` visits `n-1, .., 0`. They are lowered onto an
+/// ascending RANGE over a counter (`i = first + k * step`), so every backend runs them. A zero
+/// `arange` step is a trace error (a fault when it is staged). The index is an `Expr<i64>`.
+///
+/// To unroll a range loop, mark it:
 ///
 /// ```ignore
 /// #[unroll]
