@@ -299,3 +299,30 @@ fn descending_loop_is_staged_not_unrolled() {
     let n_large = large.0.operator_ir().unwrap().expressions.len();
     assert_eq!(n_small, n_large);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Item 2: shape comparisons inside an operator run at trace time.
+
+#[operator]
+fn add_same_shape(a: Tensor<f32>, b: Tensor<f32>) -> Tensor<f32> {
+    if a.shape() != b.shape() {
+        trace_error(format!("add_same_shape: shapes {:?} and {:?} differ", a.shape(), b.shape()));
+    }
+    if a.dims::<2>() == [0, 0] || a.shape() < &[1, 1] || a.shape().to_vec() != b.shape().to_vec() {
+        trace_error("empty");
+    }
+    let p = position_in(a.shape());
+    let (i, j) = (p[0], p[1]);
+    let out = output_like(&a);
+    out[[i, j]] = a[[i, j]] + b[[i, j]];
+    out
+}
+
+#[test]
+fn shape_comparisons_at_trace_time() {
+    let a = array![[1.0f32, 2.0], [3.0, 4.0]];
+    let y = ovl::evaluate_with(&add_same_shape(&a, &a), &interp()).unwrap();
+    assert_eq!(y, array![[2.0f32, 4.0], [6.0, 8.0]].into_dyn());
+    let err = ovl::evaluate_with(&add_same_shape(&a, array![[1.0f32, 2.0]]), &interp()).unwrap_err();
+    assert!(err.to_string().contains("shapes [2, 2] and [1, 2] differ"), "{err}");
+}

@@ -124,7 +124,7 @@ use proc_macro::TokenStream;
 /// | `for i in a..b`, `a..=b`, `(a..b).step_by(s)`, each also `.rev()`; `arange(a, b, s)` | always staged: one RANGE (bounds may be plain) | RANGE |
 /// | `for x in anything_else`, `#[unroll] for ..` | Rust loop, unrolled at trace time | - |
 /// | `while c { .. }` | Rust loop | WHILE |
-/// | `a < b`, `<= > >= == !=` | Rust comparison | `Expr<bool>` |
+/// | `a < b`, `<= > >= == !=` | Rust comparison (numbers, `char`, strings, and shapes: slices, `Vec`s, arrays) | `Expr<bool>` |
 /// | `a && b`, `a \|\| b` | Rust (short-circuit) | AND / OR |
 /// | `e as T` | Rust `as` | CAST |
 /// | `t[[i, j]]` (array-literal index) | - | READ |
