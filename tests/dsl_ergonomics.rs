@@ -326,3 +326,27 @@ fn shape_comparisons_at_trace_time() {
     let err = ovl::evaluate_with(&add_same_shape(&a, array![[1.0f32, 2.0]]), &interp()).unwrap_err();
     assert!(err.to_string().contains("shapes [2, 2] and [1, 2] differ"), "{err}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Item 9: unary `-` only on signed types (compile-fail: negate_unsigned); `wrapping_neg` says
+// the wrap is meant.
+
+#[operator]
+fn negate_both<T: Signed>(x: Tensor<T>, y: Tensor<u8>) -> (Tensor<T>, Tensor<u8>) {
+    let i = position_in(x.shape())[0];
+    let a = output_like(&x);
+    let b = output_like(&y);
+    a[[i]] = -x[[i]];
+    b[[i]] = wrapping_neg(y[[i]]);
+    (a, b)
+}
+
+#[test]
+fn negation_signed_and_wrapping() {
+    let (a, b) = negate_both(array![1i32, -2, 0], array![2u8, 0, 255]);
+    let (a, b) = ovl::evaluate_with((&a, &b), &interp()).unwrap();
+    assert_eq!(a, array![-1i32, 2, 0].into_dyn());
+    assert_eq!(b, array![254u8, 0, 1].into_dyn());
+    let f = -&Lazy::from(array![1.5f32, -2.0]);
+    assert_eq!(ovl::evaluate_with(&f, &interp()).unwrap(), array![-1.5f32, 2.0].into_dyn());
+}

@@ -131,8 +131,13 @@ use proc_macro::TokenStream;
 /// | `t[[i, j]] = v`, `t[[i, j]] op= v` | - | WRITE (and READ) |
 /// | `x = v` | Rust assignment | ASSIGN when `x: Var<T>` |
 ///
-/// Arithmetic, unary `-` and `!`, compound assignment on a `Var`, and `t[pos]` (an index that is
+/// Arithmetic, unary `!`, compound assignment on a `Var`, and `t[pos]` (an index that is
 /// not an array literal) need no rewrite: they are trait implementations.
+///
+/// Unary `-` applies to signed types only, as in Rust: negating an unsigned value (`-x[[i]]` on
+/// a `Tensor<u8>`) would wrap (2 becomes 254), so it is a compile error that says so; cast first,
+/// or write `wrapping_neg(x)` when the wrap is meant. A generic operator that negates bounds
+/// its element type by `Signed` (`Float` implies it).
 ///
 /// So a loop over a **range** is always one staged loop, however many iterations it has, while a
 /// loop over anything else (a `Vec` of inputs, an array of gates) runs at trace time and is

@@ -429,3 +429,77 @@ pub fn write<T: Scalar, B: Borrow<Tensor<T>> + ?Sized, const N: usize>(
 ) {
     t.borrow().write(indices, value)
 }
+
+/// Unary `-` inside an operator (the `#[operator]` rewrite of `-e`): Rust's `-` on trace-time
+/// numbers, NEG on staged values of a [`super::Signed`] type. An unsigned staged value has no
+/// negation (it would wrap, `-2u8` being 254): the error names the type and says what to write.
+#[diagnostic::on_unimplemented(
+    message = "cannot negate `{Self}` inside an operator",
+    note = "unary `-` applies to signed numbers (trace-time or staged: `Expr<i32>`, `Expr<f32>`, ...); for an unsigned value cast first (`-(x as i32)`) or use `wrapping_neg(x)` if the wrap is meant"
+)]
+pub trait Negate {
+    /// The negated value's type.
+    type Out;
+    /// `-self`.
+    fn negate(self) -> Self::Out;
+}
+
+impl<T: super::Signed> Negate for Expr<T> {
+    type Out = Expr<T>;
+    #[track_caller]
+    fn negate(self) -> Expr<T> {
+        -self
+    }
+}
+
+impl<T: super::Signed> Negate for Var<T> {
+    type Out = Expr<T>;
+    #[track_caller]
+    fn negate(self) -> Expr<T> {
+        -self
+    }
+}
+
+impl<T: super::Signed> Negate for &Expr<T> {
+    type Out = Expr<T>;
+    #[track_caller]
+    fn negate(self) -> Expr<T> {
+        -*self
+    }
+}
+
+impl<T: super::Signed> Negate for &crate::lazy::Lazy<T> {
+    type Out = crate::lazy::Lazy<T>;
+    #[track_caller]
+    fn negate(self) -> crate::lazy::Lazy<T> {
+        -self
+    }
+}
+
+impl<T: super::Signed> Negate for crate::lazy::Lazy<T> {
+    type Out = crate::lazy::Lazy<T>;
+    #[track_caller]
+    fn negate(self) -> crate::lazy::Lazy<T> {
+        -self
+    }
+}
+
+macro_rules! plain_negate {
+    ($($t:ty)*) => {$(
+        impl Negate for $t {
+            type Out = $t;
+            fn negate(self) -> $t { -self }
+        }
+        impl Negate for &$t {
+            type Out = $t;
+            fn negate(self) -> $t { -*self }
+        }
+    )*};
+}
+plain_negate!(i8 i16 i32 i64 i128 isize f32 f64);
+
+/// `-e`.
+#[track_caller]
+pub fn neg<E: Negate>(e: E) -> E::Out {
+    e.negate()
+}

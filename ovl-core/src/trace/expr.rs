@@ -93,17 +93,30 @@ impl<T: Scalar> Var<T> {
 
 /// Element types with arithmetic (every dtype but `bool`).
 pub trait Num: Scalar {}
+/// Signed element types (`i8` .. `i64`, `f32`, `f64`): the ones unary `-` applies to, as in
+/// Rust. Negating an unsigned value would wrap (`-2u8` is 254), so it is a compile error; bound
+/// a generic operator that negates by `T: Signed` (or `T: Float`).
+#[diagnostic::on_unimplemented(
+    message = "cannot negate a `{Self}` value: unary `-` needs a signed element type (on an unsigned one it would wrap: 2 becomes 254)",
+    note = "as in Rust, `-x` is for signed types: cast first (`-(x as i32)`), write `wrapping_neg(x)` if the wrap is meant, or bound a generic element type by `Signed`"
+)]
+pub trait Signed: Num {}
+
 /// Floating-point element types (`f32`, `f64`).
-pub trait Float: Num {}
+pub trait Float: Signed {}
 /// Integer element types.
 pub trait Int: Num {}
 
 impl Num for f32 {}
 impl Num for f64 {}
+impl Signed for f32 {}
+impl Signed for f64 {}
 impl Float for f32 {}
 impl Float for f64 {}
 macro_rules! ints { ($($t:ty)*) => {$( impl Num for $t {} impl Int for $t {} )*} }
 ints!(i8 i16 i32 i64 u8 u16 u32 u64);
+macro_rules! signed { ($($t:ty)*) => {$( impl Signed for $t {} )*} }
+signed!(i8 i16 i32 i64);
 
 /// Anything usable where a staged `T` is expected: `Expr<T>`, `Var<T>`, and plain numbers
 /// (converted to `T`; trace-time integers and floats coerce to float `T`, integers to integer `T`).

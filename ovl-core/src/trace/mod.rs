@@ -24,7 +24,7 @@ pub mod reduce;
 pub mod state;
 pub mod tensor;
 
-pub use expr::{constant, Expr, Float, Int, IntoExpr, Num, Typed, Var};
+pub use expr::{constant, Expr, Float, Int, IntoExpr, Num, Signed, Typed, Var};
 pub use math::*;
 pub use ops::Logical;
 pub use reduce::{max_of, min_of, product_of, sum_of, Acc};
@@ -41,7 +41,8 @@ pub mod rt {
         arange, cond, plain_cond, range, range_inclusive, range_inclusive_rev, range_rev, WhileLoop,
     };
     pub use super::dispatch::{
-        and, cast, eq, ge, gt, le, lt, ne, or, read, write, AssignPlain, AssignStaged, IndexAssign,
+        and, cast, eq, ge, gt, le, lt, ne, neg, or, read, write, AssignPlain, AssignStaged, IndexAssign,
+        Negate,
     };
     pub use super::gradient::{
         grad_input, grad_input_list, input_gradient, input_gradients, InputGradient,
