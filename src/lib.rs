@@ -140,6 +140,11 @@ pub mod ir_tools {
 }
 
 /// Everything an operator body needs: `use ovl::prelude::*;`.
+///
+/// This is a glob import: a function of your own with the same name as one of these (`log`,
+/// `max`, `select`, ...) shadows it silently, as Rust resolves names, and a call meant for the
+/// DSL then fails against your function's signature. Write `ovl::prelude::log(x)`, or import
+/// the DSL function under another name (`use ovl::prelude::log as ln;`).
 pub mod prelude {
     pub use crate::{
         evaluate, evaluate_into, evaluate_with, helper, operator, profile, Lazy, Options, Target,

@@ -182,6 +182,17 @@ use proc_macro::TokenStream;
 /// - `while` on a trace-time condition is a Rust loop (`break`/`continue` work); on a staged
 ///   condition it is one WHILE loop, whose body must not `break` or `continue` (a trace error).
 ///
+/// # Your own functions named like DSL functions
+///
+/// `use ovl::prelude::*` is a glob import, and in Rust a name defined in your module wins over a
+/// glob import *silently*: with your own `fn log(message: &str)` in scope, `log(x[[i]])` in an
+/// operator calls yours, and the error is about your function's parameter (e.g. "`Expr<f32>:
+/// AsRef<str>` is not satisfied", with a note "required by a bound in `log`" pointing at your
+/// `fn log`). The macro cannot see definitions outside the operator, so it cannot report the
+/// clash itself. Name the DSL function by its path, `ovl::prelude::log(x)`, or import it under
+/// another name, `use ovl::prelude::log as ln;` (the prelude's math functions are `abs`,
+/// `acos`, .., `log`, `log10`, `max`, `min`, `pow`, `select`, ..., see `ovl::prelude`).
+///
 /// # Not supported (compile errors that say what to write instead)
 ///
 /// `match` (use `if` / `else if` / `else`, or a plain helper function for trace-time matching),
