@@ -153,8 +153,8 @@ pub mod prelude {
         abs, acos, asin, atan, atan2, ceil, constant, cos, cosh, epsilon, erf, exp, exp2, expm1,
         floor, fma, isfinite, isinf, isnan, log, log10, log1p, log2, max, max_value, min,
         min_value, ones, output, output_like, position_in, pow, round, rsqrt, select, sigmoid, sin,
-        sinh, sqrt, tan, tanh, variable, wrapping_neg, zeros, Expr, Float, Int, IntoExpr, Num, Position, Signed,
-        Tensor, Var,
+        sinh, sqrt, tan, tanh, variable, wrapping_neg, zeros, Expr, Float, Int, IntoExpr, Num, One,
+        Position, Signed, Tensor, Var, Zero,
     };
     /// Rank-generic indexing (`t.read(vec![ix(p[0]), ix(0)])`) and argument checks.
     pub use ovl_core::trace::{ix, trace_error, Idx, IndexPart};

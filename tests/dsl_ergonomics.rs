@@ -350,3 +350,41 @@ fn negation_signed_and_wrapping() {
     let f = -&Lazy::from(array![1.5f32, -2.0]);
     assert_eq!(ovl::evaluate_with(&f, &interp()).unwrap(), array![-1.5f32, 2.0].into_dyn());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Item 5: generic operators: literals coerce to `T: Num`, `One`/`Zero` are in the prelude.
+
+#[operator]
+fn is_zero_indicator<T: Num>(x: Tensor<T>) -> (Tensor<T>, Tensor<T>) {
+    let i = position_in(x.shape())[0];
+    let flags = output_like(&x);
+    let shifted = output_like(&x);
+    flags[[i]] = select(x[[i]] == 0, 1, 0);
+    shifted[[i]] = x[[i]] * 2 + T::ONE - T::ZERO;
+    let _ones: Tensor<T> = ones::<T>([1]);
+    (flags, shifted)
+}
+
+fn first_one<T: One + Zero + Copy>() -> (T, T) {
+    (T::ONE, T::ZERO)
+}
+
+#[test]
+fn generic_literals_and_one_zero() {
+    for (flags, shifted) in [
+        {
+            let (f, s) = is_zero_indicator(array![0i32, 3, -2]);
+            ovl::evaluate_with((&f, &s), &interp()).unwrap()
+        },
+    ] {
+        assert_eq!(flags, array![1i32, 0, 0].into_dyn());
+        assert_eq!(shifted, array![1i32, 7, -3].into_dyn());
+    }
+    let (f, s) = is_zero_indicator(array![0.0f64, 0.5]);
+    let (f, s) = ovl::evaluate_with((&f, &s), &interp()).unwrap();
+    assert_eq!(f, array![1.0f64, 0.0].into_dyn());
+    assert_eq!(s, array![1.0f64, 2.0].into_dyn());
+    let (f, _) = is_zero_indicator(array![0u8, 9]);
+    assert_eq!(ovl::evaluate_with(&f, &interp()).unwrap(), array![1u8, 0].into_dyn());
+    assert_eq!(first_one::<u16>(), (1, 0));
+}

@@ -61,7 +61,11 @@ use proc_macro::TokenStream;
 /// - The function returns its output tensor(s): a `Tensor<E>`, a tuple, array or `Vec` of them.
 ///   The caller gets the matching lazy handles.
 ///
-/// Generics, `where` clauses, visibility, doc comments and other attributes are kept. Tensor
+/// Generics, `where` clauses, visibility, doc comments and other attributes are kept. In a
+/// generic operator (`fn op<T: Num>(x: Tensor<T>) ..`), plain integers coerce to `T` as they do
+/// to a concrete type (`x[[i]] == 0`, `select(c, 1, 0)`, `x[[i]] * 2`), plain floats coerce to
+/// `T: Float`, and `T::ONE` / `T::ZERO` (the prelude's `One` and `Zero`) give constants; a
+/// value that does not fit the actual type is a trace error. Tensor
 /// parameters must be bound to a plain name (`x` or `mut x`). Not allowed: `self`, `async`,
 /// `const`, `unsafe`, `extern`, `impl Trait` parameters or return type, a missing return type.
 ///
