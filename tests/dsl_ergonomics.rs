@@ -388,3 +388,42 @@ fn generic_literals_and_one_zero() {
     assert_eq!(ovl::evaluate_with(&f, &interp()).unwrap(), array![1u8, 0].into_dyn());
     assert_eq!(first_one::<u16>(), (1, 0));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Item 8: views by value, UnwindSafe handles, `evaluate_into` with any dimensionality.
+
+#[operator]
+fn double2(x: Tensor<f32>) -> Tensor<f32> {
+    let [r, c] = x.dims::<2>();
+    let p = position_in([r, c]);
+    let out = output_like(&x);
+    out[[p[0], p[1]]] = 2.0 * x[[p[0], p[1]]];
+    out
+}
+
+#[test]
+fn views_by_value_unwind_safe_and_typed_outputs() {
+    let m = array![[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]];
+    let by_value = double2(m.t());
+    let by_ref = double2(&m.t());
+    let expected = array![[2.0f32, 8.0], [4.0, 10.0], [6.0, 12.0]];
+    assert_eq!(ovl::evaluate_with(&by_value, &interp()).unwrap(), expected.clone().into_dyn());
+    assert_eq!(ovl::evaluate_with(&by_ref, &interp()).unwrap(), expected.clone().into_dyn());
+
+    fn unwind_safe<T: std::panic::UnwindSafe + std::panic::RefUnwindSafe>(_: &T) {}
+    unwind_safe(&by_value);
+    let y = by_value.clone();
+    let caught = std::panic::catch_unwind(|| y.shape().to_vec()).unwrap();
+    assert_eq!(caught, vec![3, 2]);
+
+    let mut out = ndarray::Array2::<f32>::zeros((3, 2));
+    ovl::evaluate_into(&by_value, &mut out, &interp()).unwrap();
+    assert_eq!(out, expected);
+    let mut wrong_rank = ndarray::Array1::<f32>::zeros(6);
+    let err = ovl::evaluate_into(&by_value, &mut wrong_rank, &interp()).unwrap_err();
+    assert!(err.to_string().contains("rank 1"), "{err}");
+    assert_eq!(wrong_rank.len(), 6);
+    let mut wrong_shape = ndarray::Array2::<f32>::zeros((2, 3));
+    assert!(ovl::evaluate_into(&by_value, &mut wrong_shape, &interp()).is_err());
+    assert_eq!(wrong_shape.shape(), &[2, 3]);
+}
