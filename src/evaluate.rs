@@ -226,13 +226,6 @@ pub fn evaluate_into<T: Scalar, D: ndarray::Dimension>(
     dest: &mut ndarray::Array<T, D>,
     options: &Options,
 ) -> Result<(), Error> {
-    if dest.ndim() != output.shape().len() {
-        return Err(Error::OutputMismatch(format!(
-            "the output has shape {:?} but the array to write it into has rank {}",
-            output.shape(),
-            dest.ndim()
-        )));
-    }
     // Move the buffer into an `ArrayD` and back: no copy.
     let empty = ndarray::Array::from_shape_vec(D::zeros(dest.ndim()), Vec::new())
         .map_err(|e| Error::Internal(e.to_string()))?;
