@@ -228,12 +228,22 @@ impl fmt::Display for Profile {
 /// }
 /// assert_eq!(y, ndarray::array![2.0f32, 4.0, 6.0].into_dyn());
 /// ```
-pub fn evaluate_into<T: Scalar>(
+///
+/// `dest` may have any dimensionality type: an `ArrayD`, or an `Array2` of the output's rank.
+pub fn evaluate_into<T: Scalar, D: ndarray::Dimension>(
     output: &Lazy<T>,
-    dest: &mut ArrayD<T>,
+    dest: &mut ndarray::Array<T, D>,
     options: &Options,
 ) -> Result<(), Error> {
-    evaluate_into_all(&[output], std::slice::from_mut(dest), options)
+    // Move the buffer into an `ArrayD` and back: no copy.
+    let empty = ndarray::Array::from_shape_vec(D::zeros(dest.ndim()), Vec::new())
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    let mut dynamic = std::mem::replace(dest, empty).into_dyn();
+    let result = evaluate_into_all(&[output], std::slice::from_mut(&mut dynamic), options);
+    *dest = dynamic
+        .into_dimensionality::<D>()
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    result
 }
 
 /// [`evaluate_into`] for several outputs of one dtype, evaluated (and fused) together:

@@ -28,7 +28,8 @@
 //!
 //! # Gradients
 //!
-//! Attach a gradient to an operator call with [`set_gradient`], then build the backward graph
+//! Attach a gradient to an operator call with [`set_gradient`] (or to every call of an operator
+//! with `#[operator(gradient = grad_fn)]`, see [`macro@operator`]), then build the backward graph
 //! lazily with [`backward`]; it is fused and compiled like any other graph.
 //!
 //! ```
@@ -155,6 +156,11 @@ pub mod ir_tools {
 }
 
 /// Everything an operator body needs: `use ovl::prelude::*;`.
+///
+/// This is a glob import: a function of your own with the same name as one of these (`log`,
+/// `max`, `select`, ...) shadows it silently, as Rust resolves names, and a call meant for the
+/// DSL then fails against your function's signature. Write `ovl::prelude::log(x)`, or import
+/// the DSL function under another name (`use ovl::prelude::log as ln;`).
 pub mod prelude {
     pub use crate::{
         evaluate, evaluate_into, evaluate_with, helper, operator, profile, Lazy, Options, Target,
@@ -163,8 +169,8 @@ pub mod prelude {
         abs, acos, asin, atan, atan2, ceil, constant, cos, cosh, epsilon, erf, exp, exp2, expm1,
         floor, fma, isfinite, isinf, isnan, log, log10, log1p, log2, max, max_value, min,
         min_value, ones, output, output_like, position_in, pow, round, rsqrt, select, sigmoid, sin,
-        sinh, sqrt, tan, tanh, variable, zeros, Expr, Float, Int, IntoExpr, Num, Position, Tensor,
-        Var,
+        sinh, sqrt, tan, tanh, variable, wrapping_neg, zeros, Expr, Float, Int, IntoExpr, Num, One,
+        Position, Signed, Tensor, Var, Zero,
     };
     /// Rank-generic indexing (`t.read(vec![ix(p[0]), ix(0)])`) and argument checks.
     pub use ovl_core::trace::{ix, trace_error, Idx, IndexPart};

@@ -297,6 +297,20 @@ impl<T: Scalar, D: ndarray::Dimension> IntoLazy<T> for ndarray::Array<T, D> {
     }
 }
 
+/// A view by value (`m.t()`, `x.slice(..)`) works like a reference to the array: its elements
+/// are copied into the graph.
+impl<T: Scalar, D: ndarray::Dimension> IntoLazy<T> for ndarray::ArrayView<'_, T, D> {
+    fn into_lazy(self) -> Lazy<T> {
+        self.to_owned().into()
+    }
+}
+
+impl<T: Scalar, D: ndarray::Dimension> IntoLazy<T> for ndarray::ArrayViewMut<'_, T, D> {
+    fn into_lazy(self) -> Lazy<T> {
+        self.to_owned().into()
+    }
+}
+
 impl<T: Scalar, S: ndarray::Data<Elem = T>, D: ndarray::Dimension> IntoLazy<T>
     for &ndarray::ArrayBase<S, D>
 {
@@ -304,6 +318,15 @@ impl<T: Scalar, S: ndarray::Data<Elem = T>, D: ndarray::Dimension> IntoLazy<T>
         self.to_owned().into()
     }
 }
+
+// A lazy graph is immutable once built, except for the gradient slot of an operator call,
+// which is set at most once, atomically (`OnceLock`): a panic cannot leave a handle in a state
+// that a caller could observe half-updated. So the handles are unwind safe, whatever closure a
+// gradient slot holds.
+impl std::panic::UnwindSafe for LazyTensor {}
+impl std::panic::RefUnwindSafe for LazyTensor {}
+impl<T> std::panic::UnwindSafe for Lazy<T> {}
+impl<T> std::panic::RefUnwindSafe for Lazy<T> {}
 
 /// The requested tensors of a graph, flattened into an [`ir::OperatorDag`] in topological order.
 #[derive(Debug)]

@@ -327,7 +327,7 @@ binary!(Sub, sub, "sub", Op::Sub);
 binary!(Mul, mul, "mul", Op::Mul);
 binary!(Div, div, "div", Op::Div);
 
-impl<T: Scalar> Neg for &Lazy<T> {
+impl<T: crate::trace::Signed> Neg for &Lazy<T> {
     type Output = Lazy<T>;
     #[track_caller]
     fn neg(self) -> Lazy<T> {
@@ -340,7 +340,7 @@ impl<T: Scalar> Neg for &Lazy<T> {
     }
 }
 
-impl<T: Scalar> Neg for Lazy<T> {
+impl<T: crate::trace::Signed> Neg for Lazy<T> {
     type Output = Lazy<T>;
     #[track_caller]
     fn neg(self) -> Lazy<T> {

@@ -45,6 +45,45 @@ impl Expansion {
     }
 }
 
+/// The arguments of `#[operator(..)]`.
+#[derive(Default)]
+struct OperatorArgs {
+    /// `gradient = path`: the function computing the input gradients of every call.
+    gradient: Option<syn::ExprPath>,
+}
+
+/// Parses `#[operator]` / `#[operator(gradient = path)]`.
+fn parse_operator_args(attr: TokenStream, errors: &mut Errors) -> OperatorArgs {
+    let mut args = OperatorArgs::default();
+    if attr.is_empty() {
+        return args;
+    }
+    let parser = syn::meta::parser(|meta| {
+        if meta.path.is_ident("gradient") {
+            let path: syn::ExprPath = meta.value()?.parse().map_err(|e| {
+                syn::Error::new(
+                    e.span(),
+                    "expected the path of the gradient function: `#[operator(gradient = my_grad)]`",
+                )
+            })?;
+            if args.gradient.replace(path).is_some() {
+                return Err(meta.error("`gradient` is given twice"));
+            }
+            Ok(())
+        } else {
+            Err(meta.error(
+                "unknown argument of #[operator]: the only one is `gradient = my_grad` \
+                 (the function that computes the input gradients); write `#[operator]` or \
+                 `#[operator(gradient = my_grad)]`",
+            ))
+        }
+    });
+    if let Err(e) = syn::parse::Parser::parse2(parser, attr) {
+        errors.push(e);
+    }
+    args
+}
+
 /// Parses the item under the attribute: a function, or an error that says so (the item is kept).
 fn parse_fn(
     attr: TokenStream,
@@ -81,16 +120,24 @@ fn parse_fn(
 /// `#[operator]`.
 pub(crate) fn operator(attr: TokenStream, item: TokenStream) -> Expansion {
     let mut errors = Errors::default();
-    let mut f = match parse_fn(attr, item, "operator", &mut errors) {
+    let args = parse_operator_args(attr, &mut errors);
+    let mut f = match parse_fn(TokenStream::new(), item, "operator", &mut errors) {
         Ok(f) => f,
         Err(e) => return e,
     };
     let sig = errors.check(signature::parse_operator(&f.sig));
+    if let (Some(g), Some(sig)) = (&args.gradient, &sig) {
+        check_gradient_signature(g, sig, &mut errors);
+    }
     errors.check(reject::check_body(&f.block, Context::Operator));
     match (errors.finish(), sig) {
         (Ok(()), Some(sig)) => {
             rewrite::rewrite_body(&mut f.block, Pos::Value);
-            Expansion::ok(wrapper(&f, &sig, WrapperBody::Trace))
+            Expansion::ok(wrapper(
+                &f,
+                &sig,
+                WrapperBody::Trace(args.gradient.as_ref()),
+            ))
         }
         // Only the body is wrong: a stub with the real signature.
         (Err(e), Some(sig)) => Expansion::failed(e, wrapper(&f, &sig, WrapperBody::Stub)),
@@ -130,10 +177,10 @@ pub(crate) fn helper(attr: TokenStream, item: TokenStream) -> Expansion {
     Expansion::ok(f.into_token_stream())
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum WrapperBody {
-    /// The traced body.
-    Trace,
+#[derive(Clone, Copy)]
+enum WrapperBody<'a> {
+    /// The traced body, and the gradient function of `#[operator(gradient = ..)]`.
+    Trace(Option<&'a syn::ExprPath>),
     /// The body did not compile: a stub with the same signature.
     Stub,
 }
@@ -213,7 +260,11 @@ fn wrapper(f: &ItemFn, sig: &OperatorSignature, body: WrapperBody) -> TokenStrea
     // projection for the user's own type.
     let at = crate::rewrite::macro_span(ret.span());
     let output = quote_spanned!(at=> -> <#ret as ::ovl::__rt::Outputs>::Lazy);
-    if body == WrapperBody::Stub {
+    let gradient = match body {
+        WrapperBody::Stub => None,
+        WrapperBody::Trace(g) => Some(g),
+    };
+    let Some(gradient) = gradient else {
         return quote! {
             #(#attrs)*
             #[allow(unused_variables)]
@@ -221,7 +272,7 @@ fn wrapper(f: &ItemFn, sig: &OperatorSignature, body: WrapperBody) -> TokenStrea
                 ::core::unreachable!("this #[operator] function did not compile")
             }
         };
-    }
+    };
 
     let name = syn::LitStr::new(&ident.unraw().to_string(), ident.span());
     let span = ident.span();
@@ -242,17 +293,163 @@ fn wrapper(f: &ItemFn, sig: &OperatorSignature, body: WrapperBody) -> TokenStrea
     };
     // The call, and the function's block, at the return type: the bound `RET: Outputs` they
     // carry is reported there rather than at the attribute.
-    let body = quote_spanned! {at=>
-        {
-            #[allow(unused_imports)]
-            use ::ovl::__rt::{KeyByScalar as _, KeyByTraceArg as _, KeyNone as _};
-            let mut __ovl_key = ::ovl::__rt::TraceKey::new();
-            #(#key)*
-            ::ovl::__rt::trace_operator_keyed::<#ret, _>(#site, __ovl_key, #closure)
+    let keyed = quote_spanned! {at=>
+        #[allow(unused_imports)]
+        use ::ovl::__rt::{KeyByScalar as _, KeyByTraceArg as _, KeyNone as _};
+        #[allow(unused_mut, unused_variables)]
+        let mut __ovl_key = ::ovl::__rt::TraceKey::new();
+        #(#key)*
+    };
+    let body = match gradient {
+        None => quote_spanned! {at=>
+            {
+                #keyed
+                ::ovl::__rt::trace_operator_keyed::<#ret, _>(#site, __ovl_key, #closure)
+            }
+        },
+        // A call with a gradient attached is traced every time (the memo keys calls without).
+        Some(g) => {
+            let (prelude, gradient_fn) = gradient_closure(g, sig);
+            let call = quote_spanned! {at=>
+                ::ovl::__rt::trace_operator_with_gradient::<#ret, _, _>(#site, #closure, __ovl_gradient)
+            };
+            quote! {{ #keyed #prelude let __ovl_gradient = #gradient_fn; #call }}
         }
     };
     quote! {
         #(#attrs)*
         #vis #fn_token #ident #generics (#(#params),*) #output #where_clause #body
+    }
+}
+
+/// An operator with a gradient needs tensor inputs, and constants it can capture by name.
+fn check_gradient_signature(g: &syn::ExprPath, sig: &OperatorSignature, errors: &mut Errors) {
+    if !sig
+        .params
+        .iter()
+        .any(|p| !matches!(p.kind, ParamKind::Constant))
+    {
+        errors.push(syn::Error::new_spanned(
+            g,
+            "an operator without tensor parameters has nothing to differentiate: remove \
+             `gradient = ..`",
+        ));
+    }
+    for p in &sig.params {
+        if matches!(p.kind, ParamKind::Constant)
+            && !matches!(&*p.arg.pat, syn::Pat::Ident(i) if i.subpat.is_none() && i.by_ref.is_none())
+        {
+            errors.push(syn::Error::new_spanned(
+                &p.arg.pat,
+                "with `#[operator(gradient = ..)]`, every constant parameter must be a plain name \
+                 (it is passed on to the gradient function): bind it to a name and destructure \
+                 it inside the body",
+            ));
+        }
+    }
+}
+
+/// The gradient function of `#[operator(gradient = g)]`, as a closure for
+/// `trace_operator_with_gradient`, and what must run before the call (copies of the constants
+/// and the lengths of list inputs, which the traced body consumes):
+///
+/// ```text
+/// let __ovl_gc_0 = Clone::clone(&k); let __ovl_gl_1 = xs.len();
+/// move |call| {
+///     let __ovl_in_0 = RT::grad_input::<E0>(call, &mut i); ..          // the tensor inputs
+///     let __ovl_dy_0 = <<R0 as RT::Outputs>::Lazy as RT::OutputGrads>::from_call(call, &mut j); ..
+///     let (__ovl_g_0, ..) = g(__ovl_in_0, .., __ovl_dy_0, .., Clone::clone(&__ovl_gc_0), ..);
+///     vec![RT::input_gradient::<E0, _>(__ovl_g_0), ..]                  // typed: checked by rustc
+/// }
+/// ```
+///
+/// The call and the checks carry the span of `g`, so that a gradient function of the wrong
+/// arity or types is reported there.
+fn gradient_closure(g: &syn::ExprPath, sig: &OperatorSignature) -> (TokenStream, TokenStream) {
+    let span = g.span();
+    let mut prelude = Vec::new();
+    let mut take_inputs = Vec::new();
+    let mut input_args = Vec::new();
+    let mut const_args = Vec::new();
+    let mut grads = Vec::new();
+    let mut collect = Vec::new();
+    for (n, p) in sig.params.iter().enumerate() {
+        let name = match &*p.arg.pat {
+            syn::Pat::Ident(i) => &i.ident,
+            _ => unreachable!("checked by check_gradient_signature"),
+        };
+        match &p.kind {
+            ParamKind::Constant => {
+                let copy = quote::format_ident!("__ovl_gc_{}", n);
+                prelude
+                    .push(quote_spanned!(span=> let #copy = ::core::clone::Clone::clone(&#name);));
+                const_args.push(quote_spanned!(span=> ::core::clone::Clone::clone(&#copy)));
+            }
+            ParamKind::Tensor { elem } => {
+                let v = quote::format_ident!("__ovl_in_{}", n);
+                take_inputs.push(quote_spanned!(span=>
+                    let #v = ::ovl::__rt::grad_input::<#elem>(__ovl_call, &mut __ovl_i);));
+                input_args.push(v);
+                let gv = quote::format_ident!("__ovl_g_{}", n);
+                collect.push(quote_spanned!(span=>
+                    __ovl_grads.push(::ovl::__rt::input_gradient::<#elem, _>(#gv));));
+                grads.push(gv);
+            }
+            ParamKind::TensorList { elem } => {
+                let len = quote::format_ident!("__ovl_gl_{}", n);
+                prelude.push(quote_spanned!(span=> let #len = #name.len();));
+                let v = quote::format_ident!("__ovl_in_{}", n);
+                take_inputs.push(quote_spanned!(span=>
+                    let #v = ::ovl::__rt::grad_input_list::<#elem>(__ovl_call, &mut __ovl_i, #len);));
+                input_args.push(v);
+                let gv = quote::format_ident!("__ovl_g_{}", n);
+                collect.push(quote_spanned!(span=>
+                    __ovl_grads.extend(::ovl::__rt::input_gradients::<#elem, _>(#gv));));
+                grads.push(gv);
+            }
+        }
+    }
+    let outputs: Vec<&syn::Type> = match strip_parens(&sig.output) {
+        syn::Type::Tuple(t) => t.elems.iter().collect(),
+        other => vec![other],
+    };
+    let mut output_args = Vec::new();
+    let mut take_outputs = Vec::new();
+    for (n, ty) in outputs.iter().enumerate() {
+        let v = quote::format_ident!("__ovl_dy_{}", n);
+        take_outputs.push(quote_spanned!(span=>
+            let #v = <<#ty as ::ovl::__rt::Outputs>::Lazy as ::ovl::__rt::OutputGrads>::from_call(
+                __ovl_call, &mut __ovl_j);));
+        output_args.push(v);
+    }
+    let destructure = if grads.len() == 1 {
+        quote!(#(#grads)*)
+    } else {
+        quote_spanned!(span=> (#(#grads),*))
+    };
+    let call = quote_spanned! {span=>
+        let #destructure = #g(#(#input_args,)* #(#output_args,)* #(#const_args),*);
+    };
+    let closure = quote! {
+        move |__ovl_call: &::ovl::__rt::GradientCall<'_>|
+            -> ::std::vec::Vec<::core::option::Option<::ovl::__rt::LazyTensor>> {
+            let mut __ovl_i = 0usize;
+            let mut __ovl_j = 0usize;
+            #(#take_inputs)*
+            #(#take_outputs)*
+            #call
+            let mut __ovl_grads = ::std::vec::Vec::new();
+            #(#collect)*
+            __ovl_grads
+        }
+    };
+    (quote!(#(#prelude)*), closure)
+}
+
+fn strip_parens(ty: &syn::Type) -> &syn::Type {
+    match ty {
+        syn::Type::Paren(p) => strip_parens(&p.elem),
+        syn::Type::Group(g) => strip_parens(&g.elem),
+        other => other,
     }
 }

@@ -61,9 +61,58 @@ use proc_macro::TokenStream;
 /// - The function returns its output tensor(s): a `Tensor<E>`, a tuple, array or `Vec` of them.
 ///   The caller gets the matching lazy handles.
 ///
-/// Generics, `where` clauses, visibility, doc comments and other attributes are kept. Tensor
+/// Generics, `where` clauses, visibility, doc comments and other attributes are kept. In a
+/// generic operator (`fn op<T: Num>(x: Tensor<T>) ..`), plain integers coerce to `T` as they do
+/// to a concrete type (`x[[i]] == 0`, `select(c, 1, 0)`, `x[[i]] * 2`), plain floats coerce to
+/// `T: Float`, and `T::ONE` / `T::ZERO` (the prelude's `One` and `Zero`) give constants; a
+/// value that does not fit the actual type is a trace error. Tensor
 /// parameters must be bound to a plain name (`x` or `mut x`). Not allowed: `self`, `async`,
 /// `const`, `unsafe`, `extern`, `impl Trait` parameters or return type, a missing return type.
+///
+/// # Gradients: `#[operator(gradient = grad_fn)]`
+///
+/// The attribute's only argument names the function that computes the input gradients of a
+/// call; it is attached to **every call** of the operator, as `ovl::set_gradient` would, so that
+/// `ovl::backward` differentiates through it. `grad_fn` is called with, in order:
+///
+/// 1. the operator's tensor parameters, as lazy handles (`Tensor<E>` → `Lazy<E>`,
+///    `Vec<Tensor<E>>` → `Vec<Lazy<E>>`);
+/// 2. the gradient flowing into each output, shaped like what the caller gets back (a
+///    `Lazy<E>` per `Tensor<E>` of the return type; zeros for an output that does not reach the
+///    seeds);
+/// 3. the operator's other (constant) parameters, cloned.
+///
+/// It returns one gradient per tensor parameter, in order (a tuple when there are several): a
+/// `Lazy<E>` of that input's dtype, or an `Option<Lazy<E>>` (`None`: no gradient flows, e.g. to
+/// an index tensor), or a `Vec` of either for a `Vec<Tensor<E>>` parameter. It is usually
+/// another operator, but any function with those types works.
+///
+/// ```ignore
+/// #[operator(gradient = clip_grad)]
+/// fn clip(x: Tensor<f64>, lo: f64, hi: f64) -> Tensor<f64> {
+///     let i = position_in(x.shape())[0];
+///     let out = output_like(&x);
+///     out[[i]] = min(max(x[[i]], lo), hi);
+///     out
+/// }
+///
+/// #[operator]
+/// fn clip_grad(x: Tensor<f64>, dy: Tensor<f64>, lo: f64, hi: f64) -> Tensor<f64> {
+///     let i = position_in(x.shape())[0];
+///     let dx = output_like(&x);
+///     dx[[i]] = select(x[[i]] > lo && x[[i]] < hi, dy[[i]], 0.0);
+///     dx
+/// }
+///
+/// let y = clip(&x, 0.1, 0.9);
+/// let dx = ovl::backward(&[(&y, &dy)], &[&x])?.of(&x);   // through clip_grad
+/// ```
+///
+/// The macro writes that call as ordinary typed Rust, so a gradient function of the wrong arity
+/// or with the wrong types (an `f32` gradient for an `f64` operator, one gradient for two inputs,
+/// ...) is a compile error at `gradient = ..`. The constants must be `Clone + Send + Sync +
+/// 'static` and bound to plain names (the gradient lives as long as the graph). A `Vec` output
+/// takes every remaining output gradient, so it must be returned last.
 ///
 /// # Trace time and staged values: the rule
 ///
@@ -76,22 +125,37 @@ use proc_macro::TokenStream;
 /// | syntax | trace-time operands | staged operands |
 /// |---|---|---|
 /// | `if c { .. } else if .. else { .. }` (a statement) | Rust `if` | IF / ELSE / END_IF |
-/// | `for i in a..b`, `a..=b`, `(a..b).step_by(s)` | always staged: one RANGE (bounds may be plain) | RANGE |
+/// | `for i in a..b`, `a..=b`, `(a..b).step_by(s)`, each also `.rev()`; `arange(a, b, s)` | always staged: one RANGE (bounds may be plain) | RANGE |
 /// | `for x in anything_else`, `#[unroll] for ..` | Rust loop, unrolled at trace time | - |
 /// | `while c { .. }` | Rust loop | WHILE |
-/// | `a < b`, `<= > >= == !=` | Rust comparison | `Expr<bool>` |
+/// | `a < b`, `<= > >= == !=` | Rust comparison (numbers, `char`, strings, and shapes: slices, `Vec`s, arrays) | `Expr<bool>` |
 /// | `a && b`, `a \|\| b` | Rust (short-circuit) | AND / OR |
 /// | `e as T` | Rust `as` | CAST |
 /// | `t[[i, j]]` (array-literal index) | - | READ |
 /// | `t[[i, j]] = v`, `t[[i, j]] op= v` | - | WRITE (and READ) |
 /// | `x = v` | Rust assignment | ASSIGN when `x: Var<T>` |
 ///
-/// Arithmetic, unary `-` and `!`, compound assignment on a `Var`, and `t[pos]` (an index that is
+/// Arithmetic, unary `!`, compound assignment on a `Var`, and `t[pos]` (an index that is
 /// not an array literal) need no rewrite: they are trait implementations.
 ///
+/// Unary `-` applies to signed types only, as in Rust: negating an unsigned value (`-x[[i]]` on
+/// a `Tensor<u8>`) would wrap (2 becomes 254), so it is a compile error that says so; cast first,
+/// or write `wrapping_neg(x)` when the wrap is meant. A generic operator that negates bounds
+/// its element type by `Signed` (`Float` implies it).
+///
 /// So a loop over a **range** is always one staged loop, however many iterations it has, while a
-/// loop over anything else (a `Vec` of inputs, an array of gates, `(0..4).rev()`) runs at trace
-/// time and is unrolled into the IR. To unroll a range loop, mark it:
+/// loop over anything else (a `Vec` of inputs, an array of gates) runs at trace time and is
+/// unrolled into the IR.
+///
+/// Descending loops are staged too: `(a..b).rev()`, `(a..=b).rev()` and
+/// `(a..b).step_by(s).rev()` visit the same indices as in Rust, last first, and
+/// `arange(start, stop, step)` counts like numpy's `arange` (Python's `range`): up while below
+/// `stop` for a positive step, down while above it for a negative one, e.g.
+/// `for k in arange(n as i64 - 1, -1, -1)` visits `n-1, .., 0`. They are lowered onto an
+/// ascending RANGE over a counter (`i = first + k * step`), so every backend runs them. A zero
+/// `arange` step is a trace error (a fault when it is staged). The index is an `Expr<i64>`.
+///
+/// To unroll a range loop, mark it:
 ///
 /// ```ignore
 /// #[unroll]
@@ -121,6 +185,17 @@ use proc_macro::TokenStream;
 ///   errors (a nested Rust loop may still use them for itself).
 /// - `while` on a trace-time condition is a Rust loop (`break`/`continue` work); on a staged
 ///   condition it is one WHILE loop, whose body must not `break` or `continue` (a trace error).
+///
+/// # Your own functions named like DSL functions
+///
+/// `use ovl::prelude::*` is a glob import, and in Rust a name defined in your module wins over a
+/// glob import *silently*: with your own `fn log(message: &str)` in scope, `log(x[[i]])` in an
+/// operator calls yours, and the error is about your function's parameter (e.g. "`Expr<f32>:
+/// AsRef<str>` is not satisfied", with a note "required by a bound in `log`" pointing at your
+/// `fn log`). The macro cannot see definitions outside the operator, so it cannot report the
+/// clash itself. Name the DSL function by its path, `ovl::prelude::log(x)`, or import it under
+/// another name, `use ovl::prelude::log as ln;` (the prelude's math functions are `abs`,
+/// `acos`, .., `log`, `log10`, `max`, `min`, `pow`, `select`, ..., see `ovl::prelude`).
 ///
 /// # Not supported (compile errors that say what to write instead)
 ///

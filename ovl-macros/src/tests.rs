@@ -122,7 +122,7 @@ fn not_a_function() {
     assert_eq!(
         messages,
         [
-            "#[operator] takes no arguments: write `#[operator]`",
+            "unknown argument of #[operator]: the only one is `gradient = my_grad` (the function that computes the input gradients); write `#[operator]` or `#[operator(gradient = my_grad)]`",
             "#[operator] applies to a function: `#[operator] fn name(x: Tensor<f32>) -> Tensor<f32> { .. }`",
         ]
     );

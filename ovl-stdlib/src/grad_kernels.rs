@@ -32,7 +32,7 @@ grad2! {
     sqrt_grad<T: Float>(y, g) => { g / (lit::<T>(2.0) * y) }
     relu_grad<T: Num>(x, g) => { select(x > lit::<T>(0.0), g, lit::<T>(0.0)) }
     abs_grad<T: Num>(x, g) => {
-        select(x > lit::<T>(0.0), g, select(x < lit::<T>(0.0), -g, lit::<T>(0.0)))
+        select(x > lit::<T>(0.0), g, select(x < lit::<T>(0.0), dsl::wrapping_neg(g), lit::<T>(0.0)))
     }
 }
 
@@ -55,7 +55,7 @@ macro_rules! grad3 {
 }
 
 grad3! {
-    div_grad_den<T: Num>(x, y, g) => { -(g * x / (y * y)) }
+    div_grad_den<T: Num>(x, y, g) => { dsl::wrapping_neg(g * x / (y * y)) }
     pow_grad_base<T: Float>(x, y, g) => { g * y * pow(x, y - lit::<T>(1.0)) }
     pow_grad_exp<T: Float>(x, y, g) => { g * log(x) * pow(x, y) }
     min_grad_first<T: Num>(x, y, g) => { select(x <= y, g, lit::<T>(0.0)) }

@@ -21,7 +21,7 @@ macro_rules! unary {
 }
 
 unary! {
-    neg<T: Num>(v) => { -v }
+    neg<T: Num>(v) => { dsl::wrapping_neg(v) }
     abs<T: Num>(v) => { dsl::abs(v) }
     relu<T: Num>(v) => { dsl::select(v < lit::<T>(0.0), lit::<T>(0.0), v) }
     tanh<T: Float>(v) => { dsl::tanh(v) }

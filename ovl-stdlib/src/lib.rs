@@ -34,7 +34,7 @@ mod kernels;
 pub use index::broadcast_shapes;
 
 use grad_kernels as gk;
-use ovl::prelude::{Float, Num};
+use ovl::prelude::{Float, Num, Signed};
 use ovl::{GradientCall, IntoLazy, Lazy, LazyTensor, Scalar};
 
 /// Attaches `f` as the gradient of the call behind `y` and returns `y`.
@@ -88,10 +88,16 @@ unary_with_grad! {
     relu<Num> => relu_grad(uses input);
 }
 
-/// `-x` (integers wrap); shape of `x`. Gradient `-dy`.
-pub fn neg<T: Num>(x: impl IntoLazy<T>) -> Lazy<T> {
+/// `-x` (`i64::MIN` wraps); shape of `x`. Gradient `-dy`. Only for signed element types:
+/// negating an unsigned tensor is a compile error, as `-x` on an unsigned integer in Rust.
+pub fn neg<T: Signed>(x: impl IntoLazy<T>) -> Lazy<T> {
+    wrapping_neg(x)
+}
+
+/// `-x` for any numeric type (unsigned integers wrap): what the gradient of `sub` needs.
+fn wrapping_neg<T: Num>(x: impl IntoLazy<T>) -> Lazy<T> {
     with_grad(kernels::neg(x.into_lazy()), |c| {
-        vec![some(neg(c.output_grad::<T>(0)))]
+        vec![some(wrapping_neg(c.output_grad::<T>(0)))]
     })
 }
 
@@ -144,7 +150,7 @@ binary_with_grad! {
     /// broadcast axes).
     add<Num> => |c, a, b, g| (g.clone(), g);
     /// `a - b`; the broadcast shape. Gradients `dy`, `-dy`.
-    sub<Num> => |c, a, b, g| (g.clone(), neg(&g));
+    sub<Num> => |c, a, b, g| (g.clone(), wrapping_neg(&g));
     /// `a * b`; the broadcast shape. Gradients `dy * b`, `dy * a`.
     mul<Num> => |c, a, b, g| (gk::mul_grad(&b, &g), gk::mul_grad(&a, &g));
     /// `a / b` (integers: truncating, division by 0 gives 0); the broadcast shape. Gradients

@@ -255,6 +255,253 @@ fn open_range(start: BoundValue, end: BoundValue, step: BoundValue, inclusive: b
     })
 }
 
+/// `for i in (start..end).step_by(step).rev()`: the elements of the ascending range, last
+/// first. Lowered onto an ascending RANGE over a counter `k` in `0..count`, with
+/// `i = last - k * step`, so that every backend runs it unchanged.
+#[track_caller]
+pub fn range_rev(start: impl Bound, end: impl Bound, step: impl Bound) -> RangeGuard {
+    open_descending(start.to_bound(), end.to_bound(), step.to_bound(), false)
+}
+
+/// `for i in (start..=end).step_by(step).rev()`.
+#[track_caller]
+pub fn range_inclusive_rev(start: impl Bound, end: impl Bound, step: impl Bound) -> RangeGuard {
+    open_descending(start.to_bound(), end.to_bound(), step.to_bound(), true)
+}
+
+/// `for i in arange(start, stop, step)`: `start, start + step, ...` while below `stop` for a
+/// positive step, above `stop` for a negative one (numpy's `arange`, Python's `range`). A zero
+/// step is a trace error when it is a trace-time value, and a run-time fault when staged (as for
+/// a RANGE whose step is not positive). Lowered like [`range_rev`].
+#[track_caller]
+pub fn arange(start: impl Bound, stop: impl Bound, step: impl Bound) -> RangeGuard {
+    let (start, stop, step) = (start.to_bound(), stop.to_bound(), step.to_bound());
+    let loc = Location::caller();
+    if let (BoundValue::Plain(a), BoundValue::Plain(b), BoundValue::Plain(s)) = (start, stop, step)
+    {
+        if s == 0 {
+            state::with(|st| st.error(loc, "the step of `arange` must not be zero"));
+            return counted(
+                Counted::Plain {
+                    first: a,
+                    stride: 1,
+                    count: 0,
+                },
+                loc,
+            );
+        }
+        let count = if s > 0 {
+            ceil_div(b - a, s)
+        } else {
+            ceil_div(a - b, -s)
+        };
+        return counted(
+            Counted::Plain {
+                first: a,
+                stride: s,
+                count,
+            },
+            loc,
+        );
+    }
+    state::with(|s| {
+        let a = bound_i64(s, loc, start, "start");
+        let b = bound_i64(s, loc, stop, "end");
+        let st = bound_i64(s, loc, step, "step");
+        let zero = s.push_const(DType::I64, Literal::Int(0));
+        let one = s.push_const(DType::I64, Literal::Int(1));
+        let positive = s.push_op(ir::Op::Gt, Some(DType::Bool), vec![st, zero]);
+        let up = s.push_op(ir::Op::Sub, Some(DType::I64), vec![b, a]);
+        let down = s.push_op(ir::Op::Sub, Some(DType::I64), vec![a, b]);
+        let dist = s.push_op(ir::Op::Select, Some(DType::I64), vec![positive, up, down]);
+        let abs = s.push_op(ir::Op::Abs, Some(DType::I64), vec![st]);
+        // A zero step: divide by one (never by zero), and let the RANGE fault on step 0.
+        let nonzero = s.push_op(ir::Op::Ne, Some(DType::Bool), vec![st, zero]);
+        let divisor = s.push_op(ir::Op::Max, Some(DType::I64), vec![abs, one]);
+        let count = staged_ceil_div(s, dist, divisor);
+        let loop_step = s.push_op(ir::Op::Select, Some(DType::I64), vec![nonzero, one, zero]);
+        Counted::Staged {
+            first: a,
+            stride: st,
+            count,
+            loop_step,
+        }
+    })
+    .open(loc)
+}
+
+/// `ceil(n / d)` for `d > 0`, and 0 when `n <= 0`.
+fn ceil_div(n: i128, d: i128) -> i128 {
+    if n <= 0 {
+        0
+    } else {
+        (n + d - 1) / d
+    }
+}
+
+/// [`ceil_div`] in the IR (`d > 0`); `n` is clamped at 0 first, so nothing overflows for the
+/// bounds of a loop.
+fn staged_ceil_div(s: &mut state::TraceState, n: u32, d: u32) -> u32 {
+    let zero = s.push_const(DType::I64, Literal::Int(0));
+    let one = s.push_const(DType::I64, Literal::Int(1));
+    let n = s.push_op(ir::Op::Max, Some(DType::I64), vec![n, zero]);
+    let dm1 = s.push_op(ir::Op::Sub, Some(DType::I64), vec![d, one]);
+    let sum = s.push_op(ir::Op::Add, Some(DType::I64), vec![n, dm1]);
+    s.push_op(ir::Op::Div, Some(DType::I64), vec![sum, d])
+}
+
+/// A loop lowered onto a counter: `i = first + k * stride` for `k` in `0..count`.
+enum Counted {
+    Plain {
+        first: i128,
+        stride: i128,
+        count: i128,
+    },
+    /// Expression ids; `loop_step` is the RANGE's step (1, or 0 to fault).
+    Staged {
+        first: u32,
+        stride: u32,
+        count: u32,
+        loop_step: u32,
+    },
+}
+
+impl Counted {
+    #[track_caller]
+    fn open(self, loc: &'static Location<'static>) -> RangeGuard {
+        counted(self, loc)
+    }
+}
+
+fn counted(c: Counted, loc: &'static Location<'static>) -> RangeGuard {
+    state::with(|s| {
+        let int = |s: &mut state::TraceState, v: i128, what: &str| -> u32 {
+            let v = i64::try_from(v).unwrap_or_else(|_| {
+                s.error(loc, format!("the loop {what} {v} does not fit in i64"));
+                0
+            });
+            s.push_const(DType::I64, Literal::Int(v))
+        };
+        let (first, stride, count, loop_step) = match c {
+            Counted::Plain {
+                first,
+                stride,
+                count,
+            } => {
+                let f = int(s, first, "start");
+                let st = int(s, stride, "step");
+                let n = int(s, count, "trip count");
+                let one = s.push_const(DType::I64, Literal::Int(1));
+                (f, st, n, one)
+            }
+            Counted::Staged {
+                first,
+                stride,
+                count,
+                loop_step,
+            } => (first, stride, count, loop_step),
+        };
+        let zero = s.push_const(DType::I64, Literal::Int(0));
+        let k = s.push_op(
+            ir::Op::Range,
+            Some(DType::I64),
+            vec![zero, count, loop_step],
+        );
+        s.open_region(RegionKind::Range);
+        let offset = s.push_op(ir::Op::Mul, Some(DType::I64), vec![k, stride]);
+        let id = s.push_op(ir::Op::Add, Some(DType::I64), vec![first, offset]);
+        RangeGuard {
+            index: Expr::from_id(s.id, id),
+        }
+    })
+}
+
+#[track_caller]
+fn open_descending(
+    start: BoundValue,
+    end: BoundValue,
+    step: BoundValue,
+    inclusive: bool,
+) -> RangeGuard {
+    let loc = Location::caller();
+    if let BoundValue::Plain(v) = step {
+        if v <= 0 {
+            state::with(|s| s.error(loc, format!("the loop step must be positive, got {v}")));
+            return counted(
+                Counted::Plain {
+                    first: 0,
+                    stride: 1,
+                    count: 0,
+                },
+                loc,
+            );
+        }
+    }
+    if let (BoundValue::Plain(a), BoundValue::Plain(b), BoundValue::Plain(st)) = (start, end, step)
+    {
+        let b = if inclusive { b + 1 } else { b };
+        let count = ceil_div(b - a, st);
+        let first = a + (count - 1).max(0) * st;
+        return counted(
+            Counted::Plain {
+                first,
+                stride: -st,
+                count,
+            },
+            loc,
+        );
+    }
+    state::with(|s| {
+        let a = bound_i64(s, loc, start, "start");
+        let mut b = bound_i64(s, loc, end, "end");
+        let st = bound_i64(s, loc, step, "step");
+        let zero = s.push_const(DType::I64, Literal::Int(0));
+        let one = s.push_const(DType::I64, Literal::Int(1));
+        if inclusive {
+            b = s.push_op(ir::Op::Add, Some(DType::I64), vec![b, one]);
+        }
+        // A staged step that is not positive: the RANGE faults (step 0), as an ascending one.
+        let positive = s.push_op(ir::Op::Gt, Some(DType::Bool), vec![st, zero]);
+        let divisor = s.push_op(ir::Op::Max, Some(DType::I64), vec![st, one]);
+        let dist = s.push_op(ir::Op::Sub, Some(DType::I64), vec![b, a]);
+        let count = staged_ceil_div(s, dist, divisor);
+        let last_k = s.push_op(ir::Op::Sub, Some(DType::I64), vec![count, one]);
+        let last_k = s.push_op(ir::Op::Max, Some(DType::I64), vec![last_k, zero]);
+        let span = s.push_op(ir::Op::Mul, Some(DType::I64), vec![last_k, divisor]);
+        let first = s.push_op(ir::Op::Add, Some(DType::I64), vec![a, span]);
+        let stride = s.push_op(ir::Op::Neg, Some(DType::I64), vec![divisor]);
+        let loop_step = s.push_op(ir::Op::Select, Some(DType::I64), vec![positive, one, zero]);
+        Counted::Staged {
+            first,
+            stride,
+            count,
+            loop_step,
+        }
+    })
+    .open(loc)
+}
+
+/// A loop bound as an `i64` expression id (a constant, or the staged value cast to `i64`).
+fn bound_i64(s: &mut state::TraceState, loc: &Location<'_>, b: BoundValue, what: &str) -> u32 {
+    match b {
+        BoundValue::Plain(v) => {
+            let v = i64::try_from(v).unwrap_or_else(|_| {
+                s.error(loc, format!("the loop {what} {v} does not fit in i64"));
+                0
+            });
+            s.push_const(DType::I64, Literal::Int(v))
+        }
+        BoundValue::Staged(trace, id) => {
+            let id = s.operand(loc, trace, id);
+            if s.dtype_of(id) == Some(DType::I64) {
+                id
+            } else {
+                s.push_op(ir::Op::Cast, Some(DType::I64), vec![id])
+            }
+        }
+    }
+}
+
 impl RangeGuard {
     /// The loop index (a staged `i64`).
     pub fn index(&self) -> Expr<i64> {

@@ -13,7 +13,7 @@ use std::ops::IndexMut;
 /// `<`, `<=`, `>`, `>=`, `==`, `!=` for trace-time and staged operands.
 #[diagnostic::on_unimplemented(
     message = "cannot compare `{Self}` with `{R}` inside an operator",
-    note = "inside #[operator], comparisons work on numbers (trace-time or staged) of one type, `char`, `&str` and `String`; compare other values in a plain helper function"
+    note = "inside #[operator], comparisons work on numbers (trace-time or staged) of one type, `char`, `&str`, `String`, and slices, `Vec`s and arrays of comparable elements (shapes); compare other values in a plain helper function"
 )]
 pub trait Compare<R> {
     /// `bool` for trace-time operands, `Expr<bool>` for staged ones.
@@ -112,6 +112,48 @@ impl Compare<&str> for &str {
     fn ne(self, r: &str) -> bool {
         self != r
     }
+}
+
+/// Sequences compare at trace time as Rust compares slices (lexicographically), whatever mix of
+/// slice, `Vec` and array holds them: `a.shape() != b.shape()`, `x.dims::<2>() == [3, 4]`.
+macro_rules! seq_compare {
+    ($([$($g:tt)*] $l:ty, $r:ty;)*) => {$(
+        impl<$($g)*> Compare<$r> for $l {
+            type Out = bool;
+            fn lt(self, r: $r) -> bool { seq(&self) < seq(&r) }
+            fn le(self, r: $r) -> bool { seq(&self) <= seq(&r) }
+            fn gt(self, r: $r) -> bool { seq(&self) > seq(&r) }
+            fn ge(self, r: $r) -> bool { seq(&self) >= seq(&r) }
+            fn eq(self, r: $r) -> bool { seq(&self) == seq(&r) }
+            fn ne(self, r: $r) -> bool { seq(&self) != seq(&r) }
+        }
+    )*};
+}
+
+/// Any sequence as a slice.
+fn seq<T, S: AsRef<[T]> + ?Sized>(s: &S) -> &[T] {
+    s.as_ref()
+}
+
+seq_compare! {
+    ['a, 'b, T: PartialOrd] &'a [T], &'b [T];
+    ['a, T: PartialOrd] &'a [T], Vec<T>;
+    ['a, 'b, T: PartialOrd] &'a [T], &'b Vec<T>;
+    ['a, T: PartialOrd, const N: usize] &'a [T], [T; N];
+    ['a, 'b, T: PartialOrd, const N: usize] &'a [T], &'b [T; N];
+    ['a, T: PartialOrd] Vec<T>, &'a [T];
+    [T: PartialOrd] Vec<T>, Vec<T>;
+    ['a, T: PartialOrd] Vec<T>, &'a Vec<T>;
+    [T: PartialOrd, const N: usize] Vec<T>, [T; N];
+    ['a, T: PartialOrd] &'a Vec<T>, &'a [T];
+    ['a, T: PartialOrd] &'a Vec<T>, Vec<T>;
+    ['a, 'b, T: PartialOrd] &'a Vec<T>, &'b Vec<T>;
+    ['a, T: PartialOrd, const N: usize] &'a Vec<T>, [T; N];
+    ['a, T: PartialOrd, const N: usize] [T; N], &'a [T];
+    [T: PartialOrd, const N: usize, const M: usize] [T; N], [T; M];
+    [T: PartialOrd, const N: usize] [T; N], Vec<T>;
+    ['a, T: PartialOrd, const N: usize] [T; N], &'a Vec<T>;
+    ['a, 'b, T: PartialOrd, const N: usize, const M: usize] &'a [T; N], &'b [T; M];
 }
 
 macro_rules! mixed_compare {
@@ -386,4 +428,78 @@ pub fn write<T: Scalar, B: Borrow<Tensor<T>> + ?Sized, const N: usize>(
     value: impl IntoExpr<T>,
 ) {
     t.borrow().write(indices, value)
+}
+
+/// Unary `-` inside an operator (the `#[operator]` rewrite of `-e`): Rust's `-` on trace-time
+/// numbers, NEG on staged values of a [`super::Signed`] type. An unsigned staged value has no
+/// negation (it would wrap, `-2u8` being 254): the error names the type and says what to write.
+#[diagnostic::on_unimplemented(
+    message = "cannot negate `{Self}` inside an operator",
+    note = "unary `-` applies to signed numbers (trace-time or staged: `Expr<i32>`, `Expr<f32>`, ...); for an unsigned value cast first (`-(x as i32)`) or use `wrapping_neg(x)` if the wrap is meant"
+)]
+pub trait Negate {
+    /// The negated value's type.
+    type Out;
+    /// `-self`.
+    fn negate(self) -> Self::Out;
+}
+
+impl<T: super::Signed> Negate for Expr<T> {
+    type Out = Expr<T>;
+    #[track_caller]
+    fn negate(self) -> Expr<T> {
+        -self
+    }
+}
+
+impl<T: super::Signed> Negate for Var<T> {
+    type Out = Expr<T>;
+    #[track_caller]
+    fn negate(self) -> Expr<T> {
+        -self
+    }
+}
+
+impl<T: super::Signed> Negate for &Expr<T> {
+    type Out = Expr<T>;
+    #[track_caller]
+    fn negate(self) -> Expr<T> {
+        -*self
+    }
+}
+
+impl<T: super::Signed> Negate for &crate::lazy::Lazy<T> {
+    type Out = crate::lazy::Lazy<T>;
+    #[track_caller]
+    fn negate(self) -> crate::lazy::Lazy<T> {
+        -self
+    }
+}
+
+impl<T: super::Signed> Negate for crate::lazy::Lazy<T> {
+    type Out = crate::lazy::Lazy<T>;
+    #[track_caller]
+    fn negate(self) -> crate::lazy::Lazy<T> {
+        -self
+    }
+}
+
+macro_rules! plain_negate {
+    ($($t:ty)*) => {$(
+        impl Negate for $t {
+            type Out = $t;
+            fn negate(self) -> $t { -self }
+        }
+        impl Negate for &$t {
+            type Out = $t;
+            fn negate(self) -> $t { -*self }
+        }
+    )*};
+}
+plain_negate!(i8 i16 i32 i64 i128 isize f32 f64);
+
+/// `-e`.
+#[track_caller]
+pub fn neg<E: Negate>(e: E) -> E::Out {
+    e.negate()
 }

@@ -91,19 +91,33 @@ impl<T: Scalar> Var<T> {
     }
 }
 
-/// Element types with arithmetic (every dtype but `bool`).
-pub trait Num: Scalar {}
+/// Element types with arithmetic (every dtype but `bool`). Generic code gets `T::ONE` /
+/// `T::ZERO`, and plain integers coerce to a staged `T` (`x == 0`, `select(c, 1, 0)`).
+pub trait Num: Scalar + IntoExpr<Self> + super::tensor::One + super::tensor::Zero {}
+/// Signed element types (`i8` .. `i64`, `f32`, `f64`): the ones unary `-` applies to, as in
+/// Rust. Negating an unsigned value would wrap (`-2u8` is 254), so it is a compile error; bound
+/// a generic operator that negates by `T: Signed` (or `T: Float`).
+#[diagnostic::on_unimplemented(
+    message = "cannot negate a `{Self}` value: unary `-` needs a signed element type (on an unsigned one it would wrap: 2 becomes 254)",
+    note = "as in Rust, `-x` is for signed types: cast first (`-(x as i32)`), write `wrapping_neg(x)` if the wrap is meant, or bound a generic element type by `Signed`"
+)]
+pub trait Signed: Num {}
+
 /// Floating-point element types (`f32`, `f64`).
-pub trait Float: Num {}
+pub trait Float: Signed {}
 /// Integer element types.
 pub trait Int: Num {}
 
 impl Num for f32 {}
 impl Num for f64 {}
+impl Signed for f32 {}
+impl Signed for f64 {}
 impl Float for f32 {}
 impl Float for f64 {}
 macro_rules! ints { ($($t:ty)*) => {$( impl Num for $t {} impl Int for $t {} )*} }
 ints!(i8 i16 i32 i64 u8 u16 u32 u64);
+macro_rules! signed { ($($t:ty)*) => {$( impl Signed for $t {} )*} }
+signed!(i8 i16 i32 i64);
 
 /// Anything usable where a staged `T` is expected: `Expr<T>`, `Var<T>`, and plain numbers
 /// (converted to `T`; trace-time integers and floats coerce to float `T`, integers to integer `T`).
@@ -233,42 +247,53 @@ pub(crate) fn int_fits(d: DType, v: i128) -> bool {
     (lo..=hi).contains(&v)
 }
 
-/// Plain Rust numbers as literals of a staged dtype.
-macro_rules! literal_into {
-    ($target:ty; $($src:ty => $lit:ident),*) => {$(
-        impl IntoExpr<$target> for $src {
-            #[track_caller]
-            #[allow(clippy::unnecessary_cast)]
-            fn into_expr(self) -> Expr<$target> {
-                coerced::<$target>(literal_into!(@lit $lit self), stringify!($src))
-            }
-        }
-    )*};
-    (@lit F $v:ident) => { Literal::Float($v as f64) };
-    (@lit I $v:ident) => { Literal::Int($v as i64) };
-    (@lit U $v:ident) => { Literal::UInt($v as u64) };
-}
-
-/// Every Scalar is a staged value of its own type.
-impl<T: Scalar> IntoExpr<T> for T {
+/// `bool` is a staged value of its own type (numbers: below).
+impl IntoExpr<bool> for bool {
     #[track_caller]
-    fn into_expr(self) -> Expr<T> {
+    fn into_expr(self) -> Expr<bool> {
         constant(self)
     }
 }
 
-literal_into!(f32; f64 => F, i8 => I, i16 => I, i32 => I, i64 => I, isize => I,
-                   u8 => U, u16 => U, u32 => U, u64 => U, usize => U);
-literal_into!(f64; f32 => F, i8 => I, i16 => I, i32 => I, i64 => I, isize => I,
-                   u8 => U, u16 => U, u32 => U, u64 => U, usize => U);
-literal_into!(i8; i16 => I, i32 => I, i64 => I, isize => I, u8 => U, u16 => U, u32 => U, u64 => U, usize => U);
-literal_into!(i16; i8 => I, i32 => I, i64 => I, isize => I, u8 => U, u16 => U, u32 => U, u64 => U, usize => U);
-literal_into!(i32; i8 => I, i16 => I, i64 => I, isize => I, u8 => U, u16 => U, u32 => U, u64 => U, usize => U);
-literal_into!(i64; i8 => I, i16 => I, i32 => I, isize => I, u8 => U, u16 => U, u32 => U, u64 => U, usize => U);
-literal_into!(u8; i8 => I, i16 => I, i32 => I, i64 => I, isize => I, u16 => U, u32 => U, u64 => U, usize => U);
-literal_into!(u16; i8 => I, i16 => I, i32 => I, i64 => I, isize => I, u8 => U, u32 => U, u64 => U, usize => U);
-literal_into!(u32; i8 => I, i16 => I, i32 => I, i64 => I, isize => I, u8 => U, u16 => U, u64 => U, usize => U);
-literal_into!(u64; i8 => I, i16 => I, i32 => I, i64 => I, isize => I, u8 => U, u16 => U, u32 => U, usize => U);
+/// A plain integer is a literal of any numeric staged type, generic ones included (`x == 0`,
+/// `select(c, 1, 0)` for `T: Num`); a value that does not fit the type is a trace error.
+macro_rules! int_into {
+    ($($src:ty => $lit:ident),*) => {$(
+        impl<T: Num> IntoExpr<T> for $src {
+            #[track_caller]
+            #[allow(clippy::unnecessary_cast)]
+            fn into_expr(self) -> Expr<T> {
+                coerced::<T>(literal_into!(@lit $lit self), stringify!($src))
+            }
+        }
+    )*};
+}
+
+/// A plain float is a literal of any float staged type (never of an integer one).
+macro_rules! float_into {
+    ($($src:ty),*) => {$(
+        impl<T: Float> IntoExpr<T> for $src {
+            #[track_caller]
+            #[allow(clippy::unnecessary_cast)]
+            fn into_expr(self) -> Expr<T> {
+                coerced::<T>(Literal::Float(self as f64), stringify!($src))
+            }
+        }
+    )*};
+}
+
+macro_rules! literal_into {
+    (@lit I $v:ident) => {
+        Literal::Int($v as i64)
+    };
+    (@lit U $v:ident) => {
+        Literal::UInt($v as u64)
+    };
+}
+
+int_into!(i8 => I, i16 => I, i32 => I, i64 => I, isize => I, u8 => U, u16 => U, u32 => U,
+          u64 => U, usize => U);
+float_into!(f32, f64);
 
 macro_rules! typed_plain {
     ($($t:ty),*) => {$(

@@ -121,6 +121,14 @@ pub fn min<T: Num>(a: impl IntoExpr<T>, b: impl IntoExpr<T>) -> Expr<T> {
     binary(ir::Op::Min, a.into_expr(), b.into_expr())
 }
 
+/// `-x` for any numeric type, wrapping for unsigned integers (`wrapping_neg(2u8)` is 254), as
+/// Rust's `u8::wrapping_neg`. Unary `-` only applies to [`super::Signed`] types; use this where
+/// the wrap is what you mean.
+#[track_caller]
+pub fn wrapping_neg<T: Num>(x: impl IntoExpr<T>) -> Expr<T> {
+    super::ops::unary(ir::Op::Neg, x.into_expr())
+}
+
 /// The larger of `a` and `b` (for floats a NaN operand is ignored).
 #[track_caller]
 pub fn max<T: Num>(a: impl IntoExpr<T>, b: impl IntoExpr<T>) -> Expr<T> {

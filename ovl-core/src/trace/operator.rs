@@ -200,6 +200,22 @@ pub fn trace_operator<R: Outputs, F: FnOnce(&mut Tracer) -> R>(
     returned.to_lazy(&node, &mut 0)
 }
 
+/// [`trace_operator`] for an operator declared with `#[operator(gradient = ..)]`: the call gets
+/// `gradient` attached, as [`crate::autodiff::set_gradient`] would. (Such calls are traced at
+/// every call: the trace memo keys calls without a gradient.)
+pub fn trace_operator_with_gradient<R, F, G>(site: OperatorSite, body: F, gradient: G) -> R::Lazy
+where
+    R: Outputs,
+    F: FnOnce(&mut Tracer) -> R,
+    G: Fn(&crate::lazy::GradientCall) -> Vec<Option<LazyTensor>> + Send + Sync + 'static,
+{
+    let (returned, node, _) = trace(site, body);
+    if let Node::Operator(op) = &*node {
+        let _ = op.gradient.0.set(Arc::new(gradient));
+    }
+    returned.to_lazy(&node, &mut 0)
+}
+
 /// [`trace_operator`] for a call whose inputs and trace-time arguments are described by `key`
 /// (see [`super::memo`]): a call seen before reuses its trace without running `body`.
 pub fn trace_operator_keyed<R: Outputs, F: FnOnce(&mut Tracer) -> R>(

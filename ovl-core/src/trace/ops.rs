@@ -117,7 +117,7 @@ arith! {
     Rem rem RemAssign rem_assign Mod
 }
 
-impl<T: Num> Neg for Expr<T> {
+impl<T: super::expr::Signed> Neg for Expr<T> {
     type Output = Expr<T>;
     #[track_caller]
     fn neg(self) -> Expr<T> {
@@ -125,7 +125,7 @@ impl<T: Num> Neg for Expr<T> {
     }
 }
 
-impl<T: Num> Neg for Var<T> {
+impl<T: super::expr::Signed> Neg for Var<T> {
     type Output = Expr<T>;
     #[track_caller]
     fn neg(self) -> Expr<T> {

@@ -584,10 +584,31 @@ pub fn ones<T: Scalar + One>(shape: impl AsRef<[usize]>) -> Tensor<T> {
     local(shape.as_ref(), T::ONE)
 }
 
-/// Element types with a one.
+/// Element types with a one (every element type; `true` for `bool`).
 pub trait One {
+    /// One.
     const ONE: Self;
 }
+
+/// Element types with a zero (every element type; `false` for `bool`).
+pub trait Zero {
+    /// Zero.
+    const ZERO: Self;
+}
+macro_rules! zero { ($($t:ty = $v:expr),*) => {$( impl Zero for $t { const ZERO: Self = $v; } )*} }
+zero!(
+    f32 = 0.0,
+    f64 = 0.0,
+    i8 = 0,
+    i16 = 0,
+    i32 = 0,
+    i64 = 0,
+    u8 = 0,
+    u16 = 0,
+    u32 = 0,
+    u64 = 0,
+    bool = false
+);
 macro_rules! one { ($($t:ty = $v:expr),*) => {$( impl One for $t { const ONE: Self = $v; } )*} }
 one!(
     f32 = 1.0,

@@ -3,7 +3,8 @@
 //! - A statement `if` becomes an `IfGuard` sequence (`cond`, `then_branch`, `else_branch`,
 //!   `end`) that runs Rust's `if` on a trace-time `bool` and emits IF / ELSE / END_IF on a staged
 //!   one; an `if` whose value is used stays a Rust `if` on `plain_cond(..)`.
-//! - A `for` over `a..b`, `a..=b`, `(a..b).step_by(s)` becomes one staged RANGE; a `for` over
+//! - A `for` over `a..b`, `a..=b`, `(a..b).step_by(s)`, any of them `.rev()`, or
+//!   `arange(start, stop, step)` becomes one staged RANGE; a `for` over
 //!   anything else, or marked `#[unroll]`, stays a Rust loop (unrolled at trace time).
 //! - A `while` becomes a Rust `loop` driven by a `WhileLoop` guard, which stays a Rust loop on a
 //!   trace-time condition and emits WHILE on a staged one; the `break`/`continue` that leave it
@@ -149,12 +150,37 @@ fn range_of(iter: &Expr) -> Option<(&syn::ExprRange, Option<&Expr>)> {
     }
 }
 
+/// The receiver of `.rev()` (through any parentheses).
+fn rev_of(iter: &Expr) -> Option<&Expr> {
+    match peel(iter) {
+        Expr::MethodCall(m) if m.method == "rev" && m.args.is_empty() && m.turbofish.is_none() => {
+            Some(&m.receiver)
+        }
+        _ => None,
+    }
+}
+
+/// `arange(start, stop, step)`: a call of a function named `arange` with three arguments.
+fn is_arange(iter: &Expr) -> bool {
+    match peel(iter) {
+        Expr::Call(c) if c.args.len() == 3 => matches!(
+            &*c.func,
+            Expr::Path(p) if p.qself.is_none()
+                && p.path.segments.last().is_some_and(|s| s.ident == "arange" && s.arguments.is_none())
+        ),
+        _ => false,
+    }
+}
+
 /// Decides what a `for` loop becomes: see [`ForKind`].
 pub(crate) fn classify_for(f: &syn::ExprForLoop) -> ForKind {
     if f.attrs.iter().any(is_unroll) {
         return ForKind::Rust;
     }
-    match range_of(&f.expr) {
+    if is_arange(&f.expr) {
+        return ForKind::Staged;
+    }
+    match range_of(rev_of(&f.expr).unwrap_or(&f.expr)) {
         None => ForKind::Rust,
         Some((r, _)) if r.start.is_none() => ForKind::NoStart,
         Some((r, _)) if r.end.is_none() => ForKind::NoEnd,
@@ -304,8 +330,39 @@ pub(super) fn rewrite_for(r: &mut Rewriter, e: &mut Expr) {
         return;
     }
 
+    // `arange(a, b, s)`.
+    let iter = peel_owned(*f.expr);
+    if let Expr::Call(call) = iter {
+        let mut args: Vec<Expr> = call.args.into_iter().collect();
+        for a in &mut args {
+            r.expr(a, Pos::Value);
+        }
+        r.loops.push(LoopKind::StagedFor, f.label.as_ref());
+        r.scopes.push();
+        r.scopes.declare_pattern(&f.pat, false);
+        r.block(&mut f.body, Pos::Statement);
+        r.scopes.pop();
+        r.loops.pop();
+        let at = call.func.span();
+        let rt = rt(at);
+        let args = args.iter().map(unparen);
+        let pat = &f.pat;
+        let body = &f.body;
+        let start_stmt = quote_spanned!(at=> let __ovl_r = #rt::arange(#(#args),*););
+        let index = quote_spanned!(pat.span()=> let #pat = __ovl_r.index(););
+        let end_stmt = quote_spanned!(body.brace_token.span.close()=> __ovl_r.end(););
+        let block: Block =
+            parse_quote_spanned!(f.for_token.span=> { #start_stmt #index #body #end_stmt });
+        *e = block_expr(f.attrs, block);
+        return;
+    }
+    // `(..).rev()`: the same range, descending.
+    let (iter, rev) = match iter {
+        Expr::MethodCall(m) if m.method == "rev" => (peel_owned(*m.receiver), true),
+        other => (other, false),
+    };
     // `(a..b).step_by(s)` or `a..b`, through any parentheses.
-    let (range, step) = match peel_owned(*f.expr) {
+    let (range, step) = match iter {
         Expr::MethodCall(m) => {
             let step = m.args.into_iter().next();
             match peel_owned(*m.receiver) {
@@ -336,9 +393,15 @@ pub(super) fn rewrite_for(r: &mut Rewriter, e: &mut Expr) {
     r.scopes.pop();
     r.loops.pop();
 
-    let (limits_span, func) = match range.limits {
-        RangeLimits::HalfOpen(t) => (t.spans[0], quote_spanned!(t.spans[0]=> range)),
-        RangeLimits::Closed(t) => (t.spans[0], quote_spanned!(t.spans[0]=> range_inclusive)),
+    let (limits_span, func) = match (range.limits, rev) {
+        (RangeLimits::HalfOpen(t), false) => (t.spans[0], quote_spanned!(t.spans[0]=> range)),
+        (RangeLimits::Closed(t), false) => {
+            (t.spans[0], quote_spanned!(t.spans[0]=> range_inclusive))
+        }
+        (RangeLimits::HalfOpen(t), true) => (t.spans[0], quote_spanned!(t.spans[0]=> range_rev)),
+        (RangeLimits::Closed(t), true) => {
+            (t.spans[0], quote_spanned!(t.spans[0]=> range_inclusive_rev))
+        }
     };
     let rt = rt(limits_span);
     let (start, end) = (unparen(&start), unparen(&end));

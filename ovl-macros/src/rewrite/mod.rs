@@ -127,6 +127,7 @@ impl Rewriter {
             }
             Expr::Binary(_) => operators::rewrite_binary(self, e),
             Expr::Cast(_) => operators::rewrite_cast(self, e),
+            Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => operators::rewrite_neg(self, e),
             Expr::Index(_) => indexing::rewrite_index(self, e),
             Expr::Assign(_) => assign::rewrite_assign(self, e),
             // `[x; N]`: `N` is a constant.

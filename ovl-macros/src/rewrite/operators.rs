@@ -4,7 +4,9 @@
 //! - `a < b` -> `RT::lt(a, b)`, and `le gt ge eq ne` likewise;
 //! - `a && b` -> `RT::and(a, || b)`, `a || b` -> `RT::or(a, || b)` (`b` stays lazy: Rust's
 //!   short-circuit on trace-time `bool`s);
-//! - `e as T` -> `RT::cast::<T, _>(e)`.
+//! - `e as T` -> `RT::cast::<T, _>(e)`;
+//! - `-e` -> `RT::neg(e)` (not on a literal: `-1` stays a literal), so that negating an
+//!   unsigned staged value is an error that says why.
 //!
 //! Compound assignments (`a op= b`) are binary expressions in syn: the ones on an
 //! array-literal index go to [`super::assign`], the others keep Rust's (overloadable) meaning.
@@ -63,4 +65,19 @@ pub(super) fn rewrite_cast(r: &mut Rewriter, e: &mut Expr) {
     let rt = rt(span);
     let (value, ty) = (unparen(&c.expr), &c.ty);
     *e = parse_quote_spanned!(span=> #rt::cast::<#ty, _>(#value));
+}
+
+pub(super) fn rewrite_neg(r: &mut Rewriter, e: &mut Expr) {
+    let Expr::Unary(mut u) = take(e) else {
+        unreachable!()
+    };
+    r.expr(&mut u.expr, Pos::Value);
+    if matches!(peel(&u.expr), Expr::Lit(_)) {
+        *e = Expr::Unary(u);
+        return;
+    }
+    let span = u.op.span();
+    let rt = rt(span);
+    let value = unparen(&u.expr);
+    *e = parse_quote_spanned!(span=> #rt::neg(#value));
 }

@@ -19,6 +19,7 @@ fn f(xs: Vec<Tensor<f32>>, gates: [f32; 4]) -> Tensor<f32> {
         }
         acc += gates[g] * xs[g][[i]];
     }
+    #[unroll]
     for k in (0..n).rev() {
         acc += k as f32;
     }
