@@ -427,3 +427,67 @@ fn views_by_value_unwind_safe_and_typed_outputs() {
     assert!(ovl::evaluate_into(&by_value, &mut wrong_shape, &interp()).is_err());
     assert_eq!(wrong_shape.shape(), &[2, 3]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Item 3: empty tensors and 0-d inputs.
+
+#[operator]
+fn plus_one(x: Tensor<f32>) -> Tensor<f32> {
+    let p = position_in(x.shape());
+    let out = output_like(&x);
+    out[&p] = x[&p] + 1.0;
+    out
+}
+
+/// A row sum: the workgroup is the rows, the loop runs over the (maybe empty) columns.
+#[operator]
+fn row_sums(x: Tensor<f32>) -> (Tensor<f32>, Tensor<f32>) {
+    let [rows, cols] = x.dims::<2>();
+    let r = position_in([rows])[0];
+    let out = output([rows]);
+    let untouched = output([4]);
+    let mut acc = variable(0.0f32);
+    for j in 0..cols {
+        acc += x[[r, j]];
+    }
+    out[[r]] = acc;
+    untouched[[r % 4]] = 7.0;
+    (out, untouched)
+}
+
+#[test]
+fn empty_and_zero_d_inputs() {
+    for options in [interp(), Options::cpu()] {
+        for shape in [vec![0usize], vec![3, 0], vec![0, 2]] {
+            let x = ArrayD::<f32>::zeros(ndarray::IxDyn(&shape));
+            let y = ovl::evaluate_with(&plus_one(&x), &options).unwrap();
+            assert_eq!(y.shape(), &shape[..]);
+            // Chained with a non-empty consumer of the empty result.
+            let z = ovl::evaluate_with(&plus_one(plus_one(&x)), &options).unwrap();
+            assert_eq!(z.shape(), &shape[..]);
+        }
+        // Three rows of nothing: sums are 0; no row at all: the other output is zeros.
+        let (s, u) = row_sums(ndarray::Array2::<f32>::zeros((3, 0)));
+        let (s, u) = ovl::evaluate_with((&s, &u), &options).unwrap();
+        assert_eq!(s, array![0.0f32, 0.0, 0.0].into_dyn());
+        assert_eq!(u, array![7.0f32, 7.0, 7.0, 0.0].into_dyn());
+        let (s, u) = row_sums(ndarray::Array2::<f32>::zeros((0, 5)));
+        let (s, u) = ovl::evaluate_with((&s, &u), &options).unwrap();
+        assert_eq!(s.shape(), &[0]);
+        assert_eq!(u, array![0.0f32, 0.0, 0.0, 0.0].into_dyn());
+        // A 0-d input: one worker.
+        let x0 = ndarray::arr0(41.0f32).into_dyn();
+        let y0 = ovl::evaluate_with(&plus_one(&x0), &options).unwrap();
+        assert_eq!(y0, ndarray::arr0(42.0f32).into_dyn());
+        // And the stdlib agrees on the empty case.
+        let e = ovl::evaluate_with(&ovl_stdlib::sum(ArrayD::<f32>::zeros(ndarray::IxDyn(&[3, 0])), 1), &options).unwrap();
+        assert_eq!(e, array![0.0f32, 0.0, 0.0].into_dyn());
+    }
+}
+
+#[test]
+fn handle_arithmetic_on_empty_tensors() {
+    let e = Lazy::from(ArrayD::<f32>::zeros(ndarray::IxDyn(&[2, 0])));
+    let y = ovl::evaluate_with(&(&e + &e), &interp()).unwrap();
+    assert_eq!(y.shape(), &[2, 0]);
+}

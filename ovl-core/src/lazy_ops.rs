@@ -2,8 +2,8 @@
 //! elementwise operators (one worker per element) in the lazy graph, which the merger fuses
 //! with their neighbours.
 //!
-//! Both tensors must have the same dtype (the types enforce it) and the same shape; a shape
-//! mismatch, an empty tensor or arithmetic on `bool` is reported by `evaluate` as an error
+//! Both tensors must have the same dtype (the types enforce it) and the same shape (an empty
+//! one gives an empty result); a shape mismatch or arithmetic on `bool` is reported by `evaluate` as an error
 //! naming the line of the expression, never a panic.
 
 use crate::dtype::{DType, Literal};
@@ -75,10 +75,6 @@ fn elementwise<T: Scalar>(
     } else if dtype == DType::Bool {
         error = Some(format!(
             "`{name}` of bool tensors: arithmetic needs numbers; cast them in an operator"
-        ));
-    } else if shape.contains(&0) {
-        error = Some(format!(
-            "`{name}` of an empty tensor {shape:?}: every workgroup dimension must be > 0"
         ));
     }
 
