@@ -103,7 +103,10 @@ pub use ovl_core::autodiff::{
 };
 pub use ovl_core::lazy::Graph;
 pub use ovl_core::trace::{Expr, Position, Tensor, Var};
-pub use ovl_core::{ir, DType, HostTensor, IntoLazy, Lazy, LazyTensor, Scalar, TraceError};
+pub use ovl_core::broadcast;
+pub use ovl_core::{
+    ir, CompareOperand, DType, HostTensor, IntoLazy, Lazy, LazyTensor, Scalar, TraceError,
+};
 pub use ovl_macros::{helper, operator};
 
 pub use fusion::fusion;

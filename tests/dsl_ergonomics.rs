@@ -491,3 +491,50 @@ fn handle_arithmetic_on_empty_tensors() {
     let y = ovl::evaluate_with(&(&e + &e), &interp()).unwrap();
     assert_eq!(y.shape(), &[2, 0]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Item 7: handle arithmetic broadcasts like ovl_stdlib, and has `%` and comparisons.
+
+#[test]
+fn handle_arithmetic_broadcasts_like_the_stdlib() {
+    let a = Lazy::from(array![[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]]);
+    let row = Lazy::from(array![10.0f32, 20.0, 30.0]);
+    let col = Lazy::from(array![[100.0f32], [200.0]]);
+    for options in [interp(), Options::cpu()] {
+        let sum = ovl::evaluate_with(&(&a + &row), &options).unwrap();
+        let expected = array![[11.0f32, 22.0, 33.0], [14.0, 25.0, 36.0]].into_dyn();
+        assert_eq!(sum, expected);
+        let stdlib = ovl::evaluate_with(&ovl_stdlib::add(&a, &row), &options).unwrap();
+        assert_eq!(stdlib, expected);
+        let outer = ovl::evaluate_with(&(&col - &row), &options).unwrap();
+        assert_eq!(
+            outer,
+            array![[90.0f32, 80.0, 70.0], [190.0, 180.0, 170.0]].into_dyn()
+        );
+        let m = Lazy::from(array![7i32, -7, 9]);
+        let r = ovl::evaluate_with(&(&m % 4), &options).unwrap();
+        assert_eq!(r, array![7 % 4, -7 % 4, 9 % 4].into_dyn());
+        let r2 = ovl::evaluate_with(&(&m % &Lazy::from(ndarray::arr0(5i32))), &options).unwrap();
+        assert_eq!(r2, array![2, -2, 4].into_dyn());
+        let less = ovl::evaluate_with(&a.less(&Lazy::from(array![2.0f32, 2.0, 7.0])), &options)
+            .unwrap();
+        assert_eq!(less, array![[true, false, true], [false, false, true]].into_dyn());
+        let eq = ovl::evaluate_with(&a.equal(5.0), &options).unwrap();
+        assert_eq!(eq, array![[false, false, false], [false, true, false]].into_dyn());
+        let ge = ovl::evaluate_with(&row.greater_equal(&col), &options).unwrap();
+        let ge_std = ovl::evaluate_with(&ovl_stdlib::greater_equal(&row, &col), &options).unwrap();
+        assert_eq!(ge, ge_std);
+    }
+    // Shapes that do not broadcast: the same message as the stdlib's.
+    let bad = &a + &Lazy::from(array![1.0f32, 2.0]);
+    let err = ovl::evaluate_with(&bad, &interp()).unwrap_err();
+    assert!(
+        err.to_string().contains("shapes [2, 3] and [2] do not broadcast"),
+        "{err}"
+    );
+    let err = ovl::evaluate_with(&ovl_stdlib::add(&a, array![1.0f32, 2.0]), &interp()).unwrap_err();
+    assert!(
+        err.to_string().contains("shapes [2, 3] and [2] do not broadcast"),
+        "{err}"
+    );
+}
