@@ -101,9 +101,9 @@ pub use options::{Options, Target};
 pub use ovl_core::autodiff::{
     backward, backward_untyped, set_gradient, GradError, GradientCall, GradientFn, Gradients,
 };
+pub use ovl_core::broadcast;
 pub use ovl_core::lazy::Graph;
 pub use ovl_core::trace::{Expr, Position, Tensor, Var};
-pub use ovl_core::broadcast;
 pub use ovl_core::{
     ir, CompareOperand, DType, HostTensor, IntoLazy, Lazy, LazyTensor, Scalar, TraceError,
 };

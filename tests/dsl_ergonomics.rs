@@ -78,7 +78,10 @@ fn scale_rows_grad(
     rows: Lazy<i32>,
     dy: Lazy<f64>,
 ) -> (Lazy<f64>, Option<Lazy<i32>>) {
-    (clip_grad(&dy, &dy, f64::MIN, f64::MAX) * &to_f64(&rows), None)
+    (
+        clip_grad(&dy, &dy, f64::MIN, f64::MAX) * &to_f64(&rows),
+        None,
+    )
 }
 
 #[operator]
@@ -101,7 +104,7 @@ fn gradient_attribute_matches_set_gradient() {
     let y2 = clip_plain(&x, 0.1, 0.9);
     assert!(ovl::set_gradient(&y2, |c| {
         vec![Some(
-            clip_grad(&c.input::<f64>(0), &c.output_grad::<f64>(0), 0.1, 0.9).into_untyped(),
+            clip_grad(c.input::<f64>(0), c.output_grad::<f64>(0), 0.1, 0.9).into_untyped(),
         )]
     }));
     let manual = ovl::backward(&[(&y2, &dy)], &[&x]).unwrap();
@@ -242,7 +245,7 @@ fn descending_loops_interpreter_and_cpp() {
                 .collect();
             for r in 0..2 {
                 let row: Vec<f64> = x.row(r).to_vec();
-                let mut suffix = vec![0.0; 5];
+                let mut suffix = [0.0; 5];
                 let mut acc = 0.0;
                 for k in (0..5).rev() {
                     acc += row[k];
@@ -286,7 +289,10 @@ fn zero_step(x: Tensor<f64>) -> Tensor<f64> {
 fn arange_zero_step_is_a_trace_error() {
     let err = ovl::evaluate_with(&zero_step(array![1.0f64, 2.0, 3.0]), &interp()).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("the step of `arange` must not be zero"), "{msg}");
+    assert!(
+        msg.contains("the step of `arange` must not be zero"),
+        "{msg}"
+    );
     assert!(msg.contains("zero_step"), "{msg}");
 }
 
@@ -306,7 +312,11 @@ fn descending_loop_is_staged_not_unrolled() {
 #[operator]
 fn add_same_shape(a: Tensor<f32>, b: Tensor<f32>) -> Tensor<f32> {
     if a.shape() != b.shape() {
-        trace_error(format!("add_same_shape: shapes {:?} and {:?} differ", a.shape(), b.shape()));
+        trace_error(format!(
+            "add_same_shape: shapes {:?} and {:?} differ",
+            a.shape(),
+            b.shape()
+        ));
     }
     if a.dims::<2>() == [0, 0] || a.shape() < &[1, 1] || a.shape().to_vec() != b.shape().to_vec() {
         trace_error("empty");
@@ -323,8 +333,12 @@ fn shape_comparisons_at_trace_time() {
     let a = array![[1.0f32, 2.0], [3.0, 4.0]];
     let y = ovl::evaluate_with(&add_same_shape(&a, &a), &interp()).unwrap();
     assert_eq!(y, array![[2.0f32, 4.0], [6.0, 8.0]].into_dyn());
-    let err = ovl::evaluate_with(&add_same_shape(&a, array![[1.0f32, 2.0]]), &interp()).unwrap_err();
-    assert!(err.to_string().contains("shapes [2, 2] and [1, 2] differ"), "{err}");
+    let err =
+        ovl::evaluate_with(&add_same_shape(&a, array![[1.0f32, 2.0]]), &interp()).unwrap_err();
+    assert!(
+        err.to_string().contains("shapes [2, 2] and [1, 2] differ"),
+        "{err}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -348,7 +362,10 @@ fn negation_signed_and_wrapping() {
     assert_eq!(a, array![-1i32, 2, 0].into_dyn());
     assert_eq!(b, array![254u8, 0, 1].into_dyn());
     let f = -&Lazy::from(array![1.5f32, -2.0]);
-    assert_eq!(ovl::evaluate_with(&f, &interp()).unwrap(), array![-1.5f32, 2.0].into_dyn());
+    assert_eq!(
+        ovl::evaluate_with(&f, &interp()).unwrap(),
+        array![-1.5f32, 2.0].into_dyn()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -371,21 +388,19 @@ fn first_one<T: One + Zero + Copy>() -> (T, T) {
 
 #[test]
 fn generic_literals_and_one_zero() {
-    for (flags, shifted) in [
-        {
-            let (f, s) = is_zero_indicator(array![0i32, 3, -2]);
-            ovl::evaluate_with((&f, &s), &interp()).unwrap()
-        },
-    ] {
-        assert_eq!(flags, array![1i32, 0, 0].into_dyn());
-        assert_eq!(shifted, array![1i32, 7, -3].into_dyn());
-    }
+    let (f, s) = is_zero_indicator(array![0i32, 3, -2]);
+    let (flags, shifted) = ovl::evaluate_with((&f, &s), &interp()).unwrap();
+    assert_eq!(flags, array![1i32, 0, 0].into_dyn());
+    assert_eq!(shifted, array![1i32, 7, -3].into_dyn());
     let (f, s) = is_zero_indicator(array![0.0f64, 0.5]);
     let (f, s) = ovl::evaluate_with((&f, &s), &interp()).unwrap();
     assert_eq!(f, array![1.0f64, 0.0].into_dyn());
     assert_eq!(s, array![1.0f64, 2.0].into_dyn());
     let (f, _) = is_zero_indicator(array![0u8, 9]);
-    assert_eq!(ovl::evaluate_with(&f, &interp()).unwrap(), array![1u8, 0].into_dyn());
+    assert_eq!(
+        ovl::evaluate_with(&f, &interp()).unwrap(),
+        array![1u8, 0].into_dyn()
+    );
     assert_eq!(first_one::<u16>(), (1, 0));
 }
 
@@ -405,10 +420,17 @@ fn double2(x: Tensor<f32>) -> Tensor<f32> {
 fn views_by_value_unwind_safe_and_typed_outputs() {
     let m = array![[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]];
     let by_value = double2(m.t());
+    #[allow(clippy::needless_borrows_for_generic_args)] // by reference, on purpose
     let by_ref = double2(&m.t());
     let expected = array![[2.0f32, 8.0], [4.0, 10.0], [6.0, 12.0]];
-    assert_eq!(ovl::evaluate_with(&by_value, &interp()).unwrap(), expected.clone().into_dyn());
-    assert_eq!(ovl::evaluate_with(&by_ref, &interp()).unwrap(), expected.clone().into_dyn());
+    assert_eq!(
+        ovl::evaluate_with(&by_value, &interp()).unwrap(),
+        expected.clone().into_dyn()
+    );
+    assert_eq!(
+        ovl::evaluate_with(&by_ref, &interp()).unwrap(),
+        expected.clone().into_dyn()
+    );
 
     fn unwind_safe<T: std::panic::UnwindSafe + std::panic::RefUnwindSafe>(_: &T) {}
     unwind_safe(&by_value);
@@ -421,7 +443,10 @@ fn views_by_value_unwind_safe_and_typed_outputs() {
     assert_eq!(out, expected);
     let mut wrong_rank = ndarray::Array1::<f32>::zeros(6);
     let err = ovl::evaluate_into(&by_value, &mut wrong_rank, &interp()).unwrap_err();
-    assert!(err.to_string().contains("[6]") && err.to_string().contains("[3, 2]"), "{err}");
+    assert!(
+        err.to_string().contains("[6]") && err.to_string().contains("[3, 2]"),
+        "{err}"
+    );
     assert_eq!(wrong_rank.len(), 6);
     let mut wrong_shape = ndarray::Array2::<f32>::zeros((2, 3));
     assert!(ovl::evaluate_into(&by_value, &mut wrong_shape, &interp()).is_err());
@@ -480,7 +505,11 @@ fn empty_and_zero_d_inputs() {
         let y0 = ovl::evaluate_with(&plus_one(&x0), &options).unwrap();
         assert_eq!(y0, ndarray::arr0(42.0f32).into_dyn());
         // And the stdlib agrees on the empty case.
-        let e = ovl::evaluate_with(&ovl_stdlib::sum(ArrayD::<f32>::zeros(ndarray::IxDyn(&[3, 0])), 1), &options).unwrap();
+        let e = ovl::evaluate_with(
+            &ovl_stdlib::sum(ArrayD::<f32>::zeros(ndarray::IxDyn(&[3, 0])), 1),
+            &options,
+        )
+        .unwrap();
         assert_eq!(e, array![0.0f32, 0.0, 0.0].into_dyn());
     }
 }
@@ -516,11 +545,17 @@ fn handle_arithmetic_broadcasts_like_the_stdlib() {
         assert_eq!(r, array![7 % 4, -7 % 4, 9 % 4].into_dyn());
         let r2 = ovl::evaluate_with(&(&m % &Lazy::from(ndarray::arr0(5i32))), &options).unwrap();
         assert_eq!(r2, array![2, -2, 4].into_dyn());
-        let less = ovl::evaluate_with(&a.less(&Lazy::from(array![2.0f32, 2.0, 7.0])), &options)
-            .unwrap();
-        assert_eq!(less, array![[true, false, true], [false, false, true]].into_dyn());
+        let less =
+            ovl::evaluate_with(&a.less(Lazy::from(array![2.0f32, 2.0, 7.0])), &options).unwrap();
+        assert_eq!(
+            less,
+            array![[true, false, true], [false, false, true]].into_dyn()
+        );
         let eq = ovl::evaluate_with(&a.equal(5.0), &options).unwrap();
-        assert_eq!(eq, array![[false, false, false], [false, true, false]].into_dyn());
+        assert_eq!(
+            eq,
+            array![[false, false, false], [false, true, false]].into_dyn()
+        );
         let ge = ovl::evaluate_with(&row.greater_equal(&col), &options).unwrap();
         let ge_std = ovl::evaluate_with(&ovl_stdlib::greater_equal(&row, &col), &options).unwrap();
         assert_eq!(ge, ge_std);
@@ -529,12 +564,14 @@ fn handle_arithmetic_broadcasts_like_the_stdlib() {
     let bad = &a + &Lazy::from(array![1.0f32, 2.0]);
     let err = ovl::evaluate_with(&bad, &interp()).unwrap_err();
     assert!(
-        err.to_string().contains("shapes [2, 3] and [2] do not broadcast"),
+        err.to_string()
+            .contains("shapes [2, 3] and [2] do not broadcast"),
         "{err}"
     );
     let err = ovl::evaluate_with(&ovl_stdlib::add(&a, array![1.0f32, 2.0]), &interp()).unwrap_err();
     assert!(
-        err.to_string().contains("shapes [2, 3] and [2] do not broadcast"),
+        err.to_string()
+            .contains("shapes [2, 3] and [2] do not broadcast"),
         "{err}"
     );
 }

@@ -133,7 +133,11 @@ pub(crate) fn operator(attr: TokenStream, item: TokenStream) -> Expansion {
     match (errors.finish(), sig) {
         (Ok(()), Some(sig)) => {
             rewrite::rewrite_body(&mut f.block, Pos::Value);
-            Expansion::ok(wrapper(&f, &sig, WrapperBody::Trace(args.gradient.as_ref())))
+            Expansion::ok(wrapper(
+                &f,
+                &sig,
+                WrapperBody::Trace(args.gradient.as_ref()),
+            ))
         }
         // Only the body is wrong: a stub with the real signature.
         (Err(e), Some(sig)) => Expansion::failed(e, wrapper(&f, &sig, WrapperBody::Stub)),
@@ -294,7 +298,9 @@ fn check_gradient_signature(g: &syn::ExprPath, sig: &OperatorSignature, errors: 
         ));
     }
     for p in &sig.params {
-        if matches!(p.kind, ParamKind::Constant) && !matches!(&*p.arg.pat, syn::Pat::Ident(i) if i.subpat.is_none() && i.by_ref.is_none()) {
+        if matches!(p.kind, ParamKind::Constant)
+            && !matches!(&*p.arg.pat, syn::Pat::Ident(i) if i.subpat.is_none() && i.by_ref.is_none())
+        {
             errors.push(syn::Error::new_spanned(
                 &p.arg.pat,
                 "with `#[operator(gradient = ..)]`, every constant parameter must be a plain name \
@@ -337,7 +343,8 @@ fn gradient_closure(g: &syn::ExprPath, sig: &OperatorSignature) -> (TokenStream,
         match &p.kind {
             ParamKind::Constant => {
                 let copy = quote::format_ident!("__ovl_gc_{}", n);
-                prelude.push(quote_spanned!(span=> let #copy = ::core::clone::Clone::clone(&#name);));
+                prelude
+                    .push(quote_spanned!(span=> let #copy = ::core::clone::Clone::clone(&#name);));
                 const_args.push(quote_spanned!(span=> ::core::clone::Clone::clone(&#copy)));
             }
             ParamKind::Tensor { elem } => {

@@ -281,10 +281,28 @@ pub fn arange(start: impl Bound, stop: impl Bound, step: impl Bound) -> RangeGua
     {
         if s == 0 {
             state::with(|st| st.error(loc, "the step of `arange` must not be zero"));
-            return counted(Counted::Plain { first: a, stride: 1, count: 0 }, loc);
+            return counted(
+                Counted::Plain {
+                    first: a,
+                    stride: 1,
+                    count: 0,
+                },
+                loc,
+            );
         }
-        let count = if s > 0 { ceil_div(b - a, s) } else { ceil_div(a - b, -s) };
-        return counted(Counted::Plain { first: a, stride: s, count }, loc);
+        let count = if s > 0 {
+            ceil_div(b - a, s)
+        } else {
+            ceil_div(a - b, -s)
+        };
+        return counted(
+            Counted::Plain {
+                first: a,
+                stride: s,
+                count,
+            },
+            loc,
+        );
     }
     state::with(|s| {
         let a = bound_i64(s, loc, start, "start");
@@ -302,7 +320,12 @@ pub fn arange(start: impl Bound, stop: impl Bound, step: impl Bound) -> RangeGua
         let divisor = s.push_op(ir::Op::Max, Some(DType::I64), vec![abs, one]);
         let count = staged_ceil_div(s, dist, divisor);
         let loop_step = s.push_op(ir::Op::Select, Some(DType::I64), vec![nonzero, one, zero]);
-        Counted::Staged { first: a, stride: st, count, loop_step }
+        Counted::Staged {
+            first: a,
+            stride: st,
+            count,
+            loop_step,
+        }
     })
     .open(loc)
 }
@@ -379,7 +402,11 @@ fn counted(c: Counted, loc: &'static Location<'static>) -> RangeGuard {
             } => (first, stride, count, loop_step),
         };
         let zero = s.push_const(DType::I64, Literal::Int(0));
-        let k = s.push_op(ir::Op::Range, Some(DType::I64), vec![zero, count, loop_step]);
+        let k = s.push_op(
+            ir::Op::Range,
+            Some(DType::I64),
+            vec![zero, count, loop_step],
+        );
         s.open_region(RegionKind::Range);
         let offset = s.push_op(ir::Op::Mul, Some(DType::I64), vec![k, stride]);
         let id = s.push_op(ir::Op::Add, Some(DType::I64), vec![first, offset]);
@@ -400,16 +427,29 @@ fn open_descending(
     if let BoundValue::Plain(v) = step {
         if v <= 0 {
             state::with(|s| s.error(loc, format!("the loop step must be positive, got {v}")));
-            return counted(Counted::Plain { first: 0, stride: 1, count: 0 }, loc);
+            return counted(
+                Counted::Plain {
+                    first: 0,
+                    stride: 1,
+                    count: 0,
+                },
+                loc,
+            );
         }
     }
-    if let (BoundValue::Plain(a), BoundValue::Plain(b), BoundValue::Plain(st)) =
-        (start, end, step)
+    if let (BoundValue::Plain(a), BoundValue::Plain(b), BoundValue::Plain(st)) = (start, end, step)
     {
         let b = if inclusive { b + 1 } else { b };
         let count = ceil_div(b - a, st);
         let first = a + (count - 1).max(0) * st;
-        return counted(Counted::Plain { first, stride: -st, count }, loc);
+        return counted(
+            Counted::Plain {
+                first,
+                stride: -st,
+                count,
+            },
+            loc,
+        );
     }
     state::with(|s| {
         let a = bound_i64(s, loc, start, "start");
@@ -431,18 +471,18 @@ fn open_descending(
         let first = s.push_op(ir::Op::Add, Some(DType::I64), vec![a, span]);
         let stride = s.push_op(ir::Op::Neg, Some(DType::I64), vec![divisor]);
         let loop_step = s.push_op(ir::Op::Select, Some(DType::I64), vec![positive, one, zero]);
-        Counted::Staged { first, stride, count, loop_step }
+        Counted::Staged {
+            first,
+            stride,
+            count,
+            loop_step,
+        }
     })
     .open(loc)
 }
 
 /// A loop bound as an `i64` expression id (a constant, or the staged value cast to `i64`).
-fn bound_i64(
-    s: &mut state::TraceState,
-    loc: &Location<'_>,
-    b: BoundValue,
-    what: &str,
-) -> u32 {
+fn bound_i64(s: &mut state::TraceState, loc: &Location<'_>, b: BoundValue, what: &str) -> u32 {
     match b {
         BoundValue::Plain(v) => {
             let v = i64::try_from(v).unwrap_or_else(|_| {

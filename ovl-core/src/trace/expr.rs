@@ -247,7 +247,6 @@ pub(crate) fn int_fits(d: DType, v: i128) -> bool {
     (lo..=hi).contains(&v)
 }
 
-
 /// `bool` is a staged value of its own type (numbers: below).
 impl IntoExpr<bool> for bool {
     #[track_caller]
@@ -284,8 +283,12 @@ macro_rules! float_into {
 }
 
 macro_rules! literal_into {
-    (@lit I $v:ident) => { Literal::Int($v as i64) };
-    (@lit U $v:ident) => { Literal::UInt($v as u64) };
+    (@lit I $v:ident) => {
+        Literal::Int($v as i64)
+    };
+    (@lit U $v:ident) => {
+        Literal::UInt($v as u64)
+    };
 }
 
 int_into!(i8 => I, i16 => I, i32 => I, i64 => I, isize => I, u8 => U, u16 => U, u32 => U,

@@ -22,7 +22,11 @@ pub fn grad_input<E: Scalar>(call: &GradientCall, next: &mut usize) -> Lazy<E> {
 }
 
 /// The `len` inputs of a `Vec<Tensor<E>>` parameter, starting at `*next`.
-pub fn grad_input_list<E: Scalar>(call: &GradientCall, next: &mut usize, len: usize) -> Vec<Lazy<E>> {
+pub fn grad_input_list<E: Scalar>(
+    call: &GradientCall,
+    next: &mut usize,
+    len: usize,
+) -> Vec<Lazy<E>> {
     (0..len).map(|_| grad_input(call, next)).collect()
 }
 

@@ -41,16 +41,16 @@ pub mod rt {
         arange, cond, plain_cond, range, range_inclusive, range_inclusive_rev, range_rev, WhileLoop,
     };
     pub use super::dispatch::{
-        and, cast, eq, ge, gt, le, lt, ne, neg, or, read, write, AssignPlain, AssignStaged, IndexAssign,
-        Negate,
+        and, cast, eq, ge, gt, le, lt, ne, neg, or, read, write, AssignPlain, AssignStaged,
+        IndexAssign, Negate,
     };
     pub use super::gradient::{
         grad_input, grad_input_list, input_gradient, input_gradients, InputGradient,
         InputGradients, OutputGrads,
     };
     pub use super::operator::{trace_operator, trace_operator_with_gradient, Outputs, Tracer};
-    pub use crate::lazy::{GradientCall, LazyTensor};
     pub use super::state::OperatorSite;
     pub use super::tensor::ix;
     pub use crate::lazy::IntoLazy;
+    pub use crate::lazy::{GradientCall, LazyTensor};
 }
