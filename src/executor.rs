@@ -40,6 +40,10 @@ pub(crate) fn kernels_with_libraries(
         .iter()
         .enumerate()
         .map(|(k, op)| match options.target {
+            // No worker to run (a workgroup with a zero dimension, e.g. on an empty tensor):
+            // nothing to compile; the runner zero-fills the outputs and the interpreter runs no
+            // worker, whatever the target.
+            _ if op.workgroup_shape.contains(&0) => Ok(Kernel::Interpreter),
             Target::Interpreter => Ok(Kernel::Interpreter),
             Target::Cpu => {
                 let compile = options.compile_options();

@@ -102,6 +102,7 @@ pub use options::{Options, Target};
 pub use ovl_core::autodiff::{
     backward, backward_untyped, set_gradient, GradError, GradientCall, GradientFn, Gradients,
 };
+pub use ovl_core::broadcast;
 pub use ovl_core::lazy::Graph;
 /// Memoized operator traces: a call with the same input dtypes and shapes and trace-time
 /// arguments reuses its traced IR instead of running the operator's body again (see
@@ -110,7 +111,9 @@ pub use ovl_core::trace::memo::{
     clear_trace_memo, set_trace_memo, trace_memo_stats, TraceArg, TraceKey, TraceMemoStats,
 };
 pub use ovl_core::trace::{Expr, Position, Tensor, Var};
-pub use ovl_core::{ir, DType, HostTensor, IntoLazy, Lazy, LazyTensor, Scalar, TraceError};
+pub use ovl_core::{
+    ir, CompareOperand, DType, HostTensor, IntoLazy, Lazy, LazyTensor, Scalar, TraceError,
+};
 pub use ovl_macros::{helper, operator};
 pub use plan_cache::{clear_plan_cache, plan_cache_stats, set_plan_cache_capacity, PlanCacheStats};
 

@@ -279,8 +279,15 @@ impl Plan {
     }
 
     fn written(&self, operator: usize) -> &[bool] {
-        self.written[operator]
-            .get_or_init(|| ovl_core::analysis::written_everywhere(&self.dag.operators[operator]))
+        self.written[operator].get_or_init(|| {
+            let op = &self.dag.operators[operator];
+            if op.workgroup_shape.contains(&0) {
+                // No worker runs: nothing is written.
+                vec![false; op.outputs.len()]
+            } else {
+                ovl_core::analysis::written_everywhere(op)
+            }
+        })
     }
 
     /// Runs the graph once with host tensors only: safe, every buffer is checked.

@@ -420,7 +420,7 @@ fn double2(x: Tensor<f32>) -> Tensor<f32> {
 fn views_by_value_unwind_safe_and_typed_outputs() {
     let m = array![[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]];
     let by_value = double2(m.t());
-    #[allow(clippy::needless_borrows_for_generic_args)] // the by-reference form, on purpose
+    #[allow(clippy::needless_borrows_for_generic_args)] // by reference, on purpose
     let by_ref = double2(&m.t());
     let expected = array![[2.0f32, 8.0], [4.0, 10.0], [6.0, 12.0]];
     assert_eq!(
@@ -451,4 +451,127 @@ fn views_by_value_unwind_safe_and_typed_outputs() {
     let mut wrong_shape = ndarray::Array2::<f32>::zeros((2, 3));
     assert!(ovl::evaluate_into(&by_value, &mut wrong_shape, &interp()).is_err());
     assert_eq!(wrong_shape.shape(), &[2, 3]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 3: empty tensors and 0-d inputs.
+
+#[operator]
+fn plus_one(x: Tensor<f32>) -> Tensor<f32> {
+    let p = position_in(x.shape());
+    let out = output_like(&x);
+    out[&p] = x[&p] + 1.0;
+    out
+}
+
+/// A row sum: the workgroup is the rows, the loop runs over the (maybe empty) columns.
+#[operator]
+fn row_sums(x: Tensor<f32>) -> (Tensor<f32>, Tensor<f32>) {
+    let [rows, cols] = x.dims::<2>();
+    let r = position_in([rows])[0];
+    let out = output([rows]);
+    let untouched = output([4]);
+    let mut acc = variable(0.0f32);
+    for j in 0..cols {
+        acc += x[[r, j]];
+    }
+    out[[r]] = acc;
+    untouched[[r % 4]] = 7.0;
+    (out, untouched)
+}
+
+#[test]
+fn empty_and_zero_d_inputs() {
+    for options in [interp(), Options::cpu()] {
+        for shape in [vec![0usize], vec![3, 0], vec![0, 2]] {
+            let x = ArrayD::<f32>::zeros(ndarray::IxDyn(&shape));
+            let y = ovl::evaluate_with(&plus_one(&x), &options).unwrap();
+            assert_eq!(y.shape(), &shape[..]);
+            // Chained with a non-empty consumer of the empty result.
+            let z = ovl::evaluate_with(&plus_one(plus_one(&x)), &options).unwrap();
+            assert_eq!(z.shape(), &shape[..]);
+        }
+        // Three rows of nothing: sums are 0; no row at all: the other output is zeros.
+        let (s, u) = row_sums(ndarray::Array2::<f32>::zeros((3, 0)));
+        let (s, u) = ovl::evaluate_with((&s, &u), &options).unwrap();
+        assert_eq!(s, array![0.0f32, 0.0, 0.0].into_dyn());
+        assert_eq!(u, array![7.0f32, 7.0, 7.0, 0.0].into_dyn());
+        let (s, u) = row_sums(ndarray::Array2::<f32>::zeros((0, 5)));
+        let (s, u) = ovl::evaluate_with((&s, &u), &options).unwrap();
+        assert_eq!(s.shape(), &[0]);
+        assert_eq!(u, array![0.0f32, 0.0, 0.0, 0.0].into_dyn());
+        // A 0-d input: one worker.
+        let x0 = ndarray::arr0(41.0f32).into_dyn();
+        let y0 = ovl::evaluate_with(&plus_one(&x0), &options).unwrap();
+        assert_eq!(y0, ndarray::arr0(42.0f32).into_dyn());
+        // And the stdlib agrees on the empty case.
+        let e = ovl::evaluate_with(
+            &ovl_stdlib::sum(ArrayD::<f32>::zeros(ndarray::IxDyn(&[3, 0])), 1),
+            &options,
+        )
+        .unwrap();
+        assert_eq!(e, array![0.0f32, 0.0, 0.0].into_dyn());
+    }
+}
+
+#[test]
+fn handle_arithmetic_on_empty_tensors() {
+    let e = Lazy::from(ArrayD::<f32>::zeros(ndarray::IxDyn(&[2, 0])));
+    let y = ovl::evaluate_with(&(&e + &e), &interp()).unwrap();
+    assert_eq!(y.shape(), &[2, 0]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 7: handle arithmetic broadcasts like ovl_stdlib, and has `%` and comparisons.
+
+#[test]
+fn handle_arithmetic_broadcasts_like_the_stdlib() {
+    let a = Lazy::from(array![[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]]);
+    let row = Lazy::from(array![10.0f32, 20.0, 30.0]);
+    let col = Lazy::from(array![[100.0f32], [200.0]]);
+    for options in [interp(), Options::cpu()] {
+        let sum = ovl::evaluate_with(&(&a + &row), &options).unwrap();
+        let expected = array![[11.0f32, 22.0, 33.0], [14.0, 25.0, 36.0]].into_dyn();
+        assert_eq!(sum, expected);
+        let stdlib = ovl::evaluate_with(&ovl_stdlib::add(&a, &row), &options).unwrap();
+        assert_eq!(stdlib, expected);
+        let outer = ovl::evaluate_with(&(&col - &row), &options).unwrap();
+        assert_eq!(
+            outer,
+            array![[90.0f32, 80.0, 70.0], [190.0, 180.0, 170.0]].into_dyn()
+        );
+        let m = Lazy::from(array![7i32, -7, 9]);
+        let r = ovl::evaluate_with(&(&m % 4), &options).unwrap();
+        assert_eq!(r, array![7 % 4, -7 % 4, 9 % 4].into_dyn());
+        let r2 = ovl::evaluate_with(&(&m % &Lazy::from(ndarray::arr0(5i32))), &options).unwrap();
+        assert_eq!(r2, array![2, -2, 4].into_dyn());
+        let less =
+            ovl::evaluate_with(&a.less(Lazy::from(array![2.0f32, 2.0, 7.0])), &options).unwrap();
+        assert_eq!(
+            less,
+            array![[true, false, true], [false, false, true]].into_dyn()
+        );
+        let eq = ovl::evaluate_with(&a.equal(5.0), &options).unwrap();
+        assert_eq!(
+            eq,
+            array![[false, false, false], [false, true, false]].into_dyn()
+        );
+        let ge = ovl::evaluate_with(&row.greater_equal(&col), &options).unwrap();
+        let ge_std = ovl::evaluate_with(&ovl_stdlib::greater_equal(&row, &col), &options).unwrap();
+        assert_eq!(ge, ge_std);
+    }
+    // Shapes that do not broadcast: the same message as the stdlib's.
+    let bad = &a + &Lazy::from(array![1.0f32, 2.0]);
+    let err = ovl::evaluate_with(&bad, &interp()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("shapes [2, 3] and [2] do not broadcast"),
+        "{err}"
+    );
+    let err = ovl::evaluate_with(&ovl_stdlib::add(&a, array![1.0f32, 2.0]), &interp()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("shapes [2, 3] and [2] do not broadcast"),
+        "{err}"
+    );
 }

@@ -2,8 +2,10 @@
 //! elementwise operators (one worker per element) in the lazy graph, which the merger fuses
 //! with their neighbours.
 //!
-//! Both tensors must have the same dtype (the types enforce it) and the same shape; a shape
-//! mismatch, an empty tensor or arithmetic on `bool` is reported by `evaluate` as an error
+//! Both tensors must have the same dtype (the types enforce it); their shapes broadcast as in
+//! numpy ([`crate::broadcast`], the rule `ovl_stdlib` uses too), and an empty shape gives an
+//! empty result. `%` and the comparison methods ([`Lazy::less`], ...) work the same way. Shapes
+//! that do not broadcast or arithmetic on `bool` are reported by `evaluate` as an error
 //! naming the line of the expression, never a panic.
 
 use crate::dtype::{DType, Literal};
@@ -11,12 +13,13 @@ use crate::error::TraceError;
 use crate::host::Scalar;
 use crate::ir::{self, Op, TensorKind};
 use crate::lazy::{Lazy, LazyTensor, Node, OperatorNode};
-use std::ops::{Add, Div, Mul, Neg, Sub};
+use std::ops::{Add, Div, Mul, Neg, Rem, Sub};
 use std::panic::Location;
 use std::sync::Arc;
 
 /// One operand of an elementwise operator.
-pub(crate) enum Operand {
+#[doc(hidden)]
+pub enum Operand {
     Tensor(LazyTensor),
     Scalar(Literal),
 }
@@ -48,13 +51,15 @@ fn constant(dtype: DType, lit: Literal) -> ir::Expression {
     e
 }
 
-/// Records `out[p] = op(operands[p]...)` over the common shape of the tensor operands.
-fn elementwise<T: Scalar>(
+/// Records `out[p] = op(operands[p]...)` over the broadcast shape of the tensor operands
+/// ([`crate::broadcast`]: the rule `ovl_stdlib` uses too). The operands have `T`'s dtype; the
+/// result has `R`'s (`bool` for comparisons).
+fn elementwise<T: Scalar, R: Scalar>(
     name: &'static str,
     op: Op,
     operands: Vec<Operand>,
     at: &'static Location<'static>,
-) -> Lazy<T> {
+) -> Lazy<R> {
     let dtype = T::DTYPE;
     let tensors: Vec<&LazyTensor> = operands
         .iter()
@@ -63,22 +68,19 @@ fn elementwise<T: Scalar>(
             Operand::Scalar(_) => None,
         })
         .collect();
-    let shape: Vec<usize> = tensors.first().map_or(Vec::new(), |t| t.shape.to_vec());
     let mut error = None;
-    if let Some(other) = tensors.iter().find(|t| *t.shape != *shape) {
-        error = Some(format!(
-            "`{name}` of tensors of different shapes {:?} and {:?}: elementwise arithmetic needs \
-             equal shapes (broadcasting is not done implicitly; write an operator that reads the \
-             smaller tensor at the index you mean)",
-            shape, other.shape
-        ));
-    } else if dtype == DType::Bool {
+    let mut shape: Vec<usize> = tensors.first().map_or(Vec::new(), |t| t.shape.to_vec());
+    for t in tensors.iter().skip(1) {
+        match crate::broadcast::broadcast_shapes(&shape, &t.shape) {
+            Some(s) => shape = s,
+            None => {
+                error.get_or_insert(crate::broadcast::mismatch(name, &shape, &t.shape));
+            }
+        }
+    }
+    if dtype == DType::Bool {
         error = Some(format!(
             "`{name}` of bool tensors: arithmetic needs numbers; cast them in an operator"
-        ));
-    } else if shape.contains(&0) {
-        error = Some(format!(
-            "`{name}` of an empty tensor {shape:?}: every workgroup dimension must be > 0"
         ));
     }
 
@@ -125,18 +127,33 @@ fn elementwise<T: Scalar>(
             )
         })
         .collect();
+    // The index 0 of a repeated size-1 dimension, pushed when first needed.
+    let mut zero = None;
     let mut inputs = Vec::new();
     let mut values = Vec::new();
     for o in &operands {
         let v = match o {
             Operand::Tensor(t) => {
                 inputs.push(t.clone());
+                let index: Vec<u32> = if error.is_some() {
+                    position.clone()
+                } else {
+                    crate::broadcast::broadcast_axes(&t.shape, &shape)
+                        .into_iter()
+                        .map(|axis| match axis {
+                            Some(a) => position[a],
+                            None => *zero.get_or_insert_with(|| {
+                                push(&mut exprs, constant(DType::I64, Literal::Int(0)))
+                            }),
+                        })
+                        .collect()
+                };
                 push(
                     &mut exprs,
                     ir::Expression {
                         code: Op::Read as i32,
                         dtype: dtype.to_ir() as i32,
-                        operands: position.clone(),
+                        operands: index,
                         tensor: Some(ir::TensorRef {
                             kind: TensorKind::Input as i32,
                             index: inputs.len() as u32 - 1,
@@ -153,7 +170,7 @@ fn elementwise<T: Scalar>(
         &mut exprs,
         ir::Expression {
             code: op as i32,
-            dtype: dtype.to_ir() as i32,
+            dtype: R::DTYPE.to_ir() as i32,
             operands: values,
             ..Default::default()
         },
@@ -178,7 +195,7 @@ fn elementwise<T: Scalar>(
             .iter()
             .map(|t| tensor_type(t.dtype, &t.shape))
             .collect(),
-        outputs: vec![tensor_type(dtype, &shape)],
+        outputs: vec![tensor_type(R::DTYPE, &shape)],
         locals: Vec::new(),
         source: Some(ir::SourceLocation {
             file: at.file().to_string(),
@@ -226,7 +243,7 @@ fn elementwise<T: Scalar>(
     Lazy::from_untyped(LazyTensor {
         node,
         output: 0,
-        dtype,
+        dtype: R::DTYPE,
         shape: shape.into(),
     })
 }
@@ -237,7 +254,7 @@ macro_rules! binary {
             type Output = Lazy<T>;
             #[track_caller]
             fn $method(self, rhs: &Lazy<T>) -> Lazy<T> {
-                elementwise(
+                elementwise::<T, T>(
                     $name,
                     $op,
                     vec![
@@ -273,7 +290,7 @@ macro_rules! binary {
             type Output = Lazy<T>;
             #[track_caller]
             fn $method(self, rhs: T) -> Lazy<T> {
-                elementwise(
+                elementwise::<T, T>(
                     $name,
                     $op,
                     vec![
@@ -301,7 +318,7 @@ macro_rules! scalar_left {
             type Output = Lazy<$t>;
             #[track_caller]
             fn $method(self, rhs: &Lazy<$t>) -> Lazy<$t> {
-                elementwise(
+                elementwise::<$t, $t>(
                     $name,
                     $op,
                     vec![
@@ -326,12 +343,75 @@ binary!(Add, add, "add", Op::Add);
 binary!(Sub, sub, "sub", Op::Sub);
 binary!(Mul, mul, "mul", Op::Mul);
 binary!(Div, div, "div", Op::Div);
+binary!(Rem, rem, "rem", Op::Mod);
+
+/// The right operand of a comparison of lazy handles: another handle or a plain value.
+pub trait CompareOperand<T> {
+    /// As an operand of the elementwise operator.
+    #[doc(hidden)]
+    fn operand(self) -> Operand;
+}
+
+impl<T: Scalar> CompareOperand<T> for &Lazy<T> {
+    fn operand(self) -> Operand {
+        Operand::Tensor(self.inner.clone())
+    }
+}
+
+impl<T: Scalar> CompareOperand<T> for Lazy<T> {
+    fn operand(self) -> Operand {
+        Operand::Tensor(self.inner)
+    }
+}
+
+impl<T: Scalar> CompareOperand<T> for T {
+    fn operand(self) -> Operand {
+        Operand::Scalar(self.to_literal())
+    }
+}
+
+macro_rules! comparisons {
+    ($($(#[$doc:meta])* $method:ident $name:literal $op:expr;)*) => {
+        /// Elementwise comparisons, broadcasting like the arithmetic operators (and like
+        /// `ovl_stdlib`'s `less`, `equal`, ..., which share the rule). NaN compares unequal to
+        /// everything.
+        impl<T: Scalar> Lazy<T> {
+            $(
+                $(#[$doc])*
+                #[track_caller]
+                pub fn $method(&self, other: impl CompareOperand<T>) -> Lazy<bool> {
+                    elementwise::<T, bool>(
+                        $name,
+                        $op,
+                        vec![Operand::Tensor(self.inner.clone()), other.operand()],
+                        Location::caller(),
+                    )
+                }
+            )*
+        }
+    };
+}
+
+comparisons! {
+    /// `self == other`, elementwise.
+    equal "equal" Op::Eq;
+    /// `self != other`, elementwise.
+    not_equal "not_equal" Op::Ne;
+    /// `self < other`, elementwise.
+    less "less" Op::Lt;
+    /// `self <= other`, elementwise.
+    less_equal "less_equal" Op::Le;
+    /// `self > other`, elementwise.
+    greater "greater" Op::Gt;
+    /// `self >= other`, elementwise.
+    greater_equal "greater_equal" Op::Ge;
+}
 
 impl<T: crate::trace::Signed> Neg for &Lazy<T> {
     type Output = Lazy<T>;
     #[track_caller]
     fn neg(self) -> Lazy<T> {
-        elementwise(
+        elementwise::<T, T>(
             "neg",
             Op::Neg,
             vec![Operand::Tensor(self.inner.clone())],

@@ -6,11 +6,13 @@
 //! `ovl-ir`; its modules are re-exported here so that code above ovl-core needs one import path.
 
 pub mod autodiff;
+pub mod broadcast;
 pub mod error;
 pub mod fast_hash;
 pub mod interp;
 pub mod lazy;
 mod lazy_ops;
+pub use lazy_ops::CompareOperand;
 pub mod trace;
 
 pub use ovl_ir::{

@@ -852,8 +852,9 @@ pub(crate) fn element_count(shape: &[u64]) -> Option<usize> {
 
 /// Checks one operator against every invariant of `proto/ovl.proto`.
 ///
-/// On success every backend may rely on: the version is [`crate::IR_VERSION`]; the workgroup is
-/// non-empty with positive dimensions; every tensor type has a supported dtype and an
+/// On success every backend may rely on: the version is [`crate::IR_VERSION`]; the workgroup has
+/// rank >= 1 (a zero dimension means no worker at all: `ovl` then runs nothing and launches no
+/// kernel); every tensor type has a supported dtype and an
 /// addressable element count; every opcode is known and its operands refer to earlier, visible
 /// (not inside an ended block), value-producing expressions of the dtypes the opcode requires;
 /// the declared result dtypes are right; reads go to inputs or locals and writes to outputs or
@@ -887,12 +888,6 @@ pub fn validate(dag: &ir::ExpressionDag) -> Result<(), ValidationError> {
             "the workgroup shape is empty; an operator needs a workgroup of rank >= 1 \
              (`position_in([n])`)",
         ));
-    }
-    if let Some(axis) = dag.workgroup_shape.iter().position(|&d| d == 0) {
-        return Err(c.operator_error(format!(
-            "dimension {axis} of the workgroup {:?} is 0; every workgroup dimension must be > 0",
-            dag.workgroup_shape
-        )));
     }
     if element_count(&dag.workgroup_shape).is_none() {
         return Err(c.operator_error(format!(

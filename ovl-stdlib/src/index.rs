@@ -17,55 +17,29 @@ pub(crate) fn own(p: &Position, rank: usize) -> Vec<Idx> {
     (0..rank).map(|k| ix(p[k])).collect()
 }
 
-/// The numpy broadcast of two shapes; records a trace error (and returns `a`) when they do not
-/// broadcast.
+/// The broadcast of two shapes ([`ovl::broadcast`], the rule the arithmetic on lazy handles
+/// uses too); records a trace error (and returns `a`) when they do not broadcast.
 pub(crate) fn broadcast(op: &str, a: &[usize], b: &[usize]) -> Vec<usize> {
     match broadcast_shapes(a, b) {
         Some(s) => s,
         None => {
-            trace_error(format!(
-                "`{op}`: shapes {a:?} and {b:?} do not broadcast (trailing dimensions must be \
-                 equal or 1)"
-            ));
+            trace_error(ovl::broadcast::mismatch(op, a, b));
             a.to_vec()
         }
     }
 }
 
-/// The numpy broadcast of two shapes, if they broadcast.
-pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
-    let rank = a.len().max(b.len());
-    let dim = |s: &[usize], k: usize| {
-        let offset = rank - s.len();
-        if k < offset {
-            1
-        } else {
-            s[k - offset]
-        }
-    };
-    (0..rank)
-        .map(|k| match (dim(a, k), dim(b, k)) {
-            (x, y) if x == y => Some(x),
-            (1, y) => Some(y),
-            (x, 1) => Some(x),
-            _ => None,
-        })
-        .collect()
-}
+pub use ovl::broadcast::broadcast_shapes;
 
 /// The element of a tensor of `shape` that the worker at `p` reads when `shape` broadcasts to
-/// `out` (numpy rules: leading dimensions are added, size-1 dimensions repeat).
+/// `out` ([`ovl::broadcast::broadcast_axes`]: leading dimensions are added, size-1 dimensions
+/// repeat).
 pub(crate) fn broadcast_index(p: &Position, shape: &[usize], out: &[usize]) -> Vec<Idx> {
-    let offset = out.len() - shape.len();
-    shape
-        .iter()
-        .enumerate()
-        .map(|(k, &d)| {
-            if d == out[k + offset] {
-                ix(p[k + offset])
-            } else {
-                ix(0usize)
-            }
+    ovl::broadcast::broadcast_axes(shape, out)
+        .into_iter()
+        .map(|axis| match axis {
+            Some(a) => ix(p[a]),
+            None => ix(0usize),
         })
         .collect()
 }

@@ -46,7 +46,7 @@ fn unary_ops<T: Num>(a: Tensor<T>) -> (Tensor<T>, Tensor<T>) {
     let i = position_in(a.shape())[0];
     let neg = output_like(&a);
     let absolute = output_like(&a);
-    neg[[i]] = wrapping_neg(a[[i]]); // every dtype, unsigned ones included (they wrap)
+    neg[[i]] = wrapping_neg(a[[i]]); // NEG of every dtype; `-` is for signed ones
     absolute[[i]] = abs(a[[i]]);
     (neg, absolute)
 }

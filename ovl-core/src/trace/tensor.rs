@@ -357,9 +357,9 @@ impl IndexPart for Idx {
 
 impl IndexPart for &Position {
     fn to_idx(self) -> Idx {
+        let used = if self.scalar { 0 } else { self.axes.len() };
         Idx {
-            parts: self
-                .axes
+            parts: self.axes[..used]
                 .iter()
                 .map(|e| IdxPart::Staged {
                     trace: e.trace,
@@ -415,6 +415,9 @@ impl<T: Scalar, I: IndexPart> Index<I> for Tensor<T> {
 #[derive(Clone, Debug)]
 pub struct Position {
     axes: Vec<Expr<i64>>,
+    /// Declared with the 0-d shape `[]`: one worker, and as an index it has no component (it
+    /// indexes a 0-d tensor), while `pos[0]` is still 0.
+    scalar: bool,
 }
 
 impl Position {
@@ -457,7 +460,9 @@ impl Index<usize> for Position {
 }
 
 /// Declares the workgroup (one worker per element of `shape`) and returns this worker's position.
-/// Call it exactly once per operator.
+/// Call it exactly once per operator. A shape with a zero dimension declares no worker (the
+/// operator runs nothing; outputs no worker writes are zeros); the 0-d shape `[]` declares one
+/// worker, at position `[0]`.
 #[track_caller]
 pub fn position_in(shape: impl AsRef<[usize]>) -> Position {
     let loc = Location::caller();
@@ -468,14 +473,16 @@ pub fn position_in(shape: impl AsRef<[usize]>) -> Position {
                 loc,
                 "position_in(..) is called a second time; an operator has exactly one workgroup",
             );
-        } else if shape.is_empty() || shape.contains(&0) {
-            s.error(
-                loc,
-                format!("the workgroup shape {shape:?} must have at least one dimension and no zero dimension"),
-            );
         }
         if s.workgroup.is_none() {
-            s.workgroup = Some(shape.iter().map(|&d| d as u64).collect());
+            // A 0-d shape (a scalar) has one element: one worker, at position 0. A shape with a
+            // zero dimension (an empty tensor) has no worker: the operator runs nothing and its
+            // outputs are zeros (empty when they are shaped like the input).
+            s.workgroup = Some(if shape.is_empty() {
+                vec![1]
+            } else {
+                shape.iter().map(|&d| d as u64).collect()
+            });
         }
         let axes = (0..shape.len().max(1))
             .map(|axis| {
@@ -488,7 +495,10 @@ pub fn position_in(shape: impl AsRef<[usize]>) -> Position {
                 Expr::from_id(s.id, id)
             })
             .collect();
-        Position { axes }
+        Position {
+            axes,
+            scalar: shape.is_empty(),
+        }
     })
 }
 
