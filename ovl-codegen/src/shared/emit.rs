@@ -1005,26 +1005,7 @@ impl<'a> Emitter<'a> {
             self.indent += 1;
             2
         } else {
-            self.line("{");
-            self.indent += 1;
-            self.line(&format!(
-                "const int64_t ovl_start{k} = v{s}, ovl_end{k} = v{e}, ovl_step{k} = v{st};"
-            ));
-            if step.is_none_or(|c| c <= 0) {
-                let w = self.worker_expr();
-                self.stops.set(true);
-                self.line(&format!(
-                    "if (OVL_UNLIKELY(ovl_step{k} <= 0)) {{ ovl::bad_step(ovl_st, {k}, ovl_step{k}, {w}); {STOP} }}"
-                ));
-                self.line(&format!("else if (ovl_start{k} < ovl_end{k}) {{"));
-            } else {
-                self.line(&format!("if (ovl_start{k} < ovl_end{k}) {{"));
-            }
-            self.indent += 1;
-            self.line(&format!(
-                "const uint64_t ovl_n{k} = ((uint64_t)ovl_end{k} - (uint64_t)ovl_start{k} - 1) / \
-                 (uint64_t)ovl_step{k} + 1;"
-            ));
+            self.counted_range_head(k, (s, e, st), step, &[]);
             self.line(&format!(
                 "for (uint64_t ovl_i{k} = 0; ovl_i{k} < ovl_n{k}; ++ovl_i{k}) {{"
             ));
@@ -1062,35 +1043,16 @@ impl<'a> Emitter<'a> {
         step: Option<i128>,
         accs: &[usize],
     ) -> Result<usize, CodegenError> {
-        self.line("{");
-        self.indent += 1;
-        self.line(&format!(
-            "const int64_t ovl_start{k} = v{s}, ovl_end{k} = v{e}, ovl_step{k} = v{st};"
-        ));
+        let mut lanes = Vec::with_capacity(accs.len());
         for &acc in accs {
             let (combiner, d) = self.accumulator_kind(acc)?;
-            let id = self.identity(combiner, d);
-            let lanes = vec![id; REDUCE_LANES].join(", ");
-            self.line(&format!(
-                "{} ovl_lanes{acc}[{REDUCE_LANES}] = {{{lanes}}};",
+            let id = vec![self.identity(combiner, d); REDUCE_LANES].join(", ");
+            lanes.push(format!(
+                "{} ovl_lanes{acc}[{REDUCE_LANES}] = {{{id}}};",
                 ctype(d)
             ));
         }
-        if step.is_none_or(|c| c <= 0) {
-            let w = self.worker_expr();
-            self.stops.set(true);
-            self.line(&format!(
-                "if (OVL_UNLIKELY(ovl_step{k} <= 0)) {{ ovl::bad_step(ovl_st, {k}, ovl_step{k}, {w}); {STOP} }}"
-            ));
-            self.line(&format!("else if (ovl_start{k} < ovl_end{k}) {{"));
-        } else {
-            self.line(&format!("if (ovl_start{k} < ovl_end{k}) {{"));
-        }
-        self.indent += 1;
-        self.line(&format!(
-            "const uint64_t ovl_n{k} = ((uint64_t)ovl_end{k} - (uint64_t)ovl_start{k} - 1) / \
-             (uint64_t)ovl_step{k} + 1;"
-        ));
+        self.counted_range_head(k, (s, e, st), step, &lanes);
         self.line(&format!(
             "for (uint64_t ovl_b{k} = 0; ovl_b{k} < ovl_n{k}; ovl_b{k} += {REDUCE_LANES}) {{"
         ));
@@ -1107,6 +1069,41 @@ impl<'a> Emitter<'a> {
             "const int64_t v{k} = (int64_t)((uint64_t)ovl_start{k} + (ovl_b{k} + ovl_l{k}) * (uint64_t)ovl_step{k});"
         ));
         Ok(4)
+    }
+
+    /// The head of a RANGE loop counted in iterations: opens `{`, names its bounds and step,
+    /// emits `declarations`, checks the step (a fault when it is not positive and not known to
+    /// be), opens `if (start < end) {` and computes the trip count `ovl_n{k}`. Two braces open.
+    fn counted_range_head(
+        &mut self,
+        k: usize,
+        (s, e, st): (usize, usize, usize),
+        step: Option<i128>,
+        declarations: &[String],
+    ) {
+        self.line("{");
+        self.indent += 1;
+        self.line(&format!(
+            "const int64_t ovl_start{k} = v{s}, ovl_end{k} = v{e}, ovl_step{k} = v{st};"
+        ));
+        for d in declarations {
+            self.line(d);
+        }
+        if step.is_none_or(|c| c <= 0) {
+            let w = self.worker_expr();
+            self.stops.set(true);
+            self.line(&format!(
+                "if (OVL_UNLIKELY(ovl_step{k} <= 0)) {{ ovl::bad_step(ovl_st, {k}, ovl_step{k}, {w}); {STOP} }}"
+            ));
+            self.line(&format!("else if (ovl_start{k} < ovl_end{k}) {{"));
+        } else {
+            self.line(&format!("if (ovl_start{k} < ovl_end{k}) {{"));
+        }
+        self.indent += 1;
+        self.line(&format!(
+            "const uint64_t ovl_n{k} = ((uint64_t)ovl_end{k} - (uint64_t)ovl_start{k} - 1) / \
+             (uint64_t)ovl_step{k} + 1;"
+        ));
     }
 
     /// The identity of a combiner on dtype `d`, as a literal of the dialect.
