@@ -87,7 +87,14 @@ fn elementwise<T: Scalar, R: Scalar>(
     // A call seen before (same operator, dtype, operand shapes and literals, same line) reuses
     // its IR and key (see `trace::memo`).
     let memo_key = if error.is_none() {
-        crate::trace::memo::elementwise_key(name, op as i32, dtype, &operands, at)
+        let described: Vec<crate::trace::memo::OperandKey> = operands
+            .iter()
+            .map(|o| match o {
+                Operand::Tensor(t) => crate::trace::memo::OperandKey::Shape(&t.shape),
+                Operand::Scalar(lit) => crate::trace::memo::OperandKey::Literal(*lit),
+            })
+            .collect();
+        crate::trace::memo::elementwise_key(name, op as i32, dtype, &described, at)
     } else {
         None
     };

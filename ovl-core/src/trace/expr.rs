@@ -93,7 +93,7 @@ impl<T: Scalar> Var<T> {
 
 /// Element types with arithmetic (every dtype but `bool`). Generic code gets `T::ONE` /
 /// `T::ZERO`, and plain integers coerce to a staged `T` (`x == 0`, `select(c, 1, 0)`).
-pub trait Num: Scalar + IntoExpr<Self> + super::tensor::One + super::tensor::Zero {}
+pub trait Num: Scalar + IntoExpr<Self> + One + Zero {}
 /// Signed element types (`i8` .. `i64`, `f32`, `f64`): the ones unary `-` applies to, as in
 /// Rust. Negating an unsigned value would wrap (`-2u8` is 254), so it is a compile error; bound
 /// a generic operator that negates by `T: Signed` (or `T: Float`).
@@ -307,3 +307,43 @@ macro_rules! typed_plain {
     )*};
 }
 typed_plain!(f32, f64, i8, i16, i32, i64, u8, u16, u32, u64, bool);
+
+/// Element types with a one (every element type; `true` for `bool`).
+pub trait One {
+    /// One.
+    const ONE: Self;
+}
+
+/// Element types with a zero (every element type; `false` for `bool`).
+pub trait Zero {
+    /// Zero.
+    const ZERO: Self;
+}
+macro_rules! zero { ($($t:ty = $v:expr),*) => {$( impl Zero for $t { const ZERO: Self = $v; } )*} }
+zero!(
+    f32 = 0.0,
+    f64 = 0.0,
+    i8 = 0,
+    i16 = 0,
+    i32 = 0,
+    i64 = 0,
+    u8 = 0,
+    u16 = 0,
+    u32 = 0,
+    u64 = 0,
+    bool = false
+);
+macro_rules! one { ($($t:ty = $v:expr),*) => {$( impl One for $t { const ONE: Self = $v; } )*} }
+one!(
+    f32 = 1.0,
+    f64 = 1.0,
+    i8 = 1,
+    i16 = 1,
+    i32 = 1,
+    i64 = 1,
+    u8 = 1,
+    u16 = 1,
+    u32 = 1,
+    u64 = 1,
+    bool = true
+);

@@ -18,7 +18,6 @@
 //!
 //! The memo is bounded: it keeps at most [`CAPACITY`] traces and is emptied when full.
 
-use super::operator::Outputs;
 use crate::dtype::{DType, Literal};
 use crate::hash::Digest;
 use crate::host::Scalar;
@@ -370,6 +369,15 @@ pub(crate) fn full_key<R, F>(site: &super::OperatorSite, key: &TraceKey) -> Opti
     Some(k)
 }
 
+/// What the memo key of an elementwise operator records of one operand: a tensor's shape, or
+/// a literal's value.
+pub(crate) enum OperandKey<'a> {
+    /// A tensor operand of this shape.
+    Shape(&'a [usize]),
+    /// A literal operand.
+    Literal(Literal),
+}
+
 /// The memo key of an elementwise operator recorded by arithmetic on lazy handles
 /// (`&a + &b`, `2.0 * &x`): its name, opcode, dtype, each operand (a tensor's shape, a
 /// literal's bits) and the source location it names. `None` when the memo is off.
@@ -377,10 +385,9 @@ pub(crate) fn elementwise_key(
     name: &'static str,
     op: i32,
     dtype: DType,
-    operands: &[crate::lazy_ops::Operand],
+    operands: &[OperandKey<'_>],
     at: &'static std::panic::Location<'static>,
 ) -> Option<Vec<u8>> {
-    use crate::lazy_ops::Operand;
     if !enabled() {
         return None;
     }
@@ -396,14 +403,14 @@ pub(crate) fn elementwise_key(
     k.push(dtype.to_ir() as u8);
     for o in operands {
         match o {
-            Operand::Tensor(t) => {
+            OperandKey::Shape(shape) => {
                 k.push(b'T');
-                k.extend_from_slice(&(t.shape.len() as u64).to_le_bytes());
-                for &d in t.shape.iter() {
+                k.extend_from_slice(&(shape.len() as u64).to_le_bytes());
+                for &d in shape.iter() {
                     k.extend_from_slice(&(d as u64).to_le_bytes());
                 }
             }
-            Operand::Scalar(lit) => {
+            OperandKey::Literal(lit) => {
                 let (tag, bits) = match *lit {
                     Literal::Float(f) => (0u8, f.to_bits()),
                     Literal::Int(i) => (1, i as u64),
@@ -439,14 +446,4 @@ pub(crate) fn remember(key: Vec<u8>, entry: Memoized) {
         m.clear();
     }
     m.insert(key, Arc::new(entry));
-}
-
-/// The handles of a memoized call: a node of the memoized IR on this call's inputs.
-pub(crate) fn replay<R: Outputs>(memo: &Memoized, inputs: Vec<LazyTensor>) -> Option<R::Lazy> {
-    let node = Arc::new(crate::lazy::Node::Operator(
-        crate::lazy::OperatorNode::with_key(memo.dag.clone(), memo.key, inputs, None),
-    ));
-    let mut returned = memo.returned.iter();
-    let lazy = R::rebuild(&mut returned, &node, &mut 0)?;
-    returned.next().is_none().then_some(lazy)
 }

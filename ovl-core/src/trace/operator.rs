@@ -227,7 +227,7 @@ pub fn trace_operator_keyed<R: Outputs, F: FnOnce(&mut Tracer) -> R>(
         return trace_operator(site, body);
     };
     if let Some(m) = memo::lookup(&full) {
-        if let Some(lazy) = memo::replay::<R>(&m, key.inputs) {
+        if let Some(lazy) = replay::<R>(&m, key.inputs) {
             return lazy;
         }
         // A description that does not fit cannot come from this key; trace as usual.
@@ -394,4 +394,14 @@ fn finish_dag(
         }),
         gradient: None,
     }
+}
+
+/// The handles of a memoized call: a node of the memoized IR on this call's inputs.
+fn replay<R: Outputs>(memo: &memo::Memoized, inputs: Vec<LazyTensor>) -> Option<R::Lazy> {
+    let node = Arc::new(crate::lazy::Node::Operator(
+        crate::lazy::OperatorNode::with_key(memo.dag.clone(), memo.key, inputs, None),
+    ));
+    let mut returned = memo.returned.iter();
+    let lazy = R::rebuild(&mut returned, &node, &mut 0)?;
+    returned.next().is_none().then_some(lazy)
 }

@@ -1,7 +1,7 @@
 //! Tensors inside an operator: inputs, outputs and worker-local tensors, the worker's position,
 //! and element reads and writes.
 
-use super::expr::{Expr, IntoExpr, Typed, Var};
+use super::expr::{Expr, IntoExpr, One, Typed, Var};
 use super::state::{self, TraceState};
 use crate::dtype::DType;
 use crate::host::Scalar;
@@ -593,46 +593,6 @@ pub fn zeros<T: Scalar>(shape: impl AsRef<[usize]>) -> Tensor<T> {
 pub fn ones<T: Scalar + One>(shape: impl AsRef<[usize]>) -> Tensor<T> {
     local(shape.as_ref(), T::ONE)
 }
-
-/// Element types with a one (every element type; `true` for `bool`).
-pub trait One {
-    /// One.
-    const ONE: Self;
-}
-
-/// Element types with a zero (every element type; `false` for `bool`).
-pub trait Zero {
-    /// Zero.
-    const ZERO: Self;
-}
-macro_rules! zero { ($($t:ty = $v:expr),*) => {$( impl Zero for $t { const ZERO: Self = $v; } )*} }
-zero!(
-    f32 = 0.0,
-    f64 = 0.0,
-    i8 = 0,
-    i16 = 0,
-    i32 = 0,
-    i64 = 0,
-    u8 = 0,
-    u16 = 0,
-    u32 = 0,
-    u64 = 0,
-    bool = false
-);
-macro_rules! one { ($($t:ty = $v:expr),*) => {$( impl One for $t { const ONE: Self = $v; } )*} }
-one!(
-    f32 = 1.0,
-    f64 = 1.0,
-    i8 = 1,
-    i16 = 1,
-    i32 = 1,
-    i64 = 1,
-    u8 = 1,
-    u16 = 1,
-    u32 = 1,
-    u64 = 1,
-    bool = true
-);
 
 /// A worker-local mutable scalar initialized to `init`; its dtype is `init`'s
 /// (`variable(0.0f32)` is a `Var<f32>`, `variable(x[[i]])` has `x`'s dtype).
