@@ -630,12 +630,13 @@ fn an_embedded_library_is_installed_and_loaded_without_a_compiler() {
         ),
         "{err:?}"
     );
-    let invocations = ovl_codegen::compiler_invocations();
+    // No compiler can run with these options (see the error above), and the origin says the
+    // library came from the program. (The process-wide compiler counter is not compared: other
+    // tests of this binary compile concurrently.)
     let op = compile_embedded(&dag, &library, &no_compiler).unwrap();
     assert_eq!(op.origin(), Origin::Embedded);
     assert_eq!(op.cache_key(), library.cache_key);
     check_scale(&op, 3.0);
-    assert_eq!(ovl_codegen::compiler_invocations(), invocations);
     // It is the cache entry of the exporter's key, recorded in `meta` like a compiled one.
     let entry = receiver
         .options()
