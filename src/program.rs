@@ -117,14 +117,7 @@ pub fn open_program(sealed: &[u8], what: &str) -> Result<ir::Program, SealError>
 
 /// The dtype and shape of an IR tensor type, or why it is not supported.
 pub fn tensor_type_of(t: &ir::TensorType) -> Result<(DType, Vec<usize>), String> {
-    let dtype =
-        DType::from_ir(t.dtype).ok_or_else(|| format!("unsupported dtype {} in IR", t.dtype))?;
-    let shape = t
-        .shape
-        .iter()
-        .map(|&d| usize::try_from(d).map_err(|_| format!("dimension {d} is too large")))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((dtype, shape))
+    Sig::from_ir(t).map(|s| (s.dtype, s.shape))
 }
 
 /// Checks the invariants of a program (see `proto/ovl.proto`): the version, that every graph

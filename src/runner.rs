@@ -40,11 +40,13 @@ impl Sig {
     /// The signature of an IR tensor type; an error names an unsupported dtype.
     pub fn from_ir(t: &ir::TensorType) -> Result<Sig, String> {
         let dtype = DType::from_ir(t.dtype)
-            .ok_or_else(|| format!("unsupported dtype {} in the graph", t.dtype))?;
-        Ok(Sig {
-            dtype,
-            shape: t.shape.iter().map(|&d| d as usize).collect(),
-        })
+            .ok_or_else(|| format!("unsupported dtype {} in IR", t.dtype))?;
+        let shape = t
+            .shape
+            .iter()
+            .map(|&d| usize::try_from(d).map_err(|_| format!("dimension {d} is too large")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Sig { dtype, shape })
     }
 
     /// The number of elements.
