@@ -575,3 +575,48 @@ fn handle_arithmetic_broadcasts_like_the_stdlib() {
         "{err}"
     );
 }
+
+/// Item 6: names of the prelude. A module's own items named like prelude functions, called with
+/// a path inside an operator, are theirs; the prelude's are reached by path too. (A bare call of
+/// such a name is the compile error `tests/compile_fail/prelude_name_clash.rs` shows.)
+mod own_names {
+    use ovl::prelude::*;
+
+    /// The user's own `sigmoid` (a steeper one), and a trace-time `max` of their own.
+    #[helper]
+    fn sigmoid(v: Expr<f64>) -> Expr<f64> {
+        ovl::prelude::sigmoid(v * 2.0)
+    }
+
+    fn max(a: usize, b: usize) -> usize {
+        if a > b {
+            a
+        } else {
+            b
+        }
+    }
+
+    #[operator]
+    pub fn steep(x: Tensor<f64>) -> Tensor<f64> {
+        let n = self::max(x.dim(0), 1);
+        let i = position_in([n])[0];
+        let out = output([n]);
+        out[[i]] = self::sigmoid(x[[i]]) + ovl::prelude::max(x[[i]], 0.0);
+        out
+    }
+}
+
+#[test]
+fn own_items_named_like_prelude_functions_by_path() {
+    let x = array![-1.0f64, 0.5, 2.0];
+    let want: Vec<f64> = x
+        .iter()
+        .map(|v| 1.0 / (1.0 + (-2.0 * v).exp()) + v.max(0.0))
+        .collect();
+    for options in [interp(), Options::default()] {
+        let got = ovl::evaluate_with(&own_names::steep(&x), &options).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-12, "{g} vs {w}");
+        }
+    }
+}

@@ -7,6 +7,7 @@
 //! only the errors that matter.
 
 use crate::errors::Errors;
+use crate::prelude_names;
 use crate::reject::{self, Context};
 use crate::rewrite::{self, Pos};
 use crate::signature::{self, OperatorSignature, ParamKind};
@@ -132,6 +133,7 @@ pub(crate) fn operator(attr: TokenStream, item: TokenStream) -> Expansion {
     errors.check(reject::check_body(&f.block, Context::Operator));
     match (errors.finish(), sig) {
         (Ok(()), Some(sig)) => {
+            prelude_names::insert_clash_check(&mut f.block);
             rewrite::rewrite_body(&mut f.block, Pos::Value);
             Expansion::ok(wrapper(
                 &f,
@@ -173,6 +175,7 @@ pub(crate) fn helper(attr: TokenStream, item: TokenStream) -> Expansion {
         }
         ReturnType::Type(..) => Pos::Value,
     };
+    prelude_names::insert_clash_check(&mut f.block);
     rewrite::rewrite_body(&mut f.block, tail);
     Expansion::ok(f.into_token_stream())
 }

@@ -16,6 +16,7 @@
 
 mod errors;
 mod expand;
+mod prelude_names;
 mod reject;
 mod rewrite;
 mod signature;
@@ -188,14 +189,15 @@ use proc_macro::TokenStream;
 ///
 /// # Your own functions named like DSL functions
 ///
-/// `use ovl::prelude::*` is a glob import, and in Rust a name defined in your module wins over a
-/// glob import *silently*: with your own `fn log(message: &str)` in scope, `log(x[[i]])` in an
-/// operator calls yours, and the error is about your function's parameter (e.g. "`Expr<f32>:
-/// AsRef<str>` is not satisfied", with a note "required by a bound in `log`" pointing at your
-/// `fn log`). The macro cannot see definitions outside the operator, so it cannot report the
-/// clash itself. Name the DSL function by its path, `ovl::prelude::log(x)`, or import it under
-/// another name, `use ovl::prelude::log as ln;` (the prelude's math functions are `abs`,
-/// `acos`, .., `log`, `log10`, `max`, `min`, `pow`, `select`, ..., see `ovl::prelude`).
+/// `use ovl::prelude::*` is a glob import, and in Rust a name of your module wins over a glob
+/// import *silently*: with your own `fn log(message: &str)` (or `use std::cmp::max`) in the
+/// module, a bare `log(x[[i]])` would call yours, and the error would be about your function's
+/// parameter. So a bare call, in an operator or helper body, of a name that `ovl::prelude`
+/// exports must mean the prelude's function: where your module gives the name another meaning,
+/// the compiler reports "`log` is ambiguous" at the call. Write `ovl::prelude::log(x)` for the
+/// DSL function and `self::log(x)` (or any other path) for your own; calls written with a path
+/// are never checked. (The expansion declares, first in the body, a module that glob-imports
+/// both your module and the prelude and names the prelude functions the body calls.)
 ///
 /// # Not supported (compile errors that say what to write instead)
 ///

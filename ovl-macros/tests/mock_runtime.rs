@@ -162,6 +162,11 @@ pub fn position() -> Expr<i64> {
     staged(format_args!("POSITION"))
 }
 
+/// What the expansion's prelude-name check glob-imports (the real one exports many more).
+pub mod prelude {
+    pub use super::{output, variable};
+}
+
 /// A lazy handle: the name of the tensor it stands for.
 #[derive(Debug, PartialEq)]
 pub struct Lazy<T> {

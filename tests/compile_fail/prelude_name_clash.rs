@@ -1,7 +1,9 @@
 use ovl::prelude::*;
 
-// A function of your own named like a DSL function shadows the prelude's glob import (Rust's
-// rule: a name defined in the module wins over a glob import), so `log(..)` below is this one.
+// A function of your own named like a DSL function would shadow the prelude's glob import
+// silently (Rust's rule: a name defined in the module wins over a glob import). In an operator
+// or helper body, a bare call of a prelude name that means something else in the module is the
+// error "`log` is ambiguous", at the call.
 fn log(message: impl AsRef<str>) {
     println!("{}", message.as_ref());
 }
@@ -14,7 +16,7 @@ fn log_op(x: Tensor<f32>) -> Tensor<f32> {
     out
 }
 
-// The fix: name the DSL function by its path (or import it under another name).
+// The fix: name the DSL function by its path (`self::log(..)` would be your own).
 #[operator]
 fn log_op_fixed(x: Tensor<f32>) -> Tensor<f32> {
     let i = position_in(x.shape())[0];
