@@ -668,7 +668,7 @@ impl<'a> Emitter<'a> {
         Ok((Some(to), iv))
     }
 
-    /// SELECT: `c ? a : b`.
+    /// SELECT: `c ? a : b` (`ovl::pick(c, a, b)` for floats).
     fn select(&mut self, k: usize) -> Emitted {
         self.operand_count(k, 3)?;
         let (c, cd) = self.operand(k, 0)?;
@@ -681,7 +681,13 @@ impl<'a> Emitter<'a> {
             ));
         }
         self.check_result(k, d)?;
-        self.line(&format!("const {} v{k} = v{c} ? v{a} : v{b};", ctype(d)));
+        // Floats through `ovl::pick`, which GCC if-converts (ARCHITECTURE.md, ovl-codegen).
+        let value = if d.is_float() {
+            format!("ovl::pick(v{c}, v{a}, v{b})")
+        } else {
+            format!("v{c} ? v{a} : v{b}")
+        };
+        self.line(&format!("const {} v{k} = {value};", ctype(d)));
         let iv = match (self.interval(a), self.interval(b)) {
             (Some(x), Some(y)) => Some(x.union(y)),
             _ => None,
@@ -777,11 +783,18 @@ impl<'a> Emitter<'a> {
     /// Both copies run the same iterations in the same order, so the result is unchanged.
     fn full_block_copy(&mut self, range: usize, mark: usize) {
         let block = self.body.split_off(mark);
-        let full = block.replacen(
+        let mut full = block.replacen(
             &format!("ovl_l{range} < ovl_m{range};"),
             &format!("ovl_l{range} < {REDUCE_LANES};"),
             1,
         );
+        if self.dialect == Dialect::Cpp {
+            // Not unrolled, GCC vectorizes this loop as one vector iteration over the lanes
+            // whatever the combiner; unrolled first, it vectorizes only a `+` (a max, with its
+            // NaN rule, stays scalar).
+            let indent: String = full.chars().take_while(|c| *c == ' ').collect();
+            full.insert_str(0, &format!("{indent}#pragma GCC unroll 1\n"));
+        }
         let indented =
             |text: &str| -> String { text.lines().map(|l| format!("  {l}\n")).collect() };
         self.line(&format!("if (ovl_m{range} == {REDUCE_LANES}) {{"));

@@ -40,6 +40,21 @@ template <class T> struct traits {
   static constexpr T hi = std::numeric_limits<T>::max();
 };
 
+// `c ? y : x` on floats, without control flow. GCC (with -ftrapping-math, the default) does not
+// if-convert a branch on a float comparison, so a `?:` on floats inside a loop keeps the loop
+// from vectorizing; a select on the bits does not (it compiles to a compare and a blend).
+template <class F> OVL_FN F pick(bool c, F y, F x) {
+  typedef typename std::conditional<sizeof(F) == 4, uint32_t, uint64_t>::type U;
+  U by, bx;
+  __builtin_memcpy(&by, &y, sizeof by);
+  __builtin_memcpy(&bx, &x, sizeof bx);
+  const U m = (U)0 - (U)c;
+  const U r = (by & m) | (bx & ~m);
+  F f;
+  __builtin_memcpy(&f, &r, sizeof f);
+  return f;
+}
+
 "#
     };
 }
@@ -92,6 +107,9 @@ OVL_TRAITS(uint8_t, uint32_t, false, (uint8_t)0, (uint8_t)255)
 OVL_TRAITS(uint16_t, uint32_t, false, (uint16_t)0, (uint16_t)65535)
 OVL_TRAITS(uint32_t, uint32_t, false, 0u, 4294967295u)
 OVL_TRAITS(uint64_t, uint64_t, false, 0ull, 18446744073709551615ull)
+
+// `c ? y : x` on floats (the C++ dialect selects on the bits so that loops vectorize).
+template <class F> OVL_FN F pick(bool c, F y, F x) { return c ? y : x; }
 
 "#
     };
@@ -152,8 +170,9 @@ template <class T> OVL_FN T imax(T a, T b) { return b > a ? b : a; }
 
 // min/max of floats ignore a NaN operand (C's fmin/fmax, Rust's f32::min/max); equal operands
 // (+0 and -0) give the first one, as Rust's min/max do on x86-64.
-template <class F> OVL_FN F fmin(F a, F b) { return a != a ? b : (b != b ? a : (b < a ? b : a)); }
-template <class F> OVL_FN F fmax(F a, F b) { return a != a ? b : (b != b ? a : (b > a ? b : a)); }
+// (b when a is NaN or b is smaller; a when b is NaN: a comparison with NaN is false.)
+template <class F> OVL_FN F fmin(F a, F b) { return pick((a != a) | (b < a), b, a); }
+template <class F> OVL_FN F fmax(F a, F b) { return pick((a != a) | (b > a), b, a); }
 
 // Rust's `as` from a float to an integer: saturating, NaN -> 0.
 template <class I, class F> OVL_FN I f2i(F x) {
@@ -235,8 +254,8 @@ OVL_MATH1(ceil) OVL_MATH1(floor) OVL_MATH1(round)
 OVL_MATH2(pow) OVL_MATH2(atan2) OVL_MATH2(fmod)
 // Vectorizable f32 exp, tanh and sigmoid: the C library's expf and tanhf are scalar calls that
 // GCC cannot vectorize, which made fused elementwise kernels compute-bound. These are branch-free,
-// and NaN passes through their clamps (a comparison with NaN is false, so `x < lo ? lo : x` keeps
-// x). Rounding to an integer adds and subtracts 1.5 * 2^23 and reads n from the low bits of the
+// and NaN passes through their clamps (a comparison with NaN is false, so `pick(x < lo, lo, x)`
+// keeps x). Rounding to an integer adds and subtracts 1.5 * 2^23 and reads n from the low bits of the
 // sum, so no float is ever converted to an int (undefined in C++ for NaN).
 //   exp: the classic Cephes reduction by n*ln2 (ln2 split in two) and polynomial (Horner steps
 //     as explicit FMAs), scaled by two powers of two so that subnormal and infinite results come
@@ -269,8 +288,8 @@ static inline float exp_reduced(float r) {
   return p + 1.0f;
 }
 static inline float exp(float x) {
-  float xc = x < -104.0f ? -104.0f : x;
-  xc = xc > 89.0f ? 89.0f : xc;
+  float xc = pick(x < -104.0f, -104.0f, x);
+  xc = pick(xc > 89.0f, 89.0f, xc);
   float k = xc * 1.44269504088896341f + kRoundMagic;  // n = round(x / ln2) in the low bits
   float n = k - kRoundMagic;
   float r = __builtin_fmaf(n, -0.693359375f, xc);
@@ -280,8 +299,8 @@ static inline float exp(float x) {
   return exp_reduced(r) * pow2_bits((uint32_t)(half + 127)) * pow2_bits((uint32_t)(ni - half + 127));
 }
 static inline float tanh(float x) {
-  float a = x > 9.02f ? 9.02f : x;
-  a = a < -9.02f ? -9.02f : a;
+  float a = pick(x > 9.02f, 9.02f, x);
+  a = pick(a < -9.02f, -9.02f, a);
   float t = a * a;
   float p = 1.338452638e-08f;
   p = __builtin_fmaf(p, t, 2.063600004e-05f);
@@ -297,8 +316,8 @@ static inline float tanh(float x) {
 }
 static inline float sigmoid(float x) {
   float t = -x;
-  t = t < -87.0f ? -87.0f : t;
-  t = t > 89.0f ? 89.0f : t;
+  t = pick(t < -87.0f, -87.0f, t);
+  t = pick(t > 89.0f, 89.0f, t);
   float k = t * 1.44269504088896341f + kRoundMagic;
   float n = k - kRoundMagic;
   float r = __builtin_fmaf(n, -0.693359375f, t);

@@ -75,7 +75,7 @@ extern "C" __global__ void ovl_kernel(float* __restrict__ out0, double* __restri
         const int64_t v61 = ovl::add(v54, v60);
         v54 = v61;
       }
-      const float v64 = v23 ? v25 : v1;
+      const float v64 = ovl::pick(v23, v25, v1);
       out0[(int32_t)v0] = v64;
       out1[(int32_t)v0] = v26;
       const int64_t v67 = ovl::add(v52, v54);

@@ -55,6 +55,9 @@ OVL_TRAITS(uint16_t, uint32_t, false, (uint16_t)0, (uint16_t)65535)
 OVL_TRAITS(uint32_t, uint32_t, false, 0u, 4294967295u)
 OVL_TRAITS(uint64_t, uint64_t, false, 0ull, 18446744073709551615ull)
 
+// `c ? y : x` on floats (the C++ dialect selects on the bits so that loops vectorize).
+template <class F> OVL_FN F pick(bool c, F y, F x) { return c ? y : x; }
+
 // Integer arithmetic wraps (two's complement): it is done in traits<T>::uw and converted back
 // modulo 2^N, so nothing depends on -fwrapv.
 template <class T> using uw = typename traits<T>::uw;
@@ -86,8 +89,9 @@ template <class T> OVL_FN T imax(T a, T b) { return b > a ? b : a; }
 
 // min/max of floats ignore a NaN operand (C's fmin/fmax, Rust's f32::min/max); equal operands
 // (+0 and -0) give the first one, as Rust's min/max do on x86-64.
-template <class F> OVL_FN F fmin(F a, F b) { return a != a ? b : (b != b ? a : (b < a ? b : a)); }
-template <class F> OVL_FN F fmax(F a, F b) { return a != a ? b : (b != b ? a : (b > a ? b : a)); }
+// (b when a is NaN or b is smaller; a when b is NaN: a comparison with NaN is false.)
+template <class F> OVL_FN F fmin(F a, F b) { return pick((a != a) | (b < a), b, a); }
+template <class F> OVL_FN F fmax(F a, F b) { return pick((a != a) | (b > a), b, a); }
 
 // Rust's `as` from a float to an integer: saturating, NaN -> 0.
 template <class I, class F> OVL_FN I f2i(F x) {

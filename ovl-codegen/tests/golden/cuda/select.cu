@@ -19,7 +19,7 @@ extern "C" __global__ void ovl_kernel(const double* __restrict__ in0, double* __
       const bool v6 = v4 && v5;
       const bool v7 = v4 || v5;
       const bool v8 = !v6;
-      const double v9 = v6 ? v1 : v2;
+      const double v9 = ovl::pick(v6, v1, v2);
       out0[(int32_t)v0] = v9;
       const bool v11 = v7 && v8;
       out1[(int32_t)v0] = v11;
