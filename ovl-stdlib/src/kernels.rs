@@ -245,8 +245,9 @@ pub(crate) fn softmax<T: Float>(x: Tensor<T>) -> Tensor<T> {
     let p = workers(&others);
     let out = output_like(&x);
     let r = x.rank();
-    let mut top = max_of(x.read(along(&p, r, axis, 0usize)));
-    for k in 1..x.dim(axis) {
+    // From -inf, so that an empty row reads nothing (its result is empty).
+    let mut top = max_of(lit::<T>(f64::NEG_INFINITY));
+    for k in 0..x.dim(axis) {
         top.update(x.read(along(&p, r, axis, k)));
     }
     let top = top.get();

@@ -434,10 +434,53 @@ pub fn matmul<T: Num>(a: impl IntoLazy<T>, b: impl IntoLazy<T>) -> Lazy<T> {
     })
 }
 
+/// `Some(error)` when `x` has no last axis (a 0-d tensor) or, with `nonempty`, an empty one:
+/// the argument check of the functions along the last axis. `shape` is the result's shape.
+fn last_axis_check<T: Scalar>(
+    x: &Lazy<T>,
+    function: &str,
+    nonempty: bool,
+    shape: &[usize],
+    at: &Location<'_>,
+) -> Option<Lazy<T>> {
+    let problem = match x.shape().last() {
+        None => format!(
+            "`{function}` works along the last axis, and a 0-d tensor has none: `reshape` it to \
+             [1] first"
+        ),
+        Some(0) if nonempty => format!(
+            "`{function}` of an empty axis (the last axis of a {:?} tensor): a row of no \
+             elements has no {}; check the shape",
+            x.shape(),
+            if function == "logsumexp" {
+                "maximum (the result would be -inf)"
+            } else {
+                "statistics"
+            }
+        ),
+        _ => return None,
+    };
+    Some(reductions::bad_call(
+        x.clone(),
+        function,
+        at,
+        problem,
+        shape,
+    ))
+}
+
 /// `log(sum(exp(x)))` along the last axis (stable), which is removed. Gradient: `softmax(x)`
 /// times the output gradient, repeated along the axis.
+///
+/// A 0-d `x` or an empty last axis is an error of `evaluate` naming the caller's line.
+#[track_caller]
 pub fn logsumexp<T: Float>(x: impl IntoLazy<T>) -> Lazy<T> {
-    with_grad(kernels::logsumexp(x.into_lazy()), |c| {
+    let x = x.into_lazy();
+    let rows = index::without(x.shape(), x.shape().len().saturating_sub(1));
+    if let Some(bad) = last_axis_check(&x, "logsumexp", true, &rows, Location::caller()) {
+        return bad;
+    }
+    with_grad(kernels::logsumexp(x), |c| {
         vec![some(gk::logsumexp_grad(
             c.input::<T>(0),
             c.output::<T>(0),
@@ -448,17 +491,27 @@ pub fn logsumexp<T: Float>(x: impl IntoLazy<T>) -> Lazy<T> {
 
 /// Layer normalization along the last axis, without scale and shift:
 /// `(x - mean) / sqrt(var + eps)` per row (the variance is the population variance). One
-/// operator, one pass for the statistics; its gradient is one operator too.
+/// operator, one pass for the statistics. Its gradient is a row reduction (the statistics)
+/// and one elementwise operator. A 0-d `x` or an empty last axis is an error of `evaluate`
+/// naming the caller's line.
+#[track_caller]
 pub fn layernorm<T: Float>(x: impl IntoLazy<T>, eps: f64) -> Lazy<T> {
-    normalize(x.into_lazy(), eps, true)
+    normalize(x.into_lazy(), eps, true, Location::caller())
 }
 
 /// RMS normalization along the last axis, without scale: `x / sqrt(mean(x^2) + eps)` per row.
+/// As [`layernorm`] otherwise.
+#[track_caller]
 pub fn rmsnorm<T: Float>(x: impl IntoLazy<T>, eps: f64) -> Lazy<T> {
-    normalize(x.into_lazy(), eps, false)
+    normalize(x.into_lazy(), eps, false, Location::caller())
 }
 
-fn normalize<T: Float>(x: Lazy<T>, eps: f64, center: bool) -> Lazy<T> {
+fn normalize<T: Float>(x: Lazy<T>, eps: f64, center: bool, at: &Location<'_>) -> Lazy<T> {
+    let function = if center { "layernorm" } else { "rmsnorm" };
+    let shape = x.shape().to_vec();
+    if let Some(bad) = last_axis_check(&x, function, true, &shape, at) {
+        return bad;
+    }
     with_grad(kernels::normalize(x, eps, center), move |c| {
         let (x, g) = (c.input::<T>(0), c.output_grad::<T>(0));
         let stats = gk::normalize_stats(&x, &g, eps, center);
@@ -467,9 +520,17 @@ fn normalize<T: Float>(x: Lazy<T>, eps: f64, center: bool) -> Lazy<T> {
 }
 
 /// Softmax along the last axis (stable: the maximum is subtracted first); shape of `x`.
-/// Gradient `y * (dy - sum(dy * y))` along the axis.
+/// Gradient `y * (dy - sum(dy * y))` along the axis: a row reduction and one elementwise
+/// operator. A 0-d `x` is an error of `evaluate` naming the caller's line; an empty last axis
+/// gives an empty result.
+#[track_caller]
 pub fn softmax<T: Float>(x: impl IntoLazy<T>) -> Lazy<T> {
-    with_grad(kernels::softmax(x.into_lazy()), |c| {
+    let x = x.into_lazy();
+    let shape = x.shape().to_vec();
+    if let Some(bad) = last_axis_check(&x, "softmax", false, &shape, Location::caller()) {
+        return bad;
+    }
+    with_grad(kernels::softmax(x), |c| {
         let (y, g) = (c.output::<T>(0), c.output_grad::<T>(0));
         let dot = gk::softmax_dot(&y, &g);
         vec![some(gk::softmax_grad(y, g, dot))]

@@ -246,6 +246,33 @@ fn an_axis_out_of_range_is_an_error_naming_the_function_the_axis_and_the_rank() 
     let scalar = Lazy::from(ndarray::arr0(1.0f64).into_dyn());
     let (y, line) = (ops::sum(&scalar, 0), line!());
     names(&error_of(&y), "sum", line, &["0-d tensor", "reshape"]);
+    let (y, line) = (ops::softmax(&scalar), line!());
+    names(&error_of(&y), "softmax", line, &["last axis", "0-d tensor"]);
+    let (y, line) = (ops::logsumexp(&scalar), line!());
+    names(&error_of(&y), "logsumexp", line, &["0-d tensor"]);
+    let rows = Lazy::from(ArrayD::<f64>::zeros(IxDyn(&[2, 0])));
+    let (y, line) = (ops::layernorm(&rows, 1e-5), line!());
+    names(
+        &error_of(&y),
+        "layernorm",
+        line,
+        &["`layernorm` of an empty axis"],
+    );
+    let (y, line) = (ops::rmsnorm(&rows, 1e-5), line!());
+    names(
+        &error_of(&y),
+        "rmsnorm",
+        line,
+        &["`rmsnorm` of an empty axis"],
+    );
+    let (y, line) = (ops::logsumexp(&rows), line!());
+    names(
+        &error_of(&y),
+        "logsumexp",
+        line,
+        &["`logsumexp` of an empty axis"],
+    );
+    assert_eq!(eval(&ops::softmax(&rows), &Options::cpu()).shape(), &[2, 0]);
     // The gradient of a bad call reports the same error (backward itself succeeds).
     let y = ops::max(&x, 5);
     let seed = Lazy::from(ArrayD::<f64>::zeros(IxDyn(y.shape())));
@@ -499,4 +526,51 @@ fn reductions_and_shape_functions_fuse_with_their_elementwise_neighbours() {
         report.contains("merged `sum` (#1) into {`tanh` #2, `tanh_grad` #3}"),
         "{report}"
     );
+}
+
+/// Every operator behind these functions and their gradients, on the C++ backend and through
+/// NVRTC + ptxas (`cuda_validate`, no GPU needed), against the interpreter: C++ within rounding,
+/// `cuda_validate`'s values are the interpreter's.
+#[test]
+fn every_new_operator_and_gradient_compiles_for_cpu_and_cuda() {
+    let x = Lazy::from(cube());
+    let mut outputs: Vec<Lazy<f64>> = Vec::new();
+    for axis in 0..3 {
+        for y in [
+            ops::sum_keepdim(&x, axis),
+            ops::mean(&x, axis),
+            ops::prod_keepdim(&x, axis),
+            ops::max_keepdim(&x, axis),
+            ops::min(&x, axis),
+            ops::var_keepdim(&x, axis),
+            ops::var(&x, axis),
+        ] {
+            let seed = Lazy::from(ArrayD::<f64>::ones(IxDyn(y.shape())));
+            let grads = ovl::backward(&[(&y, &seed)], &[&x]).unwrap();
+            outputs.push(grads.of(&x).unwrap());
+            outputs.push(y);
+        }
+    }
+    let rows = ops::reshape(&x, &[12, 5]);
+    for y in [
+        ops::expand_dims(&rows, 1),
+        ops::squeeze(ops::expand_dims(&rows, 2), 2),
+        ops::broadcast_to(ops::sum_keepdim(&rows, 1), &[2, 12, 5]),
+        ops::softmax(&rows),
+        ops::layernorm(&rows, 1e-5),
+        ops::rmsnorm(&rows, 1e-5),
+    ] {
+        let seed = Lazy::from(ArrayD::<f64>::ones(IxDyn(y.shape())));
+        let grads = ovl::backward(&[(&y, &seed)], &[&x]).unwrap();
+        outputs.push(grads.of(&x).unwrap());
+        outputs.push(y);
+    }
+    let want = ovl::evaluate_with(&outputs, &Options::interpreter()).unwrap();
+    let cpu = ovl::evaluate_with(&outputs, &Options::cpu()).unwrap();
+    let cuda =
+        ovl::evaluate_with(&outputs, &Options::cuda_validate()).unwrap_or_else(|e| panic!("{e}"));
+    for (i, w) in want.iter().enumerate() {
+        close(&cpu[i], w, &format!("output {i} on the C++ backend"));
+        same_bits(&cuda[i], w, &format!("output {i} through cuda_validate"));
+    }
 }
