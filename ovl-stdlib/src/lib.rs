@@ -396,9 +396,15 @@ pub fn concat<T: Scalar>(xs: &[Lazy<T>], axis: usize) -> Lazy<T> {
 // ---------------------------------------------------------------------------------------------
 // Reductions and scans
 
-/// Running sum along `axis`; shape of `x`. Gradient: the reverse running sum of `dy`.
+/// Running sum along `axis`; shape of `x`. Gradient: the reverse running sum of `dy`. An axis
+/// out of range is an error of `evaluate` naming the caller's line.
+#[track_caller]
 pub fn cumsum<T: Num>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
-    scan(x.into_lazy(), axis, false, false)
+    let x = x.into_lazy();
+    if let Some(bad) = reductions::checked_scan_axis(&x, "cumsum", axis, Location::caller()) {
+        return bad;
+    }
+    scan(x, axis, false, false)
 }
 
 fn scan<T: Num>(x: Lazy<T>, axis: usize, product: bool, reverse: bool) -> Lazy<T> {
@@ -411,9 +417,15 @@ fn scan<T: Num>(x: Lazy<T>, axis: usize, product: bool, reverse: bool) -> Lazy<T
 }
 
 /// Running product along `axis`; shape of `x`. Gradient (floats):
-/// `reverse_cumsum(dy * y) / x` (not finite where `x` is 0).
+/// `reverse_cumsum(dy * y) / x` (not finite where `x` is 0). An axis out of range is an error
+/// of `evaluate` naming the caller's line.
+#[track_caller]
 pub fn cumprod<T: Float>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
-    with_grad(kernels::scan(x.into_lazy(), axis, true, false), move |c| {
+    let x = x.into_lazy();
+    if let Some(bad) = reductions::checked_scan_axis(&x, "cumprod", axis, Location::caller()) {
+        return bad;
+    }
+    with_grad(kernels::scan(x, axis, true, false), move |c| {
         let (x, y) = (c.input::<T>(0), c.output::<T>(0));
         let s = scan(mul(c.output_grad::<T>(0), y), axis, false, true);
         vec![some(gk::scale_by_ratio(s, x))]

@@ -28,7 +28,7 @@ use std::panic::Location;
 fn axis_problem(shape: &[usize], axis: usize) -> Option<String> {
     match shape.len() {
         0 => Some(format!(
-            "axis {axis} of a 0-d tensor: it has no axis to reduce; use the value as it is, or \
+            "axis {axis} of a 0-d tensor: it has no axes; use the value as it is, or \
              `reshape(&x, &[1])` it first"
         )),
         r if axis >= r => Some(format!(
@@ -102,6 +102,18 @@ fn checked<T: Scalar>(
         problem,
         &result_shape(shape, axis, keep),
     ))
+}
+
+/// `Some(error)` when `x` has no axis `axis` to scan along (the result keeps `x`'s shape).
+pub(crate) fn checked_scan_axis<T: Scalar>(
+    x: &Lazy<T>,
+    function: &str,
+    axis: usize,
+    at: &Location<'_>,
+) -> Option<Lazy<T>> {
+    let problem = axis_problem(x.shape(), axis)?;
+    let shape = x.shape().to_vec();
+    Some(bad_call(x.clone(), function, at, problem, &shape))
 }
 
 /// The name of a reduction as the user called it.

@@ -237,6 +237,10 @@ fn an_axis_out_of_range_is_an_error_naming_the_function_the_axis_and_the_rank() 
     names(&error_of(&y), "var", line, &range);
     let (y, line) = (ops::var_keepdim(&x, 7), line!());
     names(&error_of(&y), "var_keepdim", line, &["axis 7", "0..2"]);
+    let (y, line) = (ops::cumsum(&x, 2), line!());
+    names(&error_of(&y), "cumsum", line, &range);
+    let (y, line) = (ops::cumprod(&x, 9), line!());
+    names(&error_of(&y), "cumprod", line, &["axis 9", "0..2"]);
     let (y, line) = (ops::squeeze(&x, 2), line!());
     names(&error_of(&y), "squeeze", line, &range);
     let (y, line) = (ops::squeeze(&x, 1), line!());
@@ -245,7 +249,12 @@ fn an_axis_out_of_range_is_an_error_naming_the_function_the_axis_and_the_rank() 
     names(&error_of(&y), "expand_dims", line, &["axis 3", "0..=2"]);
     let scalar = Lazy::from(ndarray::arr0(1.0f64).into_dyn());
     let (y, line) = (ops::sum(&scalar, 0), line!());
-    names(&error_of(&y), "sum", line, &["0-d tensor", "reshape"]);
+    names(
+        &error_of(&y),
+        "sum",
+        line,
+        &["0-d tensor", "no axes", "reshape"],
+    );
     let (y, line) = (ops::softmax(&scalar), line!());
     names(&error_of(&y), "softmax", line, &["last axis", "0-d tensor"]);
     let (y, line) = (ops::logsumexp(&scalar), line!());
