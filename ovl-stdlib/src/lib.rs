@@ -42,12 +42,14 @@ mod index;
 mod kernels;
 mod reduce_kernels;
 mod reductions;
+mod shapes;
 
 pub use index::broadcast_shapes;
 pub use reductions::{
     max, max_keepdim, mean, mean_keepdim, min, min_keepdim, prod, prod_keepdim, sum, sum_keepdim,
     var, var_keepdim,
 };
+pub use shapes::{broadcast_to, concat, expand_dims, reshape, split, squeeze, transpose};
 
 use grad_kernels as gk;
 use ovl::prelude::{Float, Num, Signed};
@@ -134,26 +136,6 @@ pub fn reduce_to<T: Num>(g: impl IntoLazy<T>, shape: &[usize]) -> Lazy<T> {
         }
     }
     g
-}
-
-/// `x` broadcast to `shape` with numpy's rule (leading axes added, size-1 axes repeated): one
-/// elementwise operator over `shape`. A `shape` that `x` does not broadcast to is an error of
-/// `evaluate` naming the caller's line. Gradient: the sum over the broadcast axes.
-#[track_caller]
-pub fn broadcast_to<T: Num>(x: impl IntoLazy<T>, shape: &[usize]) -> Lazy<T> {
-    let x = x.into_lazy();
-    if broadcast_shapes(x.shape(), shape).as_deref() != Some(shape) {
-        let message = format!(
-            "a tensor of shape {:?} does not broadcast to {shape:?}: each axis must be equal or \
-             1 in the tensor, counted from the last",
-            x.shape()
-        );
-        return reductions::bad_call(x, "broadcast_to", Location::caller(), message, shape);
-    }
-    with_grad(kernels::broadcast_to(x, shape.to_vec()), |c| {
-        let x = c.input::<T>(0);
-        vec![some(reduce_to(c.output_grad::<T>(0), x.shape()))]
-    })
 }
 
 macro_rules! binary_with_grad {
@@ -262,134 +244,6 @@ pub fn clip<T: Num>(x: impl IntoLazy<T>, lo: T, hi: T) -> Lazy<T> {
     with_grad(kernels::clip(x.into_lazy(), lo, hi), move |c| {
         let mask = kernels::clip_mask(c.input::<T>(0), lo, hi);
         vec![some(gk::masked(c.output_grad::<T>(0), mask))]
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Shapes
-
-/// Axes permuted: output axis `i` is input axis `perm[i]`. Gradient: the inverse permutation.
-pub fn transpose<T: Scalar>(x: impl IntoLazy<T>, perm: &[usize]) -> Lazy<T> {
-    let perm = perm.to_vec();
-    let forward = perm.clone();
-    with_grad(kernels::transpose(x.into_lazy(), forward), move |c| {
-        let mut inverse = vec![0; perm.len()];
-        for (i, &p) in perm.iter().enumerate() {
-            if let Some(slot) = inverse.get_mut(p) {
-                *slot = i;
-            }
-        }
-        vec![some(kernels::transpose(c.output_grad::<T>(0), inverse))]
-    })
-}
-
-/// `x` with a new axis of size 1 at `axis` (`0..=rank`): `[2, 3]` with a new axis 1 is
-/// `[2, 1, 3]`. Any dtype. One elementwise operator over the result. An axis above the rank is an
-/// error of `evaluate` naming the caller's line. Gradient: the output gradient squeezed back.
-#[track_caller]
-pub fn expand_dims<T: Scalar>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
-    let x = x.into_lazy();
-    let rank = x.shape().len();
-    if axis > rank {
-        let message = format!(
-            "axis {axis} is out of range for a new axis of a tensor of shape {:?}: pass an axis \
-             in 0..={rank}",
-            x.shape()
-        );
-        let shape = x.shape().to_vec();
-        return reductions::bad_call(x, "expand_dims", Location::caller(), message, &shape);
-    }
-    with_grad(kernels::expand(x, axis, 1), move |c| {
-        vec![some(kernels::squeeze(c.output_grad::<T>(0), axis))]
-    })
-}
-
-/// `x` without its axis `axis`, which must have size 1: `[2, 1, 3]` squeezed at 1 is `[2, 3]`.
-/// Any dtype. One elementwise operator over the result. An axis out of range or of another
-/// size is an error of `evaluate` naming the caller's line. Gradient: the output gradient with
-/// the axis put back.
-#[track_caller]
-pub fn squeeze<T: Scalar>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
-    let x = x.into_lazy();
-    let shape = x.shape().to_vec();
-    let problem = match shape.get(axis) {
-        None => Some(format!(
-            "axis {axis} is out of range for a tensor of shape {shape:?} (rank {}): pass an \
-             axis in 0..{}",
-            shape.len(),
-            shape.len()
-        )),
-        Some(&d) if d != 1 => Some(format!(
-            "axis {axis} of a tensor of shape {shape:?} has size {d}, not 1: only an axis of \
-             size 1 can be squeezed (`reshape` changes the shape in general)"
-        )),
-        Some(_) => None,
-    };
-    if let Some(message) = problem {
-        return reductions::bad_call(x, "squeeze", Location::caller(), message, &shape);
-    }
-    with_grad(kernels::squeeze(x, axis), move |c| {
-        vec![some(kernels::expand(c.output_grad::<T>(0), axis, 1))]
-    })
-}
-
-/// The elements of `x` in row-major order, in a tensor of shape `shape` (numpy's `reshape` of a
-/// contiguous array): `[2, 3]` reshaped to `[3, 2]` or `[6]`. Any dtype; 0-d (`[]`) and empty
-/// shapes work. One elementwise operator over the result, which reads `x` at the same
-/// flattened position (axes that lead or trail both shapes unchanged are read directly). A
-/// shape with another number of elements is an error of `evaluate` naming both shapes and the
-/// caller's line. Gradient: the output gradient reshaped back.
-///
-/// ```
-/// let x = ndarray::array![[1, 2, 3], [4, 5, 6]];
-/// let y = ovl::evaluate(&ovl_stdlib::reshape(&x, &[3, 2])).unwrap();
-/// assert_eq!(y, ndarray::array![[1, 2], [3, 4], [5, 6]].into_dyn());
-/// ```
-#[track_caller]
-pub fn reshape<T: Scalar>(x: impl IntoLazy<T>, shape: &[usize]) -> Lazy<T> {
-    let x = x.into_lazy();
-    let (from, to) = (index::element_count(x.shape()), index::element_count(shape));
-    if from != to || to.is_none() {
-        let count = |n: Option<usize>| n.map_or("too many".to_string(), |n| n.to_string());
-        let message = format!(
-            "a tensor of shape {:?} ({} elements) cannot be reshaped to {shape:?} ({} \
-             elements): the new shape must hold the same number of elements",
-            x.shape(),
-            count(from),
-            count(to)
-        );
-        return reductions::bad_call(x, "reshape", Location::caller(), message, shape);
-    }
-    with_grad(kernels::reshape(x, shape.to_vec()), |c| {
-        let x = c.input::<T>(0);
-        let back = x.shape().to_vec();
-        vec![some(kernels::reshape(c.output_grad::<T>(0), back))]
-    })
-}
-
-/// `x` cut into `parts` equal pieces along `axis` (the axis length must divide evenly).
-/// Gradient: the pieces' gradients concatenated (zeros for pieces that get none).
-pub fn split<T: Scalar>(x: impl IntoLazy<T>, axis: usize, parts: usize) -> Vec<Lazy<T>> {
-    let pieces = kernels::split(x.into_lazy(), axis, parts);
-    if let Some(first) = pieces.first() {
-        ovl::set_gradient(first, move |c| {
-            let grads: Vec<Lazy<T>> = (0..c.outputs.len())
-                .map(|i| c.output_grad::<T>(i))
-                .collect();
-            vec![some(concat(&grads, axis))]
-        });
-    }
-    pieces
-}
-
-/// Equal-shaped tensors joined along `axis`. Gradient: the output gradient split back.
-pub fn concat<T: Scalar>(xs: &[Lazy<T>], axis: usize) -> Lazy<T> {
-    let n = xs.len();
-    with_grad(kernels::concat(xs.to_vec(), axis), move |c| {
-        split(c.output_grad::<T>(0), axis, n)
-            .into_iter()
-            .map(some)
-            .collect()
     })
 }
 
