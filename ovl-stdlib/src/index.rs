@@ -263,3 +263,8 @@ pub(crate) fn reshaped_index(p: &Position, from: &[usize], to: &[usize]) -> Vec<
     index.extend((0..tail).map(|i| ix(p[to_tail + i])));
     index
 }
+
+/// Whether a tensor of `shape` has any element (a 0-d tensor has one).
+pub(crate) fn has_elements(shape: &[usize]) -> bool {
+    !shape.contains(&0)
+}

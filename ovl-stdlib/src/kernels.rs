@@ -270,15 +270,17 @@ pub(crate) fn softmax<T: Float>(x: Tensor<T>) -> Tensor<T> {
 #[operator]
 pub(crate) fn logsumexp<T: Float>(x: Tensor<T>) -> Tensor<T> {
     let axis = checked_axis("logsumexp", x.rank().saturating_sub(1), x.shape());
-    if x.dim(axis) == 0 {
+    // An empty axis is an error where there are rows to reduce (none run otherwise).
+    if x.dim(axis) == 0 && has_elements(&without(x.shape(), axis)) {
         trace_error("`logsumexp` of an empty axis: it has no maximum (the result would be -inf)");
     }
     let others = without(x.shape(), axis);
     let p = workers(&others);
     let out = output(&others);
     let r = x.rank();
-    let mut top = max_of(x.read(along(&p, r, axis, 0usize)));
-    for k in 1..x.dim(axis) {
+    // From -inf, so that a tensor with no rows reads nothing.
+    let mut top = max_of(lit::<T>(f64::NEG_INFINITY));
+    for k in 0..x.dim(axis) {
         top.update(x.read(along(&p, r, axis, k)));
     }
     let top = top.get();
@@ -297,7 +299,7 @@ pub(crate) fn logsumexp<T: Float>(x: Tensor<T>) -> Tensor<T> {
 pub(crate) fn normalize<T: Float>(x: Tensor<T>, eps: f64, center: bool) -> Tensor<T> {
     let name = if center { "layernorm" } else { "rmsnorm" };
     let axis = checked_axis(name, x.rank().saturating_sub(1), x.shape());
-    if x.dim(axis) == 0 {
+    if x.dim(axis) == 0 && has_elements(&without(x.shape(), axis)) {
         trace_error(format!(
             "`{name}` of an empty axis: a row of no elements has no statistics"
         ));

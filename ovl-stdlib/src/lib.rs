@@ -314,16 +314,19 @@ fn last_axis_check<T: Scalar>(
             "`{function}` works along the last axis, and a 0-d tensor has none: `reshape` it to \
              [1] first"
         ),
-        Some(0) if nonempty => format!(
-            "`{function}` of an empty axis (the last axis of a {:?} tensor): a row of no \
-             elements has no {}; check the shape",
-            x.shape(),
-            if function == "logsumexp" {
-                "maximum (the result would be -inf)"
-            } else {
-                "statistics"
-            }
-        ),
+        // Only where there are rows: with none the result is empty.
+        Some(0) if nonempty && index::has_elements(&x.shape()[..x.shape().len() - 1]) => {
+            format!(
+                "`{function}` of an empty axis (the last axis of a {:?} tensor): a row of no \
+                 elements has no {}; check the shape",
+                x.shape(),
+                if function == "logsumexp" {
+                    "maximum (the result would be -inf)"
+                } else {
+                    "statistics"
+                }
+            )
+        }
         _ => return None,
     };
     Some(reductions::bad_call(

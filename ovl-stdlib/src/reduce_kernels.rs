@@ -98,7 +98,10 @@ pub(crate) fn extreme<T: Num>(x: Tensor<T>, axis: usize, largest: bool, keep: bo
     let name = if largest { "max" } else { "min" };
     let axis = checked_axis(name, axis, x.shape());
     let n = length(x.shape(), axis);
-    if n == 0 && axis < x.rank() {
+    let shape = reduced_shape(x.shape(), axis, keep);
+    // An empty axis is an error where there are rows to reduce (none run otherwise).
+    let rows = has_elements(&shape);
+    if n == 0 && axis < x.rank() && rows {
         trace_error(format!(
             "`{name}` of an empty axis (axis {axis} of a {:?} tensor): it has no {name}imum; \
              check the shape, or reduce with an identity (`max_of(f32::NEG_INFINITY)` in an \
@@ -106,11 +109,15 @@ pub(crate) fn extreme<T: Num>(x: Tensor<T>, axis: usize, largest: bool, keep: bo
             x.shape()
         ));
     }
-    let shape = reduced_shape(x.shape(), axis, keep);
     let r = x.rank();
     let p = workers(&shape);
     let out = output(&shape);
-    let first = x.read(row_element(&p, r, axis, keep, 0usize));
+    // Element 0 of the row (with no rows, where no worker runs, a stand-in that reads nothing).
+    let first = if rows {
+        x.read(row_element(&p, r, axis, keep, 0usize))
+    } else {
+        lit::<T>(0.0)
+    };
     let mut acc = if largest {
         max_of(first)
     } else {

@@ -87,21 +87,18 @@ fn checked<T: Scalar>(
     at: &Location<'_>,
 ) -> Option<Lazy<T>> {
     let shape = x.shape();
+    let result = result_shape(shape, axis, keep);
     let problem = axis_problem(shape, axis).or_else(|| {
-        (nonempty && shape[axis] == 0).then(|| {
+        // Only where there are rows to reduce: with none the result is empty, as in numpy.
+        let rows = crate::index::has_elements(&result);
+        (nonempty && shape[axis] == 0 && rows).then(|| {
             format!(
                 "`{function}` of an empty axis (axis {axis} of a {shape:?} tensor) has no \
                  value: check the shape, or mask the row out before reducing"
             )
         })
     })?;
-    Some(bad_call(
-        x.clone(),
-        function,
-        at,
-        problem,
-        &result_shape(shape, axis, keep),
-    ))
+    Some(bad_call(x.clone(), function, at, problem, &result))
 }
 
 /// `Some(error)` when `x` has no axis `axis` to scan along (the result keeps `x`'s shape).
@@ -242,7 +239,8 @@ pub fn prod_keepdim<T: Num>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
 
 /// Maximum along `axis`, which is removed. Any numeric dtype. Floats follow the IR's rule: a
 /// NaN never wins (like `f64::max`), so a row is NaN only when all of it is. An empty axis is an
-/// error. Gradient: `dy` to every element equal to the maximum.
+/// error (unless there are no rows either: the result is then empty). Gradient: `dy` to every
+/// element equal to the maximum.
 #[track_caller]
 pub fn max<T: Num>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
     extreme_impl(x.into_lazy(), axis, true, false, Location::caller())

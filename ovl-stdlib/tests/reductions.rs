@@ -341,8 +341,14 @@ fn empty_axes_sum_to_0_multiply_to_1_average_to_nan_and_have_no_max() {
         assert!(eval(&ops::var_keepdim(&x, 1), &o)
             .iter()
             .all(|v| v.is_nan()));
-        // Reducing the other axis of an empty tensor gives an empty result.
+        // Reducing the other axis of an empty tensor gives an empty result; so does an empty
+        // axis of a tensor with no rows.
         assert_eq!(eval(&ops::max(&x, 0), &o).shape(), &[0]);
+        let none = Lazy::from(ArrayD::<f64>::zeros(IxDyn(&[0, 0])));
+        assert_eq!(eval(&ops::max(&none, 1), &o).shape(), &[0]);
+        assert_eq!(eval(&ops::min_keepdim(&none, 0), &o).shape(), &[1, 0]);
+        assert_eq!(eval(&ops::logsumexp(&none), &o).shape(), &[0]);
+        assert_eq!(eval(&ops::layernorm(&none, 1e-5), &o).shape(), &[0, 0]);
     }
     let empty_max = "of an empty axis (axis 1 of a [3, 0] tensor) has no value";
     let (y, line) = (ops::max(&x, 1), line!());
