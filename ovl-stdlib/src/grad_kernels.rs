@@ -104,45 +104,33 @@ pub(crate) fn select_grad<T: Num>(c: Tensor<bool>, g: Tensor<T>, first: bool) ->
     out
 }
 
-/// Gradient of a max/min reduction along `axis`: `g` flows to the elements equal to the result.
+/// The row statistic of softmax's gradient along the last axis: `sum(y * g)` per row (the axis
+/// removed). One worker per row, an accumulator loop.
 #[operator]
-pub(crate) fn extreme_grad<T: Num>(
-    x: Tensor<T>,
-    y: Tensor<T>,
-    g: Tensor<T>,
-    axis: usize,
-) -> Tensor<T> {
-    let p = workers(x.shape());
-    let out = output_like(&x);
-    let r = x.rank();
-    let v = x.read(own(&p, r));
-    let at = skipping(&p, r, axis);
-    out.write(
-        own(&p, r),
-        select(v == y.read(at.clone()), g.read(at), lit::<T>(0.0)),
-    );
-    out
-}
-
-/// Gradient of softmax along the last axis: `y * (g - sum(g * y))`.
-#[operator]
-pub(crate) fn softmax_grad<T: Float>(y: Tensor<T>, g: Tensor<T>) -> Tensor<T> {
+pub(crate) fn softmax_dot<T: Float>(y: Tensor<T>, g: Tensor<T>) -> Tensor<T> {
     let r = y.rank();
     let axis = r.saturating_sub(1);
     let others = without(y.shape(), axis);
     let p = workers(&others);
-    let out = output_like(&y);
-    let mut dot = variable(lit::<T>(0.0));
+    let out = output(&others);
+    let mut dot = sum_of(lit::<T>(0.0));
     for k in 0..y.dim(axis) {
         dot += y.read(along(&p, r, axis, k)) * g.read(along(&p, r, axis, k));
     }
-    for k in 0..y.dim(axis) {
-        let yk = y.read(along(&p, r, axis, k));
-        out.write(
-            along(&p, r, axis, k),
-            yk * (g.read(along(&p, r, axis, k)) - dot),
-        );
-    }
+    out.write(own(&p, others.len()), dot);
+    out
+}
+
+/// Gradient of softmax along the last axis, elementwise: `y * (g - dot)` with the row's
+/// `dot = sum(y * g)` ([`softmax_dot`]) read at the broadcast index.
+#[operator]
+pub(crate) fn softmax_grad<T: Float>(y: Tensor<T>, g: Tensor<T>, dot: Tensor<T>) -> Tensor<T> {
+    let r = y.rank();
+    let p = workers(y.shape());
+    let out = output_like(&y);
+    let at = own(&p, r);
+    let d = dot.read(skipping(&p, r, r.saturating_sub(1)));
+    out.write(at.clone(), y.read(at.clone()) * (g.read(at) - d));
     out
 }
 
@@ -161,21 +149,22 @@ pub(crate) fn logsumexp_grad<T: Float>(x: Tensor<T>, y: Tensor<T>, g: Tensor<T>)
     out
 }
 
-/// Gradient of `normalize` (layer norm with `center`, RMS norm without) along the last axis:
-/// with `y` the normalized row and `s = 1 / sqrt(var + eps)`,
-/// `dx = s * (g - mean(g) - y * mean(g * y))` (layer norm) or `s * (g - y * mean(g * y))`.
+/// The row statistics of the gradient of `normalize` (layer norm with `center`, RMS norm
+/// without) along the last axis, one worker per row: the row's mean (0 without `center`), its
+/// scale `s = 1 / sqrt(var + eps)` (as the forward pass computes them), the mean of `g` (0
+/// without `center`) and the mean of `g * y`, with `y = (x - mean) * s` the normalized row.
 #[operator]
-pub(crate) fn normalize_grad<T: Float>(
+pub(crate) fn normalize_stats<T: Float>(
     x: Tensor<T>,
     g: Tensor<T>,
     eps: f64,
     center: bool,
-) -> Tensor<T> {
+) -> Vec<Tensor<T>> {
     let r = x.rank();
     let axis = r.saturating_sub(1);
     let others = without(x.shape(), axis);
     let p = workers(&others);
-    let out = output_like(&x);
+    let outs: Vec<Tensor<T>> = outputs_of(4, &others);
     let n = lit::<T>(x.dim(axis) as f64);
     let mut s = sum_of(lit::<T>(0.0));
     let mut sq = sum_of(lit::<T>(0.0));
@@ -203,12 +192,34 @@ pub(crate) fn normalize_grad<T: Float>(
     } else {
         lit::<T>(0.0).into_expr()
     };
-    let gy = gy / n;
-    for k in 0..x.dim(axis) {
-        let gk = g.read(along(&p, r, axis, k));
-        let yk = (x.read(along(&p, r, axis, k)) - mean) * scale;
-        out.write(along(&p, r, axis, k), scale * (gk - gmean - yk * gy));
-    }
+    let at = own(&p, others.len());
+    outs[0].write(at.clone(), mean);
+    outs[1].write(at.clone(), scale);
+    outs[2].write(at.clone(), gmean);
+    outs[3].write(at, gy / n);
+    outs
+}
+
+/// Gradient of `normalize` along the last axis, elementwise: with the row's statistics of
+/// [`normalize_stats`] read at the broadcast index and `y = (x - mean) * s`,
+/// `dx = s * (g - mean(g) - y * mean(g * y))` (the two means are 0 and 0 for RMS norm's centre).
+#[operator]
+pub(crate) fn normalize_grad<T: Float>(
+    x: Tensor<T>,
+    g: Tensor<T>,
+    stats: Vec<Tensor<T>>,
+) -> Tensor<T> {
+    let r = x.rank();
+    let p = workers(x.shape());
+    let out = output_like(&x);
+    let at = own(&p, r);
+    let row = skipping(&p, r, r.saturating_sub(1));
+    let mean = stats[0].read(row.clone());
+    let scale = stats[1].read(row.clone());
+    let gmean = stats[2].read(row.clone());
+    let gy = stats[3].read(row);
+    let y = (x.read(at.clone()) - mean) * scale;
+    out.write(at.clone(), scale * (g.read(at) - gmean - y * gy));
     out
 }
 

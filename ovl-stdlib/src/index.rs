@@ -49,8 +49,13 @@ pub(crate) fn checked_axis(op: &str, axis: usize, shape: &[usize]) -> usize {
     if axis < shape.len() {
         axis
     } else {
+        let what_to_do = match shape.len() {
+            0 => "a 0-d tensor has no axis: `reshape` it to [1] first".to_string(),
+            r => format!("pass an axis in 0..{r}"),
+        };
         trace_error(format!(
-            "`{op}`: axis {axis} is out of range for a tensor of shape {shape:?} (rank {})",
+            "`{op}`: axis {axis} is out of range for a tensor of shape {shape:?} (rank {}): \
+             {what_to_do}",
             shape.len()
         ));
         0
@@ -158,4 +163,103 @@ pub(crate) fn common_shape<T: Scalar>(op: &str, xs: &[Tensor<T>]) -> Vec<usize> 
         ));
     }
     first.shape().to_vec()
+}
+
+/// The shape of a reduction of `shape` along `axis`: the axis removed, or kept with size 1.
+pub(crate) fn reduced_shape(shape: &[usize], axis: usize, keep: bool) -> Vec<usize> {
+    let reduced = without(shape, axis);
+    if keep {
+        with(&reduced, axis, 1)
+    } else {
+        reduced
+    }
+}
+
+/// Element `k` along `axis` of the row of a tensor of rank `rank` that the worker at `p` of a
+/// reduction's workgroup reduces (the workgroup is the reduced shape: with the axis kept as size
+/// 1 when `keep`, without it otherwise).
+pub(crate) fn row_element(
+    p: &Position,
+    rank: usize,
+    axis: usize,
+    keep: bool,
+    k: impl IndexPart,
+) -> Vec<Idx> {
+    if !keep {
+        return along(p, rank, axis, k);
+    }
+    let mut k = Some(ix(k));
+    (0..rank)
+        .map(|d| {
+            if d == axis {
+                k.take().unwrap_or_else(|| ix(0usize))
+            } else {
+                ix(p[d])
+            }
+        })
+        .collect()
+}
+
+/// The element of a reduction's result (of rank `rank - 1`, or `rank` when `keep`) that belongs
+/// to the worker at `p` of an elementwise operator over the reduced tensor of rank `rank`: the
+/// row statistic read back at the broadcast index.
+pub(crate) fn row_of(p: &Position, rank: usize, axis: usize, keep: bool) -> Vec<Idx> {
+    if keep {
+        (0..rank)
+            .map(|d| if d == axis { ix(0usize) } else { ix(p[d]) })
+            .collect()
+    } else {
+        skipping(p, rank, axis)
+    }
+}
+
+/// The number of elements of `shape` (1 for a 0-d shape), `None` on overflow.
+pub(crate) fn element_count(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+}
+
+/// The element of a tensor of shape `from` that the worker at `p` of a reshape to `to` reads:
+/// the same row-major flattened position. Leading and trailing axes that the two shapes share
+/// are read directly; only the axes in between go through a flattened index (a multiply-add per
+/// output axis, a division and a remainder per input axis, none for axes of size 1).
+pub(crate) fn reshaped_index(p: &Position, from: &[usize], to: &[usize]) -> Vec<Idx> {
+    let lead = from.iter().zip(to).take_while(|(a, b)| a == b).count();
+    let tail = from[lead..]
+        .iter()
+        .rev()
+        .zip(to[lead..].iter().rev())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let (from_mid, to_mid) = (&from[lead..from.len() - tail], &to[lead..to.len() - tail]);
+    // The flattened position within the middle axes of `to` (row-major).
+    let mut flat: Option<Expr<i64>> = None;
+    let mut stride = 1i64;
+    for (i, &d) in to_mid.iter().enumerate().rev() {
+        if d != 1 {
+            let term = p[lead + i] * stride;
+            flat = Some(match flat {
+                Some(f) => term + f,
+                None => term,
+            });
+        }
+        stride = stride.saturating_mul(d as i64);
+    }
+    let mut index: Vec<Idx> = (0..lead).map(|d| ix(p[d])).collect();
+    let mut stride = 1i64;
+    let mut mid = Vec::with_capacity(from_mid.len());
+    for (j, &d) in from_mid.iter().enumerate().rev() {
+        mid.push(match flat {
+            Some(f) if d != 1 => {
+                let q = if stride == 1 { f } else { f / stride };
+                // The first axis needs no remainder: the flattened position is in range.
+                ix(if j == 0 { q } else { q % d as i64 })
+            }
+            _ => ix(0usize),
+        });
+        stride = stride.saturating_mul(d as i64);
+    }
+    index.extend(mid.into_iter().rev());
+    let to_tail = to.len() - tail;
+    index.extend((0..tail).map(|i| ix(p[to_tail + i])));
+    index
 }

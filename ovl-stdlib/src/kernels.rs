@@ -124,52 +124,8 @@ pub(crate) fn transpose<T: Scalar>(x: Tensor<T>, perm: Vec<usize>) -> Tensor<T> 
     out
 }
 
-/// Sum along `axis`; with `keep` the axis stays with size 1.
-#[operator]
-pub(crate) fn sum<T: Num>(x: Tensor<T>, axis: usize, keep: bool) -> Tensor<T> {
-    let axis = checked_axis("sum", axis, x.shape());
-    let reduced = without(x.shape(), axis);
-    let shape = if keep {
-        with(&reduced, axis, 1)
-    } else {
-        reduced.clone()
-    };
-    let p = workers(&reduced);
-    let out = output(&shape);
-    let mut acc = sum_of(lit::<T>(0.0));
-    for k in 0..x.dim(axis) {
-        acc += x.read(along(&p, x.rank(), axis, k));
-    }
-    let at = if keep {
-        along(&p, shape.len(), axis, 0usize)
-    } else {
-        own(&p, shape.len())
-    };
-    out.write(at, acc);
-    out
-}
-
-/// Maximum (`largest`) or minimum along `axis`.
-#[operator]
-pub(crate) fn extreme<T: Num>(x: Tensor<T>, axis: usize, largest: bool) -> Tensor<T> {
-    let axis = checked_axis(if largest { "max" } else { "min" }, axis, x.shape());
-    let shape = without(x.shape(), axis);
-    let p = workers(&shape);
-    let out = output(&shape);
-    let first = x.read(along(&p, x.rank(), axis, 0usize));
-    let mut acc = if largest {
-        max_of(first)
-    } else {
-        min_of(first)
-    };
-    for k in 1..x.dim(axis) {
-        acc.update(x.read(along(&p, x.rank(), axis, k)));
-    }
-    out.write(own(&p, shape.len()), acc);
-    out
-}
-
-/// `y` repeated `n` times along a new `axis` (the inverse shape of a reduction).
+/// `y` repeated `n` times along a new `axis` (with `n == 1`: `expand_dims`). One worker per
+/// output element, reading `y` at its position without `axis`.
 #[operator]
 pub(crate) fn expand<T: Scalar>(y: Tensor<T>, axis: usize, n: usize) -> Tensor<T> {
     let shape = with(y.shape(), axis, n);
@@ -179,6 +135,61 @@ pub(crate) fn expand<T: Scalar>(y: Tensor<T>, axis: usize, n: usize) -> Tensor<T
         own(&p, shape.len()),
         y.read(skipping(&p, shape.len(), axis)),
     );
+    out
+}
+
+/// `x` with its `axis` of size 1 removed: one worker per output element, reading `x` at its
+/// position with index 0 inserted at `axis`.
+#[operator]
+pub(crate) fn squeeze<T: Scalar>(x: Tensor<T>, axis: usize) -> Tensor<T> {
+    let shape = without(x.shape(), axis);
+    let p = workers(&shape);
+    let out = output(&shape);
+    out.write(
+        own(&p, shape.len()),
+        x.read(along(&p, x.rank(), axis, 0usize)),
+    );
+    out
+}
+
+/// `x` with the same elements in row-major order and the shape `shape` (the caller checked that
+/// the sizes agree): one worker per output element, reading `x` at the same flattened position.
+#[operator]
+pub(crate) fn reshape<T: Scalar>(x: Tensor<T>, shape: Vec<usize>) -> Tensor<T> {
+    let p = workers(&shape);
+    let out = output(&shape);
+    out.write(
+        own(&p, shape.len()),
+        x.read(reshaped_index(&p, x.shape(), &shape)),
+    );
+    out
+}
+
+/// `x` broadcast to `shape` with numpy's rule (the caller checked that it broadcasts): one
+/// worker per output element.
+#[operator]
+pub(crate) fn broadcast_to<T: Scalar>(x: Tensor<T>, shape: Vec<usize>) -> Tensor<T> {
+    let p = workers(&shape);
+    let out = output(&shape);
+    out.write(
+        own(&p, shape.len()),
+        x.read(broadcast_index(&p, x.shape(), &shape)),
+    );
+    out
+}
+
+/// A call of a public function with bad arguments: records `message` (which names the function
+/// and the caller's line) as the trace's error, so that `evaluate` reports it. Never runs.
+#[operator]
+pub(crate) fn bad_arguments<T: Scalar>(
+    x: Tensor<T>,
+    message: String,
+    shape: Vec<usize>,
+) -> Tensor<T> {
+    trace_error(message);
+    let p = workers(&shape);
+    let out = output(&shape);
+    let _ = (&x, &p);
     out
 }
 

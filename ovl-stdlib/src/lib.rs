@@ -24,18 +24,35 @@
 //!
 //! Element types: arithmetic, comparisons, `select`, `clip`, `relu`, `abs`, `minimum`,
 //! `maximum`, reductions, scans, `matmul`, shape operators: every numeric dtype (`f32`, `f64`,
-//! `i8`..`i64`, `u8`..`u64`). Transcendental functions, `pow`, `mean` and `softmax`: `f32` and
-//! `f64`. Gradients flow through `f32` and `f64` tensors.
+//! `i8`..`i64`, `u8`..`u64`). Transcendental functions, `pow`, `mean`, `var` and `softmax`:
+//! `f32` and `f64`. Gradients flow through `f32` and `f64` tensors.
+//!
+//! # Reductions
+//!
+//! Reductions along an axis come in two forms: `sum(x, axis)` removes the axis,
+//! `sum_keepdim(x, axis)` keeps it with size 1 so that the result broadcasts back against `x`.
+//! [`sum`], [`mean`], [`prod`], [`max`], [`min`], [`var`] and their `_keepdim` forms are each
+//! one operator with one worker per element of the result; their gradients spread the row's
+//! gradient back with one elementwise operator, so chains of them fuse. Empty axes: `sum` 0,
+//! `prod` 1, `mean` and `var` NaN (as numpy), `max`/`min` an error. Floats' `max`/`min` ignore
+//! NaN unless a row is all NaN (the IR's rule); the others propagate it.
 
 mod grad_kernels;
 mod index;
 mod kernels;
+mod reduce_kernels;
+mod reductions;
 
 pub use index::broadcast_shapes;
+pub use reductions::{
+    max, max_keepdim, mean, mean_keepdim, min, min_keepdim, prod, prod_keepdim, sum, sum_keepdim,
+    var, var_keepdim,
+};
 
 use grad_kernels as gk;
 use ovl::prelude::{Float, Num, Signed};
 use ovl::{GradientCall, IntoLazy, Lazy, LazyTensor, Scalar};
+use std::panic::Location;
 
 /// Attaches `f` as the gradient of the call behind `y` and returns `y`.
 fn with_grad<T>(
@@ -113,22 +130,29 @@ pub fn reduce_to<T: Num>(g: impl IntoLazy<T>, shape: &[usize]) -> Lazy<T> {
     }
     for (axis, &d) in shape.iter().enumerate() {
         if d == 1 && g.shape()[axis] != 1 {
-            g = with_grad(kernels::sum(&g, axis, true), |c| {
-                let x = c.input::<T>(0);
-                vec![some(broadcast_to(c.output_grad::<T>(0), x.shape()))]
-            });
+            g = sum_keepdim(&g, axis);
         }
     }
     g
 }
 
-/// `x` broadcast to `shape` (numpy rules). Gradient: the sum over the broadcast axes.
+/// `x` broadcast to `shape` with numpy's rule (leading axes added, size-1 axes repeated): one
+/// elementwise operator over `shape`. A `shape` that `x` does not broadcast to is an error of
+/// `evaluate` naming the caller's line. Gradient: the sum over the broadcast axes.
+#[track_caller]
 pub fn broadcast_to<T: Num>(x: impl IntoLazy<T>, shape: &[usize]) -> Lazy<T> {
     let x = x.into_lazy();
-    let zeros = Lazy::from(ndarray::ArrayD::<T>::default(ndarray::IxDyn(shape)));
-    with_grad(kernels::add(&x, &zeros), |c| {
+    if broadcast_shapes(x.shape(), shape).as_deref() != Some(shape) {
+        let message = format!(
+            "a tensor of shape {:?} does not broadcast to {shape:?}: each axis must be equal or \
+             1 in the tensor, counted from the last",
+            x.shape()
+        );
+        return reductions::bad_call(x, "broadcast_to", Location::caller(), message, shape);
+    }
+    with_grad(kernels::broadcast_to(x, shape.to_vec()), |c| {
         let x = c.input::<T>(0);
-        vec![some(reduce_to(c.output_grad::<T>(0), x.shape())), None]
+        vec![some(reduce_to(c.output_grad::<T>(0), x.shape()))]
     })
 }
 
@@ -259,6 +283,90 @@ pub fn transpose<T: Scalar>(x: impl IntoLazy<T>, perm: &[usize]) -> Lazy<T> {
     })
 }
 
+/// `x` with a new axis of size 1 at `axis` (`0..=rank`): `[2, 3]` with a new axis 1 is
+/// `[2, 1, 3]`. Any dtype. One elementwise operator over the result. An axis above the rank is an
+/// error of `evaluate` naming the caller's line. Gradient: the output gradient squeezed back.
+#[track_caller]
+pub fn expand_dims<T: Scalar>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
+    let x = x.into_lazy();
+    let rank = x.shape().len();
+    if axis > rank {
+        let message = format!(
+            "axis {axis} is out of range for a new axis of a tensor of shape {:?}: pass an axis \
+             in 0..={rank}",
+            x.shape()
+        );
+        let shape = x.shape().to_vec();
+        return reductions::bad_call(x, "expand_dims", Location::caller(), message, &shape);
+    }
+    with_grad(kernels::expand(x, axis, 1), move |c| {
+        vec![some(kernels::squeeze(c.output_grad::<T>(0), axis))]
+    })
+}
+
+/// `x` without its axis `axis`, which must have size 1: `[2, 1, 3]` squeezed at 1 is `[2, 3]`.
+/// Any dtype. One elementwise operator over the result. An axis out of range or of another
+/// size is an error of `evaluate` naming the caller's line. Gradient: the output gradient with
+/// the axis put back.
+#[track_caller]
+pub fn squeeze<T: Scalar>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
+    let x = x.into_lazy();
+    let shape = x.shape().to_vec();
+    let problem = match shape.get(axis) {
+        None => Some(format!(
+            "axis {axis} is out of range for a tensor of shape {shape:?} (rank {}): pass an \
+             axis in 0..{}",
+            shape.len(),
+            shape.len()
+        )),
+        Some(&d) if d != 1 => Some(format!(
+            "axis {axis} of a tensor of shape {shape:?} has size {d}, not 1: only an axis of \
+             size 1 can be squeezed (`reshape` changes the shape in general)"
+        )),
+        Some(_) => None,
+    };
+    if let Some(message) = problem {
+        return reductions::bad_call(x, "squeeze", Location::caller(), message, &shape);
+    }
+    with_grad(kernels::squeeze(x, axis), move |c| {
+        vec![some(kernels::expand(c.output_grad::<T>(0), axis, 1))]
+    })
+}
+
+/// The elements of `x` in row-major order, in a tensor of shape `shape` (numpy's `reshape` of a
+/// contiguous array): `[2, 3]` reshaped to `[3, 2]` or `[6]`. Any dtype; 0-d (`[]`) and empty
+/// shapes work. One elementwise operator over the result, which reads `x` at the same
+/// flattened position (axes that lead or trail both shapes unchanged are read directly). A
+/// shape with another number of elements is an error of `evaluate` naming both shapes and the
+/// caller's line. Gradient: the output gradient reshaped back.
+///
+/// ```
+/// let x = ndarray::array![[1, 2, 3], [4, 5, 6]];
+/// let y = ovl::evaluate(&ovl_stdlib::reshape(&x, &[3, 2])).unwrap();
+/// assert_eq!(y, ndarray::array![[1, 2], [3, 4], [5, 6]].into_dyn());
+/// ```
+#[track_caller]
+pub fn reshape<T: Scalar>(x: impl IntoLazy<T>, shape: &[usize]) -> Lazy<T> {
+    let x = x.into_lazy();
+    let (from, to) = (index::element_count(x.shape()), index::element_count(shape));
+    if from != to || to.is_none() {
+        let count = |n: Option<usize>| n.map_or("too many".to_string(), |n| n.to_string());
+        let message = format!(
+            "a tensor of shape {:?} ({} elements) cannot be reshaped to {shape:?} ({} \
+             elements): the new shape must hold the same number of elements",
+            x.shape(),
+            count(from),
+            count(to)
+        );
+        return reductions::bad_call(x, "reshape", Location::caller(), message, shape);
+    }
+    with_grad(kernels::reshape(x, shape.to_vec()), |c| {
+        let x = c.input::<T>(0);
+        let back = x.shape().to_vec();
+        vec![some(kernels::reshape(c.output_grad::<T>(0), back))]
+    })
+}
+
 /// `x` cut into `parts` equal pieces along `axis` (the axis length must divide evenly).
 /// Gradient: the pieces' gradients concatenated (zeros for pieces that get none).
 pub fn split<T: Scalar>(x: impl IntoLazy<T>, axis: usize, parts: usize) -> Vec<Lazy<T>> {
@@ -287,43 +395,6 @@ pub fn concat<T: Scalar>(xs: &[Lazy<T>], axis: usize) -> Lazy<T> {
 
 // ---------------------------------------------------------------------------------------------
 // Reductions and scans
-
-/// Sum along `axis` (the axis is removed). Gradient: `dy` repeated along the axis.
-pub fn sum<T: Num>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
-    with_grad(kernels::sum(x.into_lazy(), axis, false), move |c| {
-        let x = c.input::<T>(0);
-        let n = x.shape().get(axis).copied().unwrap_or(1);
-        vec![some(kernels::expand(c.output_grad::<T>(0), axis, n))]
-    })
-}
-
-/// Mean along `axis` (the axis is removed). Gradient: `dy / n` repeated along the axis.
-pub fn mean<T: Float>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
-    let x = x.into_lazy();
-    let n = x.shape().get(axis).copied().unwrap_or(1);
-    let total = sum(&x, axis);
-    let count = cast::<f64, T>(Lazy::from(ndarray::arr0(n as f64)));
-    div(total, count)
-}
-
-/// Maximum along `axis` (the axis is removed). Gradient: `dy` to every element equal to the
-/// maximum.
-pub fn max<T: Num>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
-    extreme(x.into_lazy(), axis, true)
-}
-
-/// Minimum along `axis` (the axis is removed). Gradient: `dy` to every element equal to the
-/// minimum.
-pub fn min<T: Num>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
-    extreme(x.into_lazy(), axis, false)
-}
-
-fn extreme<T: Num>(x: Lazy<T>, axis: usize, largest: bool) -> Lazy<T> {
-    with_grad(kernels::extreme(x, axis, largest), move |c| {
-        let (x, y) = (c.input::<T>(0), c.output::<T>(0));
-        vec![some(gk::extreme_grad(x, y, c.output_grad::<T>(0), axis))]
-    })
-}
 
 /// Running sum along `axis`; shape of `x`. Gradient: the reverse running sum of `dy`.
 pub fn cumsum<T: Num>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
@@ -389,12 +460,9 @@ pub fn rmsnorm<T: Float>(x: impl IntoLazy<T>, eps: f64) -> Lazy<T> {
 
 fn normalize<T: Float>(x: Lazy<T>, eps: f64, center: bool) -> Lazy<T> {
     with_grad(kernels::normalize(x, eps, center), move |c| {
-        vec![some(gk::normalize_grad(
-            c.input::<T>(0),
-            c.output_grad::<T>(0),
-            eps,
-            center,
-        ))]
+        let (x, g) = (c.input::<T>(0), c.output_grad::<T>(0));
+        let stats = gk::normalize_stats(&x, &g, eps, center);
+        vec![some(gk::normalize_grad(x, g, stats))]
     })
 }
 
@@ -402,9 +470,8 @@ fn normalize<T: Float>(x: Lazy<T>, eps: f64, center: bool) -> Lazy<T> {
 /// Gradient `y * (dy - sum(dy * y))` along the axis.
 pub fn softmax<T: Float>(x: impl IntoLazy<T>) -> Lazy<T> {
     with_grad(kernels::softmax(x.into_lazy()), |c| {
-        vec![some(gk::softmax_grad(
-            c.output::<T>(0),
-            c.output_grad::<T>(0),
-        ))]
+        let (y, g) = (c.output::<T>(0), c.output_grad::<T>(0));
+        let dot = gk::softmax_dot(&y, &g);
+        vec![some(gk::softmax_grad(y, g, dot))]
     })
 }

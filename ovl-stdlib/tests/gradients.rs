@@ -167,6 +167,66 @@ fn shape_reduction_and_network_gradients() {
 }
 
 #[test]
+fn keepdim_reduction_and_shape_function_gradients() {
+    let x = || vec![values(&[2, 3, 4], 25, -1.0, 1.0)];
+    for axis in 0..3 {
+        check("sum_keepdim", x(), |v| ops::sum_keepdim(&v[0], axis));
+        check("mean_keepdim", x(), |v| ops::mean_keepdim(&v[0], axis));
+        check("max_keepdim", x(), |v| ops::max_keepdim(&v[0], axis));
+        check("min_keepdim", x(), |v| ops::min_keepdim(&v[0], axis));
+        check("var", x(), |v| ops::var(&v[0], axis));
+        check("var_keepdim", x(), |v| ops::var_keepdim(&v[0], axis));
+        check("prod", x(), |v| ops::prod(&v[0], axis));
+        check("prod_keepdim", x(), |v| ops::prod_keepdim(&v[0], axis));
+        check("squeeze", vec![values(&[2, 1, 3], 26, -1.0, 1.0)], |v| {
+            ops::squeeze(&v[0], 1)
+        });
+    }
+    // A product with zeros: one zero gets the product of the others, two zeros none.
+    let mut zeros = values(&[3, 4], 27, 0.5, 1.5);
+    zeros[[1, 2]] = 0.0;
+    zeros[[2, 0]] = 0.0;
+    zeros[[2, 3]] = 0.0;
+    check("prod with zeros", vec![zeros.clone()], |v| {
+        ops::prod(&v[0], 1)
+    });
+    check("prod_keepdim with zeros", vec![zeros], |v| {
+        ops::prod_keepdim(&v[0], 1)
+    });
+    for axis in 0..=3 {
+        check("expand_dims", x(), |v| ops::expand_dims(&v[0], axis));
+    }
+    for shape in [&[24][..], &[6, 4], &[4, 3, 2], &[2, 12], &[1, 24, 1]] {
+        check("reshape", x(), |v| ops::reshape(&v[0], shape));
+    }
+    check(
+        "reshape of a 0-d tensor",
+        vec![values(&[], 28, -1.0, 1.0)],
+        |v| ops::reshape(&v[0], &[1, 1]),
+    );
+    check("broadcast_to", vec![values(&[3, 1], 29, -1.0, 1.0)], |v| {
+        ops::broadcast_to(&v[0], &[2, 3, 4])
+    });
+    // Softmax and layer norm written from keepdim statistics.
+    check(
+        "softmax from ops",
+        vec![values(&[3, 5], 30, -2.0, 2.0)],
+        |v| {
+            let e = ops::exp(ops::sub(&v[0], ops::max_keepdim(&v[0], 1)));
+            ops::div(&e, ops::sum_keepdim(&e, 1))
+        },
+    );
+    check(
+        "layernorm from ops",
+        vec![values(&[3, 6], 31, -2.0, 2.0)],
+        |v| {
+            let c = ops::sub(&v[0], ops::mean_keepdim(&v[0], 1));
+            ops::div(&c, ops::sqrt(ops::var_keepdim(&v[0], 1)))
+        },
+    );
+}
+
+#[test]
 fn missing_gradients_and_bad_seeds_are_errors() {
     let x = Lazy::from(values(&[3], 19, -1.0, 1.0));
     let y = ops::tanh(&x);
