@@ -55,18 +55,24 @@ def table(rows, key_columns, reference_gb_per_s, reference):
     return lines
 
 
-def bar_chart(rows, path, panels, groups, ncols=2, sharey=False):
+def bar_chart(rows, path, panels, groups, ncols=2, sharey=False, order=None):
     """A grid of bar charts of the best time (log scale), one panel per entry of `panels`
     ((title, predicate on a row)), one group of bars per entry of `groups` ((tick label,
-    predicate)), one bar per variant; a missing measurement is a gap."""
+    predicate)), one bar per variant (in `order`, then the others sorted by name), one legend
+    below the panels; a missing measurement is a gap."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    variants = sorted({r["variant"] for r in rows})
+    present = {r["variant"] for r in rows}
+    order = [v for v in (order or []) if v in present]
+    variants = order + sorted(present - set(order))
     nrows = (len(panels) + ncols - 1) // ncols
-    fig, axes = plt.subplots(nrows, ncols, figsize=(7 * ncols, 5 * nrows), sharey=sharey,
+    legend_rows = (len(variants) + 3) // 4
+    legend_in = 0.25 * legend_rows + 0.3
+    height = 5 * nrows + legend_in
+    fig, axes = plt.subplots(nrows, ncols, figsize=(7 * ncols, height), sharey=sharey,
                              squeeze=False)
     width = 0.8 / max(len(variants), 1)
     flat = [ax for row in axes for ax in row]
@@ -85,6 +91,7 @@ def bar_chart(rows, path, panels, groups, ncols=2, sharey=False):
         ax.set_ylabel("best time (µs, log scale)")
     for ax in flat[len(panels):]:
         ax.set_visible(False)
-    flat[min(len(panels), len(flat)) - 1].legend(fontsize=8)
-    fig.tight_layout()
+    handles, labels = flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(variants), 4), fontsize=9)
+    fig.tight_layout(rect=(0, legend_in / height, 1, 1))
     fig.savefig(path, dpi=100)
