@@ -19,15 +19,16 @@
 //! plus the 2 incoming gradients and writes the 2 outputs plus the 5 input gradients: 14 values
 //! = 56 B. Outputs are written into reused arrays (`evaluate_into_all`), as a training loop does.
 
+mod common;
 #[path = "../tests/support/lstm_small_ops.rs"]
 mod lstm_small_ops;
 
+use common::{machine, time_calls, triad_bandwidth, Args, Timing};
 use ndarray::{ArrayD, IxDyn};
 use ovl::prelude::*;
 use ovl_stdlib as ops;
 use serde_json::json;
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const FORGET_BIAS: f32 = 1.0;
 
@@ -187,8 +188,7 @@ fn outputs(v: Variant, x: &Inputs, backward: bool) -> Vec<Lazy<f32>> {
 
 struct Measured {
     kernels: usize,
-    best: Duration,
-    median: Duration,
+    timing: Timing,
 }
 
 fn measure(v: Variant, x: &Inputs, backward: bool, reps: usize) -> Result<Measured, ovl::Error> {
@@ -197,30 +197,21 @@ fn measure(v: Variant, x: &Inputs, backward: bool, reps: usize) -> Result<Measur
     }
     let options = v.options();
     let handles = outputs(v, x, backward);
-    let refs: Vec<&Lazy<f32>> = handles.iter().collect();
     let (_, profile) = ovl::profile(handles.as_slice(), &options, 1)?;
     let mut dests: Vec<ArrayD<f32>> = handles
         .iter()
         .map(|h| ArrayD::zeros(IxDyn(h.shape())))
         .collect();
-    // Warm up: compile or load, fault the pages in.
-    for _ in 0..2 {
-        ovl::evaluate_into_all(&refs, &mut dests, &options)?;
-    }
-    let mut times = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let start = Instant::now();
-        // Each call records the graph again, as a training step would.
+    // Two warm-up calls (compile or load, fault the pages in); each call records the graph
+    // again, as a training step would.
+    let timing = time_calls(2, reps, || {
         let handles = outputs(v, x, backward);
         let refs: Vec<&Lazy<f32>> = handles.iter().collect();
-        ovl::evaluate_into_all(&refs, &mut dests, &options)?;
-        times.push(start.elapsed());
-    }
-    times.sort();
+        ovl::evaluate_into_all(&refs, &mut dests, &options)
+    })?;
     Ok(Measured {
         kernels: profile.kernel_count(),
-        best: times[0],
-        median: times[times.len() / 2],
+        timing,
     })
 }
 
@@ -246,62 +237,16 @@ fn measure_compiled(
         .map(|h| ArrayD::zeros(IxDyn(h.shape())))
         .collect();
     let feeds = (&x.z, &x.c, &x.dc, &x.dh);
-    for _ in 0..2 {
-        step.run_into(feeds, &mut dests)?;
-    }
-    let mut times = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let start = Instant::now();
-        step.run_into(feeds, &mut dests)?;
-        times.push(start.elapsed());
-    }
-    times.sort();
+    let timing = time_calls(2, reps, || step.run_into(feeds, &mut dests))?;
     Ok(Measured {
         kernels: step.kernel_count(),
-        best: times[0],
-        median: times[times.len() / 2],
+        timing,
     })
 }
 
-/// STREAM triad `a = b + 1.5 c` over 16M f32 on all cores, warm buffers: bytes per second.
-fn triad_bandwidth(reps: usize) -> f64 {
-    let n = 16 << 20;
-    let b: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
-    let c: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
-    let mut a = vec![0.0f32; n];
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
-    let chunk = n.div_ceil(threads);
-    let mut best = Duration::MAX;
-    for _ in 0..reps + 1 {
-        let start = Instant::now();
-        std::thread::scope(|s| {
-            for ((a, b), c) in a
-                .chunks_mut(chunk)
-                .zip(b.chunks(chunk))
-                .zip(c.chunks(chunk))
-            {
-                s.spawn(move || {
-                    for ((x, y), z) in a.iter_mut().zip(b).zip(c) {
-                        *x = y + 1.5 * z;
-                    }
-                });
-            }
-        });
-        best = best.min(start.elapsed());
-    }
-    std::hint::black_box(&a);
-    (3 * n * 4) as f64 / best.as_secs_f64()
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let out_dir = args
-        .iter()
-        .position(|a| a == "--out")
-        .and_then(|i| args.get(i + 1))
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target/lstm-bench"));
+    let args = Args::parse("target/lstm-bench");
+    let (quick, out_dir) = (args.quick, args.out_dir);
     let sizes: &[(usize, usize)] = if quick {
         &[(20, 200), (20, 650), (1024, 4096)]
     } else {
@@ -319,13 +264,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let reps = if b * h > 1 << 20 { reps.min(10) } else { reps };
             for v in Variant::ALL {
                 let m = measure(v, &x, backward, reps)?;
-                let gbps = bytes / m.best.as_secs_f64() / 1e9;
+                let gbps = m.timing.gb_per_s(bytes);
                 println!(
                     "B={b:<5} H={h:<5} {pass:<17} {:<32} {:>3} kernels  best {:>10.1?}  median {:>10.1?}  {:6.1} GB/s ({:3.0}% of triad)",
                     v.name(),
                     m.kernels,
-                    m.best,
-                    m.median,
+                    m.timing.best,
+                    m.timing.median,
                     gbps,
                     100.0 * gbps * 1e9 / triad
                 );
@@ -335,8 +280,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     "hidden": h,
                     "pass": pass,
                     "kernels": m.kernels,
-                    "best_us": m.best.as_secs_f64() * 1e6,
-                    "median_us": m.median.as_secs_f64() * 1e6,
+                    "best_us": m.timing.best.as_secs_f64() * 1e6,
+                    "median_us": m.timing.median.as_secs_f64() * 1e6,
                     "gb_per_s": gbps,
                     "fraction_of_triad": gbps * 1e9 / triad,
                 }));
@@ -459,19 +404,4 @@ fn export_cell(b: usize, h: usize, file: &std::path::Path) -> Result<ovl::Bundle
         .name(&format!("lstm_{b}x{h}"))
         .gradient((&d_new_c, &d_new_h), (&dz, &dc))
         .write(file)
-}
-
-/// The CPU model and core count, for the record.
-fn machine() -> String {
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(1, |t| t.get());
-    format!("{model}, {cores} cores")
 }

@@ -11,6 +11,8 @@ import json
 import platform
 from pathlib import Path
 
+from bench_common import bar_chart, table as bench_table
+
 
 def main():
     parser = argparse.ArgumentParser()
@@ -88,52 +90,18 @@ def gpu_table(gpu, torch):
 
 def table(rows, reference_gb_per_s, reference):
     """Markdown rows: each variant's times, GB/s, and fraction of the reference bandwidth."""
-    lines = [
-        f"| B | H | pass | variant | kernels | best | median | GB/s | of {reference} |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        kernels = "-" if r["kernels"] is None else str(r["kernels"])
-        lines.append(
-            f"| {r['batch']} | {r['hidden']} | {r['pass']} | {r['variant']} | {kernels} | "
-            f"{fmt(r['best_us'])} | {fmt(r['median_us'])} | {r['gb_per_s']:.1f} | "
-            f"{100 * r['gb_per_s'] / reference_gb_per_s:.0f}% |"
-        )
-    return lines
-
-
-def fmt(us):
-    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
+    keys = [("B", "batch"), ("H", "hidden"), ("pass", "pass")]
+    return bench_table(rows, keys, reference_gb_per_s, reference)
 
 
 def chart(rows, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    passes = ["forward", "forward+backward"]
+    """CPU time per variant and size, forward and forward + backward side by side."""
     sizes = sorted({(r["batch"], r["hidden"]) for r in rows}, key=lambda s: s[0] * s[1])
-    variants = sorted({r["variant"] for r in rows})
-    fig, axes = plt.subplots(1, 2, figsize=(14, 5), sharey=True)
-    width = 0.8 / len(variants)
-    for ax, p in zip(axes, passes):
-        for k, v in enumerate(variants):
-            times = []
-            for s in sizes:
-                match = [r for r in rows if r["variant"] == v and r["pass"] == p
-                         and (r["batch"], r["hidden"]) == s]
-                times.append(match[0]["best_us"] if match else float("nan"))
-            xs = [i + (k - len(variants) / 2 + 0.5) * width for i in range(len(sizes))]
-            ax.bar(xs, times, width, label=v)
-        ax.set_yscale("log")
-        ax.set_xticks(range(len(sizes)))
-        ax.set_xticklabels([f"B={b}\nH={h}" for b, h in sizes])
-        ax.set_title(f"LSTM cell, {p}")
-        ax.set_ylabel("best time (µs, log scale)")
-    axes[1].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    panels = [(f"LSTM cell, {p}", lambda r, p=p: r["pass"] == p)
+              for p in ("forward", "forward+backward")]
+    groups = [(f"B={b}\nH={h}", lambda r, s=(b, h): (r["batch"], r["hidden"]) == s)
+              for b, h in sizes]
+    bar_chart(rows, path, panels, groups, ncols=2, sharey=True)
 
 
 if __name__ == "__main__":

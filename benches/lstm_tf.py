@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import ovl_tf  # noqa: E402
+from bench_common import graph_kernels, timed  # noqa: E402
 
 FORGET_BIAS = 1.0
 
@@ -45,24 +46,6 @@ def forward_and_backward(cell):
         return new_c, new_h, dz, dcp
 
     return run
-
-
-def timed(fn, args, reps):
-    for _ in range(3):
-        fn(*args)
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return min(times), statistics.median(times)
-
-
-def graph_kernels(fn, args):
-    """Compute ops in the traced graph (placeholders, identities and constants not counted)."""
-    graph = fn.get_concrete_function(*args).graph
-    skip = {"Placeholder", "Identity", "Const", "NoOp", "IdentityN", "ReadVariableOp"}
-    return sum(1 for op in graph.get_operations() if op.type not in skip)
 
 
 def benchmark(sizes, reps, bundle_dir):

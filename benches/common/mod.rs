@@ -1,0 +1,122 @@
+//! What the benchmarks that report against a bandwidth limit share (`benches/lstm.rs`,
+//! `benches/reductions.rs`, included as `mod common;`): the command line, the timing loop, the
+//! STREAM triad measured in the same run, and the machine's description for the record.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The arguments every benchmark takes: `--quick` (fewer sizes and repetitions), `--out DIR`.
+pub struct Args {
+    pub quick: bool,
+    pub out_dir: PathBuf,
+    all: Vec<String>,
+}
+
+impl Args {
+    /// Parses `std::env::args()`; `default_out` is the output directory without `--out`.
+    pub fn parse(default_out: &str) -> Args {
+        let all: Vec<String> = std::env::args().collect();
+        let quick = all.iter().any(|a| a == "--quick");
+        let out_dir = all
+            .iter()
+            .position(|a| a == "--out")
+            .and_then(|i| all.get(i + 1))
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(default_out));
+        Args {
+            quick,
+            out_dir,
+            all,
+        }
+    }
+
+    /// Whether the flag `name` was given.
+    pub fn flag(&self, name: &str) -> bool {
+        self.all.iter().any(|a| a == name)
+    }
+}
+
+/// The best and the median of a series of timed calls.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    pub best: Duration,
+    pub median: Duration,
+}
+
+impl Timing {
+    /// `bytes` moved in the best time, in GB/s.
+    pub fn gb_per_s(&self, bytes: f64) -> f64 {
+        bytes / self.best.as_secs_f64() / 1e9
+    }
+}
+
+/// Calls `f` `warmup` times untimed (compiling, loading, faulting pages in), then `reps` times
+/// timed (at least once); the first error stops it.
+pub fn time_calls<E>(
+    warmup: usize,
+    reps: usize,
+    mut f: impl FnMut() -> Result<(), E>,
+) -> Result<Timing, E> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    let mut times = Vec::with_capacity(reps.max(1));
+    for _ in 0..reps.max(1) {
+        let start = Instant::now();
+        f()?;
+        times.push(start.elapsed());
+    }
+    times.sort();
+    Ok(Timing {
+        best: times[0],
+        median: times[times.len() / 2],
+    })
+}
+
+/// STREAM triad `a = b + 1.5 c` over 16M f32 on all cores, warm buffers: bytes per second
+/// (3 x 4 bytes per element, best of `reps`).
+pub fn triad_bandwidth(reps: usize) -> f64 {
+    let n = 16 << 20;
+    let b: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
+    let c: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+    let mut a = vec![0.0f32; n];
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let chunk = n.div_ceil(threads);
+    let mut best = Duration::MAX;
+    for _ in 0..reps + 1 {
+        let start = Instant::now();
+        std::thread::scope(|s| {
+            for ((a, b), c) in a
+                .chunks_mut(chunk)
+                .zip(b.chunks(chunk))
+                .zip(c.chunks(chunk))
+            {
+                s.spawn(move || {
+                    for ((x, y), z) in a.iter_mut().zip(b).zip(c) {
+                        *x = y + 1.5 * z;
+                    }
+                });
+            }
+        });
+        best = best.min(start.elapsed());
+    }
+    std::hint::black_box(&a);
+    (3 * n * 4) as f64 / best.as_secs_f64()
+}
+
+/// The CPU model and core count, for the record.
+pub fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(1, |t| t.get());
+    format!("{model}, {cores} cores")
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The reductions benchmark (issue 14): layer norm, softmax, RMS norm and logsumexp along the last
+# axis, forward and forward + backward, f32, in ovl written three ways (from stdlib ops, as one
+# hand-written operator, the stdlib function; each evaluated per call and compiled once) against
+# TensorFlow (eager, tf.function, XLA) and, when installed, JAX jit, with a triad bandwidth
+# measured in the same run. Writes target/reductions-bench/{reductions.md,reductions.json,
+# reductions.png}.
+#
+#   scripts/bench-reductions.sh              quick mode: 256x1024 and 1024x4096, 5 repetitions
+#   scripts/bench-reductions.sh --full       every size, 20 repetitions (for the record)
+#   scripts/bench-reductions.sh --peers      also install JAX into .venv-peers first
+#                                            (scripts/peer-env.sh jax); without it JAX runs only
+#                                            when .venv-peers already has it
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode="--quick"
+peers=0
+for arg in "$@"; do
+    case "$arg" in
+        --full) mode="" ;;
+        --peers) peers=1 ;;
+        *)
+            echo "usage: scripts/bench-reductions.sh [--full] [--peers]" >&2
+            exit 2
+            ;;
+    esac
+done
+out="$PWD/target/reductions-bench"
+mkdir -p "$out"
+rm -rf "$out/data" "$out/jax.json"
+
+echo "== Python environment"
+python="$(scripts/python-env.sh)"
+
+echo "== reductions benchmark: TensorFlow (writes the inputs and reference results)"
+"$python" benches/reductions_tf.py $mode --out "$out"
+echo "== reductions benchmark: ovl (checked against TensorFlow's results)"
+cargo bench --locked --bench reductions -- $mode --out "$out"
+echo "== reductions benchmark: JAX"
+peer_python=""
+if [ "$peers" = 1 ]; then
+    peer_python="$(scripts/peer-env.sh jax)"
+elif [ -x .venv-peers/bin/python ]; then
+    peer_python="$PWD/.venv-peers/bin/python"
+fi
+if [ -n "$peer_python" ]; then
+    "$peer_python" benches/reductions_jax.py $mode --out "$out"
+else
+    echo "JAX PART DID NOT RUN: no .venv-peers (scripts/bench-reductions.sh --peers installs JAX)"
+    printf '{"skipped": "JAX is not installed (.venv-peers does not exist; scripts/bench-reductions.sh --peers installs it)"}\n' \
+        >"$out/jax.json"
+fi
+# The inputs and reference results (hundreds of MB in the full run) are no longer needed.
+rm -rf "$out/data"
+echo "== report"
+"$python" benches/reductions_report.py --out "$out"
