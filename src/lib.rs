@@ -103,10 +103,6 @@ pub use ovl_core::autodiff::{
     backward, backward_untyped, set_gradient, GradError, GradientCall, GradientFn, Gradients,
 };
 pub use ovl_core::broadcast;
-/// Batching over a new leading axis: [`vmap`] turns a function written for one example (a lazy
-/// graph of operators) into the batched graph, with each input [`Batched`] or [`Shared`]; see
-/// [`ovl_core::vmap`] for how operators, gradients and fusion carry over.
-pub use ovl_core::vmap::{vmap, Batched, Shared, VmapArgs, VmapError, VmapInput, VmapOutputs};
 pub use ovl_core::lazy::Graph;
 /// Memoized operator traces: a call with the same input dtypes and shapes and trace-time
 /// arguments reuses its traced IR instead of running the operator's body again (see
@@ -115,6 +111,10 @@ pub use ovl_core::trace::memo::{
     clear_trace_memo, set_trace_memo, trace_memo_stats, TraceArg, TraceKey, TraceMemoStats,
 };
 pub use ovl_core::trace::{Expr, Position, Tensor, Var};
+/// Batching over a new leading axis: [`vmap`] turns a function written for one example (a lazy
+/// graph of operators) into the batched graph, with each input [`Batched`] or [`Shared`]; see
+/// [`ovl_core::vmap`] for how operators, gradients and fusion carry over.
+pub use ovl_core::vmap::{vmap, Batched, Shared, VmapArgs, VmapError, VmapInput, VmapOutputs};
 pub use ovl_core::{
     ir, CompareOperand, DType, HostTensor, IntoLazy, Lazy, LazyTensor, Scalar, TraceError,
 };

@@ -48,11 +48,8 @@ fn batched_and_shared_inputs() {
     let x = Array3::from_shape_fn((4, 2, 3), |(b, r, c)| (b * 100 + r * 10 + c) as f32 * 0.5);
     let w = Array1::from(vec![1.0f32, -2.0, 0.25]);
     let (xl, wl) = (Lazy::from(x.clone()), Lazy::from(w.clone()));
-    let y = ovl::vmap(
-        |(x, w): (Lazy<f32>, Lazy<f32>)| scale_cols(&x, &w),
-        (Batched(&xl), Shared(&wl)),
-    )
-    .unwrap();
+    // The closure's argument types follow from the arguments.
+    let y = ovl::vmap(|(x, w)| scale_cols(&x, &w), (Batched(&xl), Shared(&wl))).unwrap();
     assert_eq!(y.shape(), &[4, 2, 3]);
     for (target, options) in targets() {
         let got = ovl::evaluate_with(&y, &options).unwrap();
@@ -117,7 +114,8 @@ fn every_construct_matches_the_per_example_operator() {
         .into_shape_with_order((n, rows, cols))
         .unwrap()
         .into_dyn();
-    let pick = Array2::from_shape_fn((n, rows), |(b, r)| ((b * 7 + r * 3) % cols) as i32).into_dyn();
+    let pick =
+        Array2::from_shape_fn((n, rows), |(b, r)| ((b * 7 + r * 3) % cols) as i32).into_dyn();
     let (xl, pl) = (Lazy::from(x.clone()), Lazy::from(pick.clone()));
     let (cum, stats, steps) = ovl::vmap(
         |(x, p): (Lazy<f32>, Lazy<i32>)| row_stats(&x, &p),
@@ -162,11 +160,22 @@ fn an_output_that_does_not_depend_on_the_batch_is_broadcast() {
     .unwrap();
     assert_eq!(shared.shape(), &[3, 2]);
     // A batched input returned as it is is that input.
-    assert!(std::sync::Arc::ptr_eq(&same.untyped().node, &x.untyped().node));
+    assert!(std::sync::Arc::ptr_eq(
+        &same.untyped().node,
+        &x.untyped().node
+    ));
     for (target, options) in targets() {
         let (y, shared) = ovl::evaluate_with((&y, &shared), &options).unwrap();
         for b in 0..3 {
-            assert_eq!(shared.index_axis(Axis(0), b).iter().copied().collect::<Vec<_>>(), vec![10.0, 14.0], "{target}");
+            assert_eq!(
+                shared
+                    .index_axis(Axis(0), b)
+                    .iter()
+                    .copied()
+                    .collect::<Vec<_>>(),
+                vec![10.0, 14.0],
+                "{target}"
+            );
             assert_eq!(
                 y.index_axis(Axis(0), b).iter().copied().collect::<Vec<_>>(),
                 vec![(b * 2) as f32 + 5.0, (b * 2 + 1) as f32 + 7.0],
@@ -216,7 +225,10 @@ fn untyped_inputs_and_outputs() {
     .unwrap();
     let got = ovl::evaluate_with(&outs, &Options::interpreter()).unwrap();
     assert_eq!(got[0].shape, vec![2, 3]);
-    assert_eq!(got[0].as_slice::<f32>().unwrap(), &[0.0, 3.0, 8.0, 6.0, 12.0, 20.0]);
+    assert_eq!(
+        got[0].as_slice::<f32>().unwrap(),
+        &[0.0, 3.0, 8.0, 6.0, 12.0, 20.0]
+    );
     assert_eq!(
         got[1].as_slice::<bool>().unwrap(),
         &[true, true, true, false, false, false]
@@ -231,7 +243,10 @@ fn bad_arguments_are_clear_errors() {
 
     let e = ovl::vmap(|x: Lazy<f32>| -&x, Shared(&x)).unwrap_err();
     assert_eq!(e, VmapError::NoBatchedInput);
-    assert!(e.to_string().contains("at least one `Batched` input"), "{e}");
+    assert!(
+        e.to_string().contains("at least one `Batched` input"),
+        "{e}"
+    );
 
     let e = ovl::vmap(
         |(a, b): (Lazy<f32>, Lazy<f32>)| &a + &b,
@@ -245,11 +260,15 @@ fn bad_arguments_are_clear_errors() {
     );
 
     let e = ovl::vmap(|s: Lazy<f32>| -&s, Batched(&s)).unwrap_err();
-    assert!(e.to_string().contains("input 0 is marked `Batched` but is a 0-d tensor"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("input 0 is marked `Batched` but is a 0-d tensor"),
+        "{e}"
+    );
 
     // A trace error inside the function is reported by vmap, naming the operator.
     let e = ovl::vmap(
-        |a: Lazy<f32>| row_stats(&a, &Lazy::from(Array1::<i32>::zeros(2))),
+        |a: Lazy<f32>| row_stats(&a, Lazy::from(Array1::<i32>::zeros(2))),
         Batched(&Lazy::from(Array2::<f32>::zeros((3, 2)))),
     )
     .unwrap_err();
@@ -320,8 +339,8 @@ fn divide_rows(x: Tensor<f32>, s: Tensor<f32>) -> Tensor<f32> {
 }
 
 fn softmax_like(x: &Lazy<f32>) -> Lazy<f32> {
-    let e = exp_minus(x, &row_max(x));
-    divide_rows(&e, &row_sum(&e))
+    let e = exp_minus(x, row_max(x));
+    divide_rows(&e, row_sum(&e))
 }
 
 fn kernels(outputs: &[&Lazy<f32>]) -> usize {
@@ -356,7 +375,10 @@ fn vmapped_graphs_fuse_into_as_many_kernels_as_unbatched_ones() {
     assert_eq!(unbatched, 1);
     assert_eq!(kernels(&[&new_c, &new_h]), unbatched);
     let before: usize = ovl::graph((&new_c, &new_h)).unwrap().dag.operators.len();
-    assert_eq!(before, ovl::graph((&one_c, &one_h)).unwrap().dag.operators.len());
+    assert_eq!(
+        before,
+        ovl::graph((&one_c, &one_h)).unwrap().dag.operators.len()
+    );
 
     // The softmax-like graph: 4 operators, the same number of kernels batched or not.
     let x = pseudo_random((n * 3, 5), 3)
@@ -403,6 +425,8 @@ fn stdlib_cell(z: &Lazy<f32>, c: &Lazy<f32>, w: &Lazy<f32>) -> (Lazy<f32>, Lazy<
     (new_c, new_h)
 }
 
+type Five = (Lazy<f32>, Lazy<f32>, Lazy<f32>, (Lazy<f32>, Lazy<f32>));
+
 /// The sum over the leading axis in the order of an accumulator (8 lanes, folded pairwise,
 /// added to 0), computed in plain Rust.
 fn lane_sum(parts: &[ArrayD<f32>]) -> ArrayD<f32> {
@@ -417,7 +441,11 @@ fn lane_sum(parts: &[ArrayD<f32>]) -> ArrayD<f32> {
         while level.len() > 1 {
             level = level.chunks(2).map(|q| q[0] + q[1]).collect();
         }
-        *o = if parts.is_empty() { 0.0 } else { 0.0 + level[0] };
+        *o = if parts.is_empty() {
+            0.0
+        } else {
+            0.0 + level[0]
+        };
     }
     out
 }
@@ -434,7 +462,11 @@ fn the_gradient_of_a_vmapped_graph_is_the_stacked_per_example_gradient() {
     let (z, c) = (shape3(b, 4 * h, 11), shape3(b, h, 12));
     let (dc, dh) = (shape3(b, h, 13), shape3(b, h, 14));
     let w = pseudo_random((b, h), 15).into_dyn();
-    let (zl, cl, wl) = (Lazy::from(z.clone()), Lazy::from(c.clone()), Lazy::from(w.clone()));
+    let (zl, cl, wl) = (
+        Lazy::from(z.clone()),
+        Lazy::from(c.clone()),
+        Lazy::from(w.clone()),
+    );
     let (new_c, new_h) = ovl::vmap(
         |(z, c, w): (Lazy<f32>, Lazy<f32>, Lazy<f32>)| stdlib_cell(&z, &c, &w),
         (Batched(&zl), Batched(&cl), Shared(&wl)),
@@ -451,7 +483,7 @@ fn the_gradient_of_a_vmapped_graph_is_the_stacked_per_example_gradient() {
 
     // The same gradients, vmapped: backward inside the function.
     let (vdz, vdc, vdw) = ovl::vmap(
-        |(z, c, w, (dc, dh)): (Lazy<f32>, Lazy<f32>, Lazy<f32>, (Lazy<f32>, Lazy<f32>))| {
+        |(z, c, w, (dc, dh)): Five| {
             let (nc, nh) = stdlib_cell(&z, &c, &w);
             let g = ovl::backward(&[(&nc, &dc), (&nh, &dh)], &[&z, &c, &w]).unwrap();
             (g.of(&z).unwrap(), g.of(&c).unwrap(), g.of(&w).unwrap())
@@ -476,7 +508,11 @@ fn the_gradient_of_a_vmapped_graph_is_the_stacked_per_example_gradient() {
             let (dc1, dh1) = (Lazy::from(example(&dc, e)), Lazy::from(example(&dh, e)));
             let g = ovl::backward(&[(&nc, &dc1), (&nh, &dh1)], &[&z1, &c1, &wl]).unwrap();
             let (ez, ec, ew) = ovl::evaluate_with(
-                (&g.of(&z1).unwrap(), &g.of(&c1).unwrap(), &g.of(&wl).unwrap()),
+                (
+                    &g.of(&z1).unwrap(),
+                    &g.of(&c1).unwrap(),
+                    &g.of(&wl).unwrap(),
+                ),
                 &options,
             )
             .unwrap();
@@ -517,7 +553,10 @@ fn gradient_functions_of_operators_work_on_batched_calls() {
             ovl::set_gradient(&prod, |call| {
                 let (a, s) = (call.input::<f64>(0), call.input::<f64>(1));
                 let g = call.output_grad::<f64>(0);
-                vec![Some((&g * &s).into_untyped()), Some((&g * &a).into_untyped())]
+                vec![
+                    Some((&g * &s).into_untyped()),
+                    Some((&g * &a).into_untyped()),
+                ]
             });
             prod
         },
@@ -537,7 +576,62 @@ fn gradient_functions_of_operators_work_on_batched_calls() {
         }
         for i in 0..3 {
             let expected: f64 = (0..4).map(|b| x[[b, i]].powi(3)).sum();
-            assert!((ds[[i]] - expected).abs() < 1e-12, "{target}: {} vs {expected}", ds[[i]]);
+            assert!(
+                (ds[[i]] - expected).abs() < 1e-12,
+                "{target}: {} vs {expected}",
+                ds[[i]]
+            );
+        }
+    }
+}
+
+#[test]
+fn a_vmapped_graph_on_placeholders_compiles_once_and_runs_per_batch() {
+    let (n, rows, cols) = (3, 2, 5);
+    let xb = ovl::placeholder::<f32>("x", &[n, rows, cols]);
+    let y = ovl::vmap(|x: Lazy<f32>| softmax_like(&x), Batched(&xb)).unwrap();
+    let step = ovl::compile(&xb, &y, &Options::cpu()).unwrap();
+    for seed in [4, 5] {
+        let x = pseudo_random((n * rows, cols), seed)
+            .into_shape_with_order((n, rows, cols))
+            .unwrap()
+            .into_dyn();
+        let mut out = vec![ArrayD::<f32>::zeros(IxDyn(&[n, rows, cols]))];
+        step.run_into(Lazy::from(x.clone()), &mut out).unwrap();
+        for e in 0..n {
+            let want = ovl::evaluate(&softmax_like(&Lazy::from(example(&x, e)))).unwrap();
+            assert_same_bits(
+                &format!("compiled softmax[{e}]"),
+                &example(&out[0], e),
+                &want,
+            );
+        }
+    }
+}
+
+#[test]
+fn vmap_nests() {
+    // vmap over rows of each matrix, then over a batch of matrices: the operator gains two axes.
+    let x = ndarray::Array3::from_shape_fn((2, 3, 4), |(a, b, c)| (a * 12 + b * 4 + c) as f32);
+    let w = Lazy::from(Array1::from(vec![1.0f32, -1.0, 2.0, 0.5]));
+    let xl = Lazy::from(x.clone());
+    let y = ovl::vmap(
+        |m: Lazy<f32>| {
+            ovl::vmap(
+                |(row, w): (Lazy<f32>, Lazy<f32>)| &row * &w,
+                (Batched(&m), Shared(&w)),
+            )
+            .unwrap()
+        },
+        Batched(&xl),
+    )
+    .unwrap();
+    assert_eq!(y.operator_ir().unwrap().workgroup_shape, vec![2, 3, 4]);
+    let w = [1.0f32, -1.0, 2.0, 0.5];
+    for (target, options) in targets() {
+        let got = ovl::evaluate_with(&y, &options).unwrap();
+        for ((a, b, c), v) in x.indexed_iter() {
+            assert_eq!(got[[a, b, c]], v * w[c], "{target}");
         }
     }
 }

@@ -131,7 +131,13 @@ fn check(
         let got = ovl::evaluate_with(&outputs, &options)
             .map_err(|e| TestCaseError::fail(format!("{name} on {target}: {e}")))?;
         for (k, g) in got.iter().enumerate() {
-            prop_assert_eq!(g.shape.first().copied(), Some(batch), "{} output {}", name, k);
+            prop_assert_eq!(
+                g.shape.first().copied(),
+                Some(batch),
+                "{} output {}",
+                name,
+                k
+            );
         }
         for i in 0..batch {
             let example: Vec<LazyTensor> = inputs.iter().map(|x| (x.example)(i)).collect();
@@ -186,13 +192,16 @@ struct Case {
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    (any::<u64>(), prop_oneof![Just(0usize), 1usize..4], any::<u8>()).prop_map(
-        |(seed, batch, shared_mask)| Case {
+    (
+        any::<u64>(),
+        prop_oneof![Just(0usize), 1usize..4],
+        any::<u8>(),
+    )
+        .prop_map(|(seed, batch, shared_mask)| Case {
             seed: seed | 1,
             batch,
             shared_mask,
-        },
-    )
+        })
 }
 
 impl Case {
@@ -209,15 +218,15 @@ fn binary<T: Reference + Num>(c: &Case) -> Result<(), TestCaseError> {
         input(&[6], c.batched(1), &mut || r.edge::<T>()),
     ];
     check("binary_ops", c.batch, &ins, &|x| {
-        let o = arithmetic::binary_ops(&typed::<T>(&x[0]), &typed::<T>(&x[1]));
+        let o = arithmetic::binary_ops(typed::<T>(&x[0]), typed::<T>(&x[1]));
         vec![u(o.0), u(o.1), u(o.2), u(o.3), u(o.4), u(o.5), u(o.6)]
     })?;
     check("unary_ops", c.batch, &ins[..1], &|x| {
-        let o = arithmetic::unary_ops(&typed::<T>(&x[0]));
+        let o = arithmetic::unary_ops(typed::<T>(&x[0]));
         vec![u(o.0), u(o.1)]
     })?;
     check("compare_all", c.batch, &ins, &|x| {
-        let o = control::compare_all(&typed::<T>(&x[0]), &typed::<T>(&x[1]));
+        let o = control::compare_all(typed::<T>(&x[0]), typed::<T>(&x[1]));
         vec![u(o.0), u(o.1), u(o.2), u(o.3), u(o.4), u(o.5)]
     })
 }
@@ -226,7 +235,7 @@ fn casts_from<S: Reference>(c: &Case) -> Result<(), TestCaseError> {
     let mut r = Rng(c.seed);
     let ins = [input(&[5], c.batched(0), &mut || r.edge::<S>())];
     check("cast_all", c.batch, &ins, &|x| {
-        let o = casts::cast_all(&typed::<S>(&x[0]));
+        let o = casts::cast_all(typed::<S>(&x[0]));
         vec![
             u(o.0),
             u(o.1),
@@ -250,13 +259,13 @@ fn float_math<T: Reference + Float>(c: &Case) -> Result<(), TestCaseError> {
         input(&[5], c.batched(1), &mut || r.edge::<T>()),
     ];
     check("unary_all", c.batch, &ins[..1], &|x| {
-        math::unary_all(&typed::<T>(&x[0]))
+        math::unary_all(typed::<T>(&x[0]))
             .into_iter()
             .map(u)
             .collect()
     })?;
     check("binary_all", c.batch, &ins, &|x| {
-        let o = math::binary_all(&typed::<T>(&x[0]), &typed::<T>(&x[1]));
+        let o = math::binary_all(typed::<T>(&x[0]), typed::<T>(&x[1]));
         vec![u(o.0), u(o.1), u(o.2), u(o.3), u(o.4), u(o.5)]
     })
 }
@@ -265,47 +274,51 @@ fn control_flow(c: &Case) -> Result<(), TestCaseError> {
     let mut r = Rng(c.seed);
     let b = c.batch;
     let x = [input(&[9], Some(b), &mut || r.edge::<f64>())];
-    check("classify", b, &x, &|x| vec![u(control::classify(&typed::<f64>(&x[0])))])?;
+    check("classify", b, &x, &|x| {
+        vec![u(control::classify(typed::<f64>(&x[0])))]
+    })?;
     let ab = [
         input(&[4], Some(b), &mut || r.below(2) == 1),
         input(&[4], c.batched(1), &mut || r.below(2) == 1),
     ];
     check("logic", b, &ab, &|x| {
-        let o = control::logic(&typed::<bool>(&x[0]), &typed::<bool>(&x[1]));
+        let o = control::logic(typed::<bool>(&x[0]), typed::<bool>(&x[1]));
         vec![u(o.0), u(o.1), u(o.2), u(o.3)]
     })?;
     let m = [input(&[3, 5], Some(b), &mut || r.float() as f64)];
     check("cumsum_cumprod", b, &m, &|x| {
-        let o = control::cumsum_cumprod(&typed::<f64>(&x[0]));
+        let o = control::cumsum_cumprod(typed::<f64>(&x[0]));
         vec![u(o.0), u(o.1)]
     })?;
     check("chained cumsum_cumprod", b, &m, &|x| {
-        let once = control::cumsum_cumprod(&typed::<f64>(&x[0])).0;
+        let once = control::cumsum_cumprod(typed::<f64>(&x[0])).0;
         vec![u(control::cumsum_cumprod(&once).0)]
     })?;
     let counts = [input(&[5], Some(b), &mut || r.below(24) as i64 - 4)];
     check("loops", b, &counts, &|x| {
-        let o = control::loops(&typed::<i64>(&x[0]));
+        let o = control::loops(typed::<i64>(&x[0]));
         vec![u(o.0), u(o.1), u(o.2)]
     })?;
     let n = [input(&[5], Some(b), &mut || 1 + r.below(300) as u32)];
-    check("collatz", b, &n, &|x| vec![u(control::collatz(&typed::<u32>(&x[0])))])?;
+    check("collatz", b, &n, &|x| {
+        vec![u(control::collatz(typed::<u32>(&x[0])))]
+    })?;
     let v = [input(&[4], Some(b), &mut || r.float())];
     let (taps, scale) = (1 + r.below(4) as usize, r.below(2) == 1);
     check("unrolled", b, &v, &|x| {
-        vec![u(control::unrolled(&typed::<f32>(&x[0]), taps, scale))]
+        vec![u(control::unrolled(typed::<f32>(&x[0]), taps, scale))]
     })?;
     let (lo, hi) = (-r.float().abs(), r.float().abs());
     check("clamp", b, &v, &|x| {
-        vec![u(control::clamp(&typed::<f32>(&x[0]), lo, hi))]
+        vec![u(control::clamp(typed::<f32>(&x[0]), lo, hi))]
     })?;
     let h = [input(&[3, 9], Some(b), &mut || r.edge::<u8>())];
     check("local_histogram", b, &h, &|x| {
-        vec![u(control::local_histogram(&typed::<u8>(&x[0])))]
+        vec![u(control::local_histogram(typed::<u8>(&x[0])))]
     })?;
     let t = [input(&[2, 3, 4], Some(b), &mut || r.edge::<i16>())];
     check("transpose_3d", b, &t, &|x| {
-        let o = control::transpose_3d(&typed::<i16>(&x[0]));
+        let o = control::transpose_3d(typed::<i16>(&x[0]));
         vec![u(o.0), u(o.1)]
     })?;
     let g = [
@@ -313,11 +326,11 @@ fn control_flow(c: &Case) -> Result<(), TestCaseError> {
         input(&[5], Some(b), &mut || r.below(10) as u16),
     ];
     check("gather", b, &g, &|x| {
-        vec![u(control::gather(&typed::<f32>(&x[0]), &typed::<u16>(&x[1])))]
+        vec![u(control::gather(typed::<f32>(&x[0]), typed::<u16>(&x[1])))]
     })?;
     let l = [input(&[3], Some(b), &mut || r.below(3) as i32)];
     check("limits", b, &l, &|x| {
-        let o = math::limits(&typed::<i32>(&x[0]));
+        let o = math::limits(typed::<i32>(&x[0]));
         vec![u(o.0), u(o.1), u(o.2)]
     })?;
     let lit = [
@@ -325,7 +338,7 @@ fn control_flow(c: &Case) -> Result<(), TestCaseError> {
         input(&[4], c.batched(1), &mut || r.edge::<i64>()),
     ];
     check("with_literals", b, &lit, &|x| {
-        let o = arithmetic::with_literals(&typed::<f32>(&x[0]), &typed::<i64>(&x[1]));
+        let o = arithmetic::with_literals(typed::<f32>(&x[0]), typed::<i64>(&x[1]));
         vec![u(o.0), u(o.1)]
     })
 }
@@ -364,10 +377,10 @@ fn triangles(c: &Case) -> Result<(), TestCaseError> {
     ];
     check("triangles_per_edge", b, &ins, &|x| {
         vec![u(paper::triangles_per_edge(
-            &typed::<i32>(&x[0]),
-            &typed::<i32>(&x[1]),
-            &typed::<i32>(&x[2]),
-            &typed::<i32>(&x[3]),
+            typed::<i32>(&x[0]),
+            typed::<i32>(&x[1]),
+            typed::<i32>(&x[2]),
+            typed::<i32>(&x[3]),
         ))]
     })?;
     let mut r = Rng(c.seed ^ 0x5555);
@@ -376,11 +389,11 @@ fn triangles(c: &Case) -> Result<(), TestCaseError> {
         input(&[3], c.batched(1), &mut || r.float()),
     ];
     check("conv1d", b, &conv, &|x| {
-        vec![u(paper::conv1d(&typed::<f32>(&x[0]), &typed::<f32>(&x[1])))]
+        vec![u(paper::conv1d(typed::<f32>(&x[0]), typed::<f32>(&x[1])))]
     })?;
     let lx = [input(&[6], Some(b), &mut || r.edge::<f64>())];
     check("log1p_expm1", b, &lx, &|x| {
-        let o = paper::log1p_expm1(&typed::<f64>(&x[0]));
+        let o = paper::log1p_expm1(typed::<f64>(&x[0]));
         vec![u(o.0), u(o.1)]
     })
 }

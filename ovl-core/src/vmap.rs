@@ -314,7 +314,11 @@ pub fn vmap<A: VmapArgs, O: VmapOutputs>(
         .enumerate()
         .map(|(i, (t, batched))| {
             if *batched {
-                LazyTensor::placeholder(&format!("vmap example of input {i}"), t.dtype, &t.shape[1..])
+                LazyTensor::placeholder(
+                    &format!("vmap example of input {i}"),
+                    t.dtype,
+                    &t.shape[1..],
+                )
             } else {
                 t.clone()
             }
@@ -362,7 +366,9 @@ fn node_id(node: &Arc<Node>) -> usize {
 }
 
 fn with_batch(batch: usize, shape: &[usize]) -> Arc<[usize]> {
-    std::iter::once(batch).chain(shape.iter().copied()).collect()
+    std::iter::once(batch)
+        .chain(shape.iter().copied())
+        .collect()
 }
 
 /// The rewrite of a per-example graph into its batched form.
@@ -468,13 +474,8 @@ impl Batcher {
         };
         let node = OperatorNode::with_key(dag, key, inputs, None);
         if let Some(gradient) = op.gradient.0.get() {
-            let batched = batched_gradient(
-                gradient.clone(),
-                op.dag.clone(),
-                op.key,
-                mask,
-                self.batch,
-            );
+            let batched =
+                batched_gradient(gradient.clone(), op.dag.clone(), op.key, mask, self.batch);
             let _ = node.gradient.0.set(batched);
         }
         Ok(Mapped::Node(Arc::new(Node::Operator(node))))
@@ -641,7 +642,9 @@ fn record(
 fn broadcast_op(t: &LazyTensor, batch: usize) -> Result<LazyTensor, VmapError> {
     use crate::builder::{Builder, IN, OUT};
     let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
-    let out_shape: Vec<u64> = std::iter::once(batch as u64).chain(shape.iter().copied()).collect();
+    let out_shape: Vec<u64> = std::iter::once(batch as u64)
+        .chain(shape.iter().copied())
+        .collect();
     let mut b = Builder::new("vmap_broadcast", &out_shape);
     b.dag.source = source_here(line!());
     let x = b.input(t.dtype, &shape);
@@ -651,7 +654,13 @@ fn broadcast_op(t: &LazyTensor, batch: usize) -> Result<LazyTensor, VmapError> {
     b.write(OUT, out, &p, v);
     let gradient: Arc<GradientFn> = Arc::new(|call: &GradientCall| {
         vec![call.output_grads[0].as_ref().map(|g| {
-            sum_op(g).unwrap_or_else(|e| failed_tensor("vmap_broadcast", &call.inputs[0], Arc::new(error_at_vmap("vmap_broadcast", &e))))
+            sum_op(g).unwrap_or_else(|e| {
+                failed_tensor(
+                    "vmap_broadcast",
+                    &call.inputs[0],
+                    Arc::new(error_at_vmap("vmap_broadcast", &e)),
+                )
+            })
         })]
     });
     record(b.build(), vec![t.clone()], Some(gradient))
@@ -663,7 +672,11 @@ fn sum_op(t: &LazyTensor) -> Result<LazyTensor, VmapError> {
     use crate::builder::{Builder, IN, OUT};
     let batch = t.shape.first().copied().unwrap_or(0);
     let shape: Vec<u64> = t.shape.iter().skip(1).map(|&d| d as u64).collect();
-    let workgroup = if shape.is_empty() { vec![1] } else { shape.clone() };
+    let workgroup = if shape.is_empty() {
+        vec![1]
+    } else {
+        shape.clone()
+    };
     let mut b = Builder::new("vmap_sum", &workgroup);
     b.dag.source = source_here(line!());
     let full: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
@@ -686,7 +699,13 @@ fn sum_op(t: &LazyTensor) -> Result<LazyTensor, VmapError> {
     b.write(OUT, out, &p, acc);
     let gradient: Arc<GradientFn> = Arc::new(move |call: &GradientCall| {
         vec![call.output_grads[0].as_ref().map(|g| {
-            broadcast_op(g, batch).unwrap_or_else(|e| failed_tensor("vmap_sum", &call.inputs[0], Arc::new(error_at_vmap("vmap_sum", &e))))
+            broadcast_op(g, batch).unwrap_or_else(|e| {
+                failed_tensor(
+                    "vmap_sum",
+                    &call.inputs[0],
+                    Arc::new(error_at_vmap("vmap_sum", &e)),
+                )
+            })
         })]
     });
     record(b.build(), vec![t.clone()], Some(gradient))

@@ -83,7 +83,9 @@ pub fn batch_operator(
     crate::validate::validate(dag).map_err(|e| error(format!("it is not valid IR: {e}")))?;
     let with_batch = |t: &ir::TensorType| ir::TensorType {
         dtype: t.dtype,
-        shape: std::iter::once(batch).chain(t.shape.iter().copied()).collect(),
+        shape: std::iter::once(batch)
+            .chain(t.shape.iter().copied())
+            .collect(),
     };
     let mut out = ir::ExpressionDag {
         version: dag.version,
@@ -123,9 +125,10 @@ pub fn batch_operator(
             Op::Read | Op::Write => {
                 let gains_axis = match &e.tensor {
                     Some(r) if r.kind == TensorKind::Output as i32 => true,
-                    Some(r) if r.kind == TensorKind::Input as i32 => {
-                        batched_inputs.get(r.index as usize).copied().unwrap_or(false)
-                    }
+                    Some(r) if r.kind == TensorKind::Input as i32 => batched_inputs
+                        .get(r.index as usize)
+                        .copied()
+                        .unwrap_or(false),
                     _ => false,
                 };
                 if gains_axis {
