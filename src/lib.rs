@@ -153,6 +153,8 @@ pub fn graph<O: Evaluate>(outputs: O) -> Result<Graph, Error> {
 
 /// The IR, its text form and its canonical hash.
 pub mod ir_tools {
+    /// One operator batched over a new leading axis: the IR transform behind [`crate::vmap`].
+    pub use ovl_core::batch::{batch_operator, BatchError};
     pub use ovl_core::hash::{canonical_hash, canonical_hash_operator_dag, Digest};
     pub use ovl_core::text::{operator_dag_to_text, to_text};
 

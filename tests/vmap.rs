@@ -635,3 +635,26 @@ fn vmap_nests() {
         }
     }
 }
+
+#[test]
+fn a_gradient_that_cannot_be_batched_is_an_error_at_evaluation() {
+    let x = Lazy::from(Array2::from_shape_fn((3, 4), |(b, i)| (b + i) as f32));
+    let y = ovl::vmap(
+        |x: Lazy<f32>| {
+            let y = -&x;
+            ovl::set_gradient(&y, |call| {
+                let g = call.output_grad::<f32>(0);
+                // row_stats needs a matrix: on one example's [4] this gradient fails to trace.
+                let bad = row_stats(&g, Lazy::from(Array1::<i32>::zeros(4))).0;
+                vec![Some(bad.into_untyped())]
+            });
+            y
+        },
+        Batched(&x),
+    )
+    .unwrap();
+    let ones = Lazy::from(Array2::from_elem((3, 4), 1.0f32));
+    let g = ovl::backward(&[(&y, &ones)], &[&x]).unwrap();
+    let err = ovl::evaluate_with(&g.of(&x).unwrap(), &Options::interpreter()).unwrap_err();
+    assert!(err.to_string().contains("row_stats"), "{err}");
+}
