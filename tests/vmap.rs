@@ -658,3 +658,51 @@ fn a_gradient_that_cannot_be_batched_is_an_error_at_evaluation() {
     let err = ovl::evaluate_with(&g.of(&x).unwrap(), &Options::interpreter()).unwrap_err();
     assert!(err.to_string().contains("row_stats"), "{err}");
 }
+
+/// Batched operators on the CUDA backend: on a GPU, `vmap(f)(X)[i] == f(X[i])` there; without
+/// one, every batched kernel is compiled by NVRTC and validated by ptxas (values from the
+/// interpreter). Says which happened.
+#[test]
+fn batched_kernels_on_cuda() {
+    use std::io::Write as _;
+    let say = |s: &str| {
+        let _ = writeln!(std::io::stderr(), "{s}");
+    };
+    let options = match ovl::cuda::gpu_status() {
+        Ok(gpu) => {
+            say(&format!("vmap cuda: running on the GPU {}", gpu.name));
+            Options::cuda()
+        }
+        Err(_) => {
+            if let Err(e) = ovl::cuda::nvrtc_status() {
+                say(&format!(
+                    "vmap cuda: CUDA DID NOT RUN (no GPU, and NVRTC is missing: {})",
+                    e.to_string().lines().next().unwrap_or_default()
+                ));
+                return;
+            }
+            say("vmap cuda: GPU EXECUTION DID NOT RUN (no GPU): batched kernels compiled by NVRTC and validated by ptxas");
+            Options::cuda_validate()
+        }
+    };
+    let (n, rows, cols) = (3, 2, 9);
+    let x = pseudo_random((n * rows, cols), 21)
+        .into_shape_with_order((n, rows, cols))
+        .unwrap()
+        .into_dyn();
+    let pick = Array2::from_shape_fn((n, rows), |(b, r)| ((b + r * 5) % cols) as i32).into_dyn();
+    let (xl, pl) = (Lazy::from(x.clone()), Lazy::from(pick.clone()));
+    let (cum, stats, steps) =
+        ovl::vmap(|(x, p)| row_stats(&x, &p), (Batched(&xl), Batched(&pl))).unwrap();
+    let y = ovl::vmap(|x: Lazy<f32>| softmax_like(&x), Batched(&xl)).unwrap();
+    let (cum, stats, steps, y) = ovl::evaluate_with((&cum, &stats, &steps, &y), &options).unwrap();
+    for b in 0..n {
+        let one = row_stats(example(&x, b), example(&pick, b));
+        let sm = softmax_like(&Lazy::from(example(&x, b)));
+        let (c1, s1, k1, y1) = ovl::evaluate_with((&one.0, &one.1, &one.2, &sm), &options).unwrap();
+        assert_same_bits(&format!("cuda cum[{b}]"), &example(&cum, b), &c1);
+        assert_same_bits(&format!("cuda stats[{b}]"), &example(&stats, b), &s1);
+        assert_eq!(example(&steps, b), k1, "cuda steps[{b}]");
+        assert_same_bits(&format!("cuda softmax[{b}]"), &example(&y, b), &y1);
+    }
+}
