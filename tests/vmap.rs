@@ -67,6 +67,9 @@ fn batched_and_shared_inputs() {
     assert_eq!(dag.inputs[0].shape, vec![4, 2, 3]);
     assert_eq!(dag.inputs[1].shape, vec![3]);
     assert_eq!(dag.name, "scale_cols");
+    // A repeated vmap reuses the batched IR (and its key: the plan cache sees the same graph).
+    let again = ovl::vmap(|(x, w)| scale_cols(&x, &w), (Batched(&xl), Shared(&wl))).unwrap();
+    assert!(std::ptr::eq(dag, again.operator_ir().unwrap()));
 }
 
 /// Every construct at once: a staged loop with a variable, accumulators, `if`/`else`, a local

@@ -41,7 +41,7 @@ use crate::host::Scalar;
 use crate::ir;
 use crate::lazy::{operator_key, GradientCall, GradientFn, Lazy, LazyTensor, Node, OperatorNode};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use thiserror::Error;
 
 /// Why [`vmap`] could not batch a function.
@@ -375,10 +375,7 @@ fn with_batch(batch: usize, shape: &[usize]) -> Arc<[usize]> {
 struct Batcher {
     batch: usize,
     map: HashMap<usize, Mapped>,
-    /// Batched operators already made, by (per-example IR, batched inputs): calls of one traced
-    /// operator share one batched IR and key.
-    dags: HashMap<(usize, Vec<bool>), (Arc<ir::ExpressionDag>, Digest)>,
-    /// Keeps alive every node whose address is a key of `map` or `dags`.
+    /// Keeps alive every node whose address is a key of `map`.
     alive: Vec<Arc<Node>>,
 }
 
@@ -387,7 +384,6 @@ impl Batcher {
         Batcher {
             batch,
             map: HashMap::new(),
-            dags: HashMap::new(),
             alive: Vec::new(),
         }
     }
@@ -461,17 +457,7 @@ impl Batcher {
         if !mask.iter().any(|&b| b) {
             return Ok(Mapped::Shared);
         }
-        let cache_key = (Arc::as_ptr(&op.dag) as usize, mask.clone());
-        let (dag, key) = match self.dags.get(&cache_key) {
-            Some(d) => d.clone(),
-            None => {
-                let dag = Arc::new(batch_operator(&op.dag, &mask, self.batch as u64)?);
-                let key = operator_key(&dag);
-                // The per-example IR's address is the key: keep it alive with a node holding it.
-                self.dags.insert(cache_key, (dag.clone(), key));
-                (dag, key)
-            }
-        };
+        let (dag, key) = batched_ir(op, &mask, self.batch)?;
         let node = OperatorNode::with_key(dag, key, inputs, None);
         if let Some(gradient) = op.gradient.0.get() {
             let batched =
@@ -480,6 +466,38 @@ impl Batcher {
         }
         Ok(Mapped::Node(Arc::new(Node::Operator(node))))
     }
+}
+
+/// The batched IR of `op` and its key. Batched operators are remembered by (the per-example
+/// operator's key, the batched inputs, the batch size), which determine them: calls of one traced
+/// operator share one batched IR, and a repeated `vmap` reuses it, so that the plan cache
+/// recognises the batched graph without hashing its IR again.
+fn batched_ir(
+    op: &OperatorNode,
+    mask: &[bool],
+    batch: usize,
+) -> Result<(Arc<ir::ExpressionDag>, Digest), BatchError> {
+    type Memo = HashMap<(Digest, Vec<bool>, usize), (Arc<ir::ExpressionDag>, Digest)>;
+    /// Entries kept before the memo starts again (a batched operator is small; this bounds it).
+    const CAPACITY: usize = 4096;
+    static MEMO: OnceLock<Mutex<Memo>> = OnceLock::new();
+    let memo = MEMO.get_or_init(Default::default);
+    let memo_key = (op.key, mask.to_vec(), batch);
+    if let Some(hit) = memo
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&memo_key)
+    {
+        return Ok(hit.clone());
+    }
+    let dag = Arc::new(batch_operator(&op.dag, mask, batch as u64)?);
+    let key = operator_key(&dag);
+    let mut memo = memo.lock().unwrap_or_else(|e| e.into_inner());
+    if memo.len() >= CAPACITY {
+        memo.clear();
+    }
+    memo.insert(memo_key, (dag.clone(), key));
+    Ok((dag, key))
 }
 
 /// The gradient function of a batched call, made from the per-example call's `gradient`.
