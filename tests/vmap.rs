@@ -709,3 +709,33 @@ fn batched_kernels_on_cuda() {
         assert_same_bits(&format!("cuda softmax[{b}]"), &example(&y, b), &y1);
     }
 }
+
+#[operator]
+fn take(values: Tensor<f32>, idx: Tensor<i32>) -> Tensor<f32> {
+    let i = position_in(idx.shape())[0];
+    let out = output(idx.shape());
+    out[[i]] = values[[idx[[i]]]];
+    out
+}
+
+#[test]
+fn an_index_out_of_bounds_in_one_example_is_an_error() {
+    let values = Lazy::from(Array2::from_shape_fn((3, 4), |(b, i)| (b * 4 + i) as f32));
+    // Example 1 reads element 4 of a 4-element row.
+    let idx = Lazy::from(ndarray::array![[0, 1], [2, 4], [3, 3]]);
+    let y = ovl::vmap(|(v, i)| take(&v, &i), (Batched(&values), Batched(&idx))).unwrap();
+    for (target, options) in targets() {
+        let err = ovl::evaluate_with(&y, &options).unwrap_err().to_string();
+        assert!(
+            err.contains("take") && err.contains("bounds"),
+            "{target}: {err}"
+        );
+    }
+    let ok = Lazy::from(ndarray::array![[0, 1], [2, 3], [3, 3]]);
+    let y = ovl::vmap(|(v, i)| take(&v, &i), (Batched(&values), Batched(&ok))).unwrap();
+    let got = ovl::evaluate_with(&y, &Options::cpu()).unwrap();
+    assert_eq!(
+        got,
+        ndarray::array![[0.0f32, 1.0], [6.0, 7.0], [11.0, 11.0]].into_dyn()
+    );
+}
