@@ -56,6 +56,9 @@ pub enum Error {
     /// Building a gradient graph failed.
     #[error(transparent)]
     Grad(#[from] ovl_core::autodiff::GradError),
+    /// Batching a function with [`crate::vmap`] failed.
+    #[error(transparent)]
+    Vmap(#[from] ovl_core::vmap::VmapError),
     /// An evaluated tensor did not have the type its handle promised (a bug in ovl).
     #[error("internal error: {0}")]
     Internal(String),

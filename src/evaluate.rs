@@ -72,6 +72,34 @@ impl<T: Scalar> Evaluate for &Vec<Lazy<T>> {
     }
 }
 
+/// Untyped handles (what an untyped [`crate::vmap`] returns) evaluate to host tensors of their
+/// own dtypes.
+impl Evaluate for &[LazyTensor] {
+    type Output = Vec<HostTensor>;
+    fn tensors(&self) -> Vec<&LazyTensor> {
+        self.iter().collect()
+    }
+    fn convert(&self, results: &mut std::vec::IntoIter<HostTensor>) -> Result<Self::Output, Error> {
+        self.iter()
+            .map(|_| {
+                results
+                    .next()
+                    .ok_or_else(|| Error::Internal("missing evaluation result".into()))
+            })
+            .collect()
+    }
+}
+
+impl Evaluate for &Vec<LazyTensor> {
+    type Output = Vec<HostTensor>;
+    fn tensors(&self) -> Vec<&LazyTensor> {
+        self.iter().collect()
+    }
+    fn convert(&self, results: &mut std::vec::IntoIter<HostTensor>) -> Result<Self::Output, Error> {
+        self.as_slice().convert(results)
+    }
+}
+
 macro_rules! tuple_evaluate {
     ($($name:ident $idx:tt),+) => {
         impl<$($name: Evaluate),+> Evaluate for ($($name,)+) {

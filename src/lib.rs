@@ -111,6 +111,10 @@ pub use ovl_core::trace::memo::{
     clear_trace_memo, set_trace_memo, trace_memo_stats, TraceArg, TraceKey, TraceMemoStats,
 };
 pub use ovl_core::trace::{Expr, Position, Tensor, Var};
+/// Batching over a new leading axis: [`vmap`] turns a function written for one example (a lazy
+/// graph of operators) into the batched graph, with each input [`Batched`] or [`Shared`]; see
+/// [`ovl_core::vmap`] for how operators, gradients and fusion carry over.
+pub use ovl_core::vmap::{vmap, Batched, Shared, VmapArgs, VmapError, VmapInput, VmapOutputs};
 pub use ovl_core::{
     ir, CompareOperand, DType, HostTensor, IntoLazy, Lazy, LazyTensor, Scalar, TraceError,
 };
@@ -149,6 +153,8 @@ pub fn graph<O: Evaluate>(outputs: O) -> Result<Graph, Error> {
 
 /// The IR, its text form and its canonical hash.
 pub mod ir_tools {
+    /// One operator batched over a new leading axis: the IR transform behind [`crate::vmap`].
+    pub use ovl_core::batch::{batch_operator, BatchError};
     pub use ovl_core::hash::{canonical_hash, canonical_hash_operator_dag, Digest};
     pub use ovl_core::text::{operator_dag_to_text, to_text};
 

@@ -246,6 +246,19 @@ impl<T: Scalar> Lazy<T> {
     }
 }
 
+/// An untyped handle as a typed one (for example an output of an untyped `vmap`); gives the
+/// handle back when its dtype is not `T`.
+impl<T: Scalar> TryFrom<LazyTensor> for Lazy<T> {
+    type Error = LazyTensor;
+    fn try_from(t: LazyTensor) -> Result<Self, LazyTensor> {
+        if t.dtype == T::DTYPE {
+            Ok(Lazy::from_untyped(t))
+        } else {
+            Err(t)
+        }
+    }
+}
+
 impl<T: Scalar, D: ndarray::Dimension> From<ndarray::Array<T, D>> for Lazy<T> {
     fn from(a: ndarray::Array<T, D>) -> Self {
         Lazy::from_untyped(LazyTensor::host(host_from_array(a)))

@@ -14,9 +14,10 @@ pub mod lazy;
 mod lazy_ops;
 pub use lazy_ops::CompareOperand;
 pub mod trace;
+pub mod vmap;
 
 pub use ovl_ir::{
-    analysis, builder, dtype, hash, host, ir, text, validate, with_tensor_data, IR_VERSION,
+    analysis, batch, builder, dtype, hash, host, ir, text, validate, with_tensor_data, IR_VERSION,
 };
 
 pub use error::TraceError;

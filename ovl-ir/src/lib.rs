@@ -5,6 +5,7 @@
 //! on this crate alone; tracing, the lazy graph and autodiff (ovl-core) sit above it.
 
 pub mod analysis;
+pub mod batch;
 pub mod builder;
 pub mod dtype;
 pub mod error;

@@ -8,7 +8,7 @@ use ovl::prelude::*;
 /// Every binary arithmetic operator at once: one kernel, seven outputs.
 #[operator]
 #[allow(clippy::type_complexity)]
-fn binary_ops<T: Num>(
+pub fn binary_ops<T: Num>(
     a: Tensor<T>,
     b: Tensor<T>,
 ) -> (
@@ -42,7 +42,7 @@ fn binary_ops<T: Num>(
 }
 
 #[operator]
-fn unary_ops<T: Num>(a: Tensor<T>) -> (Tensor<T>, Tensor<T>) {
+pub fn unary_ops<T: Num>(a: Tensor<T>) -> (Tensor<T>, Tensor<T>) {
     let i = position_in(a.shape())[0];
     let neg = output_like(&a);
     let absolute = output_like(&a);
@@ -92,7 +92,7 @@ pub fn check<T: Reference + Num>(options: &Options) {
 
 /// Literals mixed with staged values are converted to the staged dtype.
 #[operator]
-fn with_literals(a: Tensor<f32>, n: Tensor<i64>) -> (Tensor<f32>, Tensor<i64>) {
+pub fn with_literals(a: Tensor<f32>, n: Tensor<i64>) -> (Tensor<f32>, Tensor<i64>) {
     let i = position_in(a.shape())[0];
     let f = output_like(&a);
     let k = output_like(&n);

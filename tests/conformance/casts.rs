@@ -8,7 +8,7 @@ use ovl::prelude::*;
 /// Casts one input to all eleven dtypes: one kernel, eleven outputs.
 #[operator]
 #[allow(clippy::type_complexity)]
-fn cast_all<S: Scalar>(
+pub fn cast_all<S: Scalar>(
     x: Tensor<S>,
 ) -> (
     Tensor<f32>,

@@ -6,7 +6,7 @@ use ovl::prelude::*;
 
 /// if / else if / else on staged conditions, with `&&`, `||` and `!`.
 #[operator]
-fn classify(x: Tensor<f64>) -> Tensor<i32> {
+pub fn classify(x: Tensor<f64>) -> Tensor<i32> {
     let i = position_in(x.shape())[0];
     let out = output(x.shape());
     let v = x[[i]];
@@ -55,7 +55,7 @@ pub fn if_else_chain(options: &Options) {
 /// Comparisons on every integer dtype yield bool tensors.
 #[operator]
 #[allow(clippy::type_complexity)]
-fn compare_all<T: Num>(
+pub fn compare_all<T: Num>(
     a: Tensor<T>,
     b: Tensor<T>,
 ) -> (
@@ -100,7 +100,7 @@ pub fn comparisons<T: super::support::Reference + Num + PartialOrd>(options: &Op
 
 /// Logic on bool tensors.
 #[operator]
-fn logic(
+pub fn logic(
     a: Tensor<bool>,
     b: Tensor<bool>,
 ) -> (Tensor<bool>, Tensor<bool>, Tensor<bool>, Tensor<bool>) {
@@ -133,7 +133,7 @@ pub fn bool_logic(options: &Options) {
 
 /// Running sum and product along rows: staged `for` with static bounds, variables, `+=`, `*=`.
 #[operator]
-fn cumsum_cumprod(x: Tensor<f64>) -> (Tensor<f64>, Tensor<f64>) {
+pub fn cumsum_cumprod(x: Tensor<f64>) -> (Tensor<f64>, Tensor<f64>) {
     let [rows, cols] = x.dims::<2>();
     let row = position_in([rows])[0];
     let sum = output_like(&x);
@@ -166,7 +166,7 @@ pub fn cumsum_and_cumprod(options: &Options) {
 
 /// Staged bounds (read from data), `step_by`, inclusive ranges, `-=`, `/=`, `%=`.
 #[operator]
-fn loops(counts: Tensor<i64>) -> (Tensor<i64>, Tensor<i64>, Tensor<i64>) {
+pub fn loops(counts: Tensor<i64>) -> (Tensor<i64>, Tensor<i64>, Tensor<i64>) {
     let i = position_in(counts.shape())[0];
     let a = output_like(&counts);
     let b = output_like(&counts);
@@ -213,7 +213,7 @@ pub fn loop_forms(options: &Options) {
 
 /// `while` on a staged condition, with nested `if`/`else` and plain assignment.
 #[operator]
-fn collatz(x: Tensor<u32>) -> Tensor<u32> {
+pub fn collatz(x: Tensor<u32>) -> Tensor<u32> {
     let i = position_in(x.shape())[0];
     let out = output_like(&x);
     let mut n = variable(x[[i]]);
@@ -245,7 +245,7 @@ pub fn while_loop(options: &Options) {
 
 /// Trace-time loops and conditions: a plain `while`, a `#[unroll]` range, `if` on a plain bool.
 #[operator]
-fn unrolled(x: Tensor<f32>, taps: usize, scale: bool) -> Tensor<f32> {
+pub fn unrolled(x: Tensor<f32>, taps: usize, scale: bool) -> Tensor<f32> {
     let i = position_in(x.shape())[0];
     let out = output_like(&x);
     let mut acc = variable(0.0f32);
@@ -290,7 +290,7 @@ pub fn trace_time_control(options: &Options) {
 
 /// Local tensors: a per-worker histogram in `zeros`, a `ones` mask.
 #[operator]
-fn local_histogram(x: Tensor<u8>) -> Tensor<i32> {
+pub fn local_histogram(x: Tensor<u8>) -> Tensor<i32> {
     let [rows, cols] = x.dims::<2>();
     let r = position_in([rows])[0];
     let out = output([rows, 4]);
@@ -324,7 +324,7 @@ pub fn local_tensors(options: &Options) {
 
 /// A 3-D workgroup, position components, a whole-position index and a transposed write.
 #[operator]
-fn transpose_3d(x: Tensor<i16>) -> (Tensor<i16>, Tensor<i64>) {
+pub fn transpose_3d(x: Tensor<i16>) -> (Tensor<i16>, Tensor<i64>) {
     let [a, b, c] = x.dims::<3>();
     let pos = position_in([a, b, c]);
     let out = output([c, b, a]);
@@ -350,7 +350,7 @@ pub fn multi_dim_workgroup(options: &Options) {
 
 /// Data-dependent indices: a gather through an index tensor.
 #[operator]
-fn gather(values: Tensor<f32>, idx: Tensor<u16>) -> Tensor<f32> {
+pub fn gather(values: Tensor<f32>, idx: Tensor<u16>) -> Tensor<f32> {
     let i = position_in(idx.shape())[0];
     let out = output(idx.shape());
     out[[i]] = values[[idx[[i]]]];
@@ -377,7 +377,7 @@ pub fn out_of_bounds_is_an_error(options: &Options) {
 
 /// Constants as non-tensor parameters and a `#[helper]` function.
 #[helper]
-fn clamp_to<T: Num>(v: Expr<T>, lo: T, hi: T) -> Expr<T> {
+pub fn clamp_to<T: Num>(v: Expr<T>, lo: T, hi: T) -> Expr<T> {
     let mut r = variable(v);
     if v < lo {
         r = lo;
@@ -389,7 +389,7 @@ fn clamp_to<T: Num>(v: Expr<T>, lo: T, hi: T) -> Expr<T> {
 }
 
 #[operator]
-fn clamp(x: Tensor<f32>, lo: f32, hi: f32) -> Tensor<f32> {
+pub fn clamp(x: Tensor<f32>, lo: f32, hi: f32) -> Tensor<f32> {
     let i = position_in(x.shape())[0];
     let out = output_like(&x);
     out[[i]] = clamp_to(x[[i]], lo, hi);

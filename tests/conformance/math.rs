@@ -42,7 +42,7 @@ fn apply<T: Float>(f: usize, x: Expr<T>) -> Expr<T> {
 
 /// All unary functions at once, as a `Vec` of outputs (an unrolled trace-time loop).
 #[operator]
-fn unary_all<T: Float>(x: Tensor<T>) -> Vec<Tensor<T>> {
+pub fn unary_all<T: Float>(x: Tensor<T>) -> Vec<Tensor<T>> {
     let i = position_in(x.shape())[0];
     let mut outs: Vec<Tensor<T>> = Vec::new();
     for _name in UNARY.iter() {
@@ -58,7 +58,7 @@ fn unary_all<T: Float>(x: Tensor<T>) -> Vec<Tensor<T>> {
 
 #[operator]
 #[allow(clippy::type_complexity)]
-fn binary_all<T: Float>(
+pub fn binary_all<T: Float>(
     a: Tensor<T>,
     b: Tensor<T>,
 ) -> (
@@ -213,7 +213,7 @@ float_math_checks!(f32, close_f32, libm::erff, unary_f32, binary_f32);
 
 /// `min_value`, `max_value` and `epsilon` are trace-time constants of each dtype.
 #[operator]
-fn limits(x: Tensor<i32>) -> (Tensor<f32>, Tensor<i16>, Tensor<u64>) {
+pub fn limits(x: Tensor<i32>) -> (Tensor<f32>, Tensor<i16>, Tensor<u64>) {
     let i = position_in(x.shape())[0];
     let f = output(x.shape());
     let s = output(x.shape());

@@ -7,7 +7,7 @@ use ovl::prelude::*;
 
 /// `log1p(x)` and `expm1(x)` by branch: a Taylor polynomial near zero, the library elsewhere.
 #[operator]
-fn log1p_expm1(x: Tensor<f64>) -> (Tensor<f64>, Tensor<f64>) {
+pub fn log1p_expm1(x: Tensor<f64>) -> (Tensor<f64>, Tensor<f64>) {
     let i = position_in(x.shape())[0];
     let l = output_like(&x);
     let e = output_like(&x);
@@ -47,7 +47,7 @@ pub fn log1p_and_expm1(options: &Options) {
 /// Edge-parallel triangle counting: one worker per edge (u, v) with u < v counts the common
 /// neighbours w > v by merging the two sorted adjacency lists (CSR).
 #[operator]
-fn triangles_per_edge(
+pub fn triangles_per_edge(
     row_ptr: Tensor<i32>,
     cols: Tensor<i32>,
     src: Tensor<i32>,
@@ -140,7 +140,7 @@ pub fn triangle_counting(options: &Options) {
 
 /// 1-D convolution with zero padding: `out[i] = sum_k x[i + k - r] * w[k]`.
 #[operator]
-fn conv1d(x: Tensor<f32>, w: Tensor<f32>) -> Tensor<f32> {
+pub fn conv1d(x: Tensor<f32>, w: Tensor<f32>) -> Tensor<f32> {
     let n = x.shape()[0];
     let taps = w.shape()[0];
     let radius = (taps / 2) as i64;

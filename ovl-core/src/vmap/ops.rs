@@ -1,0 +1,155 @@
+//! Operators built by hand for `vmap`: `vmap_broadcast` (a tensor repeated along a new leading
+//! axis) and `vmap_sum` (the sum over the leading axis), each the other's gradient, and tensors
+//! whose evaluation reports an error.
+
+use super::VmapError;
+use crate::batch::BatchError;
+use crate::dtype::{DType, Literal};
+use crate::error::TraceError;
+use crate::ir;
+use crate::lazy::{GradientCall, GradientFn, LazyTensor, Node, OperatorNode};
+use std::sync::Arc;
+
+fn source_here(line: u32) -> Option<ir::SourceLocation> {
+    Some(ir::SourceLocation {
+        file: file!().into(),
+        line,
+        column: 1,
+    })
+}
+
+/// Records an operator built by hand (validated) on `inputs`; returns its only output.
+fn record(
+    dag: ir::ExpressionDag,
+    inputs: Vec<LazyTensor>,
+    gradient: Option<Arc<GradientFn>>,
+) -> Result<LazyTensor, VmapError> {
+    crate::validate::validate(&dag).map_err(|e| BatchError {
+        operator: dag.name.clone(),
+        defined_at: ovl_ir::names::defined_at(&dag),
+        message: e.to_string(),
+    })?;
+    let out = &dag.outputs[0];
+    let dtype = DType::from_ir(out.dtype).unwrap_or(DType::F32);
+    let shape: Arc<[usize]> = out.shape.iter().map(|&d| d as usize).collect();
+    let node = OperatorNode::new(Arc::new(dag), inputs, None);
+    if let Some(g) = gradient {
+        let _ = node.gradient.0.set(g);
+    }
+    Ok(LazyTensor {
+        node: Arc::new(Node::Operator(node)),
+        output: 0,
+        dtype,
+        shape,
+    })
+}
+
+/// `t` repeated `batch` times along a new leading axis (`vmap_broadcast`); its gradient is
+/// [`sum_op`].
+pub(super) fn broadcast_op(t: &LazyTensor, batch: usize) -> Result<LazyTensor, VmapError> {
+    use crate::builder::{Builder, IN, OUT};
+    let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
+    let out_shape: Vec<u64> = std::iter::once(batch as u64)
+        .chain(shape.iter().copied())
+        .collect();
+    let mut b = Builder::new("vmap_broadcast", &out_shape);
+    b.dag.source = source_here(line!());
+    let x = b.input(t.dtype, &shape);
+    let out = b.output(t.dtype, &out_shape);
+    let p: Vec<u32> = (0..out_shape.len() as u32).map(|a| b.position(a)).collect();
+    let v = b.read(IN, x, &p[1..]);
+    b.write(OUT, out, &p, v);
+    let gradient: Arc<GradientFn> = Arc::new(|call: &GradientCall| {
+        vec![call.output_grads[0].as_ref().map(|g| {
+            sum_op(g).unwrap_or_else(|e| {
+                failed_tensor(
+                    "vmap_broadcast",
+                    &call.inputs[0],
+                    Arc::new(error_at_vmap("vmap_broadcast", &e)),
+                )
+            })
+        })]
+    });
+    record(b.build(), vec![t.clone()], Some(gradient))
+}
+
+/// The sum of `t` over its leading axis (`vmap_sum`: an accumulator over the batch, in the
+/// order `proto/ovl.proto` defines for accumulators); its gradient is [`broadcast_op`].
+pub(super) fn sum_op(t: &LazyTensor) -> Result<LazyTensor, VmapError> {
+    use crate::builder::{Builder, IN, OUT};
+    let batch = t.shape.first().copied().unwrap_or(0);
+    let shape: Vec<u64> = t.shape.iter().skip(1).map(|&d| d as u64).collect();
+    let workgroup = if shape.is_empty() {
+        vec![1]
+    } else {
+        shape.clone()
+    };
+    let mut b = Builder::new("vmap_sum", &workgroup);
+    b.dag.source = source_here(line!());
+    let full: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
+    let x = b.input(t.dtype, &full);
+    let out = b.output(t.dtype, &shape);
+    let p: Vec<u32> = (0..shape.len() as u32).map(|a| b.position(a)).collect();
+    let zero = if t.dtype.is_float() {
+        Literal::Float(0.0)
+    } else {
+        Literal::Int(0)
+    };
+    let init = b.constant(t.dtype, zero);
+    let acc = b.accumulator(ovl_ir::ops::Combiner::Sum, init);
+    let (start, end, step) = (b.i64(0), b.i64(batch as i64), b.i64(1));
+    let i = b.range(start, end, step);
+    let index: Vec<u32> = std::iter::once(i).chain(p.iter().copied()).collect();
+    let v = b.read(IN, x, &index);
+    b.accumulate(acc, v);
+    b.end_range();
+    b.write(OUT, out, &p, acc);
+    let gradient: Arc<GradientFn> = Arc::new(move |call: &GradientCall| {
+        vec![call.output_grads[0].as_ref().map(|g| {
+            broadcast_op(g, batch).unwrap_or_else(|e| {
+                failed_tensor(
+                    "vmap_sum",
+                    &call.inputs[0],
+                    Arc::new(error_at_vmap("vmap_sum", &e)),
+                )
+            })
+        })]
+    });
+    record(b.build(), vec![t.clone()], Some(gradient))
+}
+
+fn error_at_vmap(operator: &str, e: &VmapError) -> TraceError {
+    TraceError {
+        operator: operator.into(),
+        operator_file: file!().into(),
+        operator_line: line!(),
+        file: file!().into(),
+        line: line!(),
+        column: 0,
+        message: e.to_string(),
+    }
+}
+
+/// A tensor shaped like `like` whose evaluation reports `error`.
+pub(super) fn failed_tensor(name: &str, like: &LazyTensor, error: Arc<TraceError>) -> LazyTensor {
+    let dag = ir::ExpressionDag {
+        version: crate::IR_VERSION,
+        name: name.into(),
+        workgroup_shape: vec![1],
+        outputs: vec![ir::TensorType {
+            dtype: like.dtype.to_ir() as i32,
+            shape: like.shape.iter().map(|&d| d as u64).collect(),
+        }],
+        ..Default::default()
+    };
+    LazyTensor {
+        node: Arc::new(Node::Operator(OperatorNode::new(
+            Arc::new(dag),
+            Vec::new(),
+            Some(error),
+        ))),
+        output: 0,
+        dtype: like.dtype,
+        shape: like.shape.clone(),
+    }
+}
