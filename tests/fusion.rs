@@ -1068,3 +1068,60 @@ fn reversed_writes_and_strided_reads_are_inlined() {
     let want = Array1::from_shape_fn(5, |i| r[2 * i] + r[2 * i + 1]);
     assert_eq!(check_everywhere(&y, &want.into_dyn(), 0.0), (3, 1));
 }
+
+/// Spreads a vector over the even elements of one twice as long (the odd ones stay 0).
+#[operator]
+fn spread_even(x: Tensor<f32>) -> Tensor<f32> {
+    let n = x.shape()[0];
+    let i = position_in([n])[0];
+    let out = output([2 * n]);
+    out[[2 * i]] = x[[i]];
+    out
+}
+
+/// How many steps of 1 from 0 reach each element (at most 50): a read inside a while loop.
+#[operator]
+fn steps_to(x: Tensor<f32>) -> Tensor<i64> {
+    let i = position_in(x.shape())[0];
+    let out = output::<i64>(x.shape());
+    let mut n = variable(0i64);
+    while (n as f32) < x[[i]] && n < 50 {
+        n += 1;
+    }
+    out[[i]] = n;
+    out
+}
+
+#[test]
+fn writes_that_cannot_be_inverted_and_reads_in_while_loops_are_refused() {
+    let x = Array1::from_shape_fn(4, |i| i as f32 - 1.5);
+    let y = square(spread_even(&x));
+    let fusion = ovl::fusion(&y, 3).unwrap();
+    println!("{}", fusion.report);
+    match &fusion.report.refusals[0].reason {
+        Reason::NotInvertible { write, .. } => assert_eq!(write.to_string(), "[2*p0]"),
+        other => panic!("expected a write that cannot be inverted, got {other}"),
+    }
+    let want = Array1::from_shape_fn(8, |k| if k % 2 == 0 { x[k / 2] * x[k / 2] } else { 0.0 });
+    assert_eq!(check_everywhere(&y, &want.into_dyn(), 0.0), (2, 2));
+
+    let x = Array1::from_shape_fn(6, |i| i as f32 * 0.7 - 1.0);
+    let y = steps_to(reverse_write(&x));
+    let fusion = ovl::fusion(&y, 3).unwrap();
+    println!("{}", fusion.report);
+    assert_eq!(fusion.report.kernels_after, 2);
+    assert_eq!(
+        fusion.report.refusals[0].reason,
+        Reason::UnknownRecomputeCount { output: 0 }
+    );
+    let want = Array1::from_shape_fn(6, |k| {
+        let r = 2.0 * x[5 - k];
+        (0..=50i64).find(|&n| !((n as f32) < r && n < 50)).unwrap()
+    });
+    for (name, options) in targets() {
+        for level in [0u8, 3] {
+            let got = ovl::evaluate_with(&y, &options.clone().with_opt_level(level)).unwrap();
+            assert_eq!(got, want.clone().into_dyn(), "{name} opt {level}");
+        }
+    }
+}

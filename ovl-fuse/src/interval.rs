@@ -224,7 +224,14 @@ fn constraints(
         constraints(dag, of, b, out, depth + 1);
         return;
     }
-    if !is_int(a) || !is_int(b) {
+    // A variable or an accumulator names a value that may change inside the branch: only
+    // immutable values are narrowed.
+    let mutable = |id: usize| {
+        dag.expressions
+            .get(id)
+            .is_some_and(|x| x.code == Op::Variable as i32 || x.code == Op::Accumulator as i32)
+    };
+    if !is_int(a) || !is_int(b) || mutable(a) || mutable(b) {
         return;
     }
     // Normalise to `x OP c`.
@@ -290,5 +297,27 @@ mod tests {
         assert_eq!(iv.trips[k as usize], Some(3));
         assert_eq!(iv.first_possible_fault(&dag), None);
         assert_eq!(dtype_span(Some(DType::U8)), Some((0, 255)));
+    }
+
+    #[test]
+    fn a_variable_is_never_narrowed() {
+        // v = x-independent 0; if v >= 0 && v < 5 { v = v + 10; read x[v] }: v may be 14.
+        let mut b = Builder::new("t", &[1]);
+        let x = b.input(DType::F32, &[8]);
+        let zero = b.i64(0);
+        let five = b.i64(5);
+        let ten = b.i64(10);
+        let v = b.var(zero);
+        let lo = b.op(Op::Ge, &[v, zero]);
+        let hi = b.op(Op::Lt, &[v, five]);
+        let both = b.op(Op::And, &[lo, hi]);
+        b.if_(both);
+        let up = b.op(Op::Add, &[v, ten]);
+        b.assign(v, up);
+        b.read(TensorKind::Input, x, &[v]);
+        b.end_if();
+        let dag = b.build();
+        let iv = Intervals::analyse(&dag);
+        assert!(iv.first_possible_fault(&dag).is_some());
     }
 }
