@@ -18,7 +18,10 @@ const CAPACITY: usize = 512;
 /// fuse differently (2: index substitution and its cost model).
 pub const FUSION_VERSION: u32 = 2;
 
-static CACHE: Mutex<Option<HashMap<(u32, Digest, u8), Entry>>> = Mutex::new(None);
+/// The key: the rules' version, the unfused graph's canonical hash, the level.
+type Key = (u32, Digest, u8);
+
+static CACHE: Mutex<Option<HashMap<Key, Entry>>> = Mutex::new(None);
 
 pub(crate) fn optimize_cached(
     dag: ir::OperatorDag,

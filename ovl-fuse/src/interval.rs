@@ -182,7 +182,7 @@ impl Intervals {
                 }
                 Ok(Op::Range) => {
                     let step = e.operands.get(2).and_then(|&s| self.of[s as usize]);
-                    if !step.is_some_and(|(lo, _)| lo > 0) {
+                    if step.is_none_or(|(lo, _)| lo <= 0) {
                         return Some(format!("its loop %{i} may have a step <= 0"));
                     }
                 }

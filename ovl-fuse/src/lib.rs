@@ -2,14 +2,19 @@
 //!
 //! [`optimize`] takes an [`ir::OperatorDag`] and merges operators whose workgroups and index
 //! patterns allow one worker to hand a value to the next in a register instead of memory
-//! (vertical fusion), and, at the highest level, independent operators over the same
-//! workgroup (horizontal fusion). [`fuse`] does the same and keeps the graph from before, so
+//! (vertical fusion); where they do not, a producer may be recomputed inside its consumer at
+//! every read (index substitution: broadcasts, transposes, stencils, reads inside loops and
+//! reductions, different workgroups) when a cost model finds it pays; and, at the highest
+//! level, independent operators over the same workgroup share a kernel (horizontal fusion). [`fuse`] does the same and keeps the graph from before, so
 //! that both can be drawn ([`Fusion::to_dot`]) and every decision explained
 //! ([`FusionReport`]).
 //!
 //! - [`pattern`]: index patterns as canonical affine maps of the worker position.
-//! - `legality`: the rules, each refusal a [`Reason`].
+//! - `legality`: the rules of a hand-over in a register, each refusal a [`Reason`].
 //! - `merge` / `horizontal`: splicing expression DAGs.
+//! - `substitute`: recomputing a producer at the consumer's reads (what is inverted, what is
+//!   proved, what is refused); `interval`: the integer ranges its proofs use; `cost`: the cost
+//!   model; `rebase`: workgroups that differ only by axes of extent 1.
 //! - [`report`]: what was merged and what was not, and why.
 //! - `dot`: Graphviz output.
 //!
