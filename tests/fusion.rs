@@ -744,7 +744,7 @@ fn golden_reports_and_pictures() {
     assert_fusion_golden("cycle", &ovl::fusion(add(&p, &d), 3).unwrap());
 
     let x = Array2::from_shape_fn((4, 64), |(i, j)| (i * 64 + j) as f32 * 0.01);
-    assert_fusion_golden("cost", &ovl::fusion(sub_stat(&x, &row_max(&x)), 3).unwrap());
+    assert_fusion_golden("cost", &ovl::fusion(sub_stat(&x, row_max(&x)), 3).unwrap());
     assert_fusion_golden("softmax", &ovl::fusion(softmax_small(&x), 3).unwrap());
 
     let cases = [
