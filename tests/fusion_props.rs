@@ -1,6 +1,8 @@
 //! Property test of the merger: random operator DAGs built from a menu (elementwise,
-//! split/concat, transpose, stencil, loop-carrying) give bit-identical results on the
-//! interpreter and generated C++, unfused and fused, and fusion never adds kernels.
+//! split/concat, transpose, stencil, loop-carrying, broadcasts, reversed reads, row
+//! reductions with accumulators read back by every element of their row) give bit-identical
+//! results on the interpreter and generated C++, unfused and fused, and fusion never adds
+//! kernels.
 
 use ndarray::Array2;
 use ovl::prelude::*;
@@ -92,6 +94,89 @@ fn cumsum_rows(x: Tensor<f32>) -> Tensor<f32> {
     out
 }
 
+/// The sum of each row as a `[rows, 1]` column (an accumulator).
+#[operator]
+fn row_sum(x: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = x.dims::<2>();
+    let r = position_in([rows])[0];
+    let out = output([rows, 1]);
+    let mut s = sum_of(0.0f32);
+    for k in 0..cols {
+        s += x[[r, k]];
+    }
+    out[[r, 0i64]] = s;
+    out
+}
+
+/// The maximum of each row as a `[rows]` vector (an accumulator).
+#[operator]
+fn row_max(x: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = x.dims::<2>();
+    let r = position_in([rows])[0];
+    let out = output([rows]);
+    let mut m = max_of(x[[r, 0i64]]);
+    for k in 1..cols {
+        m.update(x[[r, k]]);
+    }
+    out[[r]] = m;
+    out
+}
+
+/// `x - s` with a `[rows, 1]` row statistic broadcast along the rows.
+#[operator]
+fn sub_col(x: Tensor<f32>, s: Tensor<f32>) -> Tensor<f32> {
+    let p = position_in(x.shape());
+    let out = output_like(&x);
+    out[[p[0], p[1]]] = x[[p[0], p[1]]] - s[[p[0], 0i64]];
+    out
+}
+
+/// `x * v` with a `[rows]` vector broadcast along the columns (a transposed broadcast).
+#[operator]
+fn mul_row_vec(x: Tensor<f32>, v: Tensor<f32>) -> Tensor<f32> {
+    let p = position_in(x.shape());
+    let out = output_like(&x);
+    out[[p[0], p[1]]] = x[[p[0], p[1]]] * v[[p[1]]];
+    out
+}
+
+/// Each element plus row 0 of its column (every worker of a column reads one element).
+#[operator]
+fn add_first_row(x: Tensor<f32>) -> Tensor<f32> {
+    let p = position_in(x.shape());
+    let out = output_like(&x);
+    out[[p[0], p[1]]] = x[[p[0], p[1]]] + x[[0i64, p[1]]];
+    out
+}
+
+/// The rows in reverse order (a reversed read).
+#[operator]
+fn flip_rows(x: Tensor<f32>) -> Tensor<f32> {
+    let [rows, _] = x.dims::<2>();
+    let p = position_in(x.shape());
+    let out = output_like(&x);
+    out[[p[0], p[1]]] = x[[(rows as i64 - 1) - p[0], p[1]]];
+    out
+}
+
+/// Each element scaled by its row's sum of squares: an accumulator, then a loop writing the row
+/// (reads of `x` inside two staged loops).
+#[operator]
+fn row_scaled(x: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = x.dims::<2>();
+    let r = position_in([rows])[0];
+    let out = output_like(&x);
+    let mut total = sum_of(0.0f32);
+    for k in 0..cols {
+        total += x[[r, k]] * x[[r, k]];
+    }
+    let t = total.get();
+    for k in 0..cols {
+        out[[r, k]] = x[[r, k]] * t;
+    }
+    out
+}
+
 /// One step of the random graph: a menu entry and two operand choices (taken modulo the
 /// number of values built so far).
 #[derive(Clone, Debug)]
@@ -108,7 +193,7 @@ fn build(steps: &[Step], extra: usize) -> Vec<Lazy<f32>> {
     for s in steps {
         let a = pool[s.a % pool.len()].clone();
         let b = pool[s.b % pool.len()].clone();
-        let v = match s.kind % 9 {
+        let v = match s.kind % 15 {
             0 => ew_add(&a, &b),
             1 => ew_affine(&a),
             2 => ew_max(&a, &b),
@@ -120,7 +205,13 @@ fn build(steps: &[Step], extra: usize) -> Vec<Lazy<f32>> {
             5 => stencil_left(&a),
             6 => cumsum_rows(&a),
             7 => &a * &b - 0.5f32,
-            _ => -&a,
+            8 => -&a,
+            9 => sub_col(&a, row_sum(&b)),
+            10 => mul_row_vec(&a, row_max(&b)),
+            11 => add_first_row(&a),
+            12 => flip_rows(&a),
+            13 => row_scaled(&a),
+            _ => sub_col(&a, row_sum(&a)),
         };
         pool.push(v);
     }
@@ -141,7 +232,7 @@ fn same_bits(a: &ndarray::ArrayD<f32>, b: &ndarray::ArrayD<f32>) -> bool {
 }
 
 fn step() -> impl Strategy<Value = Step> {
-    (0u8..9, 0usize..16, 0usize..16).prop_map(|(kind, a, b)| Step { kind, a, b })
+    (0u8..15, 0usize..16, 0usize..16).prop_map(|(kind, a, b)| Step { kind, a, b })
 }
 
 proptest! {

@@ -14,13 +14,24 @@ type Entry = Arc<(ir::OperatorDag, Vec<usize>)>;
 /// More distinct graphs than this in one process empty the memory (a simple bound).
 const CAPACITY: usize = 512;
 
-static CACHE: Mutex<Option<HashMap<(Digest, u8), Entry>>> = Mutex::new(None);
+/// The version of the merger's rules: part of every key, bumped whenever the same graph may
+/// fuse differently (2: index substitution and its cost model).
+pub const FUSION_VERSION: u32 = 2;
+
+/// The key: the rules' version, the unfused graph's canonical hash, the level.
+type Key = (u32, Digest, u8);
+
+static CACHE: Mutex<Option<HashMap<Key, Entry>>> = Mutex::new(None);
 
 pub(crate) fn optimize_cached(
     dag: ir::OperatorDag,
     level: OptLevel,
 ) -> Result<ir::OperatorDag, FuseError> {
-    let key = (canonical_hash_operator_dag(&dag), level.get());
+    let key = (
+        FUSION_VERSION,
+        canonical_hash_operator_dag(&dag),
+        level.get(),
+    );
     let hit = CACHE
         .lock()
         .ok()

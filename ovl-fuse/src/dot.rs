@@ -35,8 +35,12 @@ fn type_label(t: &ir::TensorType) -> String {
     format!("{d}{:?}", t.shape)
 }
 
-/// Appends the nodes and edges of `dag`, with node ids prefixed by `prefix`.
-fn body(out: &mut String, dag: &ir::OperatorDag, prefix: &str, indent: &str) {
+/// A note on the edges from one kernel to another: (producer, consumer, text).
+pub(crate) type EdgeNote = (usize, usize, String);
+
+/// Appends the nodes and edges of `dag`, with node ids prefixed by `prefix`; an edge between
+/// two kernels named in `notes` gets the note under its type.
+fn body(out: &mut String, dag: &ir::OperatorDag, prefix: &str, indent: &str, notes: &[EdgeNote]) {
     let value_id = |v: &ir::ValueRef| match &v.source {
         Some(Source::GraphInput(i)) => Some(format!("{prefix}in{i}")),
         Some(Source::OpOutput(o)) => Some(format!("{prefix}op{}", o.operator)),
@@ -69,11 +73,30 @@ fn body(out: &mut String, dag: &ir::OperatorDag, prefix: &str, indent: &str) {
     for (i, wiring) in dag.operator_inputs.iter().enumerate() {
         for v in &wiring.inputs {
             if let (Some(from), Some(t)) = (value_id(v), value_type(v)) {
-                let _ = writeln!(
-                    out,
-                    "{indent}{from} -> {prefix}op{i} [label=\"{}\", fontsize=9];",
-                    escape(&t)
-                );
+                let note = match &v.source {
+                    Some(Source::OpOutput(o)) => notes
+                        .iter()
+                        .find(|(p, c, _)| *p == o.operator as usize && *c == i)
+                        .map(|(_, _, n)| n.as_str()),
+                    _ => None,
+                };
+                match note {
+                    Some(n) => {
+                        let _ = writeln!(
+                            out,
+                            "{indent}{from} -> {prefix}op{i} [label=\"{}\\n{}\", fontsize=9, style=dashed];",
+                            escape(&t),
+                            escape(n)
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(
+                            out,
+                            "{indent}{from} -> {prefix}op{i} [label=\"{}\", fontsize=9];",
+                            escape(&t)
+                        );
+                    }
+                }
             }
         }
     }
@@ -102,6 +125,11 @@ fn body(out: &mut String, dag: &ir::OperatorDag, prefix: &str, indent: &str) {
 /// assert!(dot.starts_with("digraph"));
 /// ```
 pub fn to_dot(dag: &ir::OperatorDag, title: &str) -> String {
+    to_dot_noted(dag, title, &[])
+}
+
+/// [`to_dot`] with notes on the edges between kernels (dashed, the note under the type).
+pub(crate) fn to_dot_noted(dag: &ir::OperatorDag, title: &str, notes: &[EdgeNote]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "digraph ovl {{");
     let _ = writeln!(
@@ -110,24 +138,36 @@ pub fn to_dot(dag: &ir::OperatorDag, title: &str) -> String {
         escape(title),
         dag.operators.len()
     );
-    body(&mut out, dag, "", "  ");
+    body(&mut out, dag, "", "  ", notes);
     out.push_str("}\n");
     out
 }
 
 /// One DOT picture with two clusters: `before` and `after` fusion.
 pub fn to_dot_pair(before: &ir::OperatorDag, after: &ir::OperatorDag) -> String {
+    to_dot_pair_noted(before, after, &[])
+}
+
+/// [`to_dot_pair`] with notes on the edges between the kernels after fusion.
+pub(crate) fn to_dot_pair_noted(
+    before: &ir::OperatorDag,
+    after: &ir::OperatorDag,
+    notes: &[EdgeNote],
+) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "digraph ovl_fusion {{");
     let _ = writeln!(out, "  rankdir=TB; compound=true;");
-    for (name, dag, prefix) in [("before", before, "b_"), ("after", after, "a_")] {
+    for (name, dag, prefix, notes) in [
+        ("before", before, "b_", &[][..]),
+        ("after", after, "a_", notes),
+    ] {
         let _ = writeln!(out, "  subgraph cluster_{name} {{");
         let _ = writeln!(
             out,
             "    label=\"{name} fusion: {} kernel(s)\";",
             dag.operators.len()
         );
-        body(&mut out, dag, prefix, "    ");
+        body(&mut out, dag, prefix, "    ", notes);
         let _ = writeln!(out, "  }}");
     }
     out.push_str("}\n");

@@ -246,6 +246,67 @@ impl Work {
         id
     }
 
+    /// Replaces node `old` by `node`, which has the same outputs (a consumer with a producer
+    /// inlined); returns the new node's id.
+    pub fn replace_one(&mut self, old: usize, node: Node) -> usize {
+        let id = self.nodes.len();
+        let identity: Vec<Option<u32>> = (0..node.dag.outputs.len() as u32).map(Some).collect();
+        *self.consumer_index.borrow_mut() = None;
+        self.nodes[old] = None;
+        self.nodes.push(Some(node));
+        for n in self.nodes.iter_mut().flatten() {
+            for s in &mut n.inputs {
+                if let Src::Op { node, output } = *s {
+                    if node == old {
+                        if let Some(Some(o)) = identity.get(output as usize) {
+                            *s = Src::Op {
+                                node: id,
+                                output: *o,
+                            };
+                        }
+                    }
+                }
+            }
+        }
+        for s in &mut self.outputs {
+            if let Src::Op { node, output } = *s {
+                if node == old {
+                    *s = Src::Op { node: id, output };
+                }
+            }
+        }
+        id
+    }
+
+    /// Rewrites node `id` over node `to`'s workgroup when the two differ only by axes of
+    /// extent 1 (`crate::rebase`); nothing it computes changes.
+    pub fn rebase(&mut self, id: usize, to: usize) {
+        let shape = self.node(to).dag.workgroup_shape.clone();
+        if self.node(id).dag.workgroup_shape == shape {
+            return;
+        }
+        if let Some(dag) = crate::rebase::rebased(&self.node(id).dag, &shape) {
+            if let Some(n) = self.nodes[id].as_mut() {
+                n.dag = dag;
+            }
+        }
+    }
+
+    /// Removes node `id` when nothing reads it and none of its outputs is requested; returns
+    /// whether it was removed.
+    pub fn remove_if_unused(&mut self, id: usize) -> bool {
+        let used = self
+            .outputs
+            .iter()
+            .any(|s| matches!(s, Src::Op { node, .. } if *node == id))
+            || !self.consumers(id).is_empty();
+        if !used {
+            *self.consumer_index.borrow_mut() = None;
+            self.nodes[id] = None;
+        }
+        !used
+    }
+
     /// A topological order of the live nodes; among ready nodes, the one holding the smallest
     /// original operator index comes first (deterministic, and the identity when nothing was
     /// merged).

@@ -17,7 +17,11 @@ pub(crate) fn find_siblings(
     for (i, &a) in order.iter().enumerate() {
         for &b in &order[i + 1..] {
             if !skip(a, b)
-                && work.node(a).dag.workgroup_shape == work.node(b).dag.workgroup_shape
+                && crate::rebase::axis_map(
+                    &work.node(b).dag.workgroup_shape,
+                    &work.node(a).dag.workgroup_shape,
+                )
+                .is_some()
                 && !reaches(a, b)
                 && !reaches(b, a)
             {

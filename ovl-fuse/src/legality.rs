@@ -8,7 +8,8 @@
 //!    index is the same map of the position as the write.
 //!
 //! Then worker `w` of `C` reads exactly the element worker `w` of `P` wrote, so the merged
-//! operator can hand the written value over in a register.
+//! operator can hand the written value over in a register. When 1 or 3 fails, the producer
+//! may still be recomputed at the consumer's reads (`substitute`).
 //!
 //! Horizontal (siblings `A` and `B`): equal workgroups and no path between them.
 
@@ -58,11 +59,23 @@ pub(crate) fn enclosing_regions(dag: &ir::ExpressionDag) -> Vec<Option<&'static 
         .collect()
 }
 
-fn is_access(e: &ir::Expression, code: Op, kind: TensorKind, index: u32) -> bool {
+pub(crate) fn is_access(e: &ir::Expression, code: Op, kind: TensorKind, index: u32) -> bool {
     e.code == code as i32
         && e.tensor
             .as_ref()
             .is_some_and(|t| t.kind == kind as i32 && t.index == index)
+}
+
+/// Why a vertical merge (a hand-over in a register) is not possible.
+#[derive(Clone, Debug)]
+pub(crate) enum NotVertical {
+    /// The producer's writes rule out every merge, index substitution included.
+    Refused(Reason),
+    /// Merging would close a cycle; recomputing the producer in the consumer would not.
+    Cycle(Reason),
+    /// The consumer reads with another workgroup or index map than the producer wrote:
+    /// recomputing the producer at the reads may work.
+    ReadsDiffer,
 }
 
 /// The checks for merging `producer` into `consumer` (which reads at least one of its outputs).
@@ -70,12 +83,22 @@ pub(crate) fn check_vertical(
     work: &Work,
     producer: usize,
     consumer: usize,
-) -> Result<VerticalPlan, Reason> {
+) -> Result<VerticalPlan, NotVertical> {
     if let Some(through) = work.other_path(producer, consumer) {
-        return Err(Reason::WouldCreateCycle {
+        return Err(NotVertical::Cycle(Reason::WouldCreateCycle {
             through: work.node(through).label.clone(),
-        });
+        }));
     }
+    check_reads(work, producer, consumer)
+}
+
+/// Rule 2 for every output of `producer` that `consumer` reads: the handed-over outputs with
+/// their single write and its pattern, and the consumer's input slots.
+pub(crate) fn check_writes(
+    work: &Work,
+    producer: usize,
+    consumer: usize,
+) -> Result<(VerticalPlan, Vec<(u32, IndexPattern)>), Reason> {
     let p = work.node(producer);
     let c = work.node(consumer);
     let slot_output: Vec<Option<u32>> = c
@@ -159,6 +182,21 @@ pub(crate) fn check_vertical(
         handoffs.push(Handoff { output: o, write });
         write_patterns.push((o, pattern));
     }
+    Ok((
+        VerticalPlan {
+            handoffs,
+            slot_output,
+        },
+        write_patterns,
+    ))
+}
+
+/// Rule 3: equal workgroups, and every read of a handed-over tensor is the write's map.
+fn check_reads(work: &Work, producer: usize, consumer: usize) -> Result<VerticalPlan, NotVertical> {
+    let (plan, write_patterns) =
+        check_writes(work, producer, consumer).map_err(NotVertical::Refused)?;
+    let (p, c) = (work.node(producer), work.node(consumer));
+    let slot_output = &plan.slot_output;
 
     // Every read of a handed-over tensor in the consumer.
     let mut reads_of = PatternAnalysis::new(&c.dag);
@@ -182,47 +220,22 @@ pub(crate) fn check_vertical(
                 why: "unknown".into(),
             });
         let read = reads_of.access(i);
-        if let IndexPattern::Opaque { .. } = read {
-            return Err(Reason::OpaqueRead { write, read });
+        if read.affine().is_none() {
+            return Err(NotVertical::ReadsDiffer);
         }
         reads.push((write, read));
     }
-    let same_workgroup = p.dag.workgroup_shape == c.dag.workgroup_shape;
-    if !same_workgroup {
-        if let Some((write, read)) = reads
+    if p.dag.workgroup_shape != c.dag.workgroup_shape
+        || reads
             .iter()
-            .find(|(_, r)| !r.is_one_to_one(&c.dag.workgroup_shape))
-        {
-            return Err(Reason::Broadcast {
-                write: write.clone(),
-                read: read.clone(),
-            });
-        }
-        return Err(Reason::DifferentWorkgroup {
-            producer: p.dag.workgroup_shape.clone(),
-            consumer: c.dag.workgroup_shape.clone(),
-        });
+            .any(|(write, read)| !read.matches_over(write, &c.dag.workgroup_shape))
+    {
+        return Err(NotVertical::ReadsDiffer);
     }
-    for (write, read) in reads {
-        if read.matches(&write) {
-            continue;
-        }
-        let (write, read) = (write.clone(), read.clone());
-        return Err(if !read.is_one_to_one(&c.dag.workgroup_shape) {
-            Reason::Broadcast { write, read }
-        } else if read.is_shift_of(&write) {
-            Reason::Stencil { write, read }
-        } else {
-            Reason::PatternMismatch { write, read }
-        });
-    }
-    Ok(VerticalPlan {
-        handoffs,
-        slot_output,
-    })
+    Ok(plan)
 }
 
-fn type_name(t: Option<&ir::TensorType>) -> String {
+pub(crate) fn type_name(t: Option<&ir::TensorType>) -> String {
     match t {
         Some(t) => {
             let d = ovl_ir::DType::from_ir(t.dtype).map_or("?", |d| d.name());

@@ -2,14 +2,19 @@
 //!
 //! [`optimize`] takes an [`ir::OperatorDag`] and merges operators whose workgroups and index
 //! patterns allow one worker to hand a value to the next in a register instead of memory
-//! (vertical fusion), and, at the highest level, independent operators over the same
-//! workgroup (horizontal fusion). [`fuse`] does the same and keeps the graph from before, so
+//! (vertical fusion); where they do not, a producer may be recomputed inside its consumer at
+//! every read (index substitution: broadcasts, transposes, stencils, reads inside loops and
+//! reductions, different workgroups) when a cost model finds it pays; and, at the highest
+//! level, independent operators over the same workgroup share a kernel (horizontal fusion). [`fuse`] does the same and keeps the graph from before, so
 //! that both can be drawn ([`Fusion::to_dot`]) and every decision explained
 //! ([`FusionReport`]).
 //!
 //! - [`pattern`]: index patterns as canonical affine maps of the worker position.
-//! - `legality`: the rules, each refusal a [`Reason`].
+//! - `legality`: the rules of a hand-over in a register, each refusal a [`Reason`].
 //! - `merge` / `horizontal`: splicing expression DAGs.
+//! - `substitute`: recomputing a producer at the consumer's reads (what is inverted, what is
+//!   proved, what is refused); `interval`: the integer ranges its proofs use; `cost`: the cost
+//!   model; `rebase`: workgroups that differ only by axes of extent 1.
 //! - [`report`]: what was merged and what was not, and why.
 //! - `dot`: Graphviz output.
 //!
@@ -28,21 +33,27 @@
 #![warn(missing_docs)]
 
 mod cache;
+mod cost;
 mod dot;
 mod error;
 mod graph;
 mod horizontal;
+mod interval;
 mod legality;
 mod merge;
 pub mod pattern;
+mod rebase;
 pub mod report;
+mod substitute;
 
+pub use cache::FUSION_VERSION;
 pub use dot::{render_dot, render_dot_bytes, to_dot, to_dot_pair, ImageFormat};
 pub use error::FuseError;
 pub use pattern::{Affine, IndexPattern};
 pub use report::{FusionReport, Merge, MergeKind, Reason, Refusal};
 
 use graph::{Src, Work};
+use legality::NotVertical;
 use ovl_ir::ir;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -112,14 +123,30 @@ impl Fusion {
         to_dot(&self.before, "before fusion")
     }
 
-    /// The DOT text of the graph after fusion.
+    /// The DOT text of the graph after fusion; an edge between two kernels that were not
+    /// merged is dashed and carries the reason.
     pub fn after_dot(&self) -> String {
-        to_dot(&self.after, "after fusion")
+        dot::to_dot_noted(&self.after, "after fusion", &self.notes())
     }
 
-    /// One DOT picture with the graph before and after fusion side by side.
+    /// One DOT picture with the graph before and after fusion side by side (with the reasons
+    /// on the edges that stayed, as in [`Fusion::after_dot`]).
     pub fn to_dot(&self) -> String {
-        to_dot_pair(&self.before, &self.after)
+        dot::to_dot_pair_noted(&self.before, &self.after, &self.notes())
+    }
+
+    fn notes(&self) -> Vec<dot::EdgeNote> {
+        self.report
+            .refusals
+            .iter()
+            .map(|r| {
+                (
+                    r.producer_kernel,
+                    r.consumer_kernel,
+                    format!("not merged: {}", r.reason),
+                )
+            })
+            .collect()
     }
 
     /// Renders [`Fusion::to_dot`] into `path` (SVG or PNG) with Graphviz's `dot`; a clear
@@ -175,14 +202,19 @@ pub(crate) fn run(
     };
     let originals: Vec<String> = dag.operators.iter().map(|o| o.name.clone()).collect();
     let mut work = Work::from_dag(dag)?;
-    // Why each producer -> consumer pair of live nodes was refused. A verdict stays true while
-    // both nodes live: merging other nodes keeps every path between them.
+    // Why each producer -> consumer pair of live nodes was refused, since the last merge (a
+    // merge can change another pair's verdict: index substitution removes paths, and a
+    // producer with fewer readers is cheaper to recompute).
     let mut refused: HashMap<(usize, usize), Reason> = HashMap::new();
     // Sibling pairs whose merged operator failed validation.
     let mut siblings_blocked: HashSet<(usize, usize)> = HashSet::new();
 
     'search: loop {
         let order = work.topological_order()?;
+        // Pairs that cannot hand over in a register but might by index substitution: tried
+        // only when no hand-over is left anywhere (it is cheaper, and it may need fewer
+        // duplicates).
+        let mut candidates: Vec<(usize, usize, NotVertical)> = Vec::new();
         // Vertical: from the outputs towards the inputs, as in the original.
         for &c in order.iter().rev() {
             for p in work.producers(c) {
@@ -193,10 +225,16 @@ pub(crate) fn run(
                     refused.insert((p, c), r);
                     continue;
                 }
+                // `[rows]` and `[rows, 1]` are the same workers: one shape for both.
+                work.rebase(p, c);
                 let plan = match legality::check_vertical(&work, p, c) {
                     Ok(plan) => plan,
-                    Err(r) => {
+                    Err(NotVertical::Refused(r)) => {
                         refused.insert((p, c), r);
+                        continue;
+                    }
+                    Err(not) => {
+                        candidates.push((p, c, not));
                         continue;
                     }
                 };
@@ -231,16 +269,39 @@ pub(crate) fn run(
                         .filter(|h| keep[h.output as usize])
                         .map(|h| describe(h.output))
                         .collect(),
+                    recompute: 0,
                 };
                 report.merges.push(entry);
                 work.replace(p, c, merged.node, &merged.map_first, &merged.map_second);
+                refused.clear();
                 continue 'search;
+            }
+        }
+        // Index substitution, in the same order.
+        for (p, c, not) in candidates {
+            let verdict = substitute::check(&work, p, c)
+                .and_then(|plan| inline(&mut work, p, c, &plan, &originals));
+            match verdict {
+                Ok(entry) => {
+                    report.merges.push(entry);
+                    refused.clear();
+                    continue 'search;
+                }
+                Err(r) => {
+                    // A cycle is the first reason a register hand-over failed.
+                    let r = match not {
+                        NotVertical::Cycle(cycle) => cycle,
+                        _ => r,
+                    };
+                    refused.insert((p, c), r);
+                }
             }
         }
         if level.get() >= 3 {
             let desc = work.descendants()?;
             let skip = |a: usize, b: usize| siblings_blocked.contains(&(a, b));
             if let Some((a, b)) = horizontal::find_siblings(&work, &order, &desc, &skip) {
+                work.rebase(a, b);
                 let merged = horizontal::merge_siblings(work.node(a), work.node(b), &originals);
                 if ovl_ir::validate::validate(&merged.node.dag).is_err() {
                     siblings_blocked.insert((a, b));
@@ -252,8 +313,10 @@ pub(crate) fn run(
                     second: work.node(b).label.clone(),
                     through: Vec::new(),
                     kept: Vec::new(),
+                    recompute: 0,
                 });
                 work.replace(a, b, merged.node, &merged.map_first, &merged.map_second);
+                refused.clear();
                 continue 'search;
             }
         }
@@ -262,6 +325,7 @@ pub(crate) fn run(
 
     // Every remaining producer -> consumer edge, with its reason.
     let order = work.topological_order()?;
+    let kernel_of = |n: usize| order.iter().position(|&m| m == n).unwrap_or(usize::MAX);
     for &c in &order {
         for p in work.producers(c) {
             let Some(reason) = refused.get(&(p, c)).cloned() else {
@@ -285,6 +349,8 @@ pub(crate) fn run(
                 consumer: work.node(c).label.clone(),
                 tensor: tensors.join(", "),
                 reason,
+                producer_kernel: kernel_of(p),
+                consumer_kernel: kernel_of(c),
             });
         }
     }
@@ -295,6 +361,40 @@ pub(crate) fn run(
         .map_err(|e| FuseError::Internal(format!("the fused graph is invalid: {e}")))?;
     report.kernels_after = fused.operators.len();
     Ok((fused, sources, report))
+}
+
+/// Recomputes producer `p` in consumer `c` following `plan`: the consumer is replaced, the
+/// producer removed when nothing reads it any more. The merge entry, or the reason it was
+/// refused (the result did not validate).
+fn inline(
+    work: &mut Work,
+    p: usize,
+    c: usize,
+    plan: &substitute::SubstitutionPlan,
+    originals: &[String],
+) -> Result<Merge, Reason> {
+    let (pn, cn) = (work.node(p), work.node(c));
+    let node = substitute::substitute(pn, cn, plan, originals);
+    if let Err(e) = ovl_ir::validate::validate(&node.dag) {
+        return Err(Reason::InvalidMerge {
+            error: e.to_string(),
+        });
+    }
+    let describe = |o: u32| work.describe(Src::Op { node: p, output: o });
+    let mut through: Vec<u32> = plan.slot_output.iter().flatten().copied().collect();
+    through.sort_unstable();
+    through.dedup();
+    let entry = Merge {
+        kind: MergeKind::Inlined,
+        first: pn.label.clone(),
+        second: cn.label.clone(),
+        through: through.iter().map(|&o| describe(o)).collect(),
+        kept: plan.kept.iter().map(|&o| describe(o)).collect(),
+        recompute: plan.recompute.round().max(1.0) as u64,
+    };
+    work.replace_one(c, node);
+    work.remove_if_unused(p);
+    Ok(entry)
 }
 
 /// The refusal due to the optimization level alone, if any.

@@ -147,6 +147,29 @@ impl IndexPattern {
         }
     }
 
+    /// Whether two patterns are provably the same function of the position over `workgroup`:
+    /// like [`IndexPattern::matches`], but a component of extent 1 is always 0, so its
+    /// coefficients do not matter (`[p0, p1]` and `[p0, 0]` over `[4, 1]`).
+    pub fn matches_over(&self, other: &IndexPattern, workgroup: &[u64]) -> bool {
+        let norm = |maps: &[Affine]| -> Vec<Affine> {
+            maps.iter()
+                .map(|m| Affine {
+                    coeffs: m
+                        .coeffs
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &a)| if workgroup.get(k) == Some(&1) { 0 } else { a })
+                        .collect(),
+                    constant: m.constant,
+                })
+                .collect()
+        };
+        match (self.affine(), other.affine()) {
+            (Some(a), Some(b)) => norm(a) == norm(b),
+            _ => false,
+        }
+    }
+
     /// The affine maps, when the pattern is affine.
     pub fn affine(&self) -> Option<&[Affine]> {
         match self {

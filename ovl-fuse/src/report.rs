@@ -69,33 +69,53 @@ pub enum Reason {
         /// The read pattern (opaque, with its explanation).
         read: IndexPattern,
     },
-    /// The consumer reads one element from several workers (a broadcast).
-    Broadcast {
-        /// The write pattern in the producer.
+    /// The consumer reads the tensor at an index from which the producer's worker cannot be
+    /// found: the write is not an invertible map of the position (each position component in
+    /// exactly one index, with coefficient 1 or -1), so the producer cannot be recomputed
+    /// at the read.
+    NotInvertible {
+        /// The producer's output index.
+        output: u32,
+        /// The write pattern.
         write: IndexPattern,
-        /// The read pattern in the consumer.
-        read: IndexPattern,
     },
-    /// The workgroups differ.
-    DifferentWorkgroup {
-        /// The producer's workgroup shape.
-        producer: Vec<u64>,
-        /// The consumer's workgroup shape.
-        consumer: Vec<u64>,
+    /// The producer could fault for some worker: recomputing it at the consumer's reads would
+    /// move or multiply the fault, so it keeps its own kernel.
+    ProducerMayFault {
+        /// What may fault, e.g. "its access %7 may index axis 0 outside its size 5".
+        why: String,
     },
-    /// The consumer reads a neighbour of the element its own worker would receive.
-    Stencil {
-        /// The write pattern in the producer.
+    /// A read in the consumer may land on an element the producer does not write (or outside
+    /// the tensor, which must fault as before): the producer cannot be recomputed there.
+    ReadOutsideWrites {
+        /// The producer's output index.
+        output: u32,
+        /// The write pattern.
         write: IndexPattern,
-        /// The read pattern in the consumer.
+        /// The read pattern.
         read: IndexPattern,
+        /// The tensor axis whose index may leave the written elements.
+        axis: usize,
     },
-    /// The consumer reads elements with another index map than the producer wrote them.
-    PatternMismatch {
-        /// The write pattern in the producer.
+    /// A read of the tensor sits in a loop without a known trip count (a while loop): how
+    /// often the producer would be recomputed is unknown.
+    UnknownRecomputeCount {
+        /// The producer's output index.
+        output: u32,
+    },
+    /// The cost model refuses: recomputing the producer at every read costs more work than the
+    /// memory traffic it saves (see the cost model in `ovl-fuse`'s `cost` module).
+    TooCostly {
+        /// The producer's output index.
+        output: u32,
+        /// The write pattern.
         write: IndexPattern,
-        /// The read pattern in the consumer.
+        /// The (first) read pattern.
         read: IndexPattern,
+        /// How many times each element would be computed, rounded.
+        recompute: u64,
+        /// The producer's work per element, in operation units, rounded.
+        work: u64,
     },
     /// The tensor type the producer writes differs from the one the consumer declares.
     ShapeMismatch {
@@ -151,21 +171,44 @@ impl fmt::Display for Reason {
             Reason::OpaqueRead { write, read } => {
                 write!(f, "opaque read index: written {write}, read {read}")
             }
-            Reason::Broadcast { write, read } => write!(
+            Reason::NotInvertible { output, write } => write!(
                 f,
-                "broadcast: written {write}, read {read} (several workers read one element)"
+                "the write {write} of output {output} cannot be inverted (each position \
+                 component must appear in one index, with coefficient 1 or -1), so the worker \
+                 that wrote a read element is unknown"
             ),
-            Reason::DifferentWorkgroup { producer, consumer } => write!(
+            Reason::ProducerMayFault { why } => write!(
                 f,
-                "different workgroup: producer {producer:?}, consumer {consumer:?}"
+                "the producer may fault ({why}); recomputing it at the consumer's reads would move \
+                 the fault"
             ),
-            Reason::Stencil { write, read } => write!(
+            Reason::ReadOutsideWrites {
+                output,
+                write,
+                read,
+                axis,
+            } => write!(
                 f,
-                "stencil: written {write}, read {read} (a neighbour's element)"
+                "the read {read} of output {output} may fall outside the elements written \
+                 {write} (axis {axis}); it keeps reading memory"
             ),
-            Reason::PatternMismatch { write, read } => {
-                write!(f, "index pattern mismatch: written {write}, read {read}")
-            }
+            Reason::UnknownRecomputeCount { output } => write!(
+                f,
+                "output {output} is read inside a loop without a known trip count: the number of \
+                 recomputations is unknown"
+            ),
+            Reason::TooCostly {
+                output,
+                write,
+                read,
+                recompute,
+                work,
+            } => write!(
+                f,
+                "recomputing output {output} (written {write}) at every read {read} costs \
+                 ~{recompute}x its work of ~{work} operation(s) per element, more than storing and \
+                 loading it"
+            ),
             Reason::ShapeMismatch { written, read } => {
                 write!(f, "shape mismatch: written {written}, read {read}")
             }
@@ -183,6 +226,9 @@ pub enum MergeKind {
     Vertical,
     /// Two independent operators over the same workgroup: one launch instead of two.
     Horizontal,
+    /// A producer recomputed inside its consumer at every read (index substitution): the
+    /// workgroups or index maps differ, the intermediate no longer goes through memory.
+    Inlined,
 }
 
 /// One merge.
@@ -198,6 +244,9 @@ pub struct Merge {
     pub through: Vec<String>,
     /// Intermediates that stay in memory because they are requested or used elsewhere.
     pub kept: Vec<String>,
+    /// Inlined: how many times each element of the intermediate is computed now, rounded
+    /// (0 for other kinds).
+    pub recompute: u64,
 }
 
 impl fmt::Display for Merge {
@@ -218,6 +267,17 @@ impl fmt::Display for Merge {
                 "merged siblings {} and {} (same workgroup, independent)",
                 self.first, self.second
             ),
+            MergeKind::Inlined => {
+                write!(f, "inlined {} into {}", self.first, self.second)?;
+                if !self.through.is_empty() {
+                    write!(f, " at its reads of {}", self.through.join(", "))?;
+                }
+                write!(f, " (each element computed ~{}x)", self.recompute)?;
+                if !self.kept.is_empty() {
+                    write!(f, "; the producer stays for: {}", self.kept.join(", "))?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -233,6 +293,10 @@ pub struct Refusal {
     pub tensor: String,
     /// Why they stay apart.
     pub reason: Reason,
+    /// The producer's index among the fused graph's operators.
+    pub producer_kernel: usize,
+    /// The consumer's index among the fused graph's operators.
+    pub consumer_kernel: usize,
 }
 
 impl fmt::Display for Refusal {

@@ -1,0 +1,159 @@
+//! The cost model of index substitution: how much work recomputing a producer at its reads adds,
+//! against the memory traffic of storing the intermediate and loading it back.
+//!
+//! Work is counted in *operation units*: a cheap arithmetic operation, a comparison, a read or
+//! an accumulation is 1; a division, a remainder or a square root is 4; a transcendental
+//! function (`exp`, `log`, `tanh`, `sin`, ...) is 8; `pow` and `atan2` are 16; literals,
+//! positions, declarations and control flow are free. Each expression counts once per run of
+//! its enclosing loops (their trip counts multiply). Storing or loading one element costs
+//! [`MEMORY_UNITS`].
+//!
+//! With `R` the number of times each element of the intermediate is recomputed (the
+//! consumer's workers times its reads of the intermediate per worker, loop trip counts
+//! included, divided by the producer's workers) and `W` the producer's work per element:
+//! - `R <= 1` (each element computed at most once, e.g. an elementwise producer, a transpose):
+//!   always inline;
+//! - otherwise inline when the work after, `R * W`, is at most the cost it replaces: the `R`
+//!   loads of the element, plus, when the producer disappears (no other reader), its work `W`
+//!   and its store.
+//!
+//! So a cheap producer read by a few workers (a squared bias vector broadcast over 4 rows, a
+//! 3-point stencil) is inlined, and a row reduction read by every element of its row (a row
+//! maximum recomputed 4096 times per row) is not.
+
+use crate::interval::Intervals;
+use ovl_ir::ir::{self, Op};
+use ovl_ir::ops::{self, Category};
+
+/// The cost of storing or loading one element, in operation units.
+pub(crate) const MEMORY_UNITS: f64 = 8.0;
+
+/// The work of one execution of an expression, in operation units.
+pub(crate) fn weight(code: i32) -> f64 {
+    let Ok(op) = Op::try_from(code) else {
+        return 1.0;
+    };
+    match op {
+        Op::Div | Op::Mod | Op::Sqrt | Op::Rsqrt => 4.0,
+        Op::Pow | Op::Atan2 => 16.0,
+        Op::Exp
+        | Op::Exp2
+        | Op::Expm1
+        | Op::Log
+        | Op::Log2
+        | Op::Log10
+        | Op::Log1p
+        | Op::Sin
+        | Op::Cos
+        | Op::Tan
+        | Op::Asin
+        | Op::Acos
+        | Op::Atan
+        | Op::Sinh
+        | Op::Cosh
+        | Op::Tanh
+        | Op::Sigmoid
+        | Op::Erf => 8.0,
+        Op::Read | Op::Write | Op::Assign | Op::Accumulate | Op::LocalTensor => 1.0,
+        Op::Variable | Op::Accumulator => 0.0,
+        _ => match ops::info_of_code(code).map(|r| r.category) {
+            Some(Category::Leaf | Category::Control | Category::Cast) => 0.0,
+            _ => 1.0,
+        },
+    }
+}
+
+/// How many times expression `i` runs per worker: the product of the trip counts of its
+/// enclosing loops (`None` inside a while loop or a loop without a bound).
+pub(crate) fn runs_per_worker(
+    dag: &ir::ExpressionDag,
+    loops: &[Option<usize>],
+    iv: &Intervals,
+    i: usize,
+) -> Option<f64> {
+    let mut factor = 1.0f64;
+    let mut at = loops[i];
+    while let Some(l) = at {
+        if dag.expressions[l].code != Op::Range as i32 {
+            return None;
+        }
+        factor *= iv.trips[l]? as f64;
+        at = loops[l];
+    }
+    Some(factor)
+}
+
+/// The work of the expressions of `dag` marked in `part`, per worker (`None` when a loop has
+/// no bound).
+pub(crate) fn work(dag: &ir::ExpressionDag, part: &[bool], iv: &Intervals) -> Option<f64> {
+    let loops = ovl_ir::analysis::innermost_loops(dag);
+    let mut total = 0.0;
+    for (i, e) in dag.expressions.iter().enumerate() {
+        if !part.get(i).copied().unwrap_or(false) {
+            continue;
+        }
+        let w = weight(e.code);
+        if w > 0.0 {
+            total += w * runs_per_worker(dag, &loops, iv, i)?;
+        }
+    }
+    Some(total)
+}
+
+/// The verdict of the cost model for one handed-over output.
+#[derive(Clone, Debug)]
+pub(crate) struct Verdict {
+    /// How many times each element is computed after inlining.
+    pub recompute: f64,
+    /// The producer's work per element.
+    pub work: f64,
+    /// The cost per element after inlining: `recompute * work`.
+    pub fused: f64,
+    /// The cost per element it replaces: the loads of the element (`recompute` of them), and
+    /// when the producer goes away its work and its store.
+    pub unfused: f64,
+}
+
+impl Verdict {
+    /// The cost model's verdict for recomputing an element `recompute` times, of a producer
+    /// doing `work` per element, which goes away (`producer_stays == false`) or not.
+    pub fn new(recompute: f64, work: f64, producer_stays: bool) -> Verdict {
+        let loads = recompute * MEMORY_UNITS;
+        let unfused = if producer_stays {
+            loads
+        } else {
+            work + MEMORY_UNITS + loads
+        };
+        Verdict {
+            recompute,
+            work,
+            fused: recompute * work,
+            unfused,
+        }
+    }
+
+    /// Whether inlining pays.
+    pub fn accepts(&self) -> bool {
+        self.recompute <= 1.0 + 1e-9 || self.fused <= self.unfused
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elementwise_always_and_row_reductions_never() {
+        assert!(Verdict::new(1.0, 100.0, true).accepts());
+        // A squared vector broadcast over 4 rows: 4 reads and multiplications per element
+        // against a store and 4 loads.
+        assert!(Verdict::new(4.0, 2.0, false).accepts());
+        // An exp broadcast over 64 rows is not worth it, nor over 4 when the producer stays.
+        assert!(!Verdict::new(64.0, 9.0, false).accepts());
+        assert!(!Verdict::new(4.0, 9.0, true).accepts());
+        // A row maximum of 4096 elements recomputed for each of them.
+        assert!(!Verdict::new(4096.0, 2.0 * 4096.0, false).accepts());
+        assert_eq!(weight(Op::Exp as i32), 8.0);
+        assert_eq!(weight(Op::Const as i32), 0.0);
+    }
+}

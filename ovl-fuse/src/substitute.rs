@@ -1,0 +1,655 @@
+//! Fusion by index substitution: a producer recomputed inside its consumer at every read.
+//!
+//! Where the consumer reads output `o` of the producer at index `g` (any index expression, in
+//! any region: a broadcast, a transpose, a reversed, strided or neighbour read, a read inside
+//! the consumer's staged loops and reductions), the merged operator computes the producer's
+//! worker position `p` that wrote element `g`, and runs a copy of the part of the producer's
+//! program that computes `o`'s value, with `p` in place of the producer's position. The
+//! workgroups may differ. The producer stays a kernel of its own only while another operator
+//! reads it or its output is requested.
+//!
+//! What is inverted: the producer's single write of `o` (at the top level, outside any loop or
+//! branch; it may follow loops and reductions, e.g. a row maximum) must be an affine map of
+//! the position in which every position component of extent > 1 appears in exactly one index,
+//! with coefficient 1 or -1, and that index depends on no other component: a permutation of
+//! the components with constant offsets and reversals (`[p0]`, `[p1, p0]`, `[p0, 0]`,
+//! `[n - 1 - p0]`, `[p0 + 3]`). Then `p_k = ±(g_d - c_d)`. Anything else (`[2*p0]`,
+//! `[p0 + p1]`) is refused as [`Reason::NotInvertible`].
+//!
+//! What is proved, so that semantics, faults included, are exactly preserved:
+//! - the producer cannot fault for any worker of its workgroup (every access provably in
+//!   bounds, every loop step provably positive, no while loop): recomputing it elsewhere
+//!   cannot move a fault ([`Reason::ProducerMayFault`]);
+//! - every read lands, for every worker of the consumer, on an element the producer writes:
+//!   `p` provably inside the producer's workgroup and the indices the write keeps constant
+//!   provably equal to theirs. A read that might be outside the tensor keeps reading memory,
+//!   so it faults exactly as before ([`Reason::ReadOutsideWrites`]). The proofs use the
+//!   interval analysis of `interval`, which narrows ranges inside guarding `if`s.
+//!
+//! The cost model (`cost`) decides whether the recomputation pays.
+
+use crate::cost::{self, Verdict};
+use crate::graph::{label, Node, Src, Work};
+use crate::interval::Intervals;
+use crate::legality::{check_writes, VerticalPlan};
+use crate::merge::{names_of, tidy, Splice};
+use crate::pattern::{IndexPattern, PatternAnalysis};
+use crate::report::Reason;
+use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::ops::Block;
+use ovl_ir::DType;
+
+/// How to compute one component of the producer's position from the read index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Component {
+    /// An axis of extent <= 1: always 0.
+    Zero,
+    /// `p = sign * (g[dim] - offset)`.
+    FromIndex {
+        dim: usize,
+        offset: i64,
+        negate: bool,
+    },
+}
+
+/// One handed-over output: its write, the inverse of the write map, and what to recompute.
+#[derive(Clone, Debug)]
+struct Inlined {
+    output: u32,
+    /// The producer's write of it.
+    write: usize,
+    /// One per component of the producer's position.
+    inverse: Vec<Component>,
+    /// The producer's expressions (before the write) that compute the written value.
+    slice: Vec<bool>,
+}
+
+/// A legal, profitable substitution of a producer into a consumer.
+#[derive(Clone, Debug)]
+pub(crate) struct SubstitutionPlan {
+    outputs: Vec<Inlined>,
+    /// For each consumer input slot: the producer output it reads, if any.
+    pub slot_output: Vec<Option<u32>>,
+    /// How many times each element is computed after the substitution (the largest over the
+    /// outputs).
+    pub recompute: f64,
+    /// The producer outputs that stay in memory for other readers or as requested results.
+    pub kept: Vec<u32>,
+}
+
+/// The checks for recomputing `producer` in `consumer` at every read.
+pub(crate) fn check(
+    work: &Work,
+    producer: usize,
+    consumer: usize,
+) -> Result<SubstitutionPlan, Reason> {
+    let (plan, write_patterns): (VerticalPlan, Vec<(u32, IndexPattern)>) =
+        check_writes(work, producer, consumer)?;
+    let (p, c) = (work.node(producer), work.node(consumer));
+    let p_iv = Intervals::analyse(&p.dag);
+    if let Some(why) = p_iv.first_possible_fault(&p.dag) {
+        return Err(Reason::ProducerMayFault { why });
+    }
+    let c_iv = Intervals::analyse(&c.dag);
+    let c_loops = ovl_ir::analysis::innermost_loops(&c.dag);
+    let mut c_patterns = PatternAnalysis::new(&c.dag);
+    let p_workers: f64 = p.dag.workgroup_shape.iter().map(|&d| d as f64).product();
+    let c_workers: f64 = c.dag.workgroup_shape.iter().map(|&d| d as f64).product();
+    let producer_stays = (0..p.dag.outputs.len() as u32).any(|o| {
+        work.used_outside(
+            Src::Op {
+                node: producer,
+                output: o,
+            },
+            consumer,
+        )
+    });
+    let kept: Vec<u32> = (0..p.dag.outputs.len() as u32)
+        .filter(|&o| {
+            work.used_outside(
+                Src::Op {
+                    node: producer,
+                    output: o,
+                },
+                consumer,
+            )
+        })
+        .collect();
+
+    let mut outputs = Vec::new();
+    let mut recompute_max = 0.0f64;
+    for (h, (o, write_pattern)) in plan.handoffs.iter().zip(&write_patterns) {
+        debug_assert_eq!(h.output, *o);
+        let maps = write_pattern.affine().unwrap_or_default();
+        let inverse =
+            invert(maps, &p.dag.workgroup_shape).ok_or_else(|| Reason::NotInvertible {
+                output: *o,
+                write: write_pattern.clone(),
+            })?;
+        // Every read of `o` lands on a written element; count the reads per worker.
+        let mut reads_per_worker = 0.0f64;
+        let mut first_read: Option<IndexPattern> = None;
+        for (i, at, shared) in read_sites(&c.dag, &plan.slot_output, *o) {
+            let e = &c.dag.expressions[i];
+            let read = c_patterns.access(i);
+            if let Some(axis) = outside_writes(e, maps, &inverse, &c_iv, &p.dag.workgroup_shape) {
+                if read.affine().is_none() {
+                    return Err(Reason::OpaqueRead {
+                        write: write_pattern.clone(),
+                        read,
+                    });
+                }
+                return Err(Reason::ReadOutsideWrites {
+                    output: *o,
+                    write: write_pattern.clone(),
+                    read,
+                    axis,
+                });
+            }
+            if shared.is_none() {
+                // A hoisted recomputation runs as often as the loop it was hoisted out of
+                // opens (a loop's opener is outside the loop).
+                reads_per_worker += cost::runs_per_worker(&c.dag, &c_loops, &c_iv, at)
+                    .ok_or(Reason::UnknownRecomputeCount { output: *o })?;
+            }
+            first_read.get_or_insert(read);
+        }
+        let slice = slice_of(&p.dag, h.write);
+        let work_per_element = cost::work(&p.dag, &slice, &p_iv)
+            .ok_or(Reason::UnknownRecomputeCount { output: *o })?;
+        let recompute = if p_workers > 0.0 {
+            c_workers * reads_per_worker / p_workers
+        } else {
+            0.0
+        };
+        let verdict = Verdict::new(recompute, work_per_element, producer_stays);
+        if !verdict.accepts() {
+            return Err(Reason::TooCostly {
+                output: *o,
+                write: write_pattern.clone(),
+                read: first_read.unwrap_or(IndexPattern::Opaque {
+                    why: "no read".into(),
+                }),
+                recompute: verdict.recompute.round() as u64,
+                work: verdict.work.round() as u64,
+            });
+        }
+        recompute_max = recompute_max.max(recompute);
+        outputs.push(Inlined {
+            output: *o,
+            write: h.write,
+            inverse,
+            slice,
+        });
+    }
+    Ok(SubstitutionPlan {
+        outputs,
+        slot_output: plan.slot_output,
+        recompute: recompute_max,
+        kept,
+    })
+}
+
+/// Where the recomputation for the read `i` goes: before the outermost of its enclosing RANGE
+/// loops (innermost first, stopping at any other block) that its index does not depend on
+/// (its index operands are all defined before the loop opens), else at the read itself. The
+/// recomputation is then loop-invariant code outside the loop, run once per loop instead of
+/// once per iteration. It never leaves a branch: a guard may be what keeps the index valid.
+fn hoist_point(dag: &ir::ExpressionDag, openers: &[Option<usize>], i: usize) -> usize {
+    let last_operand = dag.expressions[i].operands.iter().copied().max();
+    let mut at = i;
+    let mut enclosing = openers[i];
+    while let Some(l) = enclosing {
+        let invariant = last_operand.is_none_or(|x| (x as usize) < l);
+        if dag.expressions[l].code != Op::Range as i32 || !invariant {
+            break;
+        }
+        at = l;
+        enclosing = openers[l];
+    }
+    at
+}
+
+/// For each expression, the opener of the innermost block enclosing it (a block's own opener,
+/// middle and closer are outside it).
+fn enclosing_openers(dag: &ir::ExpressionDag) -> Vec<Option<usize>> {
+    let mut stack: Vec<usize> = Vec::new();
+    dag.expressions
+        .iter()
+        .enumerate()
+        .map(
+            |(i, e)| match ovl_ir::ops::info_of_code(e.code).map(|r| r.block) {
+                Some(Block::Open) => {
+                    let here = stack.last().copied();
+                    stack.push(i);
+                    here
+                }
+                Some(Block::Middle) => stack.iter().rev().nth(1).copied(),
+                Some(Block::Close) => {
+                    stack.pop();
+                    stack.last().copied()
+                }
+                _ => stack.last().copied(),
+            },
+        )
+        .collect()
+}
+
+/// The reads of producer output `o` in the consumer: (read, hoist point), and whether a read
+/// shares the recomputation of an earlier one (same index operands, same hoist point).
+fn read_sites(
+    dag: &ir::ExpressionDag,
+    slot_output: &[Option<u32>],
+    o: u32,
+) -> Vec<(usize, usize, Option<usize>)> {
+    let openers = enclosing_openers(dag);
+    let mut sites: Vec<(usize, usize, Option<usize>)> = Vec::new();
+    for (i, e) in dag.expressions.iter().enumerate() {
+        if !reads_slot_of(e, slot_output, o) {
+            continue;
+        }
+        let at = hoist_point(dag, &openers, i);
+        let shared = (at != i)
+            .then(|| {
+                sites
+                    .iter()
+                    .find(|&&(j, a, _)| a == at && dag.expressions[j].operands == e.operands)
+            })
+            .flatten()
+            .map(|&(j, _, _)| j);
+        sites.push((i, at, shared));
+    }
+    sites
+}
+
+/// Whether `e` reads a consumer input slot that holds producer output `o`.
+fn reads_slot_of(e: &ir::Expression, slot_output: &[Option<u32>], o: u32) -> bool {
+    e.code == Op::Read as i32
+        && e.tensor.as_ref().is_some_and(|t| {
+            t.kind == TensorKind::Input as i32
+                && slot_output.get(t.index as usize).copied().flatten() == Some(o)
+        })
+}
+
+/// The inverse of a write map over `workgroup`, when every position component of extent > 1
+/// appears in exactly one index, alone, with coefficient 1 or -1.
+fn invert(maps: &[crate::pattern::Affine], workgroup: &[u64]) -> Option<Vec<Component>> {
+    let live = |k: usize| workgroup.get(k).is_some_and(|&d| d > 1);
+    let mut inverse = Vec::with_capacity(workgroup.len());
+    for k in 0..workgroup.len() {
+        if !live(k) {
+            inverse.push(Component::Zero);
+            continue;
+        }
+        let dims: Vec<usize> = (0..maps.len())
+            .filter(|&d| maps[d].coeffs[k] != 0)
+            .collect();
+        let [dim] = dims.as_slice() else {
+            return None;
+        };
+        let m = &maps[*dim];
+        let a = m.coeffs[k];
+        let alone = (0..workgroup.len()).all(|j| j == k || !live(j) || m.coeffs[j] == 0);
+        if !alone || a.abs() != 1 {
+            return None;
+        }
+        inverse.push(Component::FromIndex {
+            dim: *dim,
+            offset: m.constant,
+            negate: a < 0,
+        });
+    }
+    Some(inverse)
+}
+
+/// The first tensor axis on which the read `e` may land outside the elements the producer
+/// writes (its index range, from the consumer's intervals, must map into the producer's
+/// workgroup, and equal the write's constant on the axes the write keeps constant).
+fn outside_writes(
+    e: &ir::Expression,
+    maps: &[crate::pattern::Affine],
+    inverse: &[Component],
+    iv: &Intervals,
+    workgroup: &[u64],
+) -> Option<usize> {
+    let span = |d: usize| e.operands.get(d).and_then(|&x| iv.of[x as usize]);
+    let mut dims_used = vec![false; maps.len()];
+    for (k, comp) in inverse.iter().enumerate() {
+        if let Component::FromIndex {
+            dim,
+            offset,
+            negate,
+        } = *comp
+        {
+            dims_used[dim] = true;
+            let Some((lo, hi)) = span(dim) else {
+                return Some(dim);
+            };
+            let (lo, hi) = (lo - offset as i128, hi - offset as i128);
+            let (lo, hi) = if negate { (-hi, -lo) } else { (lo, hi) };
+            if lo < 0 || hi >= workgroup[k] as i128 {
+                return Some(dim);
+            }
+        }
+    }
+    for (d, m) in maps.iter().enumerate() {
+        if dims_used[d] {
+            continue;
+        }
+        // The write's index on this axis does not depend on any live component: constant
+        // (a component of extent 1 is 0).
+        let c = m.constant as i128;
+        if span(d) != Some((c, c)) {
+            return Some(d);
+        }
+    }
+    None
+}
+
+/// The expressions before `write` that its value depends on: operands, every assignment of a
+/// variable and accumulation of an accumulator it reads, the initialisation and writes of a
+/// local tensor it reads, and the control flow enclosing any of them.
+fn slice_of(dag: &ir::ExpressionDag, write: usize) -> Vec<bool> {
+    let exprs = &dag.expressions[..write];
+    let n = exprs.len();
+    // The block structure: the opener enclosing each expression, and each opener's parts.
+    let mut parent: Vec<Option<usize>> = vec![None; n];
+    let mut parts: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut stack: Vec<usize> = Vec::new();
+    for (i, e) in exprs.iter().enumerate() {
+        match ovl_ir::ops::info_of_code(e.code).map(|r| r.block) {
+            Some(Block::Open) => {
+                parent[i] = stack.last().copied();
+                stack.push(i);
+            }
+            Some(Block::Middle) => {
+                parent[i] = stack.last().copied();
+                if let Some(&o) = stack.last() {
+                    parts[o].push(i);
+                }
+            }
+            Some(Block::Close) => {
+                parent[i] = stack.pop();
+                if let Some(o) = parent[i] {
+                    parts[o].push(i);
+                }
+            }
+            _ => parent[i] = stack.last().copied(),
+        }
+    }
+    let local_of = |e: &ir::Expression| {
+        e.tensor
+            .as_ref()
+            .filter(|t| t.kind == TensorKind::Local as i32)
+            .map(|t| t.index)
+    };
+    let mut needed = vec![false; n];
+    let mut todo: Vec<usize> = Vec::new();
+    let value = dag.expressions[write].operands.last().copied().unwrap_or(0) as usize;
+    let mark = |i: usize, needed: &mut Vec<bool>, todo: &mut Vec<usize>| {
+        if i < n && !needed[i] {
+            needed[i] = true;
+            todo.push(i);
+        }
+    };
+    mark(value, &mut needed, &mut todo);
+    while let Some(i) = todo.pop() {
+        let e = &exprs[i];
+        for &op in &e.operands {
+            mark(op as usize, &mut needed, &mut todo);
+        }
+        if let Some(p) = parent[i] {
+            mark(p, &mut needed, &mut todo);
+        }
+        for &part in &parts[i] {
+            mark(part, &mut needed, &mut todo);
+        }
+        let code = Op::try_from(e.code).ok();
+        match code {
+            Some(Op::Variable | Op::Accumulator) => {
+                for (j, x) in exprs.iter().enumerate() {
+                    let updates = x.code == Op::Assign as i32 || x.code == Op::Accumulate as i32;
+                    if updates && x.operands.first() == Some(&(i as u32)) {
+                        mark(j, &mut needed, &mut todo);
+                    }
+                }
+            }
+            Some(Op::Read) => {
+                if let Some(t) = local_of(e) {
+                    for (j, x) in exprs.iter().enumerate() {
+                        let fills = x.code == Op::LocalTensor as i32 || x.code == Op::Write as i32;
+                        if fills && local_of(x) == Some(t) {
+                            mark(j, &mut needed, &mut todo);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    needed
+}
+
+/// The consumer with the producer recomputed at every read of the handed-over outputs. The
+/// producer itself is unchanged (it stays while other readers need it).
+pub(crate) fn substitute(
+    producer: &Node,
+    consumer: &Node,
+    plan: &SubstitutionPlan,
+    originals: &[String],
+) -> Node {
+    let names = names_of(producer, consumer, originals);
+    let mut s = Splice::new(consumer, &names);
+    s.dag.outputs = consumer.dag.outputs.clone();
+    s.dag.locals = consumer.dag.locals.clone();
+    let c_inputs: Vec<u32> = consumer
+        .inputs
+        .iter()
+        .zip(&consumer.dag.inputs)
+        .zip(&plan.slot_output)
+        .map(|((&src, t), handed)| match handed {
+            Some(_) => u32::MAX,
+            None => s.input(src, t),
+        })
+        .collect();
+    let uses_locals = plan.outputs.iter().any(|o| {
+        producer.dag.expressions[..o.write]
+            .iter()
+            .zip(&o.slice)
+            .any(|(e, &k)| {
+                k && e
+                    .tensor
+                    .as_ref()
+                    .is_some_and(|t| t.kind == TensorKind::Local as i32)
+            })
+    });
+    let p_local_base = s.dag.locals.len() as u32;
+    if uses_locals {
+        s.dag.locals.extend(producer.dag.locals.iter().cloned());
+    }
+    let mut p_inputs: Vec<Option<u32>> = vec![None; producer.inputs.len()];
+
+    // Where each read's recomputation goes.
+    let mut hoisted: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    let mut shares: std::collections::HashMap<usize, usize> = Default::default();
+    for inl in &plan.outputs {
+        for (i, at, shared) in read_sites(&consumer.dag, &plan.slot_output, inl.output) {
+            match shared {
+                Some(j) => {
+                    shares.insert(i, j);
+                }
+                None if at != i => hoisted.entry(at).or_default().push(i),
+                None => {}
+            }
+        }
+    }
+    let mut values: std::collections::HashMap<usize, u32> = Default::default();
+    let plan_of = |e: &ir::Expression| -> Option<&Inlined> {
+        let o = e
+            .tensor
+            .as_ref()
+            .filter(|t| e.code == Op::Read as i32 && t.kind == TensorKind::Input as i32)
+            .and_then(|t| plan.slot_output.get(t.index as usize).copied().flatten())?;
+        plan.outputs.iter().find(|x| x.output == o)
+    };
+
+    let mut remap: Vec<u32> = Vec::with_capacity(consumer.dag.expressions.len());
+    for (k, e) in consumer.dag.expressions.iter().enumerate() {
+        for &r in hoisted.get(&k).map(Vec::as_slice).unwrap_or_default() {
+            let read = &consumer.dag.expressions[r];
+            let inl = plan_of(read).expect("a hoisted read reads a handed-over output");
+            let index: Vec<u32> = read.operands.iter().map(|&x| remap[x as usize]).collect();
+            let v = recompute(&mut s, producer, inl, &index, p_local_base, &mut p_inputs);
+            values.insert(r, v);
+        }
+        if let Some(inl) = plan_of(e) {
+            let value = match values
+                .get(&k)
+                .or_else(|| shares.get(&k).and_then(|j| values.get(j)))
+            {
+                Some(&v) => v,
+                None => {
+                    let index: Vec<u32> = e.operands.iter().map(|&x| remap[x as usize]).collect();
+                    recompute(&mut s, producer, inl, &index, p_local_base, &mut p_inputs)
+                }
+            };
+            remap.push(value);
+            continue;
+        }
+        let mut e = e.clone();
+        if let Some(t) = &mut e.tensor {
+            if t.kind == TensorKind::Input as i32 {
+                t.index = c_inputs[t.index as usize];
+            }
+        }
+        for op in &mut e.operands {
+            *op = remap[*op as usize];
+        }
+        remap.push(push(&mut s.dag, e));
+    }
+    tidy(&mut s.dag);
+    let mut members: Vec<usize> = producer
+        .members
+        .iter()
+        .chain(&consumer.members)
+        .copied()
+        .collect();
+    members.sort_unstable();
+    members.dedup();
+    Node {
+        dag: s.dag,
+        inputs: s.inputs,
+        label: label(&names),
+        members,
+        source_of: consumer.source_of,
+    }
+}
+
+fn push(dag: &mut ir::ExpressionDag, e: ir::Expression) -> u32 {
+    dag.expressions.push(e);
+    dag.expressions.len() as u32 - 1
+}
+
+fn i64_expr(code: Op, operands: Vec<u32>) -> ir::Expression {
+    ir::Expression {
+        code: code as i32,
+        dtype: (DType::I64.to_ir() as i32),
+        operands,
+        ..Default::default()
+    }
+}
+
+fn i64_const(v: i64) -> ir::Expression {
+    ir::Expression {
+        code: Op::Const as i32,
+        dtype: (DType::I64.to_ir() as i32),
+        int_value: v,
+        ..Default::default()
+    }
+}
+
+/// Emits, at the end of `s`, the producer's computation of `inl.output` at the element whose
+/// (merged) index expressions are `index`; returns the merged expression holding the value.
+fn recompute(
+    s: &mut Splice,
+    producer: &Node,
+    inl: &Inlined,
+    index: &[u32],
+    p_local_base: u32,
+    p_inputs: &mut [Option<u32>],
+) -> u32 {
+    // The producer's position that wrote the element.
+    let position: Vec<u32> = inl
+        .inverse
+        .iter()
+        .map(|comp| match *comp {
+            Component::Zero => push(&mut s.dag, i64_const(0)),
+            Component::FromIndex {
+                dim,
+                offset,
+                negate,
+            } => {
+                let mut g = index[dim];
+                if s.dag.expressions[g as usize].dtype != (DType::I64.to_ir() as i32) {
+                    g = push(&mut s.dag, i64_expr(Op::Cast, vec![g]));
+                }
+                if offset != 0 {
+                    let c = push(&mut s.dag, i64_const(offset));
+                    g = push(&mut s.dag, i64_expr(Op::Sub, vec![g, c]));
+                }
+                if negate {
+                    g = push(&mut s.dag, i64_expr(Op::Neg, vec![g]));
+                }
+                g
+            }
+        })
+        .collect();
+    let mut remap = vec![u32::MAX; inl.write];
+    for (j, e) in producer.dag.expressions[..inl.write].iter().enumerate() {
+        if !inl.slice[j] {
+            continue;
+        }
+        if e.code == Op::Position as i32 {
+            remap[j] = position[e.axis as usize];
+            continue;
+        }
+        let mut e = e.clone();
+        if let Some(t) = &mut e.tensor {
+            match TensorKind::try_from(t.kind) {
+                Ok(TensorKind::Input) => {
+                    let k = t.index as usize;
+                    t.index = *p_inputs[k].get_or_insert_with(|| {
+                        s.input(producer.inputs[k], &producer.dag.inputs[k])
+                    });
+                }
+                Ok(TensorKind::Local) => t.index += p_local_base,
+                _ => {}
+            }
+        }
+        for op in &mut e.operands {
+            *op = remap[*op as usize];
+        }
+        remap[j] = push(&mut s.dag, e);
+    }
+    let value = producer.dag.expressions[inl.write]
+        .operands
+        .last()
+        .copied()
+        .unwrap_or(0) as usize;
+    let v = remap[value];
+    // A variable or an accumulator is copied, as at a vertical merge's hand-over.
+    let code = s.dag.expressions[v as usize].code;
+    if code == Op::Variable as i32 || code == Op::Accumulator as i32 {
+        let dtype = s.dag.expressions[v as usize].dtype;
+        return push(
+            &mut s.dag,
+            ir::Expression {
+                code: Op::Cast as i32,
+                dtype,
+                operands: vec![v],
+                ..Default::default()
+            },
+        );
+    }
+    v
+}
