@@ -100,7 +100,8 @@ pub use export::{as_tensorflow, placeholder, Bundle, TfExport};
 pub use options::{Options, Target};
 /// Reverse-mode differentiation of the lazy graph: attach gradients, build backward graphs.
 pub use ovl_core::autodiff::{
-    backward, backward_untyped, set_gradient, GradError, GradientCall, GradientFn, Gradients,
+    backward, backward_cache_stats, backward_untyped, set_gradient, set_gradient_keyed,
+    BackwardCacheStats, GradError, GradientCall, GradientFn, Gradients,
 };
 pub use ovl_core::broadcast;
 pub use ovl_core::lazy::Graph;

@@ -46,6 +46,17 @@ fn with_grad<T>(
     y
 }
 
+/// [`with_grad`] for a closure that captures values: `key` describes them (see
+/// [`ovl::set_gradient_keyed`]), so that backward graphs through the call can be reused.
+fn with_grad_keyed<T, K: ovl::TraceArg + ?Sized>(
+    y: Lazy<T>,
+    key: &K,
+    f: impl Fn(&GradientCall) -> Vec<Option<LazyTensor>> + Send + Sync + 'static,
+) -> Lazy<T> {
+    ovl::set_gradient_keyed(&y, key, f);
+    y
+}
+
 fn some<T: Scalar>(x: Lazy<T>) -> Option<LazyTensor> {
     Some(x.into_untyped())
 }
@@ -235,7 +246,8 @@ pub fn cast<T: Scalar, U: Scalar>(x: impl IntoLazy<T>) -> Lazy<U> {
 
 /// `x` limited to `[lo, hi]` (NaN stays NaN); shape of `x`. Gradient `dy` inside the range, 0 outside.
 pub fn clip<T: Num>(x: impl IntoLazy<T>, lo: T, hi: T) -> Lazy<T> {
-    with_grad(kernels::clip(x.into_lazy(), lo, hi), move |c| {
+    let key = (lo.to_literal(), hi.to_literal());
+    with_grad_keyed(kernels::clip(x.into_lazy(), lo, hi), &key, move |c| {
         let mask = kernels::clip_mask(c.input::<T>(0), lo, hi);
         vec![some(gk::masked(c.output_grad::<T>(0), mask))]
     })
@@ -248,7 +260,8 @@ pub fn clip<T: Num>(x: impl IntoLazy<T>, lo: T, hi: T) -> Lazy<T> {
 pub fn transpose<T: Scalar>(x: impl IntoLazy<T>, perm: &[usize]) -> Lazy<T> {
     let perm = perm.to_vec();
     let forward = perm.clone();
-    with_grad(kernels::transpose(x.into_lazy(), forward), move |c| {
+    let key = perm.clone();
+    with_grad_keyed(kernels::transpose(x.into_lazy(), forward), &key, move |c| {
         let mut inverse = vec![0; perm.len()];
         for (i, &p) in perm.iter().enumerate() {
             if let Some(slot) = inverse.get_mut(p) {
@@ -264,7 +277,7 @@ pub fn transpose<T: Scalar>(x: impl IntoLazy<T>, perm: &[usize]) -> Lazy<T> {
 pub fn split<T: Scalar>(x: impl IntoLazy<T>, axis: usize, parts: usize) -> Vec<Lazy<T>> {
     let pieces = kernels::split(x.into_lazy(), axis, parts);
     if let Some(first) = pieces.first() {
-        ovl::set_gradient(first, move |c| {
+        ovl::set_gradient_keyed(first, &axis, move |c| {
             let grads: Vec<Lazy<T>> = (0..c.outputs.len())
                 .map(|i| c.output_grad::<T>(i))
                 .collect();
@@ -277,7 +290,7 @@ pub fn split<T: Scalar>(x: impl IntoLazy<T>, axis: usize, parts: usize) -> Vec<L
 /// Equal-shaped tensors joined along `axis`. Gradient: the output gradient split back.
 pub fn concat<T: Scalar>(xs: &[Lazy<T>], axis: usize) -> Lazy<T> {
     let n = xs.len();
-    with_grad(kernels::concat(xs.to_vec(), axis), move |c| {
+    with_grad_keyed(kernels::concat(xs.to_vec(), axis), &(n, axis), move |c| {
         split(c.output_grad::<T>(0), axis, n)
             .into_iter()
             .map(some)
@@ -290,7 +303,7 @@ pub fn concat<T: Scalar>(xs: &[Lazy<T>], axis: usize) -> Lazy<T> {
 
 /// Sum along `axis` (the axis is removed). Gradient: `dy` repeated along the axis.
 pub fn sum<T: Num>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
-    with_grad(kernels::sum(x.into_lazy(), axis, false), move |c| {
+    with_grad_keyed(kernels::sum(x.into_lazy(), axis, false), &axis, move |c| {
         let x = c.input::<T>(0);
         let n = x.shape().get(axis).copied().unwrap_or(1);
         vec![some(kernels::expand(c.output_grad::<T>(0), axis, n))]
@@ -319,7 +332,7 @@ pub fn min<T: Num>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
 }
 
 fn extreme<T: Num>(x: Lazy<T>, axis: usize, largest: bool) -> Lazy<T> {
-    with_grad(kernels::extreme(x, axis, largest), move |c| {
+    with_grad_keyed(kernels::extreme(x, axis, largest), &axis, move |c| {
         let (x, y) = (c.input::<T>(0), c.output::<T>(0));
         vec![some(gk::extreme_grad(x, y, c.output_grad::<T>(0), axis))]
     })
@@ -331,7 +344,8 @@ pub fn cumsum<T: Num>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
 }
 
 fn scan<T: Num>(x: Lazy<T>, axis: usize, product: bool, reverse: bool) -> Lazy<T> {
-    with_grad(kernels::scan(x, axis, product, reverse), move |c| {
+    let key = (axis, product, reverse);
+    with_grad_keyed(kernels::scan(x, axis, product, reverse), &key, move |c| {
         if product {
             return vec![None];
         }
@@ -342,11 +356,15 @@ fn scan<T: Num>(x: Lazy<T>, axis: usize, product: bool, reverse: bool) -> Lazy<T
 /// Running product along `axis`; shape of `x`. Gradient (floats):
 /// `reverse_cumsum(dy * y) / x` (not finite where `x` is 0).
 pub fn cumprod<T: Float>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
-    with_grad(kernels::scan(x.into_lazy(), axis, true, false), move |c| {
-        let (x, y) = (c.input::<T>(0), c.output::<T>(0));
-        let s = scan(mul(c.output_grad::<T>(0), y), axis, false, true);
-        vec![some(gk::scale_by_ratio(s, x))]
-    })
+    with_grad_keyed(
+        kernels::scan(x.into_lazy(), axis, true, false),
+        &axis,
+        move |c| {
+            let (x, y) = (c.input::<T>(0), c.output::<T>(0));
+            let s = scan(mul(c.output_grad::<T>(0), y), axis, false, true);
+            vec![some(gk::scale_by_ratio(s, x))]
+        },
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -388,14 +406,18 @@ pub fn rmsnorm<T: Float>(x: impl IntoLazy<T>, eps: f64) -> Lazy<T> {
 }
 
 fn normalize<T: Float>(x: Lazy<T>, eps: f64, center: bool) -> Lazy<T> {
-    with_grad(kernels::normalize(x, eps, center), move |c| {
-        vec![some(gk::normalize_grad(
-            c.input::<T>(0),
-            c.output_grad::<T>(0),
-            eps,
-            center,
-        ))]
-    })
+    with_grad_keyed(
+        kernels::normalize(x, eps, center),
+        &(eps, center),
+        move |c| {
+            vec![some(gk::normalize_grad(
+                c.input::<T>(0),
+                c.output_grad::<T>(0),
+                eps,
+                center,
+            ))]
+        },
+    )
 }
 
 /// Softmax along the last axis (stable: the maximum is subtracted first); shape of `x`.
