@@ -481,8 +481,10 @@ impl GraphBuilder {
             build,
             dag: Default::default(),
             inputs: Vec::new(),
-            seen: HashMap::default(),
-            key: KeyBytes(Vec::with_capacity(64 * outputs.len() + 256)),
+            // Sized for graphs of a few dozen operators (a training step), so that the walk
+            // of such a graph does not grow them: growing was a tenth of the walk's time.
+            seen: HashMap::with_capacity_and_hasher(128, Default::default()),
+            key: KeyBytes(Vec::with_capacity(64 * outputs.len() + 4096)),
             operators: 0,
             nodes: None,
         }
