@@ -97,16 +97,18 @@ def check(name, got, want):
             raise AssertionError(f"{name}: output {k} differs from the reference by {err:.2e}")
 
 
-def timed(call, reps):
-    """Best and median seconds of `reps` calls of `call`, after 3 warm-up calls."""
+def timed(call, reps, probe=lambda: 0):
+    """Best and median seconds of `reps` calls of `call`, after 3 warm-up calls, and how much
+    `probe()` grew during the timed calls (not the warm-up)."""
     for _ in range(3):
         call()
+    mark = probe()
     times = []
     for _ in range(reps):
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
-    return min(times), statistics.median(times)
+    return min(times), statistics.median(times), probe() - mark
 
 
 def row(variant, b, h, backward, best, median, **extra):
@@ -155,8 +157,8 @@ def run_jax(sizes, reps):
             fn, fn_args = (forward_backward, args) if backward else (cell, args[:2])
             compiled = jax.jit(fn).lower(*fn_args).compile()  # compiled before timing
             check("JAX jit", compiled(*fn_args), want if backward else want[:2])
-            best, median = timed(lambda: jax.block_until_ready(compiled(*fn_args)),
-                                 repetitions(b, h, reps))
+            best, median, _ = timed(lambda: jax.block_until_ready(compiled(*fn_args)),
+                                    repetitions(b, h, reps))
             rows.append(row("JAX jit", b, h, backward, best, median))
     return jax.__version__, rows
 
@@ -199,18 +201,23 @@ def run_torch(sizes, reps):
         for backward in (False, True):
             fn, fn_args = (forward_backward, args) if backward else (cell, args[:2])
             torch._dynamo.reset()
+            breaks_before = sum(counters["graph_break"].values())
             compiled = torch.compile(fn, backend="inductor")
             check("torch.compile", [t.detach().numpy() for t in compiled(*fn_args)],
                   want if backward else want[:2])
-            before = traced_frames()
-            best, median = timed(lambda: compiled(*fn_args), repetitions(b, h, reps))
-            retraced = traced_frames() - before
+            best, median, retraced = timed(lambda: compiled(*fn_args), repetitions(b, h, reps),
+                                           traced_frames)
+            breaks = sum(counters["graph_break"].values()) - breaks_before
+            if breaks:
+                print(f"torch.compile: {breaks} graph break(s) at B={b} H={h}: part of the "
+                      "step runs eagerly", flush=True)
             if retraced:
                 raise AssertionError(
                     f"torch.compile traced or compiled {retraced} frame(s) during the timed calls "
                     f"at B={b} H={h} ({'forward+backward' if backward else 'forward'}): the "
                     "timing would include tracing")
-            rows.append(row("torch.compile", b, h, backward, best, median))
+            rows.append(row("torch.compile", b, h, backward, best, median,
+                            graph_breaks=breaks))
     return torch.__version__, rows
 
 

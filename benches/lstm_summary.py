@@ -80,7 +80,8 @@ def summary(rows, peers):
             n, d = best.get((b, h, p, num)), best.get((b, h, p, den))
             if n and d:
                 pass_name = "fwd+bwd" if p == "forward+backward" else "fwd"
-                out.append(f"{b}×{h} {pass_name} {n['best_us'] / d['best_us']:.2f}x")
+                r = n["best_us"] / d["best_us"]
+                out.append(f"{b}×{h} {pass_name} {r:.2f}x" if r >= 0.1 else f"{b}×{h} {pass_name} {r:.3f}x")
         return ", ".join(out) if out else "not measured"
 
     fused = "ovl fused automatically (opt 3)"
