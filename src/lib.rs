@@ -30,7 +30,10 @@
 //!
 //! Attach a gradient to an operator call with [`set_gradient`] (or to every call of an operator
 //! with `#[operator(gradient = grad_fn)]`, see [`macro@operator`]), then build the backward graph
-//! lazily with [`backward`]; it is fused and compiled like any other graph.
+//! lazily with [`backward`]; it is fused and compiled like any other graph. A backward pass over
+//! a forward graph seen before (same structure, shapes, seeds and gradient functions; any data)
+//! is replayed from a cache bounded like the plan cache ([`backward_cache_stats`]); a gradient
+//! closure that captures values takes part only when attached with [`set_gradient_keyed`].
 //!
 //! ```
 //! use ovl::prelude::*;

@@ -163,6 +163,12 @@ fn key(t: &LazyTensor) -> Key {
 /// respect to that output). Nothing runs; evaluate the returned handles (together with the
 /// forward outputs, if you want them, so that they are computed and fused once).
 ///
+/// A backward pass over a forward graph seen before (the same operators, wiring, shapes and
+/// dtypes, seeds, tensors asked for and gradient functions; any host data) is replayed from a
+/// cache without calling the gradient functions (see the `cache` module documentation:
+/// gradient functions that capture nothing or were attached with [`set_gradient_keyed`] take
+/// part; the cache is bounded and cleared like `ovl`'s plan cache; [`backward_cache_stats`]).
+///
 /// The `ovl` crate's documentation has an example (section "Gradients").
 pub fn backward<T: Scalar>(
     seeds: &[(&Lazy<T>, &Lazy<T>)],
