@@ -1,5 +1,6 @@
 """Merges the sides of the LSTM benchmark (OUT/ovl.json from benches/lstm.rs, OUT/tf.json from
-benches/lstm_tf.py, OUT/torch.json from benches/lstm_torch.py) into OUT/lstm.json, Markdown
+benches/lstm_tf.py, OUT/peers.json from benches/lstm_peers.py when the compiler peers ran,
+OUT/torch.json from benches/lstm_torch.py) into OUT/lstm.json, Markdown
 tables in OUT/lstm.md (CPU; GPU where one was present), and a chart OUT/lstm.png (CPU time per
 variant and size, log scale).
 
@@ -12,6 +13,7 @@ import platform
 from pathlib import Path
 
 from bench_common import bar_chart, table as bench_table
+from lstm_summary import load_peers, peer_lines, summary
 
 
 def main():
@@ -22,7 +24,8 @@ def main():
     ovl = json.loads((out / "ovl.json").read_text())
     tf = json.loads((out / "tf.json").read_text())
     triad = ovl["triad_gb_per_s"]
-    rows = ovl["rows"] + tf["rows"]
+    peers = load_peers(out / "peers.json")
+    rows = ovl["rows"] + tf["rows"] + peers["rows"]
     for r in rows:
         r["fraction_of_triad"] = r["gb_per_s"] / triad
     rows.sort(key=lambda r: (r["batch"] * r["hidden"], r["hidden"], r["pass"], r["best_us"]))
@@ -34,8 +37,7 @@ def main():
         "forward + backward 56 (also reads 2 incoming gradients, writes 5 input gradients).",
         "Kernels: for ovl, the kernels launched; for TensorFlow, the compute ops of the traced "
         "graph (XLA: one cluster, not broken down).",
-        "",
-    ] + table(rows, triad, "triad")
+    ] + peer_lines(peers) + [""] + summary(rows, peers) + [""] + table(rows, triad, "triad")
     lm = tf.get("language_model")
     if lm:
         lines += [
@@ -58,6 +60,7 @@ def main():
         "triad_gb_per_s": triad,
         "rows": rows,
         "language_model": lm,
+        "peers": peers["peers"],
         "gpu": gpu,
         "torch": torch,
     }

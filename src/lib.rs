@@ -30,7 +30,10 @@
 //!
 //! Attach a gradient to an operator call with [`set_gradient`] (or to every call of an operator
 //! with `#[operator(gradient = grad_fn)]`, see [`macro@operator`]), then build the backward graph
-//! lazily with [`backward`]; it is fused and compiled like any other graph.
+//! lazily with [`backward`]; it is fused and compiled like any other graph. A backward pass over
+//! a forward graph seen before (same structure, shapes, seeds and gradient functions; any data)
+//! is replayed from a cache bounded like the plan cache ([`backward_cache_stats`]); a gradient
+//! closure that captures values takes part only when attached with [`set_gradient_keyed`].
 //!
 //! ```
 //! use ovl::prelude::*;
@@ -100,7 +103,8 @@ pub use export::{as_tensorflow, placeholder, Bundle, TfExport};
 pub use options::{Options, Target};
 /// Reverse-mode differentiation of the lazy graph: attach gradients, build backward graphs.
 pub use ovl_core::autodiff::{
-    backward, backward_untyped, set_gradient, GradError, GradientCall, GradientFn, Gradients,
+    backward, backward_cache_stats, backward_untyped, set_gradient, set_gradient_keyed,
+    BackwardCacheStats, GradError, GradientCall, GradientFn, Gradients,
 };
 pub use ovl_core::broadcast;
 pub use ovl_core::lazy::Graph;

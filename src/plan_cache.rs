@@ -9,22 +9,18 @@
 //! not part of the key: it is fed to the cached plan at every run, like [`crate::compile`] does.
 //! Computing the key walks the lazy nodes once and never the operators' IR.
 //!
-//! The cache is bounded: it keeps the `capacity` most recently used plans (least recently used
-//! evicted first); the capacity is 128, or `OVL_PLAN_CACHE_SIZE` when that is set at the first
-//! evaluation, or what [`set_plan_cache_capacity`] sets (0 turns the cache off).
+//! The cache is bounded ([`ovl_core::lru`], the policy the cache of backward graphs shares): it
+//! keeps the `capacity` most recently used plans (least recently used evicted first); the
+//! capacity is 128, or `OVL_PLAN_CACHE_SIZE` when that is set at the first evaluation, or what
+//! [`set_plan_cache_capacity`] sets (0 turns the cache off).
 //! [`Target::CudaValidate`] never uses it: validating means running NVRTC and ptxas every time.
 
 use crate::executor::{self, Planned, Prepared};
 use crate::options::{Options, Target};
 use crate::Error;
-use ovl_core::fast_hash::FastBuild;
+use ovl_core::lru::Lru;
 use ovl_core::LazyTensor;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// The default number of plans kept.
-const DEFAULT_CAPACITY: usize = 128;
 
 /// What [`plan_cache_stats`] reports: counters since the process started (or since
 /// [`clear_plan_cache`]) and the current size.
@@ -42,58 +38,17 @@ pub struct PlanCacheStats {
     pub capacity: usize,
 }
 
-struct Entry {
-    planned: Arc<Planned>,
-    /// When it was last used (a tick of [`Cache::clock`]).
-    used: u64,
-}
+/// Plans keyed by [`key`]'s bytes, compared exactly.
+static CACHE: Mutex<Option<Lru<Vec<u8>, Arc<Planned>>>> = Mutex::new(None);
 
-struct Cache {
-    /// Keyed by [`key`]'s bytes, compared exactly.
-    map: HashMap<Vec<u8>, Entry, FastBuild>,
-    capacity: usize,
-    clock: u64,
-}
-
-static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
-static HITS: AtomicU64 = AtomicU64::new(0);
-static MISSES: AtomicU64 = AtomicU64::new(0);
-static EVICTIONS: AtomicU64 = AtomicU64::new(0);
-
-/// The cache, created on first use with the capacity of `OVL_PLAN_CACHE_SIZE` (else the
-/// default). A poisoned lock is taken over: the map is consistent between statements.
-fn lock() -> MutexGuard<'static, Option<Cache>> {
+/// The cache, created on first use with [`ovl_core::lru::initial_capacity`]. A poisoned lock
+/// is taken over: the map is consistent between statements.
+fn lock() -> MutexGuard<'static, Option<Lru<Vec<u8>, Arc<Planned>>>> {
     let mut guard = CACHE.lock().unwrap_or_else(|p| p.into_inner());
     if guard.is_none() {
-        let capacity = std::env::var("OVL_PLAN_CACHE_SIZE")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_CAPACITY);
-        *guard = Some(Cache {
-            map: HashMap::default(),
-            capacity,
-            clock: 0,
-        });
+        *guard = Some(Lru::new(ovl_core::lru::initial_capacity()));
     }
     guard
-}
-
-impl Cache {
-    /// Drops least recently used plans until at most `keep` remain.
-    fn shrink_to(&mut self, keep: usize) {
-        while self.map.len() > keep {
-            let Some(oldest) = self
-                .map
-                .iter()
-                .min_by_key(|(_, e)| e.used)
-                .map(|(k, _)| k.clone())
-            else {
-                break;
-            };
-            self.map.remove(&oldest);
-            EVICTIONS.fetch_add(1, Ordering::Relaxed);
-        }
-    }
 }
 
 /// The counters and size of the plan cache (see the [`crate::evaluate`] documentation).
@@ -104,37 +59,35 @@ impl Cache {
 /// ```
 pub fn plan_cache_stats() -> PlanCacheStats {
     let guard = lock();
-    let cache = guard.as_ref();
+    let c = guard.as_ref().map(Lru::counters).unwrap_or_default();
     PlanCacheStats {
-        hits: HITS.load(Ordering::Relaxed),
-        misses: MISSES.load(Ordering::Relaxed),
-        evictions: EVICTIONS.load(Ordering::Relaxed),
-        entries: cache.map_or(0, |c| c.map.len()),
-        capacity: cache.map_or(DEFAULT_CAPACITY, |c| c.capacity),
+        hits: c.hits,
+        misses: c.misses,
+        evictions: c.evictions,
+        entries: c.entries,
+        capacity: c.capacity,
     }
 }
 
 /// Empties the plan cache and resets its counters: the next evaluation of any graph fuses and
-/// prepares it again (kernels already compiled are still found in the operator cache).
-/// [`crate::clear_cache`] calls it too.
+/// prepares it again (kernels already compiled are still found in the operator cache). It also
+/// empties the cache of backward graphs ([`ovl_core::autodiff::clear_backward_cache`]), which
+/// follows the plan cache's policy. [`crate::clear_cache`] calls it too.
 pub fn clear_plan_cache() {
-    let mut guard = lock();
-    if let Some(c) = guard.as_mut() {
-        c.map.clear();
+    if let Some(c) = lock().as_mut() {
+        c.clear();
     }
-    HITS.store(0, Ordering::Relaxed);
-    MISSES.store(0, Ordering::Relaxed);
-    EVICTIONS.store(0, Ordering::Relaxed);
+    ovl_core::autodiff::clear_backward_cache();
 }
 
 /// Sets how many plans the cache keeps (least recently used ones are evicted first); 0 turns
-/// the cache off. Overrides `OVL_PLAN_CACHE_SIZE`.
+/// the cache off. Overrides `OVL_PLAN_CACHE_SIZE`. The cache of backward graphs
+/// ([`crate::backward`]) gets the same capacity.
 pub fn set_plan_cache_capacity(capacity: usize) {
-    let mut guard = lock();
-    if let Some(c) = guard.as_mut() {
-        c.capacity = capacity;
-        c.shrink_to(capacity);
+    if let Some(c) = lock().as_mut() {
+        c.set_capacity(capacity);
     }
+    ovl_core::autodiff::set_backward_cache_capacity(capacity);
 }
 
 /// The key of a graph under `options`: the graph key's bytes followed by every option that
@@ -176,38 +129,20 @@ pub(crate) fn prepare(outputs: &[&LazyTensor], options: &Options) -> Result<Prep
         let Some(cache) = guard.as_mut() else {
             unreachable!("`lock` creates the cache")
         };
-        if cache.capacity == 0 {
+        if cache.capacity() == 0 {
             drop(guard);
             return prepare_fresh(outputs, options);
         }
-        cache.clock += 1;
-        let now = cache.clock;
-        if let Some(e) = cache.map.get_mut(&key) {
-            e.used = now;
-            HITS.fetch_add(1, Ordering::Relaxed);
+        if let Some(planned) = cache.get(&key) {
             return Ok(Prepared {
-                planned: e.planned.clone(),
+                planned,
                 inputs: graph.inputs,
             });
         }
     }
-    MISSES.fetch_add(1, Ordering::Relaxed);
     let prepared = prepare_fresh(outputs, options)?;
-    let mut guard = lock();
-    if let Some(cache) = guard.as_mut() {
-        if cache.capacity > 0 {
-            cache.clock += 1;
-            let used = cache.clock;
-            cache.map.insert(
-                key,
-                Entry {
-                    planned: prepared.planned.clone(),
-                    used,
-                },
-            );
-            let capacity = cache.capacity;
-            cache.shrink_to(capacity);
-        }
+    if let Some(cache) = lock().as_mut() {
+        cache.insert(key, prepared.planned.clone());
     }
     Ok(prepared)
 }

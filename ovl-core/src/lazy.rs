@@ -94,7 +94,57 @@ pub fn operator_key(dag: &ir::ExpressionDag) -> Digest {
 
 /// Where an operator call keeps its gradient function (set at most once).
 #[derive(Default)]
-pub struct GradientSlot(pub(crate) std::sync::OnceLock<Arc<GradientFn>>);
+pub struct GradientSlot(pub(crate) std::sync::OnceLock<Gradient>);
+
+/// A gradient function attached to a call, with what identifies it for the cache of backward
+/// graphs ([`crate::autodiff`]).
+#[derive(Clone)]
+pub(crate) struct Gradient {
+    pub(crate) func: Arc<GradientFn>,
+    /// `None` when the function cannot be identified (a closure that captures values without a
+    /// key describing them): a backward pass through it is built every time.
+    pub(crate) id: Option<Arc<GradientId>>,
+}
+
+/// The identity of a gradient function: its Rust type (a closure's type is unique to its
+/// source and names its generic arguments) and the key of the values it captures.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub(crate) struct GradientId {
+    pub(crate) type_id: std::any::TypeId,
+    pub(crate) key: Box<[u8]>,
+}
+
+impl Gradient {
+    /// `func` with its identity: `key` describes what it captures (set by
+    /// [`crate::autodiff::set_gradient_keyed`]); without a key only a function that captures
+    /// nothing (a zero-sized closure or a function item) is identified.
+    pub(crate) fn new<F>(func: F, key: Option<Vec<u8>>) -> Gradient
+    where
+        F: Fn(&GradientCall) -> Vec<Option<LazyTensor>> + Send + Sync + 'static,
+    {
+        let key = match key {
+            Some(k) => Some(k),
+            None if std::mem::size_of::<F>() == 0 => Some(Vec::new()),
+            None => None,
+        };
+        Gradient {
+            id: key.map(|key| {
+                Arc::new(GradientId {
+                    type_id: std::any::TypeId::of::<F>(),
+                    key: key.into_boxed_slice(),
+                })
+            }),
+            func: Arc::new(func),
+        }
+    }
+}
+
+impl GradientSlot {
+    /// A slot holding `gradient`.
+    pub(crate) fn with(gradient: Gradient) -> GradientSlot {
+        GradientSlot(std::sync::OnceLock::from(gradient))
+    }
+}
 
 impl fmt::Debug for GradientSlot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -401,34 +451,78 @@ pub fn graph_key(outputs: &[&LazyTensor]) -> Result<GraphKey, TraceError> {
     Ok(GraphKey { bytes, inputs })
 }
 
+/// A graph walked as [`graph_key`] walks it, with its nodes in the key's numbering: what the
+/// cache of backward graphs maps a recorded backward graph onto.
+pub(crate) struct Walked {
+    /// [`GraphKey::bytes`].
+    pub(crate) bytes: Vec<u8>,
+    /// The node of each graph input, in order.
+    pub(crate) inputs: Vec<Arc<Node>>,
+    /// The node of each operator, in order.
+    pub(crate) operators: Vec<Arc<Node>>,
+}
+
+/// [`graph_key`] with the nodes behind the numbering.
+pub(crate) fn walk_nodes(outputs: &[&LazyTensor]) -> Result<Walked, TraceError> {
+    let mut builder = GraphBuilder::new(outputs, false);
+    builder.nodes = Some((Vec::new(), Vec::new()));
+    let (_, _, bytes, nodes) = builder.run(outputs)?;
+    let (inputs, operators) = nodes.unwrap_or_default();
+    Ok(Walked {
+        bytes,
+        inputs,
+        operators,
+    })
+}
+
 /// The walk behind [`build_graph`] and [`graph_key`]: one traversal, so that both number the
 /// graph inputs and operators identically. The IR is built only when `build` is set.
 fn walk(
     outputs: &[&LazyTensor],
     build: bool,
 ) -> Result<(ir::OperatorDag, Vec<GraphInput>, Vec<u8>), TraceError> {
-    let mut builder = GraphBuilder {
-        build,
-        dag: Default::default(),
-        inputs: Vec::new(),
-        seen: HashMap::default(),
-        key: KeyBytes(Vec::with_capacity(64 * outputs.len() + 256)),
-        operators: 0,
-    };
-    builder.key.update(b"ovl.lazy.graph_key");
-    let mut refs = Vec::with_capacity(outputs.len());
-    for out in outputs {
-        refs.push(builder.visit(out)?);
+    let (dag, inputs, bytes, _) = GraphBuilder::new(outputs, build).run(outputs)?;
+    Ok((dag, inputs, bytes))
+}
+
+/// The nodes of a walk's graph inputs and operators, in order (when collected).
+type WalkNodes = Option<(Vec<Arc<Node>>, Vec<Arc<Node>>)>;
+
+impl GraphBuilder {
+    fn new(outputs: &[&LazyTensor], build: bool) -> GraphBuilder {
+        GraphBuilder {
+            build,
+            dag: Default::default(),
+            inputs: Vec::new(),
+            // Sized for graphs of a few dozen operators (a training step), so that the walk
+            // of such a graph does not grow them: growing was a tenth of the walk's time.
+            seen: HashMap::with_capacity_and_hasher(128, Default::default()),
+            key: KeyBytes(Vec::with_capacity(64 * outputs.len() + 4096)),
+            operators: 0,
+            nodes: None,
+        }
     }
-    builder.key.update([4u8]);
-    builder.key.update((refs.len() as u64).to_le_bytes());
-    for r in &refs {
-        key_ref(&mut builder.key, r);
+
+    #[allow(clippy::type_complexity)]
+    fn run(
+        mut self,
+        outputs: &[&LazyTensor],
+    ) -> Result<(ir::OperatorDag, Vec<GraphInput>, Vec<u8>, WalkNodes), TraceError> {
+        self.key.update(b"ovl.lazy.graph_key");
+        let mut refs = Vec::with_capacity(outputs.len());
+        for out in outputs {
+            refs.push(self.visit(out)?);
+        }
+        self.key.update([4u8]);
+        self.key.update((refs.len() as u64).to_le_bytes());
+        for r in &refs {
+            key_ref(&mut self.key, r);
+        }
+        let mut dag = self.dag;
+        dag.version = crate::IR_VERSION;
+        dag.outputs = refs;
+        Ok((dag, self.inputs, self.key.0, self.nodes))
     }
-    let mut dag = builder.dag;
-    dag.version = crate::IR_VERSION;
-    dag.outputs = refs;
-    Ok((dag, builder.inputs, builder.key.0))
 }
 
 /// The graph key's bytes: a self-delimiting encoding, compared exactly by the plan cache.
@@ -475,6 +569,8 @@ struct GraphBuilder {
     key: KeyBytes,
     /// Operators numbered so far.
     operators: u32,
+    /// The nodes of the graph inputs and operators in order, when asked for ([`walk_nodes`]).
+    nodes: WalkNodes,
 }
 
 #[derive(Clone, Copy)]
@@ -527,6 +623,9 @@ impl GraphBuilder {
                         });
                     }
                     self.seen.insert(key, Seen::Input(i));
+                    if let Some((inputs, _)) = &mut self.nodes {
+                        inputs.push(node.clone());
+                    }
                 }
                 Node::Placeholder(p) => {
                     let i = self.inputs.len() as u32;
@@ -544,6 +643,9 @@ impl GraphBuilder {
                         });
                     }
                     self.seen.insert(key, Seen::Input(i));
+                    if let Some((inputs, _)) = &mut self.nodes {
+                        inputs.push(node.clone());
+                    }
                 }
                 Node::Operator(op) => {
                     if let Some(pending) = op.inputs[next..]
@@ -576,6 +678,9 @@ impl GraphBuilder {
                         self.dag.operator_inputs.push(ir::OperatorInputs { inputs });
                     }
                     self.seen.insert(key, Seen::Operator(index));
+                    if let Some((_, operators)) = &mut self.nodes {
+                        operators.push(node.clone());
+                    }
                 }
             }
         }

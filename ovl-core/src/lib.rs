@@ -12,6 +12,7 @@ pub mod fast_hash;
 pub mod interp;
 pub mod lazy;
 mod lazy_ops;
+pub mod lru;
 pub use lazy_ops::CompareOperand;
 pub mod trace;
 pub mod vmap;

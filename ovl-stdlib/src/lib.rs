@@ -65,6 +65,17 @@ fn with_grad<T>(
     y
 }
 
+/// [`with_grad`] for a closure that captures values: `key` describes them (see
+/// [`ovl::set_gradient_keyed`]), so that backward graphs through the call can be reused.
+fn with_grad_keyed<T, K: ovl::TraceArg + ?Sized>(
+    y: Lazy<T>,
+    key: &K,
+    f: impl Fn(&GradientCall) -> Vec<Option<LazyTensor>> + Send + Sync + 'static,
+) -> Lazy<T> {
+    ovl::set_gradient_keyed(&y, key, f);
+    y
+}
+
 fn some<T: Scalar>(x: Lazy<T>) -> Option<LazyTensor> {
     Some(x.into_untyped())
 }
@@ -241,7 +252,8 @@ pub fn cast<T: Scalar, U: Scalar>(x: impl IntoLazy<T>) -> Lazy<U> {
 
 /// `x` limited to `[lo, hi]` (NaN stays NaN); shape of `x`. Gradient `dy` inside the range, 0 outside.
 pub fn clip<T: Num>(x: impl IntoLazy<T>, lo: T, hi: T) -> Lazy<T> {
-    with_grad(kernels::clip(x.into_lazy(), lo, hi), move |c| {
+    let key = (lo.to_literal(), hi.to_literal());
+    with_grad_keyed(kernels::clip(x.into_lazy(), lo, hi), &key, move |c| {
         let mask = kernels::clip_mask(c.input::<T>(0), lo, hi);
         vec![some(gk::masked(c.output_grad::<T>(0), mask))]
     })
@@ -262,7 +274,8 @@ pub fn cumsum<T: Num>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
 }
 
 fn scan<T: Num>(x: Lazy<T>, axis: usize, product: bool, reverse: bool) -> Lazy<T> {
-    with_grad(kernels::scan(x, axis, product, reverse), move |c| {
+    let key = (axis, product, reverse);
+    with_grad_keyed(kernels::scan(x, axis, product, reverse), &key, move |c| {
         if product {
             return vec![None];
         }
@@ -279,7 +292,7 @@ pub fn cumprod<T: Float>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
     if let Some(bad) = reductions::checked_scan_axis(&x, "cumprod", axis, Location::caller()) {
         return bad;
     }
-    with_grad(kernels::scan(x, axis, true, false), move |c| {
+    with_grad_keyed(kernels::scan(x, axis, true, false), &axis, move |c| {
         let (x, y) = (c.input::<T>(0), c.output::<T>(0));
         let s = scan(mul(c.output_grad::<T>(0), y), axis, false, true);
         vec![some(gk::scale_by_ratio(s, x))]
@@ -381,7 +394,7 @@ fn normalize<T: Float>(x: Lazy<T>, eps: f64, center: bool, at: &Location<'_>) ->
     if let Some(bad) = last_axis_check(&x, function, true, &shape, at) {
         return bad;
     }
-    with_grad(kernels::normalize(x, eps, center), move |c| {
+    with_grad_keyed(kernels::normalize(x, eps, center), &(eps, center), move |c| {
         let (x, g) = (c.input::<T>(0), c.output_grad::<T>(0));
         let stats = gk::normalize_stats(&x, &g, eps, center);
         vec![some(gk::normalize_grad(x, g, stats))]

@@ -19,7 +19,7 @@
 //! names the function and the line that called it.
 
 use crate::reduce_kernels as rk;
-use crate::{kernels, some, with_grad};
+use crate::{kernels, some, with_grad, with_grad_keyed};
 use ovl::prelude::{Float, Num};
 use ovl::{IntoLazy, Lazy, Scalar};
 use std::panic::Location;
@@ -126,7 +126,7 @@ pub(crate) fn sum_impl<T: Num>(x: Lazy<T>, axis: usize, keep: bool, at: &Locatio
     if let Some(bad) = checked(&x, &name("sum", keep), axis, keep, false, at) {
         return bad;
     }
-    with_grad(rk::sum(x, axis, keep), move |c| {
+    with_grad_keyed(rk::sum(x, axis, keep), &(axis, keep), move |c| {
         let x = c.input::<T>(0);
         let g = c.output_grad::<T>(0);
         vec![some(rk::spread(g, x.shape().to_vec(), axis, keep, false))]
@@ -137,7 +137,7 @@ fn mean_impl<T: Float>(x: Lazy<T>, axis: usize, keep: bool, at: &Location<'_>) -
     if let Some(bad) = checked(&x, &name("mean", keep), axis, keep, false, at) {
         return bad;
     }
-    with_grad(rk::mean(x, axis, keep), move |c| {
+    with_grad_keyed(rk::mean(x, axis, keep), &(axis, keep), move |c| {
         let x = c.input::<T>(0);
         let g = c.output_grad::<T>(0);
         vec![some(rk::spread(g, x.shape().to_vec(), axis, keep, true))]
@@ -148,7 +148,7 @@ fn prod_impl<T: Num>(x: Lazy<T>, axis: usize, keep: bool, at: &Location<'_>) -> 
     if let Some(bad) = checked(&x, &name("prod", keep), axis, keep, false, at) {
         return bad;
     }
-    with_grad(rk::prod(x, axis, keep), move |c| {
+    with_grad_keyed(rk::prod(x, axis, keep), &(axis, keep), move |c| {
         let x = c.input::<T>(0);
         let stats = rk::prod_stats(&x, axis, keep);
         let g = c.output_grad::<T>(0);
@@ -167,7 +167,7 @@ fn extreme_impl<T: Num>(
     if let Some(bad) = checked(&x, &function, axis, keep, true, at) {
         return bad;
     }
-    with_grad(rk::extreme(x, axis, largest, keep), move |c| {
+    with_grad_keyed(rk::extreme(x, axis, largest, keep), &(axis, largest, keep), move |c| {
         let (x, y) = (c.input::<T>(0), c.output::<T>(0));
         vec![some(rk::extreme_grad(
             x,
@@ -183,7 +183,7 @@ fn var_impl<T: Float>(x: Lazy<T>, axis: usize, keep: bool, at: &Location<'_>) ->
     if let Some(bad) = checked(&x, &name("var", keep), axis, keep, false, at) {
         return bad;
     }
-    with_grad(rk::var(x, axis, keep), move |c| {
+    with_grad_keyed(rk::var(x, axis, keep), &(axis, keep), move |c| {
         let x = c.input::<T>(0);
         let mean = rk::mean(&x, axis, keep);
         vec![some(rk::var_grad(

@@ -4,7 +4,7 @@
 //! elementwise operator; each gradient is the inverse shape function.
 
 use crate::broadcast_shapes;
-use crate::{index, kernels, reduce_to, reductions, some, with_grad};
+use crate::{index, kernels, reduce_to, reductions, some, with_grad, with_grad_keyed};
 use ovl::prelude::Num;
 use ovl::{IntoLazy, Lazy, Scalar};
 use std::panic::Location;
@@ -33,7 +33,8 @@ pub fn broadcast_to<T: Num>(x: impl IntoLazy<T>, shape: &[usize]) -> Lazy<T> {
 pub fn transpose<T: Scalar>(x: impl IntoLazy<T>, perm: &[usize]) -> Lazy<T> {
     let perm = perm.to_vec();
     let forward = perm.clone();
-    with_grad(kernels::transpose(x.into_lazy(), forward), move |c| {
+    let key = perm.clone();
+    with_grad_keyed(kernels::transpose(x.into_lazy(), forward), &key, move |c| {
         let mut inverse = vec![0; perm.len()];
         for (i, &p) in perm.iter().enumerate() {
             if let Some(slot) = inverse.get_mut(p) {
@@ -60,7 +61,7 @@ pub fn expand_dims<T: Scalar>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
         let shape = x.shape().to_vec();
         return reductions::bad_call(x, "expand_dims", Location::caller(), message, &shape);
     }
-    with_grad(kernels::expand(x, axis, 1), move |c| {
+    with_grad_keyed(kernels::expand(x, axis, 1), &axis, move |c| {
         vec![some(kernels::squeeze(c.output_grad::<T>(0), axis))]
     })
 }
@@ -89,7 +90,7 @@ pub fn squeeze<T: Scalar>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
     if let Some(message) = problem {
         return reductions::bad_call(x, "squeeze", Location::caller(), message, &shape);
     }
-    with_grad(kernels::squeeze(x, axis), move |c| {
+    with_grad_keyed(kernels::squeeze(x, axis), &axis, move |c| {
         vec![some(kernels::expand(c.output_grad::<T>(0), axis, 1))]
     })
 }
@@ -133,7 +134,7 @@ pub fn reshape<T: Scalar>(x: impl IntoLazy<T>, shape: &[usize]) -> Lazy<T> {
 pub fn split<T: Scalar>(x: impl IntoLazy<T>, axis: usize, parts: usize) -> Vec<Lazy<T>> {
     let pieces = kernels::split(x.into_lazy(), axis, parts);
     if let Some(first) = pieces.first() {
-        ovl::set_gradient(first, move |c| {
+        ovl::set_gradient_keyed(first, &axis, move |c| {
             let grads: Vec<Lazy<T>> = (0..c.outputs.len())
                 .map(|i| c.output_grad::<T>(i))
                 .collect();
@@ -146,7 +147,7 @@ pub fn split<T: Scalar>(x: impl IntoLazy<T>, axis: usize, parts: usize) -> Vec<L
 /// Equal-shaped tensors joined along `axis`. Gradient: the output gradient split back.
 pub fn concat<T: Scalar>(xs: &[Lazy<T>], axis: usize) -> Lazy<T> {
     let n = xs.len();
-    with_grad(kernels::concat(xs.to_vec(), axis), move |c| {
+    with_grad_keyed(kernels::concat(xs.to_vec(), axis), &(n, axis), move |c| {
         split(c.output_grad::<T>(0), axis, n)
             .into_iter()
             .map(some)

@@ -106,6 +106,11 @@ impl TraceKey {
         self.bytes.extend_from_slice(b);
     }
 
+    /// The key's bytes (the tensor inputs' dtypes and shapes and the trace-time arguments).
+    pub(crate) fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+
     /// A length or count.
     pub fn len(&mut self, n: usize) {
         self.bytes.extend_from_slice(&(n as u64).to_le_bytes());
@@ -180,6 +185,21 @@ impl TraceArg for String {
 impl TraceArg for DType {
     fn write_key(&self, key: &mut TraceKey) {
         key.bytes(&[b'D', self.to_ir() as u8]);
+    }
+}
+
+/// A literal by its kind and bits (what a generic `T: Scalar` value becomes with
+/// `to_literal()`, for keys of values of a generic type).
+impl TraceArg for Literal {
+    fn write_key(&self, key: &mut TraceKey) {
+        let (tag, bits) = match *self {
+            Literal::Float(f) => (b'f', f.to_bits()),
+            Literal::Int(i) => (b'i', i as u64),
+            Literal::UInt(u) => (b'u', u),
+            Literal::Bool(b) => (b'b', b as u64),
+        };
+        key.bytes(&[b'l', tag]);
+        key.bytes(&bits.to_le_bytes());
     }
 }
 
@@ -291,7 +311,7 @@ static ENABLED: AtomicU8 = AtomicU8::new(0);
 static HITS: AtomicU64 = AtomicU64::new(0);
 static MISSES: AtomicU64 = AtomicU64::new(0);
 
-fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     match ENABLED.load(Ordering::Relaxed) {
         1 => true,
         2 => false,

@@ -211,7 +211,10 @@ where
 {
     let (returned, node, _) = trace(site, body);
     if let Node::Operator(op) = &*node {
-        let _ = op.gradient.0.set(Arc::new(gradient));
+        let _ = op
+            .gradient
+            .0
+            .set(crate::lazy::Gradient::new(gradient, None));
     }
     returned.to_lazy(&node, &mut 0)
 }

@@ -7,10 +7,18 @@
 //! The result is an ordinary lazy graph: it is fused and compiled like any other, together with
 //! the forward graph or on its own.
 
+mod cache;
+
+pub use cache::{
+    backward_cache_stats, clear_backward_cache, set_backward_cache_capacity, BackwardCacheStats,
+};
+
 use crate::dtype::DType;
 use crate::host::Scalar;
+use crate::lazy::Gradient;
 pub use crate::lazy::{GradientCall, GradientFn};
 use crate::lazy::{Lazy, LazyTensor, Node};
+use crate::trace::memo::{TraceArg, TraceKey};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
@@ -19,12 +27,48 @@ use thiserror::Error;
 /// Attaches a gradient function to the operator call that produced `output` (any of its
 /// outputs). A call has at most one gradient; the first one set wins. Returns `false` when
 /// `output` is not the result of an operator call or the call already has a gradient.
+///
+/// A function that captures nothing (a function item, a closure without captures) lets
+/// [`backward`] reuse the backward graph it built for a forward graph of the same structure
+/// (see [`backward`]); a closure that captures values should be attached with
+/// [`set_gradient_keyed`], else every backward pass through it is built afresh.
 pub fn set_gradient<T>(
     output: &Lazy<T>,
     gradient: impl Fn(&GradientCall) -> Vec<Option<LazyTensor>> + Send + Sync + 'static,
 ) -> bool {
+    set(output, Gradient::new(gradient, None))
+}
+
+/// [`set_gradient`] for a closure that captures values: `key` must describe every value the
+/// closure captures (as trace-time arguments key the trace memo: numbers, strings, slices,
+/// tuples, ... of [`TraceArg`]). Calls whose gradient closures have the same type and equal
+/// keys are assumed to build the same backward graph for the same forward structure, so that
+/// [`backward`] can reuse it; a key that leaves out a captured value that changes would make
+/// it reuse a stale graph.
+///
+/// ```
+/// use ovl_core::autodiff::set_gradient_keyed;
+/// use ovl_core::Lazy;
+/// # let x = Lazy::from(ndarray::array![1.0f32, 2.0]);
+/// # let y = &x + &x;
+/// let scale = 3.0f32;
+/// set_gradient_keyed(&y, &scale, move |call| {
+///     vec![Some((&call.output_grad::<f32>(0) * scale).into_untyped()), None]
+/// });
+/// ```
+pub fn set_gradient_keyed<T, K: TraceArg + ?Sized>(
+    output: &Lazy<T>,
+    key: &K,
+    gradient: impl Fn(&GradientCall) -> Vec<Option<LazyTensor>> + Send + Sync + 'static,
+) -> bool {
+    let mut k = TraceKey::new();
+    key.write_key(&mut k);
+    set(output, Gradient::new(gradient, Some(k.into_bytes())))
+}
+
+fn set<T>(output: &Lazy<T>, gradient: Gradient) -> bool {
     match &*output.inner.node {
-        Node::Operator(op) => op.gradient.0.set(Arc::new(gradient)).is_ok(),
+        Node::Operator(op) => op.gradient.0.set(gradient).is_ok(),
         _ => false,
     }
 }
@@ -81,6 +125,14 @@ impl fmt::Debug for Gradients {
 }
 
 impl Gradients {
+    fn get(&self, x: &LazyTensor) -> Option<&LazyTensor> {
+        self.map.get(&key(x)).map(|(_, g)| g)
+    }
+
+    fn insert(&mut self, x: &LazyTensor, g: LazyTensor) {
+        self.map.insert(key(x), (x.clone(), g));
+    }
+
     /// The gradient with respect to `x` (`None` if no seed depends on `x`).
     pub fn of<T: Scalar>(&self, x: &Lazy<T>) -> Option<Lazy<T>> {
         self.map
@@ -111,6 +163,12 @@ fn key(t: &LazyTensor) -> Key {
 /// respect to that output). Nothing runs; evaluate the returned handles (together with the
 /// forward outputs, if you want them, so that they are computed and fused once).
 ///
+/// A backward pass over a forward graph seen before (the same operators, wiring, shapes and
+/// dtypes, seeds, tensors asked for and gradient functions; any host data) is replayed from a
+/// cache without calling the gradient functions (see the `cache` module documentation:
+/// gradient functions that capture nothing or were attached with [`set_gradient_keyed`] take
+/// part; the cache is bounded and cleared like `ovl`'s plan cache; [`backward_cache_stats`]).
+///
 /// The `ovl` crate's documentation has an example (section "Gradients").
 pub fn backward<T: Scalar>(
     seeds: &[(&Lazy<T>, &Lazy<T>)],
@@ -124,6 +182,22 @@ pub fn backward<T: Scalar>(
 
 /// [`backward`] on untyped handles, for seeds and targets of different dtypes.
 pub fn backward_untyped(
+    seeds: &[(&LazyTensor, &LazyTensor)],
+    wrt: &[&LazyTensor],
+) -> Result<Gradients, GradError> {
+    match cache::lookup(seeds, wrt) {
+        cache::Lookup::Hit(gradients) => Ok(gradients),
+        cache::Lookup::Miss(miss) => {
+            let gradients = build(seeds, wrt)?;
+            miss.remember(wrt, &gradients);
+            Ok(gradients)
+        }
+        cache::Lookup::Bypass => build(seeds, wrt),
+    }
+}
+
+/// The backward pass itself: calls the gradient functions from the seeds back to `wrt`.
+fn build(
     seeds: &[(&LazyTensor, &LazyTensor)],
     wrt: &[&LazyTensor],
 ) -> Result<Gradients, GradError> {
@@ -185,7 +259,7 @@ pub fn backward_untyped(
         if output_grads.iter().all(Option::is_none) {
             continue;
         }
-        let Some(gradient) = op.gradient.0.get() else {
+        let Some(Gradient { func: gradient, .. }) = op.gradient.0.get() else {
             return Err(GradError::NoGradient(op.dag.name.clone()));
         };
         let call = GradientCall {
@@ -228,13 +302,13 @@ pub fn backward_untyped(
         }
     }
 
-    let mut map = HashMap::new();
+    let mut gradients = Gradients::default();
     for x in wrt {
         if let Some(g) = grads.get(&key(x)) {
-            map.insert(key(x), ((*x).clone(), g.clone()));
+            gradients.insert(x, g.clone());
         }
     }
-    Ok(Gradients { map })
+    Ok(gradients)
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
