@@ -112,6 +112,10 @@ pub(crate) struct Gradient {
 pub(crate) struct GradientId {
     pub(crate) type_id: std::any::TypeId,
     pub(crate) key: Box<[u8]>,
+    /// For a gradient derived from another one (the batched gradient `vmap` attaches): the
+    /// identity of the gradient it was derived from; `type_id` and `key` then describe the
+    /// derivation.
+    pub(crate) derived_from: Option<Arc<GradientId>>,
 }
 
 impl Gradient {
@@ -132,9 +136,31 @@ impl Gradient {
                 Arc::new(GradientId {
                     type_id: std::any::TypeId::of::<F>(),
                     key: key.into_boxed_slice(),
+                    derived_from: None,
                 })
             }),
             func: Arc::new(func),
+        }
+    }
+}
+
+impl Gradient {
+    /// `func`, derived from the gradient identified by `from` (`None`: unidentified) by a
+    /// derivation of type `D` described by `key`; identified exactly when `from` is.
+    pub(crate) fn derived<D: 'static>(
+        func: Arc<GradientFn>,
+        from: Option<&Arc<GradientId>>,
+        key: Vec<u8>,
+    ) -> Gradient {
+        Gradient {
+            func,
+            id: from.map(|from| {
+                Arc::new(GradientId {
+                    type_id: std::any::TypeId::of::<D>(),
+                    key: key.into_boxed_slice(),
+                    derived_from: Some(from.clone()),
+                })
+            }),
         }
     }
 }

@@ -394,11 +394,15 @@ fn normalize<T: Float>(x: Lazy<T>, eps: f64, center: bool, at: &Location<'_>) ->
     if let Some(bad) = last_axis_check(&x, function, true, &shape, at) {
         return bad;
     }
-    with_grad_keyed(kernels::normalize(x, eps, center), &(eps, center), move |c| {
-        let (x, g) = (c.input::<T>(0), c.output_grad::<T>(0));
-        let stats = gk::normalize_stats(&x, &g, eps, center);
-        vec![some(gk::normalize_grad(x, g, stats))]
-    })
+    with_grad_keyed(
+        kernels::normalize(x, eps, center),
+        &(eps, center),
+        move |c| {
+            let (x, g) = (c.input::<T>(0), c.output_grad::<T>(0));
+            let stats = gk::normalize_stats(&x, &g, eps, center);
+            vec![some(gk::normalize_grad(x, g, stats))]
+        },
+    )
 }
 
 /// Softmax along the last axis (stable: the maximum is subtracted first); shape of `x`.

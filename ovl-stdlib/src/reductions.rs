@@ -167,16 +167,20 @@ fn extreme_impl<T: Num>(
     if let Some(bad) = checked(&x, &function, axis, keep, true, at) {
         return bad;
     }
-    with_grad_keyed(rk::extreme(x, axis, largest, keep), &(axis, largest, keep), move |c| {
-        let (x, y) = (c.input::<T>(0), c.output::<T>(0));
-        vec![some(rk::extreme_grad(
-            x,
-            y,
-            c.output_grad::<T>(0),
-            axis,
-            keep,
-        ))]
-    })
+    with_grad_keyed(
+        rk::extreme(x, axis, largest, keep),
+        &(axis, largest, keep),
+        move |c| {
+            let (x, y) = (c.input::<T>(0), c.output::<T>(0));
+            vec![some(rk::extreme_grad(
+                x,
+                y,
+                c.output_grad::<T>(0),
+                axis,
+                keep,
+            ))]
+        },
+    )
 }
 
 fn var_impl<T: Float>(x: Lazy<T>, axis: usize, keep: bool, at: &Location<'_>) -> Lazy<T> {

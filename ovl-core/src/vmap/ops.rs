@@ -7,7 +7,7 @@ use crate::batch::BatchError;
 use crate::dtype::{DType, Literal};
 use crate::error::TraceError;
 use crate::ir;
-use crate::lazy::{GradientCall, GradientFn, LazyTensor, Node, OperatorNode};
+use crate::lazy::{Gradient, GradientCall, LazyTensor, Node, OperatorNode};
 use std::sync::Arc;
 
 fn source_here(line: u32) -> Option<ir::SourceLocation> {
@@ -22,7 +22,7 @@ fn source_here(line: u32) -> Option<ir::SourceLocation> {
 fn record(
     dag: ir::ExpressionDag,
     inputs: Vec<LazyTensor>,
-    gradient: Option<Arc<GradientFn>>,
+    gradient: Gradient,
 ) -> Result<LazyTensor, VmapError> {
     crate::validate::validate(&dag).map_err(|e| BatchError {
         operator: dag.name.clone(),
@@ -33,9 +33,7 @@ fn record(
     let dtype = DType::from_ir(out.dtype).unwrap_or(DType::F32);
     let shape: Arc<[usize]> = out.shape.iter().map(|&d| d as usize).collect();
     let node = OperatorNode::new(Arc::new(dag), inputs, None);
-    if let Some(g) = gradient {
-        let _ = node.gradient.0.set(g);
-    }
+    let _ = node.gradient.0.set(gradient);
     Ok(LazyTensor {
         node: Arc::new(Node::Operator(node)),
         output: 0,
@@ -59,18 +57,21 @@ pub(super) fn broadcast_op(t: &LazyTensor, batch: usize) -> Result<LazyTensor, V
     let p: Vec<u32> = (0..out_shape.len() as u32).map(|a| b.position(a)).collect();
     let v = b.read(IN, x, &p[1..]);
     b.write(OUT, out, &p, v);
-    let gradient: Arc<GradientFn> = Arc::new(|call: &GradientCall| {
-        vec![call.output_grads[0].as_ref().map(|g| {
-            sum_op(g).unwrap_or_else(|e| {
-                failed_tensor(
-                    "vmap_broadcast",
-                    &call.inputs[0],
-                    Arc::new(error_at_vmap("vmap_broadcast", &e)),
-                )
-            })
-        })]
-    });
-    record(b.build(), vec![t.clone()], Some(gradient))
+    let gradient = Gradient::new(
+        |call: &GradientCall| {
+            vec![call.output_grads[0].as_ref().map(|g| {
+                sum_op(g).unwrap_or_else(|e| {
+                    failed_tensor(
+                        "vmap_broadcast",
+                        &call.inputs[0],
+                        Arc::new(error_at_vmap("vmap_broadcast", &e)),
+                    )
+                })
+            })]
+        },
+        None,
+    );
+    record(b.build(), vec![t.clone()], gradient)
 }
 
 /// The sum of `t` over its leading axis (`vmap_sum`: an accumulator over the batch, in the
@@ -104,18 +105,22 @@ pub(super) fn sum_op(t: &LazyTensor) -> Result<LazyTensor, VmapError> {
     b.accumulate(acc, v);
     b.end_range();
     b.write(OUT, out, &p, acc);
-    let gradient: Arc<GradientFn> = Arc::new(move |call: &GradientCall| {
-        vec![call.output_grads[0].as_ref().map(|g| {
-            broadcast_op(g, batch).unwrap_or_else(|e| {
-                failed_tensor(
-                    "vmap_sum",
-                    &call.inputs[0],
-                    Arc::new(error_at_vmap("vmap_sum", &e)),
-                )
-            })
-        })]
-    });
-    record(b.build(), vec![t.clone()], Some(gradient))
+    let gradient = Gradient::new(
+        move |call: &GradientCall| {
+            vec![call.output_grads[0].as_ref().map(|g| {
+                broadcast_op(g, batch).unwrap_or_else(|e| {
+                    failed_tensor(
+                        "vmap_sum",
+                        &call.inputs[0],
+                        Arc::new(error_at_vmap("vmap_sum", &e)),
+                    )
+                })
+            })]
+        },
+        // The closure captures only the batch size.
+        Some((batch as u64).to_le_bytes().to_vec()),
+    );
+    record(b.build(), vec![t.clone()], gradient)
 }
 
 fn error_at_vmap(operator: &str, e: &VmapError) -> TraceError {

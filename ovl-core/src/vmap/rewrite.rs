@@ -8,7 +8,9 @@ use crate::dtype::DType;
 use crate::error::TraceError;
 use crate::hash::Digest;
 use crate::ir;
-use crate::lazy::{operator_key, GradientCall, GradientFn, LazyTensor, Node, OperatorNode};
+use crate::lazy::{
+    operator_key, Gradient, GradientCall, GradientFn, LazyTensor, Node, OperatorNode,
+};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -127,8 +129,19 @@ impl Batcher {
         let (dag, key) = batched_ir(op, &mask, self.batch)?;
         let node = OperatorNode::with_key(dag, key, inputs, None);
         if let Some(gradient) = op.gradient.0.get() {
-            let batched =
-                batched_gradient(gradient.clone(), op.dag.clone(), op.key, mask, self.batch);
+            // Identified by the original gradient's identity, the operator, the batched
+            // inputs and the batch size (everything the batched closure captures).
+            let mut key = op.key.0.to_vec();
+            key.extend(mask.iter().map(|&b| b as u8));
+            key.extend((self.batch as u64).to_le_bytes());
+            let func = batched_gradient(
+                gradient.func.clone(),
+                op.dag.clone(),
+                op.key,
+                mask,
+                self.batch,
+            );
+            let batched = Gradient::derived::<BatchedGradient>(func, gradient.id.as_ref(), key);
             let _ = node.gradient.0.set(batched);
         }
         Ok(Mapped::Node(Arc::new(Node::Operator(node))))
@@ -168,6 +181,9 @@ fn batched_ir(
 }
 
 /// The gradient function of a batched call, made from the per-example call's `gradient`.
+/// The derivation of a batched gradient from a per-example one (its identity's type).
+struct BatchedGradient;
+
 fn batched_gradient(
     gradient: Arc<GradientFn>,
     dag: Arc<ir::ExpressionDag>,
