@@ -128,9 +128,12 @@ def test_a_bundle_with_its_libraries_runs_without_a_compiler(bundle_dir, inputs,
     result, cache = serve(tmp_path, bundle, path, compiler=False, saved=saved)
     check(result, values)
     np.testing.assert_array_equal(np.array(result["saved"]), np.array(result["y"]))
-    # Every operator, forward and gradient, came from the bundle (7 libraries).
+    # Every operator, forward and gradient, came from the bundle: the forward program's kernels
+    # and the gradient program's (how many depends on what fusion merged).
     found = metas(cache)
-    assert len(found) == 7 and all("embedded in an exported program" in m for m in found), found
+    forward_kernels = json.loads(bundle.read_text())["kernels"]
+    assert len(found) > forward_kernels, found
+    assert all("embedded in an exported program" in m for m in found), found
 
 
 def test_a_bundle_from_another_machine_is_compiled_or_a_clear_error(bundle_dir, inputs, tmp_path):
