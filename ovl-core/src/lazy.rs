@@ -205,6 +205,20 @@ pub struct LazyTensor {
 }
 
 impl LazyTensor {
+    /// Handles on every output of the operator `node`, whose IR is `dag`.
+    pub(crate) fn outputs_of(node: &Arc<Node>, dag: &ir::ExpressionDag) -> Vec<LazyTensor> {
+        dag.outputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| LazyTensor {
+                node: node.clone(),
+                output: i,
+                dtype: DType::from_ir(t.dtype).unwrap_or(DType::F32),
+                shape: t.shape.iter().map(|&d| d as usize).collect(),
+            })
+            .collect()
+    }
+
     /// A handle on host data.
     pub fn host(tensor: HostTensor) -> LazyTensor {
         let dtype = tensor.dtype();

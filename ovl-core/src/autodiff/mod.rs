@@ -240,18 +240,7 @@ fn build(
         if !leads.contains(&id) || targets.contains(&id) && !op_inputs_lead(op, &leads) {
             continue;
         }
-        let outputs: Vec<LazyTensor> = op
-            .dag
-            .outputs
-            .iter()
-            .enumerate()
-            .map(|(i, t)| LazyTensor {
-                node: node.clone(),
-                output: i,
-                dtype: DType::from_ir(t.dtype).unwrap_or(DType::F32),
-                shape: t.shape.iter().map(|&d| d as usize).collect(),
-            })
-            .collect();
+        let outputs = LazyTensor::outputs_of(node, &op.dag);
         let output_grads: Vec<Option<LazyTensor>> = outputs
             .iter()
             .map(|o| grads.get(&key(o)).cloned())

@@ -4,7 +4,6 @@
 use super::ops::{broadcast_op, failed_tensor, sum_op};
 use super::VmapError;
 use crate::batch::{batch_operator, BatchError};
-use crate::dtype::DType;
 use crate::error::TraceError;
 use crate::hash::Digest;
 use crate::ir;
@@ -240,17 +239,7 @@ fn per_example_gradient(
         inputs.clone(),
         None,
     )));
-    let outputs: Vec<LazyTensor> = dag
-        .outputs
-        .iter()
-        .enumerate()
-        .map(|(i, t)| LazyTensor {
-            node: node.clone(),
-            output: i,
-            dtype: DType::from_ir(t.dtype).unwrap_or(DType::F32),
-            shape: t.shape.iter().map(|&d| d as usize).collect(),
-        })
-        .collect();
+    let outputs = LazyTensor::outputs_of(&node, dag);
     let output_grads: Vec<Option<LazyTensor>> = call
         .output_grads
         .iter()
