@@ -60,6 +60,21 @@ impl Splice {
         self.inputs.len() as u32 - 1
     }
 
+    /// The merged operator's input for each of `consumer`'s input slots, or `u32::MAX` for a
+    /// slot that reads a handed-over producer output (`slot_output[slot]` is `Some`).
+    pub fn consumer_inputs(&mut self, consumer: &Node, slot_output: &[Option<u32>]) -> Vec<u32> {
+        consumer
+            .inputs
+            .iter()
+            .zip(&consumer.dag.inputs)
+            .zip(slot_output)
+            .map(|((&src, t), handed)| match handed {
+                Some(_) => u32::MAX,
+                None => self.input(src, t),
+            })
+            .collect()
+    }
+
     /// Appends one part's expressions (after its locals); returns the merged index of each
     /// part expression (`u32::MAX` for dropped writes).
     pub fn append(&mut self, part: &Part<'_>) -> Vec<u32> {
@@ -216,16 +231,7 @@ pub(crate) fn merge_vertical(
         map_second.push(Some(s.dag.outputs.len() as u32));
         s.dag.outputs.push(t.clone());
     }
-    let input_map_c: Vec<u32> = consumer
-        .inputs
-        .iter()
-        .zip(&consumer.dag.inputs)
-        .zip(&plan.slot_output)
-        .map(|((&src, t), handed)| match handed {
-            Some(_) => u32::MAX,
-            None => s.input(src, t),
-        })
-        .collect();
+    let input_map_c = s.consumer_inputs(consumer, &plan.slot_output);
     let mut replace = HashMap::new();
     for (i, e) in consumer.dag.expressions.iter().enumerate() {
         if e.code != Op::Read as i32 {

@@ -442,16 +442,7 @@ pub(crate) fn substitute(
     let mut s = Splice::new(consumer, &names);
     s.dag.outputs = consumer.dag.outputs.clone();
     s.dag.locals = consumer.dag.locals.clone();
-    let c_inputs: Vec<u32> = consumer
-        .inputs
-        .iter()
-        .zip(&consumer.dag.inputs)
-        .zip(&plan.slot_output)
-        .map(|((&src, t), handed)| match handed {
-            Some(_) => u32::MAX,
-            None => s.input(src, t),
-        })
-        .collect();
+    let c_inputs = s.consumer_inputs(consumer, &plan.slot_output);
     let uses_locals = plan.outputs.iter().any(|o| {
         producer.dag.expressions[..o.write]
             .iter()
