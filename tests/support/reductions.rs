@@ -109,12 +109,10 @@ fn logsumexp_ops(x: &Lazy<f32>) -> Lazy<f32> {
 // ---------------------------------------------------------------------------------------------
 // (b) Hand-written operators, one worker per row
 
-/// `(x - mean) / sqrt(var + eps)` per row, the statistics in one pass (sum and sum of squares).
-#[operator]
-pub fn layernorm_rows(x: Tensor<f32>, eps: f32) -> Tensor<f32> {
-    let [rows, cols] = x.dims::<2>();
-    let r = position_in([rows])[0];
-    let y = output_like(&x);
+/// Layer norm's statistics of row `r` of `x` (`cols` wide): its mean and `1 / sqrt(var + eps)`,
+/// in one pass (sum and sum of squares).
+#[helper]
+fn layernorm_stats(x: &Tensor<f32>, r: Expr<i64>, cols: usize, eps: f32) -> (Expr<f32>, Expr<f32>) {
     let mut s = sum_of(0.0f32);
     let mut sq = sum_of(0.0f32);
     for j in 0..cols {
@@ -123,7 +121,26 @@ pub fn layernorm_rows(x: Tensor<f32>, eps: f32) -> Tensor<f32> {
         sq += v * v;
     }
     let mean = s / cols as f32;
-    let inv = rsqrt(sq / cols as f32 - mean * mean + eps);
+    (mean, rsqrt(sq / cols as f32 - mean * mean + eps))
+}
+
+/// RMS norm's statistic of row `r` of `x` (`cols` wide): `1 / sqrt(mean(x²) + eps)`.
+#[helper]
+fn rms_inv(x: &Tensor<f32>, r: Expr<i64>, cols: usize, eps: f32) -> Expr<f32> {
+    let mut sq = sum_of(0.0f32);
+    for j in 0..cols {
+        sq += x[[r, j]] * x[[r, j]];
+    }
+    rsqrt(sq / cols as f32 + eps)
+}
+
+/// `(x - mean) / sqrt(var + eps)` per row, the statistics in one pass (sum and sum of squares).
+#[operator]
+pub fn layernorm_rows(x: Tensor<f32>, eps: f32) -> Tensor<f32> {
+    let [rows, cols] = x.dims::<2>();
+    let r = position_in([rows])[0];
+    let y = output_like(&x);
+    let (mean, inv) = layernorm_stats(&x, r, cols, eps);
     for j in 0..cols {
         y[[r, j]] = (x[[r, j]] - mean) * inv;
     }
@@ -137,15 +154,7 @@ pub fn layernorm_rows_grad(x: Tensor<f32>, dy: Tensor<f32>, eps: f32) -> Tensor<
     let [rows, cols] = x.dims::<2>();
     let r = position_in([rows])[0];
     let dx = output_like(&x);
-    let mut s = sum_of(0.0f32);
-    let mut sq = sum_of(0.0f32);
-    for j in 0..cols {
-        let v = x[[r, j]];
-        s += v;
-        sq += v * v;
-    }
-    let mean = s / cols as f32;
-    let inv = rsqrt(sq / cols as f32 - mean * mean + eps);
+    let (mean, inv) = layernorm_stats(&x, r, cols, eps);
     let mut g = sum_of(0.0f32);
     let mut gy = sum_of(0.0f32);
     for j in 0..cols {
@@ -204,11 +213,7 @@ pub fn rmsnorm_rows(x: Tensor<f32>, eps: f32) -> Tensor<f32> {
     let [rows, cols] = x.dims::<2>();
     let r = position_in([rows])[0];
     let y = output_like(&x);
-    let mut sq = sum_of(0.0f32);
-    for j in 0..cols {
-        sq += x[[r, j]] * x[[r, j]];
-    }
-    let inv = rsqrt(sq / cols as f32 + eps);
+    let inv = rms_inv(&x, r, cols, eps);
     for j in 0..cols {
         y[[r, j]] = x[[r, j]] * inv;
     }
@@ -221,11 +226,7 @@ pub fn rmsnorm_rows_grad(x: Tensor<f32>, dy: Tensor<f32>, eps: f32) -> Tensor<f3
     let [rows, cols] = x.dims::<2>();
     let r = position_in([rows])[0];
     let dx = output_like(&x);
-    let mut sq = sum_of(0.0f32);
-    for j in 0..cols {
-        sq += x[[r, j]] * x[[r, j]];
-    }
-    let inv = rsqrt(sq / cols as f32 + eps);
+    let inv = rms_inv(&x, r, cols, eps);
     let mut gy = sum_of(0.0f32);
     for j in 0..cols {
         gy += dy[[r, j]] * x[[r, j]];
