@@ -17,6 +17,16 @@ fn length(shape: &[usize], axis: usize) -> usize {
     shape.get(axis).copied().unwrap_or(0)
 }
 
+/// The sum of worker `p`'s row of `x` along `axis` (an accumulator loop; 0 for an empty axis).
+#[helper]
+fn row_sum<T: Num>(x: &Tensor<T>, p: &Position, axis: usize, keep: bool) -> Expr<T> {
+    let mut acc = sum_of(lit::<T>(0.0));
+    for k in 0..length(x.shape(), axis) {
+        acc += x.read(row_element(p, x.rank(), axis, keep, k));
+    }
+    acc.get()
+}
+
 /// Sum along `axis`; with `keep` the axis stays with size 1. An empty axis sums to 0.
 #[operator]
 pub(crate) fn sum<T: Num>(x: Tensor<T>, axis: usize, keep: bool) -> Tensor<T> {
@@ -24,11 +34,7 @@ pub(crate) fn sum<T: Num>(x: Tensor<T>, axis: usize, keep: bool) -> Tensor<T> {
     let shape = reduced_shape(x.shape(), axis, keep);
     let p = workers(&shape);
     let out = output(&shape);
-    let mut acc = sum_of(lit::<T>(0.0));
-    for k in 0..length(x.shape(), axis) {
-        acc += x.read(row_element(&p, x.rank(), axis, keep, k));
-    }
-    out.write(own(&p, shape.len()), acc);
+    out.write(own(&p, shape.len()), row_sum(&x, &p, axis, keep));
     out
 }
 
@@ -40,11 +46,8 @@ pub(crate) fn mean<T: Float>(x: Tensor<T>, axis: usize, keep: bool) -> Tensor<T>
     let n = length(x.shape(), axis);
     let p = workers(&shape);
     let out = output(&shape);
-    let mut acc = sum_of(lit::<T>(0.0));
-    for k in 0..n {
-        acc += x.read(row_element(&p, x.rank(), axis, keep, k));
-    }
-    out.write(own(&p, shape.len()), acc / lit::<T>(n as f64));
+    let total = row_sum(&x, &p, axis, keep);
+    out.write(own(&p, shape.len()), total / lit::<T>(n as f64));
     out
 }
 
@@ -60,11 +63,7 @@ pub(crate) fn var<T: Float>(x: Tensor<T>, axis: usize, keep: bool) -> Tensor<T> 
     let p = workers(&shape);
     let out = output(&shape);
     let count = lit::<T>(n as f64);
-    let mut total = sum_of(lit::<T>(0.0));
-    for k in 0..n {
-        total += x.read(row_element(&p, r, axis, keep, k));
-    }
-    let mean = total / count;
+    let mean = row_sum(&x, &p, axis, keep) / count;
     let mut squares = sum_of(lit::<T>(0.0));
     for k in 0..n {
         let d = x.read(row_element(&p, r, axis, keep, k)) - mean;
