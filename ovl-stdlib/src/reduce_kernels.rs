@@ -17,14 +17,15 @@ fn length(shape: &[usize], axis: usize) -> usize {
     shape.get(axis).copied().unwrap_or(0)
 }
 
-/// The sum of worker `p`'s row of `x` along `axis` (an accumulator loop; 0 for an empty axis).
+/// The sum of worker `p`'s row of `x` along `axis` (an accumulator loop; 0 for an empty axis),
+/// read where it is used.
 #[helper]
-fn row_sum<T: Num>(x: &Tensor<T>, p: &Position, axis: usize, keep: bool) -> Expr<T> {
+fn row_sum<T: Num>(x: &Tensor<T>, p: &Position, axis: usize, keep: bool) -> Acc<T> {
     let mut acc = sum_of(lit::<T>(0.0));
     for k in 0..length(x.shape(), axis) {
         acc += x.read(row_element(p, x.rank(), axis, keep, k));
     }
-    acc.get()
+    acc
 }
 
 /// Sum along `axis`; with `keep` the axis stays with size 1. An empty axis sums to 0.
