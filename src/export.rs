@@ -312,6 +312,7 @@ fn build_program(
 
 fn tensor_type(dtype: DType, shape: &[usize]) -> ir::TensorType {
     ir::TensorType {
+        symbolic: Vec::new(),
         dtype: dtype.to_ir() as i32,
         shape: shape.iter().map(|&d| d as u64).collect(),
     }

@@ -658,6 +658,7 @@ impl GraphBuilder {
                     key_tensor_type(&mut self.key, h.dtype(), &h.shape);
                     if self.build {
                         self.dag.inputs.push(ir::TensorType {
+                            symbolic: Vec::new(),
                             dtype: h.dtype().to_ir() as i32,
                             shape: h.shape.iter().map(|&d| d as u64).collect(),
                         });
@@ -678,6 +679,7 @@ impl GraphBuilder {
                     key_tensor_type(&mut self.key, p.dtype, &p.shape);
                     if self.build {
                         self.dag.inputs.push(ir::TensorType {
+                            symbolic: Vec::new(),
                             dtype: p.dtype.to_ir() as i32,
                             shape: p.shape.iter().map(|&d| d as u64).collect(),
                         });

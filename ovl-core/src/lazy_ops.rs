@@ -26,6 +26,7 @@ pub enum Operand {
 
 fn tensor_type(dtype: DType, shape: &[usize]) -> ir::TensorType {
     ir::TensorType {
+        symbolic: Vec::new(),
         dtype: dtype.to_ir() as i32,
         shape: shape.iter().map(|&d| d as u64).collect(),
     }
@@ -194,6 +195,8 @@ fn elementwise<T: Scalar, R: Scalar>(
         ..Default::default()
     });
     let dag = ir::ExpressionDag {
+        symbolic_workgroup: Vec::new(),
+        symbol_count: 0,
         version: crate::IR_VERSION,
         name: name.to_string(),
         expressions: exprs,

@@ -349,6 +349,7 @@ impl Work {
             index_of[n] = i;
         }
         Ok(ir::OperatorDag {
+            symbols: Vec::new(),
             version: self.version,
             operators: order.iter().map(|&n| self.node(n).dag.clone()).collect(),
             inputs: self.graph_inputs.clone(),

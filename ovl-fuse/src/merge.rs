@@ -31,6 +31,8 @@ impl Splice {
         }
         Splice {
             dag: ir::ExpressionDag {
+                symbolic_workgroup: Vec::new(),
+                symbol_count: 0,
                 version: consumer.dag.version,
                 name,
                 expressions: Vec::new(),

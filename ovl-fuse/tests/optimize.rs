@@ -7,6 +7,7 @@ use ovl_ir::DType;
 
 fn f32_type(shape: &[u64]) -> ir::TensorType {
     ir::TensorType {
+        symbolic: Vec::new(),
         dtype: DType::F32.to_ir() as i32,
         shape: shape.to_vec(),
     }
@@ -41,6 +42,8 @@ fn square_via_variable(n: u64, line: u32) -> ir::ExpressionDag {
         ..e(Op::Const, Some(DType::F32), &[])
     };
     ir::ExpressionDag {
+        symbolic_workgroup: Vec::new(),
+        symbol_count: 0,
         version: ovl_ir::IR_VERSION,
         name: "square_var".into(),
         expressions: vec![
@@ -69,6 +72,8 @@ fn square_via_variable(n: u64, line: u32) -> ir::ExpressionDag {
 /// `out[i] = x[i] + x[i]`.
 fn double(n: u64, line: u32) -> ir::ExpressionDag {
     ir::ExpressionDag {
+        symbolic_workgroup: Vec::new(),
+        symbol_count: 0,
         version: ovl_ir::IR_VERSION,
         name: "double".into(),
         expressions: vec![
@@ -101,6 +106,7 @@ fn from_op(operator: u32) -> ir::ValueRef {
 
 fn chain(line: u32) -> ir::OperatorDag {
     ir::OperatorDag {
+        symbols: Vec::new(),
         version: ovl_ir::IR_VERSION,
         operators: vec![square_via_variable(8, line), double(8, line + 1)],
         inputs: vec![f32_type(&[8])],
@@ -219,6 +225,7 @@ fn one_variable_written_twice_hands_over_both_values() {
         })),
     };
     let dag = ir::OperatorDag {
+        symbols: Vec::new(),
         version: ovl_ir::IR_VERSION,
         operators: vec![producer, consumer],
         inputs: vec![f32_type(&[n])],

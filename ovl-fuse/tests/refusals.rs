@@ -35,6 +35,7 @@ fn value(f: From) -> ir::ValueRef {
 
 fn f32_type(shape: &[u64]) -> ir::TensorType {
     ir::TensorType {
+        symbolic: Vec::new(),
         dtype: DType::F32.to_ir() as i32,
         shape: shape.to_vec(),
     }
@@ -48,6 +49,7 @@ fn graph(
 ) -> ir::OperatorDag {
     let (operators, wiring): (Vec<_>, Vec<_>) = operators.into_iter().unzip();
     ir::OperatorDag {
+        symbols: Vec::new(),
         version: ovl_ir::IR_VERSION,
         operators,
         inputs,
@@ -217,6 +219,7 @@ fn opaque_write() {
         vec![
             f32_type(&[n]),
             ir::TensorType {
+                symbolic: Vec::new(),
                 dtype: DType::I32.to_ir() as i32,
                 shape: vec![n],
             },
@@ -338,6 +341,7 @@ fn opaque_read() {
         vec![
             f32_type(&[n]),
             ir::TensorType {
+                symbolic: Vec::new(),
                 dtype: DType::I32.to_ir() as i32,
                 shape: vec![n],
             },

@@ -82,12 +82,15 @@ pub fn batch_operator(
     }
     crate::validate::validate(dag).map_err(|e| error(format!("it is not valid IR: {e}")))?;
     let with_batch = |t: &ir::TensorType| ir::TensorType {
+        symbolic: shift_symbolic(&t.symbolic),
         dtype: t.dtype,
         shape: std::iter::once(batch)
             .chain(t.shape.iter().copied())
             .collect(),
     };
     let mut out = ir::ExpressionDag {
+        symbolic_workgroup: shift_symbolic(&dag.symbolic_workgroup),
+        symbol_count: dag.symbol_count,
         version: dag.version,
         name: dag.name.clone(),
         expressions: Vec::with_capacity(dag.expressions.len() + 1),
@@ -145,6 +148,16 @@ pub fn batch_operator(
         ))
     })?;
     Ok(out)
+}
+
+/// Symbolic dimensions of a shape that gains a leading axis: each moves one place right.
+fn shift_symbolic(dims: &[ir::SymbolicDim]) -> Vec<ir::SymbolicDim> {
+    dims.iter()
+        .map(|d| ir::SymbolicDim {
+            dim: d.dim + 1,
+            ..d.clone()
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ pub struct Builder {
 
 fn tensor_type(d: DType, shape: &[u64]) -> ir::TensorType {
     ir::TensorType {
+        symbolic: Vec::new(),
         dtype: d.to_ir() as i32,
         shape: shape.to_vec(),
     }

@@ -247,6 +247,7 @@ mod tests {
         changed.push(d);
         let mut d = base.clone();
         d.locals.push(ir::TensorType {
+            symbolic: Vec::new(),
             dtype: DType::F32.to_ir() as i32,
             shape: vec![],
         });
@@ -305,6 +306,7 @@ mod tests {
     fn graph(op: ir::ExpressionDag) -> ir::OperatorDag {
         let t = op.inputs[0].clone();
         ir::OperatorDag {
+            symbols: Vec::new(),
             version: crate::IR_VERSION,
             operators: vec![op.clone(), op],
             inputs: vec![t],

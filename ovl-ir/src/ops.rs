@@ -419,7 +419,7 @@ use ResultRule as R;
 
 /// Every opcode but `OP_UNSPECIFIED`, in the order of `proto/ovl.proto`.
 #[rustfmt::skip]
-pub const TABLE: [OpInfo; 66] = [
+pub const TABLE: [OpInfo; 67] = [
     // ---- values
     row(Op::Const, "const", C::Leaf, Some(0), "none", K::Any, R::Declared, B::None, Spelling::NONE),
     row(Op::Position, "position", C::Leaf, Some(0), "none", K::Any, R::I64, B::None, Spelling::NONE),
@@ -429,6 +429,7 @@ pub const TABLE: [OpInfo; 66] = [
     row(Op::Assign, "assign", C::Variable, Some(2), "the variable and the value", K::Any, R::Statement, B::None, Spelling::NONE),
     row(Op::LocalTensor, "local_tensor", C::Tensor, Some(0), "none", K::Any, R::Statement, B::None, Spelling::NONE),
     row(Op::Cast, "cast", C::Cast, Some(1), "the value", K::Any, R::Declared, B::None, Spelling::NONE),
+    row(Op::Symbol, "symbol", C::Leaf, Some(0), "none", K::Any, R::I64, B::None, Spelling::NONE),
     // ---- unary
     unary(Op::Neg, "neg", K::Numeric, Spelling::numeric(Prefix("-"), Call("ovl::neg"))),
     unary(Op::Not, "not", K::BoolOrInt, Spelling::new(Form::No, Call("ovl::bnot"), Call("ovl::bnot"), Prefix("!"))),

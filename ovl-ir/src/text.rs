@@ -328,9 +328,11 @@ while_end
         b.write(OUT, 0, &[i], y);
         let op = b.build();
         let g = ir::OperatorDag {
+            symbols: Vec::new(),
             version: 1,
             operators: vec![op.clone(), op],
             inputs: vec![ir::TensorType {
+                symbolic: Vec::new(),
                 dtype: DType::F32.to_ir() as i32,
                 shape: vec![4],
             }],

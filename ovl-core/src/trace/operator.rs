@@ -383,6 +383,8 @@ fn finish_dag(
         }
     }
     ir::ExpressionDag {
+        symbolic_workgroup: Vec::new(),
+        symbol_count: 0,
         version: crate::IR_VERSION,
         name: st.site.name.to_string(),
         expressions: exprs,

@@ -504,6 +504,7 @@ pub fn position_in(shape: impl AsRef<[usize]>) -> Position {
 
 fn tensor_type(dtype: DType, shape: &[usize]) -> ir::TensorType {
     ir::TensorType {
+        symbolic: Vec::new(),
         dtype: dtype.to_ir() as i32,
         shape: shape.iter().map(|&d| d as u64).collect(),
     }

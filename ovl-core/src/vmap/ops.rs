@@ -142,6 +142,7 @@ pub(super) fn failed_tensor(name: &str, like: &LazyTensor, error: Arc<TraceError
         name: name.into(),
         workgroup_shape: vec![1],
         outputs: vec![ir::TensorType {
+            symbolic: Vec::new(),
             dtype: like.dtype.to_ir() as i32,
             shape: like.shape.iter().map(|&d| d as u64).collect(),
         }],

@@ -75,10 +75,12 @@ fn version_workgroup_and_tensor_types() {
     // Empty dimensions and rank-0 tensors are fine.
     let mut d = valid();
     d.locals.push(ir::TensorType {
+        symbolic: Vec::new(),
         dtype: DType::I8.to_ir() as i32,
         shape: vec![0, 3],
     });
     d.locals.push(ir::TensorType {
+        symbolic: Vec::new(),
         dtype: DType::I8.to_ir() as i32,
         shape: vec![],
     });
@@ -404,6 +406,7 @@ fn locals_are_initialized_before_use() {
     let mut b = base();
     let i = b.position(0);
     b.dag.locals.push(ir::TensorType {
+        symbolic: Vec::new(),
         dtype: DType::I32.to_ir() as i32,
         shape: vec![4],
     });
@@ -609,6 +612,7 @@ fn graph() -> ir::OperatorDag {
         })),
     };
     ir::OperatorDag {
+        symbols: Vec::new(),
         version: crate::IR_VERSION,
         operators: vec![op.clone(), op],
         inputs: vec![t],
