@@ -376,7 +376,7 @@ impl Plan {
                     // allocated from the plan's types, which `Plan::new` matched against the
                     // operators through the wiring); the buffers written are distinct from
                     // those read (a DAG).
-                    unsafe { kernel.run_raw(&ins, &outs, threads) }?;
+                    unsafe { kernel.run_raw(&ins, &outs, &[], threads) }?;
                     None
                 }
                 kernel => {
@@ -399,7 +399,9 @@ impl Plan {
                         })
                         .collect();
                     let result: Result<Option<Duration>, RunFailure> = match kernel {
-                        Kernel::Cuda(k) => k.run(&ins, &mut outs).map(Some).map_err(Into::into),
+                        Kernel::Cuda(k) => {
+                            k.run(&ins, &mut outs, &[]).map(Some).map_err(Into::into)
+                        }
                         _ => interp::interpret(op, &ins, &mut outs)
                             .map(|()| None)
                             .map_err(Into::into),

@@ -182,7 +182,7 @@ fn position(workgroup: &[u64], worker: i64) -> Vec<u64> {
 fn same_as_cpp(dag: &ExpressionDag, inputs: &[&HostTensor]) {
     let (op, _cache) = compiled(dag);
     let mut cpp_out = zero_outputs(dag);
-    let expected = op.run(inputs, &mut cpp_out, 1);
+    let expected = op.run(inputs, &mut cpp_out, &[], 1);
     let emulated = build(dag);
     for (grid, block) in [(1, 1), (3, 4), (2, 32)] {
         let (got, st) = emulate(&emulated, dag, inputs, grid, block);

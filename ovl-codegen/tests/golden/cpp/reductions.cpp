@@ -96,7 +96,13 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, const i
 
 }  // namespace
 
-OVL_EXPORT int ovl_run(const void* const* ovl_inputs, void* const* ovl_outputs, int64_t ovl_begin, int64_t ovl_end, ovl_status* ovl_st) {
+OVL_EXPORT int64_t ovl_worker_count(const int64_t* ovl_sym) {
+  (void)ovl_sym;
+  return 4LL;
+}
+
+OVL_EXPORT int ovl_run(const void* const* ovl_inputs, void* const* ovl_outputs, const int64_t* ovl_sym, int64_t ovl_begin, int64_t ovl_end, ovl_status* ovl_st) {
+  (void)ovl_sym;
   if (ovl_begin < 0) ovl_begin = 0;
   if (ovl_end > 4LL) ovl_end = 4LL;
   if (ovl_begin >= ovl_end) return 0;
@@ -104,6 +110,6 @@ OVL_EXPORT int ovl_run(const void* const* ovl_inputs, void* const* ovl_outputs, 
   return ovl_st->code;
 }
 
-OVL_EXPORT uint32_t ovl_abi_version(void) { return 1u; }
+OVL_EXPORT uint32_t ovl_abi_version(void) { return 2u; }
 OVL_EXPORT const char* ovl_cache_key(void) { return "golden"; }
-OVL_EXPORT int64_t ovl_worker_count(void) { return 4LL; }
+OVL_EXPORT uint32_t ovl_symbol_count(void) { return 0u; }
