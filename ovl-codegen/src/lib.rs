@@ -9,7 +9,7 @@
 //! use ovl_codegen::{compile, CompileOptions};
 //! let op = compile(dag, &CompileOptions::default())?; // compiles, or finds it in the cache
 //! let mut out = vec![ovl_ir::HostTensor::zeros(ovl_ir::DType::F32, &[4])];
-//! op.run(&[x], &mut out, 0)?; // 0 threads: one per core
+//! op.run(&[x], &mut out, &[], 0)?; // no symbol values; 0 threads: one per core
 //! # Ok(()) }
 //! ```
 //!
