@@ -14,6 +14,7 @@ pub mod hash;
 pub mod host;
 pub mod names;
 pub mod ops;
+pub mod symbolic;
 pub mod text;
 pub mod validate;
 
