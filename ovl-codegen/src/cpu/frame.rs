@@ -177,17 +177,15 @@ pub(crate) fn cpp_source(e: &Emitter) -> String {
         "OVL_EXPORT int ovl_run(const void* const* ovl_inputs, void* const* ovl_outputs, \
          const int64_t* ovl_sym, int64_t ovl_begin, int64_t ovl_end, ovl_status* ovl_st) {{"
     );
-    match e.workers {
-        Some(_) => {
-            let _ = writeln!(s, "  (void)ovl_sym;");
-        }
-        None => {
-            symbol_values(&mut s, e);
-            let _ = writeln!(
-                s,
-                "  const int64_t ovl_workers = ovl_worker_count(ovl_sym);  // -1: not runnable"
-            );
-        }
+    if e.symbol_count == 0 {
+        let _ = writeln!(s, "  (void)ovl_sym;");
+    }
+    symbol_values(&mut s, e);
+    if e.workers.is_none() {
+        let _ = writeln!(
+            s,
+            "  const int64_t ovl_workers = ovl_worker_count(ovl_sym);  // -1: not runnable"
+        );
     }
     let workers = match e.workers {
         Some(n) => format!("{n}LL"),

@@ -141,6 +141,45 @@ pub(crate) fn product(shape: &[u64]) -> u64 {
     shape.iter().product()
 }
 
+/// The canonical hash of an operator as generated code sees it
+/// ([`ovl_ir::hash::canonical_hash`], which covers the symbolic fields), with the example size
+/// that a symbolic dimension's `shape[dim]` holds set to 0: generated code never uses it, so
+/// traces of one program at different sizes share one cache entry (which serves every size),
+/// while a concrete operator, whose hash has no symbolic fields, never shares it.
+pub(crate) fn code_hash(dag: &ir::ExpressionDag) -> ovl_ir::hash::Digest {
+    if dag.symbol_count == 0
+        && dag.symbolic_workgroup.is_empty()
+        && dag
+            .inputs
+            .iter()
+            .chain(&dag.outputs)
+            .chain(&dag.locals)
+            .all(|t| t.symbolic.is_empty())
+    {
+        return ovl_ir::hash::canonical_hash(dag);
+    }
+    let mut d = dag.clone();
+    let clear = |shape: &mut Vec<u64>, symbolic: &[ir::SymbolicDim]| {
+        for s in symbolic {
+            if let Some(slot) = shape.get_mut(s.dim as usize) {
+                *slot = 0;
+            }
+        }
+    };
+    let symbolic = d.symbolic_workgroup.clone();
+    clear(&mut d.workgroup_shape, &symbolic);
+    for t in d
+        .inputs
+        .iter_mut()
+        .chain(&mut d.outputs)
+        .chain(&mut d.locals)
+    {
+        let symbolic = t.symbolic.clone();
+        clear(&mut t.shape, &symbolic);
+    }
+    ovl_ir::hash::canonical_hash(&d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
