@@ -307,7 +307,7 @@ fn bad_symbol_values_are_errors() {
     assert!(matches!(err, RunError::SymbolValues { .. }), "{err}");
     let text = err.to_string();
     assert!(
-        text.contains("[1]") && text.contains("S0-2") && text.contains("-1"),
+        text.contains("[1]") && text.contains("s0-2") && text.contains("-1"),
         "{text}"
     );
     assert!(op.worker_count(&[1]).is_err());

@@ -52,7 +52,7 @@ pub(crate) fn cpp_source(e: &Emitter) -> String {
     if e.symbol_count > 0 {
         let _ = writeln!(
             s,
-            "// Sized at run time: S<k> is the value of symbol k, the parameter ovl_S<k>."
+            "// Sized at run time: s<k> is the value of symbol k, the parameter ovl_S<k>."
         );
     }
     s.push_str(CPP_PRELUDE);

@@ -141,7 +141,7 @@ impl CompiledOperator {
                 .map_err(|e| e.to_string())?;
             // The worker count for some symbol values, as a check of the sizes.
             let probe = vec![3u64; geometry.symbol_count as usize];
-            if let Ok(shape) = sizes::resolve(&geometry.workgroup, &probe) {
+            if let Ok(shape) = ovl_ir::symbolic::resolve_workgroup(dag, &probe) {
                 let raw: Vec<i64> = probe.iter().map(|&v| v as i64).collect();
                 let (found, workers) = (count(raw.as_ptr()), sizes::product(&shape));
                 if found as u64 != workers {

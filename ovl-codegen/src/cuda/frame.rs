@@ -63,7 +63,7 @@ pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codeg
     if e.symbol_count > 0 {
         let _ = writeln!(
             s,
-            "// Sized at run time: S<k> is the value of symbol k, the parameter ovl_S<k>."
+            "// Sized at run time: s<k> is the value of symbol k, the parameter ovl_S<k>."
         );
     }
     s.push_str(PRELUDE);

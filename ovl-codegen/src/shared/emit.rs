@@ -83,32 +83,6 @@ impl TensorInfo {
     }
 }
 
-/// A shape for comments of generated code: `[S0, 4]`, `[2*S1+1]`.
-pub(crate) fn shape_text(sizes: &[Size]) -> String {
-    let dims: Vec<String> = sizes
-        .iter()
-        .map(|s| match *s {
-            Size::Known(n) => n.to_string(),
-            Size::Symbolic {
-                symbol,
-                scale,
-                offset,
-            } => {
-                let mut t = if scale == 1 {
-                    format!("S{symbol}")
-                } else {
-                    format!("{scale}*S{symbol}")
-                };
-                if offset != 0 {
-                    t += &format!("{offset:+}");
-                }
-                t
-            }
-        })
-        .collect();
-    format!("[{}]", dims.join(", "))
-}
-
 /// What emitting one expression gives: its value dtype (None for a statement) and the interval
 /// of an integer value when known.
 type Emitted = Result<(Option<DType>, Option<Interval>), CodegenError>;
@@ -1393,9 +1367,9 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    /// The workgroup for comments: `[S0, 4]`.
+    /// The workgroup for comments: `[s0, 4]`.
     pub(crate) fn workgroup_text(&self) -> String {
-        shape_text(&self.sizes)
+        ovl_ir::symbolic::shape_text(&self.dag.workgroup_shape, &self.dag.symbolic_workgroup, &[])
     }
 
     /// Locals that a worker could read before its first LOCAL_TENSOR ran: they are zeroed at

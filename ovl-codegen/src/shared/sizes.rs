@@ -1,8 +1,8 @@
 //! Sizes of dimensions as generated code sees them: known when the operator is compiled, or
 //! sized at run time (`proto/ovl.proto`, "Symbolic sizes": `scale * S[symbol] + offset`, where
 //! `S` are the symbol values the operator runs with). Generated code spells a known size as a
-//! literal and a symbolic one from the kernel's symbol parameters `ovl_S<k>`; the runtimes
-//! resolve symbolic sizes for the values of a run ([`resolve`]).
+//! literal and a symbolic one from the kernel's symbol parameters `ovl_S<k>` (the runtimes
+//! resolve sizes for the values of a run with `ovl_ir::symbolic`).
 
 use ovl_ir::ir;
 
@@ -60,22 +60,6 @@ impl Size {
             s => format!("(uint64_t){}", s.cpp()),
         }
     }
-
-    /// The size for symbol values `symbols` (i128: exact; may be negative or huge, which
-    /// [`resolve`] rejects). `None` when the symbol has no value.
-    pub fn value(self, symbols: &[u64]) -> Option<i128> {
-        match self {
-            Size::Known(n) => Some(n as i128),
-            Size::Symbolic {
-                symbol,
-                scale,
-                offset,
-            } => {
-                let s = *symbols.get(symbol as usize)? as i128;
-                Some(scale as i128 * s + offset as i128)
-            }
-        }
-    }
 }
 
 /// The sizes of a shape: `shape[d]`, or its [`Size::Symbolic`] where `symbolic` names `d`
@@ -97,40 +81,6 @@ pub(crate) fn sizes(shape: &[u64], symbolic: &[ir::SymbolicDim]) -> Vec<Size> {
 /// Whether any size is symbolic.
 pub(crate) fn any_symbolic(sizes: &[Size]) -> bool {
     sizes.iter().any(|s| s.known().is_none())
-}
-
-/// Why a shape cannot be sized for some symbol values.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Unsized {
-    /// Dimension `dim` would be `value` (negative, or beyond `i64::MAX`).
-    Dimension { dim: usize, value: i128 },
-    /// The product of the dimensions exceeds `i64::MAX`.
-    TooLarge,
-}
-
-/// The concrete shape of `sizes` for symbol values `symbols` (whose count the caller checked).
-pub(crate) fn resolve(sizes: &[Size], symbols: &[u64]) -> Result<Vec<u64>, Unsized> {
-    let shape = sizes
-        .iter()
-        .enumerate()
-        .map(|(dim, s)| {
-            let value = s.value(symbols).unwrap_or(-1);
-            if (0..=i64::MAX as i128).contains(&value) {
-                Ok(value as u64)
-            } else {
-                Err(Unsized::Dimension { dim, value })
-            }
-        })
-        .collect::<Result<Vec<u64>, Unsized>>()?;
-    if shape.contains(&0) {
-        return Ok(shape);
-    }
-    shape
-        .iter()
-        .try_fold(1u64, |n, &d| n.checked_mul(d))
-        .filter(|&n| n <= i64::MAX as u64)
-        .ok_or(Unsized::TooLarge)?;
-    Ok(shape)
 }
 
 /// The product of a resolved shape (0 when a dimension is 0).
@@ -185,7 +135,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn spelling_and_values() {
+    fn spelling() {
         let s = |scale, offset| Size::Symbolic {
             symbol: 1,
             scale,
@@ -196,17 +146,7 @@ mod tests {
         assert_eq!(s(2, 0).cpp(), "(2LL * ovl_S1)");
         assert_eq!(s(1, -3).cpp(), "(ovl_S1 - 3LL)");
         assert_eq!(s(4, 1).cpp(), "(4LL * ovl_S1 + 1LL)");
-        assert_eq!(s(2, -3).value(&[0, 5]), Some(7));
-        assert_eq!(s(2, -3).value(&[0]), None);
-        assert_eq!(
-            resolve(&[Size::Known(3), s(2, -3)], &[0, 1]),
-            Err(Unsized::Dimension { dim: 1, value: -1 })
-        );
-        assert_eq!(resolve(&[Size::Known(3), s(1, 0)], &[0, 0]), Ok(vec![3, 0]));
-        assert_eq!(
-            resolve(&[s(1, 0), s(1, 0)], &[0, 1 << 40]),
-            Err(Unsized::TooLarge)
-        );
+        assert_eq!(s(4, 1).cpp_unsigned(), "(uint64_t)(4LL * ovl_S1 + 1LL)");
         assert_eq!(product(&[3, 0, 5]), 0);
     }
 }

@@ -1,30 +1,39 @@
 //! What both runtimes know of an operator's tensors and workgroup, with sizes that may be given
-//! at run time ([`Geometry`]), and the checks of a run's symbol values and tensors against them.
+//! at run time ([`Geometry`]), and the checks of a run's symbol values and tensors against them
+//! (the sizes are resolved by `ovl_ir::symbolic`).
 
-use super::emit::shape_text;
-use super::sizes::{self, Size, Unsized};
+use super::sizes;
 use crate::error::RunError;
 use ovl_ir::ir;
+use ovl_ir::symbolic::{resolve_shape, shape_text, SymbolError};
 use ovl_ir::{DType, HostTensor};
 
-/// A tensor type: dtype and sizes.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A tensor type: dtype, shape and symbolic dimensions.
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct TensorSig {
     pub dtype: DType,
-    pub sizes: Vec<Size>,
+    ty: ir::TensorType,
 }
 
 impl TensorSig {
     fn of(t: &ir::TensorType) -> Option<TensorSig> {
         Some(TensorSig {
             dtype: DType::from_ir(t.dtype)?,
-            sizes: sizes::sizes(&t.shape, &t.symbolic),
+            ty: t.clone(),
         })
     }
 
-    /// `f32[S0, 4]`.
+    fn is_symbolic(&self) -> bool {
+        !self.ty.symbolic.is_empty()
+    }
+
+    /// `f32[s0, 4]`.
     fn name(&self) -> String {
-        format!("{}{}", self.dtype, shape_text(&self.sizes))
+        format!(
+            "{}{}",
+            self.dtype,
+            shape_text(&self.ty.shape, &self.ty.symbolic, &[])
+        )
     }
 }
 
@@ -33,7 +42,8 @@ impl TensorSig {
 pub(crate) struct Geometry {
     pub inputs: Vec<TensorSig>,
     pub outputs: Vec<TensorSig>,
-    pub workgroup: Vec<Size>,
+    /// The workgroup as a shape with symbolic dimensions (its dtype is unused).
+    workgroup: ir::TensorType,
     pub symbol_count: u32,
     /// The workgroup when every size is known (the common case needs no resolution).
     known_workgroup: Option<Vec<u64>>,
@@ -48,10 +58,7 @@ impl Geometry {
                 .collect::<Option<Vec<_>>>()
                 .ok_or(format!("an {what} type is not supported"))
         };
-        let workgroup = sizes::sizes(&dag.workgroup_shape, &dag.symbolic_workgroup);
-        let known_workgroup = if sizes::any_symbolic(&workgroup) {
-            None
-        } else {
+        let known_workgroup = if dag.symbolic_workgroup.is_empty() {
             let shape = dag.workgroup_shape.clone();
             shape
                 .iter()
@@ -59,11 +66,17 @@ impl Geometry {
                 .filter(|&n| n <= i64::MAX as u64)
                 .ok_or("the workgroup is too large")?;
             Some(shape)
+        } else {
+            None
         };
         Ok(Geometry {
             inputs: list(&dag.inputs, "input")?,
             outputs: list(&dag.outputs, "output")?,
-            workgroup,
+            workgroup: ir::TensorType {
+                dtype: 0,
+                shape: dag.workgroup_shape.clone(),
+                symbolic: dag.symbolic_workgroup.clone(),
+            },
             symbol_count: dag.symbol_count,
             known_workgroup,
         })
@@ -79,40 +92,13 @@ impl Geometry {
             });
         }
         if let Some(v) = symbols.iter().find(|&&v| v > i64::MAX as u64) {
-            return Err(self.bad_values(operator, symbols, format!("{v} exceeds 2^63 - 1")));
+            return Err(bad_values(
+                operator,
+                symbols,
+                format!("{v} exceeds 2^63 - 1"),
+            ));
         }
         Ok(())
-    }
-
-    fn bad_values(&self, operator: &str, symbols: &[u64], problem: String) -> RunError {
-        RunError::SymbolValues {
-            operator: operator.to_string(),
-            values: symbols.to_vec(),
-            problem,
-        }
-    }
-
-    /// Why `sizes` (of `what`) cannot be sized for `symbols`, as an error.
-    fn unsized_error(
-        &self,
-        operator: &str,
-        symbols: &[u64],
-        what: &str,
-        sizes: &[Size],
-        why: Unsized,
-    ) -> RunError {
-        let problem = match why {
-            Unsized::Dimension { dim, value } => format!(
-                "they make dimension {dim} of {what} {} equal to {value}; every size must be \
-                 between 0 and 2^63 - 1",
-                shape_text(&sizes[dim..=dim])
-            ),
-            Unsized::TooLarge => format!(
-                "they make {what} {} hold more than 2^63 - 1 elements",
-                shape_text(sizes)
-            ),
-        };
-        self.bad_values(operator, symbols, problem)
     }
 
     /// The workgroup for `symbols`, after checking them.
@@ -121,9 +107,13 @@ impl Geometry {
         if let Some(w) = &self.known_workgroup {
             return Ok(w.clone());
         }
-        sizes::resolve(&self.workgroup, symbols).map_err(|why| {
-            self.unsized_error(operator, symbols, "the workgroup", &self.workgroup, why)
-        })
+        let shape = resolve_shape(&self.workgroup, symbols)
+            .map_err(|e| unsized_error(operator, symbols, "the workgroup", e))?;
+        if sizes::product(&shape) > i64::MAX as u64 {
+            let e = SymbolError::Feed(format!("{shape:?} has more than 2^63 - 1 workers"));
+            return Err(unsized_error(operator, symbols, "the workgroup", e));
+        }
+        Ok(shape)
     }
 
     /// The shape of one tensor for `symbols` (checked), with its bytes within `i64::MAX`.
@@ -134,22 +124,26 @@ impl Geometry {
         what: &str,
         t: &TensorSig,
     ) -> Result<Vec<u64>, RunError> {
-        let shape = sizes::resolve(&t.sizes, symbols)
-            .map_err(|why| self.unsized_error(operator, symbols, what, &t.sizes, why))?;
-        let bytes = sizes::product(&shape).checked_mul(t.dtype.size() as u64);
+        if !t.is_symbolic() {
+            return Ok(t.ty.shape.clone());
+        }
+        let shape =
+            resolve_shape(&t.ty, symbols).map_err(|e| unsized_error(operator, symbols, what, e))?;
+        let bytes = shape
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d))
+            .and_then(|n| n.checked_mul(t.dtype.size() as u64));
         if !bytes.is_some_and(|b| b <= i64::MAX as u64) {
-            return Err(self.unsized_error(operator, symbols, what, &t.sizes, Unsized::TooLarge));
+            let e = SymbolError::Feed(format!("{shape:?} takes more than 2^63 - 1 bytes"));
+            return Err(unsized_error(operator, symbols, what, e));
         }
         Ok(shape)
     }
-
     /// Checks that every tensor can be sized for `symbols` (the counts were checked).
     pub fn check_tensors(&self, operator: &str, symbols: &[u64]) -> Result<(), RunError> {
         for (kind, list) in [("input", &self.inputs), ("output", &self.outputs)] {
             for (k, t) in list.iter().enumerate() {
-                if sizes::any_symbolic(&t.sizes) {
-                    self.shape(operator, symbols, &format!("{kind} {k}"), t)?;
-                }
+                self.shape(operator, symbols, &format!("{kind} {k}"), t)?;
             }
         }
         Ok(())
@@ -203,7 +197,7 @@ impl Geometry {
                     got += &format!(" holding {} elements", h.len());
                 }
                 let mut expected = format!("{}{:?}", t.dtype, shape);
-                if sizes::any_symbolic(&t.sizes) {
+                if t.is_symbolic() {
                     expected += &format!(" ({} for symbol values {symbols:?})", t.name());
                 }
                 return Err(RunError::TensorType {
@@ -216,4 +210,17 @@ impl Geometry {
         }
         Ok(())
     }
+}
+
+fn bad_values(operator: &str, symbols: &[u64], problem: String) -> RunError {
+    RunError::SymbolValues {
+        operator: operator.to_string(),
+        values: symbols.to_vec(),
+        problem,
+    }
+}
+
+/// Why `what` cannot be sized for `symbols`, as an error.
+fn unsized_error(operator: &str, symbols: &[u64], what: &str, e: SymbolError) -> RunError {
+    bad_values(operator, symbols, format!("{what}: {e}"))
 }

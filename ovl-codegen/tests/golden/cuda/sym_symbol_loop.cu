@@ -2,7 +2,7 @@
 // Defined at src/ops.rs:12.
 // Cache key golden.
 // Workgroup [3]; IR expression %k is the C++ variable vk.
-// Sized at run time: S<k> is the value of symbol k, the parameter ovl_S<k>.
+// Sized at run time: s<k> is the value of symbol k, the parameter ovl_S<k>.
 // ... the prelude (prelude.cuh) ...
 
 extern "C" __global__ void ovl_kernel(const int64_t* __restrict__ in0, int64_t* __restrict__ out0, int64_t ovl_S0, ovl_cuda_status* __restrict__ ovl_gst) {
