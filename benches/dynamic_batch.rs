@@ -49,14 +49,14 @@ fn with_symbolic_batch(dag: &ir::ExpressionDag, b: u64) -> ir::ExpressionDag {
         "the cell's workgroup leads with the batch"
     );
     d.symbol_count = 1;
-    d.symbolic_workgroup = vec![batch.clone()];
+    d.symbolic_workgroup = vec![batch];
     for t in d.inputs.iter_mut().chain(&mut d.outputs) {
         assert_eq!(
             t.shape.first(),
             Some(&b),
             "every tensor of the cell leads with the batch"
         );
-        t.symbolic = vec![batch.clone()];
+        t.symbolic = vec![batch];
     }
     ovl_core::validate::validate(&d).expect("the symbolic cell is valid");
     d

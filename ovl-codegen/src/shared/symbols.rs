@@ -133,7 +133,7 @@ impl Geometry {
             .iter()
             .try_fold(1u64, |n, &d| n.checked_mul(d))
             .and_then(|n| n.checked_mul(t.dtype.size() as u64));
-        if !bytes.is_some_and(|b| b <= i64::MAX as u64) {
+        if bytes.is_none_or(|b| b > i64::MAX as u64) {
             let e = SymbolError::Feed(format!("{shape:?} takes more than 2^63 - 1 bytes"));
             return Err(unsized_error(operator, symbols, what, e));
         }
@@ -151,12 +151,12 @@ impl Geometry {
 
     /// Checks the tensors passed against the operator's types for `symbols` (checked): counts,
     /// dtypes, shapes, and that each holds as many elements as its shape says.
-    pub fn check<'t>(
+    pub fn check(
         &self,
         operator: &str,
         symbols: &[u64],
         inputs: &[&HostTensor],
-        outputs: &mut dyn ExactSizeIterator<Item = &'t HostTensor>,
+        outputs: &mut dyn ExactSizeIterator<Item = &HostTensor>,
     ) -> Result<(), RunError> {
         self.check_list(
             operator,
@@ -168,13 +168,13 @@ impl Geometry {
         self.check_list(operator, symbols, "output", &self.outputs, outputs)
     }
 
-    fn check_list<'t>(
+    fn check_list(
         &self,
         operator: &str,
         symbols: &[u64],
         kind: &'static str,
         declared: &[TensorSig],
-        passed: &mut dyn ExactSizeIterator<Item = &'t HostTensor>,
+        passed: &mut dyn ExactSizeIterator<Item = &HostTensor>,
     ) -> Result<(), RunError> {
         if passed.len() != declared.len() {
             return Err(RunError::TensorCount {
