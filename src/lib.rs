@@ -125,7 +125,7 @@ pub use ovl_core::{
 };
 pub use ovl_macros::{helper, operator};
 pub use plan_cache::{clear_plan_cache, plan_cache_stats, set_plan_cache_capacity, PlanCacheStats};
-pub use polymorphic::{as_tensorflow_polymorphic, PolymorphicExport};
+pub use polymorphic::{as_tensorflow_polymorphic, IntoExport, PolymorphicExport};
 
 pub use fusion::fusion;
 /// The operator merger: fusion reports, refusal reasons, index patterns, Graphviz output.

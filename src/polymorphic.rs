@@ -50,13 +50,36 @@ pub const DEFAULT_SYMBOL: &str = "batch";
 ///     assert_eq!(y[0], ovl::HostTensor::from_vec(&[batch, 3], vec![3.0f32; batch * 3]).unwrap());
 /// }
 /// ```
-pub fn as_tensorflow_polymorphic<F>(export: F) -> PolymorphicExport<F>
+pub fn as_tensorflow_polymorphic<F, R>(export: F) -> PolymorphicExport<F>
 where
-    F: Fn(usize) -> TfExport,
+    F: Fn(usize) -> R,
+    R: IntoExport,
 {
     PolymorphicExport {
         export,
         symbol: DEFAULT_SYMBOL.to_string(),
+    }
+}
+
+/// What the export function of [`as_tensorflow_polymorphic`] returns: a [`TfExport`], or a
+/// `Result` of one (its error, for example from `ovl::backward`, becomes the export's error).
+pub trait IntoExport {
+    /// The export, or the error that prevented it.
+    fn into_export(self) -> Result<TfExport, Error>;
+}
+
+impl IntoExport for TfExport {
+    fn into_export(self) -> Result<TfExport, Error> {
+        Ok(self)
+    }
+}
+
+impl<E: std::fmt::Display> IntoExport for Result<TfExport, E> {
+    fn into_export(self) -> Result<TfExport, Error> {
+        self.map_err(|e| Error::Export {
+            name: String::new(),
+            message: format!("the export function failed: {e}"),
+        })
     }
 }
 
@@ -67,7 +90,7 @@ pub struct PolymorphicExport<F> {
     symbol: String,
 }
 
-impl<F: Fn(usize) -> TfExport> PolymorphicExport<F> {
+impl<F: Fn(usize) -> R, R: IntoExport> PolymorphicExport<F> {
     /// The symbol's name, used in messages and shown to TensorFlow users (default `batch`).
     pub fn symbol(mut self, name: &str) -> Self {
         self.symbol = name.to_string();
@@ -79,7 +102,10 @@ impl<F: Fn(usize) -> TfExport> PolymorphicExport<F> {
     /// that is not a whole multiple of the size plus a constant, a path that depends on it) is
     /// an error naming the operator and its line.
     pub fn build(&self) -> Result<Bundle, Error> {
-        let exports: Vec<TfExport> = TRACE_SIZES.iter().map(|&n| (self.export)(n)).collect();
+        let exports: Vec<TfExport> = TRACE_SIZES
+            .iter()
+            .map(|&n| (self.export)(n).into_export())
+            .collect::<Result<_, _>>()?;
         let name = exports[0].resolved_name();
         let err = |message: String| Error::Export {
             name: name.clone(),
