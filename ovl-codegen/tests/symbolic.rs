@@ -409,3 +409,65 @@ fn symbolic_fixtures_compile_for_cuda() {
         )),
     }
 }
+
+#[test]
+fn a_large_symbolic_workgroup_is_split_over_threads() {
+    // 30011 x 5 workers: enough work to run on several threads, chunks ending mid-row; checked
+    // against plain Rust.
+    let f = fixtures::symbolic()
+        .into_iter()
+        .find(|f| f.name == "sym_elementwise")
+        .unwrap();
+    let cache = TestCache::new();
+    let (op, _) = compile_with_outcome(&f.dag, &cache.options()).unwrap();
+    let n = 30011u64;
+    let inputs = (f.inputs)(&[n]);
+    let (a, b) = (
+        inputs[0].as_slice::<f32>().unwrap(),
+        inputs[1].as_slice::<f32>().unwrap(),
+    );
+    for threads in [0, 2, 3, 7] {
+        let mut out = vec![HostTensor::zeros(DType::F32, &[n as usize, 5])];
+        op.run(&[&inputs[0], &inputs[1]], &mut out, &[n], threads)
+            .unwrap();
+        let got = out[0].as_slice::<f32>().unwrap();
+        for k in 0..a.len() {
+            assert_eq!(
+                got[k].to_bits(),
+                (a[k] * b[k] + a[k]).to_bits(),
+                "element {k}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_fault_in_a_large_symbolic_workgroup_is_the_interpreters_on_several_threads() {
+    // sym_shifted_read faults in its last worker only; with 20000 workers the run is split.
+    let f = fixtures::symbolic()
+        .into_iter()
+        .find(|f| f.name == "sym_shifted_read")
+        .unwrap();
+    let cache = TestCache::new();
+    let (op, _) = compile_with_outcome(&f.dag, &cache.options()).unwrap();
+    let symbols = [20000u64];
+    let concrete = specialize_operator(&f.dag, &symbols).unwrap();
+    let inputs = (f.inputs)(&symbols);
+    let refs: Vec<&HostTensor> = inputs.iter().collect();
+    let mut expected = zeros(&concrete);
+    let Err(ovl_core::interp::InterpError::IndexOutOfBounds(want)) =
+        ovl_core::interp::interpret(&concrete, &refs, &mut expected)
+    else {
+        panic!("the interpreter reports the fault");
+    };
+    for threads in [0, 3] {
+        let mut got = zeros(&concrete);
+        let Err(RunError::IndexOutOfBounds(fault)) = op.run(&refs, &mut got, &symbols, threads)
+        else {
+            panic!("C++ reports the fault");
+        };
+        assert_eq!(fault, want);
+        assert_eq!(fault.position, vec![19999]);
+        assert_eq!(bits(&got[0]), bits(&expected[0]));
+    }
+}
