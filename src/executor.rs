@@ -45,13 +45,6 @@ pub(crate) fn kernels_with_libraries(
             // worker, whatever the target.
             _ if op.workgroup_shape.contains(&0) => Ok(Kernel::Interpreter),
             Target::Interpreter => Ok(Kernel::Interpreter),
-            // Until the code generator takes sizes at run time (in progress), refuse rather
-            // than compile the example sizes.
-            _ if ovl_core::symbolic::is_symbolic_operator(op) => Err(Error::Internal(format!(
-                "operator `{}` has sizes known only at run time, which this build compiles for \
-                 the interpreter only",
-                op.name
-            ))),
             Target::Cpu => {
                 let compile = options.compile_options();
                 Ok(Kernel::Cpu(

@@ -293,6 +293,12 @@ impl Plan {
         &self.symbols
     }
 
+    /// The values a kernel taking `count` symbols gets (its symbols are the graph's first
+    /// ones); all of them when it asks for more, which the kernel reports as an error.
+    fn symbols_for(&self, count: usize) -> &[u64] {
+        self.symbols.get(..count).unwrap_or(&self.symbols)
+    }
+
     /// The graph planned.
     pub fn dag(&self) -> &ir::OperatorDag {
         &self.dag
@@ -404,7 +410,14 @@ impl Plan {
                     // allocated from the plan's types, which `Plan::new` matched against the
                     // operators through the wiring); the buffers written are distinct from
                     // those read (a DAG).
-                    unsafe { kernel.run_raw(&ins, &outs, &[], threads) }?;
+                    unsafe {
+                        kernel.run_raw(
+                            &ins,
+                            &outs,
+                            self.symbols_for(kernel.symbol_count()),
+                            threads,
+                        )
+                    }?;
                     None
                 }
                 kernel => {
@@ -427,9 +440,10 @@ impl Plan {
                         })
                         .collect();
                     let result: Result<Option<Duration>, RunFailure> = match kernel {
-                        Kernel::Cuda(k) => {
-                            k.run(&ins, &mut outs, &[]).map(Some).map_err(Into::into)
-                        }
+                        Kernel::Cuda(k) => k
+                            .run(&ins, &mut outs, self.symbols_for(k.symbol_count()))
+                            .map(Some)
+                            .map_err(Into::into),
                         _ => interp::interpret(op, &ins, &mut outs)
                             .map(|()| None)
                             .map_err(Into::into),
