@@ -589,3 +589,37 @@ fn every_new_operator_and_gradient_compiles_for_cpu_and_cuda() {
         same_bits(&cuda[i], w, &format!("output {i} through cuda_validate"));
     }
 }
+
+/// Softmax keeps a row of up to 64 KiB in a worker-local buffer (`exp` once per element) and
+/// computes `exp` again for a longer row; both multiply by the reciprocal of the row's sum.
+/// Each path, on the interpreter and C++ (whose f32 `exp` differ by up to an ulp), within a few
+/// ulp of the f64 softmax.
+#[test]
+fn softmax_short_and_long_rows_match_f64_on_every_backend() {
+    // 16384 f32 is the longest buffered row; 16385 takes the other path; 7 leaves a partial
+    // block of lanes.
+    for cols in [7usize, 16384, 16385] {
+        let x = Array::from_shape_fn((2, cols), |(r, c)| {
+            ((c * 37 + r * 11) % 101) as f32 * 0.17 - 8.0 + r as f32 * 30.0
+        })
+        .into_dyn();
+        for o in targets() {
+            let got = eval(&ops::softmax(Lazy::from(x.clone())), &o);
+            for r in 0..2 {
+                let row: Vec<f64> = (0..cols).map(|c| x[[r, c]] as f64).collect();
+                let top = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let total: f64 = row.iter().map(|v| (v - top).exp()).sum();
+                for c in 0..cols {
+                    let want = (row[c] - top).exp() / total;
+                    let g = got[[r, c]] as f64;
+                    // f32 exp (1 ulp), the sum's rounding, the reciprocal and the product.
+                    assert!(
+                        (g - want).abs() <= 1e-5 * want,
+                        "{:?} cols {cols}: softmax[{r},{c}] = {g}, want {want}",
+                        o.target
+                    );
+                }
+            }
+        }
+    }
+}
