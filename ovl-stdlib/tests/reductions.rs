@@ -623,3 +623,27 @@ fn softmax_short_and_long_rows_match_f64_on_every_backend() {
         }
     }
 }
+
+/// Softmax's row buffer has the row's length, not the batch's: a softmax exported for any
+/// batch size (the batch symbolic) unifies and runs like the direct evaluation.
+#[test]
+fn softmax_exports_for_any_batch_size() {
+    let bundle = ovl::as_tensorflow_polymorphic(|batch| {
+        let x = ovl::placeholder::<f32>("x", &[batch, 5]);
+        ovl::as_tensorflow(&x, ops::softmax(&x)).options(&Options::interpreter())
+    })
+    .build()
+    .unwrap_or_else(|e| panic!("{e}"));
+    for batch in [1usize, 4] {
+        let x = Array::from_shape_fn((batch, 5), |(r, c)| (r * 5 + c) as f32 * 0.3 - 1.0);
+        let host = ovl::HostTensor::from_vec(&[batch, 5], x.iter().copied().collect()).unwrap();
+        let got = ovl::export::run_program(&bundle.program, vec![host], &Options::interpreter())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let want = eval(
+            &ops::softmax(Lazy::from(x.into_dyn())),
+            &Options::interpreter(),
+        );
+        let want = ovl::HostTensor::from_vec(&[batch, 5], want.iter().copied().collect()).unwrap();
+        assert_eq!(got[0], want, "batch {batch}");
+    }
+}
