@@ -647,3 +647,29 @@ fn softmax_exports_for_any_batch_size() {
         assert_eq!(got[0], want, "batch {batch}");
     }
 }
+
+/// The row buffer is private to each worker, so softmax batched by `vmap` is the softmax of
+/// each example, bit for bit.
+#[test]
+fn softmax_under_vmap_is_the_softmax_of_each_example() {
+    let x = Array::from_shape_fn((3, 2, 9), |(b, r, c)| {
+        ((b * 31 + r * 7 + c * 5) % 13) as f32 * 0.4 - 2.0
+    })
+    .into_dyn();
+    let xl = Lazy::from(x.clone());
+    let (y,) = ovl::vmap(
+        |(x,): (Lazy<f32>,)| (ops::softmax(&x),),
+        (ovl::Batched(&xl),),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    for o in targets() {
+        let got = eval(&y, &o);
+        for b in 0..3 {
+            let one = x.index_axis(Axis(0), b).to_owned();
+            let want = eval(&ops::softmax(Lazy::from(one)), &o);
+            for (g, w) in got.index_axis(Axis(0), b).iter().zip(want.iter()) {
+                assert_eq!(g.to_bits(), w.to_bits(), "{:?} example {b}", o.target);
+            }
+        }
+    }
+}
