@@ -237,9 +237,12 @@ pub(crate) fn matmul<T: Num>(a: Tensor<T>, b: Tensor<T>) -> Tensor<T> {
     out
 }
 
-/// The longest row, in bytes, that [`softmax`] keeps in a worker-local buffer: the limit of a
-/// local tensor (a row this long still fits in a core's L2 cache).
-const ROW_BUFFER_BYTES: usize = 64 * 1024;
+/// The longest row, in bytes, that [`softmax`] keeps in a worker-local buffer (4096 f32): it
+/// stays in a core's L1 cache on the CPU, and on a GPU, which reserves local memory for every
+/// thread that can be resident at once, it bounds that reservation (about 4 GiB on a GPU of 132
+/// multiprocessors of 2048 threads) where the local tensor limit, 64 KiB, would reserve four
+/// times as much.
+const ROW_BUFFER_BYTES: usize = 16 * 1024;
 
 /// Softmax along the last axis, one worker per row: the row's maximum `top`, then
 /// `e = exp(x - top)` and its sum `total`, then `e * (1 / total)` (one division per row; the
