@@ -589,3 +589,87 @@ fn every_new_operator_and_gradient_compiles_for_cpu_and_cuda() {
         same_bits(&cuda[i], w, &format!("output {i} through cuda_validate"));
     }
 }
+
+/// Softmax keeps a row of up to 16 KiB in a worker-local buffer (`exp` once per element) and
+/// computes `exp` again for a longer row; both multiply by the reciprocal of the row's sum.
+/// Each path, on the interpreter and C++ (whose f32 `exp` differ by up to an ulp), within a few
+/// ulp of the f64 softmax.
+#[test]
+fn softmax_short_and_long_rows_match_f64_on_every_backend() {
+    // 4096 f32 is the longest buffered row; 4097 takes the other path; 7 leaves a partial
+    // block of lanes.
+    for cols in [7usize, 4096, 4097] {
+        let x = Array::from_shape_fn((2, cols), |(r, c)| {
+            ((c * 37 + r * 11) % 101) as f32 * 0.17 - 8.0 + r as f32 * 30.0
+        })
+        .into_dyn();
+        for o in targets() {
+            let got = eval(&ops::softmax(Lazy::from(x.clone())), &o);
+            for r in 0..2 {
+                let row: Vec<f64> = (0..cols).map(|c| x[[r, c]] as f64).collect();
+                let top = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let total: f64 = row.iter().map(|v| (v - top).exp()).sum();
+                for c in 0..cols {
+                    let want = (row[c] - top).exp() / total;
+                    let g = got[[r, c]] as f64;
+                    // f32 exp (1 ulp), the sum's rounding, the reciprocal and the product.
+                    assert!(
+                        (g - want).abs() <= 1e-5 * want,
+                        "{:?} cols {cols}: softmax[{r},{c}] = {g}, want {want}",
+                        o.target
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Softmax's row buffer has the row's length, not the batch's: a softmax exported for any
+/// batch size (the batch symbolic) unifies and runs like the direct evaluation.
+#[test]
+fn softmax_exports_for_any_batch_size() {
+    let bundle = ovl::as_tensorflow_polymorphic(|batch| {
+        let x = ovl::placeholder::<f32>("x", &[batch, 5]);
+        ovl::as_tensorflow(&x, ops::softmax(&x)).options(&Options::interpreter())
+    })
+    .build()
+    .unwrap_or_else(|e| panic!("{e}"));
+    for batch in [1usize, 4] {
+        let x = Array::from_shape_fn((batch, 5), |(r, c)| (r * 5 + c) as f32 * 0.3 - 1.0);
+        let host = ovl::HostTensor::from_vec(&[batch, 5], x.iter().copied().collect()).unwrap();
+        let got = ovl::export::run_program(&bundle.program, vec![host], &Options::interpreter())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let want = eval(
+            &ops::softmax(Lazy::from(x.into_dyn())),
+            &Options::interpreter(),
+        );
+        let want = ovl::HostTensor::from_vec(&[batch, 5], want.iter().copied().collect()).unwrap();
+        assert_eq!(got[0], want, "batch {batch}");
+    }
+}
+
+/// The row buffer is private to each worker, so softmax batched by `vmap` is the softmax of
+/// each example, bit for bit.
+#[test]
+fn softmax_under_vmap_is_the_softmax_of_each_example() {
+    let x = Array::from_shape_fn((3, 2, 9), |(b, r, c)| {
+        ((b * 31 + r * 7 + c * 5) % 13) as f32 * 0.4 - 2.0
+    })
+    .into_dyn();
+    let xl = Lazy::from(x.clone());
+    let (y,) = ovl::vmap(
+        |(x,): (Lazy<f32>,)| (ops::softmax(&x),),
+        (ovl::Batched(&xl),),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    for o in targets() {
+        let got = eval(&y, &o);
+        for b in 0..3 {
+            let one = x.index_axis(Axis(0), b).to_owned();
+            let want = eval(&ops::softmax(Lazy::from(one)), &o);
+            for (g, w) in got.index_axis(Axis(0), b).iter().zip(want.iter()) {
+                assert_eq!(g.to_bits(), w.to_bits(), "{:?} example {b}", o.target);
+            }
+        }
+    }
+}

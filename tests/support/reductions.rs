@@ -171,7 +171,13 @@ pub fn layernorm_rows_grad(x: Tensor<f32>, dy: Tensor<f32>, eps: f32) -> Tensor<
     dx
 }
 
-/// `exp(x - max) / sum(exp(x - max))` per row.
+/// The longest row (f32 elements) [`softmax_rows`] keeps in a worker-local buffer: 64 KiB, the
+/// limit of a local tensor.
+const ROW_BUFFER: usize = 16 * 1024;
+
+/// `exp(x - max) / sum(exp(x - max))` per row, as `e * (1 / sum(e))` (one division per row).
+/// A row that fits a local tensor keeps `e = exp(x - max)` in it, so `exp` runs once per
+/// element; a longer one computes it again for the output.
 #[operator]
 pub fn softmax_rows(x: Tensor<f32>) -> Tensor<f32> {
     let [rows, cols] = x.dims::<2>();
@@ -182,11 +188,25 @@ pub fn softmax_rows(x: Tensor<f32>) -> Tensor<f32> {
         top.update(x[[r, j]]);
     }
     let mut total = sum_of(0.0f32);
-    for j in 0..cols {
-        total += exp(x[[r, j]] - top);
-    }
-    for j in 0..cols {
-        y[[r, j]] = exp(x[[r, j]] - top) / total;
+    if cols <= ROW_BUFFER {
+        let e = zeros::<f32>([cols]);
+        for j in 0..cols {
+            let v = exp(x[[r, j]] - top);
+            e[[j]] = v;
+            total += v;
+        }
+        let scale = 1.0f32 / total.get();
+        for j in 0..cols {
+            y[[r, j]] = e[[j]] * scale;
+        }
+    } else {
+        for j in 0..cols {
+            total += exp(x[[r, j]] - top);
+        }
+        let scale = 1.0f32 / total.get();
+        for j in 0..cols {
+            y[[r, j]] = exp(x[[r, j]] - top) * scale;
+        }
     }
     y
 }

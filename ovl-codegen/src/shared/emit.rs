@@ -950,10 +950,15 @@ impl<'a> Emitter<'a> {
         Ok((None, None))
     }
 
-    /// Gives a reduction loop's block loop (the text from `mark`: `for (ovl_l < ovl_m) { .. }`)
-    /// a copy for full blocks, whose constant trip count of `REDUCE_LANES` lets the compiler
-    /// keep the lanes in one vector register: `if (ovl_m == 8) { <copy> } else { <loop> }`.
-    /// Both copies run the same iterations in the same order, so the result is unchanged.
+    /// Splits a reduction loop's block loop (the text from `mark`: `for (ovl_l < ovl_m) { .. }`)
+    /// into the full blocks and the last, partial one: the loop over full blocks gets a copy
+    /// whose constant trip count of `REDUCE_LANES` lets the compiler keep the lanes in one
+    /// vector register, then the partial block (if any) runs the original:
+    /// `for (; ovl_b < ovl_f; ..) { <copy> } if (ovl_b < ovl_n) { ovl_m = ..; <loop> }`. The
+    /// partial block is outside the loop so that the full blocks never index the lanes with a
+    /// variable, which would keep them in memory (a store-to-load round trip per block, the
+    /// bound of a reduction over data in cache). Both copies run the same iterations in the
+    /// same order, so the result is unchanged.
     fn full_block_copy(&mut self, range: usize, mark: usize) {
         let block = self.body.split_off(mark);
         let mut full = block.replacen(
@@ -968,13 +973,16 @@ impl<'a> Emitter<'a> {
             let indent: String = full.chars().take_while(|c| *c == ' ').collect();
             full.insert_str(0, &format!("{indent}#pragma GCC unroll 1\n"));
         }
-        let indented =
-            |text: &str| -> String { text.lines().map(|l| format!("  {l}\n")).collect() };
-        self.line(&format!("if (ovl_m{range} == {REDUCE_LANES}) {{"));
-        self.body.push_str(&indented(&full));
-        self.line("} else {");
-        self.body.push_str(&indented(&block));
+        self.body.push_str(&full);
+        // Closes the loop over full blocks; the caller's next brace closes the partial block.
+        self.indent -= 1;
         self.line("}");
+        self.line(&format!("if (ovl_b{range} < ovl_n{range}) {{"));
+        self.indent += 1;
+        self.line(&format!(
+            "const uint64_t ovl_m{range} = ovl_n{range} - ovl_b{range};"
+        ));
+        self.body.push_str(&block);
     }
 
     /// After a reduction loop ran: each accumulator becomes accumulator ⊕ the pairwise fold of
@@ -1272,13 +1280,15 @@ impl<'a> Emitter<'a> {
             ));
         }
         self.counted_range_head(k, (s, e, st), step, &lanes);
+        // The full blocks end at `ovl_f`; `full_block_copy` adds the partial one after them.
         self.line(&format!(
-            "for (uint64_t ovl_b{k} = 0; ovl_b{k} < ovl_n{k}; ovl_b{k} += {REDUCE_LANES}) {{"
+            "const uint64_t ovl_f{k} = ovl_n{k} - ovl_n{k} % {REDUCE_LANES};"
+        ));
+        self.line(&format!("uint64_t ovl_b{k} = 0;"));
+        self.line(&format!(
+            "for (; ovl_b{k} < ovl_f{k}; ovl_b{k} += {REDUCE_LANES}) {{"
         ));
         self.indent += 1;
-        self.line(&format!(
-            "const uint64_t ovl_m{k} = ovl_n{k} - ovl_b{k} < {REDUCE_LANES} ? ovl_n{k} - ovl_b{k} : {REDUCE_LANES};"
-        ));
         self.block_mark = Some(self.body.len());
         self.line(&format!(
             "for (uint64_t ovl_l{k} = 0; ovl_l{k} < ovl_m{k}; ++ovl_l{k}) {{"

@@ -29,23 +29,24 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, const i
         float ovl_lanes4[8] = {(-__builtin_inff()), (-__builtin_inff()), (-__builtin_inff()), (-__builtin_inff()), (-__builtin_inff()), (-__builtin_inff()), (-__builtin_inff()), (-__builtin_inff())};
         if (ovl_start8 < ovl_end8) {
           const uint64_t ovl_n8 = ((uint64_t)ovl_end8 - (uint64_t)ovl_start8 - 1) / (uint64_t)ovl_step8 + 1;
-          for (uint64_t ovl_b8 = 0; ovl_b8 < ovl_n8; ovl_b8 += 8) {
-            const uint64_t ovl_m8 = ovl_n8 - ovl_b8 < 8 ? ovl_n8 - ovl_b8 : 8;
-            if (ovl_m8 == 8) {
-              #pragma GCC unroll 1
-              for (uint64_t ovl_l8 = 0; ovl_l8 < 8; ++ovl_l8) {
-                const int64_t v8 = (int64_t)((uint64_t)ovl_start8 + (ovl_b8 + ovl_l8) * (uint64_t)ovl_step8);
-                const float v9 = in0[v0 * 21LL + v8];
-                ovl_lanes2[ovl_l8] = ovl_lanes2[ovl_l8] + v9;
-                ovl_lanes4[ovl_l8] = ovl::fmax(ovl_lanes4[ovl_l8], v9);
-              }
-            } else {
-              for (uint64_t ovl_l8 = 0; ovl_l8 < ovl_m8; ++ovl_l8) {
-                const int64_t v8 = (int64_t)((uint64_t)ovl_start8 + (ovl_b8 + ovl_l8) * (uint64_t)ovl_step8);
-                const float v9 = in0[v0 * 21LL + v8];
-                ovl_lanes2[ovl_l8] = ovl_lanes2[ovl_l8] + v9;
-                ovl_lanes4[ovl_l8] = ovl::fmax(ovl_lanes4[ovl_l8], v9);
-              }
+          const uint64_t ovl_f8 = ovl_n8 - ovl_n8 % 8;
+          uint64_t ovl_b8 = 0;
+          for (; ovl_b8 < ovl_f8; ovl_b8 += 8) {
+            #pragma GCC unroll 1
+            for (uint64_t ovl_l8 = 0; ovl_l8 < 8; ++ovl_l8) {
+              const int64_t v8 = (int64_t)((uint64_t)ovl_start8 + (ovl_b8 + ovl_l8) * (uint64_t)ovl_step8);
+              const float v9 = in0[v0 * 21LL + v8];
+              ovl_lanes2[ovl_l8] = ovl_lanes2[ovl_l8] + v9;
+              ovl_lanes4[ovl_l8] = ovl::fmax(ovl_lanes4[ovl_l8], v9);
+            }
+          }
+          if (ovl_b8 < ovl_n8) {
+            const uint64_t ovl_m8 = ovl_n8 - ovl_b8;
+            for (uint64_t ovl_l8 = 0; ovl_l8 < ovl_m8; ++ovl_l8) {
+              const int64_t v8 = (int64_t)((uint64_t)ovl_start8 + (ovl_b8 + ovl_l8) * (uint64_t)ovl_step8);
+              const float v9 = in0[v0 * 21LL + v8];
+              ovl_lanes2[ovl_l8] = ovl_lanes2[ovl_l8] + v9;
+              ovl_lanes4[ovl_l8] = ovl::fmax(ovl_lanes4[ovl_l8], v9);
             }
           }
           v2 = v2 + (((ovl_lanes2[0] + ovl_lanes2[1]) + (ovl_lanes2[2] + ovl_lanes2[3])) + ((ovl_lanes2[4] + ovl_lanes2[5]) + (ovl_lanes2[6] + ovl_lanes2[7])));
@@ -65,21 +66,22 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, const i
         if (OVL_UNLIKELY(ovl_step20 <= 0)) { ovl::bad_step(ovl_st, 20, ovl_step20, (ovl_wrow + ovl_p0)); goto ovl_stop; }
         else if (ovl_start20 < ovl_end20) {
           const uint64_t ovl_n20 = ((uint64_t)ovl_end20 - (uint64_t)ovl_start20 - 1) / (uint64_t)ovl_step20 + 1;
-          for (uint64_t ovl_b20 = 0; ovl_b20 < ovl_n20; ovl_b20 += 8) {
-            const uint64_t ovl_m20 = ovl_n20 - ovl_b20 < 8 ? ovl_n20 - ovl_b20 : 8;
-            if (ovl_m20 == 8) {
-              #pragma GCC unroll 1
-              for (uint64_t ovl_l20 = 0; ovl_l20 < 8; ++ovl_l20) {
-                const int64_t v20 = (int64_t)((uint64_t)ovl_start20 + (ovl_b20 + ovl_l20) * (uint64_t)ovl_step20);
-                const int32_t v21 = in1[v0 * 21LL + v20];
-                ovl_lanes16[ovl_l20] = ovl::mul(ovl_lanes16[ovl_l20], v21);
-              }
-            } else {
-              for (uint64_t ovl_l20 = 0; ovl_l20 < ovl_m20; ++ovl_l20) {
-                const int64_t v20 = (int64_t)((uint64_t)ovl_start20 + (ovl_b20 + ovl_l20) * (uint64_t)ovl_step20);
-                const int32_t v21 = in1[v0 * 21LL + v20];
-                ovl_lanes16[ovl_l20] = ovl::mul(ovl_lanes16[ovl_l20], v21);
-              }
+          const uint64_t ovl_f20 = ovl_n20 - ovl_n20 % 8;
+          uint64_t ovl_b20 = 0;
+          for (; ovl_b20 < ovl_f20; ovl_b20 += 8) {
+            #pragma GCC unroll 1
+            for (uint64_t ovl_l20 = 0; ovl_l20 < 8; ++ovl_l20) {
+              const int64_t v20 = (int64_t)((uint64_t)ovl_start20 + (ovl_b20 + ovl_l20) * (uint64_t)ovl_step20);
+              const int32_t v21 = in1[v0 * 21LL + v20];
+              ovl_lanes16[ovl_l20] = ovl::mul(ovl_lanes16[ovl_l20], v21);
+            }
+          }
+          if (ovl_b20 < ovl_n20) {
+            const uint64_t ovl_m20 = ovl_n20 - ovl_b20;
+            for (uint64_t ovl_l20 = 0; ovl_l20 < ovl_m20; ++ovl_l20) {
+              const int64_t v20 = (int64_t)((uint64_t)ovl_start20 + (ovl_b20 + ovl_l20) * (uint64_t)ovl_step20);
+              const int32_t v21 = in1[v0 * 21LL + v20];
+              ovl_lanes16[ovl_l20] = ovl::mul(ovl_lanes16[ovl_l20], v21);
             }
           }
           v16 = ovl::mul(v16, (ovl::mul((ovl::mul((ovl::mul(ovl_lanes16[0], ovl_lanes16[1])), (ovl::mul(ovl_lanes16[2], ovl_lanes16[3])))), (ovl::mul((ovl::mul(ovl_lanes16[4], ovl_lanes16[5])), (ovl::mul(ovl_lanes16[6], ovl_lanes16[7])))))));
