@@ -1,6 +1,10 @@
 //! Exports the operators the Python tests of `ovl_tf` call, one bundle file each:
 //! `cargo run -p ovl-tf-bridge --example make_bundles -- <directory>`.
 //!
+//! `make_bundles <directory> --lstm BxH [--lstm BxH ..]` exports only the LSTM cell (the one
+//! the tests use) at batch `B` and hidden size `H`, as `lstm_cell_BxH.json` (for
+//! `ovl-tf-bridge/python/bench_jacobian.py`).
+//!
 //! Each bundle's computation is restated with TensorFlow ops in the tests
 //! (`ovl-tf-bridge/python/tests`), which compare the two.
 
@@ -168,13 +172,67 @@ fn write(dir: &Path, file: &str, export: ovl::TfExport) -> Result<(), ovl::Error
     Ok(())
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = PathBuf::from(
-        std::env::args()
-            .nth(1)
-            .ok_or("usage: make_bundles <output directory>")?,
+/// The LSTM cell from ovl-stdlib (`z`: the pre-activations of the four gates, `c`: the cell
+/// state; outputs `new_c`, `new_h`), its gradient program built by `ovl::backward`.
+fn write_lstm_cell(
+    dir: &Path,
+    file: &str,
+    batch: usize,
+    hidden: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let z = ovl::placeholder::<f32>("z", &[batch, 4 * hidden]);
+    let c = ovl::placeholder::<f32>("c", &[batch, hidden]);
+    let gates = ovl_stdlib::split(&z, 1, 4);
+    let forget_bias = ndarray::arr0(1.0f32);
+    let new_c = ovl_stdlib::add(
+        ovl_stdlib::mul(
+            &c,
+            ovl_stdlib::sigmoid(ovl_stdlib::add(&gates[2], forget_bias)),
+        ),
+        ovl_stdlib::mul(ovl_stdlib::sigmoid(&gates[0]), ovl_stdlib::tanh(&gates[1])),
     );
+    let new_h = ovl_stdlib::mul(ovl_stdlib::tanh(&new_c), ovl_stdlib::sigmoid(&gates[3]));
+    let d_new_c = ovl::placeholder::<f32>("d_new_c", &[batch, hidden]);
+    let d_new_h = ovl::placeholder::<f32>("d_new_h", &[batch, hidden]);
+    let grads = ovl::backward(&[(&new_c, &d_new_c), (&new_h, &d_new_h)], &[&z, &c])?;
+    let (dz, dc) = (
+        grads.of(&z).ok_or("z has no gradient")?,
+        grads.of(&c).ok_or("c has no gradient")?,
+    );
+    let bundle = ovl::as_tensorflow((&z, &c), (&new_c, &new_h))
+        .name("lstm_cell")
+        .gradient((&d_new_c, &d_new_h), (&dz, &dc))
+        .write(dir.join(file))?;
+    println!(
+        "{file}: {} forward kernel(s), {} gradient kernel(s)",
+        bundle.kernel_count(),
+        bundle.gradient_kernel_count()
+    );
+    Ok(())
+}
+
+/// `BxH` as (B, H).
+fn parse_size(text: &str) -> Option<(usize, usize)> {
+    let (b, h) = text.split_once('x')?;
+    Some((b.parse().ok()?, h.parse().ok()?))
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let usage = "usage: make_bundles <output directory> [--lstm BxH ..]";
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let dir = PathBuf::from(args.first().ok_or(usage)?);
     std::fs::create_dir_all(&dir)?;
+    if args.len() > 1 {
+        for pair in args[1..].chunks(2) {
+            let size = match pair {
+                [flag, size] if flag == "--lstm" => parse_size(size).ok_or(usage)?,
+                _ => return Err(usage.into()),
+            };
+            let file = format!("lstm_cell_{}x{}.json", size.0, size.1);
+            write_lstm_cell(&dir, &file, size.0, size.1)?;
+        }
+        return Ok(());
+    }
 
     // A constant baked into the program.
     let x = ovl::placeholder::<f32>("x", &[4, 5]);
@@ -316,35 +374,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     other.write(dir.join("dense_tanh_other_machine.json"))?;
-    // The LSTM cell from ovl-stdlib, its gradient program built by `ovl::backward`.
-    let (batch, hidden) = (4, 8);
-    let z = ovl::placeholder::<f32>("z", &[batch, 4 * hidden]);
-    let c = ovl::placeholder::<f32>("c", &[batch, hidden]);
-    let gates = ovl_stdlib::split(&z, 1, 4);
-    let forget_bias = ndarray::arr0(1.0f32);
-    let new_c = ovl_stdlib::add(
-        ovl_stdlib::mul(
-            &c,
-            ovl_stdlib::sigmoid(ovl_stdlib::add(&gates[2], forget_bias)),
-        ),
-        ovl_stdlib::mul(ovl_stdlib::sigmoid(&gates[0]), ovl_stdlib::tanh(&gates[1])),
-    );
-    let new_h = ovl_stdlib::mul(ovl_stdlib::tanh(&new_c), ovl_stdlib::sigmoid(&gates[3]));
-    let d_new_c = ovl::placeholder::<f32>("d_new_c", &[batch, hidden]);
-    let d_new_h = ovl::placeholder::<f32>("d_new_h", &[batch, hidden]);
-    let grads = ovl::backward(&[(&new_c, &d_new_c), (&new_h, &d_new_h)], &[&z, &c])?;
-    let (dz, dc) = (
-        grads.of(&z).ok_or("z has no gradient")?,
-        grads.of(&c).ok_or("c has no gradient")?,
-    );
-    let bundle = ovl::as_tensorflow((&z, &c), (&new_c, &new_h))
-        .gradient((&d_new_c, &d_new_h), (&dz, &dc))
-        .write(dir.join("lstm_cell.json"))?;
-    println!(
-        "lstm_cell.json: {} forward kernel(s), {} gradient kernel(s)",
-        bundle.kernel_count(),
-        bundle.gradient_kernel_count()
-    );
-
+    write_lstm_cell(&dir, "lstm_cell.json", 4, 8)?;
     Ok(())
 }

@@ -87,6 +87,7 @@ _LIBRARY_NAME = "libovl_tf_bridge.so"
 
 _lock = threading.Lock()
 _module = None
+_module_path: Optional[str] = None
 
 
 def _packaged_library() -> Optional[Path]:
@@ -141,12 +142,20 @@ def load_library(path: Optional[os.PathLike] = None):
     """Loads the bridge library (once per process) with ``tf.load_op_library``, which
     registers the ``DynamicLib`` op and its kernel, and registers the op's gradient. Returns the
     op module (its ``dynamic_lib`` function is the raw op)."""
-    global _module
+    global _module, _module_path
     with _lock:
         if _module is None:
-            _module = tf.load_op_library(str(path or library_path()))
+            file = str(path or library_path())
+            _module = tf.load_op_library(file)
+            _module_path = file
             _register_gradient()
         return _module
+
+
+def _library_file() -> str:
+    """The file ``load_library`` loaded (call it first)."""
+    load_library()
+    return _module_path
 
 
 def dynamic_lib(
@@ -542,6 +551,11 @@ def _dynamic_lib_gradient(op, *grads):
 # `load_library`, a `Layer` rebuilt from a `.keras` file, or `tf.load_op_library` in serving
 # code that imported ovl_tf.
 _register_gradient()
+
+# The pfor converter (tf.vectorized_map, jacobians), registered on import like the gradient.
+from . import _pfor  # noqa: E402
+
+_pfor.register()
 
 try:
     import keras as _keras
