@@ -91,7 +91,7 @@ mod fusion;
 mod options;
 mod plan_cache;
 pub mod program;
-mod program_batch;
+pub mod program_batch;
 pub mod runner;
 
 pub use compiled::{compile, Compiled};

@@ -373,7 +373,7 @@ fn an_unbatched_output_gradient_counts_once() {
     let dy = ovl::placeholder::<f32>("dy", &[2, 2]);
     let dv = ovl::placeholder::<f32>("dv", &[2, 2]);
     let (dx, dw) = mul_grad(&x, &w, &dy);
-    let dw = add2(&dw, &twice(&dv));
+    let dw = add2(&dw, twice(&dv));
     let bundle = ovl::as_tensorflow((&x, &w), (&mul_op(&x, &w), &twice(&w)))
         .name("two_outputs")
         .gradient((&dy, &dv), (&dx, &dw))
