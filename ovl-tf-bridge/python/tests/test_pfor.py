@@ -196,3 +196,29 @@ def test_a_corrupt_program_is_refused_with_the_library_message(bundle):
     broken = square.program[:-1] + bytes([square.program[-1] ^ 1])
     with pytest.raises(ValueError, match="modified or corrupted"):
         _pfor.batch_program(broken, b"", [True], 3, ovl_tf._library_file())
+
+
+def test_nested_vectorized_maps_and_their_gradient(bundle):
+    """The outer pfor batches the program the inner one batched; both gradients follow."""
+    mul = bundle("mul")
+    xs, y = uniform(3, 4, 5), uniform(4, 5)
+
+    @tf.function
+    def nested(xs, y):
+        def inner(x):
+            return tf.vectorized_map(
+                lambda xy: mul(xy[0], xy[1]), (x, y), fallback_to_while_loop=False
+            )
+
+        return tf.vectorized_map(inner, xs, fallback_to_while_loop=False)
+
+    with tf.GradientTape() as tape:
+        tape.watch([xs, y])
+        out = nested(xs, y)
+        loss = tf.reduce_sum(out * out)
+    dxs, dy = tape.gradient(loss, [xs, y])
+    assert_vectorized(nested, xs, y)
+    x_np, y_np = xs.numpy(), y.numpy()
+    np.testing.assert_array_equal(out.numpy(), x_np * y_np)
+    np.testing.assert_allclose(dxs.numpy(), 2 * x_np * y_np**2, rtol=1e-5)
+    np.testing.assert_allclose(dy.numpy(), (2 * x_np**2 * y_np).sum(0), rtol=1e-5, atol=1e-6)
