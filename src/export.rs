@@ -134,7 +134,13 @@ impl TfExport {
 
     /// Traces, fuses and compiles (into the operator cache) the program and its gradient.
     pub fn build(&self) -> Result<Bundle, Error> {
-        let name = if self.name.is_empty() {
+        let (program, gradient) = self.pack()?;
+        self.compile(program, gradient)
+    }
+
+    /// The program's name: the one given, or the first output's operator's.
+    pub(crate) fn resolved_name(&self) -> String {
+        if self.name.is_empty() {
             self.outputs
                 .first()
                 .and_then(|t| t.operator())
@@ -142,7 +148,12 @@ impl TfExport {
                 .unwrap_or_else(|| "ovl_program".into())
         } else {
             self.name.clone()
-        };
+        }
+    }
+
+    /// Traces and fuses the program and its gradient into [`ir::Program`]s, compiling nothing.
+    pub(crate) fn pack(&self) -> Result<(ir::Program, Option<ir::Program>), Error> {
+        let name = self.resolved_name();
         if self.embed_libraries && self.options.target != Target::Cpu {
             return Err(Error::Export {
                 name,
@@ -152,8 +163,7 @@ impl TfExport {
                 ),
             });
         }
-        let embed = self.embed_libraries;
-        let program = build_program(&name, &self.inputs, &self.outputs, &self.options, embed)?;
+        let program = pack_program(&name, &self.inputs, &self.outputs, &self.options)?;
         let gradient = match &self.gradient {
             None => None,
             Some((upstream, input_gradients)) => {
@@ -165,15 +175,28 @@ impl TfExport {
                 check_types("input gradient", input_gradients, "input", &self.inputs)
                     .map_err(err)?;
                 let feeds: Vec<LazyTensor> = self.inputs.iter().chain(upstream).cloned().collect();
-                Some(build_program(
+                Some(pack_program(
                     &format!("{name}_grad"),
                     &feeds,
                     input_gradients,
                     &self.options,
-                    embed,
                 )?)
             }
         };
+        Ok((program, gradient))
+    }
+
+    /// Compiles packed programs into the operator cache (embedding the libraries when asked)
+    /// and makes the bundle.
+    pub(crate) fn compile(
+        &self,
+        mut program: ir::Program,
+        mut gradient: Option<ir::Program>,
+    ) -> Result<Bundle, Error> {
+        compile_program(&mut program, &self.options, self.embed_libraries)?;
+        if let Some(g) = &mut gradient {
+            compile_program(g, &self.options, self.embed_libraries)?;
+        }
         Ok(Bundle { program, gradient })
     }
 
@@ -251,12 +274,12 @@ pub(crate) fn feed_slots(
     Ok(slots)
 }
 
-fn build_program(
+/// Builds, fuses and packs the graph behind `outputs` as a program fed `inputs`.
+fn pack_program(
     name: &str,
     inputs: &[LazyTensor],
     outputs: &[LazyTensor],
     options: &Options,
-    embed_libraries: bool,
 ) -> Result<ir::Program, Error> {
     let err = |message: String| Error::Export {
         name: name.to_string(),
@@ -290,7 +313,7 @@ fn build_program(
             });
         }
     }
-    let mut program = ir::Program {
+    let program = ir::Program {
         version: ovl_core::IR_VERSION,
         name: name.to_string(),
         graph: Some(graph.dag),
@@ -299,7 +322,16 @@ fn build_program(
         libraries: Vec::new(),
     };
     check_program(&program).map_err(err)?;
-    // Compile now, so that compiler errors surface here and the cache is warm.
+    Ok(program)
+}
+
+/// Compiles a packed program's operators now, so that compiler errors surface at export and
+/// the cache is warm; with `embed_libraries`, the libraries go into the program.
+fn compile_program(
+    program: &mut ir::Program,
+    options: &Options,
+    embed_libraries: bool,
+) -> Result<(), Error> {
     if let (Some(g), false) = (&program.graph, options.target == Target::Interpreter) {
         let compile = options.compile_options();
         for (k, op) in g.operators.iter().enumerate() {
@@ -311,7 +343,7 @@ fn build_program(
             }
         }
     }
-    Ok(program)
+    Ok(())
 }
 
 fn tensor_type(dtype: DType, shape: &[usize]) -> ir::TensorType {
@@ -343,12 +375,38 @@ pub struct Bundle {
     pub gradient: Option<ir::Program>,
 }
 
+/// `{"dtype": "float32", "shape": [null, 200], "symbolic": [...]}`: a dimension sized at run
+/// time is `null` in `shape` and described in `symbolic` (`size = scale * symbols[symbol] +
+/// offset`); `symbolic` is absent for a fixed shape.
 fn type_json(t: &ir::TensorType) -> serde_json::Value {
     let (dtype, shape) = match tensor_type_of(t) {
         Ok(x) => x,
         Err(_) => return serde_json::Value::Null,
     };
-    serde_json::json!({ "dtype": tensorflow_dtype_name(dtype), "shape": shape })
+    let shape: Vec<serde_json::Value> = shape
+        .iter()
+        .enumerate()
+        .map(
+            |(k, &n)| match ovl_core::symbolic::symbolic_dim(&t.symbolic, k) {
+                Some(_) => serde_json::Value::Null,
+                None => n.into(),
+            },
+        )
+        .collect();
+    let mut v = serde_json::json!({ "dtype": tensorflow_dtype_name(dtype), "shape": shape });
+    if !t.symbolic.is_empty() {
+        let dims: Vec<serde_json::Value> = t
+            .symbolic
+            .iter()
+            .map(|d| {
+                serde_json::json!({
+                    "dim": d.dim, "symbol": d.symbol, "scale": d.scale, "offset": d.offset
+                })
+            })
+            .collect();
+        v["symbolic"] = dims.into();
+    }
+    v
 }
 
 impl Bundle {
@@ -399,6 +457,7 @@ impl Bundle {
             "version": BUNDLE_VERSION,
             "name": self.program.name,
             "kernels": self.kernel_count(),
+            "symbols": graph.symbols,
             "inputs": inputs,
             "outputs": outputs,
             "program": base64(&seal_program(&self.program)),

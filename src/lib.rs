@@ -90,6 +90,7 @@ pub mod export;
 mod fusion;
 mod options;
 mod plan_cache;
+pub mod polymorphic;
 pub mod program;
 pub mod program_batch;
 pub mod runner;
@@ -125,6 +126,7 @@ pub use ovl_core::{
 };
 pub use ovl_macros::{helper, operator};
 pub use plan_cache::{clear_plan_cache, plan_cache_stats, set_plan_cache_capacity, PlanCacheStats};
+pub use polymorphic::{as_tensorflow_polymorphic, IntoExport, PolymorphicExport};
 
 pub use fusion::fusion;
 /// The operator merger: fusion reports, refusal reasons, index patterns, Graphviz output.

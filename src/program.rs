@@ -12,7 +12,10 @@ use ovl_core::ir;
 use ovl_core::{DType, HostTensor};
 use std::ffi::c_void;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// How many plans (one per set of symbol values) a program with symbolic sizes keeps.
+const SPECIALIZED_PLANS: usize = 16;
 
 /// The first bytes of a sealed program (see [`seal_program`]); the SHA-256 digest of the
 /// protobuf bytes follows, then those bytes. The Python package `ovl_tf` mirrors this
@@ -159,6 +162,12 @@ pub fn check_program(program: &ir::Program) -> Result<(), String> {
             .get(i)
             .ok_or_else(|| format!("a constant names graph input {i}, which does not exist"))?;
         source[i] += 1;
+        if !t.symbolic.is_empty() {
+            return Err(format!(
+                "the constant for graph input {i} has a size known only at run time; constants \
+                 have fixed sizes"
+            ));
+        }
         let (dtype, shape) = tensor_type_of(t)?;
         let len = shape
             .iter()
@@ -202,9 +211,7 @@ pub fn check_program(program: &ir::Program) -> Result<(), String> {
     if graph.operator_inputs.len() != graph.operators.len() {
         return Err("the graph's operator wiring does not match its operators".into());
     }
-    for op in &graph.operators {
-        ovl_core::validate::validate(op).map_err(|e| e.to_string())?;
-    }
+    ovl_core::validate::validate_operator_dag(graph).map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -318,18 +325,42 @@ enum Source {
 }
 
 /// A program ready to run.
+///
+/// A program may have sizes known only when it runs (symbolic sizes, see
+/// [`crate::as_tensorflow_polymorphic`]): its operators are compiled once, and each call
+/// [`bind`](Self::bind)s the shapes fed to symbol values and a plan for them (a few plans are
+/// kept).
 pub struct LoadedProgram {
     /// The program's name.
     pub name: String,
-    /// One per feed: its name and type.
+    /// One per feed: its name and type. A dimension sized at run time holds the size of one
+    /// example here; [`feed_dims`](Self::feed_dims) says which.
     pub feeds: Vec<(String, Sig)>,
-    /// One per output.
+    /// One per output (sizes at run time as for `feeds`; see [`output_dims`](Self::output_dims)).
     pub outputs: Vec<Sig>,
-    plan: Plan,
+    /// The program's graph (symbolic when the program is).
+    dag: Arc<ir::OperatorDag>,
+    /// The plan of a concrete program.
+    plan: Option<Arc<Plan>>,
+    /// Plans of a symbolic program, per symbol values.
+    plans: Mutex<ovl_core::lru::Lru<Vec<u64>, Arc<Plan>>>,
+    feed_types: Vec<ir::TensorType>,
+    output_types: Vec<ir::TensorType>,
     kernels: Vec<Kernel>,
     constants: Vec<HostTensor>,
     /// Per graph input: where its data comes from.
     sources: Vec<Source>,
+}
+
+/// A program's shapes for one call: the symbol values the fed shapes give, the outputs'
+/// types, and the plan that runs them ([`LoadedProgram::bind`]).
+#[derive(Clone, Debug)]
+pub struct Binding {
+    /// The value of each of the program's symbols (empty for a concrete program).
+    pub symbols: Vec<u64>,
+    /// The outputs' types for this call.
+    pub outputs: Vec<Sig>,
+    plan: Arc<Plan>,
 }
 
 impl fmt::Debug for LoadedProgram {
@@ -389,15 +420,114 @@ impl LoadedProgram {
                     source: Box::new(e),
                 }
             })?;
-        let plan = Plan::new(Arc::new(dag)).map_err(ProgramError::Corrupt)?;
+        let feed_types: Vec<ir::TensorType> = program
+            .feeds
+            .iter()
+            .map(|f| f.r#type.clone().unwrap_or_default())
+            .collect();
+        let output_types = dag
+            .outputs
+            .iter()
+            .map(|o| output_type(&dag, o).cloned())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(ProgramError::Corrupt)?;
+        let outputs = output_types
+            .iter()
+            .map(Sig::from_ir)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(ProgramError::Corrupt)?;
+        let dag = Arc::new(dag);
+        let plan = if ovl_core::symbolic::is_symbolic_graph(&dag) {
+            None
+        } else {
+            Some(Arc::new(
+                Plan::new(dag.clone()).map_err(ProgramError::Corrupt)?,
+            ))
+        };
         Ok(LoadedProgram {
-            outputs: plan.outputs().to_vec(),
+            outputs,
             name,
             feeds,
+            dag,
             plan,
+            plans: Mutex::new(ovl_core::lru::Lru::new(SPECIALIZED_PLANS)),
+            feed_types,
+            output_types,
             kernels,
             constants,
             sources,
+        })
+    }
+
+    /// The names of the program's symbols (the sizes known only at run time, e.g. `batch`);
+    /// empty for a program with fixed shapes.
+    pub fn symbols(&self) -> &[String] {
+        &self.dag.symbols
+    }
+
+    /// Each feed's dimensions: `Some(size)`, or `None` for a size known only at run time.
+    pub fn feed_dims(&self) -> Vec<Vec<Option<usize>>> {
+        self.feed_types.iter().map(dims_of).collect()
+    }
+
+    /// Each output's dimensions: `Some(size)`, or `None` for a size known only at run time.
+    pub fn output_dims(&self) -> Vec<Vec<Option<usize>>> {
+        self.output_types.iter().map(dims_of).collect()
+    }
+
+    /// A feed's or output's type as text, with run-time sizes by name: `float32[batch, 200]`.
+    fn type_text(&self, t: &ir::TensorType) -> String {
+        let dtype = DType::from_ir(t.dtype).map_or("?", tensorflow_dtype_name);
+        let shape = ovl_core::symbolic::shape_text(&t.shape, &t.symbolic, &self.dag.symbols);
+        format!("{dtype}{shape}")
+    }
+
+    /// Binds the shapes of one call's feeds: the symbol values they give (inputs that share a
+    /// symbolic dimension must agree), the outputs' shapes, and the plan (made once per set of
+    /// values, compiling nothing: the kernels take the values at run time).
+    pub fn bind(&self, shapes: &[&[usize]]) -> Result<Binding, ProgramError> {
+        if shapes.len() != self.feeds.len() {
+            return Err(self.mismatch(format!(
+                "{} inputs given, the program has {}",
+                shapes.len(),
+                self.feeds.len()
+            )));
+        }
+        if let Some(plan) = &self.plan {
+            for (k, shape) in shapes.iter().enumerate() {
+                self.check_feed(k, self.feeds[k].1.dtype, shape)?;
+            }
+            return Ok(Binding {
+                symbols: Vec::new(),
+                outputs: self.outputs.clone(),
+                plan: plan.clone(),
+            });
+        }
+        let shapes64: Vec<Vec<u64>> = shapes
+            .iter()
+            .map(|s| s.iter().map(|&d| d as u64).collect())
+            .collect();
+        let types: Vec<&ir::TensorType> = self.feed_types.iter().collect();
+        let slices: Vec<&[u64]> = shapes64.iter().map(|s| s.as_slice()).collect();
+        let what = |k: usize| format!("input {k} (`{}`)", self.feeds[k].0);
+        let symbols = ovl_core::symbolic::solve_symbols(&types, &slices, &self.dag.symbols, &what)
+            .map_err(|e| self.mismatch(e.to_string()))?;
+        let cached = self.plans.lock().ok().and_then(|mut p| p.get(&symbols));
+        let plan = match cached {
+            Some(plan) => plan,
+            None => {
+                let plan =
+                    Arc::new(Plan::specialized(&self.dag, &symbols).map_err(|m| self.mismatch(m))?);
+                if let Ok(mut plans) = self.plans.lock() {
+                    plans.insert(symbols.clone(), plan.clone());
+                }
+                plan
+            }
+        };
+        Ok(Binding {
+            outputs: plan.outputs().to_vec(),
+            symbols,
+            plan,
         })
     }
 
@@ -419,6 +549,24 @@ impl LoadedProgram {
             .feeds
             .get(k)
             .ok_or_else(|| self.mismatch(format!("there is no input {k}")))?;
+        let t = &self.feed_types[k];
+        if !t.symbolic.is_empty() {
+            // The sizes known at export must match; the others are checked by `bind`.
+            let fits = sig.dtype == dtype
+                && shape.len() == sig.shape.len()
+                && dims_of(t)
+                    .iter()
+                    .zip(shape)
+                    .all(|(d, &n)| d.is_none_or(|d| d == n));
+            if !fits {
+                return Err(self.mismatch(format!(
+                    "input {k} (`{name}`) is {}{shape:?}, but the program was exported for {}",
+                    tensorflow_dtype_name(dtype),
+                    self.type_text(t)
+                )));
+            }
+            return Ok(());
+        }
         if sig.dtype != dtype || sig.shape != shape {
             return Err(self.mismatch(format!(
                 "input {k} (`{name}`) is {}{shape:?}, but the program was exported for {}",
@@ -473,13 +621,42 @@ impl LoadedProgram {
         outputs: &[*mut c_void],
         threads: usize,
     ) -> Result<(), ProgramError> {
+        let shapes: Vec<&[usize]> = self.feeds.iter().map(|(_, s)| s.shape.as_slice()).collect();
+        if self.plan.is_none() {
+            return Err(self.mismatch(format!(
+                "the program has sizes known only at run time ({}): bind the shapes of the \
+                 inputs first (`bind`, then `run_bound`)",
+                self.symbols().join(", ")
+            )));
+        }
+        let binding = self.bind(&shapes)?;
+        // SAFETY: forwarded to the caller.
+        unsafe { self.run_bound(&binding, feeds, outputs, threads) }
+    }
+
+    /// Runs the program for a [`Binding`] of its feeds' shapes on `threads` threads (0: one per
+    /// core).
+    ///
+    /// # Safety
+    /// `feeds[k]` must point to the elements of feed `k`, of its dtype and of the shape that was
+    /// bound, readable for the call; `outputs[k]` to a writable buffer of
+    /// `binding.outputs[k]`'s size, not overlapping any other buffer. Outputs no worker writes
+    /// in full are zero-filled first.
+    pub unsafe fn run_bound(
+        &self,
+        binding: &Binding,
+        feeds: &[*const c_void],
+        outputs: &[*mut c_void],
+        threads: usize,
+    ) -> Result<(), ProgramError> {
         self.counts(feeds.len(), outputs.len())?;
         let feeds: Vec<Input> = feeds.iter().map(|&p| Input::Raw(p)).collect();
         let inputs = self.inputs(&feeds);
         let mut outs: Vec<Output> = outputs.iter().map(|&p| Output::Raw(p)).collect();
         // SAFETY: forwarded to the caller (feeds and outputs); constants are host tensors.
         unsafe {
-            self.plan
+            binding
+                .plan
                 .run(&self.kernels, &inputs, &mut outs, threads, None)
         }
         .map_err(|e| self.run_failure(e))
@@ -495,9 +672,11 @@ impl LoadedProgram {
         for (k, t) in feeds.iter().enumerate() {
             self.check_feed(k, t.dtype(), &t.shape)?;
         }
+        let shapes: Vec<&[usize]> = feeds.iter().map(|t| t.shape.as_slice()).collect();
+        let binding = self.bind(&shapes)?;
         let feeds: Vec<Input> = feeds.iter().map(|&t| Input::Host(t)).collect();
         let inputs = self.inputs(&feeds);
-        let mut buffers: Vec<HostTensor> = self
+        let mut buffers: Vec<HostTensor> = binding
             .outputs
             .iter()
             .map(|s| HostTensor::zeros(s.dtype, &s.shape))
@@ -509,10 +688,42 @@ impl LoadedProgram {
                 zeroed: true,
             })
             .collect();
-        self.plan
+        binding
+            .plan
             .run_host(&self.kernels, &inputs, &mut outs, threads, None)
             .map_err(|e| self.run_failure(e))?;
         drop(outs);
         Ok(buffers)
     }
+}
+
+/// The type of a graph output.
+fn output_type<'a>(
+    dag: &'a ir::OperatorDag,
+    o: &ir::ValueRef,
+) -> Result<&'a ir::TensorType, String> {
+    use ir::value_ref::Source as S;
+    match &o.source {
+        Some(S::GraphInput(i)) => dag.inputs.get(*i as usize),
+        Some(S::OpOutput(o)) => dag
+            .operators
+            .get(o.operator as usize)
+            .and_then(|op| op.outputs.get(o.output as usize)),
+        None => None,
+    }
+    .ok_or_else(|| "a graph output names a value that does not exist".to_string())
+}
+
+/// A type's dimensions, `None` where the size is known only at run time.
+fn dims_of(t: &ir::TensorType) -> Vec<Option<usize>> {
+    t.shape
+        .iter()
+        .enumerate()
+        .map(
+            |(k, &n)| match ovl_core::symbolic::symbolic_dim(&t.symbolic, k) {
+                Some(_) => None,
+                None => Some(n as usize),
+            },
+        )
+        .collect()
 }

@@ -227,7 +227,7 @@ impl<'a> Batcher<'a> {
                 }
             }
             None => Value {
-                at: at.clone(),
+                at: *at,
                 batched: false,
             },
         }

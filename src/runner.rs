@@ -139,6 +139,9 @@ pub struct Plan {
     written: Vec<OnceLock<Vec<bool>>>,
     /// Requested outputs not written in place (repeats, graph inputs): copied after the run.
     copies: Vec<(usize, Slot)>,
+    /// The symbol values this plan runs with (see [`Plan::specialized`]); empty for a concrete
+    /// graph.
+    symbols: Vec<u64>,
 }
 
 impl fmt::Debug for Plan {
@@ -156,6 +159,13 @@ impl Plan {
     /// source, operators out of topological order, an operator input of another type than
     /// its source (the kernels read raw buffers, so the types must agree exactly).
     pub fn new(dag: Arc<ir::OperatorDag>) -> Result<Plan, String> {
+        if ovl_core::symbolic::is_symbolic_graph(&dag) {
+            return Err(format!(
+                "the graph has sizes known only at run time ({}); plan it with \
+                 `Plan::specialized` and the symbol values",
+                dag.symbols.join(", ")
+            ));
+        }
         let inputs = dag
             .inputs
             .iter()
@@ -262,7 +272,31 @@ impl Plan {
             temps,
             temp_last_use,
             copies,
+            symbols: Vec::new(),
         })
+    }
+
+    /// Plans a graph with symbolic sizes for the symbol values `symbols`: the plan places
+    /// buffers of the specialized sizes, runs interpreter kernels on the specialized operators,
+    /// and passes the values to compiled kernels, which were compiled once from the symbolic
+    /// operators of the same graph.
+    pub fn specialized(dag: &ir::OperatorDag, symbols: &[u64]) -> Result<Plan, String> {
+        let concrete =
+            ovl_core::symbolic::specialize_graph(dag, symbols).map_err(|e| e.to_string())?;
+        let mut plan = Plan::new(Arc::new(concrete))?;
+        plan.symbols = symbols.to_vec();
+        Ok(plan)
+    }
+
+    /// The symbol values this plan runs with (empty for a concrete graph).
+    pub fn symbols(&self) -> &[u64] {
+        &self.symbols
+    }
+
+    /// The values a kernel taking `count` symbols gets (its symbols are the graph's first
+    /// ones); all of them when it asks for more, which the kernel reports as an error.
+    fn symbols_for(&self, count: usize) -> &[u64] {
+        self.symbols.get(..count).unwrap_or(&self.symbols)
     }
 
     /// The graph planned.
@@ -376,7 +410,14 @@ impl Plan {
                     // allocated from the plan's types, which `Plan::new` matched against the
                     // operators through the wiring); the buffers written are distinct from
                     // those read (a DAG).
-                    unsafe { kernel.run_raw(&ins, &outs, threads) }?;
+                    unsafe {
+                        kernel.run_raw(
+                            &ins,
+                            &outs,
+                            self.symbols_for(kernel.symbol_count()),
+                            threads,
+                        )
+                    }?;
                     None
                 }
                 kernel => {
@@ -399,7 +440,10 @@ impl Plan {
                         })
                         .collect();
                     let result: Result<Option<Duration>, RunFailure> = match kernel {
-                        Kernel::Cuda(k) => k.run(&ins, &mut outs).map(Some).map_err(Into::into),
+                        Kernel::Cuda(k) => k
+                            .run(&ins, &mut outs, self.symbols_for(k.symbol_count()))
+                            .map(Some)
+                            .map_err(Into::into),
                         _ => interp::interpret(op, &ins, &mut outs)
                             .map(|()| None)
                             .map_err(Into::into),

@@ -86,7 +86,7 @@ fn main() -> anyhow::Result<()> {
     for _ in 0..n {
         let (op, _) = compile_with_outcome(&gather, &options)?;
         let mut out = zero_outputs(&gather);
-        op.run(&[&x, &idx], &mut out, 0)?;
+        op.run(&[&x, &idx], &mut out, &[], 0)?;
     }
     println!(
         "tiny operator, warm: compile + run = {:.2?} per call",
@@ -96,7 +96,7 @@ fn main() -> anyhow::Result<()> {
     let t = Instant::now();
     for _ in 0..n {
         let mut out = zero_outputs(&gather);
-        op.run(&[&x, &idx], &mut out, 0)?;
+        op.run(&[&x, &idx], &mut out, &[], 0)?;
     }
     println!("tiny operator, run only = {:.2?} per call", t.elapsed() / n);
     let t = Instant::now();
@@ -130,7 +130,7 @@ fn main() -> anyhow::Result<()> {
             let mut best = std::time::Duration::MAX;
             for _ in 0..5 {
                 let t = Instant::now();
-                op.run(&[&a, &c], &mut out, threads)?;
+                op.run(&[&a, &c], &mut out, &[], threads)?;
                 best = best.min(t.elapsed());
             }
             let gbs = (3 * 4 * n) as f64 / best.as_secs_f64() / 1e9;

@@ -277,6 +277,31 @@ pub enum RunError {
         /// The type passed.
         got: String,
     },
+    /// The number of symbol values passed (the sizes given at run time, `proto/ovl.proto`,
+    /// "Symbolic sizes") differs from the operator's.
+    #[error(
+        "operator `{operator}` takes {expected} symbol value(s) (the sizes it is given at run \
+         time), but {got} were passed"
+    )]
+    SymbolCount {
+        /// The operator's name.
+        operator: String,
+        /// The operator's count.
+        expected: usize,
+        /// The count passed.
+        got: usize,
+    },
+    /// The symbol values passed would make a dimension negative (or a tensor or the workgroup
+    /// larger than 2^63 - 1 elements or bytes); nothing ran.
+    #[error("operator `{operator}` cannot run with the symbol values {values:?}: {problem}")]
+    SymbolValues {
+        /// The operator's name.
+        operator: String,
+        /// The values passed.
+        values: Vec<u64>,
+        /// What they would make wrong.
+        problem: String,
+    },
     /// A read or write indexed outside a tensor: the access did not happen and the faulting
     /// worker stopped there; every other worker ran normally.
     #[error(transparent)]

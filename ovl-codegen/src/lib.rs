@@ -9,7 +9,7 @@
 //! use ovl_codegen::{compile, CompileOptions};
 //! let op = compile(dag, &CompileOptions::default())?; // compiles, or finds it in the cache
 //! let mut out = vec![ovl_ir::HostTensor::zeros(ovl_ir::DType::F32, &[4])];
-//! op.run(&[x], &mut out, 0)?; // 0 threads: one per core
+//! op.run(&[x], &mut out, &[], 0)?; // no symbol values; 0 threads: one per core
 //! # Ok(()) }
 //! ```
 //!
@@ -50,7 +50,7 @@ use std::sync::Arc;
 
 /// The version of the generated code; part of every cache key. Bump it whenever the emitter's
 /// output changes meaning.
-pub const CODEGEN_VERSION: &str = "ovl-codegen-cpu-3";
+pub const CODEGEN_VERSION: &str = "ovl-codegen-cpu-4";
 
 /// Compiles an operator into a loaded native library, or finds it in the operator cache.
 ///

@@ -32,7 +32,7 @@ fn scale(c: f32) -> ir::ExpressionDag {
 fn check_scale(op: &ovl_codegen::CompiledOperator, c: f32) {
     let x = HostTensor::from_vec(&[1000], (0..1000).map(|v| v as f32).collect::<Vec<_>>()).unwrap();
     let mut out = vec![HostTensor::zeros(DType::F32, &[1000])];
-    op.run(&[&x], &mut out, 0).unwrap();
+    op.run(&[&x], &mut out, &[], 0).unwrap();
     for (k, &v) in out[0].as_slice::<f32>().unwrap().iter().enumerate() {
         assert_eq!(v, k as f32 * c + 1.0);
     }

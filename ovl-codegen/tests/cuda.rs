@@ -210,7 +210,9 @@ fn without_a_gpu_loading_says_what_is_missing() {
             let x = HostTensor::from_vec(&[4], vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
             let idx = HostTensor::from_vec(&[3], vec![3i32, 7, 0]).unwrap();
             let mut out = vec![HostTensor::zeros(DType::F32, &[3])];
-            let err = op.run(&[&x, &idx], &mut out).expect_err("index 7 of 4");
+            let err = op
+                .run(&[&x, &idx], &mut out, &[])
+                .expect_err("index 7 of 4");
             let msg = err.to_string();
             assert!(msg.contains("index 7") && msg.contains("[1]"), "{msg}");
             assert_eq!(out[0].as_slice::<f32>().unwrap(), &[4.0, 0.0, 1.0]);

@@ -76,7 +76,8 @@ struct Status {
     pad: u32,
 }
 
-type Emulate = unsafe extern "C" fn(*const *mut c_void, *const *mut c_void, *mut Status, u32, u32);
+type Emulate =
+    unsafe extern "C" fn(*const *mut c_void, *const *mut c_void, *const i64, *mut Status, u32, u32);
 
 /// The operator's CUDA compiled for the host (the directory holds the library).
 struct Emulated {
@@ -97,10 +98,14 @@ fn build(dag: &ExpressionDag) -> Emulated {
         let d = DType::from_ir(t.dtype).expect("dtype");
         args.push(format!("({}*)out[{i}]", ctype(d)));
     }
+    for k in 0..dag.symbol_count {
+        args.push(format!("sym[{k}]"));
+    }
     args.push("st".into());
     src.push_str(&format!(
-        "extern \"C\" void ovl_emulate(void* const* in, void* const* out, ovl_cuda_status* st, \
-         unsigned grid, unsigned block) {{\n  (void)in; (void)out;\n  gridDim.x = grid; \
+        "extern \"C\" void ovl_emulate(void* const* in, void* const* out, const long long* sym, \
+         ovl_cuda_status* st, unsigned grid, unsigned block) {{\n  (void)in; (void)out; \
+         (void)sym;\n  gridDim.x = grid; \
          blockDim.x = block;\n  for (int b = (int)grid - 1; b >= 0; --b)\n    for (int t = \
          (int)block - 1; t >= 0; --t) {{\n      blockIdx.x = b; threadIdx.x = t;\n      \
          ovl_kernel({});\n    }}\n}}\n",
@@ -136,11 +141,13 @@ fn build(dag: &ExpressionDag) -> Emulated {
     Emulated { _dir: dir, lib }
 }
 
-/// Runs the emulated kernel on `grid` blocks of `block` threads.
+/// Runs the emulated kernel on `grid` blocks of `block` threads (`dag`: the operator
+/// specialised for `symbols`).
 fn emulate(
     emulated: &Emulated,
     dag: &ExpressionDag,
     inputs: &[&HostTensor],
+    symbols: &[i64],
     grid: u32,
     block: u32,
 ) -> (Vec<HostTensor>, Status) {
@@ -161,7 +168,14 @@ fn emulate(
             .lib
             .get::<Emulate>(b"ovl_emulate\0")
             .expect("symbol");
-        f(ins.as_ptr(), outs.as_ptr(), &mut status, grid, block);
+        f(
+            ins.as_ptr(),
+            outs.as_ptr(),
+            symbols.as_ptr(),
+            &mut status,
+            grid,
+            block,
+        );
     }
     assert_eq!(status.lock, 0, "the status lock was released");
     (outputs, status)
@@ -180,12 +194,26 @@ fn position(workgroup: &[u64], worker: i64) -> Vec<u64> {
 /// The emulated CUDA agrees with the C++ backend: outputs bit for bit (a faulting worker
 /// stops at its fault on both), and the same fault.
 fn same_as_cpp(dag: &ExpressionDag, inputs: &[&HostTensor]) {
-    let (op, _cache) = compiled(dag);
-    let mut cpp_out = zero_outputs(dag);
-    let expected = op.run(inputs, &mut cpp_out, 1);
     let emulated = build(dag);
+    same_as_cpp_with(&emulated, dag, inputs, &[]);
+}
+
+/// [`same_as_cpp`] for an operator with sizes given at run time, run with the values
+/// `symbols` (`emulated`: the operator's CUDA built for the host).
+fn same_as_cpp_with(
+    emulated: &Emulated,
+    symbolic: &ExpressionDag,
+    inputs: &[&HostTensor],
+    symbols: &[u64],
+) {
+    let (op, _cache) = compiled(symbolic);
+    let concrete = ovl_ir::symbolic::specialize_operator(symbolic, symbols).unwrap();
+    let dag = &concrete;
+    let mut cpp_out = zero_outputs(dag);
+    let expected = op.run(inputs, &mut cpp_out, symbols, 1);
+    let values: Vec<i64> = symbols.iter().map(|&v| v as i64).collect();
     for (grid, block) in [(1, 1), (3, 4), (2, 32)] {
-        let (got, st) = emulate(&emulated, dag, inputs, grid, block);
+        let (got, st) = emulate(emulated, dag, inputs, &values, grid, block);
         let what = format!("{} with grid {grid} x block {block}", dag.name);
         for (k, (g, e)) in got.iter().zip(&cpp_out).enumerate() {
             assert_eq!(common::bits(g), common::bits(e), "{what}: output {k}");
@@ -223,6 +251,22 @@ fn same_as_cpp(dag: &ExpressionDag, inputs: &[&HostTensor]) {
                 assert_eq!(position(&dag.workgroup_shape, st.worker), *p, "{what}");
             }
             Err(e) => panic!("{what}: unexpected C++ error {e}"),
+        }
+    }
+}
+
+#[test]
+fn symbolic_fixtures_at_several_sizes() {
+    // One CUDA translation unit per fixture, run with several symbol values (0: no worker).
+    for f in ovl_ir::fixtures::symbolic() {
+        let emulated = build(&f.dag);
+        for n in [0u64, 1, 2, 7, 40] {
+            let symbols: Vec<u64> = (0..f.dag.symbol_count as u64)
+                .map(|k| if k == 0 { n } else { n % 3 + k })
+                .collect();
+            let inputs = (f.inputs)(&symbols);
+            let refs: Vec<&HostTensor> = inputs.iter().collect();
+            same_as_cpp_with(&emulated, &f.dag, &refs, &symbols);
         }
     }
 }

@@ -110,7 +110,7 @@ fn every_fixture_compiles_for_cuda_and_runs_on_a_gpu_if_there_is_one() {
                     .unwrap_or_else(|e| panic!("{}: loading on the GPU failed: {e}", f.name));
                 let inputs: Vec<&HostTensor> = f.inputs.iter().collect();
                 let mut got = zero_outputs(&f.dag);
-                op.run(&inputs, &mut got)
+                op.run(&inputs, &mut got, &[])
                     .unwrap_or_else(|e| panic!("{}: running on the GPU failed: {e}", f.name));
                 assert_same(&f, "CUDA", &got, &interpreted(&f));
             }

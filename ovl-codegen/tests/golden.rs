@@ -1,4 +1,5 @@
-//! The generated C++ and CUDA of every fixture (`ovl_ir::fixtures`) against
+//! The generated C++ and CUDA of every fixture (`ovl_ir::fixtures`, the symbolic ones too)
+//! against
 //! `tests/golden/cpp/<fixture>.cpp` and `tests/golden/cuda/<fixture>.cu`: the emitters' output
 //! must stay byte-identical unless a change means it to differ. The fixed prelude every source
 //! starts with is pinned once (`tests/golden/cpp/prelude.hpp`, `tests/golden/cuda/prelude.cuh`)
@@ -14,12 +15,22 @@ const KEY: &str = "golden";
 
 /// The golden file names of the fixtures with extension `ext`, and the prelude's.
 fn names(ext: &str, prelude: &str) -> Vec<String> {
-    let mut names: Vec<String> = fixtures::all()
+    let mut names: Vec<String> = programs()
         .iter()
-        .map(|f| format!("{}.{ext}", f.name))
+        .map(|(name, _)| format!("{name}.{ext}"))
         .collect();
     names.push(prelude.to_string());
     names
+}
+
+/// Every fixture's name and program, the symbolic ones after the others.
+fn programs() -> Vec<(&'static str, ovl_ir::ir::ExpressionDag)> {
+    let mut all: Vec<_> = fixtures::all()
+        .into_iter()
+        .map(|f| (f.name, f.dag))
+        .collect();
+    all.extend(fixtures::symbolic().into_iter().map(|f| (f.name, f.dag)));
+    all
 }
 
 /// `src` with its prelude replaced by a marker line (the prelude must be there, once).
@@ -34,10 +45,10 @@ fn without_prelude(src: &str, prelude: &str, file: &str) -> String {
 
 #[test]
 fn generated_cpp_of_every_fixture() {
-    for f in fixtures::all() {
-        let src = generate_cpp(&f.dag, KEY).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    for (name, dag) in programs() {
+        let src = generate_cpp(&dag, KEY).unwrap_or_else(|e| panic!("{name}: {e}"));
         let src = without_prelude(&src, CPP_PRELUDE, "prelude.hpp");
-        assert_golden(format!("tests/golden/cpp/{}.cpp", f.name), &src);
+        assert_golden(format!("tests/golden/cpp/{name}.cpp"), &src);
     }
     assert_golden("tests/golden/cpp/prelude.hpp", CPP_PRELUDE);
     assert_only_files("tests/golden/cpp", &names("cpp", "prelude.hpp"));
@@ -45,10 +56,10 @@ fn generated_cpp_of_every_fixture() {
 
 #[test]
 fn generated_cuda_of_every_fixture() {
-    for f in fixtures::all() {
-        let src = generate_cuda(&f.dag, KEY).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    for (name, dag) in programs() {
+        let src = generate_cuda(&dag, KEY).unwrap_or_else(|e| panic!("{name}: {e}"));
         let src = without_prelude(&src, CUDA_PRELUDE, "prelude.cuh");
-        assert_golden(format!("tests/golden/cuda/{}.cu", f.name), &src);
+        assert_golden(format!("tests/golden/cuda/{name}.cu"), &src);
     }
     assert_golden("tests/golden/cuda/prelude.cuh", CUDA_PRELUDE);
     assert_only_files("tests/golden/cuda", &names("cu", "prelude.cuh"));

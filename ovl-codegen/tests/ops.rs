@@ -176,7 +176,7 @@ fn non_positive_step_is_an_error() {
     let (op, _cache) = compiled(&dag);
     let steps = HostTensor::from_vec(&[4], vec![3i64, 5, 0, -1]).unwrap();
     let mut out = zero_outputs(&dag);
-    let err = op.run(&[&steps], &mut out, 1).unwrap_err();
+    let err = op.run(&[&steps], &mut out, &[], 1).unwrap_err();
     match &err {
         RunError::NonPositiveStep {
             expression,
@@ -818,7 +818,7 @@ fn data_dependent_out_of_bounds_read_is_an_error() {
     let values = f32_tensor(&[10], |k| k as f32 + 0.5);
     let idx = HostTensor::from_vec(&[6], vec![1i32, 9, 10, 3, -1, 0]).unwrap();
     let mut out = zero_outputs(&dag);
-    let err = op.run(&[&values, &idx], &mut out, 1).unwrap_err();
+    let err = op.run(&[&values, &idx], &mut out, &[], 1).unwrap_err();
     let RunError::IndexOutOfBounds(e) = &err else {
         panic!("{err:?}")
     };
@@ -874,7 +874,9 @@ fn data_dependent_out_of_bounds_read_is_an_error() {
     .unwrap();
     for threads in [1, 2, 4] {
         let mut out = zero_outputs(&dag);
-        let err = op.run(&[&values, &idx], &mut out, threads).unwrap_err();
+        let err = op
+            .run(&[&values, &idx], &mut out, &[], threads)
+            .unwrap_err();
         let RunError::IndexOutOfBounds(e) = &err else {
             panic!("{err:?}")
         };
@@ -895,7 +897,7 @@ fn out_of_bounds_write_is_dropped_and_reported() {
     let dag = b.build();
     let (op, _cache) = compiled(&dag);
     let mut out = zero_outputs(&dag);
-    let err = op.run(&[], &mut out, 1).unwrap_err();
+    let err = op.run(&[], &mut out, &[], 1).unwrap_err();
     let RunError::IndexOutOfBounds(e) = &err else {
         panic!("{err:?}")
     };
@@ -948,7 +950,7 @@ fn wrong_tensors_are_rejected() {
     let (op, _cache) = compiled(&dag);
     let a = f32_tensor(&[2, 3], |k| k as f32);
     let mut out = zero_outputs(&dag);
-    let err = op.run(&[&a], &mut out, 1).unwrap_err();
+    let err = op.run(&[&a], &mut out, &[], 1).unwrap_err();
     assert!(
         matches!(
             err,
@@ -961,16 +963,16 @@ fn wrong_tensors_are_rejected() {
         "{err}"
     );
     let wrong = f32_tensor(&[3, 2], |k| k as f32);
-    let err = op.run(&[&a, &wrong], &mut out, 1).unwrap_err();
+    let err = op.run(&[&a, &wrong], &mut out, &[], 1).unwrap_err();
     assert!(
         err.to_string().contains("input 1 must be f32[2, 3]"),
         "{err}"
     );
     let ints = HostTensor::zeros(DType::I32, &[2, 3]);
-    let err = op.run(&[&a, &ints], &mut out, 1).unwrap_err();
+    let err = op.run(&[&a, &ints], &mut out, &[], 1).unwrap_err();
     assert!(err.to_string().contains("i32[2, 3]"), "{err}");
     let mut bad_out = vec![HostTensor::zeros(DType::F32, &[6])];
-    let err = op.run(&[&a, &a], &mut bad_out, 1).unwrap_err();
+    let err = op.run(&[&a, &a], &mut bad_out, &[], 1).unwrap_err();
     assert!(err.to_string().contains("output 0"), "{err}");
 }
 
@@ -1029,7 +1031,7 @@ fn zero_sized_tensors_are_never_indexed() {
     let (op, _cache) = compiled(&dag);
     let empty = HostTensor::from_vec(&[0, 1 << 40, 1 << 40], Vec::<f32>::new()).unwrap();
     let mut out = zero_outputs(&dag);
-    let err = op.run(&[&empty], &mut out, 1).unwrap_err();
+    let err = op.run(&[&empty], &mut out, &[], 1).unwrap_err();
     assert!(matches!(err, RunError::IndexOutOfBounds(_)), "{err}");
 }
 
@@ -1312,7 +1314,7 @@ fn same_fault_as_interpreter(
     let (d, ins) = (dag.clone(), inputs.to_vec());
     let (got, compiled_out) = without_hang("the compiled operator", move || {
         let mut out = zero_outputs(&d);
-        let r = op.run(&ins.iter().collect::<Vec<_>>(), &mut out, threads);
+        let r = op.run(&ins.iter().collect::<Vec<_>>(), &mut out, &[], threads);
         (r, out)
     });
     let (d, ins) = (dag.clone(), inputs.to_vec());

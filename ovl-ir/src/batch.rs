@@ -155,7 +155,7 @@ fn shift_symbolic(dims: &[ir::SymbolicDim]) -> Vec<ir::SymbolicDim> {
     dims.iter()
         .map(|d| ir::SymbolicDim {
             dim: d.dim + 1,
-            ..d.clone()
+            ..*d
         })
         .collect()
 }

@@ -13,6 +13,12 @@
 //! [`crate::validate::validate`] (checked by the tests of this module). Changing a program here
 //! changes golden files: rerun the tests with `OVL_BLESS=1` and review the diff.
 
+mod symbolic;
+pub use symbolic::{
+    sym_elementwise, sym_row_sum, sym_shifted_read, sym_symbol_loop, sym_transpose, symbolic,
+    SymbolicFixture,
+};
+
 use crate::builder::{Builder, IN, LOC, OUT};
 use crate::dtype::{DType, Literal};
 use crate::host::{HostTensor, Scalar};

@@ -80,6 +80,22 @@ impl Walk {
     fn tensor_type(&mut self, t: &ir::TensorType) {
         self.i32(t.dtype);
         self.u64s(&t.shape);
+        self.symbolic(&t.symbolic);
+    }
+
+    /// Symbolic dimensions; nothing for a concrete shape, so concrete IR hashes as before.
+    fn symbolic(&mut self, dims: &[ir::SymbolicDim]) {
+        if dims.is_empty() {
+            return;
+        }
+        self.str("symbolic");
+        self.len(dims.len());
+        for d in dims {
+            self.u32(d.dim);
+            self.u32(d.symbol);
+            self.i64(d.scale);
+            self.i64(d.offset);
+        }
     }
 
     fn tensor_types(&mut self, list: &[ir::TensorType]) {
@@ -118,6 +134,11 @@ impl Walk {
             self.expression(e);
         }
         self.u64s(&dag.workgroup_shape);
+        self.symbolic(&dag.symbolic_workgroup);
+        if dag.symbol_count > 0 {
+            self.str("symbol_count");
+            self.u32(dag.symbol_count);
+        }
         self.tensor_types(&dag.inputs);
         self.tensor_types(&dag.outputs);
         self.tensor_types(&dag.locals);
@@ -163,6 +184,13 @@ impl Walk {
         self.len(dag.outputs.len());
         for v in &dag.outputs {
             self.value_ref(v);
+        }
+        if !dag.symbols.is_empty() {
+            self.str("symbols");
+            self.len(dag.symbols.len());
+            for s in &dag.symbols {
+                self.str(s);
+            }
         }
     }
 

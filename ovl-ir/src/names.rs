@@ -44,7 +44,12 @@ pub fn dtype_name(value: i32) -> String {
 
 /// `f32[4, 8]`.
 pub fn tensor_type_name(t: &ir::TensorType) -> String {
-    format!("{}{:?}", dtype_name(t.dtype), t.shape)
+    if t.symbolic.is_empty() {
+        format!("{}{:?}", dtype_name(t.dtype), t.shape)
+    } else {
+        let shape = crate::symbolic::shape_text(&t.shape, &t.symbolic, &[]);
+        format!("{}{shape}", dtype_name(t.dtype))
+    }
 }
 
 /// `input`, `output`, `local`.

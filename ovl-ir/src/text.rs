@@ -13,13 +13,12 @@ use crate::ops::Block;
 use crate::validate::produces_value;
 use std::fmt::Write as _;
 
-fn shape(s: &[u64]) -> String {
-    let dims: Vec<String> = s.iter().map(|d| d.to_string()).collect();
-    format!("[{}]", dims.join(", "))
-}
-
 fn tensor_type(t: &ir::TensorType) -> String {
-    format!("{}{}", dtype_name(t.dtype), shape(&t.shape))
+    format!(
+        "{}{}",
+        dtype_name(t.dtype),
+        crate::symbolic::shape_text(&t.shape, &t.symbolic, &[])
+    )
 }
 
 /// `input0`, `output1`, `local2`.
@@ -74,6 +73,10 @@ fn expression(dag: &ir::ExpressionDag, i: usize, e: &ir::Expression) -> String {
     match op {
         Some(Op::Const) => typed(format!("const {}", literal(e, dtype))),
         Some(Op::Position) => typed(format!("position {}", e.axis)),
+        Some(Op::Symbol) => typed(format!(
+            "symbol {}",
+            crate::symbolic::default_symbol_name(e.axis)
+        )),
         Some(Op::Read) => typed(format!(
             "read {}[{}]",
             tensor_ref(e.tensor.as_ref()),
@@ -155,7 +158,11 @@ pub fn to_text(dag: &ir::ExpressionDag) -> String {
         let _ = write!(s, " ({}:{})", src.file, src.line);
     }
     let _ = writeln!(s, ", IR version {}", dag.version);
-    let _ = writeln!(s, "workgroup {}", shape(&dag.workgroup_shape));
+    let _ = writeln!(
+        s,
+        "workgroup {}",
+        crate::symbolic::shape_text(&dag.workgroup_shape, &dag.symbolic_workgroup, &[])
+    );
     for (kind, list) in [
         ("input", &dag.inputs),
         ("output", &dag.outputs),

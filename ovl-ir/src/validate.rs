@@ -442,6 +442,20 @@ impl<'a> Checker<'a> {
             check_literal(e, d).map_err(|m| self.expr_error(i, m))?;
             return Ok(Some(d));
         }
+        if row.op == Op::Symbol {
+            self.expect_result(i, d, DType::I64, "a symbol's value")?;
+            if e.axis >= self.dag.symbol_count {
+                return Err(self.expr_error(
+                    i,
+                    format!(
+                        "symbol {} is out of range: the operator takes {} symbol value(s) \
+                         (symbol_count)",
+                        e.axis, self.dag.symbol_count
+                    ),
+                ));
+            }
+            return Ok(Some(d));
+        }
         self.expect_result(i, d, DType::I64, "a position component")?;
         let rank = self.dag.workgroup_shape.len();
         if e.axis as usize >= rank {
@@ -896,6 +910,7 @@ pub fn validate(dag: &ir::ExpressionDag) -> Result<(), ValidationError> {
         )));
     }
     c.tensor_types("input", &dag.inputs)?;
+    crate::symbolic::check_operator(dag).map_err(|m| c.operator_error(m))?;
     c.tensor_types("output", &dag.outputs)?;
     c.tensor_types("local", &dag.locals)?;
     for i in 0..dag.expressions.len() {
@@ -994,6 +1009,7 @@ pub fn validate_operator_dag(dag: &ir::OperatorDag) -> Result<(), ValidationErro
             )));
         }
     }
+    crate::symbolic::check_graph(dag).map_err(graph)?;
     if dag.operator_inputs.len() != dag.operators.len() {
         return Err(graph(format!(
             "operator_inputs has {} entries but there are {} operators; it must be parallel to \

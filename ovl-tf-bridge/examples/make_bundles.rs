@@ -172,37 +172,14 @@ fn write(dir: &Path, file: &str, export: ovl::TfExport) -> Result<(), ovl::Error
     Ok(())
 }
 
-/// The LSTM cell from ovl-stdlib (`z`: the pre-activations of the four gates, `c`: the cell
-/// state; outputs `new_c`, `new_h`), its gradient program built by `ovl::backward`.
+/// Writes the LSTM cell of [`lstm_cell`] at `batch` x `hidden` as `file`.
 fn write_lstm_cell(
     dir: &Path,
     file: &str,
     batch: usize,
     hidden: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let z = ovl::placeholder::<f32>("z", &[batch, 4 * hidden]);
-    let c = ovl::placeholder::<f32>("c", &[batch, hidden]);
-    let gates = ovl_stdlib::split(&z, 1, 4);
-    let forget_bias = ndarray::arr0(1.0f32);
-    let new_c = ovl_stdlib::add(
-        ovl_stdlib::mul(
-            &c,
-            ovl_stdlib::sigmoid(ovl_stdlib::add(&gates[2], forget_bias)),
-        ),
-        ovl_stdlib::mul(ovl_stdlib::sigmoid(&gates[0]), ovl_stdlib::tanh(&gates[1])),
-    );
-    let new_h = ovl_stdlib::mul(ovl_stdlib::tanh(&new_c), ovl_stdlib::sigmoid(&gates[3]));
-    let d_new_c = ovl::placeholder::<f32>("d_new_c", &[batch, hidden]);
-    let d_new_h = ovl::placeholder::<f32>("d_new_h", &[batch, hidden]);
-    let grads = ovl::backward(&[(&new_c, &d_new_c), (&new_h, &d_new_h)], &[&z, &c])?;
-    let (dz, dc) = (
-        grads.of(&z).ok_or("z has no gradient")?,
-        grads.of(&c).ok_or("c has no gradient")?,
-    );
-    let bundle = ovl::as_tensorflow((&z, &c), (&new_c, &new_h))
-        .name("lstm_cell")
-        .gradient((&d_new_c, &d_new_h), (&dz, &dc))
-        .write(dir.join(file))?;
+    let bundle = lstm_cell(batch, hidden)?.write(dir.join(file))?;
     println!(
         "{file}: {} forward kernel(s), {} gradient kernel(s)",
         bundle.kernel_count(),
@@ -343,19 +320,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     // A dense layer from ovl-stdlib, `tanh(x @ w + b)`, for `ovl_tf.Layer` (w and b become its
     // weights); its gradient program built by `ovl::backward`.
-    let (batch, features, units) = (8, 3, 4);
-    let x = ovl::placeholder::<f32>("x", &[batch, features]);
-    let w = ovl::placeholder::<f32>("w", &[features, units]);
-    let b = ovl::placeholder::<f32>("b", &[units]);
-    let y = ovl_stdlib::tanh(ovl_stdlib::add(ovl_stdlib::matmul(&x, &w), &b));
-    let dy = ovl::placeholder::<f32>("dy", &[batch, units]);
-    let grads = ovl::backward(&[(&y, &dy)], &[&x, &w, &b])?;
-    let of = |t: &ovl::Lazy<f32>| grads.of(t).ok_or("an input of dense_tanh has no gradient");
-    let (dx, dw, db) = (of(&x)?, of(&w)?, of(&b)?);
-    let dense = ovl::as_tensorflow((&x, &w, &b), &y)
-        .name("dense_tanh")
-        .gradient(&dy, (&dx, &dw, &db));
+    let dense = dense_tanh(8)?;
     write(&dir, "dense_tanh.json", dense.clone())?;
+    // The same and the LSTM cell for any batch size (the batch is `None` in TensorFlow).
+    for (file, export) in [
+        ("dense_tanh_any_batch.json", dense_tanh as fn(usize) -> _),
+        ("lstm_cell_any_batch.json", |batch| lstm_cell(batch, 8)),
+    ] {
+        let bundle = ovl::as_tensorflow_polymorphic(export).write(dir.join(file))?;
+        println!(
+            "{file}: {} forward kernel(s), {} gradient kernel(s)",
+            bundle.kernel_count(),
+            bundle.gradient_kernel_count()
+        );
+    }
     // The same carrying the compiled libraries of this machine (serving without a compiler),
     // and as if exported on another machine: the libraries' target key is not this one's.
     let embedded = dense
@@ -376,4 +354,48 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     other.write(dir.join("dense_tanh_other_machine.json"))?;
     write_lstm_cell(&dir, "lstm_cell.json", 4, 8)?;
     Ok(())
+}
+
+/// `tanh(x @ w + b)` for a batch of `batch` rows of 3 features, 4 units, with its gradient.
+fn dense_tanh(batch: usize) -> Result<ovl::TfExport, Box<dyn std::error::Error>> {
+    let (features, units) = (3, 4);
+    let x = ovl::placeholder::<f32>("x", &[batch, features]);
+    let w = ovl::placeholder::<f32>("w", &[features, units]);
+    let b = ovl::placeholder::<f32>("b", &[units]);
+    let y = ovl_stdlib::tanh(ovl_stdlib::add(ovl_stdlib::matmul(&x, &w), &b));
+    let dy = ovl::placeholder::<f32>("dy", &[batch, units]);
+    let grads = ovl::backward(&[(&y, &dy)], &[&x, &w, &b])?;
+    let of = |t: &ovl::Lazy<f32>| grads.of(t).ok_or("an input of dense_tanh has no gradient");
+    let (dx, dw, db) = (of(&x)?, of(&w)?, of(&b)?);
+    Ok(ovl::as_tensorflow((&x, &w, &b), &y)
+        .name("dense_tanh")
+        .gradient(&dy, (&dx, &dw, &db)))
+}
+
+/// The LSTM cell from ovl-stdlib for `batch` rows of hidden size `hidden` (`z`: the
+/// pre-activations of the four gates, `c`: the cell state; outputs `new_c`, `new_h`), its
+/// gradient program built by `ovl::backward`.
+fn lstm_cell(batch: usize, hidden: usize) -> Result<ovl::TfExport, Box<dyn std::error::Error>> {
+    let z = ovl::placeholder::<f32>("z", &[batch, 4 * hidden]);
+    let c = ovl::placeholder::<f32>("c", &[batch, hidden]);
+    let gates = ovl_stdlib::split(&z, 1, 4);
+    let forget_bias = ndarray::arr0(1.0f32);
+    let new_c = ovl_stdlib::add(
+        ovl_stdlib::mul(
+            &c,
+            ovl_stdlib::sigmoid(ovl_stdlib::add(&gates[2], forget_bias)),
+        ),
+        ovl_stdlib::mul(ovl_stdlib::sigmoid(&gates[0]), ovl_stdlib::tanh(&gates[1])),
+    );
+    let new_h = ovl_stdlib::mul(ovl_stdlib::tanh(&new_c), ovl_stdlib::sigmoid(&gates[3]));
+    let d_new_c = ovl::placeholder::<f32>("d_new_c", &[batch, hidden]);
+    let d_new_h = ovl::placeholder::<f32>("d_new_h", &[batch, hidden]);
+    let grads = ovl::backward(&[(&new_c, &d_new_c), (&new_h, &d_new_h)], &[&z, &c])?;
+    let (dz, dc) = (
+        grads.of(&z).ok_or("z has no gradient")?,
+        grads.of(&c).ok_or("c has no gradient")?,
+    );
+    Ok(ovl::as_tensorflow((&z, &c), (&new_c, &new_h))
+        .name("lstm_cell")
+        .gradient((&d_new_c, &d_new_h), (&dz, &dc)))
 }

@@ -221,16 +221,19 @@ fn construct(ctx: *mut TF_OpKernelConstruction) -> Result<Kernel, (TF_Code, Stri
             ));
         }
     }
+    // A declared dimension of -1 is unknown; a program's dimension sized at run time accepts
+    // any declared size (TensorFlow may know the batch of this node).
+    let out_dims = program.output_dims();
     let outputs_fit = attrs.out_types.len() == program.outputs.len()
         && attrs.out_shapes.len() == program.outputs.len()
         && program.outputs.iter().enumerate().all(|(k, sig)| {
             attrs.out_types[k] == tf_dtype(sig.dtype)
                 && attrs.out_shapes[k].as_ref().is_none_or(|dims| {
-                    dims.len() == sig.shape.len()
+                    dims.len() == out_dims[k].len()
                         && dims
                             .iter()
-                            .zip(&sig.shape)
-                            .all(|(&d, &s)| d < 0 || d as u64 == s as u64)
+                            .zip(&out_dims[k])
+                            .all(|(&d, s)| d < 0 || s.is_none_or(|s| d as u64 == s as u64))
                 })
         });
     if !outputs_fit {
@@ -308,6 +311,7 @@ fn run(kernel: &Kernel, ctx: *mut TF_OpKernelContext) -> Result<(), (TF_Code, St
     }
     let mut owned = Tensors(Vec::with_capacity((n_in + n_out) as usize));
     let mut feeds = Vec::with_capacity(n_in as usize);
+    let mut shapes = Vec::with_capacity(n_in as usize);
     for k in 0..n_in {
         let mut t: *mut TF_Tensor = std::ptr::null_mut();
         // SAFETY: k < TF_NumInputs; on success the tensor is ours (deleted by `owned`).
@@ -333,11 +337,17 @@ fn run(kernel: &Kernel, ctx: *mut TF_OpKernelContext) -> Result<(), (TF_Code, St
         program
             .check_feed(k as usize, dtype_ovl, &shape)
             .map_err(|e| fail(TF_INVALID_ARGUMENT, e.to_string()))?;
-        // SAFETY: t is a live tensor whose byte size was just checked through its type.
+        // SAFETY: t is a live tensor whose dtype was just checked; `bind` checks its shape
+        // before anything reads it.
         feeds.push(unsafe { TF_TensorData(t) }.cast_const());
+        shapes.push(shape);
     }
+    let shapes: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+    let binding = program
+        .bind(&shapes)
+        .map_err(|e| fail(TF_INVALID_ARGUMENT, e.to_string()))?;
     let mut outputs = Vec::with_capacity(n_out as usize);
-    for (k, sig) in program.outputs.iter().enumerate() {
+    for (k, sig) in binding.outputs.iter().enumerate() {
         let dims: Vec<i64> = sig.shape.iter().map(|&d| d as i64).collect();
         // SAFETY: k < TF_NumOutputs; dims holds num_dims entries; on success the tensor is ours.
         let t = unsafe {
@@ -366,9 +376,9 @@ fn run(kernel: &Kernel, ctx: *mut TF_OpKernelContext) -> Result<(), (TF_Code, St
             TF_TensorData(t)
         });
     }
-    // SAFETY: the feeds were checked against the program's types; the outputs were allocated
-    // by TensorFlow with the program's output types, distinct from the inputs.
-    unsafe { program.run(&feeds, &outputs, 0) }
+    // SAFETY: the feeds were checked against the program's types and bound shapes; the outputs
+    // were allocated by TensorFlow with the binding's output types, distinct from the inputs.
+    unsafe { program.run_bound(&binding, &feeds, &outputs, 0) }
         .map_err(|e| fail(TF_INVALID_ARGUMENT, e.to_string()))
 }
 

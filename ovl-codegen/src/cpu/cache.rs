@@ -68,7 +68,7 @@ fn prelude_digest() -> &'static [u8] {
 /// the C++ prelude (so that a change to it can never reuse a stale library), and the toolchain
 /// fingerprint (compiler path and `--version`, flags, CPU features).
 pub(crate) fn cache_key(dag: &ir::ExpressionDag, toolchain: &Toolchain) -> String {
-    let digest = ovl_ir::hash::canonical_hash(dag);
+    let digest = crate::shared::sizes::code_hash(dag);
     let mut h = Sha256::new();
     h.update(b"ovl-codegen cpu cache key\0");
     h.update(crate::CODEGEN_VERSION.as_bytes());
@@ -154,7 +154,7 @@ pub fn compile_with_outcome(
              abi version: {}\ncompiler: {}\ncompiler version: {}\nflags: {}\ncpu: {}\n",
             dag.name,
             defined_at(dag),
-            ovl_ir::hash::canonical_hash(dag),
+            crate::shared::sizes::code_hash(dag),
             crate::CODEGEN_VERSION,
             crate::cpu::abi::ABI_VERSION,
             toolchain.path.display(),
@@ -187,7 +187,7 @@ fn target_name() -> String {
 /// machines with the same target key can run each other's libraries of `dag`. Computed without
 /// a compiler.
 pub fn target_key(dag: &ir::ExpressionDag, options: &CompileOptions) -> String {
-    let digest = ovl_ir::hash::canonical_hash(dag);
+    let digest = crate::shared::sizes::code_hash(dag);
     let mut h = Sha256::new();
     let mut field = |s: &[u8]| {
         h.update((s.len() as u64).to_le_bytes());
@@ -310,7 +310,7 @@ pub fn load_embedded(
              target key: {}\n",
             dag.name,
             defined_at(dag),
-            ovl_ir::hash::canonical_hash(dag),
+            crate::shared::sizes::code_hash(dag),
             crate::CODEGEN_VERSION,
             crate::cpu::abi::ABI_VERSION,
             embedded.target,

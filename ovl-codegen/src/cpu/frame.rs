@@ -46,9 +46,15 @@ pub(crate) fn cpp_source(e: &Emitter) -> String {
     }
     let _ = writeln!(
         s,
-        "// Workgroup {:?}; IR expression %k is the C++ variable vk.",
-        e.workgroup
+        "// Workgroup {}; IR expression %k is the C++ variable vk.",
+        e.workgroup_text()
     );
+    if e.symbol_count > 0 {
+        let _ = writeln!(
+            s,
+            "// Sized at run time: s<k> is the value of symbol k, the parameter ovl_S<k>."
+        );
+    }
     s.push_str(CPP_PRELUDE);
     s.push_str("\nnamespace {\n\n");
 
@@ -60,6 +66,7 @@ pub(crate) fn cpp_source(e: &Emitter) -> String {
     for t in &e.outputs {
         params.push(format!("{}* __restrict__ {}", ctype(t.dtype), t.name));
     }
+    params.extend(e.symbol_params());
     params.push("int64_t ovl_begin".into());
     params.push("int64_t ovl_end".into());
     params.push("ovl_status* __restrict__ ovl_st".into());
@@ -74,14 +81,14 @@ pub(crate) fn cpp_source(e: &Emitter) -> String {
             "  alignas(64) {} {}[{}];  // local {} {:?}",
             ctype(t.dtype),
             t.name,
-            t.elements.max(1),
+            t.elements.unwrap_or(0).max(1),
             t.index,
             t.shape
         );
     }
     let rank = e.workgroup.len();
     let inner = rank - 1;
-    let wl = e.workgroup[inner];
+    let wl = e.sizes[inner].cpp();
     // Decompose the first worker's position once.
     let _ = writeln!(
         s,
@@ -92,12 +99,12 @@ pub(crate) fn cpp_source(e: &Emitter) -> String {
         let _ = writeln!(s, "  int64_t {};", outer.join(", "));
         let _ = writeln!(s, "  {{");
         let _ = writeln!(s, "    int64_t ovl_r = ovl_begin;");
-        let _ = writeln!(s, "    ovl_q = ovl_r % {wl}LL;");
-        let _ = writeln!(s, "    ovl_r /= {wl}LL;");
+        let _ = writeln!(s, "    ovl_q = ovl_r % {wl};");
+        let _ = writeln!(s, "    ovl_r /= {wl};");
         for a in (1..inner).rev() {
-            let w = e.workgroup[a];
-            let _ = writeln!(s, "    ovl_p{a} = ovl_r % {w}LL;");
-            let _ = writeln!(s, "    ovl_r /= {w}LL;");
+            let w = e.sizes[a].cpp();
+            let _ = writeln!(s, "    ovl_p{a} = ovl_r % {w};");
+            let _ = writeln!(s, "    ovl_r /= {w};");
         }
         let _ = writeln!(s, "    ovl_p0 = ovl_r;");
         let _ = writeln!(s, "  }}");
@@ -108,7 +115,7 @@ pub(crate) fn cpp_source(e: &Emitter) -> String {
     let _ = writeln!(s, "  while (ovl_w < ovl_end) {{");
     let _ = writeln!(
         s,
-        "    const int64_t ovl_n = {wl}LL - ovl_q < ovl_end - ovl_w ? {wl}LL - ovl_q : ovl_end - ovl_w;"
+        "    const int64_t ovl_n = {wl} - ovl_q < ovl_end - ovl_w ? {wl} - ovl_q : ovl_end - ovl_w;"
     );
     let _ = writeln!(
         s,
@@ -132,8 +139,8 @@ pub(crate) fn cpp_source(e: &Emitter) -> String {
         let mut carry = "++ovl_p0;".to_string();
         for a in 1..inner {
             carry = format!(
-                "if (++ovl_p{a} == {}LL) {{ ovl_p{a} = 0; {carry} }}",
-                e.workgroup[a]
+                "if (++ovl_p{a} == {}) {{ ovl_p{a} = 0; {carry} }}",
+                e.sizes[a].cpp()
             );
         }
         let _ = writeln!(s, "    {carry}");
@@ -144,15 +151,48 @@ pub(crate) fn cpp_source(e: &Emitter) -> String {
     // The entry points.
     let _ = writeln!(
         s,
-        "OVL_EXPORT int ovl_run(const void* const* ovl_inputs, void* const* ovl_outputs, \
-         int64_t ovl_begin, int64_t ovl_end, ovl_status* ovl_st) {{"
+        "OVL_EXPORT int64_t ovl_worker_count(const int64_t* ovl_sym) {{"
     );
-    let _ = writeln!(s, "  if (ovl_begin < 0) ovl_begin = 0;");
+    match e.workers {
+        Some(n) => {
+            let _ = writeln!(s, "  (void)ovl_sym;");
+            let _ = writeln!(s, "  return {n}LL;");
+        }
+        None => {
+            symbol_values(&mut s, e);
+            let _ = writeln!(s, "  int64_t ovl_n = 1;");
+            for size in &e.sizes {
+                let size = size.cpp();
+                let _ = writeln!(
+                    s,
+                    "  if ({size} < 0 || __builtin_mul_overflow(ovl_n, {size}, &ovl_n)) return -1;"
+                );
+            }
+            let _ = writeln!(s, "  return ovl_n;");
+        }
+    }
+    let _ = writeln!(s, "}}\n");
     let _ = writeln!(
         s,
-        "  if (ovl_end > {}LL) ovl_end = {}LL;",
-        e.workers, e.workers
+        "OVL_EXPORT int ovl_run(const void* const* ovl_inputs, void* const* ovl_outputs, \
+         const int64_t* ovl_sym, int64_t ovl_begin, int64_t ovl_end, ovl_status* ovl_st) {{"
     );
+    if e.symbol_count == 0 {
+        let _ = writeln!(s, "  (void)ovl_sym;");
+    }
+    symbol_values(&mut s, e);
+    if e.workers.is_none() {
+        let _ = writeln!(
+            s,
+            "  const int64_t ovl_workers = ovl_worker_count(ovl_sym);  // -1: not runnable"
+        );
+    }
+    let workers = match e.workers {
+        Some(n) => format!("{n}LL"),
+        None => "ovl_workers".into(),
+    };
+    let _ = writeln!(s, "  if (ovl_begin < 0) ovl_begin = 0;");
+    let _ = writeln!(s, "  if (ovl_end > {workers}) ovl_end = {workers};");
     let _ = writeln!(s, "  if (ovl_begin >= ovl_end) return 0;");
     let mut args = Vec::new();
     for (i, t) in e.inputs.iter().enumerate() {
@@ -167,6 +207,7 @@ pub(crate) fn cpp_source(e: &Emitter) -> String {
             ctype(t.dtype)
         ));
     }
+    args.extend((0..e.symbol_count).map(|k| format!("ovl_S{k}")));
     args.extend(["ovl_begin".into(), "ovl_end".into(), "ovl_st".into()]);
     let _ = writeln!(s, "  ovl_kernel({});", args.join(", "));
     let _ = writeln!(s, "  return ovl_st->code;");
@@ -186,8 +227,15 @@ pub(crate) fn cpp_source(e: &Emitter) -> String {
     );
     let _ = writeln!(
         s,
-        "OVL_EXPORT int64_t ovl_worker_count(void) {{ return {}LL; }}",
-        e.workers
+        "OVL_EXPORT uint32_t ovl_symbol_count(void) {{ return {}u; }}",
+        e.symbol_count
     );
     s
+}
+
+/// `const int64_t ovl_S<k> = ovl_sym[k];` for every symbol.
+fn symbol_values(s: &mut String, e: &Emitter) {
+    for k in 0..e.symbol_count {
+        let _ = writeln!(s, "  const int64_t ovl_S{k} = ovl_sym[{k}];");
+    }
 }

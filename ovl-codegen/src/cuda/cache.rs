@@ -102,7 +102,7 @@ pub(crate) fn full_options(arch: u32, binary: CudaBinary, extra: &[String]) -> V
 /// The cache key: 32 hex digits of SHA-256 over the operator's canonical hash, the CUDA codegen
 /// version, the NVRTC version, and the options (which hold the architecture and output kind).
 fn cache_key(dag: &ir::ExpressionDag, nvrtc: &NvrtcInfo, options: &[String]) -> String {
-    let digest = ovl_ir::hash::canonical_hash(dag);
+    let digest = crate::shared::sizes::code_hash(dag);
     let mut h = Sha256::new();
     let mut field = |s: &[u8]| {
         h.update((s.len() as u64).to_le_bytes());
@@ -221,7 +221,7 @@ pub fn compile_with_outcome(
              ({})\narch: {}\noutput: {}\noptions: {}\n",
             dag.name,
             defined_at(dag),
-            ovl_ir::hash::canonical_hash(dag),
+            crate::shared::sizes::code_hash(dag),
             super::CUDA_CODEGEN_VERSION,
             nvrtc.version.0,
             nvrtc.version.1,

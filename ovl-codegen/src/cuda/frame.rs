@@ -18,8 +18,11 @@
 //!   at the end of the thread into the launch's `ovl_cuda_status` when it precedes the one
 //!   there, so the runtime reports the same fault as the C++ backend and the interpreter.
 //!
-//! Kernel parameters: one pointer per input (`const T*`), one per output (`T*`), then the
-//! `ovl_cuda_status*`. Shapes are compile-time constants; the block size is chosen at launch.
+//! Kernel parameters: one pointer per input (`const T*`), one per output (`T*`), one `int64_t`
+//! per symbol value (`ovl_S0`, ...: the sizes given at run time, `proto/ovl.proto`, "Symbolic
+//! sizes"; none for an operator without), then the `ovl_cuda_status*`. Known sizes are
+//! compile-time constants; a workgroup sized at run time is decomposed in 64 bits. The block
+//! size is chosen at launch.
 
 use crate::error::{defined_at, CodegenError};
 use crate::shared::emit::{comment_safe, emit, Dialect};
@@ -54,9 +57,15 @@ pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codeg
     let _ = writeln!(s, "// Cache key {key}.");
     let _ = writeln!(
         s,
-        "// Workgroup {:?}; IR expression %k is the C++ variable vk.",
-        e.workgroup
+        "// Workgroup {}; IR expression %k is the C++ variable vk.",
+        e.workgroup_text()
     );
+    if e.symbol_count > 0 {
+        let _ = writeln!(
+            s,
+            "// Sized at run time: s<k> is the value of symbol k, the parameter ovl_S<k>."
+        );
+    }
     s.push_str(PRELUDE);
     s.push('\n');
 
@@ -67,6 +76,7 @@ pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codeg
     for t in &e.outputs {
         params.push(format!("{}* __restrict__ {}", ctype(t.dtype), t.name));
     }
+    params.extend(e.symbol_params());
     params.push("ovl_cuda_status* __restrict__ ovl_gst".into());
     let _ = writeln!(
         s,
@@ -84,12 +94,12 @@ pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codeg
             "  {} {}[{}];  // local {} {:?}",
             ctype(t.dtype),
             t.name,
-            t.elements.max(1),
+            t.elements.unwrap_or(0).max(1),
             t.index,
             t.shape
         );
     }
-    let workers = e.workers;
+    let workers = e.workers_cpp();
     let _ = writeln!(
         s,
         "  const int64_t ovl_stride = (int64_t)gridDim.x * (int64_t)blockDim.x;"
@@ -97,31 +107,36 @@ pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codeg
     let _ = writeln!(
         s,
         "  for (int64_t ovl_w = (int64_t)blockIdx.x * (int64_t)blockDim.x + (int64_t)threadIdx.x; \
-         ovl_w < {workers}LL; ovl_w += ovl_stride) {{"
+         ovl_w < {workers}; ovl_w += ovl_stride) {{"
     );
     let rank = e.workgroup.len();
     if rank == 1 {
         let _ = writeln!(s, "    const int64_t ovl_p0 = ovl_w;");
     } else {
-        let (ut, suffix) = if workers <= u32::MAX as u64 {
+        let (ut, suffix) = if e.workers.is_some_and(|n| n <= u32::MAX as u64) {
             ("uint32_t", "u")
         } else {
             ("uint64_t", "ull")
         };
         let _ = writeln!(s, "    {ut} ovl_r = ({ut})ovl_w;");
         for a in (1..rank).rev() {
-            let w = e.workgroup[a];
-            let _ = writeln!(
-                s,
-                "    const int64_t ovl_p{a} = (int64_t)(ovl_r % {w}{suffix});"
-            );
-            let _ = writeln!(s, "    ovl_r /= {w}{suffix};");
+            let w = match e.sizes[a].known() {
+                Some(n) => format!("{n}{suffix}"),
+                None => format!("(uint64_t){}", e.sizes[a].cpp()),
+            };
+            let _ = writeln!(s, "    const int64_t ovl_p{a} = (int64_t)(ovl_r % {w});");
+            let _ = writeln!(s, "    ovl_r /= {w};");
         }
         let _ = writeln!(s, "    const int64_t ovl_p0 = (int64_t)ovl_r;");
     }
     for (t, zero) in e.locals.iter().zip(e.locals_needing_zero()) {
         if zero {
-            let _ = writeln!(s, "    ovl::zero({}, {}LL);", t.name, t.elements.max(1));
+            let _ = writeln!(
+                s,
+                "    ovl::zero({}, {}LL);",
+                t.name,
+                t.elements.unwrap_or(0).max(1)
+            );
         }
     }
     s.push_str(&program);

@@ -11,7 +11,7 @@
 //! // With a GPU: compile to CUBIN for the device, load and run.
 //! let op = cuda::load(dag, &CudaCompileOptions::default())?;
 //! let mut out = vec![ovl_ir::HostTensor::zeros(ovl_ir::DType::F32, &[4])];
-//! let gpu_time = op.run(&[x], &mut out)?;
+//! let gpu_time = op.run(&[x], &mut out, &[])?; // no symbol values
 //! # Ok(()) }
 //! ```
 //!

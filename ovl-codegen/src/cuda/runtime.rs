@@ -6,10 +6,12 @@
 use super::{compile, no_panic, nvrtc, CudaArtifact, CudaBinary, CudaCompileOptions, KERNEL_NAME};
 use crate::error::{defined_at, CodegenError, RunError};
 use crate::shared::fault::{fault_error, Status};
+use crate::shared::sizes;
+use crate::shared::symbols::Geometry;
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig};
 use cudarc::driver::{DriverError, PushKernelArg as _};
 use ovl_ir::ir::{self, Op};
-use ovl_ir::{DType, HostTensor};
+use ovl_ir::HostTensor;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -144,10 +146,8 @@ pub struct CudaOperator {
     artifact: Arc<CudaArtifact>,
     function: CudaFunction,
     defined_at: String,
-    inputs: Vec<(DType, Vec<usize>)>,
-    outputs: Vec<(DType, Vec<usize>)>,
-    workgroup: Vec<u64>,
-    workers: u64,
+    /// Tensor types, workgroup and symbols.
+    geometry: Geometry,
     writes: Vec<bool>,
     block_size: u32,
 }
@@ -161,20 +161,6 @@ impl std::fmt::Debug for CudaOperator {
             .field("block_size", &self.block_size)
             .finish_non_exhaustive()
     }
-}
-
-fn signatures(list: &[ir::TensorType]) -> Option<Vec<(DType, Vec<usize>)>> {
-    list.iter()
-        .map(|t| {
-            Some((
-                DType::from_ir(t.dtype)?,
-                t.shape
-                    .iter()
-                    .map(|&d| usize::try_from(d).ok())
-                    .collect::<Option<_>>()?,
-            ))
-        })
-        .collect()
 }
 
 type LoadedKey = (std::path::PathBuf, String);
@@ -252,20 +238,11 @@ pub fn load(
         expression: None,
         message: what.into(),
     };
-    let workers = dag
-        .workgroup_shape
-        .iter()
-        .try_fold(1u64, |n, &d| n.checked_mul(d))
-        .filter(|&n| n <= i64::MAX as u64)
-        .ok_or_else(|| unsupported("the workgroup is too large"))?;
     Ok(Arc::new(CudaOperator {
         artifact,
         function,
         defined_at: defined_at(dag),
-        inputs: signatures(&dag.inputs).ok_or_else(|| unsupported("an input type"))?,
-        outputs: signatures(&dag.outputs).ok_or_else(|| unsupported("an output type"))?,
-        workgroup: dag.workgroup_shape.clone(),
-        workers,
+        geometry: Geometry::of(dag).map_err(|why| unsupported(&why))?,
         writes: dag
             .expressions
             .iter()
@@ -316,58 +293,46 @@ impl CudaOperator {
         self.block_size
     }
 
-    fn check(
-        &self,
-        kind: &'static str,
-        declared: &[(DType, Vec<usize>)],
-        passed: &[&HostTensor],
-    ) -> Result<(), RunError> {
-        if passed.len() != declared.len() {
-            return Err(RunError::TensorCount {
-                operator: self.name().to_string(),
-                kind,
-                expected: declared.len(),
-                got: passed.len(),
-            });
-        }
-        for (k, ((d, shape), h)) in declared.iter().zip(passed).enumerate() {
-            let consistent =
-                h.shape.iter().try_fold(1usize, |n, &x| n.checked_mul(x)) == Some(h.len());
-            if h.dtype() != *d || h.shape != *shape || !consistent {
-                return Err(RunError::TensorType {
-                    operator: self.name().to_string(),
-                    tensor: format!("{kind} {k}"),
-                    expected: format!("{d}{shape:?}"),
-                    got: format!("{}{:?}", h.dtype(), h.shape),
-                });
-            }
-        }
-        Ok(())
+    /// How many symbol values [`run`](Self::run) takes (0: every size is known).
+    pub fn symbol_count(&self) -> usize {
+        self.geometry.symbol_count as usize
     }
 
-    /// Runs the operator on the GPU: copies `inputs` and `outputs` (elements no worker writes
-    /// keep their value) to the device, launches the kernel, copies `outputs` back. Returns the
-    /// kernel's time measured by CUDA events. A runtime fault (index out of bounds, non-positive
+    /// Runs the operator on the GPU for the symbol values `symbols` (`&[]` when it has no
+    /// sizes given at run time; a wrong count, or values for which a dimension would be
+    /// negative, is an error): copies `inputs` and `outputs` (elements no worker writes keep
+    /// their value) to the device, launches the kernel over the workgroup for those values,
+    /// copies `outputs` back. Returns the kernel's time measured by CUDA events (zero when the
+    /// workgroup is empty: nothing runs). A runtime fault (index out of bounds, non-positive
     /// range step) is reported as the C++ backend reports it: the first in row-major worker
     /// order.
     pub fn run(
         &self,
         inputs: &[&HostTensor],
         outputs: &mut [HostTensor],
+        symbols: &[u64],
     ) -> Result<Duration, RunError> {
-        self.check("input", &self.inputs, inputs)?;
-        let outs: Vec<&HostTensor> = outputs.iter().collect();
-        self.check("output", &self.outputs, &outs)?;
+        let workgroup = self.geometry.workgroup(self.name(), symbols)?;
+        self.geometry
+            .check(self.name(), symbols, inputs, &mut outputs.iter())?;
+        let workers = sizes::product(&workgroup);
+        if workers == 0 {
+            return Ok(Duration::ZERO);
+        }
         let dev = device().map_err(|e| self.cuda_err("opening the GPU", e.to_string()))?;
         let _busy = dev.busy.lock().unwrap_or_else(|p| p.into_inner());
-        let result = no_panic("CUDA", || self.run_on(dev, inputs, outputs))
-            .map_err(|m| self.cuda_err("running", m))?;
+        // Checked: every value is at most i64::MAX.
+        let symbols: Vec<i64> = symbols.iter().map(|&v| v as i64).collect();
+        let result = no_panic("CUDA", || {
+            self.run_on(dev, inputs, outputs, &symbols, workers)
+        })
+        .map_err(|m| self.cuda_err("running", m))?;
         let (time, status) = result?;
         if status.first.code != 0 {
             return Err(fault_error(
                 self.name(),
                 &self.defined_at,
-                &self.workgroup,
+                &workgroup,
                 &self.writes,
                 &status.first,
             ));
@@ -388,6 +353,8 @@ impl CudaOperator {
         dev: &Device,
         inputs: &[&HostTensor],
         outputs: &mut [HostTensor],
+        symbols: &[i64],
+        workers: u64,
     ) -> Result<(Duration, CudaStatus), RunError> {
         let stream = &dev.stream;
         let err =
@@ -412,7 +379,7 @@ impl CudaOperator {
             .alloc_zeros::<u8>(STATUS_BYTES)
             .map_err(err("allocating the status"))?;
         let block = self.block_size;
-        let blocks_needed = self.workers.div_ceil(block as u64);
+        let blocks_needed = workers.div_ceil(block as u64);
         let grid_limit = (dev.info.multiprocessors as u64) * (2048 / block as u64).max(1) * 8;
         let grid = blocks_needed.min(grid_limit).clamp(1, i32::MAX as u64) as u32;
         let cfg = LaunchConfig {
@@ -438,10 +405,14 @@ impl CudaOperator {
             for d in d_out.iter_mut() {
                 launch.arg(d);
             }
+            for v in symbols {
+                launch.arg(v);
+            }
             launch.arg(&d_status);
             // SAFETY: the kernel takes one device pointer per input and output, each to a buffer
-            // of the declared type and size (checked above), then the status buffer of
-            // `STATUS_BYTES` bytes; all stay alive until the stream is synchronized below.
+            // of the declared type and size for the symbol values (checked above), one int64_t
+            // per symbol value, then the status buffer of `STATUS_BYTES` bytes; all stay alive
+            // until the stream is synchronized below.
             unsafe { launch.launch(cfg) }.map_err(err("launching the kernel"))?;
         }
         end.record(stream).map_err(err("recording an event"))?;

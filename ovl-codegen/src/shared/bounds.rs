@@ -119,9 +119,72 @@ impl Interval {
     }
 }
 
+/// A bound of an integer value by a symbol value: `v <= scale * S[symbol] + c`, for every
+/// value `S >= 0` of the symbol (`scale >= 0`). With `v >= 0` (its interval) it proves `v` a
+/// valid index of a dimension sized at run time ([`SymBound::below`]), where intervals know
+/// nothing. Sources: OP_SYMBOL, `position` on a workgroup axis sized at run time, a RANGE
+/// loop's index under its end; it survives adding or subtracting a bounded value, multiplying by
+/// a positive constant, and casts, while the arithmetic provably does not wrap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SymBound {
+    pub symbol: u32,
+    pub scale: i128,
+    pub c: i128,
+}
+
+impl SymBound {
+    /// `v <= scale * S[symbol] + c`.
+    pub fn new(symbol: u32, scale: i64, c: i128) -> SymBound {
+        SymBound {
+            symbol,
+            scale: scale as i128,
+            c,
+        }
+    }
+
+    /// Whether a non-negative value with this bound is below `scale * S[symbol] + offset` for
+    /// every `S >= 0`: same symbol, a scale no larger (so `self.scale * S <= scale * S`) and
+    /// `c <= offset - 1`.
+    pub fn below(self, symbol: u32, scale: i64, offset: i64) -> bool {
+        self.symbol == symbol && self.scale <= scale as i128 && self.c < offset as i128
+    }
+
+    /// The bound of `v + k` for every `k <= hi`.
+    pub fn shift(self, hi: i128) -> Option<SymBound> {
+        Some(SymBound {
+            c: self.c.checked_add(hi)?,
+            ..self
+        })
+    }
+
+    /// The bound of `m * v` for a constant `m > 0`.
+    pub fn times(self, m: i128) -> Option<SymBound> {
+        (m > 0).then_some(())?;
+        Some(SymBound {
+            symbol: self.symbol,
+            scale: self.scale.checked_mul(m)?,
+            c: self.c.checked_mul(m)?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn symbolic_bounds() {
+        // position on an axis of size S0 + 1: p <= S0 + 0.
+        let p = SymBound::new(0, 1, 0);
+        assert!(p.below(0, 1, 1));
+        assert!(!p.below(0, 1, 0));
+        assert!(!p.below(1, 1, 1));
+        assert!(p.below(0, 2, 1)); // S0 <= 2 * S0
+        assert!(!SymBound::new(0, 2, -1).below(0, 1, 0));
+        assert_eq!(p.shift(-1), Some(SymBound::new(0, 1, -1)));
+        assert_eq!(p.times(3), Some(SymBound::new(0, 3, 0)));
+        assert_eq!(p.times(0), None);
+    }
 
     #[test]
     fn arithmetic() {

@@ -8,14 +8,18 @@
 //!   Control flow becomes structured C++ (`if`/`else`, `for`, `while (true) { cond; if (!c)
 //!   break; body }`). Elementwise operations are spelled as the op table
 //!   ([`ovl_ir::ops`]) says.
-//! - Shapes and strides are compile-time constants. An index is checked only where the interval
-//!   analysis ([`super::bounds`]) cannot prove it inside its dimension; a failed check records
+//! - Known sizes and strides are compile-time constants; a dimension sized at run time
+//!   ([`super::sizes`]) is spelled from the kernel's symbol parameters `ovl_S<k>`. An index is
+//!   checked only where the interval analysis ([`super::bounds`]) cannot prove it inside its
+//!   dimension (for a dimension sized at run time: see [`super::bounds::SymBound`]); a failed
+//!   check records
 //!   the fault in the status struct and ends the worker: `goto ovl_stop`, a label after the
 //!   worker program's block ([`Emitter::worker_program`]), so that staged loops exit (a
 //!   non-positive RANGE step does the same).
 
-use super::bounds::Interval;
+use super::bounds::{Interval, SymBound};
 use super::literal::{ctype, cuda_literal, int_literal_value, literal};
+use super::sizes::{self, Size};
 use crate::error::{defined_at, CodegenError};
 use ovl_ir::ir::{self, Op, TensorKind};
 use ovl_ir::names::kind_word;
@@ -45,19 +49,47 @@ pub(crate) struct TensorInfo {
     pub kind: TensorKind,
     pub index: u32,
     pub dtype: DType,
+    /// The shape as traced (a dimension sized at run time holds an example: use `sizes`).
     pub shape: Vec<u64>,
+    /// Each dimension's size.
+    pub sizes: Vec<Size>,
+    /// Strides of a tensor whose sizes are all known (else unused: see `TensorInfo::stride`).
     strides: Vec<u64>,
-    pub elements: u64,
+    /// The element count when every size is known, else `None`.
+    pub elements: Option<u64>,
     /// The C++ name: `in0`, `out1`, `loc2`.
     pub name: String,
+}
+
+impl TensorInfo {
+    /// The stride of `axis` of a tensor sized at run time, as a C++ `int64_t` expression
+    /// (`None`: 1): the known sizes inside it folded into one literal, times the symbolic ones.
+    fn stride(&self, axis: usize) -> Option<String> {
+        let mut known = 1u64;
+        let mut factors = Vec::new();
+        for s in &self.sizes[axis + 1..] {
+            match s.known() {
+                Some(n) => known = known.saturating_mul(n).min(i64::MAX as u64),
+                None => factors.push(s.cpp()),
+            }
+        }
+        if known != 1 || factors.is_empty() {
+            factors.push(format!("{known}LL"));
+        }
+        match factors.as_slice() {
+            [one] if one == "1LL" => None,
+            _ => Some(factors.join(" * ")),
+        }
+    }
 }
 
 /// What emitting one expression gives: its value dtype (None for a statement) and the interval
 /// of an integer value when known.
 type Emitted = Result<(Option<DType>, Option<Interval>), CodegenError>;
 
-/// The index operands that need a bounds check: (axis, C++ variable, dimension size).
-type Unproven = Vec<(usize, String, u64)>;
+/// The index operands that need a bounds check: (axis, C++ variable, the dimension's size as a
+/// C++ `uint64_t` expression).
+type Unproven = Vec<(usize, String, String)>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Frame {
@@ -85,13 +117,21 @@ pub(crate) struct Emitter<'a> {
     pub inputs: Vec<TensorInfo>,
     pub outputs: Vec<TensorInfo>,
     pub locals: Vec<TensorInfo>,
+    /// The workgroup as traced (a dimension sized at run time holds an example: use `sizes`).
     pub workgroup: Vec<u64>,
-    pub workers: u64,
+    /// Each workgroup dimension's size.
+    pub sizes: Vec<Size>,
+    /// The number of workers when every workgroup size is known (else `None`).
+    pub workers: Option<u64>,
+    /// The number of symbol values the kernel takes (`ovl_S0`, `ovl_S1`, ...).
+    pub symbol_count: u32,
     /// Value dtype of each expression (None: a statement).
     types: Vec<Option<DType>>,
     ops: Vec<Op>,
     /// Interval of each integer value.
     intervals: Vec<Option<Interval>>,
+    /// A bound of each integer value by a symbol value, when known.
+    sym_bounds: Vec<Option<SymBound>>,
     /// The value of each integer CONST.
     consts: Vec<Option<i128>>,
     frames: Vec<Frame>,
@@ -173,10 +213,13 @@ impl<'a> Emitter<'a> {
             outputs: Vec::new(),
             locals: Vec::new(),
             workgroup: dag.workgroup_shape.clone(),
-            workers: 0,
+            sizes: sizes::sizes(&dag.workgroup_shape, &dag.symbolic_workgroup),
+            workers: None,
+            symbol_count: dag.symbol_count,
             types: Vec::with_capacity(dag.expressions.len()),
             ops: Vec::with_capacity(dag.expressions.len()),
             intervals: Vec::with_capacity(dag.expressions.len()),
+            sym_bounds: vec![None; dag.expressions.len()],
             consts: Vec::with_capacity(dag.expressions.len()),
             frames: Vec::new(),
             loops: ovl_ir::analysis::innermost_loops(dag),
@@ -189,21 +232,35 @@ impl<'a> Emitter<'a> {
         if e.workgroup.is_empty() {
             return Err(e.err(None, "the workgroup shape is empty"));
         }
-        if e.workgroup.contains(&0) {
+        e.check_symbolic(&dag.symbolic_workgroup, e.workgroup.len(), "the workgroup")?;
+        if e.sizes.contains(&Size::Known(0)) {
             return Err(e.err(None, "a workgroup dimension is 0"));
         }
-        e.workers = e
-            .workgroup
-            .iter()
-            .try_fold(1u64, |n, &d| n.checked_mul(d))
-            .filter(|&n| n <= i64::MAX as u64)
-            .ok_or_else(|| e.err(None, "the workgroup has more than 2^63 workers"))?;
+        if !sizes::any_symbolic(&e.sizes) {
+            e.workers = Some(
+                e.workgroup
+                    .iter()
+                    .try_fold(1u64, |n, &d| n.checked_mul(d))
+                    .filter(|&n| n <= i64::MAX as u64)
+                    .ok_or_else(|| e.err(None, "the workgroup has more than 2^63 workers"))?,
+            );
+        }
         e.inputs = e.tensors(TensorKind::Input, &dag.inputs, "in")?;
         e.outputs = e.tensors(TensorKind::Output, &dag.outputs, "out")?;
         e.locals = e.tensors(TensorKind::Local, &dag.locals, "loc")?;
         let mut total = 0u64;
         for l in &e.locals {
-            let bytes = l.elements.saturating_mul(l.dtype.size() as u64);
+            let Some(elements) = l.elements else {
+                return Err(e.err(
+                    None,
+                    format!(
+                        "local {} has a dimension sized at run time; a local tensor lives on \
+                         each worker's stack and needs sizes known when the operator is compiled",
+                        l.index
+                    ),
+                ));
+            };
+            let bytes = elements.saturating_mul(l.dtype.size() as u64);
             total = total.saturating_add(bytes);
             if bytes > MAX_LOCAL_BYTES || total > MAX_LOCALS_TOTAL_BYTES {
                 return Err(CodegenError::LocalTooLarge {
@@ -240,20 +297,28 @@ impl<'a> Emitter<'a> {
                         format!("{word} {i} has an unsupported dtype ({})", t.dtype),
                     )
                 })?;
-                let elements = t
-                    .shape
-                    .iter()
-                    .try_fold(1u64, |n, &d| n.checked_mul(d))
-                    .filter(|&n| {
-                        n.checked_mul(dtype.size() as u64)
-                            .is_some_and(|b| b <= i64::MAX as u64)
-                    })
-                    .ok_or_else(|| {
-                        self.err(
-                            None,
-                            format!("{word} {i} {:?} has too many elements", t.shape),
-                        )
-                    })?;
+                self.check_symbolic(&t.symbolic, t.shape.len(), &format!("{word} {i}"))?;
+                let sizes = sizes::sizes(&t.shape, &t.symbolic);
+                // Sized at run time: the runtime checks the element count of every run.
+                let elements = if sizes::any_symbolic(&sizes) {
+                    None
+                } else {
+                    Some(
+                        t.shape
+                            .iter()
+                            .try_fold(1u64, |n, &d| n.checked_mul(d))
+                            .filter(|&n| {
+                                n.checked_mul(dtype.size() as u64)
+                                    .is_some_and(|b| b <= i64::MAX as u64)
+                            })
+                            .ok_or_else(|| {
+                                self.err(
+                                    None,
+                                    format!("{word} {i} {:?} has too many elements", t.shape),
+                                )
+                            })?,
+                    )
+                };
                 let mut strides = vec![1u64; t.shape.len()];
                 for a in (0..t.shape.len().saturating_sub(1)).rev() {
                     // Saturating: only a tensor with a zero dimension (never indexed in
@@ -267,12 +332,45 @@ impl<'a> Emitter<'a> {
                     index: i as u32,
                     dtype,
                     shape: t.shape.clone(),
+                    sizes,
                     strides,
                     elements,
                     name: format!("{prefix}{i}"),
                 })
             })
             .collect()
+    }
+
+    /// Checks the symbolic dimensions of a shape of rank `rank` (`what`: for messages): each
+    /// names a dimension of the shape once, a symbol below `symbol_count`, a scale >= 1.
+    fn check_symbolic(
+        &self,
+        symbolic: &[ir::SymbolicDim],
+        rank: usize,
+        what: &str,
+    ) -> Result<(), CodegenError> {
+        let mut seen = vec![false; rank];
+        for s in symbolic {
+            let d = s.dim as usize;
+            let problem = if d >= rank {
+                Some(format!("names dimension {d} of a rank-{rank} shape"))
+            } else if std::mem::replace(&mut seen[d], true) {
+                Some(format!("names dimension {d} twice"))
+            } else if s.symbol >= self.dag.symbol_count {
+                Some(format!(
+                    "uses symbol {} but the operator takes {} symbol value(s)",
+                    s.symbol, self.dag.symbol_count
+                ))
+            } else if s.scale < 1 {
+                Some(format!("has scale {} (it must be at least 1)", s.scale))
+            } else {
+                None
+            };
+            if let Some(p) = problem {
+                return Err(self.err(None, format!("a size of {what} sized at run time {p}")));
+            }
+        }
+        Ok(())
     }
 
     fn line(&mut self, s: &str) {
@@ -372,6 +470,23 @@ impl<'a> Emitter<'a> {
         self.intervals[o].or_else(|| self.types[o].and_then(Interval::of_dtype))
     }
 
+    /// Whether value `o` is provably a valid index of a dimension of size `size`: by its
+    /// interval for a known size, by its interval and its symbolic bound for one sized at run
+    /// time.
+    fn proven_inside(&self, o: usize, size: Size) -> bool {
+        let Some(iv) = self.interval(o) else {
+            return false;
+        };
+        match size {
+            Size::Known(n) => iv.inside(n),
+            Size::Symbolic {
+                symbol,
+                scale,
+                offset,
+            } => iv.lo >= 0 && self.sym_bounds[o].is_some_and(|b| b.below(symbol, scale, offset)),
+        }
+    }
+
     /// Index operands `0..rank` of a READ/WRITE: (C++ linear index, the unproven axes as
     /// `(axis, variable, size)`).
     fn indices(&self, k: usize, t: &TensorInfo) -> Result<(String, Unproven), CodegenError> {
@@ -379,16 +494,30 @@ impl<'a> Emitter<'a> {
         let mut unproven = Vec::new();
         // On the GPU, 64-bit integer arithmetic costs several instructions: index a tensor whose
         // elements a 32-bit int counts in 32 bits (every index is in range where it is used).
-        let narrow = self.dialect == Dialect::Cuda && t.elements <= i32::MAX as u64;
+        // A tensor sized at run time is indexed in 64 bits.
+        let narrow =
+            self.dialect == Dialect::Cuda && t.elements.is_some_and(|n| n <= i32::MAX as u64);
         for axis in 0..t.shape.len() {
             let (o, d) = self.operand(k, axis)?;
             if !d.is_int() {
                 return Err(self.err(Some(k), format!("index operand {axis} has dtype {d}")));
             }
             let v = format!("v{o}");
-            let size = t.shape[axis];
-            if !self.interval(o).is_some_and(|iv| iv.inside(size)) {
-                unproven.push((axis, v.clone(), size));
+            let size = t.sizes[axis];
+            if !self.proven_inside(o, size) {
+                unproven.push((axis, v.clone(), size.cpp_unsigned()));
+            }
+            if t.elements.is_none() {
+                let idx = if d == DType::I64 {
+                    v
+                } else {
+                    format!("(int64_t){v}")
+                };
+                terms.push(match t.stride(axis) {
+                    None => idx,
+                    Some(stride) => format!("{idx} * {stride}"),
+                });
+                continue;
             }
             let stride = t.strides[axis];
             if narrow {
@@ -423,26 +552,31 @@ impl<'a> Emitter<'a> {
         Ok((linear, unproven))
     }
 
-    fn bounds_condition(unproven: &[(usize, String, u64)]) -> String {
+    fn bounds_condition(unproven: &[(usize, String, String)]) -> String {
         unproven
             .iter()
-            .map(|(_, v, size)| format!("ovl::inb({v}, {size}ULL)"))
+            .map(|(_, v, size)| format!("ovl::inb({v}, {size})"))
             .collect::<Vec<_>>()
             .join(" && ")
     }
 
     /// The statements run when a bounds check fails: record the fault, end the worker.
-    fn fault_chain(&self, k: usize, t: &TensorInfo, unproven: &[(usize, String, u64)]) -> String {
+    fn fault_chain(
+        &self,
+        k: usize,
+        t: &TensorInfo,
+        unproven: &[(usize, String, String)],
+    ) -> String {
         self.stops.set(true);
         let mut s = String::new();
         let w = self.worker_expr();
         for (i, (axis, v, size)) in unproven.iter().enumerate() {
             let call = format!(
-                "ovl::oob(ovl_st, {k}, {}, {}, {axis}, {v}, {size}ULL, {w});",
+                "ovl::oob(ovl_st, {k}, {}, {}, {axis}, {v}, {size}, {w});",
                 t.kind as i32, t.index
             );
             if i + 1 < unproven.len() {
-                let _ = write!(s, "if (!ovl::inb({v}, {size}ULL)) {call} else ");
+                let _ = write!(s, "if (!ovl::inb({v}, {size})) {call} else ");
             } else {
                 s.push_str(&call);
             }
@@ -490,6 +624,7 @@ impl<'a> Emitter<'a> {
         match op {
             Op::Const => self.constant(k),
             Op::Position => self.position(k),
+            Op::Symbol => self.symbol(k),
             Op::Read => self.read(k),
             Op::Write => self.write(k),
             Op::Variable => self.variable(k),
@@ -532,11 +667,42 @@ impl<'a> Emitter<'a> {
         self.operand_count(k, 0)?;
         self.check_result(k, DType::I64)?;
         let axis = e.axis as usize;
-        let Some(&size) = self.workgroup.get(axis) else {
+        let Some(&size) = self.sizes.get(axis) else {
             return Err(self.err(Some(k), format!("axis {axis} is outside the workgroup")));
         };
         self.line(&format!("const int64_t v{k} = ovl_p{axis};"));
-        Ok((Some(DType::I64), Some(Interval::new(0, size as i128 - 1))))
+        let hi = match size {
+            Size::Known(n) => n as i128 - 1,
+            Size::Symbolic {
+                symbol,
+                scale,
+                offset,
+            } => {
+                self.sym_bounds[k] = Some(SymBound::new(symbol, scale, offset as i128 - 1));
+                // A workgroup has at most i64::MAX workers.
+                i64::MAX as i128 - 1
+            }
+        };
+        Ok((Some(DType::I64), Some(Interval::new(0, hi))))
+    }
+
+    /// SYMBOL: the value of symbol `axis` the operator runs with (a kernel parameter).
+    fn symbol(&mut self, k: usize) -> Emitted {
+        self.operand_count(k, 0)?;
+        self.check_result(k, DType::I64)?;
+        let symbol = self.dag.expressions[k].axis;
+        if symbol >= self.symbol_count {
+            return Err(self.err(
+                Some(k),
+                format!(
+                    "reads symbol {symbol} but the operator takes {} symbol value(s)",
+                    self.symbol_count
+                ),
+            ));
+        }
+        self.line(&format!("const int64_t v{k} = ovl_S{symbol};"));
+        self.sym_bounds[k] = Some(SymBound::new(symbol, 1, 0));
+        Ok((Some(DType::I64), Some(Interval::new(0, i64::MAX as i128))))
     }
 
     /// A READ of an input or local tensor (bounds-checked where not proven).
@@ -632,7 +798,8 @@ impl<'a> Emitter<'a> {
             return Err(self.err(Some(k), "local_tensor must name a local tensor"));
         }
         let lit = self.literal(t.dtype, e.float_value, e.int_value, e.uint_value);
-        let (name, n) = (t.name.clone(), t.elements);
+        // Locals have known sizes (checked in `Emitter::new`).
+        let (name, n) = (t.name.clone(), t.elements.unwrap_or(0));
         if n > 0 {
             self.line(&format!("ovl::fill({name}, {n}LL, {lit});"));
         }
@@ -663,7 +830,13 @@ impl<'a> Emitter<'a> {
         } else if from.is_float() {
             Interval::of_dtype(to)
         } else {
-            self.interval(a).and_then(|iv| iv.fit(to))
+            let before = self.interval(a);
+            let after = before.and_then(|iv| iv.fit(to));
+            if to != DType::Bool && after.is_some() && after == before {
+                // The value is unchanged: so is its bound.
+                self.sym_bounds[k] = self.sym_bounds[a];
+            }
+            after
         };
         Ok((Some(to), iv))
     }
@@ -976,23 +1149,54 @@ impl<'a> Emitter<'a> {
         self.line(&format!("const {} v{k} = {expr};", ctype(rd)));
         let iv = if i {
             match (self.interval(a), self.interval(b)) {
-                (Some(p), Some(q)) => match row.op {
-                    Op::Add => p.add(q),
-                    Op::Sub => p.sub(q),
-                    Op::Mul => p.mul(q),
-                    Op::Div => p.div(q),
-                    Op::Mod => p.rem(q),
-                    Op::Min => Some(p.min(q)),
-                    Op::Max => Some(p.max(q)),
-                    _ => None,
+                (Some(p), Some(q)) => {
+                    let raw = match row.op {
+                        Op::Add => p.add(q),
+                        Op::Sub => p.sub(q),
+                        Op::Mul => p.mul(q),
+                        Op::Div => p.div(q),
+                        Op::Mod => p.rem(q),
+                        Op::Min => Some(p.min(q)),
+                        Op::Max => Some(p.max(q)),
+                        _ => None,
+                    };
+                    let fitted = raw.and_then(|iv| iv.fit(d));
+                    if fitted.is_some() && fitted == raw {
+                        // No wrap-around: a symbolic bound carries over.
+                        self.sym_bounds[k] = self.binary_bound(row.op, (a, p), (b, q));
+                    }
+                    fitted
                 }
-                .and_then(|iv| iv.fit(d)),
                 _ => None,
             }
         } else {
             None
         };
         Ok((Some(rd), iv))
+    }
+
+    /// The symbolic bound of `a op b` (operands with intervals `p`, `q`), computed without
+    /// wrap-around.
+    fn binary_bound(
+        &self,
+        op: Op,
+        (a, p): (usize, Interval),
+        (b, q): (usize, Interval),
+    ) -> Option<SymBound> {
+        let (ba, bb) = (self.sym_bounds[a], self.sym_bounds[b]);
+        let constant = |iv: Interval| (iv.lo == iv.hi).then_some(iv.lo);
+        match op {
+            Op::Add => ba
+                .and_then(|x| x.shift(q.hi))
+                .or_else(|| bb.and_then(|x| x.shift(p.hi))),
+            Op::Sub => ba.and_then(|x| x.shift(-q.lo)),
+            Op::Mul => ba
+                .zip(constant(q))
+                .and_then(|(x, m)| x.times(m))
+                .or_else(|| bb.zip(constant(p)).and_then(|(x, m)| x.times(m))),
+            Op::Min => ba.or(bb),
+            _ => None,
+        }
     }
 
     fn range(&mut self, k: usize) -> Emitted {
@@ -1042,6 +1246,8 @@ impl<'a> Emitter<'a> {
             (Some(a), Some(b)) => Some(Interval::new(a.lo, (b.hi - 1).max(a.lo))),
             _ => None,
         };
+        // The index stays below the end (a loop whose step is not positive runs no iteration).
+        self.sym_bounds[k] = self.sym_bounds[e].and_then(|x| x.shift(-1));
         Ok((Some(DType::I64), iv))
     }
 
@@ -1138,6 +1344,32 @@ impl<'a> Emitter<'a> {
             Combiner::Max => (f64::NEG_INFINITY, lo_i, 0),
         };
         self.literal(d, f, i, u)
+    }
+
+    /// The kernel parameters that carry the symbol values: `int64_t ovl_S0, ...` (none for an
+    /// operator without symbolic sizes).
+    pub(crate) fn symbol_params(&self) -> Vec<String> {
+        (0..self.symbol_count)
+            .map(|k| format!("int64_t ovl_S{k}"))
+            .collect()
+    }
+
+    /// The number of workers as a C++ `int64_t` expression (a literal when known).
+    pub(crate) fn workers_cpp(&self) -> String {
+        match self.workers {
+            Some(n) => format!("{n}LL"),
+            None => self
+                .sizes
+                .iter()
+                .map(|s| s.cpp())
+                .collect::<Vec<_>>()
+                .join(" * "),
+        }
+    }
+
+    /// The workgroup for comments: `[s0, 4]`.
+    pub(crate) fn workgroup_text(&self) -> String {
+        ovl_ir::symbolic::shape_text(&self.dag.workgroup_shape, &self.dag.symbolic_workgroup, &[])
     }
 
     /// Locals that a worker could read before its first LOCAL_TENSOR ran: they are zeroed at

@@ -7,6 +7,9 @@
 //! - [`cache_entry`]: one entry of the on-disk operator cache (layout, lock, double-check,
 //!   atomic writes, `meta`, integrity check), the cache root and the environment switches.
 //! - [`fault`]: the fault status of generated code and the error it becomes.
+//! - [`sizes`]: sizes known when compiling or given at run time (symbolic), as generated code
+//!   spells them and as a run resolves them.
+//! - [`symbols`]: the tensor types and workgroup both runtimes check a run against.
 
 pub(crate) mod bounds;
 pub(crate) mod cache_entry;
@@ -14,3 +17,5 @@ pub(crate) mod emit;
 pub(crate) mod fault;
 pub(crate) mod literal;
 pub mod prelude;
+pub(crate) mod sizes;
+pub(crate) mod symbols;

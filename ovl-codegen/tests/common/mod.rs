@@ -58,7 +58,7 @@ pub fn run(
     threads: usize,
 ) -> Result<Vec<HostTensor>, ovl_codegen::RunError> {
     let mut outputs = zero_outputs(dag);
-    op.run(inputs, &mut outputs, threads)?;
+    op.run(inputs, &mut outputs, &[], threads)?;
     Ok(outputs)
 }
 

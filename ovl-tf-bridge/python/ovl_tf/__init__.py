@@ -183,7 +183,9 @@ def dynamic_lib(
     )
 
 
-def _call_op(inputs, program, out_types, out_shapes, gradient, name):
+def _call_op(inputs, program, out_types, out_shapes, gradient, name, static_shapes=None):
+    """Calls the op with the ``out_shapes`` attribute (``None`` for a size known only at run
+    time) and sets ``static_shapes`` (default: ``out_shapes``) on the outputs in a graph."""
     module = _module or load_library()
     outputs = list(
         module.dynamic_lib(
@@ -197,7 +199,7 @@ def _call_op(inputs, program, out_types, out_shapes, gradient, name):
     )
     if not tf.executing_eagerly():
         # The C shape function cannot read `out_shapes`: set the static shapes here.
-        for t, s in zip(outputs, out_shapes):
+        for t, s in zip(outputs, out_shapes if static_shapes is None else static_shapes):
             t.set_shape(s)
     return outputs
 
@@ -243,6 +245,8 @@ class _BundleReader:
     the wrong type."""
 
     def __init__(self, bundle, source: str):
+        # Per tensor path ("inputs[0]"), its run-time sizes (see `symbolic`).
+        self.symbolic_dims = {}
         self.source = source
         if not isinstance(bundle, dict):
             raise self.error(
@@ -276,12 +280,43 @@ class _BundleReader:
                 f'the field "{path}.dtype" is {dtype_name!r}, not a TensorFlow dtype'
             ) from None
         shape = self.get(value, "shape", f"{path}.shape", (list,), "an array of sizes")
-        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        if not all(
+            d is None or isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+        ):
             raise self.error(
-                f'the field "{path}.shape" must hold sizes (integers >= 0), not {shape!r}'
+                f'the field "{path}.shape" must hold sizes (integers >= 0, or null for a size '
+                f"known only at run time), not {shape!r}"
             )
+        symbolic = self.symbolic(value, path, shape)
+        self.symbolic_dims[path] = symbolic
         shape = tf.TensorShape(shape)
         return (name, dtype, shape) if named else (dtype, shape)
+
+    def symbolic(self, value: dict, path: str, shape: list):
+        """The run-time sizes of a tensor: ``[(dim, symbol, scale, offset)]``, one per ``null``
+        in its shape."""
+        dims = self.get(
+            value, "symbolic", f"{path}.symbolic", (list,), "an array", required=False
+        ) or []
+        out = []
+        for k, d in enumerate(dims):
+            where = f"{path}.symbolic[{k}]"
+            if not isinstance(d, dict):
+                raise self.error(f'the field "{where}" must be an object')
+            fields = [
+                self.get(d, f, f"{where}.{f}", (int,), "an integer")
+                for f in ("dim", "symbol", "scale", "offset")
+            ]
+            dim, symbol, scale, _ = fields
+            if not 0 <= dim < len(shape) or shape[dim] is not None or scale < 1 or symbol < 0:
+                raise self.error(f'the field "{where}" does not fit the shape {shape!r}')
+            out.append(tuple(fields))
+        if sorted(d for d, *_ in out) != [k for k, d in enumerate(shape) if d is None]:
+            raise self.error(
+                f'the field "{path}.shape" has a null size that "{path}.symbolic" does not '
+                "describe (or the other way round)"
+            )
+        return out
 
     def tensors(self, key: str, named: bool):
         values = self.get(self.bundle, key, key, (list,), "an array")
@@ -341,6 +376,14 @@ class Program:
         self._out_types = [d for d, _ in self.outputs]
         self._out_shapes = [s.as_list() if s.rank is not None else None for _, s in self.outputs]
         self._op_name = _op_name(self.name)
+        # Sizes known only at run time (e.g. the batch): per input and output, its
+        # [(dim, symbol, scale, offset)]; `symbols` names them.
+        self.symbols: list = r.get(bundle, "symbols", "symbols", (list,), "an array",
+                                   required=False) or []
+        self._in_symbolic = [r.symbolic_dims[f"inputs[{k}]"] for k in range(len(self.inputs))]
+        self._out_symbolic = [
+            r.symbolic_dims[f"outputs[{k}]"] for k in range(len(self.outputs))
+        ]
 
     @property
     def has_gradient(self) -> bool:
@@ -386,6 +429,27 @@ class Program:
             )
         return t
 
+    def _static_out_shapes(self, inputs):
+        """The outputs' static shapes for these inputs: a size known only at run time is taken
+        from an input's static shape when one determines it, else left unknown (``None``)."""
+        if not self.symbols:
+            return self._out_shapes
+        values = {}
+        for x, dims in zip(inputs, self._in_symbolic):
+            static = x.shape.as_list() if x.shape.rank is not None else None
+            for dim, symbol, scale, offset in dims:
+                n = static[dim] if static is not None else None
+                if n is not None and (n - offset) % scale == 0 and n >= offset:
+                    values.setdefault(symbol, (n - offset) // scale)
+        shapes = []
+        for shape, dims in zip(self._out_shapes, self._out_symbolic):
+            shape = list(shape)
+            for dim, symbol, scale, offset in dims:
+                v = values.get(symbol)
+                shape[dim] = None if v is None else scale * v + offset
+            shapes.append(shape)
+        return shapes
+
     def __call__(self, *args, name: Optional[str] = None):
         """Runs the program. Returns one tensor, or a list when it has several outputs."""
         if len(args) != len(self.inputs):
@@ -402,6 +466,7 @@ class Program:
             self._out_shapes,
             self.gradient,
             name or self._op_name,
+            static_shapes=self._static_out_shapes(inputs),
         )
         return outputs[0] if len(outputs) == 1 else outputs
 

@@ -24,8 +24,10 @@ class Layer(keras.layers.Layer):
     ``LookupError`` when a gradient is asked for). Keras names it ``layer``, ``layer_1``...
     unless ``name`` is given.
 
-    Shapes are the exported ones, including the batch dimension: build the model with
-    ``keras.Input(shape, batch_size=...)`` and feed batches of that size.
+    Shapes are the exported ones. A bundle exported with ``ovl::as_tensorflow_polymorphic``
+    takes any batch size (``keras.Input(shape)``; ``fit`` with a partial last batch works); one
+    exported with ``ovl::as_tensorflow`` takes batches of the exported size only (build the
+    model with ``keras.Input(shape, batch_size=...)``).
 
     ``get_config`` embeds the whole bundle (the sealed programs, not a path), so a ``.keras``
     file holds everything it needs: ``keras.saving.load_model(path)`` in a process that has only
@@ -66,6 +68,11 @@ class Layer(keras.layers.Layer):
             if name not in self._initializers:
                 self._slots.append(None)
                 continue
+            if not shape.is_fully_defined():
+                raise ValueError(
+                    f"ovl_tf.Layer: input `{name}` of `{program.name}` has shape {shape}, "
+                    "sized at run time; a trainable weight needs a fixed shape"
+                )
             if not dtype.is_floating:
                 raise ValueError(
                     f"ovl_tf.Layer: input `{name}` of `{program.name}` has dtype {dtype.name}; "

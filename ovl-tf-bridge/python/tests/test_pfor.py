@@ -225,3 +225,25 @@ def test_nested_vectorized_maps_and_their_gradient(bundle):
     np.testing.assert_array_equal(out.numpy(), x_np * y_np)
     np.testing.assert_allclose(dxs.numpy(), 2 * x_np * y_np**2, rtol=1e-5)
     np.testing.assert_allclose(dy.numpy(), (2 * x_np**2 * y_np).sum(0), rtol=1e-5, atol=1e-6)
+
+
+def test_a_program_for_any_batch_size_is_not_batched_yet(bundle):
+    """A polymorphic program (sizes known only at run time) is refused with a clear message;
+    with the fallback allowed, pfor runs it in a while loop."""
+    cell = bundle("lstm_cell_any_batch")
+    zs, c = uniform(3, 5, 4 * HIDDEN), uniform(5, HIDDEN)
+
+    @tf.function
+    def strict(zs):
+        return tf.vectorized_map(lambda z: cell(z, c), zs, fallback_to_while_loop=False)
+
+    with pytest.raises(ValueError, match="known only at run time"):
+        strict.get_concrete_function(zs)
+
+    @tf.function
+    def lenient(zs):
+        return tf.vectorized_map(lambda z: cell(z, c), zs, warn=False)
+
+    got = lenient(zs)
+    for g, w in zip(got, tf_cell(zs, c)):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-6)
