@@ -42,6 +42,10 @@ pub use crate::program::{
     check_program, constant_tensor, open_program, run_program, seal_program, tensor_type_of,
     tensorflow_dtype_name, verify_sealed, SealError, SEALED_PROGRAM_HEADER,
 };
+pub use crate::program_batch::{
+    batch_gradient_program, batch_program, batch_sealed, BatchProgramError, BatchedProgram,
+    SealedBatch,
+};
 
 /// The format name written into every bundle file.
 pub const BUNDLE_FORMAT: &str = "ovl-tensorflow-bundle";

@@ -92,6 +92,7 @@ mod options;
 mod plan_cache;
 pub mod polymorphic;
 pub mod program;
+pub mod program_batch;
 pub mod runner;
 
 pub use compiled::{compile, Compiled};

@@ -18,7 +18,7 @@ pub mod trace;
 pub mod vmap;
 
 pub use ovl_ir::{
-    analysis, batch, builder, dtype, hash, host, ir, symbolic, text, unify, validate,
+    analysis, batch, batch_ops, builder, dtype, hash, host, ir, symbolic, text, unify, validate,
     with_tensor_data, IR_VERSION,
 };
 

@@ -28,9 +28,15 @@ pub fn nesting_depths(dag: &ir::ExpressionDag) -> Vec<u32> {
         .collect()
 }
 
-/// For each output: whether every element is written by every run of the operator, because a
-/// worker writes it unconditionally (outside any `if` or loop) at exactly its own position and
-/// the output has the workgroup's shape. Such an output needs no zero-initialization.
+/// For each output: whether every element is written by every run of the operator (that does
+/// not fault), so that the output needs no zero-initialization. An output counts when its
+/// unconditional writes (outside any `if` or loop) cover it: either one write at exactly the
+/// worker's own position into an output of the workgroup's shape, or writes whose index in each
+/// dimension is `position(a)`, `position(a) + c` or a constant `c` (each axis at most once per
+/// write), so that each write covers a box of the output, when those boxes lie inside the output,
+/// do not overlap, and together hold as many elements as it has (for example the four gates of
+/// a gradient written at `[b, h]`, `[b, h + H]`, `[b, h + 2H]`, `[b, h + 3H]`). The boxes are
+/// used only for operators and outputs without symbolic sizes.
 pub fn written_everywhere(dag: &ir::ExpressionDag) -> Vec<bool> {
     let depths = nesting_depths(dag);
     let is_position = |id: u32, axis: usize| {
@@ -39,6 +45,7 @@ pub fn written_everywhere(dag: &ir::ExpressionDag) -> Vec<bool> {
             .is_some_and(|e| e.code == Op::Position as i32 && e.axis as usize == axis)
     };
     let mut full = vec![false; dag.outputs.len()];
+    let mut boxes: Vec<Vec<Vec<(u64, u64)>>> = vec![Vec::new(); dag.outputs.len()];
     for (i, e) in dag.expressions.iter().enumerate() {
         let Some(t) = &e.tensor else { continue };
         if e.code != Op::Write as i32 || t.kind != ir::TensorKind::Output as i32 || depths[i] != 0 {
@@ -48,14 +55,100 @@ pub fn written_everywhere(dag: &ir::ExpressionDag) -> Vec<bool> {
             continue;
         };
         let rank = out.shape.len();
-        if out.shape != dag.workgroup_shape || e.operands.len() != rank + 1 {
+        if e.operands.len() != rank + 1 {
             continue;
         }
-        if (0..rank).all(|axis| is_position(e.operands[axis], axis)) {
+        if out.shape == dag.workgroup_shape
+            && (0..rank).all(|axis| is_position(e.operands[axis], axis))
+        {
             full[t.index as usize] = true;
+        } else if let Some(b) = write_box(dag, &e.operands[..rank], &out.shape) {
+            boxes[t.index as usize].push(b);
         }
     }
+    // With a zero-sized workgroup no worker runs (and no box is written).
+    let skip = !dag.symbolic_workgroup.is_empty()
+        || dag.symbol_count > 0
+        || dag.workgroup_shape.contains(&0);
+    for (k, out) in dag.outputs.iter().enumerate() {
+        if full[k] || skip || !out.symbolic.is_empty() || boxes[k].is_empty() {
+            continue;
+        }
+        let volume = |b: &[(u64, u64)]| {
+            b.iter()
+                .map(|&(lo, hi)| hi - lo)
+                .try_fold(1u64, u64::checked_mul)
+        };
+        let total = out.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+        let sum = boxes[k]
+            .iter()
+            .try_fold(0u64, |n, b| volume(b).and_then(|v| n.checked_add(v)));
+        let disjoint = boxes[k].iter().enumerate().all(|(x, a)| {
+            boxes[k][x + 1..]
+                .iter()
+                .all(|b| a.iter().zip(b).any(|(p, q)| p.1 <= q.0 || q.1 <= p.0))
+        });
+        full[k] = total.is_some() && sum == total && disjoint;
+    }
     full
+}
+
+/// The box of output elements one unconditional write covers (per dimension `[lo, hi)`), when
+/// each index is `position(a)`, `position(a) + c` (either order) or a constant `c >= 0`, no axis
+/// is used twice, and the box lies inside `shape`.
+fn write_box(dag: &ir::ExpressionDag, index: &[u32], shape: &[u64]) -> Option<Vec<(u64, u64)>> {
+    let expr = |id: u32| dag.expressions.get(id as usize);
+    let constant = |id: u32| -> Option<u64> {
+        let e = expr(id)?;
+        let dtype = crate::DType::from_ir(e.dtype)?;
+        if e.code != Op::Const as i32 || dtype.is_float() || dtype == crate::DType::Bool {
+            return None;
+        }
+        if dtype.is_unsigned_int() {
+            Some(e.uint_value)
+        } else {
+            u64::try_from(e.int_value).ok()
+        }
+    };
+    let position = |id: u32| -> Option<usize> {
+        let e = expr(id)?;
+        (e.code == Op::Position as i32).then_some(e.axis as usize)
+    };
+    let mut used = vec![false; dag.workgroup_shape.len()];
+    let mut out = Vec::with_capacity(index.len());
+    for (&id, &size) in index.iter().zip(shape) {
+        let (axis, offset) = if let Some(c) = constant(id) {
+            (None, c)
+        } else if let Some(a) = position(id) {
+            (Some(a), 0)
+        } else {
+            let e = expr(id)?;
+            if e.code != Op::Add as i32 || e.operands.len() != 2 {
+                return None;
+            }
+            let (x, y) = (e.operands[0], e.operands[1]);
+            match (position(x), constant(y), position(y), constant(x)) {
+                (Some(a), Some(c), _, _) | (_, _, Some(a), Some(c)) => (Some(a), c),
+                _ => return None,
+            }
+        };
+        let extent = match axis {
+            None => 1,
+            Some(a) => {
+                let slot = used.get_mut(a)?;
+                if std::mem::replace(slot, true) {
+                    return None;
+                }
+                dag.workgroup_shape[a]
+            }
+        };
+        let hi = offset.checked_add(extent)?;
+        if hi > size {
+            return None;
+        }
+        out.push((offset, hi));
+    }
+    Some(out)
 }
 
 /// For each expression, the innermost loop enclosing it: the index of its RANGE or WHILE_BEGIN
@@ -106,4 +199,56 @@ pub fn reduction_loops(dag: &ir::ExpressionDag) -> std::collections::BTreeMap<us
         }
     }
     out
+}
+
+#[cfg(test)]
+mod written_tests {
+    use super::written_everywhere;
+    use crate::builder::{Builder, IN, OUT};
+    use crate::DType;
+
+    /// `out[b, h + k * 3] = x[b, h]` for `k` in `gates`, workgroup `[2, 3]`, output `[2, width]`.
+    fn gates(gates: &[i64], width: u64) -> crate::ir::ExpressionDag {
+        let mut b = Builder::new("gates", &[2, 3]);
+        let x = b.input(DType::F32, &[2, 3]);
+        let out = b.output(DType::F32, &[2, width]);
+        let (p0, p1) = (b.position(0), b.position(1));
+        let v = b.read(IN, x, &[p0, p1]);
+        for &k in gates {
+            let c = b.i64(k * 3);
+            let at = b.op(crate::ir::Op::Add, &[p1, c]);
+            b.write(OUT, out, &[p0, at], v);
+        }
+        b.build()
+    }
+
+    #[test]
+    fn disjoint_boxes_that_fill_the_output_cover_it() {
+        assert_eq!(written_everywhere(&gates(&[0, 1, 2, 3], 12)), vec![true]);
+        assert_eq!(written_everywhere(&gates(&[3, 1, 0, 2], 12)), vec![true]);
+    }
+
+    #[test]
+    fn a_gap_an_overlap_or_a_write_outside_is_not_a_cover() {
+        // A gap: columns 9..12 are never written.
+        assert_eq!(written_everywhere(&gates(&[0, 1, 2], 12)), vec![false]);
+        // An overlap (the volumes add up, the union does not).
+        assert_eq!(written_everywhere(&gates(&[0, 1, 1, 3], 12)), vec![false]);
+        // A box past the end faults rather than covers: it does not fill the gap.
+        assert_eq!(written_everywhere(&gates(&[0, 1, 2, 4], 12)), vec![false]);
+    }
+
+    #[test]
+    fn a_write_inside_a_branch_does_not_count() {
+        let mut dag = gates(&[0, 1, 2, 3], 12);
+        // Wrap the last write in `if true { .. }`.
+        let last = dag.expressions.len() - 1;
+        let write = dag.expressions.remove(last);
+        let mut b = Builder { dag };
+        let t = b.boolean(true);
+        b.if_(t);
+        b.raw(write);
+        b.end_if();
+        assert_eq!(written_everywhere(&b.build()), vec![false]);
+    }
 }

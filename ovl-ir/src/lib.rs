@@ -6,6 +6,7 @@
 
 pub mod analysis;
 pub mod batch;
+pub mod batch_ops;
 pub mod builder;
 pub mod dtype;
 pub mod error;

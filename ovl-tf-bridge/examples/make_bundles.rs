@@ -1,6 +1,10 @@
 //! Exports the operators the Python tests of `ovl_tf` call, one bundle file each:
 //! `cargo run -p ovl-tf-bridge --example make_bundles -- <directory>`.
 //!
+//! `make_bundles <directory> --lstm BxH [--lstm BxH ..]` exports only the LSTM cell (the one
+//! the tests use) at batch `B` and hidden size `H`, as `lstm_cell_BxH.json` (for
+//! `ovl-tf-bridge/python/bench_jacobian.py`).
+//!
 //! Each bundle's computation is restated with TensorFlow ops in the tests
 //! (`ovl-tf-bridge/python/tests`), which compare the two.
 
@@ -168,13 +172,44 @@ fn write(dir: &Path, file: &str, export: ovl::TfExport) -> Result<(), ovl::Error
     Ok(())
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = PathBuf::from(
-        std::env::args()
-            .nth(1)
-            .ok_or("usage: make_bundles <output directory>")?,
+/// Writes the LSTM cell of [`lstm_cell`] at `batch` x `hidden` as `file`.
+fn write_lstm_cell(
+    dir: &Path,
+    file: &str,
+    batch: usize,
+    hidden: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let bundle = lstm_cell(batch, hidden)?.write(dir.join(file))?;
+    println!(
+        "{file}: {} forward kernel(s), {} gradient kernel(s)",
+        bundle.kernel_count(),
+        bundle.gradient_kernel_count()
     );
+    Ok(())
+}
+
+/// `BxH` as (B, H).
+fn parse_size(text: &str) -> Option<(usize, usize)> {
+    let (b, h) = text.split_once('x')?;
+    Some((b.parse().ok()?, h.parse().ok()?))
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let usage = "usage: make_bundles <output directory> [--lstm BxH ..]";
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let dir = PathBuf::from(args.first().ok_or(usage)?);
     std::fs::create_dir_all(&dir)?;
+    if args.len() > 1 {
+        for pair in args[1..].chunks(2) {
+            let size = match pair {
+                [flag, size] if flag == "--lstm" => parse_size(size).ok_or(usage)?,
+                _ => return Err(usage.into()),
+            };
+            let file = format!("lstm_cell_{}x{}.json", size.0, size.1);
+            write_lstm_cell(&dir, &file, size.0, size.1)?;
+        }
+        return Ok(());
+    }
 
     // A constant baked into the program.
     let x = ovl::placeholder::<f32>("x", &[4, 5]);
@@ -290,7 +325,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The same and the LSTM cell for any batch size (the batch is `None` in TensorFlow).
     for (file, export) in [
         ("dense_tanh_any_batch.json", dense_tanh as fn(usize) -> _),
-        ("lstm_cell_any_batch.json", lstm_cell),
+        ("lstm_cell_any_batch.json", |batch| lstm_cell(batch, 8)),
     ] {
         let bundle = ovl::as_tensorflow_polymorphic(export).write(dir.join(file))?;
         println!(
@@ -317,12 +352,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     other.write(dir.join("dense_tanh_other_machine.json"))?;
-    let bundle = lstm_cell(4)?.write(dir.join("lstm_cell.json"))?;
-    println!(
-        "lstm_cell.json: {} forward kernel(s), {} gradient kernel(s)",
-        bundle.kernel_count(),
-        bundle.gradient_kernel_count()
-    );
+    write_lstm_cell(&dir, "lstm_cell.json", 4, 8)?;
     Ok(())
 }
 
@@ -342,10 +372,10 @@ fn dense_tanh(batch: usize) -> Result<ovl::TfExport, Box<dyn std::error::Error>>
         .gradient(&dy, (&dx, &dw, &db)))
 }
 
-/// The LSTM cell from ovl-stdlib for `batch` rows of hidden size 8, its gradient program built
-/// by `ovl::backward`.
-fn lstm_cell(batch: usize) -> Result<ovl::TfExport, Box<dyn std::error::Error>> {
-    let hidden = 8;
+/// The LSTM cell from ovl-stdlib for `batch` rows of hidden size `hidden` (`z`: the
+/// pre-activations of the four gates, `c`: the cell state; outputs `new_c`, `new_h`), its
+/// gradient program built by `ovl::backward`.
+fn lstm_cell(batch: usize, hidden: usize) -> Result<ovl::TfExport, Box<dyn std::error::Error>> {
     let z = ovl::placeholder::<f32>("z", &[batch, 4 * hidden]);
     let c = ovl::placeholder::<f32>("c", &[batch, hidden]);
     let gates = ovl_stdlib::split(&z, 1, 4);
@@ -365,5 +395,7 @@ fn lstm_cell(batch: usize) -> Result<ovl::TfExport, Box<dyn std::error::Error>> 
         grads.of(&z).ok_or("z has no gradient")?,
         grads.of(&c).ok_or("c has no gradient")?,
     );
-    Ok(ovl::as_tensorflow((&z, &c), (&new_c, &new_h)).gradient((&d_new_c, &d_new_h), (&dz, &dc)))
+    Ok(ovl::as_tensorflow((&z, &c), (&new_c, &new_h))
+        .name("lstm_cell")
+        .gradient((&d_new_c, &d_new_h), (&dz, &dc)))
 }

@@ -30,6 +30,11 @@
 //! anything, so an edited or corrupted attribute is an error that says so, never another
 //! program.
 //!
+//! For TensorFlow's pfor (`tf.vectorized_map`, `GradientTape.jacobian` and `batch_jacobian`),
+//! the library also exports two C functions, `ovl_tf_batch_program` and `ovl_tf_free_batch`
+//! ([`batch`]), which the Python package calls through `ctypes`: they batch an op's programs
+//! over a leading axis (`ovl::export::batch_sealed`) for its pfor converter.
+//!
 //! Errors (a wrong dtype or shape, a corrupt program, a compiler failure) are reported as
 //! TensorFlow errors; every callback runs under `catch_unwind`, so no panic reaches TensorFlow.
 //!
@@ -43,6 +48,7 @@
 //! TensorFlow on the development machines), so neither is shipped; ovl's own CUDA backend
 //! (`Options::cuda()`) is the way to run ovl operators on a GPU today.
 
+pub mod batch;
 #[cfg(not(test))]
 mod ffi;
 pub mod nodedef;

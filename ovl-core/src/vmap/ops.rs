@@ -4,19 +4,11 @@
 
 use super::VmapError;
 use crate::batch::BatchError;
-use crate::dtype::{DType, Literal};
+use crate::dtype::DType;
 use crate::error::TraceError;
 use crate::ir;
 use crate::lazy::{Gradient, GradientCall, LazyTensor, Node, OperatorNode};
 use std::sync::Arc;
-
-fn source_here(line: u32) -> Option<ir::SourceLocation> {
-    Some(ir::SourceLocation {
-        file: file!().into(),
-        line,
-        column: 1,
-    })
-}
 
 /// Records an operator built by hand (validated) on `inputs`; returns its only output.
 fn record(
@@ -45,18 +37,8 @@ fn record(
 /// `t` repeated `batch` times along a new leading axis (`vmap_broadcast`); its gradient is
 /// [`sum_op`].
 pub(super) fn broadcast_op(t: &LazyTensor, batch: usize) -> Result<LazyTensor, VmapError> {
-    use crate::builder::{Builder, IN, OUT};
     let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
-    let out_shape: Vec<u64> = std::iter::once(batch as u64)
-        .chain(shape.iter().copied())
-        .collect();
-    let mut b = Builder::new("vmap_broadcast", &out_shape);
-    b.dag.source = source_here(line!());
-    let x = b.input(t.dtype, &shape);
-    let out = b.output(t.dtype, &out_shape);
-    let p: Vec<u32> = (0..out_shape.len() as u32).map(|a| b.position(a)).collect();
-    let v = b.read(IN, x, &p[1..]);
-    b.write(OUT, out, &p, v);
+    let dag = crate::batch_ops::broadcast_operator(t.dtype, &shape, batch as u64);
     let gradient = Gradient::new(
         |call: &GradientCall| {
             vec![call.output_grads[0].as_ref().map(|g| {
@@ -71,40 +53,15 @@ pub(super) fn broadcast_op(t: &LazyTensor, batch: usize) -> Result<LazyTensor, V
         },
         None,
     );
-    record(b.build(), vec![t.clone()], gradient)
+    record(dag, vec![t.clone()], gradient)
 }
 
 /// The sum of `t` over its leading axis (`vmap_sum`: an accumulator over the batch, in the
 /// order `proto/ovl.proto` defines for accumulators); its gradient is [`broadcast_op`].
 pub(super) fn sum_op(t: &LazyTensor) -> Result<LazyTensor, VmapError> {
-    use crate::builder::{Builder, IN, OUT};
     let batch = t.shape.first().copied().unwrap_or(0);
     let shape: Vec<u64> = t.shape.iter().skip(1).map(|&d| d as u64).collect();
-    let workgroup = if shape.is_empty() {
-        vec![1]
-    } else {
-        shape.clone()
-    };
-    let mut b = Builder::new("vmap_sum", &workgroup);
-    b.dag.source = source_here(line!());
-    let full: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
-    let x = b.input(t.dtype, &full);
-    let out = b.output(t.dtype, &shape);
-    let p: Vec<u32> = (0..shape.len() as u32).map(|a| b.position(a)).collect();
-    let zero = if t.dtype.is_float() {
-        Literal::Float(0.0)
-    } else {
-        Literal::Int(0)
-    };
-    let init = b.constant(t.dtype, zero);
-    let acc = b.accumulator(ovl_ir::ops::Combiner::Sum, init);
-    let (start, end, step) = (b.i64(0), b.i64(batch as i64), b.i64(1));
-    let i = b.range(start, end, step);
-    let index: Vec<u32> = std::iter::once(i).chain(p.iter().copied()).collect();
-    let v = b.read(IN, x, &index);
-    b.accumulate(acc, v);
-    b.end_range();
-    b.write(OUT, out, &p, acc);
+    let dag = crate::batch_ops::sum_operator(t.dtype, &shape, batch as u64);
     let gradient = Gradient::new(
         move |call: &GradientCall| {
             vec![call.output_grads[0].as_ref().map(|g| {
@@ -120,7 +77,7 @@ pub(super) fn sum_op(t: &LazyTensor) -> Result<LazyTensor, VmapError> {
         // The closure captures only the batch size.
         Some((batch as u64).to_le_bytes().to_vec()),
     );
-    record(b.build(), vec![t.clone()], gradient)
+    record(dag, vec![t.clone()], gradient)
 }
 
 fn error_at_vmap(operator: &str, e: &VmapError) -> TraceError {

@@ -16,6 +16,11 @@ each operator for the exporting machine (inside the sealed program): a machine w
 target, CPU features and ovl version runs it without a C++ compiler; any other compiles the
 program as usual.
 
+``tf.vectorized_map`` (also with ``fallback_to_while_loop=False``) and
+``GradientTape.jacobian``/``batch_jacobian`` vectorize the op: importing ``ovl_tf`` registers a
+pfor converter that runs one ``DynamicLib`` on the program batched over the loop (see
+``ovl_tf._pfor``; the loop length must be static).
+
 ``ovl_tf.Layer`` wraps a bundle as a Keras 3 layer (some inputs can be its trainable weights);
 a ``.keras`` file saved from a model that uses it embeds the bundle and reloads in any process
 that has imported ``ovl_tf``. The op's gradient is registered when ``ovl_tf`` is imported, so it
@@ -87,6 +92,7 @@ _LIBRARY_NAME = "libovl_tf_bridge.so"
 
 _lock = threading.Lock()
 _module = None
+_module_path: Optional[str] = None
 
 
 def _packaged_library() -> Optional[Path]:
@@ -141,12 +147,20 @@ def load_library(path: Optional[os.PathLike] = None):
     """Loads the bridge library (once per process) with ``tf.load_op_library``, which
     registers the ``DynamicLib`` op and its kernel, and registers the op's gradient. Returns the
     op module (its ``dynamic_lib`` function is the raw op)."""
-    global _module
+    global _module, _module_path
     with _lock:
         if _module is None:
-            _module = tf.load_op_library(str(path or library_path()))
+            file = str(path or library_path())
+            _module = tf.load_op_library(file)
+            _module_path = file
             _register_gradient()
         return _module
+
+
+def _library_file() -> str:
+    """The file ``load_library`` loaded (call it first)."""
+    load_library()
+    return _module_path
 
 
 def dynamic_lib(
@@ -607,6 +621,11 @@ def _dynamic_lib_gradient(op, *grads):
 # `load_library`, a `Layer` rebuilt from a `.keras` file, or `tf.load_op_library` in serving
 # code that imported ovl_tf.
 _register_gradient()
+
+# The pfor converter (tf.vectorized_map, jacobians), registered on import like the gradient.
+from . import _pfor  # noqa: E402
+
+_pfor.register()
 
 try:
     import keras as _keras

@@ -1,0 +1,514 @@
+//! Batching an exported program ([`ir::Program`]) over a new leading axis: what TensorFlow's
+//! `tf.vectorized_map` and `GradientTape.jacobian` need from the `DynamicLib` op (its pfor
+//! converter calls [`batch_sealed`] through the bridge library).
+//!
+//! [`batch_program`] is `ovl::vmap` for a program instead of a lazy graph: the fed tensors
+//! marked batched gain a leading axis of `n` examples, and every operator that depends on a
+//! batched value becomes its batched form ([`ovl_core::batch::batch_operator`]); an operator
+//! that reads only shared values (shared feeds, constants, their consequences) stays as it is,
+//! computed once. Constants stay shared. An output that depends on no batched value stays
+//! unbatched, and [`BatchedProgram::batched_outputs`] says which outputs are batched (pfor keeps
+//! such an output loop invariant). Slice `b` of every batched output is, bit for bit, what the
+//! program computes on slice `b` of the batched feeds and the shared feeds.
+//!
+//! [`batch_gradient_program`] batches the program's gradient program to match, so that a
+//! gradient through the batched program is right: the gradients flowing into batched outputs
+//! are batched; the gradient flowing into an unbatched output is placed at example 0 (zeros
+//! elsewhere, `vmap_first`), so that it is counted once; a batched feed's gradient is batched
+//! (broadcast if it depends on no batched value) and a shared feed's gradient is the sum over
+//! the examples of the per-example gradients (`vmap_sum`).
+//!
+//! The batch size is one argument (`n`), so that it could later be a symbolic size; programs
+//! with symbolic sizes are refused for now.
+//!
+//! ```
+//! use ovl::prelude::*;
+//!
+//! #[operator]
+//! fn scale(x: Tensor<f32>, w: Tensor<f32>) -> Tensor<f32> {
+//!     let i = position_in(x.shape())[0];
+//!     let out = output_like(&x);
+//!     out[[i]] = x[[i]] * w[[i]];
+//!     out
+//! }
+//!
+//! let (x, w) = (ovl::placeholder::<f32>("x", &[3]), ovl::placeholder::<f32>("w", &[3]));
+//! let options = Options::interpreter();
+//! let bundle = ovl::as_tensorflow((&x, &w), scale(&x, &w)).options(&options).build().unwrap();
+//! // x batched over 2 examples, w shared.
+//! let batched = ovl::export::batch_program(&bundle.program, &[true, false], 2).unwrap();
+//! assert_eq!(batched.batched_outputs, vec![true]);
+//! let xs = ovl::HostTensor::from_vec(&[2, 3], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+//! let w = ovl::HostTensor::from_vec(&[3], vec![10.0f32, 100.0, 1000.0]).unwrap();
+//! let out = ovl::export::run_program(&batched.program, vec![xs, w], &options).unwrap();
+//! let want = vec![10.0f32, 200.0, 3000.0, 40.0, 500.0, 6000.0];
+//! assert_eq!(out[0], ovl::HostTensor::from_vec(&[2, 3], want).unwrap());
+//! ```
+
+use crate::program::{check_program, open_program, seal_program, SealError};
+use ovl_core::batch::{batch_operator, BatchError};
+use ovl_core::batch_ops::{broadcast_operator, first_example_operator, sum_operator};
+use ovl_core::ir::{self, value_ref::Source};
+use ovl_core::DType;
+
+/// A program batched by [`batch_program`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchedProgram {
+    /// The batched program: its batched feeds have a leading axis of the batch size, and so do
+    /// its batched outputs. It passes [`check_program`].
+    pub program: ir::Program,
+    /// One per output: whether it has the leading batch axis (`false`: it depends on no
+    /// batched feed and is the same for every example).
+    pub batched_outputs: Vec<bool>,
+}
+
+/// A sealed program and its sealed gradient program, batched by [`batch_sealed`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SealedBatch {
+    /// The sealed batched program (see [`crate::export::seal_program`]).
+    pub program: Vec<u8>,
+    /// The sealed batched gradient program; empty when the program has no gradient.
+    pub gradient: Vec<u8>,
+    /// One per output of the program: whether it is batched.
+    pub batched_outputs: Vec<bool>,
+}
+
+/// Why a program could not be batched. Each message names the program.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchProgramError {
+    /// The description of the batch does not fit the program.
+    #[error("cannot batch program `{program}`: {message}")]
+    Description {
+        /// The program.
+        program: String,
+        /// What does not fit.
+        message: String,
+    },
+    /// The program is malformed (it fails [`check_program`]).
+    #[error("cannot batch program `{program}`: it is not a valid program ({message})")]
+    Malformed {
+        /// The program.
+        program: String,
+        /// What [`check_program`] said.
+        message: String,
+    },
+    /// The program uses something batching does not support yet.
+    #[error("cannot batch program `{program}`: {message}")]
+    Unsupported {
+        /// The program.
+        program: String,
+        /// What is not supported, and what to do.
+        message: String,
+    },
+    /// An operator could not be batched (for example: the batched tensors would not fit in
+    /// memory).
+    #[error("cannot batch program `{program}`: {source}")]
+    Operator {
+        /// The program.
+        program: String,
+        /// The operator's error.
+        source: BatchError,
+    },
+    /// Sealed bytes were modified or corrupted.
+    #[error(transparent)]
+    Sealed(#[from] SealError),
+}
+
+/// What a graph input of the program becomes in the batched graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// The same tensor for every example.
+    Shared,
+    /// Fed with a leading batch axis.
+    Batched,
+    /// Fed unbatched, used as example 0 of a batch that is zero elsewhere (`vmap_first`).
+    FirstExample,
+}
+
+/// A value of the batched graph: where it is, and whether it has the batch axis.
+#[derive(Clone, Debug)]
+struct Value {
+    at: ir::ValueRef,
+    batched: bool,
+}
+
+fn op_output(operator: usize, output: u32) -> ir::ValueRef {
+    ir::ValueRef {
+        source: Some(Source::OpOutput(ir::OperatorOutput {
+            operator: operator as u32,
+            output,
+        })),
+    }
+}
+
+fn graph_input(i: usize) -> ir::ValueRef {
+    ir::ValueRef {
+        source: Some(Source::GraphInput(i as u32)),
+    }
+}
+
+/// `t` with a leading axis of `n`.
+fn batched_type(t: &ir::TensorType, n: u64) -> ir::TensorType {
+    ir::TensorType {
+        symbolic: Vec::new(),
+        dtype: t.dtype,
+        shape: std::iter::once(n).chain(t.shape.iter().copied()).collect(),
+    }
+}
+
+/// The batched graph under construction.
+struct Batcher<'a> {
+    program: &'a str,
+    n: u64,
+    graph: ir::OperatorDag,
+    /// Per operator of the original graph: its index in the batched graph and whether it was
+    /// batched.
+    operators: Vec<(usize, bool)>,
+    /// Per graph input of the original graph: its value in the batched graph.
+    inputs: Vec<Value>,
+}
+
+impl<'a> Batcher<'a> {
+    fn error(&self, source: BatchError) -> BatchProgramError {
+        BatchProgramError::Operator {
+            program: self.program.to_string(),
+            source,
+        }
+    }
+
+    /// The type of a value of the batched graph (references were checked by
+    /// [`check_program`] and by construction).
+    fn type_of(&self, at: &ir::ValueRef) -> ir::TensorType {
+        match &at.source {
+            Some(Source::GraphInput(i)) => self.graph.inputs[*i as usize].clone(),
+            Some(Source::OpOutput(o)) => {
+                self.graph.operators[o.operator as usize].outputs[o.output as usize].clone()
+            }
+            None => ir::TensorType::default(),
+        }
+    }
+
+    /// Appends a one-input operator reading `input`; returns its output.
+    fn push(&mut self, op: ir::ExpressionDag, input: ir::ValueRef) -> ir::ValueRef {
+        self.graph.operators.push(op);
+        self.graph.operator_inputs.push(ir::OperatorInputs {
+            inputs: vec![input],
+        });
+        op_output(self.graph.operators.len() - 1, 0)
+    }
+
+    /// `value` as a batched value: itself when it is batched, else broadcast.
+    fn ensure_batched(&mut self, value: Value) -> ir::ValueRef {
+        if value.batched {
+            return value.at;
+        }
+        let t = self.type_of(&value.at);
+        let dtype = DType::from_ir(t.dtype).unwrap_or(DType::F32);
+        self.push(broadcast_operator(dtype, &t.shape, self.n), value.at)
+    }
+
+    /// The sum of `value` over the examples (a value that is not batched counts `n` times).
+    fn sum_over_examples(&mut self, value: Value) -> ir::ValueRef {
+        let at = self.ensure_batched(value);
+        let t = self.type_of(&at);
+        let dtype = DType::from_ir(t.dtype).unwrap_or(DType::F32);
+        self.push(sum_operator(dtype, &t.shape[1..], self.n), at)
+    }
+
+    /// The value of a reference of the original graph.
+    fn map(&self, at: &ir::ValueRef) -> Value {
+        match &at.source {
+            Some(Source::GraphInput(i)) => self.inputs[*i as usize].clone(),
+            Some(Source::OpOutput(o)) => {
+                let (index, batched) = self.operators[o.operator as usize];
+                Value {
+                    at: op_output(index, o.output),
+                    batched,
+                }
+            }
+            None => Value {
+                at: *at,
+                batched: false,
+            },
+        }
+    }
+}
+
+/// Batches the operators of `graph` (whose graph inputs become what `modes` says); returns the
+/// batcher holding the batched graph and the map of the original operators and inputs.
+fn batch_graph<'a>(
+    program: &'a str,
+    graph: &ir::OperatorDag,
+    modes: &[Mode],
+    n: u64,
+) -> Result<Batcher<'a>, BatchProgramError> {
+    let mut b = Batcher {
+        program,
+        n,
+        graph: ir::OperatorDag {
+            version: graph.version,
+            operators: Vec::with_capacity(graph.operators.len()),
+            inputs: Vec::with_capacity(graph.inputs.len()),
+            operator_inputs: Vec::with_capacity(graph.operators.len()),
+            outputs: Vec::new(),
+            symbols: graph.symbols.clone(),
+        },
+        operators: Vec::with_capacity(graph.operators.len()),
+        inputs: Vec::with_capacity(graph.inputs.len()),
+    };
+    for (i, (t, &mode)) in graph.inputs.iter().zip(modes).enumerate() {
+        b.graph.inputs.push(match mode {
+            Mode::Batched => batched_type(t, n),
+            Mode::Shared | Mode::FirstExample => t.clone(),
+        });
+        let value = match mode {
+            Mode::Shared | Mode::Batched => Value {
+                at: graph_input(i),
+                batched: mode == Mode::Batched,
+            },
+            Mode::FirstExample => {
+                let dtype = DType::from_ir(t.dtype).unwrap_or(DType::F32);
+                let at = b.push(first_example_operator(dtype, &t.shape, n), graph_input(i));
+                Value { at, batched: true }
+            }
+        };
+        b.inputs.push(value);
+    }
+    for (op, wiring) in graph.operators.iter().zip(&graph.operator_inputs) {
+        let inputs: Vec<Value> = wiring.inputs.iter().map(|v| b.map(v)).collect();
+        let batched: Vec<bool> = inputs.iter().map(|v| v.batched).collect();
+        let any = batched.iter().any(|&x| x);
+        let op = if any {
+            batch_operator(op, &batched, n).map_err(|e| b.error(e))?
+        } else {
+            op.clone()
+        };
+        b.graph.operators.push(op);
+        b.graph.operator_inputs.push(ir::OperatorInputs {
+            inputs: inputs.into_iter().map(|v| v.at).collect(),
+        });
+        b.operators.push((b.graph.operators.len() - 1, any));
+    }
+    Ok(b)
+}
+
+/// Checks `program` and refuses what batching does not support yet.
+fn check_batchable(program: &ir::Program) -> Result<&ir::OperatorDag, BatchProgramError> {
+    let name = || program.name.clone();
+    check_program(program).map_err(|message| BatchProgramError::Malformed {
+        program: name(),
+        message,
+    })?;
+    let graph = program.graph.as_ref().ok_or(BatchProgramError::Malformed {
+        program: name(),
+        message: "it has no graph".into(),
+    })?;
+    let symbolic = !graph.symbols.is_empty()
+        || graph.inputs.iter().any(|t| !t.symbolic.is_empty())
+        || graph
+            .operators
+            .iter()
+            .any(|op| op.symbol_count > 0 || !op.symbolic_workgroup.is_empty());
+    if symbolic {
+        return Err(BatchProgramError::Unsupported {
+            program: name(),
+            message: "it has sizes known only at run time; batching such a program is not \
+                      supported yet: export it with concrete sizes"
+                .into(),
+        });
+    }
+    Ok(graph)
+}
+
+/// The program's libraries whose operator was not batched, renumbered.
+fn kept_libraries(program: &ir::Program, b: &Batcher) -> Vec<ir::CompiledLibrary> {
+    program
+        .libraries
+        .iter()
+        .filter_map(|l| {
+            let &(index, batched) = b.operators.get(l.operator as usize)?;
+            (!batched).then(|| ir::CompiledLibrary {
+                operator: index as u32,
+                ..l.clone()
+            })
+        })
+        .collect()
+}
+
+/// The name of a program batched over `n` examples.
+fn batched_name(name: &str, n: u64) -> String {
+    format!("{name} batched over {n}")
+}
+
+/// `program` batched over a new leading axis of `n` examples (see the module documentation).
+/// `batched_feeds` has one entry per feed: `true` when the caller passes it with the leading
+/// axis (`[n, ..]`), `false` when it is shared by every example. The feeds keep their order
+/// and names; graph inputs keep their numbers; a compiled library the program carries is kept
+/// for each operator that stays unbatched.
+pub fn batch_program(
+    program: &ir::Program,
+    batched_feeds: &[bool],
+    n: u64,
+) -> Result<BatchedProgram, BatchProgramError> {
+    let graph = check_batchable(program)?;
+    if batched_feeds.len() != program.feeds.len() {
+        return Err(BatchProgramError::Description {
+            program: program.name.clone(),
+            message: format!(
+                "it has {} feed(s) but {} were described as batched or shared; describe each \
+                 feed",
+                program.feeds.len(),
+                batched_feeds.len()
+            ),
+        });
+    }
+    let mut modes = vec![Mode::Shared; graph.inputs.len()];
+    for (feed, &batched) in program.feeds.iter().zip(batched_feeds) {
+        if let (Some(i), true) = (feed.graph_input, batched) {
+            modes[i as usize] = Mode::Batched;
+        }
+    }
+    let mut b = batch_graph(&program.name, graph, &modes, n)?;
+    let outputs: Vec<Value> = graph.outputs.iter().map(|v| b.map(v)).collect();
+    let batched_outputs = outputs.iter().map(|v| v.batched).collect();
+    b.graph.outputs = outputs.into_iter().map(|v| v.at).collect();
+    finish(program, b, batched_feeds.to_vec(), n).map(|program| BatchedProgram {
+        program,
+        batched_outputs,
+    })
+}
+
+/// The gradient program of a program batched by [`batch_program`]: `gradient` is the
+/// program's gradient program (fed the program's feeds, then one upstream gradient per output;
+/// one gradient per feed out), `batched_feeds` and `n` what was given to [`batch_program`], and
+/// `batched_outputs` what it returned. The result is fed the batched program's feeds, then the
+/// upstream gradients of the batched program's outputs (batched for batched outputs), and
+/// returns one gradient per feed of the batched program: batched for a batched feed, summed
+/// over the examples for a shared one.
+pub fn batch_gradient_program(
+    gradient: &ir::Program,
+    batched_feeds: &[bool],
+    batched_outputs: &[bool],
+    n: u64,
+) -> Result<ir::Program, BatchProgramError> {
+    let graph = check_batchable(gradient)?;
+    let expected = batched_feeds.len() + batched_outputs.len();
+    if gradient.feeds.len() != expected || graph.outputs.len() != batched_feeds.len() {
+        return Err(BatchProgramError::Description {
+            program: gradient.name.clone(),
+            message: format!(
+                "it has {} feed(s) and {} output(s), but a gradient program of a program with \
+                 {} feed(s) and {} output(s) has {expected} and {}",
+                gradient.feeds.len(),
+                graph.outputs.len(),
+                batched_feeds.len(),
+                batched_outputs.len(),
+                batched_feeds.len()
+            ),
+        });
+    }
+    let mut modes = vec![Mode::Shared; graph.inputs.len()];
+    let feed_batched: Vec<bool> = batched_feeds
+        .iter()
+        .copied()
+        .chain(std::iter::repeat_n(true, batched_outputs.len()))
+        .collect();
+    for (k, feed) in gradient.feeds.iter().enumerate() {
+        let Some(i) = feed.graph_input else { continue };
+        modes[i as usize] = match (k.checked_sub(batched_feeds.len()), feed_batched[k]) {
+            (None, false) => Mode::Shared,
+            (None, true) => Mode::Batched,
+            (Some(j), _) if batched_outputs[j] => Mode::Batched,
+            (Some(_), _) => Mode::FirstExample,
+        };
+    }
+    let mut b = batch_graph(&gradient.name, graph, &modes, n)?;
+    let mut outputs = Vec::with_capacity(graph.outputs.len());
+    for (v, &batched) in graph.outputs.iter().zip(batched_feeds) {
+        let value = b.map(v);
+        outputs.push(if batched {
+            b.ensure_batched(value)
+        } else {
+            b.sum_over_examples(value)
+        });
+    }
+    b.graph.outputs = outputs;
+    // The upstream gradients of unbatched outputs are fed unbatched.
+    let fed_batched: Vec<bool> = batched_feeds
+        .iter()
+        .chain(batched_outputs)
+        .copied()
+        .collect();
+    finish(gradient, b, fed_batched, n)
+}
+
+/// The batched program around the batched graph; checked.
+fn finish(
+    program: &ir::Program,
+    b: Batcher,
+    batched_feeds: Vec<bool>,
+    n: u64,
+) -> Result<ir::Program, BatchProgramError> {
+    let feeds = program
+        .feeds
+        .iter()
+        .zip(&batched_feeds)
+        .map(|(f, &batched)| ir::ProgramFeed {
+            r#type: f.r#type.as_ref().map(|t| {
+                if batched {
+                    batched_type(t, n)
+                } else {
+                    t.clone()
+                }
+            }),
+            ..f.clone()
+        })
+        .collect();
+    let out = ir::Program {
+        version: program.version,
+        name: batched_name(&program.name, n),
+        libraries: kept_libraries(program, &b),
+        graph: Some(b.graph),
+        feeds,
+        constants: program.constants.clone(),
+    };
+    check_program(&out).map_err(|message| BatchProgramError::Malformed {
+        program: out.name.clone(),
+        message: format!("the batched program fails its checks: {message}"),
+    })?;
+    ovl_core::validate::validate_operator_dag(out.graph.as_ref().unwrap_or(&Default::default()))
+        .map_err(|e| BatchProgramError::Malformed {
+            program: out.name.clone(),
+            message: format!("the batched graph fails its checks: {e}"),
+        })?;
+    Ok(out)
+}
+
+/// [`batch_program`] and [`batch_gradient_program`] on sealed programs (what the `DynamicLib`
+/// op carries): verifies and decodes `program` and `gradient` (empty: no gradient), batches
+/// them, and seals the results.
+pub fn batch_sealed(
+    program: &[u8],
+    gradient: &[u8],
+    batched_feeds: &[bool],
+    n: u64,
+) -> Result<SealedBatch, BatchProgramError> {
+    let forward = open_program(program, "the `program` attribute")?;
+    let batched = batch_program(&forward, batched_feeds, n)?;
+    let gradient = if gradient.is_empty() {
+        Vec::new()
+    } else {
+        let gradient = open_program(gradient, "the `gradient` attribute")?;
+        seal_program(&batch_gradient_program(
+            &gradient,
+            batched_feeds,
+            &batched.batched_outputs,
+            n,
+        )?)
+    };
+    Ok(SealedBatch {
+        program: seal_program(&batched.program),
+        gradient,
+        batched_outputs: batched.batched_outputs,
+    })
+}

@@ -1,0 +1,468 @@
+//! `ovl::export::batch_program` and `batch_gradient_program`: an exported program batched over a
+//! new leading axis. Slice `i` of the batched program's outputs equals, bit for bit, the program
+//! run on slice `i` of the batched feeds (interpreter and C++); shared feeds, constants and
+//! unbatched outputs; the batched gradient program, whose shared feeds' gradients are the sums
+//! over the examples (in the accumulator order `proto/ovl.proto` defines); errors.
+
+#[path = "support/cumsum_rows.rs"]
+mod cumsum;
+
+use cumsum::cumsum_rows;
+use ovl::export::{
+    batch_gradient_program, batch_program, batch_sealed, run_program, seal_program,
+    BatchProgramError,
+};
+use ovl::prelude::*;
+use ovl_core::{ir, HostTensor};
+
+fn options(target: Options) -> Options {
+    match std::env::var_os("OVL_CACHE_DIR") {
+        Some(dir) => Options {
+            cache_dir: Some(dir.into()),
+            ..target
+        },
+        None => target,
+    }
+}
+
+fn targets() -> [Options; 2] {
+    [options(Options::interpreter()), options(Options::cpu())]
+}
+
+#[operator]
+fn mul_op(a: Tensor<f32>, b: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = a.dims::<2>();
+    let p = position_in([rows, cols]);
+    let out = output_like(&a);
+    out[[p[0], p[1]]] = a[[p[0], p[1]]] * b[[p[0], p[1]]];
+    out
+}
+
+#[operator]
+fn tanh_add(a: Tensor<f32>, b: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = a.dims::<2>();
+    let p = position_in([rows, cols]);
+    let out = output_like(&a);
+    out[[p[0], p[1]]] = tanh(a[[p[0], p[1]]]) + b[[p[0], p[1]]];
+    out
+}
+
+/// A small pseudo-random generator (the values only need to differ).
+struct Rng(u64);
+
+impl Rng {
+    fn values(&mut self, len: usize) -> Vec<f32> {
+        (0..len)
+            .map(|_| {
+                self.0 = self
+                    .0
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+            })
+            .collect()
+    }
+
+    fn tensor(&mut self, shape: &[usize]) -> HostTensor {
+        let data = self.values(shape.iter().product());
+        HostTensor::from_vec(shape, data).unwrap()
+    }
+}
+
+fn data(t: &HostTensor) -> &[f32] {
+    t.as_slice::<f32>().unwrap()
+}
+
+/// Example `i` of a batched f32 tensor.
+fn slice(t: &HostTensor, i: usize) -> HostTensor {
+    let per: usize = t.shape[1..].iter().product();
+    HostTensor::from_vec(&t.shape[1..], data(t)[i * per..(i + 1) * per].to_vec()).unwrap()
+}
+
+fn feed_shape(program: &ir::Program, k: usize) -> Vec<usize> {
+    let t = program.feeds[k].r#type.as_ref().unwrap();
+    t.shape.iter().map(|&d| d as usize).collect()
+}
+
+/// Random feeds for `program` batched by `mask` over `n` examples.
+fn batched_feeds(program: &ir::Program, mask: &[bool], n: usize, rng: &mut Rng) -> Vec<HostTensor> {
+    (0..program.feeds.len())
+        .map(|k| {
+            let shape = feed_shape(program, k);
+            if mask[k] {
+                rng.tensor(&[&[n][..], &shape].concat())
+            } else {
+                rng.tensor(&shape)
+            }
+        })
+        .collect()
+}
+
+/// Example `i` of the feeds.
+fn example(feeds: &[HostTensor], mask: &[bool], i: usize) -> Vec<HostTensor> {
+    feeds
+        .iter()
+        .zip(mask)
+        .map(|(t, &b)| if b { slice(t, i) } else { t.clone() })
+        .collect()
+}
+
+/// Batches `program` by `mask` over `n` and checks every example of every output against the
+/// program run on that example, bit for bit, on every target. Returns which outputs are
+/// batched.
+fn check_slices(program: &ir::Program, mask: &[bool], n: usize) -> Vec<bool> {
+    let batched = batch_program(program, mask, n as u64).unwrap();
+    let expect_batched = &batched.batched_outputs;
+    ovl::export::check_program(&batched.program).unwrap();
+    let feeds = batched_feeds(program, mask, n, &mut Rng(n as u64 + 7));
+    for target in targets() {
+        let got = run_program(&batched.program, feeds.clone(), &target).unwrap();
+        assert_eq!(got.len(), expect_batched.len());
+        for i in 0..n {
+            let want = run_program(program, example(&feeds, mask, i), &target).unwrap();
+            for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                if expect_batched[o] {
+                    assert_eq!(g.shape[0], n);
+                    assert_eq!(&slice(g, i), w, "output {o}, example {i}, mask {mask:?}");
+                } else {
+                    assert_eq!(g, w, "unbatched output {o}, mask {mask:?}");
+                }
+            }
+        }
+        if n == 0 {
+            for (g, &b) in got.iter().zip(expect_batched) {
+                assert!(!b || g.shape[0] == 0 && g.is_empty());
+            }
+        }
+    }
+    batched.batched_outputs
+}
+
+/// Three operators and a constant: `y = tanh(x * w) + c`, `cumsum_rows(y)`, and
+/// `cumsum_rows(w)`, which depends on `w` alone. At `opt_level` 0 every operator is a kernel;
+/// at 3 the siblings fuse (so `cumsum_rows(w)` shares a kernel with `cumsum_rows(y)`).
+fn chain(opt_level: u8) -> ir::Program {
+    let x = ovl::placeholder::<f32>("x", &[3, 4]);
+    let w = ovl::placeholder::<f32>("w", &[3, 4]);
+    let c = ndarray::Array2::from_shape_fn((3, 4), |(r, k)| r as f32 - 0.25 * k as f32);
+    let y = tanh_add(mul_op(&x, &w), &c);
+    let bundle = ovl::as_tensorflow((&x, &w), (&y, &cumsum_rows(&y), &cumsum_rows(&w)))
+        .name("chain")
+        .options(&Options::interpreter().with_opt_level(opt_level))
+        .build()
+        .unwrap();
+    bundle.program
+}
+
+#[test]
+fn each_example_of_a_batched_program_is_the_program_on_that_example() {
+    let program = chain(0);
+    assert_eq!(
+        check_slices(&program, &[true, false], 5),
+        [true, true, false]
+    );
+    assert_eq!(
+        check_slices(&program, &[false, true], 3),
+        [true, true, true]
+    );
+    assert_eq!(check_slices(&program, &[true, true], 4), [true, true, true]);
+    assert_eq!(check_slices(&program, &[false, false], 2), [false; 3]);
+    // Fused: the kernel that makes cumsum_rows(w) also reads x.
+    let fused = chain(3);
+    assert!(fused.graph.as_ref().unwrap().operators.len() < program.graph.unwrap().operators.len());
+    assert_eq!(check_slices(&fused, &[true, false], 5), [true, true, true]);
+    assert_eq!(check_slices(&fused, &[false, true], 3), [true, true, true]);
+}
+
+#[test]
+fn batches_of_one_and_of_none() {
+    let program = chain(0);
+    assert_eq!(
+        check_slices(&program, &[true, false], 1),
+        [true, true, false]
+    );
+    assert_eq!(check_slices(&program, &[true, true], 0), [true, true, true]);
+}
+
+#[test]
+fn shared_operators_and_constants_stay_unbatched() {
+    let program = chain(0);
+    let batched = batch_program(&program, &[true, false], 6).unwrap();
+    assert_eq!(batched.program.constants, program.constants);
+    assert_eq!(batched.program.name, "chain batched over 6");
+    let g = batched.program.graph.as_ref().unwrap();
+    let original = program.graph.as_ref().unwrap();
+    assert_eq!(g.operators.len(), original.operators.len());
+    for (b, o) in g.operators.iter().zip(&original.operators) {
+        // The cumsum of w alone is the original operator; the others gained the batch axis.
+        let reads_x_or_y = b.workgroup_shape.len() != o.workgroup_shape.len();
+        if reads_x_or_y {
+            assert_eq!(b.workgroup_shape[0], 6);
+            assert_eq!(&b.workgroup_shape[1..], &o.workgroup_shape[..]);
+        } else {
+            assert_eq!(b, o);
+        }
+    }
+    // The feeds keep their names; x gains the axis.
+    let feed = |k: usize| batched.program.feeds[k].clone();
+    assert_eq!(feed(0).name, "x");
+    assert_eq!(feed(0).r#type.unwrap().shape, vec![6, 3, 4]);
+    assert_eq!(feed(1).r#type.unwrap().shape, vec![3, 4]);
+}
+
+/// The LSTM cell from ovl-stdlib with the gradient program `ovl::backward` derives, as
+/// `ovl-tf-bridge/examples/make_bundles.rs` exports it.
+fn lstm_cell(batch: usize, hidden: usize) -> (ir::Program, ir::Program) {
+    let z = ovl::placeholder::<f32>("z", &[batch, 4 * hidden]);
+    let c = ovl::placeholder::<f32>("c", &[batch, hidden]);
+    let gates = ovl_stdlib::split(&z, 1, 4);
+    let forget_bias = ndarray::arr0(1.0f32);
+    let new_c = ovl_stdlib::add(
+        ovl_stdlib::mul(
+            &c,
+            ovl_stdlib::sigmoid(ovl_stdlib::add(&gates[2], forget_bias)),
+        ),
+        ovl_stdlib::mul(ovl_stdlib::sigmoid(&gates[0]), ovl_stdlib::tanh(&gates[1])),
+    );
+    let new_h = ovl_stdlib::mul(ovl_stdlib::tanh(&new_c), ovl_stdlib::sigmoid(&gates[3]));
+    let d_new_c = ovl::placeholder::<f32>("d_new_c", &[batch, hidden]);
+    let d_new_h = ovl::placeholder::<f32>("d_new_h", &[batch, hidden]);
+    let grads = ovl::backward(&[(&new_c, &d_new_c), (&new_h, &d_new_h)], &[&z, &c]).unwrap();
+    let (dz, dc) = (grads.of(&z).unwrap(), grads.of(&c).unwrap());
+    let bundle = ovl::as_tensorflow((&z, &c), (&new_c, &new_h))
+        .name("lstm_cell")
+        .gradient((&d_new_c, &d_new_h), (&dz, &dc))
+        .options(&Options::interpreter())
+        .build()
+        .unwrap();
+    (bundle.program, bundle.gradient.unwrap())
+}
+
+/// The sum in the order of an accumulator over the batch (`proto/ovl.proto`): lane `t % 8`,
+/// then the lanes folded pairwise.
+fn lane_sum(values: impl Iterator<Item = f32>) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    for (t, v) in values.enumerate() {
+        lanes[t % 8] += v;
+    }
+    let l = lanes;
+    0.0 + (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])))
+}
+
+#[test]
+fn the_lstm_cell_batches_forward() {
+    let (program, _) = lstm_cell(2, 3);
+    assert_eq!(check_slices(&program, &[true, false], 3), [true, true]);
+    assert_eq!(check_slices(&program, &[false, true], 2), [true, true]);
+    assert_eq!(check_slices(&program, &[true, true], 9), [true, true]);
+}
+
+/// The batched gradient program against the gradient program run per example: batched feeds'
+/// gradients slice by slice, shared feeds' gradients summed over the examples in the
+/// accumulator's order; bit for bit, on every target.
+fn check_gradient(
+    program: &ir::Program,
+    gradient: &ir::Program,
+    mask: &[bool],
+    n: usize,
+    rng: &mut Rng,
+) {
+    let batched = batch_program(program, mask, n as u64).unwrap();
+    let bgrad = batch_gradient_program(gradient, mask, &batched.batched_outputs, n as u64).unwrap();
+    ovl::export::check_program(&bgrad).unwrap();
+    let forward_feeds = batched_feeds(program, mask, n, rng);
+    // The upstream gradients: batched for batched outputs, unbatched for the others.
+    let upstream_mask = batched.batched_outputs.clone();
+    let upstream: Vec<HostTensor> = (0..upstream_mask.len())
+        .map(|j| {
+            let shape = feed_shape(gradient, mask.len() + j);
+            if upstream_mask[j] {
+                rng.tensor(&[&[n][..], &shape].concat())
+            } else {
+                rng.tensor(&shape)
+            }
+        })
+        .collect();
+    let feeds: Vec<HostTensor> = forward_feeds.iter().chain(&upstream).cloned().collect();
+    let full_mask: Vec<bool> = mask.iter().chain(&upstream_mask).copied().collect();
+    for target in targets() {
+        let got = run_program(&bgrad, feeds.clone(), &target).unwrap();
+        assert_eq!(got.len(), mask.len());
+        let per_example: Vec<Vec<HostTensor>> = (0..n)
+            .map(|i| {
+                let mut fed = example(&feeds, &full_mask, i);
+                // An unbatched output's upstream gradient counts once: at example 0.
+                for (j, &b) in upstream_mask.iter().enumerate() {
+                    if !b && i > 0 {
+                        let t = &mut fed[mask.len() + j];
+                        *t = HostTensor::from_vec(&t.shape, vec![0.0f32; t.len()]).unwrap();
+                    }
+                }
+                run_program(gradient, fed, &target).unwrap()
+            })
+            .collect();
+        for (k, &b) in mask.iter().enumerate() {
+            if b {
+                assert_eq!(got[k].shape[0], n);
+                for (i, want) in per_example.iter().enumerate() {
+                    assert_eq!(slice(&got[k], i), want[k], "gradient {k}, example {i}");
+                }
+            } else {
+                let shape = feed_shape(program, k);
+                assert_eq!(got[k].shape, shape);
+                let len: usize = shape.iter().product();
+                let want: Vec<f32> = (0..len)
+                    .map(|e| lane_sum(per_example.iter().map(|g| data(&g[k])[e])))
+                    .collect();
+                assert_eq!(
+                    data(&got[k]),
+                    &want[..],
+                    "summed gradient {k}, mask {mask:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_gradient_of_a_batched_program_is_batched_and_summed_over_shared_feeds() {
+    let (program, gradient) = lstm_cell(2, 3);
+    let mut rng = Rng(99);
+    check_gradient(&program, &gradient, &[true, false], 11, &mut rng);
+    check_gradient(&program, &gradient, &[false, true], 3, &mut rng);
+    check_gradient(&program, &gradient, &[true, true], 2, &mut rng);
+    check_gradient(&program, &gradient, &[true, false], 1, &mut rng);
+    check_gradient(&program, &gradient, &[true, false], 0, &mut rng);
+}
+
+#[operator]
+fn mul_grad(x: Tensor<f32>, w: Tensor<f32>, dy: Tensor<f32>) -> (Tensor<f32>, Tensor<f32>) {
+    let [rows, cols] = x.dims::<2>();
+    let p = position_in([rows, cols]);
+    let dx = output_like(&x);
+    let dw = output_like(&w);
+    dx[[p[0], p[1]]] = w[[p[0], p[1]]] * dy[[p[0], p[1]]];
+    dw[[p[0], p[1]]] = x[[p[0], p[1]]] * dy[[p[0], p[1]]];
+    (dx, dw)
+}
+
+#[operator]
+fn twice(w: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = w.dims::<2>();
+    let p = position_in([rows, cols]);
+    let out = output_like(&w);
+    out[[p[0], p[1]]] = 2.0 * w[[p[0], p[1]]];
+    out
+}
+
+#[operator]
+fn add2(a: Tensor<f32>, b: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = a.dims::<2>();
+    let p = position_in([rows, cols]);
+    let out = output_like(&a);
+    out[[p[0], p[1]]] = a[[p[0], p[1]]] + b[[p[0], p[1]]];
+    out
+}
+
+/// Outputs `x * w` and `2 w`: with `x` batched and `w` shared, the second output is unbatched,
+/// and the gradient flowing into it must count once in `w`'s gradient.
+#[test]
+fn an_unbatched_output_gradient_counts_once() {
+    let x = ovl::placeholder::<f32>("x", &[2, 2]);
+    let w = ovl::placeholder::<f32>("w", &[2, 2]);
+    let dy = ovl::placeholder::<f32>("dy", &[2, 2]);
+    let dv = ovl::placeholder::<f32>("dv", &[2, 2]);
+    let (dx, dw) = mul_grad(&x, &w, &dy);
+    let dw = add2(&dw, twice(&dv));
+    let bundle = ovl::as_tensorflow((&x, &w), (&mul_op(&x, &w), &twice(&w)))
+        .name("two_outputs")
+        .gradient((&dy, &dv), (&dx, &dw))
+        // Unfused, so that `2 w` is a kernel of its own.
+        .options(&Options::interpreter().with_opt_level(0))
+        .build()
+        .unwrap();
+    let (program, gradient) = (bundle.program, bundle.gradient.unwrap());
+    assert_eq!(
+        batch_program(&program, &[true, false], 4)
+            .unwrap()
+            .batched_outputs,
+        vec![true, false]
+    );
+    let mut rng = Rng(5);
+    check_gradient(&program, &gradient, &[true, false], 4, &mut rng);
+    check_gradient(&program, &gradient, &[false, true], 3, &mut rng);
+    check_gradient(&program, &gradient, &[true, true], 2, &mut rng);
+}
+
+#[test]
+fn sealed_programs_batch_and_stay_sealed() {
+    let (program, gradient) = lstm_cell(2, 3);
+    let sealed = batch_sealed(
+        &seal_program(&program),
+        &seal_program(&gradient),
+        &[true, false],
+        4,
+    )
+    .unwrap();
+    assert_eq!(sealed.batched_outputs, vec![true, true]);
+    let p = ovl::export::open_program(&sealed.program, "test").unwrap();
+    assert_eq!(
+        p,
+        batch_program(&program, &[true, false], 4).unwrap().program
+    );
+    let g = ovl::export::open_program(&sealed.gradient, "test").unwrap();
+    assert_eq!(g.feeds.len(), 4);
+    // Without a gradient program.
+    let sealed = batch_sealed(&seal_program(&program), &[], &[true, true], 4).unwrap();
+    assert!(sealed.gradient.is_empty());
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let program = chain(3);
+    let e = batch_program(&program, &[true], 3).unwrap_err();
+    assert!(matches!(e, BatchProgramError::Description { .. }));
+    let msg = e.to_string();
+    assert!(
+        msg.contains("program `chain`") && msg.contains("2 feed(s) but 1"),
+        "{msg}"
+    );
+
+    // A batch too large for memory.
+    let e = batch_program(&program, &[true, false], u64::MAX / 4).unwrap_err();
+    assert!(matches!(e, BatchProgramError::Operator { .. }), "{e}");
+    assert!(
+        e.to_string().contains("cannot batch program `chain`"),
+        "{e}"
+    );
+
+    // Symbolic sizes are not supported yet.
+    let mut symbolic = program.clone();
+    symbolic
+        .graph
+        .as_mut()
+        .unwrap()
+        .symbols
+        .push("batch".into());
+    let e = batch_program(&symbolic, &[true, false], 3).unwrap_err();
+    assert!(matches!(e, BatchProgramError::Unsupported { .. }), "{e}");
+    assert!(e.to_string().contains("known only at run time"), "{e}");
+
+    // A malformed program.
+    let mut broken = program.clone();
+    broken.constants.clear();
+    let e = batch_program(&broken, &[true, false], 3).unwrap_err();
+    assert!(matches!(e, BatchProgramError::Malformed { .. }), "{e}");
+
+    // A gradient program that does not fit the program.
+    let (_, gradient) = lstm_cell(2, 3);
+    let e = batch_gradient_program(&gradient, &[true, false], &[true], 3).unwrap_err();
+    assert!(e.to_string().contains("gradient program"), "{e}");
+
+    // Modified sealed bytes.
+    let mut sealed = seal_program(&program);
+    let last = sealed.len() - 1;
+    sealed[last] ^= 1;
+    let e = batch_sealed(&sealed, &[], &[true, false], 3).unwrap_err();
+    assert!(e.to_string().contains("modified or corrupted"), "{e}");
+}
