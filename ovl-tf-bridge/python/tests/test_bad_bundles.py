@@ -89,7 +89,13 @@ def test_missing_fields(tmp_path, bundle_dir, field):
         ),
         (
             lambda b: b["outputs"][0].update(shape=[6, -1]),
-            r'the field "outputs\[0\].shape" must hold sizes \(integers >= 0\), not \[6, -1\]',
+            r'the field "outputs\[0\].shape" must hold sizes \(integers >= 0, or null for a '
+            r"size known only at run time\), not \[6, -1\]",
+        ),
+        (
+            lambda b: b["outputs"][0].update(shape=[None]),
+            r'the field "outputs\[0\].shape" has a null size that "outputs\[0\].symbolic" does '
+            r"not describe",
         ),
         (
             lambda b: b["outputs"][0].update(shape="6"),
