@@ -43,8 +43,8 @@ pub use crate::program::{
     tensorflow_dtype_name, verify_sealed, SealError, SEALED_PROGRAM_HEADER,
 };
 pub use crate::program_batch::{
-    batch_gradient_program, batch_program, batch_sealed, BatchProgramError, BatchedProgram,
-    SealedBatch,
+    batch_gradient_program, batch_program, batch_sealed, BatchProgramError, BatchSize,
+    BatchedProgram, SealedBatch, PFOR_SYMBOL,
 };
 
 /// The format name written into every bundle file.

@@ -156,6 +156,8 @@ impl<F: Fn(usize) -> R, R: IntoExport> PolymorphicExport<F> {
 
 /// One program from the same program packed at `sizes` (see [`ovl_core::unify`]): the graphs
 /// unified, feeds with equal names whose types unify, constants that do not depend on the size.
+/// The programs may already have sizes known at run time (in other symbols, the same in each);
+/// the new symbol `symbol` comes after them.
 pub fn unify_programs(
     sizes: &[u64],
     programs: &[ir::Program],
@@ -167,6 +169,8 @@ pub fn unify_programs(
         .map(|p| p.graph.as_ref().ok_or("a trace has no graph"))
         .collect::<Result<_, _>>()?;
     let graph = unify_graphs(sizes, &graphs, symbol).map_err(|e| e.to_string())?;
+    // The new symbol's number (see `unify_graphs`).
+    let index = graphs[0].symbols.len() as u32;
     if programs.iter().any(|p| p.feeds.len() != first.feeds.len()) {
         return Err("the number of inputs depends on the size".into());
     }
@@ -186,7 +190,8 @@ pub fn unify_programs(
             .iter()
             .map(|g| g.r#type.as_ref().ok_or("a feed has no type"))
             .collect::<Result<_, _>>()?;
-        let t = unify_type(sizes, &types).map_err(|m| format!("input {k} (`{}`): {m}", f.name))?;
+        let t = unify_type(sizes, &types, index)
+            .map_err(|m| format!("input {k} (`{}`): {m}", f.name))?;
         feeds.push(ir::ProgramFeed {
             r#type: Some(t),
             ..f.clone()

@@ -18,8 +18,15 @@
 //! (broadcast if it depends on no batched value) and a shared feed's gradient is the sum over
 //! the examples of the per-example gradients (`vmap_sum`).
 //!
-//! The batch size is one argument (`n`), so that it could later be a symbolic size; programs
-//! with symbolic sizes are refused for now.
+//! The batch size ([`BatchSize`]) is known when batching ([`BatchSize::Known`]), or only when
+//! the batched program runs ([`BatchSize::RunTime`]: TensorFlow's pfor inside a `tf.function`
+//! whose input signature has a `None` batch). A size known only at run time is a new symbol
+//! ([`PFOR_SYMBOL`], numbered after the program's own symbols): the program is batched at
+//! [`crate::polymorphic::TRACE_SIZES`] and the three results unified in it
+//! ([`ovl_core::unify`]); the batched feeds' leading dimension is that symbol, so running the
+//! program determines it from them. The program itself may have sizes known only at run time
+//! (an export of `ovl::as_tensorflow_polymorphic`): they are kept, moved one place right in
+//! the batched feeds and operators.
 //!
 //! ```
 //! use ovl::prelude::*;
@@ -47,9 +54,37 @@
 
 use crate::program::{check_program, open_program, seal_program, SealError};
 use ovl_core::batch::{batch_operator, BatchError};
-use ovl_core::batch_ops::{broadcast_operator, first_example_operator, sum_operator};
+use ovl_core::batch_ops::{batched_type, broadcast_operator, first_example_operator, sum_operator};
 use ovl_core::ir::{self, value_ref::Source};
-use ovl_core::DType;
+
+/// The name of the symbol a batch size known only at run time gets (`pfor2`, `pfor3`, .. when
+/// the program already names a `pfor`: a loop inside a loop).
+pub const PFOR_SYMBOL: &str = "pfor";
+
+/// The number of examples a program is batched over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BatchSize {
+    /// Known when batching: the batched feeds' leading dimension is this size.
+    Known(u64),
+    /// Known only when the batched program runs: the batched feeds' leading dimension is a new
+    /// symbol ([`PFOR_SYMBOL`]), determined from them at run time.
+    RunTime,
+}
+
+impl From<u64> for BatchSize {
+    fn from(n: u64) -> Self {
+        BatchSize::Known(n)
+    }
+}
+
+impl std::fmt::Display for BatchSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BatchSize::Known(n) => write!(f, "{n}"),
+            BatchSize::RunTime => f.write_str("a size known at run time"),
+        }
+    }
+}
 
 /// A program batched by [`batch_program`].
 #[derive(Clone, Debug, PartialEq)]
@@ -147,12 +182,20 @@ fn graph_input(i: usize) -> ir::ValueRef {
     }
 }
 
-/// `t` with a leading axis of `n`.
-fn batched_type(t: &ir::TensorType, n: u64) -> ir::TensorType {
+/// `t` without its leading (batch) axis: its symbolic dimensions move one place left.
+fn example_type(t: &ir::TensorType) -> ir::TensorType {
     ir::TensorType {
-        symbolic: Vec::new(),
         dtype: t.dtype,
-        shape: std::iter::once(n).chain(t.shape.iter().copied()).collect(),
+        shape: t.shape.get(1..).unwrap_or_default().to_vec(),
+        symbolic: t
+            .symbolic
+            .iter()
+            .filter(|d| d.dim > 0)
+            .map(|d| ir::SymbolicDim {
+                dim: d.dim - 1,
+                ..*d
+            })
+            .collect(),
     }
 }
 
@@ -203,16 +246,14 @@ impl<'a> Batcher<'a> {
             return value.at;
         }
         let t = self.type_of(&value.at);
-        let dtype = DType::from_ir(t.dtype).unwrap_or(DType::F32);
-        self.push(broadcast_operator(dtype, &t.shape, self.n), value.at)
+        self.push(broadcast_operator(&t, self.n), value.at)
     }
 
     /// The sum of `value` over the examples (a value that is not batched counts `n` times).
     fn sum_over_examples(&mut self, value: Value) -> ir::ValueRef {
         let at = self.ensure_batched(value);
-        let t = self.type_of(&at);
-        let dtype = DType::from_ir(t.dtype).unwrap_or(DType::F32);
-        self.push(sum_operator(dtype, &t.shape[1..], self.n), at)
+        let t = example_type(&self.type_of(&at));
+        self.push(sum_operator(&t, self.n), at)
     }
 
     /// The value of a reference of the original graph.
@@ -267,8 +308,7 @@ fn batch_graph<'a>(
                 batched: mode == Mode::Batched,
             },
             Mode::FirstExample => {
-                let dtype = DType::from_ir(t.dtype).unwrap_or(DType::F32);
-                let at = b.push(first_example_operator(dtype, &t.shape, n), graph_input(i));
+                let at = b.push(first_example_operator(t, n), graph_input(i));
                 Value { at, batched: true }
             }
         };
@@ -292,7 +332,7 @@ fn batch_graph<'a>(
     Ok(b)
 }
 
-/// Checks `program` and refuses what batching does not support yet.
+/// Checks `program`; returns its graph.
 fn check_batchable(program: &ir::Program) -> Result<&ir::OperatorDag, BatchProgramError> {
     let name = || program.name.clone();
     check_program(program).map_err(|message| BatchProgramError::Malformed {
@@ -303,20 +343,6 @@ fn check_batchable(program: &ir::Program) -> Result<&ir::OperatorDag, BatchProgr
         program: name(),
         message: "it has no graph".into(),
     })?;
-    let symbolic = !graph.symbols.is_empty()
-        || graph.inputs.iter().any(|t| !t.symbolic.is_empty())
-        || graph
-            .operators
-            .iter()
-            .any(|op| op.symbol_count > 0 || !op.symbolic_workgroup.is_empty());
-    if symbolic {
-        return Err(BatchProgramError::Unsupported {
-            program: name(),
-            message: "it has sizes known only at run time; batching such a program is not \
-                      supported yet: export it with concrete sizes"
-                .into(),
-        });
-    }
     Ok(graph)
 }
 
@@ -336,16 +362,83 @@ fn kept_libraries(program: &ir::Program, b: &Batcher) -> Vec<ir::CompiledLibrary
 }
 
 /// The name of a program batched over `n` examples.
-fn batched_name(name: &str, n: u64) -> String {
+fn batched_name(name: &str, n: impl std::fmt::Display) -> String {
     format!("{name} batched over {n}")
 }
 
-/// `program` batched over a new leading axis of `n` examples (see the module documentation).
-/// `batched_feeds` has one entry per feed: `true` when the caller passes it with the leading
-/// axis (`[n, ..]`), `false` when it is shared by every example. The feeds keep their order
-/// and names; graph inputs keep their numbers; a compiled library the program carries is kept
-/// for each operator that stays unbatched.
+/// `program` batched over a new leading axis of `n` examples (see the module documentation;
+/// a `u64` is a [`BatchSize::Known`]). `batched_feeds` has one entry per feed: `true` when the
+/// caller passes it with the leading axis (`[n, ..]`), `false` when it is shared by every
+/// example. The feeds keep their order and names; graph inputs keep their numbers; a compiled
+/// library the program carries is kept for each operator that stays unbatched (when `n` is
+/// known).
 pub fn batch_program(
+    program: &ir::Program,
+    batched_feeds: &[bool],
+    n: impl Into<BatchSize>,
+) -> Result<BatchedProgram, BatchProgramError> {
+    match n.into() {
+        BatchSize::Known(n) => batch_program_at(program, batched_feeds, n),
+        BatchSize::RunTime => {
+            let mut outputs = None;
+            let unified = at_run_time(program, |n| {
+                let b = batch_program_at(program, batched_feeds, n)?;
+                outputs = Some(b.batched_outputs);
+                Ok(b.program)
+            })?;
+            Ok(BatchedProgram {
+                program: unified,
+                batched_outputs: outputs.unwrap_or_default(),
+            })
+        }
+    }
+}
+
+/// The name of the symbol a batch known only at run time gets in `program`: [`PFOR_SYMBOL`],
+/// or `pfor2`, `pfor3`, .. when the program already names it.
+fn pfor_symbol(program: &ir::Program) -> String {
+    let names = program
+        .graph
+        .as_ref()
+        .map(|g| g.symbols.as_slice())
+        .unwrap_or_default();
+    std::iter::once(PFOR_SYMBOL.to_string())
+        .chain((2..).map(|k| format!("{PFOR_SYMBOL}{k}")))
+        .find(|s| !names.contains(s))
+        .unwrap_or_default()
+}
+
+/// `program` batched (by `batch_at`) at each of [`crate::polymorphic::TRACE_SIZES`] and the
+/// results unified in a new symbol (see the module documentation).
+fn at_run_time(
+    program: &ir::Program,
+    mut batch_at: impl FnMut(u64) -> Result<ir::Program, BatchProgramError>,
+) -> Result<ir::Program, BatchProgramError> {
+    let sizes: Vec<u64> = crate::polymorphic::TRACE_SIZES
+        .iter()
+        .map(|&n| n as u64)
+        .collect();
+    let traces = sizes
+        .iter()
+        .map(|&n| batch_at(n))
+        .collect::<Result<Vec<_>, _>>()?;
+    let symbol = pfor_symbol(program);
+    let mut unified =
+        crate::polymorphic::unify_programs(&sizes, &traces, &symbol).map_err(|message| {
+            BatchProgramError::Unsupported {
+                program: program.name.clone(),
+                message: format!(
+                    "batching it over a loop whose length is known only at run time needs the \
+                 batched programs at sizes {sizes:?} to differ only in that size, but {message}"
+                ),
+            }
+        })?;
+    unified.name = batched_name(&program.name, &symbol);
+    Ok(unified)
+}
+
+/// `program` batched over `n` examples, `n` known.
+fn batch_program_at(
     program: &ir::Program,
     batched_feeds: &[bool],
     n: u64,
@@ -386,6 +479,23 @@ pub fn batch_program(
 /// returns one gradient per feed of the batched program: batched for a batched feed, summed
 /// over the examples for a shared one.
 pub fn batch_gradient_program(
+    gradient: &ir::Program,
+    batched_feeds: &[bool],
+    batched_outputs: &[bool],
+    n: impl Into<BatchSize>,
+) -> Result<ir::Program, BatchProgramError> {
+    match n.into() {
+        BatchSize::Known(n) => {
+            batch_gradient_program_at(gradient, batched_feeds, batched_outputs, n)
+        }
+        BatchSize::RunTime => at_run_time(gradient, |n| {
+            batch_gradient_program_at(gradient, batched_feeds, batched_outputs, n)
+        }),
+    }
+}
+
+/// [`batch_gradient_program`] with `n` known.
+fn batch_gradient_program_at(
     gradient: &ir::Program,
     batched_feeds: &[bool],
     batched_outputs: &[bool],
@@ -491,8 +601,9 @@ pub fn batch_sealed(
     program: &[u8],
     gradient: &[u8],
     batched_feeds: &[bool],
-    n: u64,
+    n: impl Into<BatchSize>,
 ) -> Result<SealedBatch, BatchProgramError> {
+    let n = n.into();
     let forward = open_program(program, "the `program` attribute")?;
     let batched = batch_program(&forward, batched_feeds, n)?;
     let gradient = if gradient.is_empty() {

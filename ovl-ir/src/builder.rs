@@ -13,7 +13,8 @@ pub struct Builder {
     pub dag: ir::ExpressionDag,
 }
 
-fn tensor_type(d: DType, shape: &[u64]) -> ir::TensorType {
+/// A concrete tensor type: `d[shape]`, no symbolic dimension.
+pub fn tensor_type(d: DType, shape: &[u64]) -> ir::TensorType {
     ir::TensorType {
         symbolic: Vec::new(),
         dtype: d.to_ir() as i32,

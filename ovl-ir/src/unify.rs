@@ -10,13 +10,19 @@
 //! number, a local tensor sized by the symbol, a different structure) is a [`UnifyError`] that
 //! names the operator, its source line and what differs.
 //!
-//! Only symbol 0 is produced; the IR allows more.
+//! The traces may already have sizes known only at run time in other symbols (a program
+//! exported for any batch size, batched over a loop whose length is known only at run time:
+//! `ovl::export::batch_program`): those symbolic parts (symbolic dimensions, `symbol`
+//! expressions, the graph's symbol names) must be the same in every trace and are kept; the
+//! new symbol gets the next index (the number of symbols the traces' graph already names), and
+//! an operator that depends on it gets a `symbol_count` covering it.
 
 use crate::dtype::DType;
 use crate::ir::{self, Op};
 use crate::names::{at, defined_at, op_name};
 
-/// The symbol every unified graph uses.
+/// The symbol a graph that has no symbol yet unifies in (the next index in general: see
+/// [`unify_graphs`]).
 pub const SYMBOL: u32 = 0;
 
 /// Why traces could not be unified into one symbolic graph.
@@ -68,11 +74,15 @@ pub fn affine_fit(sizes: &[u64], v: &[i128]) -> Option<(i128, i128)> {
         .then_some((scale, offset))
 }
 
-/// One shape unified: dimensions equal in every trace stay, the others become symbolic.
-/// `shape[dim]` keeps the first trace's size.
+/// One shape unified: dimensions equal in every trace stay, the others become symbolic in
+/// `symbol`. `known` are the dimensions that are symbolic already (in other symbols; the same
+/// in every trace): they are kept as they are. `shape[dim]` keeps the first trace's size; the
+/// symbolic dimensions come back in the order of their dimension.
 pub fn unify_shape(
     sizes: &[u64],
     shapes: &[&[u64]],
+    known: &[ir::SymbolicDim],
+    symbol: u32,
 ) -> Result<(Vec<u64>, Vec<ir::SymbolicDim>), String> {
     let rank = shapes[0].len();
     if shapes.iter().any(|s| s.len() != rank) {
@@ -83,6 +93,10 @@ pub fn unify_shape(
     }
     let mut symbolic = Vec::new();
     for d in 0..rank {
+        if let Some(k) = known.iter().find(|k| k.dim as usize == d) {
+            symbolic.push(*k);
+            continue;
+        }
         let v: Vec<i128> = shapes.iter().map(|s| s[d] as i128).collect();
         if v.iter().all(|&x| x == v[0]) {
             continue;
@@ -91,7 +105,7 @@ pub fn unify_shape(
             Some((scale, offset)) if scale >= 1 && i64::try_from(offset).is_ok() => {
                 symbolic.push(ir::SymbolicDim {
                     dim: d as u32,
-                    symbol: SYMBOL,
+                    symbol,
                     scale: scale as i64,
                     offset: offset as i64,
                 })
@@ -108,16 +122,27 @@ pub fn unify_shape(
     Ok((shapes[0].to_vec(), symbolic))
 }
 
-/// A tensor type unified (see [`unify_shape`]); dtypes must agree.
-pub fn unify_type(sizes: &[u64], types: &[&ir::TensorType]) -> Result<ir::TensorType, String> {
+/// A tensor type unified in `symbol` (see [`unify_shape`]); dtypes and the sizes already
+/// symbolic must agree.
+pub fn unify_type(
+    sizes: &[u64],
+    types: &[&ir::TensorType],
+    symbol: u32,
+) -> Result<ir::TensorType, String> {
     if types.iter().any(|t| t.dtype != types[0].dtype) {
         return Err("its dtype depends on the size".into());
     }
-    if types.iter().any(|t| !t.symbolic.is_empty()) {
-        return Err("a trace is already symbolic".into());
+    if types.iter().any(|t| t.symbolic != types[0].symbolic) {
+        return Err("its sizes known only at run time differ between the traces".into());
+    }
+    if let Some(d) = types[0].symbolic.iter().find(|d| d.symbol >= symbol) {
+        return Err(format!(
+            "dimension {} is already sized by symbol {}, which is not below the new symbol {symbol}",
+            d.dim, d.symbol
+        ));
     }
     let shapes: Vec<&[u64]> = types.iter().map(|t| t.shape.as_slice()).collect();
-    let (shape, symbolic) = unify_shape(sizes, &shapes)?;
+    let (shape, symbolic) = unify_shape(sizes, &shapes, &types[0].symbolic, symbol)?;
     Ok(ir::TensorType {
         dtype: types[0].dtype,
         shape,
@@ -147,13 +172,15 @@ fn check_sizes(sizes: &[u64], symbol: &str) -> Result<(), UnifyError> {
     Ok(())
 }
 
-/// Unifies the same operator traced at `sizes` (see the module documentation). The result has
-/// `symbol_count` 1 when anything in it depends on the size, and is the first trace unchanged
-/// otherwise.
+/// Unifies the same operator traced at `sizes` in symbol number `index`, named `symbol` (see
+/// the module documentation). The result has `symbol_count` `index + 1` when anything in it
+/// depends on the size, and is the first trace unchanged otherwise. Parts already symbolic (in
+/// symbols below `index`) must be equal in every trace.
 pub fn unify_operator(
     sizes: &[u64],
     traces: &[&ir::ExpressionDag],
     symbol: &str,
+    index: u32,
 ) -> Result<ir::ExpressionDag, UnifyError> {
     check_sizes(sizes, symbol)?;
     let first = traces[0];
@@ -163,11 +190,18 @@ pub fn unify_operator(
         symbol: symbol.to_string(),
         message,
     };
-    if traces
-        .iter()
-        .any(|t| !t.symbolic_workgroup.is_empty() || t.symbol_count > 0)
-    {
-        return Err(err("a trace is already symbolic".into()));
+    if traces.iter().any(|t| {
+        t.symbolic_workgroup != first.symbolic_workgroup || t.symbol_count != first.symbol_count
+    }) {
+        return Err(err(
+            "its sizes known only at run time differ between the traces".into(),
+        ));
+    }
+    if first.symbol_count > index {
+        return Err(err(format!(
+            "it already uses {} symbol(s), so the new symbol cannot be number {index}",
+            first.symbol_count
+        )));
     }
     if traces
         .iter()
@@ -192,14 +226,15 @@ pub fn unify_operator(
         (0..n)
             .map(|k| {
                 let ts: Vec<&ir::TensorType> = traces.iter().map(|t| &pick(t)[k]).collect();
-                unify_type(sizes, &ts).map_err(|m| err(format!("{what} {k}: {m}")))
+                unify_type(sizes, &ts, index).map_err(|m| err(format!("{what} {k}: {m}")))
             })
             .collect::<Result<Vec<_>, _>>()
     };
     let inputs = types("input", &|t| &t.inputs)?;
     let outputs = types("output", &|t| &t.outputs)?;
     let locals = types("local tensor", &|t| &t.locals)?;
-    if let Some(k) = locals.iter().position(|t| !t.symbolic.is_empty()) {
+    let new = |t: &ir::TensorType| t.symbolic.iter().any(|d| d.symbol == index);
+    if let Some(k) = locals.iter().position(new) {
         return Err(err(format!(
             "local tensor {k} is sized by `{symbol}`; a worker's local tensors must have sizes \
              that do not depend on it"
@@ -210,7 +245,8 @@ pub fn unify_operator(
         .map(|t| t.workgroup_shape.as_slice())
         .collect();
     let (workgroup_shape, symbolic_workgroup) =
-        unify_shape(sizes, &shapes).map_err(|m| err(format!("the workgroup: {m}")))?;
+        unify_shape(sizes, &shapes, &first.symbolic_workgroup, index)
+            .map_err(|m| err(format!("the workgroup: {m}")))?;
 
     let mut expressions = Vec::with_capacity(first.expressions.len());
     let mut new_index = Vec::with_capacity(first.expressions.len());
@@ -281,7 +317,7 @@ pub fn unify_operator(
         let mut v = push(ir::Expression {
             code: Op::Symbol as i32,
             dtype: i64t,
-            axis: SYMBOL,
+            axis: index,
             ..Default::default()
         });
         if scale != 1 {
@@ -304,11 +340,8 @@ pub fn unify_operator(
         new_index.push(v);
     }
     let symbolic = reads_symbol
-        || !symbolic_workgroup.is_empty()
-        || inputs
-            .iter()
-            .chain(&outputs)
-            .any(|t| !t.symbolic.is_empty());
+        || symbolic_workgroup.iter().any(|d| d.symbol == index)
+        || inputs.iter().chain(&outputs).any(new);
     let out = ir::ExpressionDag {
         version: first.version,
         name: first.name.clone(),
@@ -320,7 +353,11 @@ pub fn unify_operator(
         source: first.source.clone(),
         gradient: first.gradient.clone(),
         symbolic_workgroup,
-        symbol_count: u32::from(symbolic),
+        symbol_count: if symbolic {
+            index + 1
+        } else {
+            first.symbol_count
+        },
     };
     crate::validate::validate(&out)
         .map_err(|e| err(format!("the unified operator is not valid: {e}")))?;
@@ -371,8 +408,10 @@ fn literal_text(e: &ir::Expression, dtype: DType) -> String {
 }
 
 /// Unifies the same graph traced at `sizes` (at least three, distinct): every operator with
-/// [`unify_operator`], the graph inputs' types, and the wiring, which must be equal. The result
-/// names the symbol `symbol` when anything depends on it (and no symbol otherwise).
+/// [`unify_operator`], the graph inputs' types, and the wiring, which must be equal. The new
+/// symbol's number is the number of symbols the traces already name (they must name the same
+/// ones, and not `symbol`); the result names it `symbol` after them when anything depends on
+/// it (and adds no symbol otherwise).
 pub fn unify_graphs(
     sizes: &[u64],
     traces: &[&ir::OperatorDag],
@@ -384,6 +423,17 @@ pub fn unify_graphs(
         symbol: symbol.to_string(),
         message,
     };
+    if traces.iter().any(|t| t.symbols != first.symbols) {
+        return Err(graph(
+            "the traces name different symbols for their sizes known at run time".into(),
+        ));
+    }
+    if first.symbols.iter().any(|s| s == symbol) {
+        return Err(graph(format!(
+            "the traces already have a symbol named `{symbol}`; choose another name"
+        )));
+    }
+    let index = first.symbols.len() as u32;
     if traces
         .iter()
         .any(|t| t.operators.len() != first.operators.len())
@@ -412,28 +462,30 @@ pub fn unify_graphs(
     let operators = (0..first.operators.len())
         .map(|i| {
             let ops: Vec<&ir::ExpressionDag> = traces.iter().map(|t| &t.operators[i]).collect();
-            unify_operator(sizes, &ops, symbol)
+            unify_operator(sizes, &ops, symbol, index)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let inputs = (0..first.inputs.len())
         .map(|k| {
             let ts: Vec<&ir::TensorType> = traces.iter().map(|t| &t.inputs[k]).collect();
-            unify_type(sizes, &ts).map_err(|m| graph(format!("graph input {k}: {m}")))
+            unify_type(sizes, &ts, index).map_err(|m| graph(format!("graph input {k}: {m}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let symbolic = operators.iter().any(|o| o.symbol_count > 0)
-        || inputs.iter().any(|t| !t.symbolic.is_empty());
+    let symbolic = operators.iter().any(|o| o.symbol_count > index)
+        || inputs
+            .iter()
+            .any(|t| t.symbolic.iter().any(|d| d.symbol == index));
+    let mut symbols = first.symbols.clone();
+    if symbolic {
+        symbols.push(symbol.to_string());
+    }
     let out = ir::OperatorDag {
         version: first.version,
         operators,
         inputs,
         operator_inputs: first.operator_inputs.clone(),
         outputs: first.outputs.clone(),
-        symbols: if symbolic {
-            vec![symbol.to_string()]
-        } else {
-            Vec::new()
-        },
+        symbols,
     };
     crate::validate::validate_operator_dag(&out)
         .map_err(|e| graph(format!("the unified graph is not valid: {e}")))?;
@@ -470,7 +522,7 @@ mod tests {
         let sizes = [1009, 1013, 1019];
         let traces: Vec<_> = sizes.iter().map(|&n| scaled(n)).collect();
         let refs: Vec<_> = traces.iter().collect();
-        let u = unify_operator(&sizes, &refs, "batch").unwrap();
+        let u = unify_operator(&sizes, &refs, "batch", SYMBOL).unwrap();
         assert_eq!(u.symbol_count, 1);
         assert_eq!(u.symbolic_workgroup.len(), 1);
         assert_eq!(u.inputs[0].symbolic[0].scale, 1);
@@ -498,7 +550,7 @@ mod tests {
         };
         let traces: Vec<_> = sizes.iter().map(|&n| mk(n)).collect();
         let refs: Vec<_> = traces.iter().collect();
-        let e = unify_operator(&sizes, &refs, "batch")
+        let e = unify_operator(&sizes, &refs, "batch", SYMBOL)
             .unwrap_err()
             .to_string();
         assert!(e.contains("operator `scaled`"), "{e}");
@@ -512,9 +564,53 @@ mod tests {
         let v = [1009i128, 1013, 1020];
         assert_eq!(affine_fit(&sizes, &v), None);
         assert_eq!(affine_fit(&sizes, &[2019, 2027, 2039]), Some((2, 1)));
-        let e = unify_shape(&sizes, &[&[4], &[4], &[5]]).unwrap_err();
+        let e = unify_shape(&sizes, &[&[4], &[4], &[5]], &[], SYMBOL).unwrap_err();
         assert!(e.contains("dimension 0"), "{e}");
         assert!(check_sizes(&[1, 2], "b").is_err());
         assert!(check_sizes(&[1, 2, 2], "b").is_err());
+    }
+
+    #[test]
+    fn traces_already_symbolic_unify_in_the_next_symbol() {
+        let sizes = [1009, 1013, 1019];
+        let traces: Vec<_> = sizes.iter().map(|&n| scaled(n)).collect();
+        let refs: Vec<_> = traces.iter().collect();
+        let rows = unify_operator(&sizes, &refs, "batch", SYMBOL).unwrap();
+        // The symbolic operator batched over 5, 7 and 11 examples, unified in symbol 1.
+        let loop_sizes = [5u64, 7, 11];
+        let batched: Vec<_> = loop_sizes
+            .iter()
+            .map(|&n| crate::batch::batch_operator(&rows, &[true], n).unwrap())
+            .collect();
+        let refs: Vec<_> = batched.iter().collect();
+        let u = unify_operator(&loop_sizes, &refs, "pfor", 1).unwrap();
+        assert_eq!(u.symbol_count, 2);
+        assert_eq!(u.symbolic_workgroup.len(), 2);
+        assert_eq!(
+            (u.symbolic_workgroup[0].dim, u.symbolic_workgroup[0].symbol),
+            (0, 1)
+        );
+        assert_eq!(
+            (u.symbolic_workgroup[1].dim, u.symbolic_workgroup[1].symbol),
+            (1, 0)
+        );
+        for (r, n) in [(0u64, 3u64), (4, 1), (2, 6)] {
+            let want = crate::batch::batch_operator(
+                &specialize_operator(&rows, &[r]).unwrap(),
+                &[true],
+                n,
+            )
+            .unwrap();
+            assert_eq!(specialize_operator(&u, &[r, n]).unwrap(), want);
+        }
+        // The new symbol must come after the ones the traces use.
+        let e = unify_operator(&loop_sizes, &refs, "pfor", 0).unwrap_err();
+        assert!(e.to_string().contains("already uses 1 symbol"), "{e}");
+        // Parts already symbolic must be equal in every trace.
+        let mut odd = batched.clone();
+        odd[2].inputs[0].symbolic[0].scale = 2;
+        let refs: Vec<_> = odd.iter().collect();
+        let e = unify_operator(&loop_sizes, &refs, "pfor", 1).unwrap_err();
+        assert!(e.to_string().contains("differ between the traces"), "{e}");
     }
 }

@@ -38,7 +38,8 @@ fn record(
 /// [`sum_op`].
 pub(super) fn broadcast_op(t: &LazyTensor, batch: usize) -> Result<LazyTensor, VmapError> {
     let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
-    let dag = crate::batch_ops::broadcast_operator(t.dtype, &shape, batch as u64);
+    let example = ovl_ir::builder::tensor_type(t.dtype, &shape);
+    let dag = crate::batch_ops::broadcast_operator(&example, batch as u64);
     let gradient = Gradient::new(
         |call: &GradientCall| {
             vec![call.output_grads[0].as_ref().map(|g| {
@@ -61,7 +62,8 @@ pub(super) fn broadcast_op(t: &LazyTensor, batch: usize) -> Result<LazyTensor, V
 pub(super) fn sum_op(t: &LazyTensor) -> Result<LazyTensor, VmapError> {
     let batch = t.shape.first().copied().unwrap_or(0);
     let shape: Vec<u64> = t.shape.iter().skip(1).map(|&d| d as u64).collect();
-    let dag = crate::batch_ops::sum_operator(t.dtype, &shape, batch as u64);
+    let example = ovl_ir::builder::tensor_type(t.dtype, &shape);
+    let dag = crate::batch_ops::sum_operator(&example, batch as u64);
     let gradient = Gradient::new(
         move |call: &GradientCall| {
             vec![call.output_grads[0].as_ref().map(|g| {
