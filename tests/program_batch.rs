@@ -10,7 +10,7 @@ mod cumsum;
 use cumsum::cumsum_rows;
 use ovl::export::{
     batch_gradient_program, batch_program, batch_sealed, run_program, seal_program,
-    BatchProgramError,
+    BatchProgramError, BatchSize, BatchedProgram,
 };
 use ovl::prelude::*;
 use ovl_core::{ir, HostTensor};
@@ -79,16 +79,26 @@ fn slice(t: &HostTensor, i: usize) -> HostTensor {
     HostTensor::from_vec(&t.shape[1..], data(t)[i * per..(i + 1) * per].to_vec()).unwrap()
 }
 
-fn feed_shape(program: &ir::Program, k: usize) -> Vec<usize> {
+/// The shape of feed `k` of `program` for the values `symbols` of its symbols (none for a
+/// program of concrete sizes).
+fn feed_shape_at(program: &ir::Program, k: usize, symbols: &[u64]) -> Vec<usize> {
     let t = program.feeds[k].r#type.as_ref().unwrap();
-    t.shape.iter().map(|&d| d as usize).collect()
+    let shape = ovl_core::symbolic::resolve_shape(t, symbols).unwrap();
+    shape.iter().map(|&d| d as usize).collect()
 }
 
-/// Random feeds for `program` batched by `mask` over `n` examples.
-fn batched_feeds(program: &ir::Program, mask: &[bool], n: usize, rng: &mut Rng) -> Vec<HostTensor> {
+/// Random feeds for `program` batched by `mask` over `n` examples, for the values `symbols` of
+/// its symbols.
+fn batched_feeds_at(
+    program: &ir::Program,
+    mask: &[bool],
+    n: usize,
+    symbols: &[u64],
+    rng: &mut Rng,
+) -> Vec<HostTensor> {
     (0..program.feeds.len())
         .map(|k| {
-            let shape = feed_shape(program, k);
+            let shape = feed_shape_at(program, k, symbols);
             if mask[k] {
                 rng.tensor(&[&[n][..], &shape].concat())
             } else {
@@ -112,9 +122,22 @@ fn example(feeds: &[HostTensor], mask: &[bool], i: usize) -> Vec<HostTensor> {
 /// batched.
 fn check_slices(program: &ir::Program, mask: &[bool], n: usize) -> Vec<bool> {
     let batched = batch_program(program, mask, n as u64).unwrap();
+    check_batched(program, &batched, mask, n, &[]);
+    batched.batched_outputs
+}
+
+/// [`check_slices`] for a batched program made already (with `n` known or not), run over `n`
+/// examples; `symbols` are the values of the program's own symbols.
+fn check_batched(
+    program: &ir::Program,
+    batched: &BatchedProgram,
+    mask: &[bool],
+    n: usize,
+    symbols: &[u64],
+) {
     let expect_batched = &batched.batched_outputs;
     ovl::export::check_program(&batched.program).unwrap();
-    let feeds = batched_feeds(program, mask, n, &mut Rng(n as u64 + 7));
+    let feeds = batched_feeds_at(program, mask, n, symbols, &mut Rng(n as u64 + 7));
     for target in targets() {
         let got = run_program(&batched.program, feeds.clone(), &target).unwrap();
         assert_eq!(got.len(), expect_batched.len());
@@ -135,7 +158,6 @@ fn check_slices(program: &ir::Program, mask: &[bool], n: usize) -> Vec<bool> {
             }
         }
     }
-    batched.batched_outputs
 }
 
 /// Three operators and a constant: `y = tanh(x * w) + c`, `cumsum_rows(y)`, and
@@ -213,6 +235,12 @@ fn shared_operators_and_constants_stay_unbatched() {
 /// The LSTM cell from ovl-stdlib with the gradient program `ovl::backward` derives, as
 /// `ovl-tf-bridge/examples/make_bundles.rs` exports it.
 fn lstm_cell(batch: usize, hidden: usize) -> (ir::Program, ir::Program) {
+    let bundle = lstm_export(batch, hidden).build().unwrap();
+    (bundle.program, bundle.gradient.unwrap())
+}
+
+/// The export of [`lstm_cell`].
+fn lstm_export(batch: usize, hidden: usize) -> ovl::export::TfExport {
     let z = ovl::placeholder::<f32>("z", &[batch, 4 * hidden]);
     let c = ovl::placeholder::<f32>("c", &[batch, hidden]);
     let gates = ovl_stdlib::split(&z, 1, 4);
@@ -229,13 +257,10 @@ fn lstm_cell(batch: usize, hidden: usize) -> (ir::Program, ir::Program) {
     let d_new_h = ovl::placeholder::<f32>("d_new_h", &[batch, hidden]);
     let grads = ovl::backward(&[(&new_c, &d_new_c), (&new_h, &d_new_h)], &[&z, &c]).unwrap();
     let (dz, dc) = (grads.of(&z).unwrap(), grads.of(&c).unwrap());
-    let bundle = ovl::as_tensorflow((&z, &c), (&new_c, &new_h))
+    ovl::as_tensorflow((&z, &c), (&new_c, &new_h))
         .name("lstm_cell")
         .gradient((&d_new_c, &d_new_h), (&dz, &dc))
         .options(&Options::interpreter())
-        .build()
-        .unwrap();
-    (bundle.program, bundle.gradient.unwrap())
 }
 
 /// The sum in the order of an accumulator over the batch (`proto/ovl.proto`): lane `t % 8`,
@@ -269,13 +294,38 @@ fn check_gradient(
 ) {
     let batched = batch_program(program, mask, n as u64).unwrap();
     let bgrad = batch_gradient_program(gradient, mask, &batched.batched_outputs, n as u64).unwrap();
-    ovl::export::check_program(&bgrad).unwrap();
-    let forward_feeds = batched_feeds(program, mask, n, rng);
+    check_batched_gradient(
+        program,
+        gradient,
+        &bgrad,
+        &batched.batched_outputs,
+        mask,
+        n,
+        &[],
+        rng,
+    );
+}
+
+/// [`check_gradient`] for a batched gradient program made already (with `n` known or not), run
+/// over `n` examples; `symbols` are the values of the program's own symbols.
+#[allow(clippy::too_many_arguments)]
+fn check_batched_gradient(
+    program: &ir::Program,
+    gradient: &ir::Program,
+    bgrad: &ir::Program,
+    batched_outputs: &[bool],
+    mask: &[bool],
+    n: usize,
+    symbols: &[u64],
+    rng: &mut Rng,
+) {
+    ovl::export::check_program(bgrad).unwrap();
+    let forward_feeds = batched_feeds_at(program, mask, n, symbols, rng);
     // The upstream gradients: batched for batched outputs, unbatched for the others.
-    let upstream_mask = batched.batched_outputs.clone();
+    let upstream_mask = batched_outputs.to_vec();
     let upstream: Vec<HostTensor> = (0..upstream_mask.len())
         .map(|j| {
-            let shape = feed_shape(gradient, mask.len() + j);
+            let shape = feed_shape_at(gradient, mask.len() + j, symbols);
             if upstream_mask[j] {
                 rng.tensor(&[&[n][..], &shape].concat())
             } else {
@@ -286,7 +336,7 @@ fn check_gradient(
     let feeds: Vec<HostTensor> = forward_feeds.iter().chain(&upstream).cloned().collect();
     let full_mask: Vec<bool> = mask.iter().chain(&upstream_mask).copied().collect();
     for target in targets() {
-        let got = run_program(&bgrad, feeds.clone(), &target).unwrap();
+        let got = run_program(bgrad, feeds.clone(), &target).unwrap();
         assert_eq!(got.len(), mask.len());
         let per_example: Vec<Vec<HostTensor>> = (0..n)
             .map(|i| {
@@ -308,7 +358,7 @@ fn check_gradient(
                     assert_eq!(slice(&got[k], i), want[k], "gradient {k}, example {i}");
                 }
             } else {
-                let shape = feed_shape(program, k);
+                let shape = feed_shape_at(program, k, symbols);
                 assert_eq!(got[k].shape, shape);
                 let len: usize = shape.iter().product();
                 let want: Vec<f32> = (0..len)
@@ -436,17 +486,9 @@ fn bad_input_is_a_clear_error() {
         "{e}"
     );
 
-    // Symbolic sizes are not supported yet.
-    let mut symbolic = program.clone();
-    symbolic
-        .graph
-        .as_mut()
-        .unwrap()
-        .symbols
-        .push("batch".into());
-    let e = batch_program(&symbolic, &[true, false], 3).unwrap_err();
-    assert!(matches!(e, BatchProgramError::Unsupported { .. }), "{e}");
-    assert!(e.to_string().contains("known only at run time"), "{e}");
+    // The same description errors when the size is known only at run time.
+    let e = batch_program(&program, &[true], BatchSize::RunTime).unwrap_err();
+    assert!(e.to_string().contains("2 feed(s) but 1"), "{e}");
 
     // A malformed program.
     let mut broken = program.clone();
@@ -465,4 +507,146 @@ fn bad_input_is_a_clear_error() {
     sealed[last] ^= 1;
     let e = batch_sealed(&sealed, &[], &[true, false], 3).unwrap_err();
     assert!(e.to_string().contains("modified or corrupted"), "{e}");
+}
+
+/// The LSTM cell exported for any batch size (`ovl::as_tensorflow_polymorphic`), with its
+/// gradient program, as `make_bundles` exports `lstm_cell_any_batch`.
+fn lstm_cell_any_batch(hidden: usize) -> (ir::Program, ir::Program) {
+    let bundle = ovl::as_tensorflow_polymorphic(|batch| lstm_export(batch, hidden))
+        .build()
+        .unwrap();
+    (bundle.program, bundle.gradient.unwrap())
+}
+
+#[test]
+fn an_any_batch_program_batches_over_a_known_size_and_runs_at_every_batch() {
+    let (program, gradient) = lstm_cell_any_batch(3);
+    assert_eq!(program.graph.as_ref().unwrap().symbols, ["batch"]);
+    for mask in [[true, false], [true, true], [false, true]] {
+        let batched = batch_program(&program, &mask, 3).unwrap();
+        assert_eq!(batched.batched_outputs, [true, true]);
+        // The batched feeds' batch dimension moved behind the new axis; the symbol stays.
+        let g = batched.program.graph.as_ref().unwrap();
+        assert_eq!(g.symbols, ["batch"]);
+        let z = batched.program.feeds[0].r#type.clone().unwrap();
+        let dims: Vec<u32> = z.symbolic.iter().map(|d| d.dim).collect();
+        assert_eq!(dims, [if mask[0] { 1 } else { 0 }]);
+        let bgrad = batch_gradient_program(&gradient, &mask, &batched.batched_outputs, 3).unwrap();
+        let mut rng = Rng(31);
+        for batch in [1u64, 2, 5] {
+            check_batched(&program, &batched, &mask, 3, &[batch]);
+            check_batched_gradient(
+                &program,
+                &gradient,
+                &bgrad,
+                &batched.batched_outputs,
+                &mask,
+                3,
+                &[batch],
+                &mut rng,
+            );
+        }
+    }
+}
+
+#[test]
+fn a_size_known_only_at_run_time_is_a_new_symbol_determined_by_the_batched_feeds() {
+    // Concrete sizes: `pfor` is the only symbol.
+    let (program, gradient) = lstm_cell(2, 3);
+    let batched = batch_program(&program, &[true, false], BatchSize::RunTime).unwrap();
+    assert_eq!(batched.program.name, "lstm_cell batched over pfor");
+    assert_eq!(batched.program.graph.as_ref().unwrap().symbols, ["pfor"]);
+    let bgrad = batch_gradient_program(
+        &gradient,
+        &[true, false],
+        &batched.batched_outputs,
+        BatchSize::RunTime,
+    )
+    .unwrap();
+    let mut rng = Rng(77);
+    for n in [0, 1, 4, 9] {
+        check_batched(&program, &batched, &[true, false], n, &[]);
+        check_batched_gradient(
+            &program,
+            &gradient,
+            &bgrad,
+            &batched.batched_outputs,
+            &[true, false],
+            n,
+            &[],
+            &mut rng,
+        );
+    }
+}
+
+#[test]
+fn an_any_batch_program_batches_over_a_size_known_only_at_run_time() {
+    let (program, gradient) = lstm_cell_any_batch(3);
+    for mask in [[true, false], [false, true], [true, true]] {
+        let batched = batch_program(&program, &mask, BatchSize::RunTime).unwrap();
+        assert_eq!(batched.batched_outputs, [true, true]);
+        let g = batched.program.graph.as_ref().unwrap();
+        assert_eq!(g.symbols, ["batch", "pfor"]);
+        // A batched feed: [pfor, batch, ..].
+        let k = mask.iter().position(|&b| b).unwrap();
+        let t = batched.program.feeds[k].r#type.clone().unwrap();
+        let dims: Vec<(u32, u32)> = t.symbolic.iter().map(|d| (d.dim, d.symbol)).collect();
+        assert_eq!(dims, [(0, 1), (1, 0)]);
+        let bgrad = batch_gradient_program(
+            &gradient,
+            &mask,
+            &batched.batched_outputs,
+            BatchSize::RunTime,
+        )
+        .unwrap();
+        assert_eq!(bgrad.graph.as_ref().unwrap().symbols, ["batch", "pfor"]);
+        let mut rng = Rng(13);
+        for (n, batch) in [(3, 2u64), (1, 5), (4, 1)] {
+            check_batched(&program, &batched, &mask, n, &[batch]);
+            check_batched_gradient(
+                &program,
+                &gradient,
+                &bgrad,
+                &batched.batched_outputs,
+                &mask,
+                n,
+                &[batch],
+                &mut rng,
+            );
+        }
+    }
+    // Batched feeds that disagree about the loop length are refused by name.
+    let batched = batch_program(&program, &[true, true], BatchSize::RunTime).unwrap();
+    let feeds = vec![
+        HostTensor::from_vec(&[2, 1, 12], vec![0.5f32; 24]).unwrap(),
+        HostTensor::from_vec(&[3, 1, 3], vec![0.5f32; 9]).unwrap(),
+    ];
+    let e = run_program(&batched.program, feeds, &options(Options::interpreter())).unwrap_err();
+    assert!(e.to_string().contains("pfor"), "{e}");
+}
+
+#[test]
+fn a_loop_inside_a_loop_gets_a_second_symbol() {
+    let (program, _) = lstm_cell(2, 3);
+    let inner = batch_program(&program, &[true, false], BatchSize::RunTime).unwrap();
+    let outer = batch_program(&inner.program, &[true, true], BatchSize::RunTime).unwrap();
+    assert_eq!(
+        outer.program.graph.as_ref().unwrap().symbols,
+        ["pfor", "pfor2"]
+    );
+    let feeds = vec![Rng(3).tensor(&[2, 3, 2, 12]), Rng(4).tensor(&[2, 2, 3])];
+    for target in targets() {
+        let got = run_program(&outer.program, feeds.clone(), &target).unwrap();
+        for i in 0..2 {
+            let want = run_program(
+                &inner.program,
+                vec![slice(&feeds[0], i), slice(&feeds[1], i)],
+                &target,
+            )
+            .unwrap();
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(&slice(g, i), w);
+            }
+        }
+    }
 }
