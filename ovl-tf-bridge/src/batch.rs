@@ -10,13 +10,19 @@
 //!
 //! `program` and `gradient` are the op's sealed attributes (`gradient_len` 0: none),
 //! `batched_feeds` one byte per feed (nonzero: the feed has the leading batch axis), `n` the
-//! batch size. The result ([`OvlTfBatch`]) holds the sealed batched program and gradient
+//! batch size, or [`RUN_TIME_LENGTH`] (`UINT64_MAX`) for a loop length known only when the
+//! batched program runs (its leading dimension is then the symbol `pfor`, TensorFlow's `None`,
+//! determined at run time from the stacked inputs). The result ([`OvlTfBatch`]) holds the sealed batched program and gradient
 //! program and one byte per output (1: batched), or an error message; it is owned by this
 //! library until [`ovl_tf_free_batch`]. No panic crosses the boundary: a panic becomes an
 //! error message.
 
 use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// The `n` of [`ovl_tf_batch_program`] that asks for a loop length known only at run time
+/// ([`ovl::export::BatchSize::RunTime`]); no batch of this many examples fits in memory.
+pub const RUN_TIME_LENGTH: u64 = u64::MAX;
 
 /// What [`ovl_tf_batch_program`] returns; `ovl_tf/_pfor.py` declares the same layout.
 #[repr(C)]
@@ -111,6 +117,10 @@ pub unsafe extern "C" fn ovl_tf_batch_program(
             )
         };
         let mask: Vec<bool> = mask.iter().map(|&b| b != 0).collect();
+        let n = match n {
+            RUN_TIME_LENGTH => ovl::export::BatchSize::RunTime,
+            n => ovl::export::BatchSize::Known(n),
+        };
         ovl::export::batch_sealed(program, gradient, &mask, n).map_err(|e| e.to_string())
     }));
     let batch = match result {
@@ -209,6 +219,29 @@ mod tests {
                 .to_string_lossy()
                 .into_owned();
             assert!(message.contains("null pointer"), "{message}");
+            ovl_tf_free_batch(batch);
+        }
+    }
+
+    #[test]
+    fn a_run_time_length_batches_over_a_new_symbol() {
+        let x = ovl::placeholder::<f32>("x", &[4]);
+        let bundle = ovl::as_tensorflow(&x, ovl_stdlib::tanh(&x))
+            .options(&ovl::Options::interpreter())
+            .build()
+            .unwrap();
+        let program = ovl::export::seal_program(&bundle.program);
+        let batch = call(&program, &[], &[1], RUN_TIME_LENGTH);
+        // SAFETY: a live result, read then freed once.
+        unsafe {
+            let b = &*batch;
+            assert!(b.error.is_null());
+            assert_eq!(std::slice::from_raw_parts(b.batched_outputs, b.outputs), [1]);
+            let sealed = std::slice::from_raw_parts(b.program, b.program_len);
+            let batched = ovl::export::open_program(sealed, "test").unwrap();
+            assert_eq!(batched.graph.unwrap().symbols, ["pfor"]);
+            let feed = batched.feeds[0].r#type.clone().unwrap();
+            assert_eq!((feed.symbolic[0].dim, feed.symbolic[0].symbol), (0, 0));
             ovl_tf_free_batch(batch);
         }
     }

@@ -15,11 +15,15 @@ invariant.
 Batched programs are cached in the process per (sealed program, sealed gradient program,
 stacked inputs, loop length).
 
-The loop length must be known when the graph is built (``tf.vectorized_map`` over a tensor with
-a static leading dimension, jacobians of tensors with static shapes): a length known only at
-run time raises pfor's ``ConversionNotImplementedError``, so that pfor falls back to a while
-loop when it may (``fallback_to_while_loop=True``) and raises ``ValueError`` with this message
-otherwise. A program the library cannot batch does the same.
+A loop length known only at run time (``tf.vectorized_map`` inside a ``tf.function`` whose
+input signature has a ``None`` batch, the usual per-example-gradient setup) is vectorized too:
+the program is batched over a length known at run time (the symbol ``pfor``; its outputs have a
+``None`` leading dimension), which the op determines from the stacked inputs when it runs. The
+program may itself be exported for any batch size (``ovl::as_tensorflow_polymorphic``).
+
+A program the library cannot batch raises pfor's ``ConversionNotImplementedError``, so that
+pfor falls back to a while loop when it may (``fallback_to_while_loop=True``) and raises
+``ValueError`` with the library's message otherwise.
 """
 
 from __future__ import annotations
@@ -47,6 +51,10 @@ class _Batch(ctypes.Structure):
         ("outputs", ctypes.c_size_t),
     ]
 
+
+# The loop length ``ovl_tf_batch_program`` reads as "known only at run time"
+# (``RUN_TIME_LENGTH`` in ``ovl-tf-bridge/src/batch.rs``).
+RUN_TIME = 2**64 - 1
 
 _lock = threading.Lock()
 _functions = None
@@ -85,19 +93,21 @@ def _bytes(ptr, length: int) -> bytes:
 
 
 def batch_program(program: bytes, gradient: bytes, stacked, n: int, library: str):
-    """The sealed ``program`` and ``gradient`` (``b""``: none) batched over ``n`` examples,
-    ``stacked[k]`` saying whether input ``k`` has the leading axis. Returns ``(program,
+    """The sealed ``program`` and ``gradient`` (``b""``: none) batched over ``n`` examples
+    (``None``: a number known only at run time), ``stacked[k]`` saying whether input ``k`` has
+    the leading axis. Returns ``(program,
     gradient, batched_outputs)``; raises ``ValueError`` with the library's message when the
     program cannot be batched. Cached per process."""
     # Keyed by the whole sealed bytes, not their digest: a program whose bytes were altered
     # (its digest then does not match) must reach the library's check, not a cached result.
-    key = (program, gradient, tuple(bool(s) for s in stacked), int(n))
+    n = RUN_TIME if n is None else int(n)
+    key = (program, gradient, tuple(bool(s) for s in stacked), n)
     hit = _cache.get(key)
     if hit is not None:
         return hit
     batch, free = _library_functions(library)
     mask = bytes(1 if s else 0 for s in stacked)
-    result = batch(program, len(program), gradient, len(gradient), mask, len(mask), int(n))
+    result = batch(program, len(program), gradient, len(gradient), mask, len(mask), n)
     try:
         r = result.contents
         if r.error is not None:
@@ -125,13 +135,8 @@ def _convert_dynamic_lib(pfor_input):
     gradient = pfor_input.get_attr("gradient")
     what = f"DynamicLib `{op.name}` (ovl program `{_program_name(program) or '?'}`)"
     n = tensor_util.constant_value(pfor_input.pfor.loop_len_vector)
-    if n is None:
-        raise _pfor_lib.ConversionNotImplementedError(
-            f"{what}: vectorizing it needs a static loop length, but this loop's length is "
-            "known only at run time; give the tensor that tf.vectorized_map (or the jacobian) "
-            "loops over a static leading dimension, or allow fallback_to_while_loop"
-        )
-    n = int(n[0])
+    # None: the loop length is known only at run time.
+    n = None if n is None else int(n[0])
     inputs = pfor_input.inputs
     if any(x.is_sparse_stacked for x in inputs):
         raise _pfor_lib.ConversionNotImplementedError(
@@ -154,8 +159,20 @@ def _convert_dynamic_lib(pfor_input):
         tf.TensorShape([n]).concatenate(tf.TensorShape(s)) if b else tf.TensorShape(s)
         for s, b in zip(pfor_input.get_attr("out_shapes"), out_batched)
     ]
+    # The static shapes: the loop body's op's outputs (which may know sizes the attribute
+    # leaves unknown) behind the loop length.
+    static_shapes = [
+        tf.TensorShape([n]).concatenate(t.shape) if b else t.shape
+        for t, b in zip(op.outputs, out_batched)
+    ]
     outputs = _call_op(
-        [x.t for x in inputs], batched, out_types, out_shapes, batched_gradient, None
+        [x.t for x in inputs],
+        batched,
+        out_types,
+        out_shapes,
+        batched_gradient,
+        None,
+        static_shapes=static_shapes,
     )
     return [_pfor_lib.wrap(t, b) for t, b in zip(outputs, out_batched)]
 

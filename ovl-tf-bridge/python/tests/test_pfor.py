@@ -159,24 +159,22 @@ def test_a_program_without_gradient_vectorizes(bundle):
     np.testing.assert_array_equal(got.numpy(), xs.numpy() ** 2)
 
 
-def test_a_loop_length_known_only_at_run_time_is_a_clear_error(bundle):
+def test_a_loop_length_known_only_at_run_time_is_vectorized(bundle):
+    """A None leading dimension in the input signature: the op runs a program batched over a
+    length known at run time (one op, no while loop), at every length."""
     square = bundle("square")
 
     @tf.function(input_signature=[tf.TensorSpec([None, 6], tf.float32)])
     def strict(xs):
         return tf.vectorized_map(square, xs, fallback_to_while_loop=False)
 
-    with pytest.raises(ValueError, match="needs a static loop length") as e:
-        strict.get_concrete_function()
-    assert "ovl program" in str(e.value)
-
-    # With the fallback allowed, pfor runs the op in a while loop instead.
-    @tf.function(input_signature=[tf.TensorSpec([None, 6], tf.float32)])
-    def lenient(xs):
-        return tf.vectorized_map(square, xs, fallback_to_while_loop=True, warn=False)
-
-    xs = uniform(3, 6)
-    np.testing.assert_array_equal(lenient(xs).numpy(), xs.numpy() ** 2)
+    assert_vectorized(strict)
+    assert strict.get_concrete_function().structured_outputs.shape.as_list() == [None, 6]
+    for n in [3, 1, 8, 0]:
+        xs = uniform(n, 6)
+        got = strict(xs)
+        assert got.shape == (n, 6)
+        np.testing.assert_array_equal(got.numpy(), xs.numpy() * xs.numpy())
 
 
 def test_batched_programs_are_cached(bundle):
@@ -227,23 +225,97 @@ def test_nested_vectorized_maps_and_their_gradient(bundle):
     np.testing.assert_allclose(dy.numpy(), (2 * x_np**2 * y_np).sum(0), rtol=1e-5, atol=1e-6)
 
 
-def test_a_program_for_any_batch_size_is_not_batched_yet(bundle):
-    """A polymorphic program (sizes known only at run time) is refused with a clear message;
-    with the fallback allowed, pfor runs it in a while loop."""
-    cell = bundle("lstm_cell_any_batch")
-    zs, c = uniform(3, 5, 4 * HIDDEN), uniform(5, HIDDEN)
+ANY = "lstm_cell_any_batch"  # the LSTM cell exported for any batch size (hidden 8)
 
-    @tf.function
-    def strict(zs):
+
+@pytest.mark.parametrize("batch", [5, 1])
+def test_vectorized_map_over_the_any_batch_cell_eagerly(bundle, batch):
+    """Static shapes: the any-batch program batched over a known loop length."""
+    cell = bundle(ANY)
+    zs, c = uniform(3, batch, 4 * HIDDEN), uniform(batch, HIDDEN)
+    got = tf.vectorized_map(lambda z: cell(z, c), zs, fallback_to_while_loop=False)
+    for k, (g, w) in enumerate(zip(got, tf_cell(zs, c))):
+        assert g.shape == (3, batch, HIDDEN)
+        for i in range(3):
+            # Each example is exactly what the program computes on it.
+            np.testing.assert_array_equal(g.numpy()[i], cell(zs[i], c)[k].numpy())
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-6)
+
+
+def test_vectorized_map_over_the_any_batch_cell_with_none_sizes(bundle):
+    """A tf.function whose signature leaves the loop length and the cell's batch None: one
+    vectorized graph serves every size."""
+    cell = bundle(ANY)
+    spec = [tf.TensorSpec([None, None, 4 * HIDDEN]), tf.TensorSpec([None, HIDDEN])]
+
+    @tf.function(input_signature=spec)
+    def run(zs, c):
         return tf.vectorized_map(lambda z: cell(z, c), zs, fallback_to_while_loop=False)
 
-    with pytest.raises(ValueError, match="known only at run time"):
-        strict.get_concrete_function(zs)
+    assert_vectorized(run)
+    for n, batch in [(4, 3), (2, 7)]:
+        zs, c = uniform(n, batch, 4 * HIDDEN), uniform(batch, HIDDEN)
+        got = run(zs, c)
+        for k, (g, w) in enumerate(zip(got, tf_cell(zs, c))):
+            assert g.shape == (n, batch, HIDDEN)
+            for i in range(n):
+                np.testing.assert_array_equal(g.numpy()[i], cell(zs[i], c)[k].numpy())
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-6)
 
-    @tf.function
-    def lenient(zs):
-        return tf.vectorized_map(lambda z: cell(z, c), zs, warn=False)
 
-    got = lenient(zs)
-    for g, w in zip(got, tf_cell(zs, c)):
-        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-6)
+def test_batch_jacobian_of_the_any_batch_cell_with_a_none_batch_is_vectorized(bundle):
+    cell = bundle(ANY)
+
+    def batch_jacobian(fn):
+        @tf.function(
+            input_signature=[tf.TensorSpec([None, 4 * HIDDEN]), tf.TensorSpec([None, HIDDEN])]
+        )
+        def run(z, c):
+            with tf.GradientTape() as tape:
+                tape.watch(z)
+                new_h = fn(z, c)[1]
+            return tape.batch_jacobian(new_h, z, experimental_use_pfor=True)
+
+        return run
+
+    ovl_run, tf_run = batch_jacobian(cell), batch_jacobian(tf_cell)
+    assert_vectorized(ovl_run)
+    for batch in [6, 2]:
+        z, c = uniform(batch, 4 * HIDDEN), uniform(batch, HIDDEN)
+        got = ovl_run(z, c)
+        assert got.shape == (batch, HIDDEN, 4 * HIDDEN)
+        np.testing.assert_allclose(got.numpy(), tf_run(z, c).numpy(), rtol=2e-5, atol=2e-6)
+
+
+def test_per_example_gradients_with_a_none_batch(bundle):
+    """vectorized_map of a GradientTape gradient: the gradient program batched over a loop
+    length known at run time."""
+    cell = bundle(ANY)
+    w_h = uniform(HIDDEN)
+
+    def per_example(fn):
+        @tf.function(
+            input_signature=[tf.TensorSpec([None, 4 * HIDDEN]), tf.TensorSpec([None, HIDDEN])]
+        )
+        def run(zs, cs):
+            def grad(zc):
+                z, c = zc[0][None], zc[1][None]
+                with tf.GradientTape() as tape:
+                    tape.watch([z, c])
+                    new_c, new_h = fn(z, c)
+                    loss = tf.reduce_sum(new_h * w_h) + tf.reduce_sum(new_c * new_c)
+                dz, dc = tape.gradient(loss, [z, c])
+                return dz[0], dc[0]
+
+            return tf.vectorized_map(grad, (zs, cs), fallback_to_while_loop=False)
+
+        return run
+
+    ovl_run, tf_run = per_example(cell), per_example(tf_cell)
+    assert_vectorized(ovl_run)
+    for n in [5, 2]:
+        zs, cs = uniform(n, 4 * HIDDEN), uniform(n, HIDDEN)
+        got, want = ovl_run(zs, cs), tf_run(zs, cs)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-6)
