@@ -236,7 +236,10 @@ mod tests {
         unsafe {
             let b = &*batch;
             assert!(b.error.is_null());
-            assert_eq!(std::slice::from_raw_parts(b.batched_outputs, b.outputs), [1]);
+            assert_eq!(
+                std::slice::from_raw_parts(b.batched_outputs, b.outputs),
+                [1]
+            );
             let sealed = std::slice::from_raw_parts(b.program, b.program_len);
             let batched = ovl::export::open_program(sealed, "test").unwrap();
             assert_eq!(batched.graph.unwrap().symbols, ["pfor"]);
