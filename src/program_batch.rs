@@ -127,12 +127,13 @@ pub enum BatchProgramError {
         /// What [`check_program`] said.
         message: String,
     },
-    /// The program uses something batching does not support yet.
+    /// The program cannot be batched as asked (for example over a batch size known only at
+    /// run time, when the programs batched at the trace sizes do not unify).
     #[error("cannot batch program `{program}`: {message}")]
     Unsupported {
         /// The program.
         program: String,
-        /// What is not supported, and what to do.
+        /// Why, and what to do.
         message: String,
     },
     /// An operator could not be batched (for example: the batched tensors would not fit in
