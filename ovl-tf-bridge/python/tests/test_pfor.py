@@ -1,6 +1,8 @@
 """pfor over DynamicLib: tf.vectorized_map(fallback_to_while_loop=False), GradientTape.jacobian
 and batch_jacobian vectorize an ovl program (one op running the batched program) instead of a
-while loop. Values against NumPy, TensorFlow's own ops and the per-example loop."""
+while loop, with loop lengths known when the graph is built or only at run time (a None batch in
+an input signature), over programs of fixed sizes and programs exported for any batch size.
+Values against NumPy, TensorFlow's own ops and the per-example loop."""
 
 import numpy as np
 import pytest
