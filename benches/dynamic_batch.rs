@@ -1,8 +1,7 @@
 //! What a batch size given at run time costs: the fused LSTM cell forward kernel
-//! (`tests/support/lstm_small_ops.rs`, fused into one operator) compiled twice, specialised for
-//! the batch (every size a literal of the generated C++) and with the batch as a symbol (the
-//! leading workgroup axis and every tensor's leading dimension sized at run time, as
-//! `ovl_ir::unify` makes them), timed in interleaved repetitions on all cores at B=20,H=650 and
+//! (`tests/support/lstm_small_ops.rs`, fused into one operator) exported for any batch size with
+//! `ovl::as_tensorflow_polymorphic` and compiled twice: as exported (the batch given at run
+//! time) and specialised for the batch (every size a literal of the generated C++), timed in interleaved repetitions on all cores at B=20,H=650 and
 //! B=1024,H=4096. Reports the time per element of each and how much faster the specialised
 //! kernel is (issue 15's target: at most 5% at batch 1024). Both kernels' outputs are checked
 //! to be bit-identical first.
@@ -23,43 +22,20 @@ use ovl_core::{DType, HostTensor};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-/// The fused LSTM cell operator at batch `b`, hidden size `h`.
-fn fused_cell(b: usize, h: usize) -> Result<ir::ExpressionDag, ovl::Error> {
-    let z: Lazy<f32> = pseudo_random((b, 4 * h), 1).into();
-    let c: Lazy<f32> = pseudo_random((b, h), 2).into();
-    let (new_c, new_h) = lstm_cell(&z, &c, 1.0);
-    let fusion = ovl::fusion((&new_c, &new_h), 3)?;
-    let ops = &fusion.after.operators;
+/// The fused LSTM cell exported for any batch size (`ovl::as_tensorflow_polymorphic`, as a
+/// TensorFlow user would): its one operator, with the batch given at run time.
+fn symbolic_cell(h: usize) -> Result<ir::ExpressionDag, ovl::Error> {
+    let bundle = ovl::as_tensorflow_polymorphic(|b| {
+        let z = ovl::placeholder::<f32>("z", &[b, 4 * h]);
+        let c = ovl::placeholder::<f32>("c", &[b, h]);
+        let (new_c, new_h) = lstm_cell(&z, &c, 1.0);
+        ovl::as_tensorflow((&z, &c), (&new_c, &new_h)).options(&Options::interpreter())
+    })
+    .build()?;
+    let ops = &bundle.program.graph.as_ref().expect("a graph").operators;
     assert_eq!(ops.len(), 1, "the cell fuses into one kernel");
+    assert_eq!(ops[0].symbol_count, 1, "the batch is given at run time");
     Ok(ops[0].clone())
-}
-
-/// The operator with its batch given at run time: symbol 0 sizes the leading workgroup axis and
-/// the leading dimension of every tensor whose leading dimension is the batch.
-fn with_symbolic_batch(dag: &ir::ExpressionDag, b: u64) -> ir::ExpressionDag {
-    let batch = ir::SymbolicDim {
-        dim: 0,
-        symbol: 0,
-        scale: 1,
-        offset: 0,
-    };
-    let mut d = dag.clone();
-    assert_eq!(
-        d.workgroup_shape[0], b,
-        "the cell's workgroup leads with the batch"
-    );
-    d.symbol_count = 1;
-    d.symbolic_workgroup = vec![batch];
-    for t in d.inputs.iter_mut().chain(&mut d.outputs) {
-        assert_eq!(
-            t.shape.first(),
-            Some(&b),
-            "every tensor of the cell leads with the batch"
-        );
-        t.symbolic = vec![batch];
-    }
-    ovl_core::validate::validate(&d).expect("the symbolic cell is valid");
-    d
 }
 
 fn tensors(list: &[ir::TensorType], seed: u64) -> Vec<HostTensor> {
@@ -108,8 +84,11 @@ fn main() {
     );
     println!("{report}");
     for (b, h) in [(20usize, 650usize), (1024, 4096)] {
-        let concrete = fused_cell(b, h).expect("the cell traces and fuses");
-        let symbolic = with_symbolic_batch(&concrete, b as u64);
+        let symbolic = symbolic_cell(h).expect("the cell exports for any batch");
+        // The same operator with the batch a literal: what `ovl::as_tensorflow` at batch `b`
+        // compiles.
+        let concrete = ovl_core::symbolic::specialize_operator(&symbolic, &[b as u64])
+            .expect("the cell specialises");
         let spec = compile(&concrete, &options).expect("the specialised kernel compiles");
         let sym = compile(&symbolic, &options).expect("the symbolic kernel compiles");
         let inputs = tensors(&concrete.inputs, 7);
