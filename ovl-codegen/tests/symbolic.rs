@@ -10,7 +10,7 @@
 #[allow(unused_imports)]
 mod common;
 
-use common::{bits, element, TestCache};
+use common::{bits, element, zero_outputs, TestCache};
 use ovl_codegen::cuda::{self, CudaCompileOptions};
 use ovl_codegen::{compile_with_outcome, CacheOutcome, RunError};
 use ovl_ir::fixtures::{self, SymbolicFixture};
@@ -56,17 +56,6 @@ fn traced_at(dag: &ir::ExpressionDag, symbols: &[u64]) -> ir::ExpressionDag {
     d
 }
 
-/// Zero-filled outputs of a concrete operator.
-fn zeros(dag: &ir::ExpressionDag) -> Vec<HostTensor> {
-    dag.outputs
-        .iter()
-        .map(|t| {
-            let shape: Vec<usize> = t.shape.iter().map(|&d| d as usize).collect();
-            HostTensor::zeros(DType::from_ir(t.dtype).expect("dtype"), &shape)
-        })
-        .collect()
-}
-
 /// The number of C++ entries in a cache root.
 fn cpp_entries(root: &Path) -> usize {
     std::fs::read_dir(root.join("v1").join("cpu"))
@@ -100,7 +89,7 @@ fn check_fixture(f: &SymbolicFixture) {
         );
         let inputs = (f.inputs)(&symbols);
         let refs: Vec<&HostTensor> = inputs.iter().collect();
-        let mut expected = zeros(&concrete);
+        let mut expected = zero_outputs(&concrete);
         let interp = ovl_core::interp::interpret_with(
             &concrete,
             &refs,
@@ -111,7 +100,7 @@ fn check_fixture(f: &SymbolicFixture) {
             let (op, ins, c) = (op.clone(), inputs.clone(), concrete.clone());
             let values = symbols.clone();
             let (result, got) = without_hang("the compiled operator", move || {
-                let mut out = zeros(&c);
+                let mut out = zero_outputs(&c);
                 let refs: Vec<&HostTensor> = ins.iter().collect();
                 (op.run(&refs, &mut out, &values, threads), out)
             });
@@ -378,9 +367,9 @@ fn symbolic_fixtures_compile_for_cuda() {
                     let concrete = specialize_operator(&f.dag, &symbols).unwrap();
                     let inputs = (f.inputs)(&symbols);
                     let refs: Vec<&HostTensor> = inputs.iter().collect();
-                    let mut expected = zeros(&concrete);
+                    let mut expected = zero_outputs(&concrete);
                     let interp = ovl_core::interp::interpret(&concrete, &refs, &mut expected);
-                    let mut got = zeros(&concrete);
+                    let mut got = zero_outputs(&concrete);
                     let result = op.run(&refs, &mut got, &symbols);
                     match (&result, &interp) {
                         (Ok(_), Ok(())) => {}
@@ -454,14 +443,14 @@ fn a_fault_in_a_large_symbolic_workgroup_is_the_interpreters_on_several_threads(
     let concrete = specialize_operator(&f.dag, &symbols).unwrap();
     let inputs = (f.inputs)(&symbols);
     let refs: Vec<&HostTensor> = inputs.iter().collect();
-    let mut expected = zeros(&concrete);
+    let mut expected = zero_outputs(&concrete);
     let Err(ovl_core::interp::InterpError::IndexOutOfBounds(want)) =
         ovl_core::interp::interpret(&concrete, &refs, &mut expected)
     else {
         panic!("the interpreter reports the fault");
     };
     for threads in [0, 3] {
-        let mut got = zeros(&concrete);
+        let mut got = zero_outputs(&concrete);
         let Err(RunError::IndexOutOfBounds(fault)) = op.run(&refs, &mut got, &symbols, threads)
         else {
             panic!("C++ reports the fault");

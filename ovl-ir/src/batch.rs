@@ -81,22 +81,14 @@ pub fn batch_operator(
         )));
     }
     crate::validate::validate(dag).map_err(|e| error(format!("it is not valid IR: {e}")))?;
-    let with_batch = |t: &ir::TensorType| ir::TensorType {
-        symbolic: shift_symbolic(&t.symbolic),
-        dtype: t.dtype,
-        shape: std::iter::once(batch)
-            .chain(t.shape.iter().copied())
-            .collect(),
-    };
+    let with_batch = |t: &ir::TensorType| batched_type(t, batch);
     let mut out = ir::ExpressionDag {
-        symbolic_workgroup: shift_symbolic(&dag.symbolic_workgroup),
+        symbolic_workgroup: batched_symbolic(&dag.symbolic_workgroup),
         symbol_count: dag.symbol_count,
         version: dag.version,
         name: dag.name.clone(),
         expressions: Vec::with_capacity(dag.expressions.len() + 1),
-        workgroup_shape: std::iter::once(batch)
-            .chain(dag.workgroup_shape.iter().copied())
-            .collect(),
+        workgroup_shape: batched_shape(batch, &dag.workgroup_shape),
         inputs: dag
             .inputs
             .iter()
@@ -150,8 +142,24 @@ pub fn batch_operator(
     Ok(out)
 }
 
+/// `shape` with a leading axis of `batch`.
+pub fn batched_shape(batch: u64, shape: &[u64]) -> Vec<u64> {
+    std::iter::once(batch)
+        .chain(shape.iter().copied())
+        .collect()
+}
+
+/// `t` with a leading axis of `batch`: its symbolic dimensions move one place right.
+pub fn batched_type(t: &ir::TensorType, batch: u64) -> ir::TensorType {
+    ir::TensorType {
+        dtype: t.dtype,
+        shape: batched_shape(batch, &t.shape),
+        symbolic: batched_symbolic(&t.symbolic),
+    }
+}
+
 /// Symbolic dimensions of a shape that gains a leading axis: each moves one place right.
-fn shift_symbolic(dims: &[ir::SymbolicDim]) -> Vec<ir::SymbolicDim> {
+pub fn batched_symbolic(dims: &[ir::SymbolicDim]) -> Vec<ir::SymbolicDim> {
     dims.iter()
         .map(|d| ir::SymbolicDim {
             dim: d.dim + 1,

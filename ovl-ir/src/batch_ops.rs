@@ -28,30 +28,8 @@ fn source_here(line: u32) -> Option<ir::SourceLocation> {
     })
 }
 
-/// `shape` with a leading axis of `batch`.
-fn with_batch(batch: u64, shape: &[u64]) -> Vec<u64> {
-    std::iter::once(batch)
-        .chain(shape.iter().copied())
-        .collect()
-}
-
-/// `t` with a leading axis of `batch`: its symbolic dimensions move one place right.
-pub fn batched_type(t: &ir::TensorType, batch: u64) -> ir::TensorType {
-    ir::TensorType {
-        dtype: t.dtype,
-        shape: with_batch(batch, &t.shape),
-        symbolic: shift(&t.symbolic),
-    }
-}
-
-fn shift(dims: &[ir::SymbolicDim]) -> Vec<ir::SymbolicDim> {
-    dims.iter()
-        .map(|d| ir::SymbolicDim {
-            dim: d.dim + 1,
-            ..*d
-        })
-        .collect()
-}
+use crate::batch::batched_shape as with_batch;
+pub use crate::batch::batched_type;
 
 /// The number of symbol values an operator whose only symbolic sizes are those of `t` needs.
 fn symbol_count(t: &ir::TensorType) -> u32 {
