@@ -444,12 +444,9 @@ impl Bundle {
         let outputs: Vec<serde_json::Value> = graph
             .outputs
             .iter()
-            .map(|o| match &o.source {
-                Some(ir::value_ref::Source::GraphInput(i)) => type_json(&graph.inputs[*i as usize]),
-                Some(ir::value_ref::Source::OpOutput(o)) => {
-                    type_json(&graph.operators[o.operator as usize].outputs[o.output as usize])
-                }
-                None => serde_json::Value::Null,
+            .map(|o| match ovl_core::validate::value_type(&graph, o) {
+                Ok(t) => type_json(t),
+                Err(_) => serde_json::Value::Null,
             })
             .collect();
         let v = serde_json::json!({

@@ -428,7 +428,7 @@ impl LoadedProgram {
         let output_types = dag
             .outputs
             .iter()
-            .map(|o| output_type(&dag, o).cloned())
+            .map(|o| ovl_core::validate::value_type(&dag, o).cloned())
             .collect::<Result<Vec<_>, _>>()
             .map_err(ProgramError::Corrupt)?;
         let outputs = output_types
@@ -621,17 +621,15 @@ impl LoadedProgram {
         outputs: &[*mut c_void],
         threads: usize,
     ) -> Result<(), ProgramError> {
-        let shapes: Vec<&[usize]> = self.feeds.iter().map(|(_, s)| s.shape.as_slice()).collect();
-        if self.plan.is_none() {
+        let Some(plan) = &self.plan else {
             return Err(self.mismatch(format!(
                 "the program has sizes known only at run time ({}): bind the shapes of the \
                  inputs first (`bind`, then `run_bound`)",
                 self.symbols().join(", ")
             )));
-        }
-        let binding = self.bind(&shapes)?;
+        };
         // SAFETY: forwarded to the caller.
-        unsafe { self.run_bound(&binding, feeds, outputs, threads) }
+        unsafe { self.run_plan(plan, feeds, outputs, threads) }
     }
 
     /// Runs the program for a [`Binding`] of its feeds' shapes on `threads` threads (0: one per
@@ -649,17 +647,28 @@ impl LoadedProgram {
         outputs: &[*mut c_void],
         threads: usize,
     ) -> Result<(), ProgramError> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.run_plan(&binding.plan, feeds, outputs, threads) }
+    }
+
+    /// Runs `plan` (the concrete program's, or a binding's) on the caller's buffers.
+    ///
+    /// # Safety
+    /// As for [`run_bound`](Self::run_bound), with the shapes `plan` was made for.
+    unsafe fn run_plan(
+        &self,
+        plan: &Plan,
+        feeds: &[*const c_void],
+        outputs: &[*mut c_void],
+        threads: usize,
+    ) -> Result<(), ProgramError> {
         self.counts(feeds.len(), outputs.len())?;
         let feeds: Vec<Input> = feeds.iter().map(|&p| Input::Raw(p)).collect();
         let inputs = self.inputs(&feeds);
         let mut outs: Vec<Output> = outputs.iter().map(|&p| Output::Raw(p)).collect();
         // SAFETY: forwarded to the caller (feeds and outputs); constants are host tensors.
-        unsafe {
-            binding
-                .plan
-                .run(&self.kernels, &inputs, &mut outs, threads, None)
-        }
-        .map_err(|e| self.run_failure(e))
+        unsafe { plan.run(&self.kernels, &inputs, &mut outs, threads, None) }
+            .map_err(|e| self.run_failure(e))
     }
 
     /// Runs the program on host tensors (one per feed, of its type) and returns the outputs.
@@ -695,23 +704,6 @@ impl LoadedProgram {
         drop(outs);
         Ok(buffers)
     }
-}
-
-/// The type of a graph output.
-fn output_type<'a>(
-    dag: &'a ir::OperatorDag,
-    o: &ir::ValueRef,
-) -> Result<&'a ir::TensorType, String> {
-    use ir::value_ref::Source as S;
-    match &o.source {
-        Some(S::GraphInput(i)) => dag.inputs.get(*i as usize),
-        Some(S::OpOutput(o)) => dag
-            .operators
-            .get(o.operator as usize)
-            .and_then(|op| op.outputs.get(o.output as usize)),
-        None => None,
-    }
-    .ok_or_else(|| "a graph output names a value that does not exist".to_string())
 }
 
 /// A type's dimensions, `None` where the size is known only at run time.

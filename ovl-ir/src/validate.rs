@@ -945,6 +945,15 @@ fn describe_value_ref(dag: &ir::OperatorDag, v: &ir::ValueRef) -> String {
 
 /// Resolves a value reference of the graph, visible to a consumer at operator index `before`
 /// (graph outputs pass `operators.len()`), to its tensor type.
+/// The type of the value `v` names in `dag` (a graph input or an operator output), or why it
+/// names none.
+pub fn value_type<'a>(
+    dag: &'a ir::OperatorDag,
+    v: &ir::ValueRef,
+) -> Result<&'a ir::TensorType, String> {
+    resolve(dag, v, dag.operators.len())
+}
+
 fn resolve<'a>(
     dag: &'a ir::OperatorDag,
     v: &ir::ValueRef,
