@@ -30,15 +30,18 @@ pub fn nesting_depths(dag: &ir::ExpressionDag) -> Vec<u32> {
 
 /// For each output: whether every element is written by every run of the operator (that does
 /// not fault), so that the output needs no zero-initialization. An output counts when its
-/// unconditional writes (outside any `if` or loop) cover it: either one write at exactly the
-/// worker's own position into an output of the workgroup's shape, or writes whose index in each
-/// dimension is `position(a)`, `position(a) + c` or a constant `c` (each axis at most once per
-/// write), so that each write covers a box of the output, when those boxes lie inside the output,
-/// do not overlap, and together hold as many elements as it has (for example the four gates of
-/// a gradient written at `[b, h]`, `[b, h + H]`, `[b, h + 2H]`, `[b, h + 3H]`). The boxes are
-/// used only for operators and outputs without symbolic sizes.
+/// writes cover it, counting only writes outside any `if` or `while` and nested in nothing but
+/// RANGE loops with constant bounds and step 1 (loops that run every iteration): either one
+/// write at exactly the worker's own position into an output of the workgroup's shape, outside
+/// any loop, or writes whose index in each dimension is `position(a)`, the index of an
+/// enclosing such loop, either of them plus a constant `c`, or a constant `c` (each axis and
+/// each loop at most once per write), so that each write covers a box of the output, when
+/// those boxes lie inside the output, do not overlap, and together hold as many elements as it
+/// has (for example the four gates of a gradient written at `[b, h]`, `[b, h + H]`,
+/// `[b, h + 2H]`, `[b, h + 3H]`, or a row written by a worker at `[r, j]` for `j in 0..cols`).
+/// The boxes are used only for operators and outputs without symbolic sizes.
 pub fn written_everywhere(dag: &ir::ExpressionDag) -> Vec<bool> {
-    let depths = nesting_depths(dag);
+    let loops = enclosing_full_ranges(dag);
     let is_position = |id: u32, axis: usize| {
         dag.expressions
             .get(id as usize)
@@ -48,9 +51,10 @@ pub fn written_everywhere(dag: &ir::ExpressionDag) -> Vec<bool> {
     let mut boxes: Vec<Vec<Vec<(u64, u64)>>> = vec![Vec::new(); dag.outputs.len()];
     for (i, e) in dag.expressions.iter().enumerate() {
         let Some(t) = &e.tensor else { continue };
-        if e.code != Op::Write as i32 || t.kind != ir::TensorKind::Output as i32 || depths[i] != 0 {
+        if e.code != Op::Write as i32 || t.kind != ir::TensorKind::Output as i32 {
             continue;
         }
+        let Some(ranges) = &loops[i] else { continue };
         let Some(out) = dag.outputs.get(t.index as usize) else {
             continue;
         };
@@ -58,11 +62,12 @@ pub fn written_everywhere(dag: &ir::ExpressionDag) -> Vec<bool> {
         if e.operands.len() != rank + 1 {
             continue;
         }
-        if out.shape == dag.workgroup_shape
+        if ranges.is_empty()
+            && out.shape == dag.workgroup_shape
             && (0..rank).all(|axis| is_position(e.operands[axis], axis))
         {
             full[t.index as usize] = true;
-        } else if let Some(b) = write_box(dag, &e.operands[..rank], &out.shape) {
+        } else if let Some(b) = write_box(dag, ranges, &e.operands[..rank], &out.shape) {
             boxes[t.index as usize].push(b);
         }
     }
@@ -93,10 +98,52 @@ pub fn written_everywhere(dag: &ir::ExpressionDag) -> Vec<bool> {
     full
 }
 
-/// The box of output elements one unconditional write covers (per dimension `[lo, hi)`), when
-/// each index is `position(a)`, `position(a) + c` (either order) or a constant `c >= 0`, no axis
-/// is used twice, and the box lies inside `shape`.
-fn write_box(dag: &ir::ExpressionDag, index: &[u32], shape: &[u64]) -> Option<Vec<(u64, u64)>> {
+/// For each expression: the loops around it when it runs once per iteration of each of them
+/// and at every run of the worker, i.e. it is nested in nothing but RANGE loops whose start,
+/// end and step are integer constants with step 1 and start < end, as `(RANGE index, start,
+/// end)`, outermost first; `None` inside an `if`, a `while` or any other loop.
+fn enclosing_full_ranges(dag: &ir::ExpressionDag) -> Vec<Option<Vec<(u32, u64, u64)>>> {
+    let constant = |id: u32| -> Option<i64> {
+        let e = dag.expressions.get(id as usize)?;
+        (e.code == Op::Const as i32 && e.dtype == ir::Dtype::I64 as i32).then_some(e.int_value)
+    };
+    // Each open block: Some(loop) for a counted RANGE, None for anything else.
+    let mut stack: Vec<Option<(u32, u64, u64)>> = Vec::new();
+    dag.expressions
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let row = ops::info_of_code(e.code);
+            if row.is_some_and(|r| r.block == Block::Close) {
+                stack.pop();
+            }
+            let here = stack.iter().copied().collect::<Option<Vec<_>>>();
+            if let Some(r) = row.filter(|r| r.block == Block::Open) {
+                let counted = (r.op == Op::Range)
+                    .then(|| {
+                        let [start, end, step] = e.operands[..] else { return None };
+                        let (start, end) = (constant(start)?, constant(end)?);
+                        (constant(step)? == 1 && 0 <= start && start < end)
+                            .then(|| (i as u32, start as u64, end as u64))
+                    })
+                    .flatten();
+                stack.push(counted);
+            }
+            here
+        })
+        .collect()
+}
+
+/// The box of output elements one write covers (per dimension `[lo, hi)`), when each index is
+/// `position(a)`, the index of one of the enclosing counted `loops` (see
+/// [`enclosing_full_ranges`]), either plus a constant `c >= 0` (either order), or a constant
+/// `c >= 0`; no axis or loop is used twice, and the box lies inside `shape`.
+fn write_box(
+    dag: &ir::ExpressionDag,
+    loops: &[(u32, u64, u64)],
+    index: &[u32],
+    shape: &[u64],
+) -> Option<Vec<(u64, u64)>> {
     let expr = |id: u32| dag.expressions.get(id as usize);
     let constant = |id: u32| -> Option<u64> {
         let e = expr(id)?;
@@ -110,16 +157,29 @@ fn write_box(dag: &ir::ExpressionDag, index: &[u32], shape: &[u64]) -> Option<Ve
             u64::try_from(e.int_value).ok()
         }
     };
-    let position = |id: u32| -> Option<usize> {
+    // What an index ranges over: a workgroup axis or an enclosing loop (its slot in `used`).
+    let n_axes = dag.workgroup_shape.len();
+    let ranged = |id: u32| -> Option<usize> {
         let e = expr(id)?;
-        (e.code == Op::Position as i32).then_some(e.axis as usize)
+        if e.code == Op::Position as i32 {
+            Some(e.axis as usize).filter(|&a| a < n_axes)
+        } else {
+            loops.iter().position(|l| l.0 == id).map(|k| n_axes + k)
+        }
     };
-    let mut used = vec![false; dag.workgroup_shape.len()];
+    // Where each slot's index starts and how many values it takes.
+    let span = |slot: usize| -> (u64, u64) {
+        match slot.checked_sub(n_axes) {
+            None => (0, dag.workgroup_shape[slot]),
+            Some(k) => (loops[k].1, loops[k].2 - loops[k].1),
+        }
+    };
+    let mut used = vec![false; n_axes + loops.len()];
     let mut out = Vec::with_capacity(index.len());
     for (&id, &size) in index.iter().zip(shape) {
-        let (axis, offset) = if let Some(c) = constant(id) {
+        let (slot, offset) = if let Some(c) = constant(id) {
             (None, c)
-        } else if let Some(a) = position(id) {
+        } else if let Some(a) = ranged(id) {
             (Some(a), 0)
         } else {
             let e = expr(id)?;
@@ -127,19 +187,19 @@ fn write_box(dag: &ir::ExpressionDag, index: &[u32], shape: &[u64]) -> Option<Ve
                 return None;
             }
             let (x, y) = (e.operands[0], e.operands[1]);
-            match (position(x), constant(y), position(y), constant(x)) {
+            match (ranged(x), constant(y), ranged(y), constant(x)) {
                 (Some(a), Some(c), _, _) | (_, _, Some(a), Some(c)) => (Some(a), c),
                 _ => return None,
             }
         };
-        let extent = match axis {
-            None => 1,
+        let (offset, extent) = match slot {
+            None => (offset, 1),
             Some(a) => {
-                let slot = used.get_mut(a)?;
-                if std::mem::replace(slot, true) {
+                if std::mem::replace(&mut used[a], true) {
                     return None;
                 }
-                dag.workgroup_shape[a]
+                let (start, count) = span(a);
+                (offset.checked_add(start)?, count)
             }
         };
         let hi = offset.checked_add(extent)?;
@@ -250,5 +310,83 @@ mod written_tests {
         b.raw(write);
         b.end_if();
         assert_eq!(written_everywhere(&b.build()), vec![false]);
+    }
+
+    /// `out[r, j] = x[r, j]` for `j in start..end` (step `step`), workgroup `[2]`, output `[2, 4]`,
+    /// inside `if true { .. }` when `in_if`.
+    fn rows(start: i64, end: i64, step: i64, in_if: bool) -> crate::ir::ExpressionDag {
+        let mut b = Builder::new("rows", &[2]);
+        let x = b.input(DType::F32, &[2, 4]);
+        let out = b.output(DType::F32, &[2, 4]);
+        let r = b.position(0);
+        if in_if {
+            let t = b.boolean(true);
+            b.if_(t);
+        }
+        let (s, e, st) = (b.i64(start), b.i64(end), b.i64(step));
+        let j = b.range(s, e, st);
+        let v = b.read(IN, x, &[r, j]);
+        b.write(OUT, out, &[r, j], v);
+        b.end_range();
+        if in_if {
+            b.end_if();
+        }
+        b.build()
+    }
+
+    #[test]
+    fn a_row_written_by_a_counted_loop_covers_it() {
+        assert_eq!(written_everywhere(&rows(0, 4, 1, false)), vec![true]);
+    }
+
+    #[test]
+    fn a_loop_that_misses_elements_or_may_not_run_is_not_a_cover() {
+        // Column 3 is never written.
+        assert_eq!(written_everywhere(&rows(0, 3, 1, false)), vec![false]);
+        // Every other column.
+        assert_eq!(written_everywhere(&rows(0, 4, 2, false)), vec![false]);
+        // Past the end: faults rather than covers.
+        assert_eq!(written_everywhere(&rows(1, 5, 1, false)), vec![false]);
+        // Inside a branch.
+        assert_eq!(written_everywhere(&rows(0, 4, 1, true)), vec![false]);
+    }
+
+    #[test]
+    fn a_loop_from_an_offset_and_a_constant_column_cover_a_row_together() {
+        let mut b = Builder::new("rows", &[2]);
+        let out = b.output(DType::F32, &[2, 4]);
+        let r = b.position(0);
+        let zero = b.f32(0.0);
+        let c0 = b.i64(0);
+        b.write(OUT, out, &[r, c0], zero);
+        let (s, e, st) = (b.i64(1), b.i64(4), b.i64(1));
+        let j = b.range(s, e, st);
+        b.write(OUT, out, &[r, j], zero);
+        b.end_range();
+        assert_eq!(written_everywhere(&b.build()), vec![true]);
+    }
+
+    #[test]
+    fn a_loop_index_used_twice_is_a_diagonal_not_a_cover() {
+        let mut b = Builder::new("diag", &[1]);
+        let out = b.output(DType::F32, &[4, 4]);
+        let one = b.f32(1.0);
+        let (s, e, st) = (b.i64(0), b.i64(4), b.i64(1));
+        let j = b.range(s, e, st);
+        b.write(OUT, out, &[j, j], one);
+        b.end_range();
+        assert_eq!(written_everywhere(&b.build()), vec![false]);
+        // Two nested loops, one per dimension, do cover it.
+        let mut b = Builder::new("square", &[1]);
+        let out = b.output(DType::F32, &[4, 4]);
+        let one = b.f32(1.0);
+        let (s, e, st) = (b.i64(0), b.i64(4), b.i64(1));
+        let i = b.range(s, e, st);
+        let (s, e, st) = (b.i64(0), b.i64(4), b.i64(1));
+        let j = b.range(s, e, st);
+        b.write(OUT, out, &[i, j], one);
+        b.end_range();
+        b.end_range();
+        assert_eq!(written_everywhere(&b.build()), vec![true]);
     }
 }
