@@ -119,6 +119,12 @@ impl Work {
         self.nodes[id].as_ref().expect("a live node")
     }
 
+    /// Node `id` to change in place (its wiring stays: only its expression DAG may change, to
+    /// one with the same inputs and outputs).
+    pub fn node_mut(&mut self, id: usize) -> &mut Node {
+        self.nodes[id].as_mut().expect("a live node")
+    }
+
     /// The live node ids, in ascending order.
     pub fn live(&self) -> Vec<usize> {
         (0..self.nodes.len())

@@ -14,7 +14,8 @@
 //! - `merge` / `horizontal`: splicing expression DAGs.
 //! - `substitute`: recomputing a producer at the consumer's reads (what is inverted, what is
 //!   proved, what is refused); `interval`: the integer ranges its proofs use; `cost`: the cost
-//!   model; `rebase`: workgroups that differ only by axes of extent 1.
+//!   model; `rebase`: workgroups that differ only by axes of extent 1; `looped`: a consumer
+//!   run as a loop inside the worker of the reduction that feeds it.
 //! - [`report`]: what was merged and what was not, and why.
 //! - `dot`: Graphviz output.
 //!
@@ -40,6 +41,7 @@ mod graph;
 mod horizontal;
 mod interval;
 mod legality;
+mod looped;
 mod merge;
 pub mod pattern;
 mod rebase;
@@ -66,7 +68,9 @@ use std::path::Path;
 ///   outputs and none of them is a requested result.
 /// - 2: also producers with several consumers or requested intermediates (they stay in memory
 ///   for the others), and consumers fed by several producers.
-/// - 3 (the default): also independent operators over the same workgroup (horizontal fusion).
+/// - 3 (the default): also independent operators over the same workgroup (horizontal fusion),
+///   and consumers of a reduction run as loops inside its workers (a row statistic and its
+///   elementwise use in one kernel).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct OptLevel(u8);
 
@@ -238,49 +242,30 @@ pub(crate) fn run(
                         continue;
                     }
                 };
-                let (pn, cn) = (work.node(p), work.node(c));
-                // Only handed-over outputs (one proven in-bounds write each) may disappear:
-                // dropping another unused output could hide its out-of-bounds writes.
-                let keep: Vec<bool> = (0..pn.dag.outputs.len() as u32)
-                    .map(|o| {
-                        !plan.handoffs.iter().any(|h| h.output == o)
-                            || work.used_outside(Src::Op { node: p, output: o }, c)
-                    })
-                    .collect();
-                let merged = merge::merge_vertical(pn, cn, &plan, &keep, &originals);
-                if let Err(e) = ovl_ir::validate::validate(&merged.node.dag) {
-                    refused.insert(
-                        (p, c),
-                        Reason::InvalidMerge {
-                            error: e.to_string(),
-                        },
-                    );
-                    continue;
+                match merge_pair(&mut work, p, c, &plan, MergeKind::Vertical, &originals) {
+                    Ok(entry) => {
+                        report.merges.push(entry);
+                        refused.clear();
+                        continue 'search;
+                    }
+                    Err(r) => {
+                        refused.insert((p, c), r);
+                        continue;
+                    }
                 }
-                let describe = |o: u32| work.describe(Src::Op { node: p, output: o });
-                let entry = Merge {
-                    kind: MergeKind::Vertical,
-                    first: pn.label.clone(),
-                    second: cn.label.clone(),
-                    through: plan.handoffs.iter().map(|h| describe(h.output)).collect(),
-                    kept: plan
-                        .handoffs
-                        .iter()
-                        .filter(|h| keep[h.output as usize])
-                        .map(|h| describe(h.output))
-                        .collect(),
-                    recompute: 0,
-                };
-                report.merges.push(entry);
-                work.replace(p, c, merged.node, &merged.map_first, &merged.map_second);
-                refused.clear();
-                continue 'search;
             }
         }
         // Index substitution, in the same order.
+        // Pairs whose reads differ and that index substitution refused: the consumer may run
+        // as a loop inside the producer's workers (tried last, after horizontal fusion, so
+        // that siblings reading the same statistic are looped as one).
+        let mut loopable: Vec<(usize, usize)> = Vec::new();
         for (p, c, not) in candidates {
             let verdict = substitute::check(&work, p, c)
                 .and_then(|plan| inline(&mut work, p, c, &plan, &originals));
+            if verdict.is_err() && matches!(not, NotVertical::ReadsDiffer) {
+                loopable.push((p, c));
+            }
             match verdict {
                 Ok(entry) => {
                     report.merges.push(entry);
@@ -316,6 +301,13 @@ pub(crate) fn run(
                     recompute: 0,
                 });
                 work.replace(a, b, merged.node, &merged.map_first, &merged.map_second);
+                refused.clear();
+                continue 'search;
+            }
+        }
+        for (p, c) in loopable {
+            if let Some(entry) = loop_into(&mut work, p, c, level, &originals) {
+                report.merges.push(entry);
                 refused.clear();
                 continue 'search;
             }
@@ -361,6 +353,86 @@ pub(crate) fn run(
         .map_err(|e| FuseError::Internal(format!("the fused graph is invalid: {e}")))?;
     report.kernels_after = fused.operators.len();
     Ok((fused, sources, report))
+}
+
+/// Merges producer `p` into consumer `c` following a legal vertical `plan` (the consumer
+/// replaced by the merged node): the merge entry of `kind`, or the reason it was refused (the
+/// result did not validate).
+fn merge_pair(
+    work: &mut Work,
+    p: usize,
+    c: usize,
+    plan: &legality::VerticalPlan,
+    kind: MergeKind,
+    originals: &[String],
+) -> Result<Merge, Reason> {
+    let (pn, cn) = (work.node(p), work.node(c));
+    // Only handed-over outputs (one proven in-bounds write each) may disappear: dropping
+    // another unused output could hide its out-of-bounds writes.
+    let keep: Vec<bool> = (0..pn.dag.outputs.len() as u32)
+        .map(|o| {
+            !plan.handoffs.iter().any(|h| h.output == o)
+                || work.used_outside(Src::Op { node: p, output: o }, c)
+        })
+        .collect();
+    let merged = merge::merge_vertical(pn, cn, plan, &keep, originals);
+    if let Err(e) = ovl_ir::validate::validate(&merged.node.dag) {
+        return Err(Reason::InvalidMerge {
+            error: e.to_string(),
+        });
+    }
+    let describe = |o: u32| work.describe(Src::Op { node: p, output: o });
+    let entry = Merge {
+        kind,
+        first: pn.label.clone(),
+        second: cn.label.clone(),
+        through: plan.handoffs.iter().map(|h| describe(h.output)).collect(),
+        kept: plan
+            .handoffs
+            .iter()
+            .filter(|h| keep[h.output as usize])
+            .map(|h| describe(h.output))
+            .collect(),
+        recompute: 0,
+    };
+    work.replace(p, c, merged.node, &merged.map_first, &merged.map_second);
+    Ok(entry)
+}
+
+/// Runs consumer `c` as a loop inside the workers of producer `p` (see `looped`) and merges
+/// the two vertically (opt_level 3), when the producer's workgroup is the consumer's with axes
+/// dropped, the producer loops per worker at least half as often as the consumer's dropped
+/// axes hold elements, and the looped reads hand over. On success the merge entry; `None` leaves the graph as it
+/// was.
+fn loop_into(
+    work: &mut Work,
+    p: usize,
+    c: usize,
+    level: OptLevel,
+    originals: &[String],
+) -> Option<Merge> {
+    if level.get() < 3 {
+        return None;
+    }
+    let (pn, cn) = (work.node(p), work.node(c));
+    let (target, axes) = looped::loop_axes(&pn.dag.workgroup_shape, &cn.dag.workgroup_shape)?;
+    let extent: u64 = axes.iter().map(|&a| cn.dag.workgroup_shape[a]).product();
+    if !looped::loops_enough(&pn.dag, extent) {
+        return None;
+    }
+    let producer = rebase::rebased(&pn.dag, &target)?;
+    let consumer = looped::looped(&cn.dag, &target, &axes)?;
+    let old_producer = std::mem::replace(&mut work.node_mut(p).dag, producer);
+    let old_consumer = std::mem::replace(&mut work.node_mut(c).dag, consumer);
+    let merged = match legality::check_vertical(work, p, c) {
+        Ok(plan) => merge_pair(work, p, c, &plan, MergeKind::Looped, originals).ok(),
+        Err(_) => None,
+    };
+    if merged.is_none() {
+        work.node_mut(p).dag = old_producer;
+        work.node_mut(c).dag = old_consumer;
+    }
+    merged
 }
 
 /// Recomputes producer `p` in consumer `c` following `plan`: the consumer is replaced, the

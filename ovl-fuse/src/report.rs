@@ -229,6 +229,9 @@ pub enum MergeKind {
     /// A producer recomputed inside its consumer at every read (index substitution): the
     /// workgroups or index maps differ, the intermediate no longer goes through memory.
     Inlined,
+    /// A consumer run as a loop inside the workers of the reduction that feeds it (a row
+    /// statistic and its elementwise use, one worker per row), then merged vertically.
+    Looped,
 }
 
 /// One merge.
@@ -252,8 +255,11 @@ pub struct Merge {
 impl fmt::Display for Merge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {
-            MergeKind::Vertical => {
+            MergeKind::Vertical | MergeKind::Looped => {
                 write!(f, "merged {} into {}", self.first, self.second)?;
+                if self.kind == MergeKind::Looped {
+                    write!(f, ", run as a loop in each of its workers,")?;
+                }
                 if !self.through.is_empty() {
                     write!(f, " through {}", self.through.join(", "))?;
                 }
