@@ -121,10 +121,15 @@ fn enclosing_full_ranges(dag: &ir::ExpressionDag) -> Vec<Option<Vec<(u32, u64, u
             if let Some(r) = row.filter(|r| r.block == Block::Open) {
                 let counted = (r.op == Op::Range)
                     .then(|| {
-                        let [start, end, step] = e.operands[..] else { return None };
+                        let [start, end, step] = e.operands[..] else {
+                            return None;
+                        };
                         let (start, end) = (constant(start)?, constant(end)?);
-                        (constant(step)? == 1 && 0 <= start && start < end)
-                            .then(|| (i as u32, start as u64, end as u64))
+                        (constant(step)? == 1 && 0 <= start && start < end).then_some((
+                            i as u32,
+                            start as u64,
+                            end as u64,
+                        ))
                     })
                     .flatten();
                 stack.push(counted);
