@@ -22,6 +22,19 @@ fn evens(a: Tensor<f32>) -> Tensor<f32> {
     out
 }
 
+/// Each worker writes its row in a loop from column `from`: from 0 it covers the output (no
+/// zero-fill is needed), from 1 column 0 is never written.
+#[operator]
+fn rows_from(x: Tensor<f32>, from: i64) -> Tensor<f32> {
+    let [rows, cols] = x.dims::<2>();
+    let r = position_in([rows])[0];
+    let out = output_like(&x);
+    for j in from..cols as i64 {
+        out[[r, j]] = x[[r, j]] * 2.0;
+    }
+    out
+}
+
 fn targets() -> [Options; 2] {
     [Options::interpreter(), Options::cpu()]
 }
@@ -46,6 +59,25 @@ fn elements_no_worker_writes_are_zero() {
         let mut dest = ArrayD::<f32>::from_elem(IxDyn(&[5]), 7.0);
         ovl::evaluate_into(&evens(&a), &mut dest, &options).expect("evaluate_into");
         assert_eq!(dest, array![1.0f32, 0.0, 3.0, 0.0, 5.0].into_dyn());
+    }
+}
+
+#[test]
+fn rows_written_by_loops_replace_every_old_value_and_unwritten_ones_are_zero() {
+    let x = Array2::from_shape_fn((3, 5), |(i, j)| (i * 5 + j) as f32);
+    for options in targets() {
+        for from in [0i64, 1] {
+            let mut dest = ArrayD::<f32>::from_elem(IxDyn(&[3, 5]), f32::NAN);
+            ovl::evaluate_into(&rows_from(&x, from), &mut dest, &options).expect("evaluate_into");
+            let want = Array2::from_shape_fn((3, 5), |(i, j)| {
+                if j as i64 >= from {
+                    x[[i, j]] * 2.0
+                } else {
+                    0.0
+                }
+            });
+            assert_eq!(dest, want.into_dyn(), "from {from}");
+        }
     }
 }
 

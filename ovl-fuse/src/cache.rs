@@ -15,8 +15,9 @@ type Entry = Arc<(ir::OperatorDag, Vec<usize>)>;
 const CAPACITY: usize = 512;
 
 /// The version of the merger's rules: part of every key, bumped whenever the same graph may
-/// fuse differently (2: index substitution and its cost model).
-pub const FUSION_VERSION: u32 = 2;
+/// fuse differently (2: index substitution and its cost model; 3: consumers looped inside
+/// reductions).
+pub const FUSION_VERSION: u32 = 3;
 
 /// The key: the rules' version, the unfused graph's canonical hash, the level.
 type Key = (u32, Digest, u8);

@@ -402,7 +402,7 @@ fn merge_pair(
 /// Runs consumer `c` as a loop inside the workers of producer `p` (see `looped`) and merges
 /// the two vertically (opt_level 3), when the producer's workgroup is the consumer's with axes
 /// dropped, the producer loops per worker at least half as often as the consumer's dropped
-/// axes hold elements, and the looped reads hand over. On success the merge entry; `None` leaves the graph as it
+/// axes hold elements, the consumer cannot fault, and the looped reads hand over. On success the merge entry; `None` leaves the graph as it
 /// was.
 fn loop_into(
     work: &mut Work,
@@ -418,6 +418,12 @@ fn loop_into(
     let (target, axes) = looped::loop_axes(&pn.dag.workgroup_shape, &cn.dag.workgroup_shape)?;
     let extent: u64 = axes.iter().map(|&a| cn.dag.workgroup_shape[a]).product();
     if !looped::loops_enough(&pn.dag, extent) {
+        return None;
+    }
+    // A consumer that may fault would stop its whole row at the first fault (and report
+    // another worker): only consumers that cannot fault are looped.
+    let consumer_iv = interval::Intervals::analyse(&cn.dag);
+    if consumer_iv.first_possible_fault(&cn.dag).is_some() {
         return None;
     }
     let producer = rebase::rebased(&pn.dag, &target)?;

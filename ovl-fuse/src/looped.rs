@@ -12,6 +12,9 @@
 //! holds, and the ordinary vertical merge applies: softmax or layer norm from their ops runs
 //! as one pass per row with the row in cache, instead of a second pass over memory.
 //!
+//! Only a consumer that cannot fault is looped (interval analysis, as for index
+//! substitution): a fault would stop the rest of its row and be reported for another worker.
+//!
 //! The cost is parallelism: `cols` workers become one. It is taken only when the producer's
 //! workers already loop at least half that many times each, so a worker's work grows by a constant
 //! factor, never by a new dimension, and the kernel has as many workers as the reduction had
