@@ -888,6 +888,17 @@ fn softmax_from_small_operators_fuses_into_one_kernel() {
         .iter()
         .any(|m| m.kind == MergeKind::Looped && m.second.contains("div_stat")));
     assert!(fusion.report.refusals.is_empty(), "{}", fusion.report);
+    // The row's `exp(x - max)`, computed by the sum's loop, is kept in a row buffer for the
+    // loop that divides: one exp per element.
+    let op = &fusion.after.operators[0];
+    let exps = op
+        .expressions
+        .iter()
+        .filter(|e| e.code == ovl::ir::Op::Exp as i32)
+        .count();
+    assert_eq!(exps, 1, "{}", ovl::ir_tools::to_text(op));
+    assert_eq!(op.locals.len(), 1);
+    assert_eq!(op.locals[0].shape, vec![37]);
     let counts = check_everywhere(&y, &softmax_rows(&x).into_dyn(), 2e-6);
     assert_eq!(counts, (5, 1));
     fused_equals_unfused(&y);

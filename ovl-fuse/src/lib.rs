@@ -15,7 +15,8 @@
 //! - `substitute`: recomputing a producer at the consumer's reads (what is inverted, what is
 //!   proved, what is refused); `interval`: the integer ranges its proofs use; `cost`: the cost
 //!   model; `rebase`: workgroups that differ only by axes of extent 1; `looped`: a consumer
-//!   run as a loop inside the worker of the reduction that feeds it.
+//!   run as a loop inside the worker of the reduction that feeds it; `reuse`: a value two loops
+//!   of a worker compute kept in a row buffer by the first.
 //! - [`report`]: what was merged and what was not, and why.
 //! - `dot`: Graphviz output.
 //!
@@ -46,6 +47,7 @@ mod merge;
 pub mod pattern;
 mod rebase;
 pub mod report;
+mod reuse;
 mod substitute;
 
 pub use cache::FUSION_VERSION;
@@ -347,6 +349,14 @@ pub(crate) fn run(
         }
     }
 
+    // Values that a worker's later loop would compute again come from a row buffer.
+    if level.get() >= 1 {
+        for id in work.live() {
+            if let Some(dag) = reuse::reuse_rows(&work.node(id).dag) {
+                work.node_mut(id).dag = dag;
+            }
+        }
+    }
     let fused = work.to_dag()?;
     let sources = order.iter().map(|&n| work.node(n).source_of).collect();
     ovl_ir::validate::validate_operator_dag(&fused)

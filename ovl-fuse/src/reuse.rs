@@ -1,0 +1,326 @@
+//! Reusing a row's values across the loops of one worker.
+//!
+//! Fusion by looping (see `looped`) and index substitution leave kernels whose worker walks the
+//! same row several times, recomputing the same values: softmax from its ops computes
+//! `exp(x[r, j] - max)` in the loop that sums it and again in the loop that divides it. When
+//! two top-level loops of an operator run over the same `0..n` (step 1, `n` small enough for a
+//! row buffer) and the second computes, in its body, a value the first computes in its body
+//! from the same loop index, the same input reads and the same values from before the first
+//! loop, the first loop stores it in a worker-local buffer (`n` elements, at most
+//! [`ROW_BUFFER_BYTES`]) and the second reads it back instead of computing it again. It is the
+//! same value, so results are bit for bit unchanged; reads of inputs are pure (inputs never
+//! change while an operator runs), and the first loop made every read the second would have
+//! made, so no fault moves either. One value is kept per step, the costliest, and only when
+//! it costs more than one element's memory traffic ([`crate::cost::MEMORY_UNITS`]: the
+//! buffer's store and load stay in the L1 cache); steps repeat while values are left.
+
+use crate::cost::{weight, MEMORY_UNITS};
+use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::DType;
+use std::collections::HashMap;
+
+/// The largest row buffer: 16 KiB per worker (4096 f32), as `ovl_stdlib::softmax` keeps.
+pub(crate) const ROW_BUFFER_BYTES: u64 = 16 * 1024;
+
+/// A top-level loop `for j in 0..n` (step 1): its RANGE expression and `n`.
+#[derive(Clone, Copy)]
+struct Loop {
+    range: usize,
+    n: u64,
+}
+
+/// `dag` with values recomputed by a later loop kept in row buffers (see the module), or `None`
+/// when there is nothing to reuse.
+pub(crate) fn reuse_rows(dag: &ir::ExpressionDag) -> Option<ir::ExpressionDag> {
+    let mut out = dag.clone();
+    let mut changed = false;
+    // One buffer per step; each changes the numbering, so look again.
+    while let Some(next) = reuse_once(&out) {
+        out = next;
+        changed = true;
+    }
+    changed.then_some(out)
+}
+
+fn reuse_once(dag: &ir::ExpressionDag) -> Option<ir::ExpressionDag> {
+    let depths = ovl_ir::analysis::nesting_depths(dag);
+    let inner = ovl_ir::analysis::innermost_loops(dag);
+    let loops = counted_top_level_loops(dag, &depths);
+    // In the body of `l` itself (not in a nested block).
+    let in_body = |i: usize, l: usize| inner[i] == Some(l) && depths[i] == 1;
+    let mut best: Option<(f64, usize, usize, Loop, Loop)> = None; // (cost, e1, e2, l1, l2)
+    for (k, &l2) in loops.iter().enumerate() {
+        for &l1 in &loops[..k] {
+            if l1.n != l2.n {
+                continue;
+            }
+            let mut eq = Equivalence {
+                dag,
+                l1: l1.range,
+                l2: l2.range,
+                in_body: &in_body,
+                memo: HashMap::new(),
+            };
+            for e2 in (l2.range + 1)..dag.expressions.len() {
+                if !in_body(e2, l2.range) || !storable(dag, e2, l1.n) {
+                    continue;
+                }
+                let Some(e1) = ((l1.range + 1)..l2.range)
+                    .find(|&e1| in_body(e1, l1.range) && eq.same(e1 as u32, e2 as u32))
+                else {
+                    continue;
+                };
+                let cost = subtree_cost(dag, e2, l2.range, &in_body);
+                if cost > MEMORY_UNITS && best.is_none_or(|b| cost > b.0) {
+                    best = Some((cost, e1, e2, l1, l2));
+                }
+            }
+        }
+    }
+    let (_, e1, e2, l1, l2) = best?;
+    let out = with_buffer(dag, e1, e2, l1, l2);
+    ovl_ir::validate::validate(&out).ok().map(|_| out)
+}
+
+/// The top-level RANGE loops with constant bounds `0..n`, `n > 0`, step 1.
+fn counted_top_level_loops(dag: &ir::ExpressionDag, depths: &[u32]) -> Vec<Loop> {
+    let constant = |id: u32| -> Option<i64> {
+        let e = dag.expressions.get(id as usize)?;
+        (e.code == Op::Const as i32 && e.dtype == ir::Dtype::I64 as i32).then_some(e.int_value)
+    };
+    dag.expressions
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| {
+            if e.code != Op::Range as i32 || depths[i] != 0 {
+                return None;
+            }
+            let [start, end, step] = e.operands[..] else {
+                return None;
+            };
+            let n = constant(end)?;
+            (constant(start)? == 0 && constant(step)? == 1 && n > 0).then_some(Loop {
+                range: i,
+                n: n as u64,
+            })
+        })
+        .collect()
+}
+
+/// Whether the value of expression `i` can be kept in a buffer of `n` elements.
+fn storable(dag: &ir::ExpressionDag, i: usize, n: u64) -> bool {
+    let e = &dag.expressions[i];
+    let Some(d) = DType::from_ir(e.dtype) else {
+        return false;
+    };
+    let produces = ovl_ir::ops::info_of_code(e.code).is_some_and(|r| r.produces_value());
+    produces
+        && d != DType::Bool
+        && (d.size() as u64)
+            .checked_mul(n)
+            .is_some_and(|b| b <= ROW_BUFFER_BYTES)
+}
+
+/// Whether two expressions of the two loops compute the same value at the same iteration.
+struct Equivalence<'a, F: Fn(usize, usize) -> bool> {
+    dag: &'a ir::ExpressionDag,
+    l1: usize,
+    l2: usize,
+    in_body: &'a F,
+    memo: HashMap<(u32, u32), bool>,
+}
+
+impl<F: Fn(usize, usize) -> bool> Equivalence<'_, F> {
+    /// `a` (in or before the first loop) and `b` (in or before the second) are the same value:
+    /// the same expression from before the first loop (not a variable), the two loops'
+    /// indices, or the same pure computation or input read, in the loops' bodies, of operands
+    /// that are the same.
+    fn same(&mut self, a: u32, b: u32) -> bool {
+        let (ai, bi) = (a as usize, b as usize);
+        if ai < self.l1 || bi < self.l1 {
+            let e = &self.dag.expressions[ai];
+            return a == b && is_pure_value(e);
+        }
+        if ai == self.l1 && bi == self.l2 {
+            return true;
+        }
+        if !(self.in_body)(ai, self.l1) || !(self.in_body)(bi, self.l2) {
+            return false;
+        }
+        if let Some(&known) = self.memo.get(&(a, b)) {
+            return known;
+        }
+        let dag = self.dag;
+        let (x, y) = (&dag.expressions[ai], &dag.expressions[bi]);
+        let alike = (is_pure_value(x) || is_input_read(x))
+            && x.code == y.code
+            && x.dtype == y.dtype
+            && x.axis == y.axis
+            && x.int_value == y.int_value
+            && x.uint_value == y.uint_value
+            && x.float_value.to_bits() == y.float_value.to_bits()
+            && x.tensor == y.tensor
+            && x.operands.len() == y.operands.len();
+        let same = alike
+            && x.operands
+                .iter()
+                .zip(&y.operands)
+                .all(|(&p, &q)| self.same(p, q));
+        self.memo.insert((a, b), same);
+        same
+    }
+}
+
+/// A pure value (not a variable, accumulator, read or statement).
+fn is_pure_value(e: &ir::Expression) -> bool {
+    ovl_ir::ops::info_of_code(e.code).is_some_and(|r| r.is_pure() && r.produces_value())
+}
+
+fn is_input_read(e: &ir::Expression) -> bool {
+    e.code == Op::Read as i32
+        && e.tensor
+            .as_ref()
+            .is_some_and(|t| t.kind == TensorKind::Input as i32)
+}
+
+/// The work of computing expression `i` in the body of loop `l`: its own and that of the
+/// operands computed there (each counted once).
+fn subtree_cost(
+    dag: &ir::ExpressionDag,
+    i: usize,
+    l: usize,
+    in_body: &impl Fn(usize, usize) -> bool,
+) -> f64 {
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![i];
+    let mut total = 0.0;
+    while let Some(k) = stack.pop() {
+        if !in_body(k, l) || !seen.insert(k) {
+            continue;
+        }
+        total += weight(dag.expressions[k].code);
+        stack.extend(dag.expressions[k].operands.iter().map(|&o| o as usize));
+    }
+    total
+}
+
+/// `dag` with a new local buffer of `l1.n` elements filled before loop `l1`, written with the
+/// value of `e1` in `l1`'s body, and read in `l2`'s body in place of `e2`.
+fn with_buffer(
+    dag: &ir::ExpressionDag,
+    e1: usize,
+    e2: usize,
+    l1: Loop,
+    l2: Loop,
+) -> ir::ExpressionDag {
+    let mut out = dag.clone();
+    let dtype = dag.expressions[e1].dtype;
+    out.locals.push(ir::TensorType {
+        dtype,
+        shape: vec![l1.n],
+        ..Default::default()
+    });
+    let buffer = Some(ir::TensorRef {
+        kind: TensorKind::Local as i32,
+        index: out.locals.len() as u32 - 1,
+    });
+    out.expressions.clear();
+    let mut new_id: Vec<u32> = Vec::with_capacity(dag.expressions.len());
+    for (i, e) in dag.expressions.iter().enumerate() {
+        if i == l1.range {
+            out.expressions.push(ir::Expression {
+                code: Op::LocalTensor as i32,
+                tensor: buffer,
+                ..Default::default()
+            });
+        }
+        let mut e = e.clone();
+        for o in &mut e.operands {
+            *o = new_id[*o as usize];
+        }
+        if i == e2 {
+            e = ir::Expression {
+                code: Op::Read as i32,
+                dtype,
+                operands: vec![new_id[l2.range]],
+                tensor: buffer,
+                ..Default::default()
+            };
+        }
+        new_id.push(out.expressions.len() as u32);
+        out.expressions.push(e);
+        if i == e1 {
+            out.expressions.push(ir::Expression {
+                code: Op::Write as i32,
+                operands: vec![new_id[l1.range], new_id[e1]],
+                tensor: buffer,
+                ..Default::default()
+            });
+        }
+    }
+    crate::merge::tidy(&mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ovl_ir::builder::{Builder, IN, OUT};
+
+    /// Softmax of one row per worker as fusion leaves it: the sum of `exp(x - m)`, then
+    /// `exp(x - m) / sum` written, `m` from before the loops. With `same` false the second
+    /// loop computes `exp(x - 2m)` instead.
+    fn two_loops(n: i64, same: bool) -> ir::ExpressionDag {
+        let mut b = Builder::new("softmax", &[2]);
+        let x = b.input(DType::F32, &[2, n as u64]);
+        let out = b.output(DType::F32, &[2, n as u64]);
+        let r = b.position(0);
+        let m = b.f32(0.5);
+        let zero = b.f32(0.0);
+        let acc = b.var(zero);
+        let (s, e, st) = (b.i64(0), b.i64(n), b.i64(1));
+        let j = b.range(s, e, st);
+        let v = b.read(IN, x, &[r, j]);
+        let d = b.op(Op::Sub, &[v, m]);
+        let ex = b.op(Op::Exp, &[d]);
+        let sum = b.op(Op::Add, &[acc, ex]);
+        b.assign(acc, sum);
+        b.end_range();
+        let total = b.op(Op::Add, &[acc, zero]);
+        let m2 = if same { m } else { b.op(Op::Add, &[m, m]) };
+        let (s, e, st) = (b.i64(0), b.i64(n), b.i64(1));
+        let j = b.range(s, e, st);
+        let v = b.read(IN, x, &[r, j]);
+        let d = b.op(Op::Sub, &[v, m2]);
+        let ex = b.op(Op::Exp, &[d]);
+        let y = b.op(Op::Div, &[ex, total]);
+        b.write(OUT, out, &[r, j], y);
+        b.end_range();
+        b.build()
+    }
+
+    fn count(dag: &ir::ExpressionDag, op: Op) -> usize {
+        dag.expressions
+            .iter()
+            .filter(|e| e.code == op as i32)
+            .count()
+    }
+
+    #[test]
+    fn a_value_both_loops_compute_is_computed_once() {
+        let dag = two_loops(64, true);
+        assert_eq!(count(&dag, Op::Exp), 2);
+        let out = reuse_rows(&dag).expect("a buffer");
+        ovl_ir::validate::validate(&out).unwrap();
+        assert_eq!(count(&out, Op::Exp), 1);
+        assert_eq!(out.locals.len(), 1);
+        assert_eq!(out.locals[0].shape, vec![64]);
+        assert_eq!(count(&out, Op::LocalTensor), 1);
+    }
+
+    #[test]
+    fn different_values_and_rows_too_long_for_a_buffer_are_left_alone() {
+        assert!(reuse_rows(&two_loops(64, false)).is_none());
+        assert!(reuse_rows(&two_loops(8192, true)).is_none());
+    }
+}
