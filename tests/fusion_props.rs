@@ -236,7 +236,7 @@ fn build(steps: &[Step], extra: usize) -> Vec<Lazy<f32>> {
                 let e = ew_exp(&a);
                 div_col(&e, row_sum(&e))
             }
-            16 => div_col(&ew_affine(&a), row_sum(&ew_exp(&b))),
+            16 => div_col(ew_affine(&a), row_sum(ew_exp(&b))),
             _ => sub_col(&a, row_sum(&a)),
         };
         pool.push(v);
