@@ -82,27 +82,13 @@ fn reuse_once(dag: &ir::ExpressionDag) -> Option<ir::ExpressionDag> {
     ovl_ir::validate::validate(&out).ok().map(|_| out)
 }
 
-/// The top-level RANGE loops with constant bounds `0..n`, `n > 0`, step 1.
+/// The top-level RANGE loops over `0..n` (constant, `n > 0`, step 1).
 fn counted_top_level_loops(dag: &ir::ExpressionDag, depths: &[u32]) -> Vec<Loop> {
-    let constant = |id: u32| -> Option<i64> {
-        let e = dag.expressions.get(id as usize)?;
-        (e.code == Op::Const as i32 && e.dtype == ir::Dtype::I64 as i32).then_some(e.int_value)
-    };
-    dag.expressions
-        .iter()
-        .enumerate()
-        .filter_map(|(i, e)| {
-            if e.code != Op::Range as i32 || depths[i] != 0 {
-                return None;
-            }
-            let [start, end, step] = e.operands[..] else {
-                return None;
-            };
-            let n = constant(end)?;
-            (constant(start)? == 0 && constant(step)? == 1 && n > 0).then_some(Loop {
-                range: i,
-                n: n as u64,
-            })
+    (0..dag.expressions.len())
+        .filter(|&i| depths[i] == 0)
+        .filter_map(|i| match ovl_ir::analysis::counted_range(dag, i)? {
+            (0, n) => Some(Loop { range: i, n }),
+            _ => None,
         })
         .collect()
 }

@@ -98,15 +98,27 @@ pub fn written_everywhere(dag: &ir::ExpressionDag) -> Vec<bool> {
     full
 }
 
-/// For each expression: the loops around it when it runs once per iteration of each of them
-/// and at every run of the worker, i.e. it is nested in nothing but RANGE loops whose start,
-/// end and step are integer constants with step 1 and start < end, as `(RANGE index, start,
-/// end)`, outermost first; `None` inside an `if`, a `while` or any other loop.
-fn enclosing_full_ranges(dag: &ir::ExpressionDag) -> Vec<Option<Vec<(u32, u64, u64)>>> {
+/// The bounds `(start, end)` of expression `i` when it is a RANGE that runs every iteration of
+/// `start..end` one by one: integer constants `0 <= start < end` and step 1.
+pub fn counted_range(dag: &ir::ExpressionDag, i: usize) -> Option<(u64, u64)> {
     let constant = |id: u32| -> Option<i64> {
         let e = dag.expressions.get(id as usize)?;
         (e.code == Op::Const as i32 && e.dtype == ir::Dtype::I64 as i32).then_some(e.int_value)
     };
+    let e = dag.expressions.get(i)?;
+    let [start, end, step] = e.operands[..] else {
+        return None;
+    };
+    let (start, end) = (constant(start)?, constant(end)?);
+    (e.code == Op::Range as i32 && constant(step)? == 1 && 0 <= start && start < end)
+        .then_some((start as u64, end as u64))
+}
+
+/// For each expression: the loops around it when it runs once per iteration of each of them
+/// and at every run of the worker, i.e. it is nested in nothing but [`counted_range`] loops,
+/// as `(RANGE index, start, end)`, outermost first; `None` inside an `if`, a `while` or any
+/// other loop.
+fn enclosing_full_ranges(dag: &ir::ExpressionDag) -> Vec<Option<Vec<(u32, u64, u64)>>> {
     // Each open block: Some(loop) for a counted RANGE, None for anything else.
     let mut stack: Vec<Option<(u32, u64, u64)>> = Vec::new();
     dag.expressions
@@ -118,21 +130,8 @@ fn enclosing_full_ranges(dag: &ir::ExpressionDag) -> Vec<Option<Vec<(u32, u64, u
                 stack.pop();
             }
             let here = stack.iter().copied().collect::<Option<Vec<_>>>();
-            if let Some(r) = row.filter(|r| r.block == Block::Open) {
-                let counted = (r.op == Op::Range)
-                    .then(|| {
-                        let [start, end, step] = e.operands[..] else {
-                            return None;
-                        };
-                        let (start, end) = (constant(start)?, constant(end)?);
-                        (constant(step)? == 1 && 0 <= start && start < end).then_some((
-                            i as u32,
-                            start as u64,
-                            end as u64,
-                        ))
-                    })
-                    .flatten();
-                stack.push(counted);
+            if row.is_some_and(|r| r.block == Block::Open) {
+                stack.push(counted_range(dag, i).map(|(start, end)| (i as u32, start, end)));
             }
             here
         })
