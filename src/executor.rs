@@ -11,12 +11,31 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Merges the graph's operators at `options.opt_level` (the graph inputs and the requested
-/// outputs are unchanged), before kernels are prepared.
+/// outputs are unchanged), then keeps values a worker's later loop would compute again in row
+/// buffers ([`ovl_fuse::reuse_rows`]), before kernels are prepared.
 pub(crate) fn fuse(graph: Graph, options: &Options) -> Result<Graph, Error> {
-    if options.opt_level.get() == 0 || graph.dag.operators.len() < 2 {
+    fuse_with(graph, options, ovl_fuse::RowReuse::Apply)
+}
+
+/// [`fuse`], with or without row reuse (see [`ovl_fuse::RowReuse`]).
+pub(crate) fn fuse_with(
+    graph: Graph,
+    options: &Options,
+    reuse: ovl_fuse::RowReuse,
+) -> Result<Graph, Error> {
+    if options.opt_level.get() == 0 {
         return Ok(graph);
     }
-    let dag = ovl_fuse::optimize_cached(graph.dag, options.opt_level)?;
+    let dag = if graph.dag.operators.len() < 2 {
+        // Nothing to merge.
+        let mut dag = graph.dag;
+        if reuse == ovl_fuse::RowReuse::Apply {
+            ovl_fuse::reuse_rows(&mut dag);
+        }
+        dag
+    } else {
+        ovl_fuse::optimize_cached_with(graph.dag, options.opt_level, reuse)?
+    };
     Ok(Graph {
         dag,
         inputs: graph.inputs,

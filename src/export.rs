@@ -134,7 +134,7 @@ impl TfExport {
 
     /// Traces, fuses and compiles (into the operator cache) the program and its gradient.
     pub fn build(&self) -> Result<Bundle, Error> {
-        let (program, gradient) = self.pack()?;
+        let (program, gradient) = self.pack(ovl_fuse::RowReuse::Apply)?;
         self.compile(program, gradient)
     }
 
@@ -151,8 +151,12 @@ impl TfExport {
         }
     }
 
-    /// Traces and fuses the program and its gradient into [`ir::Program`]s, compiling nothing.
-    pub(crate) fn pack(&self) -> Result<(ir::Program, Option<ir::Program>), Error> {
+    /// Traces and fuses the program and its gradient into [`ir::Program`]s, compiling nothing
+    /// (`reuse`: whether fusion ends with row reuse; see [`ovl_fuse::RowReuse`]).
+    pub(crate) fn pack(
+        &self,
+        reuse: ovl_fuse::RowReuse,
+    ) -> Result<(ir::Program, Option<ir::Program>), Error> {
         let name = self.resolved_name();
         if self.embed_libraries && self.options.target != Target::Cpu {
             return Err(Error::Export {
@@ -163,7 +167,7 @@ impl TfExport {
                 ),
             });
         }
-        let program = pack_program(&name, &self.inputs, &self.outputs, &self.options)?;
+        let program = pack_program(&name, &self.inputs, &self.outputs, &self.options, reuse)?;
         let gradient = match &self.gradient {
             None => None,
             Some((upstream, input_gradients)) => {
@@ -180,10 +184,21 @@ impl TfExport {
                     &feeds,
                     input_gradients,
                     &self.options,
+                    reuse,
                 )?)
             }
         };
         Ok((program, gradient))
+    }
+
+    /// Adds the row buffers [`pack`](Self::pack) with [`ovl_fuse::RowReuse::Skip`] left out
+    /// (at `opt_level` 1 and up, as fusion would have).
+    pub(crate) fn reuse_rows(&self, program: &mut ir::Program) {
+        if self.options.opt_level.get() >= 1 {
+            if let Some(graph) = &mut program.graph {
+                ovl_fuse::reuse_rows(graph);
+            }
+        }
     }
 
     /// Compiles packed programs into the operator cache (embedding the libraries when asked)
@@ -239,8 +254,12 @@ fn check_types(
 
 /// Merges the graph's operators as `evaluate` would at `options.opt_level`: the single place
 /// where the export path fuses.
-fn fuse_for_export(graph: Graph, options: &Options) -> Result<Graph, Error> {
-    executor::fuse(graph, options)
+fn fuse_for_export(
+    graph: Graph,
+    options: &Options,
+    reuse: ovl_fuse::RowReuse,
+) -> Result<Graph, Error> {
+    executor::fuse_with(graph, options, reuse)
 }
 
 /// Checks that `inputs` are distinct placeholders and finds the graph input each one feeds
@@ -280,6 +299,7 @@ fn pack_program(
     inputs: &[LazyTensor],
     outputs: &[LazyTensor],
     options: &Options,
+    reuse: ovl_fuse::RowReuse,
 ) -> Result<ir::Program, Error> {
     let err = |message: String| Error::Export {
         name: name.to_string(),
@@ -289,7 +309,7 @@ fn pack_program(
         return Err(err("there is no output to export".into()));
     }
     let graph = ovl_core::lazy::build_graph(&outputs.iter().collect::<Vec<_>>())?;
-    let graph = fuse_for_export(graph, options)?;
+    let graph = fuse_for_export(graph, options, reuse)?;
     let slots = feed_slots(inputs, &graph).map_err(err)?;
 
     let feeds: Vec<ir::ProgramFeed> = inputs

@@ -113,13 +113,16 @@ impl<F: Fn(usize) -> R, R: IntoExport> PolymorphicExport<F> {
         };
         let mut forward = Vec::new();
         let mut gradients = Vec::new();
+        // Row buffers are added after unifying: a loop whose length is the traced size becomes
+        // a loop over a size known at run time, which no buffer can hold (and is left alone).
         for e in &exports {
-            let (p, g) = e.pack()?;
+            let (p, g) = e.pack(ovl_fuse::RowReuse::Skip)?;
             forward.push(p);
             gradients.push(g);
         }
         let sizes: Vec<u64> = TRACE_SIZES.iter().map(|&n| n as u64).collect();
-        let program = unify_programs(&sizes, &forward, &self.symbol).map_err(&err)?;
+        let mut program = unify_programs(&sizes, &forward, &self.symbol).map_err(&err)?;
+        exports[0].reuse_rows(&mut program);
         let depends = |p: &ir::Program| p.graph.as_ref().is_some_and(|g| !g.symbols.is_empty());
         if !depends(&program) {
             return Err(err(format!(
@@ -132,10 +135,10 @@ impl<F: Fn(usize) -> R, R: IntoExport> PolymorphicExport<F> {
             0 => None,
             n if n == gradients.len() => {
                 let g: Vec<ir::Program> = gradients.into_iter().flatten().collect();
-                Some(
-                    unify_programs(&sizes, &g, &self.symbol)
-                        .map_err(|m| err(format!("the gradient program: {m}")))?,
-                )
+                let mut gradient = unify_programs(&sizes, &g, &self.symbol)
+                    .map_err(|m| err(format!("the gradient program: {m}")))?;
+                exports[0].reuse_rows(&mut gradient);
+                Some(gradient)
             }
             _ => {
                 return Err(err(

@@ -172,6 +172,40 @@ fn gradients_that_sum_over_the_batch_are_polymorphic_too() {
 }
 
 #[test]
+fn a_softmax_over_the_batch_is_polymorphic() {
+    // From ops, over axis 0: its division runs as a loop over the batch inside the column
+    // sums' workers, and `exp(x - max)` would be kept in a row buffer if the batch were a
+    // fixed size; sized at run time it is computed again instead (no buffer can be).
+    for (name, options) in targets() {
+        let bundle = ovl::as_tensorflow_polymorphic(|b| {
+            let x = ovl::placeholder::<f32>("x", &[b, 5]);
+            let e = ovl_stdlib::exp(ovl_stdlib::sub(&x, ovl_stdlib::max_keepdim(&x, 0)));
+            let y = ovl_stdlib::div(&e, ovl_stdlib::sum_keepdim(&e, 0));
+            ovl::as_tensorflow(&x, &y).options(&options)
+        })
+        .build()
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        for b in [1usize, 3, 40] {
+            let x = pseudo_random((b, 5), 4);
+            let out = ovl::export::run_program(&bundle.program, vec![host(&x)], &options).unwrap();
+            let x = x.mapv(f64::from);
+            for c in 0..5 {
+                let top = x.column(c).fold(f64::MIN, |m, &v| m.max(v));
+                let total: f64 = x.column(c).iter().map(|v| (v - top).exp()).sum();
+                for r in 0..b {
+                    let want = (x[[r, c]] - top).exp() / total;
+                    let got = array(&out[0])[[r, c]] as f64;
+                    assert!(
+                        (got - want).abs() < 1e-6,
+                        "{name} batch {b} [{r}, {c}]: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn a_mean_over_the_batch_divides_by_the_run_time_size() {
     let options = Options::interpreter();
     let bundle = ovl::as_tensorflow_polymorphic(|b| {

@@ -19,19 +19,21 @@ const CAPACITY: usize = 512;
 /// reductions).
 pub const FUSION_VERSION: u32 = 3;
 
-/// The key: the rules' version, the unfused graph's canonical hash, the level.
-type Key = (u32, Digest, u8);
+/// The key: the rules' version, the unfused graph's canonical hash, the level, row reuse.
+type Key = (u32, Digest, u8, crate::RowReuse);
 
 static CACHE: Mutex<Option<HashMap<Key, Entry>>> = Mutex::new(None);
 
 pub(crate) fn optimize_cached(
     dag: ir::OperatorDag,
     level: OptLevel,
+    reuse: crate::RowReuse,
 ) -> Result<ir::OperatorDag, FuseError> {
     let key = (
         FUSION_VERSION,
         canonical_hash_operator_dag(&dag),
         level.get(),
+        reuse,
     );
     let hit = CACHE
         .lock()
@@ -40,7 +42,7 @@ pub(crate) fn optimize_cached(
     let entry = match hit {
         Some(e) => e,
         None => {
-            let (fused, sources, _) = crate::run(&dag, level)?;
+            let (fused, sources, _) = crate::run(&dag, level, reuse)?;
             let e = Arc::new((fused, sources));
             if let Ok(mut c) = CACHE.lock() {
                 let m = c.get_or_insert_with(HashMap::new);

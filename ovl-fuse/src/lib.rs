@@ -162,6 +162,38 @@ impl Fusion {
     }
 }
 
+/// Whether [`optimize`] and its kin finish with [`reuse_rows`] (at opt_level 1 and up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RowReuse {
+    /// Keep values a worker's later loop would compute again in row buffers (the default).
+    Apply,
+    /// Leave kernels as merged: for graphs traced at stand-in sizes (a polymorphic export
+    /// traces at three sizes and unifies them), where a loop's length may become a size known
+    /// only at run time, which a row buffer cannot have; apply [`reuse_rows`] after unifying.
+    Skip,
+}
+
+/// Keeps, in every operator of `dag`, values that a later loop of a worker would compute
+/// again in row buffers filled by the earlier loop (loops with constant bounds `0..n`, at most
+/// 16 KiB per buffer; results bit for bit unchanged). Returns how many buffers were added.
+///
+/// ```
+/// use ovl_ir::ir;
+/// let mut dag = ir::OperatorDag { version: ovl_ir::IR_VERSION, ..Default::default() };
+/// assert_eq!(ovl_fuse::reuse_rows(&mut dag), 0);
+/// ```
+pub fn reuse_rows(dag: &mut ir::OperatorDag) -> usize {
+    let mut added = 0;
+    for op in &mut dag.operators {
+        let before = op.locals.len();
+        if let Some(reused) = reuse::reuse_rows(op) {
+            added += reused.locals.len() - before;
+            *op = reused;
+        }
+    }
+    added
+}
+
 /// Fuses `dag` at `level` and returns it together with the graph before fusion.
 pub fn fuse(dag: &ir::OperatorDag, level: OptLevel) -> Result<Fusion, FuseError> {
     let (after, report) = optimize(dag.clone(), level)?;
@@ -172,15 +204,15 @@ pub fn fuse(dag: &ir::OperatorDag, level: OptLevel) -> Result<Fusion, FuseError>
     })
 }
 
-/// Fuses `dag` at `level`: the fused graph (valid IR, same graph inputs and requested outputs
-/// in the same order) and the report.
+/// Fuses `dag` at `level`, then applies [`reuse_rows`] (from level 1): the fused graph (valid
+/// IR, same graph inputs and requested outputs in the same order) and the report.
 ///
 /// Fails only when `dag` is not valid IR, or on an internal error (an invalid result).
 pub fn optimize(
     dag: ir::OperatorDag,
     level: OptLevel,
 ) -> Result<(ir::OperatorDag, FusionReport), FuseError> {
-    let (fused, _, report) = run(&dag, level)?;
+    let (fused, _, report) = run(&dag, level, RowReuse::Apply)?;
     Ok((fused, report))
 }
 
@@ -191,14 +223,24 @@ pub fn optimize_cached(
     dag: ir::OperatorDag,
     level: OptLevel,
 ) -> Result<ir::OperatorDag, FuseError> {
-    cache::optimize_cached(dag, level)
+    cache::optimize_cached(dag, level, RowReuse::Apply)
 }
 
-/// The fused graph, for each of its operators the original operator whose source location it
-/// carries, and the report.
+/// [`optimize_cached`], with or without [`reuse_rows`] at the end (see [`RowReuse`]).
+pub fn optimize_cached_with(
+    dag: ir::OperatorDag,
+    level: OptLevel,
+    reuse: RowReuse,
+) -> Result<ir::OperatorDag, FuseError> {
+    cache::optimize_cached(dag, level, reuse)
+}
+
+/// The fused graph (with row reuse as `reuse` says, from level 1), for each of its operators
+/// the original operator whose source location it carries, and the report.
 pub(crate) fn run(
     dag: &ir::OperatorDag,
     level: OptLevel,
+    reuse: RowReuse,
 ) -> Result<(ir::OperatorDag, Vec<usize>, FusionReport), FuseError> {
     ovl_ir::validate::validate_operator_dag(dag)?;
     let mut report = FusionReport {
@@ -349,15 +391,10 @@ pub(crate) fn run(
         }
     }
 
-    // Values that a worker's later loop would compute again come from a row buffer.
-    if level.get() >= 1 {
-        for id in work.live() {
-            if let Some(dag) = reuse::reuse_rows(&work.node(id).dag) {
-                work.node_mut(id).dag = dag;
-            }
-        }
+    let mut fused = work.to_dag()?;
+    if level.get() >= 1 && reuse == RowReuse::Apply {
+        reuse_rows(&mut fused);
     }
-    let fused = work.to_dag()?;
     let sources = order.iter().map(|&n| work.node(n).source_of).collect();
     ovl_ir::validate::validate_operator_dag(&fused)
         .map_err(|e| FuseError::Internal(format!("the fused graph is invalid: {e}")))?;
