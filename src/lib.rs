@@ -132,7 +132,7 @@ pub use fusion::fusion;
 /// The operator merger: fusion reports, refusal reasons, index patterns, Graphviz output.
 pub use ovl_fuse::{
     FuseError, Fusion, FusionReport, ImageFormat, IndexPattern, Merge, MergeKind, OptLevel, Reason,
-    Refusal,
+    Refusal, RowBuffer,
 };
 
 /// The on-disk operator cache: where compiled operators live (`OVL_CACHE_DIR` overrides the

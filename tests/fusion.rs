@@ -899,6 +899,16 @@ fn softmax_from_small_operators_fuses_into_one_kernel() {
     assert_eq!(exps, 1, "{}", ovl::ir_tools::to_text(op));
     assert_eq!(op.locals.len(), 1);
     assert_eq!(op.locals[0].shape, vec![37]);
+    let kept = &fusion.report.row_buffers;
+    assert_eq!(kept.len(), 1, "{}", fusion.report);
+    assert_eq!(
+        (kept[0].value.as_str(), kept[0].buffer.as_str()),
+        ("exp", "f32[37]")
+    );
+    assert!(fusion
+        .report
+        .to_string()
+        .contains("kept in a row buffer (f32[37])"));
     let counts = check_everywhere(&y, &softmax_rows(&x).into_dyn(), 2e-6);
     assert_eq!(counts, (5, 1));
     fused_equals_unfused(&y);

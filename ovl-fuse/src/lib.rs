@@ -54,7 +54,7 @@ pub use cache::FUSION_VERSION;
 pub use dot::{render_dot, render_dot_bytes, to_dot, to_dot_pair, ImageFormat};
 pub use error::FuseError;
 pub use pattern::{Affine, IndexPattern};
-pub use report::{FusionReport, Merge, MergeKind, Reason, Refusal};
+pub use report::{FusionReport, Merge, MergeKind, Reason, Refusal, RowBuffer};
 
 use graph::{Src, Work};
 use legality::NotVertical;
@@ -175,23 +175,22 @@ pub enum RowReuse {
 
 /// Keeps, in every operator of `dag`, values that a later loop of a worker would compute
 /// again in row buffers filled by the earlier loop (loops with constant bounds `0..n`, at most
-/// 16 KiB per buffer; results bit for bit unchanged). Returns how many buffers were added.
+/// 16 KiB per buffer; results bit for bit unchanged). Returns what was kept, per buffer.
 ///
 /// ```
 /// use ovl_ir::ir;
 /// let mut dag = ir::OperatorDag { version: ovl_ir::IR_VERSION, ..Default::default() };
-/// assert_eq!(ovl_fuse::reuse_rows(&mut dag), 0);
+/// assert!(ovl_fuse::reuse_rows(&mut dag).is_empty());
 /// ```
-pub fn reuse_rows(dag: &mut ir::OperatorDag) -> usize {
-    let mut added = 0;
+pub fn reuse_rows(dag: &mut ir::OperatorDag) -> Vec<RowBuffer> {
+    let mut kept = Vec::new();
     for op in &mut dag.operators {
-        let before = op.locals.len();
-        if let Some(reused) = reuse::reuse_rows(op) {
-            added += reused.locals.len() - before;
+        if let Some((reused, buffers)) = reuse::reuse_rows(op) {
             *op = reused;
+            kept.extend(buffers);
         }
     }
-    added
+    kept
 }
 
 /// Fuses `dag` at `level` and returns it together with the graph before fusion.
@@ -393,7 +392,7 @@ pub(crate) fn run(
 
     let mut fused = work.to_dag()?;
     if level.get() >= 1 && reuse == RowReuse::Apply {
-        reuse_rows(&mut fused);
+        report.row_buffers = reuse_rows(&mut fused);
     }
     let sources = order.iter().map(|&n| work.node(n).source_of).collect();
     ovl_ir::validate::validate_operator_dag(&fused)

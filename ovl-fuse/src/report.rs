@@ -315,6 +315,29 @@ impl fmt::Display for Refusal {
     }
 }
 
+/// A value that a later loop of a worker reads from a row buffer instead of computing it
+/// again (row reuse, after merging).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowBuffer {
+    /// The kernel (its label after fusion, as in the DOT picture), e.g. "extreme+sub+exp+sum".
+    pub kernel: String,
+    /// The operation whose value is kept, e.g. "exp".
+    pub value: String,
+    /// The buffer's length (the loops' trip count) and element type, e.g. "f32[4096]".
+    pub buffer: String,
+}
+
+impl fmt::Display for RowBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "in `{}`: the `{}` a loop computes is kept in a row buffer ({}) for a later loop \
+             that computed it again",
+            self.kernel, self.value, self.buffer
+        )
+    }
+}
+
 /// What the optimizer did to an operator DAG.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FusionReport {
@@ -328,6 +351,8 @@ pub struct FusionReport {
     pub merges: Vec<Merge>,
     /// Every producer -> consumer edge of the fused graph, with the reason it was not merged.
     pub refusals: Vec<Refusal>,
+    /// Values kept in row buffers after merging ([`crate::reuse_rows`]).
+    pub row_buffers: Vec<RowBuffer>,
 }
 
 impl FusionReport {
@@ -349,6 +374,9 @@ impl fmt::Display for FusionReport {
         }
         for r in &self.refusals {
             writeln!(f, "  {r}")?;
+        }
+        for b in &self.row_buffers {
+            writeln!(f, "  {b}")?;
         }
         Ok(())
     }

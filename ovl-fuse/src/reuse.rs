@@ -15,6 +15,7 @@
 //! buffer's store and load stay in the L1 cache); steps repeat while values are left.
 
 use crate::cost::{weight, MEMORY_UNITS};
+use crate::report::RowBuffer;
 use ovl_ir::ir::{self, Op, TensorKind};
 use ovl_ir::DType;
 use std::collections::HashMap;
@@ -29,20 +30,20 @@ struct Loop {
     n: u64,
 }
 
-/// `dag` with values recomputed by a later loop kept in row buffers (see the module), or `None`
-/// when there is nothing to reuse.
-pub(crate) fn reuse_rows(dag: &ir::ExpressionDag) -> Option<ir::ExpressionDag> {
+/// `dag` with values recomputed by a later loop kept in row buffers (see the module), with
+/// a record of each, or `None` when there is nothing to reuse.
+pub(crate) fn reuse_rows(dag: &ir::ExpressionDag) -> Option<(ir::ExpressionDag, Vec<RowBuffer>)> {
     let mut out = dag.clone();
-    let mut changed = false;
+    let mut kept = Vec::new();
     // One buffer per step; each changes the numbering, so look again.
-    while let Some(next) = reuse_once(&out) {
+    while let Some((next, buffer)) = reuse_once(&out) {
         out = next;
-        changed = true;
+        kept.push(buffer);
     }
-    changed.then_some(out)
+    (!kept.is_empty()).then_some((out, kept))
 }
 
-fn reuse_once(dag: &ir::ExpressionDag) -> Option<ir::ExpressionDag> {
+fn reuse_once(dag: &ir::ExpressionDag) -> Option<(ir::ExpressionDag, RowBuffer)> {
     let depths = ovl_ir::analysis::nesting_depths(dag);
     let inner = ovl_ir::analysis::innermost_loops(dag);
     let loops = counted_top_level_loops(dag, &depths);
@@ -79,7 +80,20 @@ fn reuse_once(dag: &ir::ExpressionDag) -> Option<ir::ExpressionDag> {
     }
     let (_, e1, e2, l1, l2) = best?;
     let out = with_buffer(dag, e1, e2, l1, l2);
-    ovl_ir::validate::validate(&out).ok().map(|_| out)
+    ovl_ir::validate::validate(&out).ok()?;
+    let e = &dag.expressions[e1];
+    let record = RowBuffer {
+        kernel: dag.name.clone(),
+        value: ovl_ir::ops::info_of_code(e.code)
+            .map_or("value", |r| r.name)
+            .to_string(),
+        buffer: format!(
+            "{}[{}]",
+            DType::from_ir(e.dtype).map_or("?", |d| d.name()),
+            l1.n
+        ),
+    };
+    Some((out, record))
 }
 
 /// The top-level RANGE loops over `0..n` (constant, `n > 0`, step 1).
@@ -296,7 +310,10 @@ mod tests {
     fn a_value_both_loops_compute_is_computed_once() {
         let dag = two_loops(64, true);
         assert_eq!(count(&dag, Op::Exp), 2);
-        let out = reuse_rows(&dag).expect("a buffer");
+        let (out, kept) = reuse_rows(&dag).expect("a buffer");
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].value, "exp");
+        assert_eq!(kept[0].buffer, "f32[64]");
         ovl_ir::validate::validate(&out).unwrap();
         assert_eq!(count(&out, Op::Exp), 1);
         assert_eq!(out.locals.len(), 1);
