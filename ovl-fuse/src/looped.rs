@@ -51,13 +51,14 @@ pub(crate) fn loop_axes(producer: &[u64], consumer: &[u64]) -> Option<(Vec<u64>,
 /// `dag` (over workgroup `consumer`) rewritten over `target` with its body inside one RANGE
 /// loop per axis in `looped` (outermost first, each `0..extent` step 1), the positions on those
 /// axes replaced by the loops' indices. `None` for an operator with sizes known only at run
-/// time.
+/// time, and for one with local tensors (each worker starts with them zeroed; iterations of a
+/// loop would see the previous iteration's).
 pub(crate) fn looped(
     dag: &ir::ExpressionDag,
     target: &[u64],
     looped: &[usize],
 ) -> Option<ir::ExpressionDag> {
-    if dag.symbol_count > 0 || !dag.symbolic_workgroup.is_empty() {
+    if dag.symbol_count > 0 || !dag.symbolic_workgroup.is_empty() || !dag.locals.is_empty() {
         return None;
     }
     let constant = |v: i64| ir::Expression {
@@ -169,5 +170,19 @@ mod tests {
         );
         // The row is written at every column: no zero-fill is needed.
         assert_eq!(ovl_ir::analysis::written_everywhere(&dag), vec![true]);
+    }
+
+    #[test]
+    fn an_operator_with_a_local_tensor_is_not_looped() {
+        use ovl_ir::builder::{Builder, OUT};
+        use ovl_ir::Literal;
+        let mut b = Builder::new("scratch", &[2, 3]);
+        let out = b.output(DType::F32, &[2, 3]);
+        let (p0, p1) = (b.position(0), b.position(1));
+        let local = b.local(DType::F32, &[1], Literal::Float(0.0));
+        let zero = b.i64(0);
+        let v = b.read(ovl_ir::builder::LOC, local, &[zero]);
+        b.write(OUT, out, &[p0, p1], v);
+        assert!(looped(&b.build(), &[2, 1], &[1]).is_none());
     }
 }
