@@ -94,6 +94,32 @@ fn every_way_matches_the_f64_reference_forward_and_backward() {
 }
 
 #[test]
+fn every_kernel_from_stdlib_ops_is_one_kernel_forward_and_backward() {
+    // The statistics' consumers run as loops inside the reductions' workers (issue 14's goal:
+    // one kernel forward).
+    let x = Lazy::from(reductions::pseudo_random(&[16, 300], 5));
+    for kernel in Kernel::ALL {
+        let dy_shape: &[usize] = if kernel.keeps_shape() {
+            &[16, 300]
+        } else {
+            &[16]
+        };
+        let dy = Lazy::from(reductions::pseudo_random(dy_shape, 6));
+        for backward in [false, true] {
+            let handles = outputs(kernel, Way::Ops, &x, backward.then_some(&dy)).expect("outputs");
+            let fusion = ovl::fusion(handles.as_slice(), 3).expect("fusion");
+            assert_eq!(
+                fusion.report.kernels_after,
+                1,
+                "{} (backward: {backward}):\n{}",
+                kernel.name(),
+                fusion.report
+            );
+        }
+    }
+}
+
+#[test]
 fn the_reference_is_the_textbook_formula() {
     // Independent of the reference's code: a 1 x 4 row worked by hand.
     let x = ndarray::array![[1.0f32, 2.0, 3.0, 4.0]];
