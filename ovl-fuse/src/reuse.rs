@@ -7,7 +7,8 @@
 //! row buffer) and the second computes, in its body, a value the first computes in its body
 //! from the same loop index, the same input reads and the same values from before the first
 //! loop, the first loop stores it in a worker-local buffer (`n` elements, at most
-//! [`ROW_BUFFER_BYTES`]) and the second reads it back instead of computing it again. It is the
+//! [`ROW_BUFFER_BYTES`], and at most [`LOCALS_BUDGET_BYTES`] of locals per worker in all) and
+//! the second reads it back instead of computing it again. It is the
 //! same value, so results are bit for bit unchanged; reads of inputs are pure (inputs never
 //! change while an operator runs), and the first loop made every read the second would have
 //! made, so no fault moves either. One value is kept per step, the costliest, and only when
@@ -22,6 +23,11 @@ use std::collections::HashMap;
 
 /// The largest row buffer: 16 KiB per worker (4096 f32), as `ovl_stdlib::softmax` keeps.
 pub(crate) const ROW_BUFFER_BYTES: u64 = 16 * 1024;
+
+/// The most local memory per worker an operator may have after row reuse, its own local
+/// tensors included: no buffer is added beyond it (a worker's locals live on its stack; the
+/// C++ backend refuses more than 256 KiB).
+pub(crate) const LOCALS_BUDGET_BYTES: u64 = 64 * 1024;
 
 /// A top-level loop `for j in 0..n` (step 1): its RANGE expression and `n`.
 #[derive(Clone, Copy)]
@@ -47,6 +53,14 @@ fn reuse_once(dag: &ir::ExpressionDag) -> Option<(ir::ExpressionDag, RowBuffer)>
     let depths = ovl_ir::analysis::nesting_depths(dag);
     let inner = ovl_ir::analysis::innermost_loops(dag);
     let loops = counted_top_level_loops(dag, &depths);
+    let used: Option<u64> = dag.locals.iter().try_fold(0u64, |total, t| {
+        let size = DType::from_ir(t.dtype)?.size() as u64;
+        let elements = t.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d))?;
+        total.checked_add(size.checked_mul(elements)?)
+    });
+    let room = LOCALS_BUDGET_BYTES
+        .saturating_sub(used?)
+        .min(ROW_BUFFER_BYTES);
     // In the body of `l` itself (not in a nested block).
     let in_body = |i: usize, l: usize| inner[i] == Some(l) && depths[i] == 1;
     let mut best: Option<(f64, usize, usize, Loop, Loop)> = None; // (cost, e1, e2, l1, l2)
@@ -63,7 +77,7 @@ fn reuse_once(dag: &ir::ExpressionDag) -> Option<(ir::ExpressionDag, RowBuffer)>
                 memo: HashMap::new(),
             };
             for e2 in (l2.range + 1)..dag.expressions.len() {
-                if !in_body(e2, l2.range) || !storable(dag, e2, l1.n) {
+                if !in_body(e2, l2.range) || !storable(dag, e2, l1.n, room) {
                     continue;
                 }
                 let Some(e1) = ((l1.range + 1)..l2.range)
@@ -107,18 +121,15 @@ fn counted_top_level_loops(dag: &ir::ExpressionDag, depths: &[u32]) -> Vec<Loop>
         .collect()
 }
 
-/// Whether the value of expression `i` can be kept in a buffer of `n` elements.
-fn storable(dag: &ir::ExpressionDag, i: usize, n: u64) -> bool {
+/// Whether the value of expression `i` can be kept in a buffer of `n` elements of at most
+/// `room` bytes.
+fn storable(dag: &ir::ExpressionDag, i: usize, n: u64, room: u64) -> bool {
     let e = &dag.expressions[i];
     let Some(d) = DType::from_ir(e.dtype) else {
         return false;
     };
     let produces = ovl_ir::ops::info_of_code(e.code).is_some_and(|r| r.produces_value());
-    produces
-        && d != DType::Bool
-        && (d.size() as u64)
-            .checked_mul(n)
-            .is_some_and(|b| b <= ROW_BUFFER_BYTES)
+    produces && d != DType::Bool && (d.size() as u64).checked_mul(n).is_some_and(|b| b <= room)
 }
 
 /// Whether two expressions of the two loops compute the same value at the same iteration.
@@ -319,6 +330,21 @@ mod tests {
         assert_eq!(out.locals.len(), 1);
         assert_eq!(out.locals[0].shape, vec![64]);
         assert_eq!(count(&out, Op::LocalTensor), 1);
+    }
+
+    #[test]
+    fn no_buffer_goes_beyond_the_budget_of_local_memory() {
+        // The operator already holds 60 KiB and 4 bytes of locals: a 4 KiB buffer would pass
+        // 64 KiB.
+        let mut dag = two_loops(1024, true);
+        dag.locals.push(ir::TensorType {
+            dtype: DType::F32.to_ir() as i32,
+            shape: vec![15 * 1024 + 1],
+            ..Default::default()
+        });
+        assert!(reuse_rows(&dag).is_none());
+        dag.locals[0].shape = vec![14 * 1024];
+        assert!(reuse_rows(&dag).is_some());
     }
 
     #[test]
