@@ -280,7 +280,7 @@ pub(crate) fn merge_vertical(
 
 /// Whether an expression only computes a value (no effect, no possible fault): it may be
 /// shared or dropped. Reads are not: an out-of-bounds read is an error to report.
-fn is_pure(code: i32) -> bool {
+pub(crate) fn is_pure(code: i32) -> bool {
     ovl_ir::ops::info_of_code(code).is_some_and(|row| row.is_pure())
 }
 

@@ -53,13 +53,12 @@ fn reuse_once(dag: &ir::ExpressionDag) -> Option<(ir::ExpressionDag, RowBuffer)>
     let depths = ovl_ir::analysis::nesting_depths(dag);
     let inner = ovl_ir::analysis::innermost_loops(dag);
     let loops = counted_top_level_loops(dag, &depths);
-    let used: Option<u64> = dag.locals.iter().try_fold(0u64, |total, t| {
-        let size = DType::from_ir(t.dtype)?.size() as u64;
-        let elements = t.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d))?;
-        total.checked_add(size.checked_mul(elements)?)
+    let used: Option<usize> = dag.locals.iter().try_fold(0usize, |total, t| {
+        let elements = ovl_ir::validate::element_count(&t.shape)?;
+        total.checked_add(DType::from_ir(t.dtype)?.size().checked_mul(elements)?)
     });
     let room = LOCALS_BUDGET_BYTES
-        .saturating_sub(used?)
+        .saturating_sub(used? as u64)
         .min(ROW_BUFFER_BYTES);
     // In the body of `l` itself (not in a nested block).
     let in_body = |i: usize, l: usize| inner[i] == Some(l) && depths[i] == 1;
@@ -150,7 +149,7 @@ impl<F: Fn(usize, usize) -> bool> Equivalence<'_, F> {
         let (ai, bi) = (a as usize, b as usize);
         if ai < self.l1 || bi < self.l1 {
             let e = &self.dag.expressions[ai];
-            return a == b && is_pure_value(e);
+            return a == b && crate::merge::is_pure(e.code);
         }
         if ai == self.l1 && bi == self.l2 {
             return true;
@@ -163,7 +162,7 @@ impl<F: Fn(usize, usize) -> bool> Equivalence<'_, F> {
         }
         let dag = self.dag;
         let (x, y) = (&dag.expressions[ai], &dag.expressions[bi]);
-        let alike = (is_pure_value(x) || is_input_read(x))
+        let alike = (crate::merge::is_pure(x.code) || is_input_read(x))
             && x.code == y.code
             && x.dtype == y.dtype
             && x.axis == y.axis
@@ -180,11 +179,6 @@ impl<F: Fn(usize, usize) -> bool> Equivalence<'_, F> {
         self.memo.insert((a, b), same);
         same
     }
-}
-
-/// A pure value (not a variable, accumulator, read or statement).
-fn is_pure_value(e: &ir::Expression) -> bool {
-    ovl_ir::ops::info_of_code(e.code).is_some_and(|r| r.is_pure() && r.produces_value())
 }
 
 fn is_input_read(e: &ir::Expression) -> bool {

@@ -858,7 +858,7 @@ impl<'a> Checker<'a> {
 }
 
 /// The number of elements of a shape, if it fits in `usize`.
-pub(crate) fn element_count(shape: &[u64]) -> Option<usize> {
+pub fn element_count(shape: &[u64]) -> Option<usize> {
     shape
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?))
