@@ -120,7 +120,22 @@ pub fn counted_range(dag: &ir::ExpressionDag, i: usize) -> Option<(u64, u64)> {
 /// other loop.
 fn enclosing_full_ranges(dag: &ir::ExpressionDag) -> Vec<Option<Vec<(u32, u64, u64)>>> {
     // Each open block: Some(loop) for a counted RANGE, None for anything else.
-    let mut stack: Vec<Option<(u32, u64, u64)>> = Vec::new();
+    per_enclosing_blocks(
+        dag,
+        |i, _| counted_range(dag, i).map(|(start, end)| (i as u32, start, end)),
+        |open| open.iter().copied().collect(),
+    )
+}
+
+/// For each expression, `at` of the blocks enclosing it, outermost first, each described by
+/// `open` (its opener's index and row) when it opens. A block's opener and closer are outside
+/// it; ELSE and WHILE_COND are inside. An unmatched closer is ignored.
+fn per_enclosing_blocks<B: Copy, R>(
+    dag: &ir::ExpressionDag,
+    open: impl Fn(usize, &ops::OpInfo) -> B,
+    at: impl Fn(&[B]) -> R,
+) -> Vec<R> {
+    let mut stack: Vec<B> = Vec::new();
     dag.expressions
         .iter()
         .enumerate()
@@ -129,9 +144,9 @@ fn enclosing_full_ranges(dag: &ir::ExpressionDag) -> Vec<Option<Vec<(u32, u64, u
             if row.is_some_and(|r| r.block == Block::Close) {
                 stack.pop();
             }
-            let here = stack.iter().copied().collect::<Option<Vec<_>>>();
-            if row.is_some_and(|r| r.block == Block::Open) {
-                stack.push(counted_range(dag, i).map(|(start, end)| (i as u32, start, end)));
+            let here = at(&stack);
+            if let Some(r) = row.filter(|r| r.block == Block::Open) {
+                stack.push(open(i, r));
             }
             here
         })
@@ -219,26 +234,17 @@ fn write_box(
 /// (a loop's own opener and closer are outside it; WHILE_COND and the condition are inside).
 /// Robust to malformed nesting (an unmatched closer is ignored).
 pub fn innermost_loops(dag: &ir::ExpressionDag) -> Vec<Option<usize>> {
-    let mut stack: Vec<(usize, bool)> = Vec::new(); // (opener, is a loop)
-    dag.expressions
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            let row = ops::info_of_code(e.code);
-            if row.is_some_and(|r| r.block == Block::Close) {
-                stack.pop();
-            }
-            let inner = stack
-                .iter()
+    // Each open block: (opener, whether it is a loop).
+    per_enclosing_blocks(
+        dag,
+        |i, r| (i, r.op != Op::If),
+        |open| {
+            open.iter()
                 .rev()
                 .find(|(_, is_loop)| *is_loop)
-                .map(|&(o, _)| o);
-            if let Some(r) = row.filter(|r| r.block == Block::Open) {
-                stack.push((i, r.op != Op::If));
-            }
-            inner
-        })
-        .collect()
+                .map(|&(o, _)| o)
+        },
+    )
 }
 
 /// The reductions of an operator: for each RANGE that is a reduction loop, the accumulators it
