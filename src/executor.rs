@@ -12,9 +12,13 @@ use std::time::Duration;
 
 /// Merges the graph's operators at `options.opt_level` (the graph inputs and the requested
 /// outputs are unchanged), then keeps values a worker's later loop would compute again in row
-/// buffers ([`ovl_fuse::reuse_rows`]), before kernels are prepared.
+/// buffers ([`ovl_fuse::reuse_rows`], within the target's budget), before kernels are prepared.
 pub(crate) fn fuse(graph: Graph, options: &Options) -> Result<Graph, Error> {
-    fuse_with(graph, options, ovl_fuse::RowReuse::Apply)
+    fuse_with(
+        graph,
+        options,
+        ovl_fuse::RowReuse::Apply(options.row_budget()),
+    )
 }
 
 /// [`fuse`], with or without row reuse (see [`ovl_fuse::RowReuse`]).
@@ -29,8 +33,8 @@ pub(crate) fn fuse_with(
     let dag = if graph.dag.operators.len() < 2 {
         // Nothing to merge.
         let mut dag = graph.dag;
-        if reuse == ovl_fuse::RowReuse::Apply {
-            ovl_fuse::reuse_rows(&mut dag);
+        if let ovl_fuse::RowReuse::Apply(budget) = reuse {
+            ovl_fuse::reuse_rows(&mut dag, budget);
         }
         dag
     } else {

@@ -134,7 +134,8 @@ impl TfExport {
 
     /// Traces, fuses and compiles (into the operator cache) the program and its gradient.
     pub fn build(&self) -> Result<Bundle, Error> {
-        let (program, gradient) = self.pack(ovl_fuse::RowReuse::Apply)?;
+        let (program, gradient) =
+            self.pack(ovl_fuse::RowReuse::Apply(self.options.row_budget()))?;
         self.compile(program, gradient)
     }
 
@@ -196,7 +197,7 @@ impl TfExport {
     pub(crate) fn reuse_rows(&self, program: &mut ir::Program) {
         if self.options.opt_level.get() >= 1 {
             if let Some(graph) = &mut program.graph {
-                ovl_fuse::reuse_rows(graph);
+                ovl_fuse::reuse_rows(graph, self.options.row_budget());
             }
         }
     }

@@ -4,7 +4,8 @@ use crate::{Error, Evaluate};
 use ovl_fuse::{Fusion, OptLevel};
 
 /// Builds the operator DAG behind `outputs`, fuses it at `opt_level` exactly as
-/// [`evaluate`](crate::evaluate) would, and returns the graph before and after with the
+/// [`evaluate`](crate::evaluate) would on the CPU (the default target; row buffers within
+/// [`ovl_fuse::RowBudget::CPU`]), and returns the graph before and after with the
 /// [`FusionReport`](crate::FusionReport): every merge, and every producer -> consumer edge left
 /// unmerged with its reason. Nothing is compiled or run.
 ///
@@ -28,5 +29,6 @@ use ovl_fuse::{Fusion, OptLevel};
 /// ```
 pub fn fusion<O: Evaluate>(outputs: O, opt_level: impl Into<OptLevel>) -> Result<Fusion, Error> {
     let graph = ovl_core::lazy::build_graph(&outputs.tensors())?;
-    Ok(ovl_fuse::fuse(&graph.dag, opt_level.into())?)
+    let reuse = ovl_fuse::RowReuse::Apply(crate::Options::default().row_budget());
+    Ok(ovl_fuse::fuse_with(&graph.dag, opt_level.into(), reuse)?)
 }

@@ -120,6 +120,17 @@ impl Options {
         self
     }
 
+    /// How much worker-local memory row reuse ([`ovl_fuse::reuse_rows`]) may spend on this
+    /// target: [`ovl_fuse::RowBudget::CPU`] for the C++ backend and the interpreter (a program
+    /// exported for it runs on the CPU), [`ovl_fuse::RowBudget::PORTABLE`] for kernels that
+    /// may run on a GPU.
+    pub(crate) fn row_budget(&self) -> ovl_fuse::RowBudget {
+        match self.target {
+            Target::Interpreter | Target::Cpu => ovl_fuse::RowBudget::CPU,
+            Target::Cuda | Target::CudaValidate => ovl_fuse::RowBudget::PORTABLE,
+        }
+    }
+
     /// The options of the C++ backend these options imply (cache root, recompilation, source
     /// dumps).
     pub fn compile_options(&self) -> ovl_codegen::CompileOptions {

@@ -264,12 +264,30 @@ fn local_tensors() {
 
 #[test]
 fn local_tensor_too_large_is_rejected() {
+    // The C++ backend: up to 256 KiB of locals per worker, in one local or several.
     let mut b = Builder::new("big_local", &[1]);
-    b.local(DType::F64, &[100, 100], Literal::Float(0.0));
+    b.local(DType::F64, &[200, 200], Literal::Float(0.0));
     let dag = b.build();
     let cache = TestCache::new();
     let err = ovl_codegen::compile(&dag, &cache.options()).unwrap_err();
     let msg = err.to_string();
+    assert!(
+        msg.contains("local 0") && msg.contains("320000 bytes") && msg.contains("262144"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_local_over_64_kib_compiles_for_the_cpu_but_not_for_cuda() {
+    // 80000 bytes: within the C++ backend's limit (row reuse may add such row buffers to
+    // kernels for the CPU), beyond CUDA's 64 KiB per local.
+    let mut b = Builder::new("wide_local", &[1]);
+    b.local(DType::F64, &[100, 100], Literal::Float(0.0));
+    let dag = b.build();
+    ovl_codegen::cpu::generate_cpp(&dag, "k").expect("C++ source");
+    let msg = ovl_codegen::cuda::generate_cuda(&dag, "k")
+        .unwrap_err()
+        .to_string();
     assert!(
         msg.contains("local 0") && msg.contains("80000 bytes") && msg.contains("65536"),
         "{msg}"

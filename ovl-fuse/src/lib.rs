@@ -165,27 +165,64 @@ impl Fusion {
 /// Whether [`optimize`] and its kin finish with [`reuse_rows`] (at opt_level 1 and up).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RowReuse {
-    /// Keep values a worker's later loop would compute again in row buffers (the default).
-    Apply,
+    /// Keep values a worker's later loop would compute again in row buffers, within the
+    /// budget (the default: [`RowBudget::PORTABLE`]).
+    Apply(RowBudget),
     /// Leave kernels as merged: for graphs traced at stand-in sizes (a polymorphic export
     /// traces at three sizes and unifies them), where a loop's length may become a size known
     /// only at run time, which a row buffer cannot have; apply [`reuse_rows`] after unifying.
     Skip,
 }
 
+impl Default for RowReuse {
+    fn default() -> Self {
+        RowReuse::Apply(RowBudget::PORTABLE)
+    }
+}
+
+/// How much worker-local memory [`reuse_rows`] may spend: per row buffer, and for all local
+/// tensors of a worker (the operator's own included). A row longer than a buffer computes its
+/// values again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RowBudget {
+    /// The largest row buffer, in bytes per worker.
+    pub buffer_bytes: u64,
+    /// The most local memory per worker an operator may have after row reuse.
+    pub locals_bytes: u64,
+}
+
+impl RowBudget {
+    /// For kernels that may run on a GPU, which reserves local memory for every thread that
+    /// can be resident at once: 16 KiB per buffer (4096 f32, as `ovl_stdlib::softmax` keeps;
+    /// about 4 GiB reserved on a GPU of 132 multiprocessors of 2048 threads), 64 KiB of locals
+    /// per worker in all.
+    pub const PORTABLE: RowBudget = RowBudget {
+        buffer_bytes: 16 * 1024,
+        locals_bytes: 64 * 1024,
+    };
+    /// For kernels compiled for the CPU: 256 KiB per buffer and in all (rows of up to 65536
+    /// f32, a vocabulary-sized softmax; the C++ backend's limit for a worker's locals, which
+    /// live on the worker thread's stack). Such a buffer stays in a core's L2 cache, so
+    /// reading it back is still cheaper than computing an `exp` again.
+    pub const CPU: RowBudget = RowBudget {
+        buffer_bytes: 256 * 1024,
+        locals_bytes: 256 * 1024,
+    };
+}
+
 /// Keeps, in every operator of `dag`, values that a later loop of a worker would compute
-/// again in row buffers filled by the earlier loop (loops with constant bounds `0..n`, at most
-/// 16 KiB per buffer; results bit for bit unchanged). Returns what was kept, per buffer.
+/// again in row buffers filled by the earlier loop (loops with constant bounds `0..n`, buffers
+/// within `budget`; results bit for bit unchanged). Returns what was kept, per buffer.
 ///
 /// ```
 /// use ovl_ir::ir;
 /// let mut dag = ir::OperatorDag { version: ovl_ir::IR_VERSION, ..Default::default() };
-/// assert!(ovl_fuse::reuse_rows(&mut dag).is_empty());
+/// assert!(ovl_fuse::reuse_rows(&mut dag, ovl_fuse::RowBudget::CPU).is_empty());
 /// ```
-pub fn reuse_rows(dag: &mut ir::OperatorDag) -> Vec<RowBuffer> {
+pub fn reuse_rows(dag: &mut ir::OperatorDag, budget: RowBudget) -> Vec<RowBuffer> {
     let mut kept = Vec::new();
     for op in &mut dag.operators {
-        if let Some((reused, buffers)) = reuse::reuse_rows(op) {
+        if let Some((reused, buffers)) = reuse::reuse_rows(op, budget) {
             *op = reused;
             kept.extend(buffers);
         }
@@ -193,9 +230,19 @@ pub fn reuse_rows(dag: &mut ir::OperatorDag) -> Vec<RowBuffer> {
     kept
 }
 
-/// Fuses `dag` at `level` and returns it together with the graph before fusion.
+/// Fuses `dag` at `level` (row buffers within [`RowBudget::PORTABLE`]) and returns it together
+/// with the graph before fusion.
 pub fn fuse(dag: &ir::OperatorDag, level: OptLevel) -> Result<Fusion, FuseError> {
-    let (after, report) = optimize(dag.clone(), level)?;
+    fuse_with(dag, level, RowReuse::default())
+}
+
+/// [`fuse`], with or without [`reuse_rows`] at the end, within the given budget.
+pub fn fuse_with(
+    dag: &ir::OperatorDag,
+    level: OptLevel,
+    reuse: RowReuse,
+) -> Result<Fusion, FuseError> {
+    let (after, _, report) = run(dag, level, reuse)?;
     Ok(Fusion {
         before: dag.clone(),
         after,
@@ -203,15 +250,16 @@ pub fn fuse(dag: &ir::OperatorDag, level: OptLevel) -> Result<Fusion, FuseError>
     })
 }
 
-/// Fuses `dag` at `level`, then applies [`reuse_rows`] (from level 1): the fused graph (valid
-/// IR, same graph inputs and requested outputs in the same order) and the report.
+/// Fuses `dag` at `level`, then applies [`reuse_rows`] (from level 1, within
+/// [`RowBudget::PORTABLE`]): the fused graph (valid IR, same graph inputs and requested
+/// outputs in the same order) and the report.
 ///
 /// Fails only when `dag` is not valid IR, or on an internal error (an invalid result).
 pub fn optimize(
     dag: ir::OperatorDag,
     level: OptLevel,
 ) -> Result<(ir::OperatorDag, FusionReport), FuseError> {
-    let (fused, _, report) = run(&dag, level, RowReuse::Apply)?;
+    let (fused, _, report) = run(&dag, level, RowReuse::default())?;
     Ok((fused, report))
 }
 
@@ -222,7 +270,7 @@ pub fn optimize_cached(
     dag: ir::OperatorDag,
     level: OptLevel,
 ) -> Result<ir::OperatorDag, FuseError> {
-    cache::optimize_cached(dag, level, RowReuse::Apply)
+    cache::optimize_cached(dag, level, RowReuse::default())
 }
 
 /// [`optimize_cached`], with or without [`reuse_rows`] at the end (see [`RowReuse`]).
@@ -391,8 +439,8 @@ pub(crate) fn run(
     }
 
     let mut fused = work.to_dag()?;
-    if level.get() >= 1 && reuse == RowReuse::Apply {
-        report.row_buffers = reuse_rows(&mut fused);
+    if let (true, RowReuse::Apply(budget)) = (level.get() >= 1, reuse) {
+        report.row_buffers = reuse_rows(&mut fused, budget);
     }
     let sources = order.iter().map(|&n| work.node(n).source_of).collect();
     ovl_ir::validate::validate_operator_dag(&fused)

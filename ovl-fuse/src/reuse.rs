@@ -6,28 +6,21 @@
 //! two top-level loops of an operator run over the same `0..n` (step 1, `n` small enough for a
 //! row buffer) and the second computes, in its body, a value the first computes in its body
 //! from the same loop index, the same input reads and the same values from before the first
-//! loop, the first loop stores it in a worker-local buffer (`n` elements, at most
-//! [`ROW_BUFFER_BYTES`], and at most [`LOCALS_BUDGET_BYTES`] of locals per worker in all) and
-//! the second reads it back instead of computing it again. It is the
+//! loop, the first loop stores it in a worker-local buffer (`n` elements, within a
+//! [`RowBudget`]: per buffer, and for all locals of a worker) and the second reads it back
+//! instead of computing it again. It is the
 //! same value, so results are bit for bit unchanged; reads of inputs are pure (inputs never
 //! change while an operator runs), and the first loop made every read the second would have
 //! made, so no fault moves either. One value is kept per step, the costliest, and only when
 //! it costs more than one element's memory traffic ([`crate::cost::MEMORY_UNITS`]: the
-//! buffer's store and load stay in the L1 cache); steps repeat while values are left.
+//! buffer's store and load stay in a core's cache); steps repeat while values are left.
 
 use crate::cost::{weight, MEMORY_UNITS};
 use crate::report::RowBuffer;
+use crate::RowBudget;
 use ovl_ir::ir::{self, Op, TensorKind};
 use ovl_ir::DType;
 use std::collections::HashMap;
-
-/// The largest row buffer: 16 KiB per worker (4096 f32), as `ovl_stdlib::softmax` keeps.
-pub(crate) const ROW_BUFFER_BYTES: u64 = 16 * 1024;
-
-/// The most local memory per worker an operator may have after row reuse, its own local
-/// tensors included: no buffer is added beyond it (a worker's locals live on its stack; the
-/// C++ backend refuses more than 256 KiB).
-pub(crate) const LOCALS_BUDGET_BYTES: u64 = 64 * 1024;
 
 /// A top-level loop `for j in 0..n` (step 1): its RANGE expression and `n`.
 #[derive(Clone, Copy)]
@@ -38,18 +31,24 @@ struct Loop {
 
 /// `dag` with values recomputed by a later loop kept in row buffers (see the module), with
 /// a record of each, or `None` when there is nothing to reuse.
-pub(crate) fn reuse_rows(dag: &ir::ExpressionDag) -> Option<(ir::ExpressionDag, Vec<RowBuffer>)> {
+pub(crate) fn reuse_rows(
+    dag: &ir::ExpressionDag,
+    budget: RowBudget,
+) -> Option<(ir::ExpressionDag, Vec<RowBuffer>)> {
     let mut out = dag.clone();
     let mut kept = Vec::new();
     // One buffer per step; each changes the numbering, so look again.
-    while let Some((next, buffer)) = reuse_once(&out) {
+    while let Some((next, buffer)) = reuse_once(&out, budget) {
         out = next;
         kept.push(buffer);
     }
     (!kept.is_empty()).then_some((out, kept))
 }
 
-fn reuse_once(dag: &ir::ExpressionDag) -> Option<(ir::ExpressionDag, RowBuffer)> {
+fn reuse_once(
+    dag: &ir::ExpressionDag,
+    budget: RowBudget,
+) -> Option<(ir::ExpressionDag, RowBuffer)> {
     let depths = ovl_ir::analysis::nesting_depths(dag);
     let inner = ovl_ir::analysis::innermost_loops(dag);
     let loops = counted_top_level_loops(dag, &depths);
@@ -57,9 +56,10 @@ fn reuse_once(dag: &ir::ExpressionDag) -> Option<(ir::ExpressionDag, RowBuffer)>
         let elements = ovl_ir::validate::element_count(&t.shape)?;
         total.checked_add(DType::from_ir(t.dtype)?.size().checked_mul(elements)?)
     });
-    let room = LOCALS_BUDGET_BYTES
+    let room = budget
+        .locals_bytes
         .saturating_sub(used? as u64)
-        .min(ROW_BUFFER_BYTES);
+        .min(budget.buffer_bytes);
     // In the body of `l` itself (not in a nested block).
     let in_body = |i: usize, l: usize| inner[i] == Some(l) && depths[i] == 1;
     let mut best: Option<(f64, usize, usize, Loop, Loop)> = None; // (cost, e1, e2, l1, l2)
@@ -315,7 +315,7 @@ mod tests {
     fn a_value_both_loops_compute_is_computed_once() {
         let dag = two_loops(64, true);
         assert_eq!(count(&dag, Op::Exp), 2);
-        let (out, kept) = reuse_rows(&dag).expect("a buffer");
+        let (out, kept) = reuse_rows(&dag, RowBudget::PORTABLE).expect("a buffer");
         assert_eq!(kept.len(), 1);
         assert_eq!(kept[0].value, "exp");
         assert_eq!(kept[0].buffer, "f32[64]");
@@ -336,14 +336,27 @@ mod tests {
             shape: vec![15 * 1024 + 1],
             ..Default::default()
         });
-        assert!(reuse_rows(&dag).is_none());
+        assert!(reuse_rows(&dag, RowBudget::PORTABLE).is_none());
         dag.locals[0].shape = vec![14 * 1024];
-        assert!(reuse_rows(&dag).is_some());
+        assert!(reuse_rows(&dag, RowBudget::PORTABLE).is_some());
+        // The CPU's budget: 256 KiB in all.
+        dag.locals[0].shape = vec![63 * 1024 + 1];
+        assert!(reuse_rows(&dag, RowBudget::CPU).is_none());
+        dag.locals[0].shape = vec![62 * 1024];
+        assert!(reuse_rows(&dag, RowBudget::CPU).is_some());
     }
 
     #[test]
     fn different_values_and_rows_too_long_for_a_buffer_are_left_alone() {
-        assert!(reuse_rows(&two_loops(64, false)).is_none());
-        assert!(reuse_rows(&two_loops(8192, true)).is_none());
+        assert!(reuse_rows(&two_loops(64, false), RowBudget::PORTABLE).is_none());
+        assert!(reuse_rows(&two_loops(8192, true), RowBudget::PORTABLE).is_none());
+        assert!(reuse_rows(&two_loops(65536 + 1, true), RowBudget::CPU).is_none());
+    }
+
+    #[test]
+    fn the_cpu_budget_keeps_rows_of_up_to_256_kib() {
+        let (out, kept) = reuse_rows(&two_loops(65536, true), RowBudget::CPU).expect("a buffer");
+        assert_eq!(kept[0].buffer, "f32[65536]");
+        assert_eq!(count(&out, Op::Exp), 1);
     }
 }

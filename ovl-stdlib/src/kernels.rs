@@ -237,18 +237,12 @@ pub(crate) fn matmul<T: Num>(a: Tensor<T>, b: Tensor<T>) -> Tensor<T> {
     out
 }
 
-/// The longest row, in bytes, that [`softmax`] keeps in a worker-local buffer (4096 f32): it
-/// stays in a core's L1 cache on the CPU, and on a GPU, which reserves local memory for every
-/// thread that can be resident at once, it bounds that reservation (about 4 GiB on a GPU of 132
-/// multiprocessors of 2048 threads) where the local tensor limit, 64 KiB, would reserve four
-/// times as much.
-const ROW_BUFFER_BYTES: usize = 16 * 1024;
-
 /// Softmax along the last axis, one worker per row: the row's maximum `top`, then
 /// `e = exp(x - top)` and its sum `total`, then `e * (1 / total)` (one division per row; the
-/// result may differ from `e / total` by an ulp). A row of up to [`ROW_BUFFER_BYTES`] keeps `e`
-/// in a worker-local buffer, so `exp` runs once per element; a longer row computes the same `e`
-/// again in the last pass. Both give the same values.
+/// result may differ from `e / total` by an ulp). The last pass names `e` again: fusion's row
+/// reuse (`ovl_fuse::reuse_rows`, from opt_level 1) keeps it in a worker-local buffer where the
+/// row fits the target's budget (16 KiB on a GPU, 256 KiB on the CPU), so `exp` runs once per
+/// element; a longer row computes the same `e` again. Both give the same values.
 #[operator]
 pub(crate) fn softmax<T: Float>(x: Tensor<T>) -> Tensor<T> {
     let axis = checked_axis("softmax", x.rank().saturating_sub(1), x.shape());
@@ -264,28 +258,13 @@ pub(crate) fn softmax<T: Float>(x: Tensor<T>) -> Tensor<T> {
     }
     let top = top.get();
     let mut total = sum_of(lit::<T>(0.0));
-    if n > 0 && n * T::DTYPE.size() <= ROW_BUFFER_BYTES {
-        let e = zeros::<T>([n]);
-        for k in 0..n {
-            let v = dsl::exp(x.read(along(&p, r, axis, k)) - top);
-            e[[k]] = v;
-            total += v;
-        }
-        let scale = lit::<T>(1.0) / total.get();
-        for k in 0..n {
-            out.write(along(&p, r, axis, k), e[[k]] * scale);
-        }
-    } else {
-        for k in 0..n {
-            total += dsl::exp(x.read(along(&p, r, axis, k)) - top);
-        }
-        let scale = lit::<T>(1.0) / total.get();
-        for k in 0..n {
-            out.write(
-                along(&p, r, axis, k),
-                dsl::exp(x.read(along(&p, r, axis, k)) - top) * scale,
-            );
-        }
+    for k in 0..n {
+        total += dsl::exp(x.read(along(&p, r, axis, k)) - top);
+    }
+    let scale = lit::<T>(1.0) / total.get();
+    for k in 0..n {
+        let e = dsl::exp(x.read(along(&p, r, axis, k)) - top);
+        out.write(along(&p, r, axis, k), e * scale);
     }
     out
 }

@@ -407,7 +407,8 @@ fn normalize<T: Float>(x: Lazy<T>, eps: f64, center: bool, at: &Location<'_>) ->
 
 /// Softmax along the last axis (stable: the maximum is subtracted first); shape of `x`.
 /// One operator with one worker per row: `e = exp(x - max)` is computed once per element (kept
-/// in a worker-local row buffer for rows of up to 16 KiB) and multiplied by the reciprocal of
+/// in a worker-local row buffer by fusion's row reuse, for rows of up to 256 KiB on the CPU and
+/// 16 KiB on a GPU; computed twice for longer rows) and multiplied by the reciprocal of
 /// the row's sum, `e * (1 / sum(e))`: one division per row instead of one per element, at the
 /// cost of up to one more rounding than `e / sum(e)` (within 2 ulp of it). Gradient
 /// `y * (dy - sum(dy * y))` along the axis: a row reduction and one elementwise operator. A

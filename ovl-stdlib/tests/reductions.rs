@@ -590,34 +590,47 @@ fn every_new_operator_and_gradient_compiles_for_cpu_and_cuda() {
     }
 }
 
-/// Softmax keeps a row of up to 16 KiB in a worker-local buffer (`exp` once per element) and
-/// computes `exp` again for a longer row; both multiply by the reciprocal of the row's sum.
-/// Each path, on the interpreter and C++ (whose f32 `exp` differ by up to an ulp), within a few
-/// ulp of the f64 softmax.
+/// Softmax names `e = exp(x - max)` in two loops; row reuse keeps it in a worker-local buffer
+/// (`exp` once per element) for rows of up to 256 KiB on the CPU, and a longer row (or
+/// opt_level 0) computes `exp` again; both multiply by the reciprocal of the row's sum. Each
+/// path, on the interpreter and C++ (whose f32 `exp` differ by up to an ulp), within a few ulp
+/// of the f64 softmax.
 #[test]
 fn softmax_short_and_long_rows_match_f64_on_every_backend() {
-    // 4096 f32 is the longest buffered row; 4097 takes the other path; 7 leaves a partial
-    // block of lanes.
-    for cols in [7usize, 4096, 4097] {
+    // 65536 f32 is the longest buffered row on the CPU; 65537 takes the other path; 7 leaves
+    // a partial block of lanes.
+    for cols in [7usize, 4097, 65536, 65537] {
         let x = Array::from_shape_fn((2, cols), |(r, c)| {
             ((c * 37 + r * 11) % 101) as f32 * 0.17 - 8.0 + r as f32 * 30.0
         })
         .into_dyn();
+        let y = ops::softmax(Lazy::from(x.clone()));
+        let kept = ovl::fusion(&y, 3).unwrap().report.row_buffers;
+        if cols <= 65536 {
+            assert_eq!(kept.len(), 1, "cols {cols}: {kept:?}");
+            assert_eq!(kept[0].value, "exp");
+            assert_eq!(kept[0].buffer, format!("f32[{cols}]"));
+        } else {
+            assert!(kept.is_empty(), "cols {cols}: {kept:?}");
+        }
         for o in targets() {
-            let got = eval(&ops::softmax(Lazy::from(x.clone())), &o);
-            for r in 0..2 {
-                let row: Vec<f64> = (0..cols).map(|c| x[[r, c]] as f64).collect();
-                let top = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let total: f64 = row.iter().map(|v| (v - top).exp()).sum();
-                for c in 0..cols {
-                    let want = (row[c] - top).exp() / total;
-                    let g = got[[r, c]] as f64;
-                    // f32 exp (1 ulp), the sum's rounding, the reciprocal and the product.
-                    assert!(
-                        (g - want).abs() <= 1e-5 * want,
-                        "{:?} cols {cols}: softmax[{r},{c}] = {g}, want {want}",
-                        o.target
-                    );
+            for level in [0u8, 3] {
+                let got = eval(&y, &o.clone().with_opt_level(level));
+                for r in 0..2 {
+                    let row: Vec<f64> = (0..cols).map(|c| x[[r, c]] as f64).collect();
+                    let top = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let total: f64 = row.iter().map(|v| (v - top).exp()).sum();
+                    for c in 0..cols {
+                        let want = (row[c] - top).exp() / total;
+                        let g = got[[r, c]] as f64;
+                        // f32 exp (1 ulp), the sum's rounding, the reciprocal and the product.
+                        assert!(
+                            (g - want).abs() <= 1e-5 * want,
+                            "{:?} at opt_level {level}, cols {cols}: softmax[{r},{c}] = {g}, \
+                             want {want}",
+                            o.target
+                        );
+                    }
                 }
             }
         }

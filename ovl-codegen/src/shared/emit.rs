@@ -27,8 +27,14 @@ use ovl_ir::ops::{self, Category, Combiner, OpInfo, ResultRule, REDUCE_LANES};
 use ovl_ir::DType;
 use std::fmt::Write as _;
 
-/// The largest local tensor, in bytes per worker, the C++ backend accepts.
-pub const MAX_LOCAL_BYTES: u64 = 64 * 1024;
+/// The largest local tensor, in bytes per worker, the C++ backend accepts: as much as all
+/// locals of a worker together (they live on the worker thread's stack). Operators written
+/// with the DSL keep to 64 KiB per local, which every backend accepts; row reuse
+/// (`ovl_fuse::RowBudget::CPU`) may add larger row buffers to kernels for the CPU.
+pub const MAX_LOCAL_BYTES: u64 = MAX_LOCALS_TOTAL_BYTES;
+/// The largest local tensor, in bytes per worker, the CUDA backend accepts: a GPU reserves
+/// local memory for every thread that can be resident at once.
+pub const MAX_CUDA_LOCAL_BYTES: u64 = 64 * 1024;
 /// The largest total of all local tensors of one worker, in bytes.
 pub const MAX_LOCALS_TOTAL_BYTES: u64 = 256 * 1024;
 
@@ -249,6 +255,10 @@ impl<'a> Emitter<'a> {
         e.outputs = e.tensors(TensorKind::Output, &dag.outputs, "out")?;
         e.locals = e.tensors(TensorKind::Local, &dag.locals, "loc")?;
         let mut total = 0u64;
+        let limit = match dialect {
+            Dialect::Cpp => MAX_LOCAL_BYTES,
+            Dialect::Cuda => MAX_CUDA_LOCAL_BYTES,
+        };
         for l in &e.locals {
             let Some(elements) = l.elements else {
                 return Err(e.err(
@@ -262,18 +272,14 @@ impl<'a> Emitter<'a> {
             };
             let bytes = elements.saturating_mul(l.dtype.size() as u64);
             total = total.saturating_add(bytes);
-            if bytes > MAX_LOCAL_BYTES || total > MAX_LOCALS_TOTAL_BYTES {
+            if bytes > limit || total > MAX_LOCALS_TOTAL_BYTES {
                 return Err(CodegenError::LocalTooLarge {
                     operator: dag.name.clone(),
                     defined_at: defined_at(dag),
                     local: l.index as usize,
                     ty: format!("{}{:?}", l.dtype, l.shape),
-                    bytes: if bytes > MAX_LOCAL_BYTES {
-                        bytes
-                    } else {
-                        total
-                    },
-                    limit: MAX_LOCAL_BYTES,
+                    bytes: if bytes > limit { bytes } else { total },
+                    limit,
                     total_limit: MAX_LOCALS_TOTAL_BYTES,
                 });
             }
