@@ -180,18 +180,29 @@ pub(crate) fn emit<'a>(
     Ok(e)
 }
 
-/// A rough cost of one worker, used to decide whether to run on several threads: expressions
-/// outside loops count 1, inside one loop 64, inside nested loops 4096.
+/// A rough cost of one worker, used to decide whether to run on several threads: each
+/// expression counts once per run of the blocks around it, a loop with constant bounds
+/// (`ovl_ir::analysis::counted_range`) by its trip count, any other loop (sizes given at run
+/// time, a `while`) as 64 iterations. A softmax worker over a row of 65536 costs about a
+/// million, so 64 such workers run on every core.
 pub(crate) fn worker_cost(dag: &ir::ExpressionDag) -> u64 {
-    let mut depth = 0u32;
+    const UNKNOWN_TRIPS: u64 = 64;
+    // The iterations of each open loop, outermost first.
+    let mut trips: Vec<u64> = Vec::new();
     let mut cost = 0u64;
-    for e in &dag.expressions {
+    for (i, e) in dag.expressions.iter().enumerate() {
         match Op::try_from(e.code) {
-            Ok(Op::Range | Op::WhileBegin) => depth += 1,
-            Ok(Op::EndRange | Op::WhileEnd) => depth = depth.saturating_sub(1),
+            Ok(Op::Range) => trips.push(
+                ovl_ir::analysis::counted_range(dag, i).map_or(UNKNOWN_TRIPS, |(a, b)| b - a),
+            ),
+            Ok(Op::WhileBegin) => trips.push(UNKNOWN_TRIPS),
+            Ok(Op::EndRange | Op::WhileEnd) => {
+                trips.pop();
+            }
             _ => {}
         }
-        cost = cost.saturating_add(64u64.pow(depth.min(2)));
+        let runs = trips.iter().fold(1u64, |n, &t| n.saturating_mul(t));
+        cost = cost.saturating_add(runs);
     }
     cost.max(1)
 }
@@ -1434,4 +1445,28 @@ pub(crate) fn comment_safe(text: &str) -> String {
         })
         .collect::<String>()
         .replace("*/", "*?")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::worker_cost;
+    use ovl_ir::fixtures;
+
+    #[test]
+    fn a_worker_costs_its_loops_trip_counts() {
+        // No loop: one per expression.
+        let flat = fixtures::add_2d(4, 4);
+        assert_eq!(worker_cost(&flat), flat.expressions.len() as u64);
+        // A counted loop: the expressions in it count once per iteration.
+        let cost = |cols| worker_cost(&fixtures::cumsum(4, cols, 1));
+        let (c100, c1000, c2000) = (cost(100), cost(1000), cost(2000));
+        let per_iteration = (c2000 - c1000) / 1000;
+        assert!(per_iteration >= 4, "{c100} {c1000} {c2000}");
+        assert_eq!(c2000 - c1000, 1000 * per_iteration);
+        assert_eq!(c1000 - c100, 900 * per_iteration);
+        // A loop with bounds known only at run time counts as 64 iterations, whatever n.
+        let runtime = |n| worker_cost(&fixtures::runtime_range(n));
+        assert_eq!(runtime(10), runtime(100_000));
+        assert!(runtime(10) > 64);
+    }
 }
