@@ -1166,3 +1166,116 @@ fn writes_that_cannot_be_inverted_and_reads_in_while_loops_are_refused() {
         }
     }
 }
+
+fn affine_rows(y: &Array2<f32>, g: &Array1<f32>, b: &Array1<f32>) -> Array2<f32> {
+    let mut z = y.clone();
+    for mut row in z.rows_mut() {
+        for (j, v) in row.iter_mut().enumerate() {
+            *v = *v * g[j] + b[j];
+        }
+    }
+    z
+}
+
+/// `layernorm(x) * gamma + beta`: the affine step runs at the end of each iteration of the
+/// loop in which layernorm writes a row (an epilogue), so the normalized rows never go through
+/// memory: 1 kernel instead of 2, the same bits.
+#[test]
+fn an_elementwise_consumer_runs_in_the_loop_that_writes_each_row() {
+    use ovl_stdlib as ops;
+    let (rows, cols) = (5usize, 37usize);
+    let xa = Array2::from_shape_fn((rows, cols), |(i, j)| {
+        ((i * 13 + j * 7) % 23) as f32 * 0.3 - 3.0
+    });
+    let g = Array1::from_shape_fn(cols, |j| 0.5 + j as f32 * 0.05);
+    let b = Array1::from_shape_fn(cols, |j| j as f32 * 0.1 - 1.0);
+    let x: Lazy<f32> = xa.clone().into();
+    let y = ops::layernorm(&x, 1e-3);
+    let gl = ops::broadcast_to(Lazy::from(g.clone().into_dyn()), &[rows, cols]);
+    let bl = ops::broadcast_to(Lazy::from(b.clone().into_dyn()), &[rows, cols]);
+    let z = ops::add(ops::mul(&y, &gl), &bl);
+
+    let fusion = ovl::fusion(&z, 3).unwrap();
+    println!("{}", fusion.report);
+    assert_eq!(fusion.report.kernels_after, 1, "{}", fusion.report);
+    assert!(fusion.report.refusals.is_empty(), "{}", fusion.report);
+    let epilogue = fusion
+        .report
+        .merges
+        .iter()
+        .find(|m| m.kind == MergeKind::Epilogue)
+        .expect("an epilogue merge");
+    assert!(epilogue.first.contains("normalize"), "{epilogue}");
+    assert!(epilogue.kept.is_empty(), "{epilogue}");
+    assert!(epilogue
+        .to_string()
+        .contains("run in the loop that writes each row"));
+    // The merged kernel writes only the result: the normalized rows stay in registers.
+    assert_eq!(fusion.after.operators[0].outputs.len(), 1);
+    // At opt_level 2 (no epilogues) the two stay apart.
+    assert_eq!(ovl::fusion(&z, 2).unwrap().report.kernels_after, 2);
+
+    let want = affine_rows(&layernorm_rows(&xa, 1e-3), &g, &b);
+    let counts = check_everywhere(&z, &want.into_dyn(), 1e-5);
+    assert_eq!(counts.1, 1);
+    fused_equals_unfused(&z);
+}
+
+/// An epilogue whose producer's rows are also requested keeps them as an output; one that
+/// reads them at another position (the next column) is not an epilogue.
+#[test]
+fn an_epilogue_keeps_a_requested_row_and_reads_only_its_own_position() {
+    use ovl_stdlib as ops;
+    let (rows, cols) = (4usize, 20usize);
+    let xa = Array2::from_shape_fn((rows, cols), |(i, j)| ((i * 3 + j * 5) % 11) as f32 * 0.4);
+    let x: Lazy<f32> = xa.clone().into();
+    let y = ops::softmax(&x);
+    let z = ops::mul(&y, Lazy::from(ndarray::arr0(3.0f32)));
+
+    let fusion = ovl::fusion((&y, &z), 3).unwrap();
+    println!("{}", fusion.report);
+    assert_eq!(fusion.report.kernels_after, 1, "{}", fusion.report);
+    let epilogue = fusion
+        .report
+        .merges
+        .iter()
+        .find(|m| m.kind == MergeKind::Epilogue)
+        .expect("an epilogue merge");
+    assert_eq!(epilogue.kept.len(), 1, "{epilogue}");
+    assert_eq!(fusion.after.operators[0].outputs.len(), 2);
+    for (name, options) in targets() {
+        let (got_y, got_z) = ovl::evaluate_with((&y, &z), &options).unwrap();
+        let (ref_y, ref_z) = ovl::evaluate_with((&y, &z), &options.with_opt_level(0)).unwrap();
+        assert_same_bits(&got_y, &ref_y, name);
+        assert_same_bits(&got_z, &ref_z, name);
+        for (a, b) in got_y.iter().zip(got_z.iter()) {
+            assert_eq!((a * 3.0).to_bits(), b.to_bits());
+        }
+    }
+
+    // Reading the next column's value (a stencil) is not an epilogue: the element is written
+    // in a later iteration.
+    let shifted = next_column(&y);
+    let fusion = ovl::fusion(&shifted, 3).unwrap();
+    assert!(
+        fusion
+            .report
+            .merges
+            .iter()
+            .all(|m| m.kind != MergeKind::Epilogue),
+        "{}",
+        fusion.report
+    );
+    let want = softmax_rows(&xa);
+    let want = Array2::from_shape_fn((rows, cols), |(i, j)| want[[i, (j + 1) % cols]]);
+    check_everywhere(&shifted, &want.into_dyn(), 2e-6);
+}
+
+#[operator]
+fn next_column(y: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = y.dims::<2>();
+    let p = position_in([rows, cols]);
+    let out = output_like(&y);
+    out[[p[0], p[1]]] = y[[p[0], (p[1] + 1) % cols as i64]];
+    out
+}

@@ -37,6 +37,7 @@
 mod cache;
 mod cost;
 mod dot;
+mod epilogue;
 mod error;
 mod graph;
 mod horizontal;
@@ -71,8 +72,9 @@ use std::path::Path;
 /// - 2: also producers with several consumers or requested intermediates (they stay in memory
 ///   for the others), and consumers fed by several producers.
 /// - 3 (the default): also independent operators over the same workgroup (horizontal fusion),
-///   and consumers of a reduction run as loops inside its workers (a row statistic and its
-///   elementwise use in one kernel).
+///   consumers of a reduction run as loops inside its workers (a row statistic and its
+///   elementwise use in one kernel), and elementwise consumers run inside the loop in which
+///   their producer writes each row (`layernorm(x) * gamma + beta` in one kernel).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct OptLevel(u8);
 
@@ -325,6 +327,11 @@ pub(crate) fn run(
                 let plan = match legality::check_vertical(&work, p, c) {
                     Ok(plan) => plan,
                     Err(NotVertical::Refused(r)) => {
+                        if let Some(entry) = epilogue_into(&mut work, p, c, level, &originals) {
+                            report.merges.push(entry);
+                            refused.clear();
+                            continue 'search;
+                        }
                         refused.insert((p, c), r);
                         continue;
                     }
@@ -533,6 +540,50 @@ fn loop_into(
         work.node_mut(c).dag = old_consumer;
     }
     merged
+}
+
+/// Runs elementwise consumer `c` at the end of each iteration of the loop in which producer
+/// `p` writes a row of what `c` reads (see `epilogue`; opt_level 3), when the producer's
+/// workgroup is the consumer's without its last axes of extent above 1, and no other path
+/// leads from `p` to `c`. On success the merge entry; `None` leaves the graph as it was.
+fn epilogue_into(
+    work: &mut Work,
+    p: usize,
+    c: usize,
+    level: OptLevel,
+    originals: &[String],
+) -> Option<Merge> {
+    if level.get() < 3 || work.other_path(p, c).is_some() {
+        return None;
+    }
+    let (pn, cn) = (work.node(p), work.node(c));
+    let (target, axes) = looped::loop_axes(&pn.dag.workgroup_shape, &cn.dag.workgroup_shape)?;
+    let [axis] = axes[..] else { return None };
+    let producer = graph::Node {
+        dag: rebase::rebased(&pn.dag, &target)?,
+        ..pn.clone()
+    };
+    let plan = epilogue::check(&producer, cn, p, axis)?;
+    let keep: Vec<bool> = (0..producer.dag.outputs.len() as u32)
+        .map(|o| o != plan.output || work.used_outside(Src::Op { node: p, output: o }, c))
+        .collect();
+    let merged = epilogue::merge(&producer, cn, &plan, &keep, originals);
+    ovl_ir::validate::validate(&merged.node.dag).ok()?;
+    let describe = |o: u32| work.describe(Src::Op { node: p, output: o });
+    let entry = Merge {
+        kind: MergeKind::Epilogue,
+        first: pn.label.clone(),
+        second: cn.label.clone(),
+        through: vec![describe(plan.output)],
+        kept: if keep[plan.output as usize] {
+            vec![describe(plan.output)]
+        } else {
+            Vec::new()
+        },
+        recompute: 0,
+    };
+    work.replace(p, c, merged.node, &merged.map_first, &merged.map_second);
+    Some(entry)
 }
 
 /// Recomputes producer `p` in consumer `c` following `plan`: the consumer is replaced, the

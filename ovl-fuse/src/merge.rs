@@ -80,10 +80,32 @@ impl Splice {
     /// Appends one part's expressions (after its locals); returns the merged index of each
     /// part expression (`u32::MAX` for dropped writes).
     pub fn append(&mut self, part: &Part<'_>) -> Vec<u32> {
+        let mut remap = Vec::with_capacity(part.dag.expressions.len());
+        let base_locals = self.add_locals(part);
+        self.append_until(part, base_locals, &mut remap, part.dag.expressions.len());
+        remap
+    }
+
+    /// Adds a part's local tensors; returns the merged index of its first.
+    pub fn add_locals(&mut self, part: &Part<'_>) -> u32 {
         let base_locals = self.dag.locals.len() as u32;
         self.dag.locals.extend(part.dag.locals.iter().cloned());
-        let mut remap: Vec<u32> = Vec::with_capacity(part.dag.expressions.len());
-        for (i, e) in part.dag.expressions.iter().enumerate() {
+        base_locals
+    }
+
+    /// Appends a part's expressions from `remap.len()` up to `end` (exclusive), recording
+    /// each one's merged index in `remap`: a part can be appended in pieces, with other
+    /// expressions in between (see `epilogue`). `base_locals` is what
+    /// [`add_locals`](Self::add_locals) returned for it.
+    pub fn append_until(
+        &mut self,
+        part: &Part<'_>,
+        base_locals: u32,
+        remap: &mut Vec<u32>,
+        end: usize,
+    ) {
+        for i in remap.len()..end {
+            let e = &part.dag.expressions[i];
             if let Some(&to) = part.replace.get(&i) {
                 remap.push(to);
                 continue;
@@ -124,7 +146,6 @@ impl Splice {
             remap.push(self.dag.expressions.len() as u32);
             self.dag.expressions.push(e);
         }
-        remap
     }
 }
 

@@ -232,6 +232,10 @@ pub enum MergeKind {
     /// A consumer run as a loop inside the workers of the reduction that feeds it (a row
     /// statistic and its elementwise use, one worker per row), then merged vertically.
     Looped,
+    /// An elementwise consumer run at the end of each iteration of the loop in which its
+    /// producer writes a row (`layernorm(x) * gamma + beta`): the value just written is
+    /// handed over in a register.
+    Epilogue,
 }
 
 /// One merge.
@@ -255,10 +259,13 @@ pub struct Merge {
 impl fmt::Display for Merge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {
-            MergeKind::Vertical | MergeKind::Looped => {
+            MergeKind::Vertical | MergeKind::Looped | MergeKind::Epilogue => {
                 write!(f, "merged {} into {}", self.first, self.second)?;
                 if self.kind == MergeKind::Looped {
                     write!(f, ", run as a loop in each of its workers,")?;
+                }
+                if self.kind == MergeKind::Epilogue {
+                    write!(f, ", run in the loop that writes each row,")?;
                 }
                 if !self.through.is_empty() {
                     write!(f, " through {}", self.through.join(", "))?;

@@ -1,0 +1,260 @@
+//! Merging an elementwise consumer into a producer that writes its rows in a loop.
+//!
+//! An operator with a worker per row writes its result inside a loop over the row
+//! (`ovl_stdlib::layernorm` and `softmax`: `for j in 0..cols { y[r, j] = ... }`), so its
+//! output is not one value per worker and cannot be handed over in a register; an elementwise
+//! consumer over `[rows, cols]` (`y * gamma + beta`, a mask, an activation) then reads the
+//! whole result back from memory. When the consumer reads that output only at its own
+//! position, it can instead run as an *epilogue* of the producer's loop: at the end of
+//! iteration `j` of row `r`, the consumer's body for position `[r, j]`, with the value just
+//! written in place of its read. Each consumer position still runs once, reading the same
+//! value; the intermediate no longer goes through memory (its write is dropped when nothing
+//! else reads it).
+//!
+//! Only a consumer that cannot fault, with no control flow and no local tensor, is merged
+//! (its body runs between the producer's iterations: a fault would be reported in another
+//! order), and only into a loop that runs `0..cols` one by one and writes the output exactly
+//! once per iteration, at the worker's position and the loop's index.
+
+use crate::graph::{label, Node, Src};
+use crate::merge::{names_of, tidy, Merged, Part, Splice};
+use ovl_ir::ir::{self, Op, TensorKind};
+use std::collections::HashMap;
+
+/// What an epilogue merge needs: the producer's output the consumer reads, its only write,
+/// the loop around that write and its closing END_RANGE, and the consumer's input slots.
+pub(crate) struct EpiloguePlan {
+    /// The producer output the consumer reads.
+    pub output: u32,
+    /// The producer's only write of it.
+    pub write: usize,
+    /// The RANGE around the write.
+    pub range: usize,
+    /// The END_RANGE closing it.
+    pub end_range: usize,
+    /// The consumer's workgroup axis the loop runs over.
+    pub axis: usize,
+    /// For each consumer input slot: the producer output it reads, if any.
+    pub slot_output: Vec<Option<u32>>,
+}
+
+/// The plan for running consumer `c` in the loop of producer `p` (already over the consumer's
+/// workgroup with `axis` of extent 1), or `None` when the rules in the module do not hold.
+pub(crate) fn check(p: &Node, c: &Node, producer_id: usize, axis: usize) -> Option<EpiloguePlan> {
+    let (pd, cd) = (&p.dag, &c.dag);
+    let no_symbols = |d: &ir::ExpressionDag| d.symbol_count == 0 && d.symbolic_workgroup.is_empty();
+    if !no_symbols(pd) || !no_symbols(cd) || !cd.locals.is_empty() {
+        return None;
+    }
+    let n = *cd.workgroup_shape.get(axis)?;
+    let mut wanted = cd.workgroup_shape.clone();
+    wanted[axis] = 1;
+    if pd.workgroup_shape != wanted {
+        return None;
+    }
+    // The consumer reads one output of the producer.
+    let slot_output: Vec<Option<u32>> = c
+        .inputs
+        .iter()
+        .map(|s| match *s {
+            Src::Op { node, output } if node == producer_id => Some(output),
+            _ => None,
+        })
+        .collect();
+    let mut outputs: Vec<u32> = slot_output.iter().flatten().copied().collect();
+    outputs.sort_unstable();
+    outputs.dedup();
+    let [output] = outputs[..] else { return None };
+    let out_type = pd.outputs.get(output as usize)?;
+    if out_type.shape != cd.workgroup_shape {
+        return None;
+    }
+    // Straight-line code that cannot fault, reading the output at its own position only.
+    let straight = cd.expressions.iter().all(|e| {
+        !matches!(
+            Op::try_from(e.code),
+            Ok(Op::Range | Op::EndRange | Op::If | Op::Else | Op::EndIf)
+                | Ok(Op::WhileBegin | Op::WhileCond | Op::WhileEnd)
+        )
+    });
+    if !straight
+        || crate::interval::Intervals::analyse(cd)
+            .first_possible_fault(cd)
+            .is_some()
+    {
+        return None;
+    }
+    let is_position = |d: &ir::ExpressionDag, id: u32, a: usize| {
+        d.expressions
+            .get(id as usize)
+            .is_some_and(|e| e.code == Op::Position as i32 && e.axis as usize == a)
+    };
+    for e in &cd.expressions {
+        let Some(t) = &e.tensor else { continue };
+        if e.code != Op::Read as i32 || t.kind != TensorKind::Input as i32 {
+            continue;
+        }
+        if slot_output
+            .get(t.index as usize)
+            .copied()
+            .flatten()
+            .is_none()
+        {
+            continue;
+        }
+        let index = &e.operands[..];
+        if index.len() != cd.workgroup_shape.len()
+            || !index
+                .iter()
+                .enumerate()
+                .all(|(a, &id)| is_position(cd, id, a))
+        {
+            return None;
+        }
+    }
+    // The producer writes the output once, directly in a loop `0..n` at the top level, at
+    // its position and the loop's index.
+    let writes: Vec<usize> = (0..pd.expressions.len())
+        .filter(|&i| {
+            crate::legality::is_access(&pd.expressions[i], Op::Write, TensorKind::Output, output)
+        })
+        .collect();
+    let [write] = writes[..] else { return None };
+    let depths = ovl_ir::analysis::nesting_depths(pd);
+    let range = ovl_ir::analysis::innermost_loops(pd)[write]?;
+    if depths[write] != 1 || ovl_ir::analysis::counted_range(pd, range) != Some((0, n)) {
+        return None;
+    }
+    let w = &pd.expressions[write];
+    let (index, value) = w.operands.split_at(w.operands.len().checked_sub(1)?);
+    let index_ok = index.len() == pd.workgroup_shape.len()
+        && index.iter().enumerate().all(|(a, &id)| {
+            if a == axis {
+                id as usize == range
+            } else {
+                is_position(pd, id, a)
+            }
+        });
+    // An accumulator is read after its loop, not in it.
+    let value_ok = pd
+        .expressions
+        .get(value[0] as usize)
+        .is_some_and(|e| e.code != Op::Accumulator as i32);
+    if !index_ok || !value_ok {
+        return None;
+    }
+    let end_range = (range + 1..pd.expressions.len())
+        .find(|&i| pd.expressions[i].code == Op::EndRange as i32 && depths[i] == 0)?;
+    Some(EpiloguePlan {
+        output,
+        write,
+        range,
+        end_range,
+        axis,
+        slot_output,
+    })
+}
+
+/// Merges consumer `c` into the loop of producer `p` following `plan`; `keep[o]` says whether
+/// producer output `o` stays an output (requested, or read by another operator).
+pub(crate) fn merge(
+    p: &Node,
+    c: &Node,
+    plan: &EpiloguePlan,
+    keep: &[bool],
+    originals: &[String],
+) -> Merged {
+    let names = names_of(p, c, originals);
+    let mut s = Splice::new(c, &names);
+    s.dag.workgroup_shape = p.dag.workgroup_shape.clone();
+
+    let mut map_first = vec![None; p.dag.outputs.len()];
+    for (o, t) in p.dag.outputs.iter().enumerate() {
+        if keep[o] {
+            map_first[o] = Some(s.dag.outputs.len() as u32);
+            s.dag.outputs.push(t.clone());
+        }
+    }
+    let input_map_p: Vec<u32> = p
+        .inputs
+        .iter()
+        .zip(&p.dag.inputs)
+        .map(|(&src, t)| s.input(src, t))
+        .collect();
+    // A written variable is copied at the write: later assignments in the iteration must
+    // not change what the consumer sees.
+    let w = &p.dag.expressions[plan.write];
+    let value = *w.operands.last().unwrap_or(&0) as usize;
+    let mut snapshot_before = HashMap::new();
+    if p.dag.expressions[value].code == Op::Variable as i32 {
+        snapshot_before.insert(plan.write, value);
+    }
+    let p_part = Part {
+        dag: &p.dag,
+        input_map: input_map_p,
+        output_map: map_first.clone(),
+        replace: Default::default(),
+        snapshot_before,
+        copies: Default::default(),
+    };
+    // The producer up to the end of its loop's body.
+    let mut p_remap = Vec::with_capacity(p.dag.expressions.len());
+    let p_locals = s.add_locals(&p_part);
+    s.append_until(&p_part, p_locals, &mut p_remap, plan.end_range);
+    let handed = p_part
+        .copies
+        .borrow()
+        .first()
+        .map(|&(_, copy)| copy)
+        .unwrap_or(p_remap[value]);
+
+    // The consumer's body for position [.., j, ..]: its position on the looped axis is the
+    // loop's index, its reads of the output the value just written.
+    let mut map_second = Vec::with_capacity(c.dag.outputs.len());
+    for t in &c.dag.outputs {
+        map_second.push(Some(s.dag.outputs.len() as u32));
+        s.dag.outputs.push(t.clone());
+    }
+    let input_map_c = s.consumer_inputs(c, &plan.slot_output);
+    let mut replace = HashMap::new();
+    for (i, e) in c.dag.expressions.iter().enumerate() {
+        if e.code == Op::Position as i32 && e.axis as usize == plan.axis {
+            replace.insert(i, p_remap[plan.range]);
+        }
+        let reads_output = e.tensor.as_ref().is_some_and(|t| {
+            e.code == Op::Read as i32
+                && t.kind == TensorKind::Input as i32
+                && plan.slot_output.get(t.index as usize).copied().flatten() == Some(plan.output)
+        });
+        if reads_output {
+            replace.insert(i, handed);
+        }
+    }
+    let c_part = Part {
+        dag: &c.dag,
+        input_map: input_map_c,
+        output_map: map_second.clone(),
+        replace,
+        snapshot_before: Default::default(),
+        copies: Default::default(),
+    };
+    s.append(&c_part);
+
+    // The rest of the producer, from its loop's END_RANGE.
+    s.append_until(&p_part, p_locals, &mut p_remap, p.dag.expressions.len());
+
+    tidy(&mut s.dag);
+    let mut members: Vec<usize> = p.members.iter().chain(&c.members).copied().collect();
+    members.sort_unstable();
+    Merged {
+        node: Node {
+            dag: s.dag,
+            inputs: s.inputs,
+            label: label(&names),
+            members,
+            source_of: c.source_of,
+        },
+        map_first,
+        map_second,
+    }
+}
