@@ -75,6 +75,20 @@ pub fn all() -> Vec<Fixture> {
             ],
         ),
         fixture(
+            "column_stats",
+            "per column of a row-major tensor (C++: 64 workers in lockstep, then the rest one by \
+             one): sum, max (NaN never wins), a scaled sum of squares of values computed before \
+             the loops, an i32 product with wrapping; three rows per step",
+            column_stats(7, 150),
+            vec![
+                tensor(&[7, 150], |k| match k {
+                    5 | 311 => f32::NAN,
+                    _ => ((k * 53) % 31) as f32 * 0.37 - 5.0,
+                }),
+                tensor(&[7, 150], |k| (k % 9) as i32 * 977 - 3000),
+            ],
+        ),
+        fixture(
             "add_2d",
             "f32 elementwise add over a 2-D workgroup",
             add_2d(4, 5),
@@ -542,6 +556,58 @@ pub fn reductions(rows: u64, cols: u64) -> ir::ExpressionDag {
     b.accumulate(product, y);
     b.end_range();
     b.write(OUT, 2, &[r], product);
+    b.build()
+}
+
+/// `column_stats`: per column `c` of `x: f32[rows, cols]` (a worker per column), the sum and
+/// the max over every row, `sum((x - x[0, c] * 0.5)^2) * 0.25` over rows `0, 3, 6, ...` and
+/// the wrapping i32 product of `y[.., c]`; four outputs. The reads' last index is the worker's
+/// position, so the C++ backend runs its workers in blocks.
+pub fn column_stats(rows: u64, cols: u64) -> ir::ExpressionDag {
+    use crate::ops::Combiner;
+    let mut b = Builder::new("column_stats", &[cols]);
+    b.input(DType::F32, &[rows, cols]);
+    b.input(DType::I32, &[rows, cols]);
+    b.output(DType::F32, &[cols]);
+    b.output(DType::F32, &[cols]);
+    b.output(DType::F32, &[cols]);
+    b.output(DType::I32, &[cols]);
+    let c = b.position(0);
+    let zero = b.i64(0);
+    let first = b.read(IN, 0, &[zero, c]);
+    let half = b.f32(0.5);
+    let centre = b.op(Op::Mul, &[first, half]);
+    let fzero = b.f32(0.0);
+    let sum = b.accumulator(Combiner::Sum, fzero);
+    let low = b.f32(f32::NEG_INFINITY);
+    let max = b.accumulator(Combiner::Max, low);
+    let end = b.i64(rows as i64);
+    let one = b.i64(1);
+    let k = b.range(zero, end, one);
+    let x = b.read(IN, 0, &[k, c]);
+    b.accumulate(sum, x);
+    b.accumulate(max, x);
+    b.end_range();
+    let squares = b.accumulator(Combiner::Sum, fzero);
+    let three = b.i64(3);
+    let k = b.range(zero, end, three);
+    let x = b.read(IN, 0, &[k, c]);
+    let d = b.op(Op::Sub, &[x, centre]);
+    let d2 = b.op(Op::Mul, &[d, d]);
+    b.accumulate(squares, d2);
+    b.end_range();
+    let ione = b.i32(1);
+    let product = b.accumulator(Combiner::Product, ione);
+    let k = b.range(zero, end, one);
+    let y = b.read(IN, 1, &[k, c]);
+    b.accumulate(product, y);
+    b.end_range();
+    let quarter = b.f32(0.25);
+    let scaled = b.op(Op::Mul, &[squares, quarter]);
+    b.write(OUT, 0, &[c], sum);
+    b.write(OUT, 1, &[c], max);
+    b.write(OUT, 2, &[c], scaled);
+    b.write(OUT, 3, &[c], product);
     b.build()
 }
 

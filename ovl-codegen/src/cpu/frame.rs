@@ -10,12 +10,17 @@
 //!   program is the body of an innermost loop with contiguous indexing (`-O3` vectorizes
 //!   elementwise operators). Moving to the next row is a carry through the outer axes: no
 //!   division or modulo per worker.
+//! - An operator whose workers each reduce a column (reads in a loop whose last index is the
+//!   innermost position, nothing that can fault) also gets a *blocked* program: each row's
+//!   full blocks of `BLOCKED_WORKERS` workers run in lockstep, the loop over the block's
+//!   workers innermost, so that their neighbouring reads vectorize (see `shared/emit/blocked.rs`);
+//!   the rest of the row runs worker by worker.
 //! - Local tensors are arrays on the kernel's stack, reused by each worker of the chunk and
 //!   zero-filled per worker where the program could read them before its LOCAL_TENSOR ran.
 
 use super::abi::ABI_VERSION;
 use crate::error::{defined_at, CodegenError};
-use crate::shared::emit::{comment_safe, emit, Dialect, Emitter};
+use crate::shared::emit::{comment_safe, emit, Dialect, Emitter, BLOCKED_WORKERS};
 use crate::shared::literal::ctype;
 use crate::shared::prelude::CPP as CPP_PRELUDE;
 use ovl_ir::ir;
@@ -122,10 +127,22 @@ pub(crate) fn cpp_source(e: &Emitter) -> String {
         "    const int64_t ovl_wrow = ovl_w - ovl_q;  // flattened index of the row's start"
     );
     let _ = writeln!(s, "    const int64_t ovl_qend = ovl_q + ovl_n;");
-    let _ = writeln!(
-        s,
-        "    for (int64_t ovl_p{inner} = ovl_q; ovl_p{inner} < ovl_qend; ++ovl_p{inner}) {{"
-    );
+    if let Some(blocked) = &e.blocked_program {
+        // Full blocks of workers in lockstep, then the rest one by one.
+        let _ = writeln!(s, "    int64_t ovl_p{inner} = ovl_q;");
+        let _ = writeln!(
+            s,
+            "    for (; ovl_p{inner} + {BLOCKED_WORKERS} <= ovl_qend; ovl_p{inner} += {BLOCKED_WORKERS}) {{"
+        );
+        s.push_str(blocked);
+        let _ = writeln!(s, "    }}");
+        let _ = writeln!(s, "    for (; ovl_p{inner} < ovl_qend; ++ovl_p{inner}) {{");
+    } else {
+        let _ = writeln!(
+            s,
+            "    for (int64_t ovl_p{inner} = ovl_q; ovl_p{inner} < ovl_qend; ++ovl_p{inner}) {{"
+        );
+    }
     for (t, zero) in e.locals.iter().zip(e.locals_needing_zero()) {
         if zero {
             let _ = writeln!(s, "      __builtin_memset({0}, 0, sizeof({0}));", t.name);

@@ -152,7 +152,18 @@ pub(crate) struct Emitter<'a> {
     indent: usize,
     /// Whether the body jumps to `ovl_stop` (it has a fault check).
     stops: std::cell::Cell<bool>,
+    /// In the second pass that emits the blocked program: its layout (see `blocked`).
+    blocked: Option<blocked::Blocked>,
+    /// The blocked reduction loop being emitted.
+    blocked_range_open: Option<usize>,
+    /// The program of [`blocked::BLOCK`] workers in lockstep, for a C++ kernel that gains
+    /// from it (see `blocked`); the frame runs it over each row's full blocks and the worker
+    /// program over the rest.
+    pub blocked_program: Option<String>,
 }
+
+mod blocked;
+pub(crate) use blocked::BLOCK as BLOCKED_WORKERS;
 
 /// The statement that ends the current worker after a fault was recorded (see
 /// [`Emitter::worker_program`]).
@@ -177,7 +188,42 @@ pub(crate) fn emit<'a>(
             format!("control flow is not closed at the end ({f:?})"),
         ));
     }
+    // Workers in lockstep, where the operator has the shape for it and cannot fault.
+    let innermost = e.sizes.last().and_then(|s| match s {
+        Size::Known(n) => Some(*n),
+        Size::Symbolic { .. } => None,
+    });
+    if dialect == Dialect::Cpp && !e.stops.get() {
+        if let Some(plan) = blocked::plan(dag, innermost) {
+            let mut b = Emitter::new(dag, key, dialect)?;
+            b.blocked = Some(plan);
+            for k in 0..dag.expressions.len() {
+                let (ty, iv) = b.expression(k)?;
+                b.types.push(ty);
+                b.intervals.push(iv);
+            }
+            b.close_segment();
+            let layout = b
+                .blocked
+                .as_ref()
+                .map(|p| p.prelude.clone())
+                .unwrap_or_default();
+            let arrays = b.blocked_arrays();
+            let pad = "  ".repeat(3);
+            e.blocked_program = Some(format!(
+                "{}{}{}",
+                indent_text(&arrays, &pad),
+                indent_text(&layout, &pad),
+                b.body
+            ));
+        }
+    }
     Ok(e)
+}
+
+/// `text` with `pad` before every line.
+fn indent_text(text: &str, pad: &str) -> String {
+    text.lines().map(|l| format!("{pad}{l}\n")).collect()
 }
 
 /// A rough cost of one worker, used to decide whether to run on several threads: each
@@ -245,6 +291,9 @@ impl<'a> Emitter<'a> {
             body: String::new(),
             indent: 3,
             stops: std::cell::Cell::new(false),
+            blocked: None,
+            blocked_range_open: None,
+            blocked_program: None,
         };
         if e.workgroup.is_empty() {
             return Err(e.err(None, "the workgroup shape is empty"));
@@ -630,6 +679,14 @@ impl<'a> Emitter<'a> {
             .map_err(|_| self.err(Some(k), format!("unknown opcode {}", e.code)))?;
         self.ops.push(op);
         self.consts.push(None);
+        if self.blocked.is_some() {
+            return self.blocked_expression(k);
+        }
+        self.scalar_expression(k, op)
+    }
+
+    /// Emits expression `k`, of opcode `op`, as one worker runs it.
+    fn scalar_expression(&mut self, k: usize, op: Op) -> Emitted {
         let Some(row) = ops::info(op) else {
             return Err(self.err(Some(k), "unspecified opcode"));
         };
@@ -687,7 +744,12 @@ impl<'a> Emitter<'a> {
         let Some(&size) = self.sizes.get(axis) else {
             return Err(self.err(Some(k), format!("axis {axis} is outside the workgroup")));
         };
-        self.line(&format!("const int64_t v{k} = ovl_p{axis};"));
+        if self.blocked.is_some() && axis + 1 == self.workgroup.len() {
+            // The worker of this lane of the block.
+            self.line(&format!("const int64_t v{k} = ovl_p{axis} + ovl_j;"));
+        } else {
+            self.line(&format!("const int64_t v{k} = ovl_p{axis};"));
+        }
         let hi = match size {
             Size::Known(n) => n as i128 - 1,
             Size::Symbolic {

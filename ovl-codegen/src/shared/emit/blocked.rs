@@ -1,0 +1,363 @@
+//! Blocked workers (C++ only): [`BLOCK`] consecutive workers of a row run in lockstep.
+//!
+//! A worker that reduces a *column* (`sum(x, 0)`: worker `c` reads `x[k, c]` for every row
+//! `k`) walks memory with a stride of a whole row, one element per cache line and, for large
+//! tensors, one page per element; the compiler vectorizes the worker loop only when its body
+//! has no loop. Run in lockstep, `BLOCK` neighbouring workers read `x[k, c..c + BLOCK]`, a
+//! contiguous run, at every `k`: the loop over the block's workers is innermost and
+//! vectorizes. Each worker still computes exactly what it computed alone, in the same order
+//! (its accumulator's lanes are indexed by the iteration, `proto/ovl.proto`, "Accumulators";
+//! only the workers are interleaved), so results are unchanged.
+//!
+//! The blocked program is emitted in a second pass over the operator, for operators of this
+//! shape only ([`plan`]): straight-line code and reduction loops at the top level, bounds
+//! known when compiling, no local tensor, no variable, no branch, no fault check (the first
+//! pass proved every access in bounds: faults keep their order because there are none), and a
+//! read in a loop whose last index is the innermost position (the reason to block). The code
+//! between loops is a *segment*, run as one loop over the block's workers; a value a later
+//! segment uses is kept in an array of `BLOCK` elements, as is every accumulator.
+
+use super::{ctype, Emitted, Emitter, Interval};
+use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::ops::{Category, REDUCE_LANES};
+use std::collections::BTreeSet;
+
+/// Workers per block.
+pub(crate) const BLOCK: u64 = 64;
+
+/// The blocked program's layout: which segment each expression belongs to, and the values
+/// crossing segments.
+pub(super) struct Blocked {
+    /// The segment of each expression; `None` for CONSTs (emitted once, before the block's
+    /// loops) and for RANGE / END_RANGE.
+    segment: Vec<Option<usize>>,
+    /// For each segment: the values of other segments it reads, reloaded at its start.
+    imports: Vec<BTreeSet<usize>>,
+    /// For each segment: the values it defines that later segments read, stored at its end.
+    exports: Vec<BTreeSet<usize>>,
+    /// The accumulators (kept in arrays).
+    accumulators: BTreeSet<usize>,
+    /// The segment whose loop over the block's workers is open.
+    open: Option<usize>,
+    /// CONSTs and array declarations, emitted before the block's loops.
+    pub(super) prelude: String,
+}
+
+/// The layout of `dag`'s blocked program, or `None` when it does not have the shape the module
+/// describes (or would not gain from it). `innermost` is the innermost workgroup extent.
+pub(super) fn plan(dag: &ir::ExpressionDag, innermost: Option<u64>) -> Option<Blocked> {
+    if dag.symbol_count > 0
+        || !dag.symbolic_workgroup.is_empty()
+        || !dag.locals.is_empty()
+        || innermost.is_none_or(|n| n < BLOCK)
+    {
+        return None;
+    }
+    let inner_axis = dag.workgroup_shape.len().checked_sub(1)? as u32;
+    let reductions = ovl_ir::analysis::reduction_loops(dag);
+    let n = dag.expressions.len();
+    let code = |i: usize| Op::try_from(dag.expressions[i].code).unwrap_or(Op::Unspecified);
+    let is_const = |i: u32| code(i as usize) == Op::Const;
+    let is_inner_position = |i: u32| {
+        let e = &dag.expressions[i as usize];
+        e.code == Op::Position as i32 && e.axis == inner_axis
+    };
+    let mut segment = vec![None; n];
+    let mut current = 0usize;
+    let mut in_loop = false;
+    let mut strided_in_loop = false;
+    let mut accumulators = BTreeSet::new();
+    for (i, e) in dag.expressions.iter().enumerate() {
+        let op = code(i);
+        match op {
+            Op::Const => continue,
+            Op::Range => {
+                // Reduction loops at the top level with constant bounds and a positive step.
+                let step_ok = dag.expressions[e.operands[2] as usize].int_value > 0;
+                if in_loop
+                    || !reductions.contains_key(&i)
+                    || !e.operands.iter().all(|&o| is_const(o))
+                    || !step_ok
+                {
+                    return None;
+                }
+                in_loop = true;
+                current += 1;
+                continue;
+            }
+            Op::EndRange => {
+                in_loop = false;
+                current += 1;
+                continue;
+            }
+            Op::Accumulator => {
+                accumulators.insert(i);
+            }
+            Op::Read | Op::Write => {
+                let t = e.tensor.as_ref()?;
+                let kind = TensorKind::try_from(t.kind).ok()?;
+                if !matches!(kind, TensorKind::Input | TensorKind::Output) {
+                    return None;
+                }
+                // A write's last operand is its value.
+                let rank = e.operands.len() - usize::from(op == Op::Write);
+                let index = &e.operands[..rank];
+                if in_loop {
+                    // The innermost position anywhere but last: neighbouring workers would
+                    // read far apart.
+                    if index.iter().rev().skip(1).any(|&o| is_inner_position(o)) {
+                        return None;
+                    }
+                    if op == Op::Read && index.last().is_some_and(|&o| is_inner_position(o)) {
+                        strided_in_loop = true;
+                    }
+                }
+            }
+            Op::Position | Op::Cast | Op::Select | Op::Fma | Op::Accumulate => {}
+            _ => {
+                let pure_op = ovl_ir::ops::info(op).is_some_and(|row| {
+                    matches!(
+                        row.category,
+                        Category::Unary | Category::Binary | Category::Compare
+                    )
+                });
+                if !pure_op {
+                    return None;
+                }
+            }
+        }
+        segment[i] = Some(current);
+    }
+    if !strided_in_loop {
+        return None;
+    }
+    let segments = current + 1;
+    let mut imports = vec![BTreeSet::new(); segments];
+    let mut exports = vec![BTreeSet::new(); segments];
+    for (i, e) in dag.expressions.iter().enumerate() {
+        let Some(s) = segment[i] else { continue };
+        let operands: &[u32] = if code(i) == Op::Accumulate {
+            &e.operands[1..] // the accumulator itself is its lanes
+        } else {
+            &e.operands
+        };
+        for &o in operands {
+            let o = o as usize;
+            let Some(so) = segment[o] else { continue };
+            if so != s {
+                imports[s].insert(o);
+                // A position is recomputed where it is used (an array would hide from the
+                // compiler that neighbouring workers read neighbouring elements).
+                if !accumulators.contains(&o) && code(o) != Op::Position {
+                    exports[so].insert(o);
+                }
+            }
+        }
+    }
+    Some(Blocked {
+        segment,
+        imports,
+        exports,
+        accumulators,
+        open: None,
+        prelude: String::new(),
+    })
+}
+
+impl<'a> Emitter<'a> {
+    /// Emits expression `k` of the blocked program (see the module).
+    pub(super) fn blocked_expression(&mut self, k: usize) -> Emitted {
+        let op = self.ops[k];
+        match op {
+            Op::Const => {
+                // Once, before the block's loops, visible to all of them.
+                let body = std::mem::take(&mut self.body);
+                let indent = std::mem::replace(&mut self.indent, 0);
+                let r = self.constant(k);
+                self.indent = indent;
+                let text = std::mem::replace(&mut self.body, body);
+                self.blocked_state().prelude.push_str(&text);
+                r
+            }
+            Op::Range => {
+                self.close_segment();
+                self.blocked_range(k)
+            }
+            Op::EndRange => {
+                self.close_segment();
+                self.blocked_end_range(k)
+            }
+            _ => {
+                let segment = self.blocked_state().segment[k].unwrap_or(0);
+                self.open_segment(segment);
+                match op {
+                    Op::Accumulator => {
+                        let r = self.accumulator(k)?;
+                        self.line(&format!("ovl_s{k}[ovl_j] = v{k};"));
+                        Ok(r)
+                    }
+                    Op::Accumulate => self.blocked_accumulate(k),
+                    _ => self.scalar_expression(k, op),
+                }
+            }
+        }
+    }
+
+    fn blocked_state(&mut self) -> &mut Blocked {
+        self.blocked.as_mut().expect("in a blocked pass")
+    }
+
+    /// Opens the loop over the block's workers for `segment`, reloading what it imports.
+    fn open_segment(&mut self, segment: usize) {
+        if self.blocked_state().open == Some(segment) {
+            return;
+        }
+        self.close_segment();
+        self.blocked_state().open = Some(segment);
+        self.line(&format!(
+            "for (int64_t ovl_j = 0; ovl_j < {BLOCK}; ++ovl_j) {{"
+        ));
+        self.indent += 1;
+        let imports: Vec<usize> = self.blocked_state().imports[segment]
+            .iter()
+            .copied()
+            .collect();
+        let inner = self.workgroup.len() - 1;
+        for v in imports {
+            let e = &self.dag.expressions[v];
+            if e.code == Op::Position as i32 {
+                let axis = e.axis as usize;
+                let lane = if axis == inner { " + ovl_j" } else { "" };
+                self.line(&format!("const int64_t v{v} = ovl_p{axis}{lane};"));
+                continue;
+            }
+            let ty = self.types[v].map(ctype).unwrap_or("int64_t");
+            self.line(&format!("const {ty} v{v} = ovl_s{v}[ovl_j];"));
+        }
+    }
+
+    /// Closes the open segment's loop, storing what it exports.
+    pub(super) fn close_segment(&mut self) {
+        let Some(segment) = self.blocked_state().open.take() else {
+            return;
+        };
+        let exports: Vec<usize> = self.blocked_state().exports[segment]
+            .iter()
+            .copied()
+            .collect();
+        for v in exports {
+            self.line(&format!("ovl_s{v}[ovl_j] = v{v};"));
+        }
+        self.indent -= 1;
+        self.line("}");
+    }
+
+    /// A reduction loop over the whole block: each accumulator's lanes per worker, iteration
+    /// `i` combining into lane `i % REDUCE_LANES`, as a worker alone does.
+    fn blocked_range(&mut self, k: usize) -> Emitted {
+        let e = &self.dag.expressions[k];
+        let (s, en, st) = (e.operands[0], e.operands[1], e.operands[2]);
+        self.line("{");
+        self.indent += 1;
+        for acc in self.reductions.get(&k).cloned().unwrap_or_default() {
+            let (combiner, d) = self.accumulator_kind(acc)?;
+            let id = self.identity(combiner, d);
+            self.line(&format!(
+                "{} ovl_lanes{acc}[{REDUCE_LANES}][{BLOCK}];",
+                ctype(d)
+            ));
+            self.line(&format!(
+                "for (int ovl_t = 0; ovl_t < {REDUCE_LANES}; ++ovl_t) for (int64_t ovl_j = 0; ovl_j < {BLOCK}; ++ovl_j) ovl_lanes{acc}[ovl_t][ovl_j] = {id};"
+            ));
+        }
+        self.line(&format!(
+            "const int64_t ovl_start{k} = v{s}, ovl_end{k} = v{en}, ovl_step{k} = v{st};"
+        ));
+        self.line(&format!("if (ovl_start{k} < ovl_end{k}) {{"));
+        self.indent += 1;
+        self.line(&format!(
+            "const uint64_t ovl_n{k} = ((uint64_t)ovl_end{k} - (uint64_t)ovl_start{k} - 1) / (uint64_t)ovl_step{k} + 1;"
+        ));
+        self.line(&format!(
+            "for (uint64_t ovl_i{k} = 0; ovl_i{k} < ovl_n{k}; ++ovl_i{k}) {{"
+        ));
+        self.indent += 1;
+        self.line(&format!(
+            "const int64_t v{k} = (int64_t)((uint64_t)ovl_start{k} + ovl_i{k} * (uint64_t)ovl_step{k});"
+        ));
+        self.line(&format!(
+            "const uint64_t ovl_t{k} = ovl_i{k} % {REDUCE_LANES};"
+        ));
+        let iv = match (self.interval(s as usize), self.interval(en as usize)) {
+            (Some(a), Some(b)) => Some(Interval::new(a.lo, (b.hi - 1).max(a.lo))),
+            _ => None,
+        };
+        self.blocked_range_open = Some(k);
+        Ok((Some(ovl_ir::DType::I64), iv))
+    }
+
+    /// Closes a blocked reduction loop and folds each worker's lanes into its accumulator.
+    fn blocked_end_range(&mut self, _k: usize) -> Emitted {
+        let range = self
+            .blocked_range_open
+            .take()
+            .ok_or_else(|| self.err(None, "`end_range` without an open `range`"))?;
+        self.indent -= 1;
+        self.line("}");
+        for acc in self.reductions.get(&range).cloned().unwrap_or_default() {
+            let (combiner, d) = self.accumulator_kind(acc)?;
+            let mut level: Vec<String> = (0..REDUCE_LANES)
+                .map(|l| format!("ovl_lanes{acc}[{l}][ovl_j]"))
+                .collect();
+            while level.len() > 1 {
+                level = level
+                    .chunks(2)
+                    .map(|p| self.combine(combiner, d, &p[0], &p[1]))
+                    .collect::<Result<_, _>>()?;
+            }
+            let folded = self.combine(combiner, d, &format!("ovl_s{acc}[ovl_j]"), &level[0])?;
+            self.line(&format!(
+                "for (int64_t ovl_j = 0; ovl_j < {BLOCK}; ++ovl_j) ovl_s{acc}[ovl_j] = {folded};"
+            ));
+        }
+        self.indent -= 1;
+        self.line("}");
+        self.indent -= 1;
+        self.line("}");
+        Ok((None, None))
+    }
+
+    /// An ACCUMULATE in a blocked loop: into this worker's lane of the iteration.
+    fn blocked_accumulate(&mut self, k: usize) -> Emitted {
+        let e = &self.dag.expressions[k];
+        let (acc, value) = (e.operands[0] as usize, e.operands[1] as usize);
+        let range = self
+            .blocked_range_open
+            .ok_or_else(|| self.err(Some(k), "an accumulate outside a reduction loop"))?;
+        let (combiner, d) = self.accumulator_kind(acc)?;
+        let lane = format!("ovl_lanes{acc}[ovl_t{range}][ovl_j]");
+        let combined = self.combine(combiner, d, &lane, &format!("v{value}"))?;
+        self.line(&format!("{lane} = {combined};"));
+        Ok((None, None))
+    }
+
+    /// Declarations of the arrays that carry values and accumulators across segments.
+    pub(super) fn blocked_arrays(&self) -> String {
+        let Some(b) = &self.blocked else {
+            return String::new();
+        };
+        let mut s = String::new();
+        let carried: BTreeSet<usize> = b
+            .exports
+            .iter()
+            .flatten()
+            .chain(&b.accumulators)
+            .copied()
+            .collect();
+        for v in carried {
+            let ty = self.types[v].map(ctype).unwrap_or("int64_t");
+            s.push_str(&format!("{ty} ovl_s{v}[{BLOCK}];\n"));
+        }
+        s
+    }
+}
