@@ -78,7 +78,7 @@ pub fn all() -> Vec<Fixture> {
             "column_stats",
             "per column of a row-major tensor (C++: 64 workers in lockstep, then the rest one by \
              one): sum, max (NaN never wins), a scaled sum of squares of values computed before \
-             the loops, an i32 product with wrapping; three rows per step",
+             the loops, an i32 product with wrapping, a sequential fold into a variable",
             column_stats(7, 150),
             vec![
                 tensor(&[7, 150], |k| match k {
@@ -561,8 +561,9 @@ pub fn reductions(rows: u64, cols: u64) -> ir::ExpressionDag {
 
 /// `column_stats`: per column `c` of `x: f32[rows, cols]` (a worker per column), the sum and
 /// the max over every row, `sum((x - x[0, c] * 0.5)^2) * 0.25` over rows `0, 3, 6, ...` and
-/// the wrapping i32 product of `y[.., c]`; four outputs. The reads' last index is the worker's
-/// position, so the C++ backend runs its workers in blocks.
+/// the wrapping i32 product of `y[.., c]`, and the fold `v = v * 0.5 + x[k, c]` into a
+/// variable (after the product's loop, in the same loop); five outputs. The reads' last index
+/// is the worker's position, so the C++ backend runs its workers in blocks.
 pub fn column_stats(rows: u64, cols: u64) -> ir::ExpressionDag {
     use crate::ops::Combiner;
     let mut b = Builder::new("column_stats", &[cols]);
@@ -572,6 +573,7 @@ pub fn column_stats(rows: u64, cols: u64) -> ir::ExpressionDag {
     b.output(DType::F32, &[cols]);
     b.output(DType::F32, &[cols]);
     b.output(DType::I32, &[cols]);
+    b.output(DType::F32, &[cols]);
     let c = b.position(0);
     let zero = b.i64(0);
     let first = b.read(IN, 0, &[zero, c]);
@@ -598,9 +600,14 @@ pub fn column_stats(rows: u64, cols: u64) -> ir::ExpressionDag {
     b.end_range();
     let ione = b.i32(1);
     let product = b.accumulator(Combiner::Product, ione);
+    let fold = b.var(fzero);
     let k = b.range(zero, end, one);
     let y = b.read(IN, 1, &[k, c]);
     b.accumulate(product, y);
+    let x = b.read(IN, 0, &[k, c]);
+    let decayed = b.op(Op::Mul, &[fold, half]);
+    let next = b.op(Op::Add, &[decayed, x]);
+    b.assign(fold, next);
     b.end_range();
     let quarter = b.f32(0.25);
     let scaled = b.op(Op::Mul, &[squares, quarter]);
@@ -608,6 +615,7 @@ pub fn column_stats(rows: u64, cols: u64) -> ir::ExpressionDag {
     b.write(OUT, 1, &[c], max);
     b.write(OUT, 2, &[c], scaled);
     b.write(OUT, 3, &[c], product);
+    b.write(OUT, 4, &[c], fold);
     b.build()
 }
 

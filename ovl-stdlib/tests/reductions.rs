@@ -747,3 +747,31 @@ fn column_reductions_match_the_interpreter_bit_for_bit() {
         );
     }
 }
+
+/// Folds into a variable run blocked too (a worker per output column): `matmul` and `cumsum`
+/// down the columns give the interpreter's bits, with and without a partial block.
+#[test]
+fn matmul_and_column_scans_match_the_interpreter_bit_for_bit() {
+    for n in [64usize, 150] {
+        let a = Array::from_shape_fn((5, 33), |(i, j)| ((i * 33 + j) % 17) as f32 * 0.37 - 3.0);
+        let b = Array::from_shape_fn((33, n), |(i, j)| ((i * 7 + j * 3) % 23) as f32 * 0.21 - 2.0);
+        let y = ops::matmul(Lazy::from(a.into_dyn()), Lazy::from(b.into_dyn()));
+        let (want, got) = (eval(&y, &Options::interpreter()), eval(&y, &Options::cpu()));
+        assert!(
+            want.iter()
+                .zip(&got)
+                .all(|(p, q)| p.to_bits() == q.to_bits()),
+            "matmul [5, 33] x [33, {n}]"
+        );
+        let x = Array::from_shape_fn((9, n), |(i, j)| ((i * 5 + j) % 19) as f64 * 0.7 - 6.0);
+        let y = ops::cumsum(Lazy::from(x.into_dyn()), 0);
+        same_bits(
+            &eval(&y, &Options::cpu()),
+            &eval(&y, &Options::interpreter()),
+            &format!("cumsum down [9, {n}]"),
+        );
+        let xi = Array::from_shape_fn((9, n), |(i, j)| (i * 1_000_003 + j * 7919) as i32);
+        let y = ops::cumsum(Lazy::from(xi.into_dyn()), 0);
+        assert_eq!(eval(&y, &Options::cpu()), eval(&y, &Options::interpreter()));
+    }
+}

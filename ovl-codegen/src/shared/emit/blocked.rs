@@ -10,12 +10,15 @@
 //! only the workers are interleaved), so results are unchanged.
 //!
 //! The blocked program is emitted in a second pass over the operator, for operators of this
-//! shape only ([`plan`]): straight-line code and reduction loops at the top level, bounds
-//! known when compiling, no local tensor, no variable, no branch, no fault check (the first
+//! shape only ([`plan`]): straight-line code and loops at the top level (reductions, or
+//! folds into a variable like `matmul`'s), bounds known when compiling, no local tensor, no
+//! branch, no fault check (the first
 //! pass proved every access in bounds: faults keep their order because there are none), and a
 //! read in a loop whose last index is the innermost position (the reason to block). The code
 //! between loops is a *segment*, run as one loop over the block's workers; a value a later
-//! segment uses is kept in an array of `BLOCK` elements, as is every accumulator.
+//! segment uses is kept in an array of `BLOCK` elements, as is every accumulator and variable
+//! (a variable is reloaded where it is used and stored back where it is assigned: each worker
+//! still sees its own assignments in order).
 
 use super::{ctype, Emitted, Emitter, Interval};
 use ovl_ir::ir::{self, Op, TensorKind};
@@ -37,6 +40,8 @@ pub(super) struct Blocked {
     exports: Vec<BTreeSet<usize>>,
     /// The accumulators (kept in arrays).
     accumulators: BTreeSet<usize>,
+    /// The variables (kept in arrays: reloaded where used, stored where declared or assigned).
+    variables: BTreeSet<usize>,
     /// The segment whose loop over the block's workers is open.
     open: Option<usize>,
     /// CONSTs and array declarations, emitted before the block's loops.
@@ -54,7 +59,6 @@ pub(super) fn plan(dag: &ir::ExpressionDag, innermost: Option<u64>) -> Option<Bl
         return None;
     }
     let inner_axis = dag.workgroup_shape.len().checked_sub(1)? as u32;
-    let reductions = ovl_ir::analysis::reduction_loops(dag);
     let n = dag.expressions.len();
     let code = |i: usize| Op::try_from(dag.expressions[i].code).unwrap_or(Op::Unspecified);
     let is_const = |i: u32| code(i as usize) == Op::Const;
@@ -67,18 +71,15 @@ pub(super) fn plan(dag: &ir::ExpressionDag, innermost: Option<u64>) -> Option<Bl
     let mut in_loop = false;
     let mut strided_in_loop = false;
     let mut accumulators = BTreeSet::new();
+    let mut variables = BTreeSet::new();
     for (i, e) in dag.expressions.iter().enumerate() {
         let op = code(i);
         match op {
             Op::Const => continue,
             Op::Range => {
-                // Reduction loops at the top level with constant bounds and a positive step.
+                // Loops at the top level with constant bounds and a positive step.
                 let step_ok = dag.expressions[e.operands[2] as usize].int_value > 0;
-                if in_loop
-                    || !reductions.contains_key(&i)
-                    || !e.operands.iter().all(|&o| is_const(o))
-                    || !step_ok
-                {
+                if in_loop || !e.operands.iter().all(|&o| is_const(o)) || !step_ok {
                     return None;
                 }
                 in_loop = true;
@@ -92,6 +93,9 @@ pub(super) fn plan(dag: &ir::ExpressionDag, innermost: Option<u64>) -> Option<Bl
             }
             Op::Accumulator => {
                 accumulators.insert(i);
+            }
+            Op::Variable => {
+                variables.insert(i);
             }
             Op::Read | Op::Write => {
                 let t = e.tensor.as_ref()?;
@@ -113,7 +117,7 @@ pub(super) fn plan(dag: &ir::ExpressionDag, innermost: Option<u64>) -> Option<Bl
                     }
                 }
             }
-            Op::Position | Op::Cast | Op::Select | Op::Fma | Op::Accumulate => {}
+            Op::Position | Op::Cast | Op::Select | Op::Fma | Op::Accumulate | Op::Assign => {}
             _ => {
                 let pure_op = ovl_ir::ops::info(op).is_some_and(|row| {
                     matches!(
@@ -136,6 +140,16 @@ pub(super) fn plan(dag: &ir::ExpressionDag, innermost: Option<u64>) -> Option<Bl
     let mut exports = vec![BTreeSet::new(); segments];
     for (i, e) in dag.expressions.iter().enumerate() {
         let Some(s) = segment[i] else { continue };
+        // A variable is stored back by every segment that declares or assigns it.
+        match code(i) {
+            Op::Variable => {
+                exports[s].insert(i);
+            }
+            Op::Assign => {
+                exports[s].insert(e.operands[0] as usize);
+            }
+            _ => {}
+        }
         let operands: &[u32] = if code(i) == Op::Accumulate {
             &e.operands[1..] // the accumulator itself is its lanes
         } else {
@@ -159,6 +173,7 @@ pub(super) fn plan(dag: &ir::ExpressionDag, innermost: Option<u64>) -> Option<Bl
         imports,
         exports,
         accumulators,
+        variables,
         open: None,
         prelude: String::new(),
     })
@@ -232,7 +247,12 @@ impl<'a> Emitter<'a> {
                 continue;
             }
             let ty = self.types[v].map(ctype).unwrap_or("int64_t");
-            self.line(&format!("const {ty} v{v} = ovl_s{v}[ovl_j];"));
+            let constness = if self.blocked_state().variables.contains(&v) {
+                ""
+            } else {
+                "const "
+            };
+            self.line(&format!("{constness}{ty} v{v} = ovl_s{v}[ovl_j];"));
         }
     }
 
@@ -252,8 +272,8 @@ impl<'a> Emitter<'a> {
         self.line("}");
     }
 
-    /// A reduction loop over the whole block: each accumulator's lanes per worker, iteration
-    /// `i` combining into lane `i % REDUCE_LANES`, as a worker alone does.
+    /// A loop over the whole block: each accumulator's lanes per worker (a reduction loop),
+    /// iteration `i` combining into lane `i % REDUCE_LANES`, as a worker alone does.
     fn blocked_range(&mut self, k: usize) -> Emitted {
         let e = &self.dag.expressions[k];
         let (s, en, st) = (e.operands[0], e.operands[1], e.operands[2]);

@@ -5,7 +5,7 @@
 
 namespace {
 
-__attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, const int32_t* __restrict__ in1, float* __restrict__ out0, float* __restrict__ out1, float* __restrict__ out2, int32_t* __restrict__ out3, int64_t ovl_begin, int64_t ovl_end, ovl_status* __restrict__ ovl_st) {
+__attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, const int32_t* __restrict__ in1, float* __restrict__ out0, float* __restrict__ out1, float* __restrict__ out2, int32_t* __restrict__ out3, float* __restrict__ out4, int64_t ovl_begin, int64_t ovl_end, ovl_status* __restrict__ ovl_st) {
   int64_t ovl_q;  // innermost position where the current row starts
   ovl_q = ovl_begin;
   int64_t ovl_w = ovl_begin;
@@ -20,6 +20,7 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, const i
       float ovl_s8[64];
       float ovl_s16[64];
       int32_t ovl_s25[64];
+      float ovl_s26[64];
       const int64_t v1 = (int64_t)(0LL);
       const float v3 = (0x1.0000000000000p-1f /* 0.5 */);
       const float v5 = (0x0p+0f /* 0.0 */);
@@ -28,7 +29,7 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, const i
       const int64_t v10 = (int64_t)(1LL);
       const int64_t v17 = (int64_t)(3LL);
       const int32_t v24 = (int32_t)(1LL);
-      const float v30 = (0x1.0000000000000p-2f /* 0.25 */);
+      const float v35 = (0x1.0000000000000p-2f /* 0.25 */);
       for (int64_t ovl_j = 0; ovl_j < 64; ++ovl_j) {
         const int64_t v0 = ovl_p0 + ovl_j;
         const float v2 = in0[v1 * 150LL + v0];
@@ -89,20 +90,28 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, const i
       for (int64_t ovl_j = 0; ovl_j < 64; ++ovl_j) {
         int32_t v25 = v24;
         ovl_s25[ovl_j] = v25;
+        float v26 = v5;
+        ovl_s26[ovl_j] = v26;
       }
       {
         int32_t ovl_lanes25[8][64];
         for (int ovl_t = 0; ovl_t < 8; ++ovl_t) for (int64_t ovl_j = 0; ovl_j < 64; ++ovl_j) ovl_lanes25[ovl_t][ovl_j] = (int32_t)(1LL);
-        const int64_t ovl_start26 = v1, ovl_end26 = v9, ovl_step26 = v10;
-        if (ovl_start26 < ovl_end26) {
-          const uint64_t ovl_n26 = ((uint64_t)ovl_end26 - (uint64_t)ovl_start26 - 1) / (uint64_t)ovl_step26 + 1;
-          for (uint64_t ovl_i26 = 0; ovl_i26 < ovl_n26; ++ovl_i26) {
-            const int64_t v26 = (int64_t)((uint64_t)ovl_start26 + ovl_i26 * (uint64_t)ovl_step26);
-            const uint64_t ovl_t26 = ovl_i26 % 8;
+        const int64_t ovl_start27 = v1, ovl_end27 = v9, ovl_step27 = v10;
+        if (ovl_start27 < ovl_end27) {
+          const uint64_t ovl_n27 = ((uint64_t)ovl_end27 - (uint64_t)ovl_start27 - 1) / (uint64_t)ovl_step27 + 1;
+          for (uint64_t ovl_i27 = 0; ovl_i27 < ovl_n27; ++ovl_i27) {
+            const int64_t v27 = (int64_t)((uint64_t)ovl_start27 + ovl_i27 * (uint64_t)ovl_step27);
+            const uint64_t ovl_t27 = ovl_i27 % 8;
             for (int64_t ovl_j = 0; ovl_j < 64; ++ovl_j) {
               const int64_t v0 = ovl_p0 + ovl_j;
-              const int32_t v27 = in1[v26 * 150LL + v0];
-              ovl_lanes25[ovl_t26][ovl_j] = ovl::mul(ovl_lanes25[ovl_t26][ovl_j], v27);
+              float v26 = ovl_s26[ovl_j];
+              const int32_t v28 = in1[v27 * 150LL + v0];
+              ovl_lanes25[ovl_t27][ovl_j] = ovl::mul(ovl_lanes25[ovl_t27][ovl_j], v28);
+              const float v30 = in0[v27 * 150LL + v0];
+              const float v31 = v26 * v3;
+              const float v32 = v31 + v30;
+              v26 = v32;
+              ovl_s26[ovl_j] = v26;
             }
           }
           for (int64_t ovl_j = 0; ovl_j < 64; ++ovl_j) ovl_s25[ovl_j] = ovl::mul(ovl_s25[ovl_j], (ovl::mul((ovl::mul((ovl::mul(ovl_lanes25[0][ovl_j], ovl_lanes25[1][ovl_j])), (ovl::mul(ovl_lanes25[2][ovl_j], ovl_lanes25[3][ovl_j])))), (ovl::mul((ovl::mul(ovl_lanes25[4][ovl_j], ovl_lanes25[5][ovl_j])), (ovl::mul(ovl_lanes25[6][ovl_j], ovl_lanes25[7][ovl_j])))))));
@@ -114,11 +123,13 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, const i
         const float v8 = ovl_s8[ovl_j];
         const float v16 = ovl_s16[ovl_j];
         const int32_t v25 = ovl_s25[ovl_j];
-        const float v31 = v16 * v30;
+        float v26 = ovl_s26[ovl_j];
+        const float v36 = v16 * v35;
         out0[v0] = v6;
         out1[v0] = v8;
-        out2[v0] = v31;
+        out2[v0] = v36;
         out3[v0] = v25;
+        out4[v0] = v26;
       }
     }
     for (; ovl_p0 < ovl_qend; ++ovl_p0) {
@@ -197,38 +208,48 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, const i
       }
       const int32_t v24 = (int32_t)(1LL);
       int32_t v25 = v24;
+      float v26 = v5;
       {
-        const int64_t ovl_start26 = v1, ovl_end26 = v9, ovl_step26 = v10;
+        const int64_t ovl_start27 = v1, ovl_end27 = v9, ovl_step27 = v10;
         int32_t ovl_lanes25[8] = {(int32_t)(1LL), (int32_t)(1LL), (int32_t)(1LL), (int32_t)(1LL), (int32_t)(1LL), (int32_t)(1LL), (int32_t)(1LL), (int32_t)(1LL)};
-        if (ovl_start26 < ovl_end26) {
-          const uint64_t ovl_n26 = ((uint64_t)ovl_end26 - (uint64_t)ovl_start26 - 1) / (uint64_t)ovl_step26 + 1;
-          const uint64_t ovl_f26 = ovl_n26 - ovl_n26 % 8;
-          uint64_t ovl_b26 = 0;
-          for (; ovl_b26 < ovl_f26; ovl_b26 += 8) {
+        if (ovl_start27 < ovl_end27) {
+          const uint64_t ovl_n27 = ((uint64_t)ovl_end27 - (uint64_t)ovl_start27 - 1) / (uint64_t)ovl_step27 + 1;
+          const uint64_t ovl_f27 = ovl_n27 - ovl_n27 % 8;
+          uint64_t ovl_b27 = 0;
+          for (; ovl_b27 < ovl_f27; ovl_b27 += 8) {
             #pragma GCC unroll 1
-            for (uint64_t ovl_l26 = 0; ovl_l26 < 8; ++ovl_l26) {
-              const int64_t v26 = (int64_t)((uint64_t)ovl_start26 + (ovl_b26 + ovl_l26) * (uint64_t)ovl_step26);
-              const int32_t v27 = in1[v26 * 150LL + v0];
-              ovl_lanes25[ovl_l26] = ovl::mul(ovl_lanes25[ovl_l26], v27);
+            for (uint64_t ovl_l27 = 0; ovl_l27 < 8; ++ovl_l27) {
+              const int64_t v27 = (int64_t)((uint64_t)ovl_start27 + (ovl_b27 + ovl_l27) * (uint64_t)ovl_step27);
+              const int32_t v28 = in1[v27 * 150LL + v0];
+              ovl_lanes25[ovl_l27] = ovl::mul(ovl_lanes25[ovl_l27], v28);
+              const float v30 = in0[v27 * 150LL + v0];
+              const float v31 = v26 * v3;
+              const float v32 = v31 + v30;
+              v26 = v32;
             }
           }
-          if (ovl_b26 < ovl_n26) {
-            const uint64_t ovl_m26 = ovl_n26 - ovl_b26;
-            for (uint64_t ovl_l26 = 0; ovl_l26 < ovl_m26; ++ovl_l26) {
-              const int64_t v26 = (int64_t)((uint64_t)ovl_start26 + (ovl_b26 + ovl_l26) * (uint64_t)ovl_step26);
-              const int32_t v27 = in1[v26 * 150LL + v0];
-              ovl_lanes25[ovl_l26] = ovl::mul(ovl_lanes25[ovl_l26], v27);
+          if (ovl_b27 < ovl_n27) {
+            const uint64_t ovl_m27 = ovl_n27 - ovl_b27;
+            for (uint64_t ovl_l27 = 0; ovl_l27 < ovl_m27; ++ovl_l27) {
+              const int64_t v27 = (int64_t)((uint64_t)ovl_start27 + (ovl_b27 + ovl_l27) * (uint64_t)ovl_step27);
+              const int32_t v28 = in1[v27 * 150LL + v0];
+              ovl_lanes25[ovl_l27] = ovl::mul(ovl_lanes25[ovl_l27], v28);
+              const float v30 = in0[v27 * 150LL + v0];
+              const float v31 = v26 * v3;
+              const float v32 = v31 + v30;
+              v26 = v32;
             }
           }
           v25 = ovl::mul(v25, (ovl::mul((ovl::mul((ovl::mul(ovl_lanes25[0], ovl_lanes25[1])), (ovl::mul(ovl_lanes25[2], ovl_lanes25[3])))), (ovl::mul((ovl::mul(ovl_lanes25[4], ovl_lanes25[5])), (ovl::mul(ovl_lanes25[6], ovl_lanes25[7])))))));
         }
       }
-      const float v30 = (0x1.0000000000000p-2f /* 0.25 */);
-      const float v31 = v16 * v30;
+      const float v35 = (0x1.0000000000000p-2f /* 0.25 */);
+      const float v36 = v16 * v35;
       out0[v0] = v6;
       out1[v0] = v8;
-      out2[v0] = v31;
+      out2[v0] = v36;
       out3[v0] = v25;
+      out4[v0] = v26;
     }
     ovl_w += ovl_n;
     ovl_q = 0;
@@ -247,7 +268,7 @@ OVL_EXPORT int ovl_run(const void* const* ovl_inputs, void* const* ovl_outputs, 
   if (ovl_begin < 0) ovl_begin = 0;
   if (ovl_end > 150LL) ovl_end = 150LL;
   if (ovl_begin >= ovl_end) return 0;
-  ovl_kernel(static_cast<const float*>(ovl_inputs[0]), static_cast<const int32_t*>(ovl_inputs[1]), static_cast<float*>(ovl_outputs[0]), static_cast<float*>(ovl_outputs[1]), static_cast<float*>(ovl_outputs[2]), static_cast<int32_t*>(ovl_outputs[3]), ovl_begin, ovl_end, ovl_st);
+  ovl_kernel(static_cast<const float*>(ovl_inputs[0]), static_cast<const int32_t*>(ovl_inputs[1]), static_cast<float*>(ovl_outputs[0]), static_cast<float*>(ovl_outputs[1]), static_cast<float*>(ovl_outputs[2]), static_cast<int32_t*>(ovl_outputs[3]), static_cast<float*>(ovl_outputs[4]), ovl_begin, ovl_end, ovl_st);
   return ovl_st->code;
 }
 

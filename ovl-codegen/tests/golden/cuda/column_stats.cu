@@ -4,7 +4,7 @@
 // Workgroup [150]; IR expression %k is the C++ variable vk.
 // ... the prelude (prelude.cuh) ...
 
-extern "C" __global__ void ovl_kernel(const float* __restrict__ in0, const int32_t* __restrict__ in1, float* __restrict__ out0, float* __restrict__ out1, float* __restrict__ out2, int32_t* __restrict__ out3, ovl_cuda_status* __restrict__ ovl_gst) {
+extern "C" __global__ void ovl_kernel(const float* __restrict__ in0, const int32_t* __restrict__ in1, float* __restrict__ out0, float* __restrict__ out1, float* __restrict__ out2, int32_t* __restrict__ out3, float* __restrict__ out4, ovl_cuda_status* __restrict__ ovl_gst) {
   ovl_status ovl_ls = {};  // this thread's first fault
   ovl_status* const ovl_st = &ovl_ls;
   const int64_t ovl_stride = (int64_t)gridDim.x * (int64_t)blockDim.x;
@@ -83,37 +83,47 @@ extern "C" __global__ void ovl_kernel(const float* __restrict__ in0, const int32
       }
       const int32_t v24 = (int32_t)(1LL);
       int32_t v25 = v24;
+      float v26 = v5;
       {
-        const int64_t ovl_start26 = v1, ovl_end26 = v9, ovl_step26 = v10;
+        const int64_t ovl_start27 = v1, ovl_end27 = v9, ovl_step27 = v10;
         int32_t ovl_lanes25[8] = {(int32_t)(1LL), (int32_t)(1LL), (int32_t)(1LL), (int32_t)(1LL), (int32_t)(1LL), (int32_t)(1LL), (int32_t)(1LL), (int32_t)(1LL)};
-        if (ovl_start26 < ovl_end26) {
-          const uint64_t ovl_n26 = ((uint64_t)ovl_end26 - (uint64_t)ovl_start26 - 1) / (uint64_t)ovl_step26 + 1;
-          const uint64_t ovl_f26 = ovl_n26 - ovl_n26 % 8;
-          uint64_t ovl_b26 = 0;
-          for (; ovl_b26 < ovl_f26; ovl_b26 += 8) {
-            for (uint64_t ovl_l26 = 0; ovl_l26 < 8; ++ovl_l26) {
-              const int64_t v26 = (int64_t)((uint64_t)ovl_start26 + (ovl_b26 + ovl_l26) * (uint64_t)ovl_step26);
-              const int32_t v27 = in1[(int32_t)v26 * 150 + (int32_t)v0];
-              ovl_lanes25[ovl_l26] = ovl::mul(ovl_lanes25[ovl_l26], v27);
+        if (ovl_start27 < ovl_end27) {
+          const uint64_t ovl_n27 = ((uint64_t)ovl_end27 - (uint64_t)ovl_start27 - 1) / (uint64_t)ovl_step27 + 1;
+          const uint64_t ovl_f27 = ovl_n27 - ovl_n27 % 8;
+          uint64_t ovl_b27 = 0;
+          for (; ovl_b27 < ovl_f27; ovl_b27 += 8) {
+            for (uint64_t ovl_l27 = 0; ovl_l27 < 8; ++ovl_l27) {
+              const int64_t v27 = (int64_t)((uint64_t)ovl_start27 + (ovl_b27 + ovl_l27) * (uint64_t)ovl_step27);
+              const int32_t v28 = in1[(int32_t)v27 * 150 + (int32_t)v0];
+              ovl_lanes25[ovl_l27] = ovl::mul(ovl_lanes25[ovl_l27], v28);
+              const float v30 = in0[(int32_t)v27 * 150 + (int32_t)v0];
+              const float v31 = v26 * v3;
+              const float v32 = v31 + v30;
+              v26 = v32;
             }
           }
-          if (ovl_b26 < ovl_n26) {
-            const uint64_t ovl_m26 = ovl_n26 - ovl_b26;
-            for (uint64_t ovl_l26 = 0; ovl_l26 < ovl_m26; ++ovl_l26) {
-              const int64_t v26 = (int64_t)((uint64_t)ovl_start26 + (ovl_b26 + ovl_l26) * (uint64_t)ovl_step26);
-              const int32_t v27 = in1[(int32_t)v26 * 150 + (int32_t)v0];
-              ovl_lanes25[ovl_l26] = ovl::mul(ovl_lanes25[ovl_l26], v27);
+          if (ovl_b27 < ovl_n27) {
+            const uint64_t ovl_m27 = ovl_n27 - ovl_b27;
+            for (uint64_t ovl_l27 = 0; ovl_l27 < ovl_m27; ++ovl_l27) {
+              const int64_t v27 = (int64_t)((uint64_t)ovl_start27 + (ovl_b27 + ovl_l27) * (uint64_t)ovl_step27);
+              const int32_t v28 = in1[(int32_t)v27 * 150 + (int32_t)v0];
+              ovl_lanes25[ovl_l27] = ovl::mul(ovl_lanes25[ovl_l27], v28);
+              const float v30 = in0[(int32_t)v27 * 150 + (int32_t)v0];
+              const float v31 = v26 * v3;
+              const float v32 = v31 + v30;
+              v26 = v32;
             }
           }
           v25 = ovl::mul(v25, (ovl::mul((ovl::mul((ovl::mul(ovl_lanes25[0], ovl_lanes25[1])), (ovl::mul(ovl_lanes25[2], ovl_lanes25[3])))), (ovl::mul((ovl::mul(ovl_lanes25[4], ovl_lanes25[5])), (ovl::mul(ovl_lanes25[6], ovl_lanes25[7])))))));
         }
       }
-      const float v30 = (0x1.0000000000000p-2f /* 0.25 */);
-      const float v31 = v16 * v30;
+      const float v35 = (0x1.0000000000000p-2f /* 0.25 */);
+      const float v36 = v16 * v35;
       out0[(int32_t)v0] = v6;
       out1[(int32_t)v0] = v8;
-      out2[(int32_t)v0] = v31;
+      out2[(int32_t)v0] = v36;
       out3[(int32_t)v0] = v25;
+      out4[(int32_t)v0] = v26;
   }
   if (ovl_ls.code != 0) ovl::report(ovl_gst, &ovl_ls);
 }
