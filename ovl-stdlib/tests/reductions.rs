@@ -690,7 +690,7 @@ fn softmax_under_vmap_is_the_softmax_of_each_example() {
 /// Reductions over a leading axis (a worker per column, reading down the column) run on the
 /// CPU in blocks of 64 neighbouring workers in lockstep, then the rest one by one: the same
 /// bits as the interpreter, NaN included, for every reduction, at widths with and without a
-/// partial block.
+/// partial block, and split over threads in the middle of a block (3000 columns).
 #[test]
 fn column_reductions_match_the_interpreter_bit_for_bit() {
     for (shape, axis) in [
@@ -698,6 +698,7 @@ fn column_reductions_match_the_interpreter_bit_for_bit() {
         (vec![5, 3, 70], 0),
         (vec![5, 3, 70], 1),
         (vec![2, 64], 0),
+        (vec![40, 3000], 0),
     ] {
         let n: usize = shape.iter().product();
         let x = Array::from_shape_fn(IxDyn(&shape), |i: IxDyn| {
