@@ -6,20 +6,14 @@
 //!
 //! Run with `cargo bench --bench columns` (`-- --quick` for a short run).
 
+#[path = "common/mod.rs"]
+mod common;
+
+use common::time_calls;
 use ndarray::{Array2, ArrayD, IxDyn};
 use ovl::prelude::*;
-use std::time::{Duration, Instant};
-
-fn best_of(reps: usize, mut f: impl FnMut()) -> Duration {
-    (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed()
-        })
-        .min()
-        .unwrap_or_default()
-}
+use std::convert::Infallible;
+use std::time::Duration;
 
 /// Column sums in plain Rust: each thread adds its rows into its own vector of sums, then the
 /// vectors are added.
@@ -74,6 +68,7 @@ fn matmul_loop(a: &[f32], b: &[f32], c: &mut [f32], (k, n): (usize, usize), thre
     });
 }
 
+/// The best time of `out` compiled once (`ovl::compile`) and run into a reused array.
 fn time_compiled(
     feeds: &[Lazy<f32>],
     out: &Lazy<f32>,
@@ -82,14 +77,19 @@ fn time_compiled(
 ) -> Result<Duration, ovl::Error> {
     let step = ovl::compile(&feeds.to_vec(), &vec![out.clone()], &Options::cpu())?;
     let mut dest = vec![ArrayD::<f32>::zeros(IxDyn(out.shape()))];
-    step.run_into(data, &mut dest)?;
-    let mut result = Ok(());
-    let t = best_of(reps, || {
-        if let Err(e) = step.run_into(data, &mut dest) {
-            result = Err(e);
-        }
+    Ok(time_calls(1, reps, || step.run_into(data, &mut dest))?.best)
+}
+
+/// The best time of a plain Rust loop.
+fn time_loop(reps: usize, mut f: impl FnMut()) -> Duration {
+    let timing = time_calls::<Infallible>(1, reps, || {
+        f();
+        Ok(())
     });
-    result.map(|()| t)
+    match timing {
+        Ok(t) => t.best,
+        Err(never) => match never {},
+    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -115,7 +115,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &data,
         reps,
     )?;
-    let rust = best_of(reps, || {
+    let rust = time_loop(reps, || {
         std::hint::black_box(column_sums(&xs, cols, threads));
     });
     println!("f32 [{rows}, {cols}], {threads} threads, best of {reps}:");
@@ -147,7 +147,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         reps,
     )?;
     let mut c = vec![0.0f32; m * n];
-    let rust = best_of(reps, || matmul_loop(&av, &bv, &mut c, (k, n), threads));
+    let rust = time_loop(reps, || matmul_loop(&av, &bv, &mut c, (k, n), threads));
     let gflops = |d: Duration| 2.0 * (m * k * n) as f64 / d.as_secs_f64() / 1e9;
     println!("matmul [{m}, {k}] x [{k}, {n}] f32:");
     println!(

@@ -16,8 +16,8 @@
 //! order), and only into a loop that runs `0..cols` one by one and writes the output exactly
 //! once per iteration, at the worker's position and the loop's index.
 
-use crate::graph::{label, Node, Src};
-use crate::merge::{names_of, tidy, Merged, Part, Splice};
+use crate::graph::{Node, Src};
+use crate::merge::{names_of, Merged, Part, Splice};
 use ovl_ir::ir::{self, Op, TensorKind};
 use std::collections::HashMap;
 
@@ -168,19 +168,8 @@ pub(crate) fn merge(
     let mut s = Splice::new(c, &names);
     s.dag.workgroup_shape = p.dag.workgroup_shape.clone();
 
-    let mut map_first = vec![None; p.dag.outputs.len()];
-    for (o, t) in p.dag.outputs.iter().enumerate() {
-        if keep[o] {
-            map_first[o] = Some(s.dag.outputs.len() as u32);
-            s.dag.outputs.push(t.clone());
-        }
-    }
-    let input_map_p: Vec<u32> = p
-        .inputs
-        .iter()
-        .zip(&p.dag.inputs)
-        .map(|(&src, t)| s.input(src, t))
-        .collect();
+    let map_first = s.outputs_of(p, Some(keep));
+    let input_map_p = s.inputs_of(p);
     // A written variable is copied at the write: later assignments in the iteration must
     // not change what the consumer sees.
     let w = &p.dag.expressions[plan.write];
@@ -210,11 +199,7 @@ pub(crate) fn merge(
 
     // The consumer's body for position [.., j, ..]: its position on the looped axis is the
     // loop's index, its reads of the output the value just written.
-    let mut map_second = Vec::with_capacity(c.dag.outputs.len());
-    for t in &c.dag.outputs {
-        map_second.push(Some(s.dag.outputs.len() as u32));
-        s.dag.outputs.push(t.clone());
-    }
+    let map_second = s.outputs_of(c, None);
     let input_map_c = s.consumer_inputs(c, &plan.slot_output);
     let mut replace = HashMap::new();
     for (i, e) in c.dag.expressions.iter().enumerate() {
@@ -242,19 +227,5 @@ pub(crate) fn merge(
 
     // The rest of the producer, from its loop's END_RANGE.
     s.append_until(&p_part, p_locals, &mut p_remap, p.dag.expressions.len());
-
-    tidy(&mut s.dag);
-    let mut members: Vec<usize> = p.members.iter().chain(&c.members).copied().collect();
-    members.sort_unstable();
-    Merged {
-        node: Node {
-            dag: s.dag,
-            inputs: s.inputs,
-            label: label(&names),
-            members,
-            source_of: c.source_of,
-        },
-        map_first,
-        map_second,
-    }
+    s.into_merged((p, c), &names, map_first, map_second)
 }

@@ -47,6 +47,57 @@ impl Splice {
         }
     }
 
+    /// Adds the outputs of `node` that `keep` says stay (all when `keep` is `None`); returns
+    /// the merged index of each of its outputs (`None`: dropped).
+    pub fn outputs_of(&mut self, node: &Node, keep: Option<&[bool]>) -> Vec<Option<u32>> {
+        let mut map = vec![None; node.dag.outputs.len()];
+        for (o, t) in node.dag.outputs.iter().enumerate() {
+            if keep.is_none_or(|k| k[o]) {
+                map[o] = Some(self.dag.outputs.len() as u32);
+                self.dag.outputs.push(t.clone());
+            }
+        }
+        map
+    }
+
+    /// The merged input index of each of `node`'s inputs.
+    pub fn inputs_of(&mut self, node: &Node) -> Vec<u32> {
+        node.inputs
+            .iter()
+            .zip(&node.dag.inputs)
+            .map(|(&src, t)| self.input(src, t))
+            .collect()
+    }
+
+    /// The merged node of `first` and `second` (after both were appended), tidied.
+    pub fn into_merged(
+        mut self,
+        (first, second): (&Node, &Node),
+        names: &[(usize, &str)],
+        map_first: Vec<Option<u32>>,
+        map_second: Vec<Option<u32>>,
+    ) -> Merged {
+        tidy(&mut self.dag);
+        let mut members: Vec<usize> = first
+            .members
+            .iter()
+            .chain(&second.members)
+            .copied()
+            .collect();
+        members.sort_unstable();
+        Merged {
+            node: Node {
+                dag: self.dag,
+                inputs: self.inputs,
+                label: label(names),
+                members,
+                source_of: second.source_of,
+            },
+            map_first,
+            map_second,
+        }
+    }
+
     /// The merged input index for `src` (shared when already present).
     pub fn input(&mut self, src: Src, t: &ir::TensorType) -> u32 {
         if let Some(i) = self
@@ -198,19 +249,8 @@ pub(crate) fn merge_vertical(
     let mut s = Splice::new(consumer, &names);
 
     // Producer outputs that stay.
-    let mut map_first = vec![None; producer.dag.outputs.len()];
-    for (o, t) in producer.dag.outputs.iter().enumerate() {
-        if keep[o] {
-            map_first[o] = Some(s.dag.outputs.len() as u32);
-            s.dag.outputs.push(t.clone());
-        }
-    }
-    let input_map_p: Vec<u32> = producer
-        .inputs
-        .iter()
-        .zip(&producer.dag.inputs)
-        .map(|(&src, t)| s.input(src, t))
-        .collect();
+    let map_first = s.outputs_of(producer, Some(keep));
+    let input_map_p = s.inputs_of(producer);
     // A written value that is a variable or an accumulator is copied at the write.
     let mut snapshot_before = HashMap::new();
     for h in &plan.handoffs {
@@ -249,11 +289,7 @@ pub(crate) fn merge_vertical(
             .unwrap_or(p_remap[value])
     };
 
-    let mut map_second = Vec::with_capacity(consumer.dag.outputs.len());
-    for t in &consumer.dag.outputs {
-        map_second.push(Some(s.dag.outputs.len() as u32));
-        s.dag.outputs.push(t.clone());
-    }
+    let map_second = s.outputs_of(consumer, None);
     let input_map_c = s.consumer_inputs(consumer, &plan.slot_output);
     let mut replace = HashMap::new();
     for (i, e) in consumer.dag.expressions.iter().enumerate() {
@@ -277,26 +313,7 @@ pub(crate) fn merge_vertical(
         copies: Default::default(),
     };
     s.append(&c_part);
-
-    tidy(&mut s.dag);
-    let mut members: Vec<usize> = producer
-        .members
-        .iter()
-        .chain(&consumer.members)
-        .copied()
-        .collect();
-    members.sort_unstable();
-    Merged {
-        node: Node {
-            dag: s.dag,
-            inputs: s.inputs,
-            label: label(&names),
-            members,
-            source_of: consumer.source_of,
-        },
-        map_first,
-        map_second,
-    }
+    s.into_merged((producer, consumer), &names, map_first, map_second)
 }
 
 /// Whether an expression only computes a value (no effect, no possible fault): it may be
