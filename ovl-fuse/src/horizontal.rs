@@ -2,8 +2,8 @@
 //! the other, become one operator running both programs in each worker. Nothing is handed over
 //! in registers, but one launch (and one pass of the thread pool) replaces two.
 
-use crate::graph::{label, Node, Work};
-use crate::merge::{names_of, tidy, Merged, Part, Splice};
+use crate::graph::{Node, Work};
+use crate::merge::{names_of, Merged, Part, Splice};
 
 /// The first pair of live nodes (in `order`, skipping `skip`) with equal workgroups and no
 /// path between them. `desc` is [`Work::descendants`].
@@ -64,25 +64,7 @@ pub(crate) fn merge_siblings(first: &Node, second: &Node, originals: &[String]) 
         });
         maps.push(output_map);
     }
-    tidy(&mut s.dag);
-    let mut members: Vec<usize> = first
-        .members
-        .iter()
-        .chain(&second.members)
-        .copied()
-        .collect();
-    members.sort_unstable();
     let map_second = maps.pop().unwrap_or_default();
     let map_first = maps.pop().unwrap_or_default();
-    Merged {
-        node: Node {
-            dag: s.dag,
-            inputs: s.inputs,
-            label: label(&names),
-            members,
-            source_of: second.source_of,
-        },
-        map_first,
-        map_second,
-    }
+    s.into_merged((first, second), &names, map_first, map_second)
 }

@@ -1069,20 +1069,29 @@ impl<'a> Emitter<'a> {
     fn fold_lanes(&mut self, range: usize) -> Result<(), CodegenError> {
         for acc in self.reductions.get(&range).cloned().unwrap_or_default() {
             let (combiner, d) = self.accumulator_kind(acc)?;
-            let lanes: Vec<String> = (0..REDUCE_LANES)
-                .map(|l| format!("ovl_lanes{acc}[{l}]"))
-                .collect();
-            let mut level = lanes;
-            while level.len() > 1 {
-                level = level
-                    .chunks(2)
-                    .map(|p| self.combine(combiner, d, &p[0], &p[1]))
-                    .collect::<Result<_, _>>()?;
-            }
-            let folded = self.combine(combiner, d, &format!("v{acc}"), &level[0])?;
+            let lanes = self.pairwise_fold(combiner, d, |l| format!("ovl_lanes{acc}[{l}]"))?;
+            let folded = self.combine(combiner, d, &format!("v{acc}"), &lanes)?;
             self.line(&format!("v{acc} = {folded};"));
         }
         Ok(())
+    }
+
+    /// The pairwise fold of an accumulator's `REDUCE_LANES` lanes, each spelled by `lane`:
+    /// `((l0 ⊕ l1) ⊕ (l2 ⊕ l3)) ⊕ ((l4 ⊕ l5) ⊕ (l6 ⊕ l7))`.
+    fn pairwise_fold(
+        &self,
+        combiner: Combiner,
+        d: DType,
+        lane: impl Fn(usize) -> String,
+    ) -> Result<String, CodegenError> {
+        let mut level: Vec<String> = (0..REDUCE_LANES).map(lane).collect();
+        while level.len() > 1 {
+            level = level
+                .chunks(2)
+                .map(|p| self.combine(combiner, d, &p[0], &p[1]))
+                .collect::<Result<_, _>>()?;
+        }
+        Ok(level.swap_remove(0))
     }
 
     /// `x ⊕ y` for a combiner on dtype `d`, spelled as the op table spells its binary op.

@@ -326,16 +326,9 @@ impl<'a> Emitter<'a> {
         self.line("}");
         for acc in self.reductions.get(&range).cloned().unwrap_or_default() {
             let (combiner, d) = self.accumulator_kind(acc)?;
-            let mut level: Vec<String> = (0..REDUCE_LANES)
-                .map(|l| format!("ovl_lanes{acc}[{l}][ovl_j]"))
-                .collect();
-            while level.len() > 1 {
-                level = level
-                    .chunks(2)
-                    .map(|p| self.combine(combiner, d, &p[0], &p[1]))
-                    .collect::<Result<_, _>>()?;
-            }
-            let folded = self.combine(combiner, d, &format!("ovl_s{acc}[ovl_j]"), &level[0])?;
+            let lanes =
+                self.pairwise_fold(combiner, d, |l| format!("ovl_lanes{acc}[{l}][ovl_j]"))?;
+            let folded = self.combine(combiner, d, &format!("ovl_s{acc}[ovl_j]"), &lanes)?;
             self.line(&format!(
                 "for (int64_t ovl_j = 0; ovl_j < {BLOCK}; ++ovl_j) ovl_s{acc}[ovl_j] = {folded};"
             ));
