@@ -13,8 +13,10 @@
 //! shape only ([`plan`]): straight-line code and loops at the top level (reductions, or
 //! folds into a variable like `matmul`'s), bounds known when compiling, no local tensor, no
 //! branch, no fault check (the first
-//! pass proved every access in bounds: faults keep their order because there are none), and a
-//! read in a loop whose last index is the innermost position (the reason to block). The code
+//! pass proved every access in bounds: faults keep their order because there are none), every
+//! write indexed last by the innermost position (no two workers of a block write the same
+//! element), and a read in a loop whose last index is the innermost position (the reason to
+//! block). The code
 //! between loops is a *segment*, run as one loop over the block's workers; a value a later
 //! segment uses is kept in an array of `BLOCK` elements, as is every accumulator and variable
 //! (a variable is reloaded where it is used and stored back where it is assigned: each worker
@@ -106,6 +108,11 @@ pub(super) fn plan(dag: &ir::ExpressionDag, innermost: Option<u64>) -> Option<Bl
                 // A write's last operand is its value.
                 let rank = e.operands.len() - usize::from(op == Op::Write);
                 let index = &e.operands[..rank];
+                // Every write indexed last by the worker's own position: the lanes of a block
+                // never write the same element, so interleaving them changes no result.
+                if op == Op::Write && !index.last().is_some_and(|&o| is_inner_position(o)) {
+                    return None;
+                }
                 if in_loop {
                     // The innermost position anywhere but last: neighbouring workers would
                     // read far apart.
