@@ -42,7 +42,7 @@ pub struct CompiledOperator {
     origin: Origin,
     /// Tensor types, workgroup and symbols.
     geometry: Geometry,
-    worker_cost: u64,
+    worker_cost: crate::shared::emit::WorkerCost,
     /// Per expression: whether it is a WRITE (to name the access of a fault).
     writes: Vec<bool>,
     run_fn: RunFn,
@@ -330,6 +330,7 @@ impl CompiledOperator {
         if workers == 0 {
             return Ok(());
         }
+        let cost = self.worker_cost.at(symbols);
         // Checked: every value is at most i64::MAX.
         let symbols: Vec<i64> = symbols.iter().map(|&v| v as i64).collect();
         let ptrs = Pointers {
@@ -337,9 +338,8 @@ impl CompiledOperator {
             outputs: out_ptrs.as_ptr(),
             symbols: symbols.as_ptr(),
         };
-        let parallel = threads != 1
-            && workers > 1
-            && workers.saturating_mul(self.worker_cost) >= PARALLEL_MIN_WORK;
+        let parallel =
+            threads != 1 && workers > 1 && workers.saturating_mul(cost) >= PARALLEL_MIN_WORK;
         let threads = match threads {
             _ if !parallel => 1,
             0 => cpu_count(),

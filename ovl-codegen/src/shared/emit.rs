@@ -228,29 +228,85 @@ fn indent_text(text: &str, pad: &str) -> String {
 
 /// A rough cost of one worker, used to decide whether to run on several threads: each
 /// expression counts once per run of the blocks around it, a loop with constant bounds
-/// (`ovl_ir::analysis::counted_range`) by its trip count, any other loop (sizes given at run
-/// time, a `while`) as 64 iterations. A softmax worker over a row of 65536 costs about a
-/// million, so 64 such workers run on every core.
-pub(crate) fn worker_cost(dag: &ir::ExpressionDag) -> u64 {
-    const UNKNOWN_TRIPS: u64 = 64;
-    // The iterations of each open loop, outermost first.
-    let mut trips: Vec<u64> = Vec::new();
-    let mut cost = 0u64;
+/// (`ovl_ir::analysis::counted_range`) by its trip count, a loop `0..s` over the value of a
+/// symbol (a size given at run time) by that value, any other loop (a `while`, bounds computed
+/// by the worker) as 64 iterations. A softmax worker over a row of 65536 costs about a million,
+/// so 64 such workers run on every core.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WorkerCost {
+    /// `coefficient × Π value of symbol s`, summed.
+    terms: Vec<(u64, Vec<u32>)>,
+}
+
+impl WorkerCost {
+    /// The cost when the symbols have `values` (a missing value counts as 64).
+    pub(crate) fn at(&self, values: &[u64]) -> u64 {
+        let value = |s: &u32| values.get(*s as usize).copied().unwrap_or(UNKNOWN_TRIPS);
+        self.terms
+            .iter()
+            .map(|(c, syms)| syms.iter().map(value).fold(*c, u64::saturating_mul))
+            .fold(0u64, u64::saturating_add)
+            .max(1)
+    }
+}
+
+/// How often a loop whose trip count is not known runs, for [`worker_cost`].
+const UNKNOWN_TRIPS: u64 = 64;
+
+/// The [`WorkerCost`] of `dag`.
+pub(crate) fn worker_cost(dag: &ir::ExpressionDag) -> WorkerCost {
+    /// A loop's iterations: a count, or the value of a symbol.
+    #[derive(Clone, Copy)]
+    enum Trips {
+        Known(u64),
+        Symbol(u32),
+    }
+    let is = |id: u32, op: Op| {
+        dag.expressions
+            .get(id as usize)
+            .is_some_and(|e| e.code == op as i32)
+    };
+    let int = |id: u32| dag.expressions.get(id as usize).map(|e| e.int_value);
+    let mut open: Vec<Trips> = Vec::new();
+    let mut terms: std::collections::BTreeMap<Vec<u32>, u64> = Default::default();
     for (i, e) in dag.expressions.iter().enumerate() {
         match Op::try_from(e.code) {
-            Ok(Op::Range) => trips.push(
-                ovl_ir::analysis::counted_range(dag, i).map_or(UNKNOWN_TRIPS, |(a, b)| b - a),
-            ),
-            Ok(Op::WhileBegin) => trips.push(UNKNOWN_TRIPS),
+            Ok(Op::Range) => open.push(match ovl_ir::analysis::counted_range(dag, i) {
+                Some((a, b)) => Trips::Known(b - a),
+                None => match e.operands[..] {
+                    [start, end, step]
+                        if is(start, Op::Const)
+                            && int(start) == Some(0)
+                            && is(step, Op::Const)
+                            && int(step) == Some(1)
+                            && is(end, Op::Symbol) =>
+                    {
+                        Trips::Symbol(dag.expressions[end as usize].axis)
+                    }
+                    _ => Trips::Known(UNKNOWN_TRIPS),
+                },
+            }),
+            Ok(Op::WhileBegin) => open.push(Trips::Known(UNKNOWN_TRIPS)),
             Ok(Op::EndRange | Op::WhileEnd) => {
-                trips.pop();
+                open.pop();
             }
             _ => {}
         }
-        let runs = trips.iter().fold(1u64, |n, &t| n.saturating_mul(t));
-        cost = cost.saturating_add(runs);
+        let mut coefficient = 1u64;
+        let mut symbols = Vec::new();
+        for t in &open {
+            match *t {
+                Trips::Known(n) => coefficient = coefficient.saturating_mul(n),
+                Trips::Symbol(s) => symbols.push(s),
+            }
+        }
+        symbols.sort_unstable();
+        let c = terms.entry(symbols).or_default();
+        *c = c.saturating_add(coefficient);
     }
-    cost.max(1)
+    WorkerCost {
+        terms: terms.into_iter().map(|(s, c)| (c, s)).collect(),
+    }
 }
 
 impl<'a> Emitter<'a> {
@@ -1527,17 +1583,23 @@ mod tests {
     fn a_worker_costs_its_loops_trip_counts() {
         // No loop: one per expression.
         let flat = fixtures::add_2d(4, 4);
-        assert_eq!(worker_cost(&flat), flat.expressions.len() as u64);
+        assert_eq!(worker_cost(&flat).at(&[]), flat.expressions.len() as u64);
         // A counted loop: the expressions in it count once per iteration.
-        let cost = |cols| worker_cost(&fixtures::cumsum(4, cols, 1));
+        let cost = |cols| worker_cost(&fixtures::cumsum(4, cols, 1)).at(&[]);
         let (c100, c1000, c2000) = (cost(100), cost(1000), cost(2000));
         let per_iteration = (c2000 - c1000) / 1000;
         assert!(per_iteration >= 4, "{c100} {c1000} {c2000}");
         assert_eq!(c2000 - c1000, 1000 * per_iteration);
         assert_eq!(c1000 - c100, 900 * per_iteration);
-        // A loop with bounds known only at run time counts as 64 iterations, whatever n.
-        let runtime = |n| worker_cost(&fixtures::runtime_range(n));
+        // A loop with bounds the worker computes counts as 64 iterations, whatever n.
+        let runtime = |n| worker_cost(&fixtures::runtime_range(n)).at(&[]);
         assert_eq!(runtime(10), runtime(100_000));
         assert!(runtime(10) > 64);
+        // A loop over a symbol's value counts that value, given when the kernel runs.
+        let looped = worker_cost(&fixtures::sym_symbol_loop(5));
+        let (a, b, c) = (looped.at(&[10]), looped.at(&[1010]), looped.at(&[2010]));
+        assert!(b - a >= 1000, "{a} {b} {c}");
+        assert_eq!(c - b, b - a);
+        assert_eq!(looped.at(&[]), looped.at(&[64]));
     }
 }
