@@ -195,9 +195,8 @@ pub struct RowBudget {
 
 impl RowBudget {
     /// For kernels that may run on a GPU, which reserves local memory for every thread that
-    /// can be resident at once: 16 KiB per buffer (4096 f32, as `ovl_stdlib::softmax` keeps;
-    /// about 4 GiB reserved on a GPU of 132 multiprocessors of 2048 threads), 64 KiB of locals
-    /// per worker in all.
+    /// can be resident at once: 16 KiB per buffer (4096 f32; about 4 GiB reserved on a GPU of
+    /// 132 multiprocessors of 2048 threads), 64 KiB of locals per worker in all.
     pub const PORTABLE: RowBudget = RowBudget {
         buffer_bytes: 16 * 1024,
         locals_bytes: 64 * 1024,
