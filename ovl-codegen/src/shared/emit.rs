@@ -154,7 +154,7 @@ pub(crate) struct Emitter<'a> {
     stops: std::cell::Cell<bool>,
     /// In the second pass that emits the blocked program: its layout (see `blocked`).
     blocked: Option<blocked::Blocked>,
-    /// The blocked reduction loop being emitted.
+    /// The loop of the blocked program being emitted.
     blocked_range_open: Option<usize>,
     /// The program of [`blocked::BLOCK`] workers in lockstep, for a C++ kernel that gains
     /// from it (see `blocked`); the frame runs it over each row's full blocks and the worker
