@@ -1167,6 +1167,15 @@ fn writes_that_cannot_be_inverted_and_reads_in_while_loops_are_refused() {
     }
 }
 
+/// The report's epilogue merge (there must be one).
+fn epilogue_merge(report: &ovl::FusionReport) -> &ovl::Merge {
+    report
+        .merges
+        .iter()
+        .find(|m| m.kind == MergeKind::Epilogue)
+        .unwrap_or_else(|| panic!("an epilogue merge: {report}"))
+}
+
 fn affine_rows(y: &Array2<f32>, g: &Array1<f32>, b: &Array1<f32>) -> Array2<f32> {
     let mut z = y.clone();
     for mut row in z.rows_mut() {
@@ -1199,12 +1208,7 @@ fn an_elementwise_consumer_runs_in_the_loop_that_writes_each_row() {
     println!("{}", fusion.report);
     assert_eq!(fusion.report.kernels_after, 1, "{}", fusion.report);
     assert!(fusion.report.refusals.is_empty(), "{}", fusion.report);
-    let epilogue = fusion
-        .report
-        .merges
-        .iter()
-        .find(|m| m.kind == MergeKind::Epilogue)
-        .expect("an epilogue merge");
+    let epilogue = epilogue_merge(&fusion.report);
     assert!(epilogue.first.contains("normalize"), "{epilogue}");
     assert!(epilogue.kept.is_empty(), "{epilogue}");
     assert!(epilogue
@@ -1235,12 +1239,7 @@ fn an_epilogue_keeps_a_requested_row_and_reads_only_its_own_position() {
     let fusion = ovl::fusion((&y, &z), 3).unwrap();
     println!("{}", fusion.report);
     assert_eq!(fusion.report.kernels_after, 1, "{}", fusion.report);
-    let epilogue = fusion
-        .report
-        .merges
-        .iter()
-        .find(|m| m.kind == MergeKind::Epilogue)
-        .expect("an epilogue merge");
+    let epilogue = epilogue_merge(&fusion.report);
     assert_eq!(epilogue.kept.len(), 1, "{epilogue}");
     assert_eq!(fusion.after.operators[0].outputs.len(), 2);
     for (name, options) in targets() {

@@ -17,7 +17,7 @@
 //! once per iteration, at the worker's position and the loop's index.
 
 use crate::graph::{Node, Src};
-use crate::merge::{names_of, Merged, Part, Splice};
+use crate::merge::{names_of, snapshots, Merged, Part, Splice};
 use ovl_ir::ir::{self, Op, TensorKind};
 use std::collections::HashMap;
 
@@ -172,12 +172,7 @@ pub(crate) fn merge(
     let input_map_p = s.inputs_of(p);
     // A written variable is copied at the write: later assignments in the iteration must
     // not change what the consumer sees.
-    let w = &p.dag.expressions[plan.write];
-    let value = *w.operands.last().unwrap_or(&0) as usize;
-    let mut snapshot_before = HashMap::new();
-    if p.dag.expressions[value].code == Op::Variable as i32 {
-        snapshot_before.insert(plan.write, value);
-    }
+    let snapshot_before = snapshots(&p.dag, [plan.write]);
     let p_part = Part {
         dag: &p.dag,
         input_map: input_map_p,
@@ -190,12 +185,7 @@ pub(crate) fn merge(
     let mut p_remap = Vec::with_capacity(p.dag.expressions.len());
     let p_locals = s.add_locals(&p_part);
     s.append_until(&p_part, p_locals, &mut p_remap, plan.end_range);
-    let handed = p_part
-        .copies
-        .borrow()
-        .first()
-        .map(|&(_, copy)| copy)
-        .unwrap_or(p_remap[value]);
+    let handed = p_part.handed(plan.write, &p_remap);
 
     // The consumer's body for position [.., j, ..]: its position on the looped axis is the
     // loop's index, its reads of the output the value just written.

@@ -200,6 +200,28 @@ impl Splice {
     }
 }
 
+/// The expression a WRITE writes (its last operand).
+pub(crate) fn written_value(dag: &ir::ExpressionDag, write: usize) -> usize {
+    *dag.expressions[write].operands.last().unwrap_or(&0) as usize
+}
+
+/// For each of `writes` whose value is a variable or an accumulator, that value: it is copied
+/// at the write ([`Part::snapshot_before`]), so that later assignments cannot change what the
+/// consumer is handed.
+pub(crate) fn snapshots(
+    dag: &ir::ExpressionDag,
+    writes: impl IntoIterator<Item = usize>,
+) -> HashMap<usize, usize> {
+    writes
+        .into_iter()
+        .filter_map(|w| {
+            let value = written_value(dag, w);
+            let code = dag.expressions[value].code;
+            (code == Op::Variable as i32 || code == Op::Accumulator as i32).then_some((w, value))
+        })
+        .collect()
+}
+
 /// One operator being appended to a [`Splice`].
 pub(crate) struct Part<'a> {
     pub dag: &'a ir::ExpressionDag,
@@ -213,6 +235,19 @@ pub(crate) struct Part<'a> {
     pub snapshot_before: HashMap<usize, usize>,
     /// The copies made: (the write they were made for, merged index of the copy).
     pub copies: RefCell<Vec<(usize, u32)>>,
+}
+
+impl Part<'_> {
+    /// The merged expression holding what `write` of this part wrote, once appended with
+    /// `remap`: the copy made at the write, or the value itself.
+    pub fn handed(&self, write: usize, remap: &[u32]) -> u32 {
+        self.copies
+            .borrow()
+            .iter()
+            .find(|(w, _)| *w == write)
+            .map(|(_, c)| *c)
+            .unwrap_or(remap[written_value(self.dag, write)])
+    }
 }
 
 pub(crate) fn names_of<'a>(
@@ -251,16 +286,7 @@ pub(crate) fn merge_vertical(
     // Producer outputs that stay.
     let map_first = s.outputs_of(producer, Some(keep));
     let input_map_p = s.inputs_of(producer);
-    // A written value that is a variable or an accumulator is copied at the write.
-    let mut snapshot_before = HashMap::new();
-    for h in &plan.handoffs {
-        let w = &producer.dag.expressions[h.write];
-        let value = *w.operands.last().unwrap_or(&0) as usize;
-        let code = producer.dag.expressions[value].code;
-        if code == Op::Variable as i32 || code == Op::Accumulator as i32 {
-            snapshot_before.insert(h.write, value);
-        }
-    }
+    let snapshot_before = snapshots(&producer.dag, plan.handoffs.iter().map(|h| h.write));
     let p_part = Part {
         dag: &producer.dag,
         input_map: input_map_p,
@@ -270,7 +296,6 @@ pub(crate) fn merge_vertical(
         copies: Default::default(),
     };
     let p_remap = s.append(&p_part);
-    let copies = p_part.copies.into_inner();
     // The merged expression holding each handed-over output's value.
     let value_of = |o: u32| -> u32 {
         let h = plan
@@ -278,15 +303,7 @@ pub(crate) fn merge_vertical(
             .iter()
             .find(|h| h.output == o)
             .expect("every read slot has a handoff");
-        let value = *producer.dag.expressions[h.write]
-            .operands
-            .last()
-            .unwrap_or(&0) as usize;
-        copies
-            .iter()
-            .find(|(w, _)| *w == h.write)
-            .map(|(_, c)| *c)
-            .unwrap_or(p_remap[value])
+        p_part.handed(h.write, &p_remap)
     };
 
     let map_second = s.outputs_of(consumer, None);
