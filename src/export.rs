@@ -27,25 +27,17 @@
 //! assert_eq!(bundle.program.feeds.len(), 1);
 //! // bundle.write("scale.ovl.json")? for Python: ovl_tf.load("scale.ovl.json")(tf_tensor)
 //! let fed = ovl::HostTensor::from_vec(&[2, 3], vec![1.0f32; 6]).unwrap();
-//! let out = ovl::export::run_program(&bundle.program, vec![fed], &Options::interpreter()).unwrap();
+//! let out = ovl::program::run_program(&bundle.program, vec![fed], &Options::interpreter()).unwrap();
 //! assert_eq!(out[0], ovl::HostTensor::from_vec(&[2, 3], vec![3.0f32; 6]).unwrap());
 //! ```
 
 use crate::options::{Options, Target};
+use crate::program::{check_program, seal_program, tensor_type_of, tensorflow_dtype_name};
 use crate::{executor, Error, Evaluate};
 use ovl_core::ir;
 use ovl_core::lazy::Graph;
 use ovl_core::{DType, GraphInput, HostTensor, Lazy, LazyTensor, Scalar};
 use std::path::Path;
-
-pub use crate::program::{
-    check_program, constant_tensor, open_program, run_program, seal_program, tensor_type_of,
-    tensorflow_dtype_name, verify_sealed, SealError, SEALED_PROGRAM_HEADER,
-};
-pub use crate::program_batch::{
-    batch_gradient_program, batch_program, batch_sealed, BatchProgramError, BatchSize,
-    BatchedProgram, SealedBatch, PFOR_SYMBOL,
-};
 
 /// The format name written into every bundle file.
 pub const BUNDLE_FORMAT: &str = "ovl-tensorflow-bundle";

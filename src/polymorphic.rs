@@ -6,7 +6,8 @@
 //! ([`ovl_core::unify`]), and compiles that program once: its kernels take the symbol's value
 //! at run time ([`crate::program::LoadedProgram::bind`]).
 
-use crate::export::{check_program, Bundle, TfExport};
+use crate::export::{Bundle, TfExport};
+use crate::program::check_program;
 use crate::Error;
 use ovl_core::ir;
 use ovl_core::unify::{unify_graphs, unify_type};
@@ -45,7 +46,7 @@ pub const DEFAULT_SYMBOL: &str = "batch";
 /// assert_eq!(bundle.program.graph.as_ref().unwrap().symbols, ["batch"]);
 /// for batch in [0, 1, 5] {
 ///     let x = ovl::HostTensor::from_vec(&[batch, 3], vec![1.5f32; batch * 3]).unwrap();
-///     let y = ovl::export::run_program(&bundle.program, vec![x], &Options::interpreter())
+///     let y = ovl::program::run_program(&bundle.program, vec![x], &Options::interpreter())
 ///         .unwrap();
 ///     assert_eq!(y[0], ovl::HostTensor::from_vec(&[batch, 3], vec![3.0f32; batch * 3]).unwrap());
 /// }

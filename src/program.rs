@@ -378,7 +378,7 @@ pub fn tensorflow_type_name(sig: &Sig) -> String {
 }
 
 impl LoadedProgram {
-    /// Verifies the digest of a sealed program ([`crate::export::seal_program`]), decodes and
+    /// Verifies the digest of a sealed program ([`crate::program::seal_program`]), decodes and
     /// checks it, and compiles its operators for `options.target` (or finds them in the
     /// operator cache).
     pub fn load(sealed: &[u8], options: &Options) -> Result<LoadedProgram, ProgramError> {

@@ -43,11 +43,11 @@
 //! let options = Options::interpreter();
 //! let bundle = ovl::as_tensorflow((&x, &w), scale(&x, &w)).options(&options).build().unwrap();
 //! // x batched over 2 examples, w shared.
-//! let batched = ovl::export::batch_program(&bundle.program, &[true, false], 2).unwrap();
+//! let batched = ovl::program_batch::batch_program(&bundle.program, &[true, false], 2).unwrap();
 //! assert_eq!(batched.batched_outputs, vec![true]);
 //! let xs = ovl::HostTensor::from_vec(&[2, 3], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
 //! let w = ovl::HostTensor::from_vec(&[3], vec![10.0f32, 100.0, 1000.0]).unwrap();
-//! let out = ovl::export::run_program(&batched.program, vec![xs, w], &options).unwrap();
+//! let out = ovl::program::run_program(&batched.program, vec![xs, w], &options).unwrap();
 //! let want = vec![10.0f32, 200.0, 3000.0, 40.0, 500.0, 6000.0];
 //! assert_eq!(out[0], ovl::HostTensor::from_vec(&[2, 3], want).unwrap());
 //! ```
@@ -100,7 +100,7 @@ pub struct BatchedProgram {
 /// A sealed program and its sealed gradient program, batched by [`batch_sealed`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SealedBatch {
-    /// The sealed batched program (see [`crate::export::seal_program`]).
+    /// The sealed batched program (see [`crate::program::seal_program`]).
     pub program: Vec<u8>,
     /// The sealed batched gradient program; empty when the program has no gradient.
     pub gradient: Vec<u8>,

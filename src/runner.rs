@@ -1,5 +1,5 @@
 //! The one graph runner: runs an [`ir::OperatorDag`] operator by operator on prepared
-//! kernels. `evaluate`, [`crate::compile`], [`crate::export::run_program`] and the TensorFlow
+//! kernels. `evaluate`, [`crate::compile`], [`crate::program::run_program`] and the TensorFlow
 //! bridge's `DynamicLib` kernel all run graphs through it.
 //!
 //! A [`Plan`] is made once per graph: it decides where every value lives during a run (a graph

@@ -1,8 +1,8 @@
 //! Exporting for TensorFlow (`ovl::as_tensorflow`): placeholders, the program's feeds and
 //! constants, fusion, the gradient program, the bundle file, and the errors.
 
-use ovl::export::{check_program, open_program, run_program, seal_program, SealError};
 use ovl::prelude::*;
+use ovl::program::{check_program, open_program, run_program, seal_program, SealError};
 use ovl::{Error, HostTensor};
 
 #[operator]
@@ -214,7 +214,7 @@ fn bundle_json_describes_feeds_outputs_and_programs() {
     );
     // The program is sealed: header, digest, protobuf bytes.
     let sealed = base64_decode(json["program"].as_str().unwrap());
-    assert!(sealed.starts_with(ovl::export::SEALED_PROGRAM_HEADER));
+    assert!(sealed.starts_with(ovl::program::SEALED_PROGRAM_HEADER));
     assert_eq!(sealed, seal_program(&bundle.program));
     assert_eq!(open_program(&sealed, "neg.json").unwrap(), bundle.program);
     assert!(json["gradient"].is_null());
@@ -295,7 +295,7 @@ fn every_single_bit_flip_of_a_sealed_program_is_refused() {
             let mut flipped = sealed.clone();
             flipped[bit / 8] ^= 1 << (bit % 8);
             let e = open_program(&flipped, "bundle \"axpy.json\" (program)").unwrap_err();
-            let expected_kind = if bit / 8 < ovl::export::SEALED_PROGRAM_HEADER.len() {
+            let expected_kind = if bit / 8 < ovl::program::SEALED_PROGRAM_HEADER.len() {
                 matches!(e, SealError::NoHeader { .. })
             } else {
                 matches!(e, SealError::Digest { .. })
@@ -310,7 +310,7 @@ fn every_single_bit_flip_of_a_sealed_program_is_refused() {
             );
         }
         // Cut short, or with its digest but not the protobuf bytes an ovl.ir.Program has.
-        let header = ovl::export::SEALED_PROGRAM_HEADER.len();
+        let header = ovl::program::SEALED_PROGRAM_HEADER.len();
         assert!(matches!(
             open_program(&sealed[..header + 5], "p"),
             Err(SealError::Truncated { len, .. }) if len == header + 5
@@ -320,7 +320,7 @@ fn every_single_bit_flip_of_a_sealed_program_is_refused() {
             Err(SealError::Digest { .. })
         ));
     }
-    let mut forged = ovl::export::SEALED_PROGRAM_HEADER.to_vec();
+    let mut forged = ovl::program::SEALED_PROGRAM_HEADER.to_vec();
     let junk = [0xffu8, 0xff, 0xff];
     {
         use sha2::Digest as _;

@@ -142,7 +142,7 @@ fn gradients_that_sum_over_the_batch_are_polymorphic_too() {
                 HostTensor::from_vec(&[2], bias.to_vec()).unwrap(),
                 host(&dy),
             ];
-            let out = ovl::export::run_program(gradient, feeds, &options).unwrap();
+            let out = ovl::program::run_program(gradient, feeds, &options).unwrap();
             // Reference: t = tanh(x w + b); g = dy (1 - t^2); dx = g w^T, dw = x^T g, db = sum g.
             let mut dx = Array2::<f64>::zeros((b, 3));
             let mut dw = Array2::<f64>::zeros((3, 2));
@@ -187,7 +187,7 @@ fn a_softmax_over_the_batch_is_polymorphic() {
         .unwrap_or_else(|e| panic!("{name}: {e}"));
         for b in [1usize, 3, 40] {
             let x = pseudo_random((b, 5), 4);
-            let out = ovl::export::run_program(&bundle.program, vec![host(&x)], &options).unwrap();
+            let out = ovl::program::run_program(&bundle.program, vec![host(&x)], &options).unwrap();
             let x = x.mapv(f64::from);
             for c in 0..5 {
                 let top = x.column(c).fold(f64::MIN, |m, &v| m.max(v));
@@ -216,7 +216,7 @@ fn a_mean_over_the_batch_divides_by_the_run_time_size() {
     .unwrap();
     for b in [1usize, 3, 10] {
         let x = pseudo_random((b, 3), 9);
-        let out = ovl::export::run_program(&bundle.program, vec![host(&x)], &options).unwrap();
+        let out = ovl::program::run_program(&bundle.program, vec![host(&x)], &options).unwrap();
         let want = x.mapv(f64::from).mean_axis(ndarray::Axis(0)).unwrap();
         for (g, w) in array(&out[0]).iter().zip(want.iter()) {
             assert!((*g as f64 - w).abs() < 1e-5, "batch {b}: got {g}, want {w}");
@@ -224,7 +224,7 @@ fn a_mean_over_the_batch_divides_by_the_run_time_size() {
     }
     // An empty batch: the mean of nothing is NaN, as for a fixed empty axis.
     let x = HostTensor::from_vec(&[0, 3], Vec::<f32>::new()).unwrap();
-    let out = ovl::export::run_program(&bundle.program, vec![x], &options).unwrap();
+    let out = ovl::program::run_program(&bundle.program, vec![x], &options).unwrap();
     assert!(array(&out[0]).iter().all(|v| v.is_nan()));
 }
 
@@ -250,8 +250,8 @@ fn a_vmapped_graph_exports_for_any_batch() {
     let w = HostTensor::from_vec(&[4], vec![1.0f32, -2.0, 0.5, 3.0]).unwrap();
     for b in [0usize, 1, 5] {
         let x = pseudo_random((b, 4), 5);
-        let out =
-            ovl::export::run_program(&bundle.program, vec![host(&x), w.clone()], &options).unwrap();
+        let out = ovl::program::run_program(&bundle.program, vec![host(&x), w.clone()], &options)
+            .unwrap();
         let want = Array2::from_shape_fn((b, 4), |(r, k)| {
             (x[[r, k]] * [1.0f32, -2.0, 0.5, 3.0][k]) as f64
         });
@@ -313,7 +313,7 @@ fn bad_input_is_a_clear_error() {
     let run = |zb: usize, cb: usize, h: usize| {
         let z = pseudo_random((zb, 4 * HIDDEN), 1);
         let c = pseudo_random((cb, h), 2);
-        ovl::export::run_program(&bundle.program, vec![host(&z), host(&c)], &options)
+        ovl::program::run_program(&bundle.program, vec![host(&z), host(&c)], &options)
             .unwrap_err()
             .to_string()
     };

@@ -30,7 +30,7 @@ fn exported() -> Vec<u8> {
         .options(&Options::interpreter())
         .build()
         .unwrap();
-    ovl::export::seal_program(&bundle.program)
+    ovl::program::seal_program(&bundle.program)
 }
 
 const INPUT: [f32; 6] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
@@ -68,8 +68,8 @@ fn runs_on_host_tensors_like_run_program() {
         .collect();
     let program = LoadedProgram::load(&exported(), &options(Options::default())).unwrap();
     assert_eq!(program.run_host(&[&x], 0).unwrap(), want);
-    let decoded = ovl::export::open_program(&exported(), "the test program").unwrap();
-    let got = ovl::export::run_program(&decoded, vec![x], &options(Options::default())).unwrap();
+    let decoded = ovl::program::open_program(&exported(), "the test program").unwrap();
+    let got = ovl::program::run_program(&decoded, vec![x], &options(Options::default())).unwrap();
     assert_eq!(got, want);
 }
 
@@ -105,7 +105,7 @@ fn every_single_bit_flip_is_refused_before_decoding() {
         .options(&Options::interpreter())
         .build()
         .unwrap();
-    let sealed = ovl::export::seal_program(&bundle.program);
+    let sealed = ovl::program::seal_program(&bundle.program);
     let options = options(Options::interpreter());
     assert!(LoadedProgram::load(&sealed, &options).is_ok());
     for bit in 0..sealed.len() * 8 {

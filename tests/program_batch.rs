@@ -1,4 +1,4 @@
-//! `ovl::export::batch_program` and `batch_gradient_program`: an exported program batched over a
+//! `ovl::program_batch::batch_program` and `batch_gradient_program`: an exported program batched over a
 //! new leading axis. Slice `i` of the batched program's outputs equals, bit for bit, the program
 //! run on slice `i` of the batched feeds (interpreter and C++); shared feeds, constants and
 //! unbatched outputs; the batched gradient program, whose shared feeds' gradients are the sums
@@ -8,11 +8,12 @@
 mod cumsum;
 
 use cumsum::cumsum_rows;
-use ovl::export::{
-    batch_gradient_program, batch_program, batch_sealed, run_program, seal_program,
-    BatchProgramError, BatchSize, BatchedProgram,
-};
 use ovl::prelude::*;
+use ovl::program::{run_program, seal_program};
+use ovl::program_batch::{
+    batch_gradient_program, batch_program, batch_sealed, BatchProgramError, BatchSize,
+    BatchedProgram,
+};
 use ovl_core::{ir, HostTensor};
 
 fn options(target: Options) -> Options {
@@ -136,7 +137,7 @@ fn check_batched(
     symbols: &[u64],
 ) {
     let expect_batched = &batched.batched_outputs;
-    ovl::export::check_program(&batched.program).unwrap();
+    ovl::program::check_program(&batched.program).unwrap();
     let feeds = batched_feeds_at(program, mask, n, symbols, &mut Rng(n as u64 + 7));
     for target in targets() {
         let got = run_program(&batched.program, feeds.clone(), &target).unwrap();
@@ -319,7 +320,7 @@ fn check_batched_gradient(
     symbols: &[u64],
     rng: &mut Rng,
 ) {
-    ovl::export::check_program(bgrad).unwrap();
+    ovl::program::check_program(bgrad).unwrap();
     let forward_feeds = batched_feeds_at(program, mask, n, symbols, rng);
     // The upstream gradients: batched for batched outputs, unbatched for the others.
     let upstream_mask = batched_outputs.to_vec();
@@ -455,12 +456,12 @@ fn sealed_programs_batch_and_stay_sealed() {
     )
     .unwrap();
     assert_eq!(sealed.batched_outputs, vec![true, true]);
-    let p = ovl::export::open_program(&sealed.program, "test").unwrap();
+    let p = ovl::program::open_program(&sealed.program, "test").unwrap();
     assert_eq!(
         p,
         batch_program(&program, &[true, false], 4).unwrap().program
     );
-    let g = ovl::export::open_program(&sealed.gradient, "test").unwrap();
+    let g = ovl::program::open_program(&sealed.gradient, "test").unwrap();
     assert_eq!(g.feeds.len(), 4);
     // Without a gradient program.
     let sealed = batch_sealed(&seal_program(&program), &[], &[true, true], 4).unwrap();

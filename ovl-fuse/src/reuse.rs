@@ -53,7 +53,7 @@ fn reuse_once(
     let inner = ovl_ir::analysis::innermost_loops(dag);
     let loops = counted_top_level_loops(dag, &depths);
     let used: Option<usize> = dag.locals.iter().try_fold(0usize, |total, t| {
-        let elements = ovl_ir::validate::element_count(&t.shape)?;
+        let elements = ovl_ir::shape::element_count(&t.shape)?;
         total.checked_add(DType::from_ir(t.dtype)?.size().checked_mul(elements)?)
     });
     let room = budget

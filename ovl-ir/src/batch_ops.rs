@@ -1,5 +1,5 @@
 //! Operators built by hand for batching over a new leading axis, shared by `ovl::vmap` (lazy
-//! graphs) and `ovl::export::batch_program` (exported programs):
+//! graphs) and `ovl::program_batch::batch_program` (exported programs):
 //!
 //! - [`broadcast_operator`] (`vmap_broadcast`): a tensor repeated along a new leading axis;
 //! - [`sum_operator`] (`vmap_sum`): the sum over the leading axis, an accumulator in the order

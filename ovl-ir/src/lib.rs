@@ -15,6 +15,7 @@ pub mod hash;
 pub mod host;
 pub mod names;
 pub mod ops;
+pub mod shape;
 pub mod symbolic;
 pub mod text;
 pub mod unify;

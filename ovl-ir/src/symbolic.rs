@@ -23,7 +23,7 @@
 //! ```
 
 use crate::ir::{self, Op};
-use crate::validate::element_count;
+use crate::shape::element_count;
 
 /// Why symbol values do not fit an operator, a graph or the shapes fed to it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

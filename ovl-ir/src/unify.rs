@@ -12,7 +12,7 @@
 //!
 //! The traces may already have sizes known only at run time in other symbols (a program
 //! exported for any batch size, batched over a loop whose length is known only at run time:
-//! `ovl::export::batch_program`): those symbolic parts (symbolic dimensions, `symbol`
+//! `ovl::program_batch::batch_program`): those symbolic parts (symbolic dimensions, `symbol`
 //! expressions, the graph's symbol names) must be the same in every trace and are kept; the
 //! new symbol gets the next index (the number of symbols the traces' graph already names), and
 //! an operator that depends on it gets a `symbol_count` covering it.

@@ -650,7 +650,7 @@ fn softmax_exports_for_any_batch_size() {
     for batch in [1usize, 4] {
         let x = Array::from_shape_fn((batch, 5), |(r, c)| (r * 5 + c) as f32 * 0.3 - 1.0);
         let host = ovl::HostTensor::from_vec(&[batch, 5], x.iter().copied().collect()).unwrap();
-        let got = ovl::export::run_program(&bundle.program, vec![host], &Options::interpreter())
+        let got = ovl::program::run_program(&bundle.program, vec![host], &Options::interpreter())
             .unwrap_or_else(|e| panic!("{e}"));
         let want = eval(
             &ops::softmax(Lazy::from(x.into_dyn())),

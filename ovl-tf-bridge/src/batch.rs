@@ -21,7 +21,7 @@ use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// The `n` of [`ovl_tf_batch_program`] that asks for a loop length known only at run time
-/// ([`ovl::export::BatchSize::RunTime`]); no batch of this many examples fits in memory.
+/// ([`ovl::program_batch::BatchSize::RunTime`]); no batch of this many examples fits in memory.
 pub const RUN_TIME_LENGTH: u64 = u64::MAX;
 
 /// What [`ovl_tf_batch_program`] returns; `ovl_tf/_pfor.py` declares the same layout.
@@ -118,10 +118,10 @@ pub unsafe extern "C" fn ovl_tf_batch_program(
         };
         let mask: Vec<bool> = mask.iter().map(|&b| b != 0).collect();
         let n = match n {
-            RUN_TIME_LENGTH => ovl::export::BatchSize::RunTime,
-            n => ovl::export::BatchSize::Known(n),
+            RUN_TIME_LENGTH => ovl::program_batch::BatchSize::RunTime,
+            n => ovl::program_batch::BatchSize::Known(n),
         };
-        ovl::export::batch_sealed(program, gradient, &mask, n).map_err(|e| e.to_string())
+        ovl::program_batch::batch_sealed(program, gradient, &mask, n).map_err(|e| e.to_string())
     }));
     let batch = match result {
         Ok(Ok(sealed)) => {
@@ -230,7 +230,7 @@ mod tests {
             .options(&ovl::Options::interpreter())
             .build()
             .unwrap();
-        let program = ovl::export::seal_program(&bundle.program);
+        let program = ovl::program::seal_program(&bundle.program);
         let batch = call(&program, &[], &[1], RUN_TIME_LENGTH);
         // SAFETY: a live result, read then freed once.
         unsafe {
@@ -241,7 +241,7 @@ mod tests {
                 [1]
             );
             let sealed = std::slice::from_raw_parts(b.program, b.program_len);
-            let batched = ovl::export::open_program(sealed, "test").unwrap();
+            let batched = ovl::program::open_program(sealed, "test").unwrap();
             assert_eq!(batched.graph.unwrap().symbols, ["pfor"]);
             let feed = batched.feeds[0].r#type.clone().unwrap();
             assert_eq!((feed.symbolic[0].dim, feed.symbolic[0].symbol), (0, 0));

@@ -25,7 +25,7 @@
 //! does not load, or lacks the expected entry points, is rebuilt; a cache miss that cannot be
 //! compiled (no working C++ compiler) fails the op with the compiler's message.
 //!
-//! Both programs are *sealed* (`ovl::export::seal_program`): a header, the SHA-256 digest of
+//! Both programs are *sealed* (`ovl::program::seal_program`): a header, the SHA-256 digest of
 //! the protobuf bytes, then those bytes. The kernel checks the digests before decoding
 //! anything, so an edited or corrupted attribute is an error that says so, never another
 //! program.
@@ -33,7 +33,7 @@
 //! For TensorFlow's pfor (`tf.vectorized_map`, `GradientTape.jacobian` and `batch_jacobian`),
 //! the library also exports two C functions, `ovl_tf_batch_program` and `ovl_tf_free_batch`
 //! ([`batch`]), which the Python package calls through `ctypes`: they batch an op's programs
-//! over a leading axis (`ovl::export::batch_sealed`) for its pfor converter.
+//! over a leading axis (`ovl::program_batch::batch_sealed`) for its pfor converter.
 //!
 //! Errors (a wrong dtype or shape, a corrupt program, a compiler failure) are reported as
 //! TensorFlow errors; every callback runs under `catch_unwind`, so no panic reaches TensorFlow.

@@ -77,7 +77,7 @@ pub struct Attrs {
     pub out_types: Vec<i32>,
     /// `out_shapes`: `None` for an unknown rank, `-1` for an unknown dimension.
     pub out_shapes: Vec<Option<Vec<i64>>>,
-    /// `program`: the sealed `ovl.ir.Program` (`ovl::export::seal_program`).
+    /// `program`: the sealed `ovl.ir.Program` (`ovl::program::seal_program`).
     pub program: Vec<u8>,
     /// `gradient`: the sealed gradient program, empty when there is none (or when the node
     /// does not set it).

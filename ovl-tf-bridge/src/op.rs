@@ -144,7 +144,7 @@ pub(crate) fn ovl_dtype(dtype: TF_DataType) -> Option<DType> {
 /// A TensorFlow dtype's name, for messages.
 fn tf_dtype_name(dtype: TF_DataType) -> String {
     match ovl_dtype(dtype) {
-        Some(d) => ovl::export::tensorflow_dtype_name(d).to_string(),
+        Some(d) => ovl::program::tensorflow_dtype_name(d).to_string(),
         None => format!("TensorFlow dtype {dtype} (not supported by ovl)"),
     }
 }
@@ -185,7 +185,7 @@ fn construct(ctx: *mut TF_OpKernelConstruction) -> Result<Kernel, (TF_Code, Stri
     // The gradient program runs in another op (built by the Python gradient function, which
     // checks it too); an edited one is refused here already.
     if !attrs.gradient.is_empty() {
-        ovl::export::verify_sealed(&attrs.gradient, "the `gradient` attribute")
+        ovl::program::verify_sealed(&attrs.gradient, "the `gradient` attribute")
             .map_err(|e| fail(TF_INVALID_ARGUMENT, e.to_string()))?;
     }
     let program = LoadedProgram::load(&attrs.program, &ovl::Options::default()).map_err(|e| {
@@ -215,7 +215,7 @@ fn construct(ctx: *mut TF_OpKernelConstruction) -> Result<Kernel, (TF_Code, Stri
                      (shape {:?})",
                     tf_dtype_name(t),
                     program.name,
-                    ovl::export::tensorflow_dtype_name(sig.dtype),
+                    ovl::program::tensorflow_dtype_name(sig.dtype),
                     sig.shape
                 ),
             ));

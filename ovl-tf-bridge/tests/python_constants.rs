@@ -30,7 +30,7 @@ fn ovl_tf_mirrors_the_bundle_constants() {
         assignment(&source, "_BUNDLE_VERSION"),
         ovl::export::BUNDLE_VERSION.to_string()
     );
-    let header = std::str::from_utf8(ovl::export::SEALED_PROGRAM_HEADER).unwrap();
+    let header = std::str::from_utf8(ovl::program::SEALED_PROGRAM_HEADER).unwrap();
     assert_eq!(
         assignment(&source, "_SEALED_PROGRAM_HEADER"),
         format!("b{header:?}")

@@ -1,6 +1,7 @@
 use super::*;
 use crate::builder::{Builder, IN, LOC, OUT};
 use crate::dtype::Literal;
+use crate::ir::TensorKind;
 
 /// out[i] = x[i] + 1 over a workgroup of 4.
 fn base() -> Builder {

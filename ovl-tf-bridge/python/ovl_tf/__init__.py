@@ -81,8 +81,8 @@ __all__ = [
     "load_library",
 ]
 
-# These three mirror ovl::export::{BUNDLE_FORMAT, BUNDLE_VERSION, SEALED_PROGRAM_HEADER}, the
-# source of truth; ovl-tf-bridge/tests/python_constants.rs checks that they agree.
+# These three mirror ovl::export::{BUNDLE_FORMAT, BUNDLE_VERSION} and
+# ovl::program::SEALED_PROGRAM_HEADER, the source of truth; ovl-tf-bridge/tests/python_constants.rs checks that they agree.
 BUNDLE_FORMAT = "ovl-tensorflow-bundle"
 _BUNDLE_VERSION = 2
 # A sealed program: this header, the SHA-256 digest of the protobuf bytes, those bytes.

@@ -5,7 +5,7 @@ instead of running it once per example in a ``tf.while_loop``.
 TensorFlow's pfor calls the converter for a ``DynamicLib`` op inside the loop body when some of
 its inputs vary from one iteration to the next (are *stacked*: a leading axis of the loop
 length). The converter asks the bridge library (``ovl_tf_batch_program``, through ``ctypes``)
-for the program batched over that axis, ``ovl::export::batch_sealed``: the stacked inputs gain
+for the program batched over that axis, ``ovl::program_batch::batch_sealed``: the stacked inputs gain
 the leading axis, the loop-invariant ones stay shared, every operator that depends on a stacked
 input runs once over the whole batch, the others once. It emits one ``DynamicLib`` op running
 the batched program, with the batched gradient program as its gradient (so a gradient through

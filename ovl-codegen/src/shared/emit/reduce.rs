@@ -1,0 +1,170 @@
+//! Accumulators: the lanes of a reduction (`proto/ovl.proto`, "Accumulators"), their
+//! identities, the combiner of each iteration and the pairwise fold of the lanes at the end.
+
+use super::{Emitted, Emitter};
+use crate::error::CodegenError;
+use crate::shared::bounds::Interval;
+use crate::shared::literal::ctype;
+use ovl_ir::ir::Op;
+use ovl_ir::ops::{self, Combiner, REDUCE_LANES};
+use ovl_ir::DType;
+
+impl Emitter<'_> {
+    /// After a reduction loop ran: each accumulator becomes accumulator ⊕ the pairwise fold of
+    /// its lanes (`proto/ovl.proto`, "Accumulators").
+    pub(super) fn fold_lanes(&mut self, range: usize) -> Result<(), CodegenError> {
+        for acc in self.reductions.get(&range).cloned().unwrap_or_default() {
+            let (combiner, d) = self.accumulator_kind(acc)?;
+            let lanes = self.pairwise_fold(combiner, d, |l| format!("ovl_lanes{acc}[{l}]"))?;
+            let folded = self.combine(combiner, d, &format!("v{acc}"), &lanes)?;
+            self.line(&format!("v{acc} = {folded};"));
+        }
+        Ok(())
+    }
+
+    /// The pairwise fold of an accumulator's `REDUCE_LANES` lanes, each spelled by `lane`:
+    /// `((l0 ⊕ l1) ⊕ (l2 ⊕ l3)) ⊕ ((l4 ⊕ l5) ⊕ (l6 ⊕ l7))`.
+    pub(super) fn pairwise_fold(
+        &self,
+        combiner: Combiner,
+        d: DType,
+        lane: impl Fn(usize) -> String,
+    ) -> Result<String, CodegenError> {
+        let mut level: Vec<String> = (0..REDUCE_LANES).map(lane).collect();
+        while level.len() > 1 {
+            level = level
+                .chunks(2)
+                .map(|p| self.combine(combiner, d, &p[0], &p[1]))
+                .collect::<Result<_, _>>()?;
+        }
+        Ok(level.swap_remove(0))
+    }
+
+    /// `x ⊕ y` for a combiner on dtype `d`, spelled as the op table spells its binary op.
+    pub(super) fn combine(
+        &self,
+        combiner: Combiner,
+        d: DType,
+        x: &str,
+        y: &str,
+    ) -> Result<String, CodegenError> {
+        let row = ops::info(combiner.op()).expect("combiners are binary ops");
+        let x = if x.contains(' ') {
+            format!("({x})")
+        } else {
+            x.to_string()
+        };
+        let y = if y.contains(' ') {
+            format!("({y})")
+        } else {
+            y.to_string()
+        };
+        row.spelling
+            .for_dtype(d)
+            .apply(&[&x, &y])
+            .ok_or_else(|| self.err(None, format!("{} does not take {d}", row.name)))
+    }
+
+    /// The combiner and dtype of accumulator `acc`.
+    pub(super) fn accumulator_kind(&self, acc: usize) -> Result<(Combiner, DType), CodegenError> {
+        let e = &self.dag.expressions[acc];
+        let combiner = Combiner::from_code(e.int_value)
+            .ok_or_else(|| self.err(Some(acc), format!("unknown combiner {}", e.int_value)))?;
+        let d = DType::from_ir(e.dtype)
+            .ok_or_else(|| self.err(Some(acc), "an accumulator without a dtype"))?;
+        Ok((combiner, d))
+    }
+
+    /// An ACCUMULATOR: a mutable local like a VARIABLE (its lanes live with its reduction loop).
+    pub(super) fn accumulator(&mut self, k: usize) -> Emitted {
+        self.operand_count(k, 1)?;
+        let (init, d) = self.operand(k, 0)?;
+        self.check_result(k, d)?;
+        self.accumulator_kind(k)?;
+        self.line(&format!("{} v{k} = v{init};", ctype(d)));
+        Ok((Some(d), Interval::of_dtype(d)))
+    }
+
+    /// An ACCUMULATE: combines the value into the lane of the current iteration.
+    pub(super) fn accumulate(&mut self, k: usize) -> Emitted {
+        self.operand_count(k, 2)?;
+        let (acc, ad) = self.operand(k, 0)?;
+        let (value, d) = self.operand(k, 1)?;
+        if ad != d || self.ops[acc] != Op::Accumulator {
+            return Err(self.err(
+                Some(k),
+                "accumulates a value into a non-accumulator or of another dtype",
+            ));
+        }
+        let Some(range) = self.loops[k].filter(|r| self.reductions.contains_key(r)) else {
+            return Err(self.err(Some(k), "an accumulate outside a reduction loop"));
+        };
+        let (combiner, _) = self.accumulator_kind(acc)?;
+        let lane = format!("ovl_lanes{acc}[ovl_l{range}]");
+        let combined = self.combine(combiner, d, &lane, &format!("v{value}"))?;
+        self.line(&format!("{lane} = {combined};"));
+        Ok((None, None))
+    }
+
+    /// The identity of a combiner on dtype `d`, as a literal of the dialect.
+    pub(super) fn identity(&self, combiner: Combiner, d: DType) -> String {
+        let (lo_i, hi_i, hi_u): (i64, i64, u64) = match d {
+            DType::I8 => (i8::MIN.into(), i8::MAX.into(), 0),
+            DType::I16 => (i16::MIN.into(), i16::MAX.into(), 0),
+            DType::I32 => (i32::MIN.into(), i32::MAX.into(), 0),
+            DType::I64 => (i64::MIN, i64::MAX, 0),
+            DType::U8 => (0, 0, u8::MAX.into()),
+            DType::U16 => (0, 0, u16::MAX.into()),
+            DType::U32 => (0, 0, u32::MAX.into()),
+            _ => (0, 0, u64::MAX),
+        };
+        let (f, i, u) = match combiner {
+            Combiner::Sum => (0.0, 0, 0),
+            Combiner::Product => (1.0, 1, 1),
+            Combiner::Min => (f64::INFINITY, hi_i, hi_u),
+            Combiner::Max => (f64::NEG_INFINITY, lo_i, 0),
+        };
+        self.literal(d, f, i, u)
+    }
+
+    /// A reduction loop (`proto/ovl.proto`, "Accumulators"): each accumulator's lanes start at the
+    /// combiner's identity, and the iterations run in blocks of `REDUCE_LANES`, iteration `l`
+    /// of a block combining into lane `l`, so that the inner loop's lanes are independent and
+    /// vectorize. Returns the braces opened; the fold goes after the inner two.
+    pub(super) fn reduction_range(
+        &mut self,
+        k: usize,
+        (s, e, st): (usize, usize, usize),
+        step: Option<i128>,
+        accs: &[usize],
+    ) -> Result<usize, CodegenError> {
+        let mut lanes = Vec::with_capacity(accs.len());
+        for &acc in accs {
+            let (combiner, d) = self.accumulator_kind(acc)?;
+            let id = vec![self.identity(combiner, d); REDUCE_LANES].join(", ");
+            lanes.push(format!(
+                "{} ovl_lanes{acc}[{REDUCE_LANES}] = {{{id}}};",
+                ctype(d)
+            ));
+        }
+        self.counted_range_head(k, (s, e, st), step, &lanes);
+        // The full blocks end at `ovl_f`; `full_block_copy` adds the partial one after them.
+        self.line(&format!(
+            "const uint64_t ovl_f{k} = ovl_n{k} - ovl_n{k} % {REDUCE_LANES};"
+        ));
+        self.line(&format!("uint64_t ovl_b{k} = 0;"));
+        self.line(&format!(
+            "for (; ovl_b{k} < ovl_f{k}; ovl_b{k} += {REDUCE_LANES}) {{"
+        ));
+        self.indent += 1;
+        self.block_mark = Some(self.body.len());
+        self.line(&format!(
+            "for (uint64_t ovl_l{k} = 0; ovl_l{k} < ovl_m{k}; ++ovl_l{k}) {{"
+        ));
+        self.indent += 1;
+        self.line(&format!(
+            "const int64_t v{k} = (int64_t)((uint64_t)ovl_start{k} + (ovl_b{k} + ovl_l{k}) * (uint64_t)ovl_step{k});"
+        ));
+        Ok(4)
+    }
+}

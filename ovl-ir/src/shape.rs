@@ -1,0 +1,9 @@
+//! Shapes: element counts that cannot overflow. The lowest module of the crate: it imports
+//! nothing else of it, so every other module may use it.
+
+/// The number of elements of a shape, if it fits in `usize`.
+pub fn element_count(shape: &[u64]) -> Option<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?))
+}
