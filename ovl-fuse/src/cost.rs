@@ -1,11 +1,10 @@
 //! The cost model of index substitution: how much work recomputing a producer at its reads adds,
 //! against the memory traffic of storing the intermediate and loading it back.
 //!
-//! Work is counted in *operation units*: a cheap arithmetic operation, a comparison, a read or
-//! an accumulation is 1; a division, a remainder or a square root is 4; a transcendental
-//! function (`exp`, `log`, `tanh`, `sin`, ...) is 8; `pow` and `atan2` are 16; literals,
-//! positions, declarations and control flow are free. Each expression counts once per run of
-//! its enclosing loops (their trip counts multiply). Storing or loading one element costs
+//! Work is counted in *operation units*, the op table's cost column
+//! ([`ovl_ir::ops::OpInfo::cost`]: a cheap arithmetic operation 1, a transcendental function 8,
+//! ...). Each expression counts once per run of its enclosing loops (their trip counts, from
+//! `ovl_ir::intervals`, multiply). Storing or loading one element costs
 //! [`MEMORY_UNITS`].
 //!
 //! With `R` the number of times each element of the intermediate is recomputed (the
@@ -21,46 +20,17 @@
 //! 3-point stencil) is inlined, and a row reduction read by every element of its row (a row
 //! maximum recomputed 4096 times per row) is not.
 
-use crate::interval::Intervals;
+use ovl_ir::intervals::Intervals;
 use ovl_ir::ir::{self, Op};
-use ovl_ir::ops::{self, Category};
+use ovl_ir::ops;
 
 /// The cost of storing or loading one element, in operation units.
 pub(crate) const MEMORY_UNITS: f64 = 8.0;
 
-/// The work of one execution of an expression, in operation units.
+/// The work of one execution of an expression, in operation units: the op table's
+/// [`ovl_ir::ops::OpInfo::cost`] (1 for an unknown opcode, which validation refuses anyway).
 pub(crate) fn weight(code: i32) -> f64 {
-    let Ok(op) = Op::try_from(code) else {
-        return 1.0;
-    };
-    match op {
-        Op::Div | Op::Mod | Op::Sqrt | Op::Rsqrt => 4.0,
-        Op::Pow | Op::Atan2 => 16.0,
-        Op::Exp
-        | Op::Exp2
-        | Op::Expm1
-        | Op::Log
-        | Op::Log2
-        | Op::Log10
-        | Op::Log1p
-        | Op::Sin
-        | Op::Cos
-        | Op::Tan
-        | Op::Asin
-        | Op::Acos
-        | Op::Atan
-        | Op::Sinh
-        | Op::Cosh
-        | Op::Tanh
-        | Op::Sigmoid
-        | Op::Erf => 8.0,
-        Op::Read | Op::Write | Op::Assign | Op::Accumulate | Op::LocalTensor => 1.0,
-        Op::Variable | Op::Accumulator => 0.0,
-        _ => match ops::info_of_code(code).map(|r| r.category) {
-            Some(Category::Leaf | Category::Control | Category::Cast) => 0.0,
-            _ => 1.0,
-        },
-    }
+    ops::info_of_code(code).map_or(1.0, |row| f64::from(row.cost))
 }
 
 /// How many times expression `i` runs per worker: the product of the trip counts of its
@@ -77,7 +47,7 @@ pub(crate) fn runs_per_worker(
         if dag.expressions[l].code != Op::Range as i32 {
             return None;
         }
-        factor *= iv.trips[l]? as f64;
+        factor *= iv.trips(l)? as f64;
         at = loops[l];
     }
     Some(factor)

@@ -78,7 +78,7 @@ pub(crate) fn check(p: &Node, c: &Node, producer_id: usize, axis: usize) -> Opti
         )
     });
     if !straight
-        || crate::interval::Intervals::analyse(cd)
+        || ovl_ir::intervals::Intervals::analyse(cd)
             .first_possible_fault(cd)
             .is_some()
     {

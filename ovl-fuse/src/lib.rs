@@ -13,8 +13,7 @@
 //! - `legality`: the rules of a hand-over in a register, each refusal a [`Reason`].
 //! - `merge` / `horizontal`: splicing expression DAGs.
 //! - `substitute`: recomputing a producer at the consumer's reads (what is inverted, what is
-//!   proved, what is refused); `interval`: the integer ranges its proofs use; `cost`: the cost
-//!   model; `rebase`: workgroups that differ only by axes of extent 1; `looped`: a consumer
+//!   proved, what is refused, with `ovl_ir::intervals`); `cost`: the cost model; `rebase`: workgroups that differ only by axes of extent 1; `looped`: a consumer
 //!   run as a loop inside the worker of the reduction that feeds it; `reuse`: a value two loops
 //!   of a worker compute kept in a row buffer by the first.
 //! - [`report`]: what was merged and what was not, and why.
@@ -41,7 +40,6 @@ mod epilogue;
 mod error;
 mod graph;
 mod horizontal;
-mod interval;
 mod legality;
 mod looped;
 mod merge;
@@ -198,16 +196,16 @@ impl RowBudget {
     /// can be resident at once: 16 KiB per buffer (4096 f32; about 4 GiB reserved on a GPU of
     /// 132 multiprocessors of 2048 threads), 64 KiB of locals per worker in all.
     pub const PORTABLE: RowBudget = RowBudget {
-        buffer_bytes: 16 * 1024,
-        locals_bytes: 64 * 1024,
+        buffer_bytes: ovl_ir::limits::GPU_ROW_BUFFER_BYTES,
+        locals_bytes: ovl_ir::limits::CUDA_LOCAL_BYTES,
     };
     /// For kernels compiled for the CPU: 256 KiB per buffer and in all (rows of up to 65536
     /// f32, a vocabulary-sized softmax; the C++ backend's limit for a worker's locals, which
     /// live on the worker thread's stack). Such a buffer stays in a core's L2 cache, so
     /// reading it back is still cheaper than computing an `exp` again.
     pub const CPU: RowBudget = RowBudget {
-        buffer_bytes: 256 * 1024,
-        locals_bytes: 256 * 1024,
+        buffer_bytes: ovl_ir::limits::CPU_LOCALS_BYTES,
+        locals_bytes: ovl_ir::limits::CPU_LOCALS_BYTES,
     };
 }
 
@@ -522,7 +520,7 @@ fn loop_into(
     }
     // A consumer that may fault would stop its whole row at the first fault (and report
     // another worker): only consumers that cannot fault are looped.
-    let consumer_iv = interval::Intervals::analyse(&cn.dag);
+    let consumer_iv = ovl_ir::intervals::Intervals::analyse(&cn.dag);
     if consumer_iv.first_possible_fault(&cn.dag).is_some() {
         return None;
     }

@@ -117,12 +117,12 @@ pub(crate) fn looped(
 /// loop (loops of loops multiply), so that looping a consumer over `extent` elements adds
 /// work of the same order (a maximum seeded with the first element loops `extent - 1` times).
 pub(crate) fn loops_enough(producer: &ir::ExpressionDag, extent: u64) -> bool {
-    let iv = crate::interval::Intervals::analyse(producer);
+    let iv = ovl_ir::intervals::Intervals::analyse(producer);
     let loops = ovl_ir::analysis::innermost_loops(producer);
     producer.expressions.iter().enumerate().any(|(i, e)| {
         e.code == Op::Range as i32
             && crate::cost::runs_per_worker(producer, &loops, &iv, i)
-                .zip(iv.trips[i])
+                .zip(iv.trips(i))
                 .is_some_and(|(runs, trips)| 2.0 * runs * trips as f64 >= extent as f64)
     })
 }

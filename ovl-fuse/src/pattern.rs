@@ -268,21 +268,6 @@ fn gcd(a: i128, b: i128) -> i128 {
     }
 }
 
-/// The inclusive value range of an integer dtype.
-fn dtype_range(d: DType) -> Option<(i128, i128)> {
-    Some(match d {
-        DType::I8 => (i8::MIN as i128, i8::MAX as i128),
-        DType::I16 => (i16::MIN as i128, i16::MAX as i128),
-        DType::I32 => (i32::MIN as i128, i32::MAX as i128),
-        DType::I64 => (i64::MIN as i128, i64::MAX as i128),
-        DType::U8 => (0, u8::MAX as i128),
-        DType::U16 => (0, u16::MAX as i128),
-        DType::U32 => (0, u32::MAX as i128),
-        DType::U64 => (0, u64::MAX as i128),
-        _ => return None,
-    })
-}
-
 /// Analyses the index operands of the accesses of one operator, remembering sub-results.
 pub struct PatternAnalysis<'a> {
     dag: &'a ir::ExpressionDag,
@@ -436,7 +421,7 @@ impl<'a> PatternAnalysis<'a> {
             }
         };
         // Integer arithmetic wraps: the map is only exact when no intermediate leaves its dtype.
-        let Some((lo, hi)) = dtype.and_then(dtype_range) else {
+        let Some((lo, hi)) = dtype.filter(|d| d.is_int()).and_then(DType::int_range) else {
             return Err(format!("the index %{id} is not an integer"));
         };
         match result.range(&self.dag.workgroup_shape) {

@@ -30,11 +30,11 @@
 
 use crate::cost::{self, Verdict};
 use crate::graph::{label, Node, Src, Work};
-use crate::interval::Intervals;
 use crate::legality::{check_writes, VerticalPlan};
 use crate::merge::{names_of, tidy, Splice};
 use crate::pattern::{IndexPattern, PatternAnalysis};
 use crate::report::Reason;
+use ovl_ir::intervals::{Interval, Intervals};
 use ovl_ir::ir::{self, Op, TensorKind};
 use ovl_ir::ops::Block;
 use ovl_ir::DType;
@@ -130,9 +130,8 @@ pub(crate) fn check(
         let mut reads_per_worker = 0.0f64;
         let mut first_read: Option<IndexPattern> = None;
         for (i, at, shared) in read_sites(&c.dag, &plan.slot_output, *o) {
-            let e = &c.dag.expressions[i];
             let read = c_patterns.access(i);
-            if let Some(axis) = outside_writes(e, maps, &inverse, &c_iv, &p.dag.workgroup_shape) {
+            if let Some(axis) = outside_writes(i, maps, &inverse, &c_iv, &p.dag.workgroup_shape) {
                 if read.affine().is_none() {
                     return Err(Reason::OpaqueRead {
                         write: write_pattern.clone(),
@@ -302,17 +301,17 @@ fn invert(maps: &[crate::pattern::Affine], workgroup: &[u64]) -> Option<Vec<Comp
     Some(inverse)
 }
 
-/// The first tensor axis on which the read `e` may land outside the elements the producer
+/// The first tensor axis on which the read `read` may land outside the elements the producer
 /// writes (its index range, from the consumer's intervals, must map into the producer's
 /// workgroup, and equal the write's constant on the axes the write keeps constant).
 fn outside_writes(
-    e: &ir::Expression,
+    read: usize,
     maps: &[crate::pattern::Affine],
     inverse: &[Component],
     iv: &Intervals,
     workgroup: &[u64],
 ) -> Option<usize> {
-    let span = |d: usize| e.operands.get(d).and_then(|&x| iv.of[x as usize]);
+    let span = |d: usize| iv.operand(read, d);
     let mut dims_used = vec![false; maps.len()];
     for (k, comp) in inverse.iter().enumerate() {
         if let Component::FromIndex {
@@ -322,7 +321,7 @@ fn outside_writes(
         } = *comp
         {
             dims_used[dim] = true;
-            let Some((lo, hi)) = span(dim) else {
+            let Some(Interval { lo, hi }) = span(dim) else {
                 return Some(dim);
             };
             let (lo, hi) = (lo - offset as i128, hi - offset as i128);
@@ -339,7 +338,7 @@ fn outside_writes(
         // The write's index on this axis does not depend on any live component: constant
         // (a component of extent 1 is 0).
         let c = m.constant as i128;
-        if span(d) != Some((c, c)) {
+        if span(d) != Some(Interval::point(c)) {
             return Some(d);
         }
     }

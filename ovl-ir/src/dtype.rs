@@ -63,6 +63,41 @@ impl DType {
     }
 
     /// The Rust name of the type (`f32`, `u8`, `bool`, ...).
+    /// The inclusive value range of an integer dtype (`bool`: 0 and 1); `None` for floats. The
+    /// one table of integer ranges: interval analysis, affine patterns and literal checks use it.
+    pub fn int_range(self) -> Option<(i128, i128)> {
+        Some(match self {
+            DType::I8 => (i8::MIN as i128, i8::MAX as i128),
+            DType::I16 => (i16::MIN as i128, i16::MAX as i128),
+            DType::I32 => (i32::MIN as i128, i32::MAX as i128),
+            DType::I64 => (i64::MIN as i128, i64::MAX as i128),
+            DType::U8 => (0, u8::MAX as i128),
+            DType::U16 => (0, u16::MAX as i128),
+            DType::U32 => (0, u32::MAX as i128),
+            DType::U64 => (0, u64::MAX as i128),
+            DType::Bool => (0, 1),
+            DType::F32 | DType::F64 => return None,
+        })
+    }
+
+    /// The value of an integer or bool literal of this dtype, from an expression's
+    /// `int_value` (signed types, bool) or `uint_value` (unsigned types), as the IR defines
+    /// literals; `None` for floats.
+    pub fn int_literal(self, int_value: i64, uint_value: u64) -> Option<i128> {
+        Some(match self {
+            DType::I8 => int_value as i8 as i128,
+            DType::I16 => int_value as i16 as i128,
+            DType::I32 => int_value as i32 as i128,
+            DType::I64 => int_value as i128,
+            DType::U8 => uint_value as u8 as i128,
+            DType::U16 => uint_value as u16 as i128,
+            DType::U32 => uint_value as u32 as i128,
+            DType::U64 => uint_value as i128,
+            DType::Bool => (int_value != 0) as i128,
+            DType::F32 | DType::F64 => return None,
+        })
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",

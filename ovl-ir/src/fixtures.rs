@@ -214,6 +214,13 @@ pub fn all() -> Vec<Fixture> {
             .expect("11 elements")],
         ),
         fixture(
+            "stencil",
+            "neighbours read under guards (`if i > 0 { x[i - 1] }`, `if i < n - 1 { x[i + 1] }`): \
+             the interval analysis proves them in bounds, so no index is checked",
+            stencil(9),
+            vec![tensor(&[9], |k| (k * k) as f32 - 3.0)],
+        ),
+        fixture(
             "cumsum",
             "a staged for loop (RANGE, step 2) accumulating in a variable, writing in the loop",
             cumsum(6, 9, 2),
@@ -497,6 +504,36 @@ pub fn branches() -> ir::ExpressionDag {
     b.end_if();
     b.end_if();
     b.write(OUT, 0, &[i], r);
+    b.build()
+}
+
+/// `stencil`: out[i] = x[i - 1] (when i > 0) + x[i] + x[i + 1] (when i < n - 1), f32, the sum
+/// in a variable.
+pub fn stencil(n: u64) -> ir::ExpressionDag {
+    let mut b = Builder::new("stencil", &[n]);
+    b.input(DType::F32, &[n]);
+    b.output(DType::F32, &[n]);
+    let i = b.position(0);
+    let centre = b.read(IN, 0, &[i]);
+    let sum = b.var(centre);
+    let zero = b.i64(0);
+    let one = b.i64(1);
+    let has_left = b.op(Op::Gt, &[i, zero]);
+    b.if_(has_left);
+    let left = b.op(Op::Sub, &[i, one]);
+    let l = b.read(IN, 0, &[left]);
+    let with_left = b.op(Op::Add, &[sum, l]);
+    b.assign(sum, with_left);
+    b.end_if();
+    let last = b.i64(n as i64 - 1);
+    let has_right = b.op(Op::Lt, &[i, last]);
+    b.if_(has_right);
+    let right = b.op(Op::Add, &[i, one]);
+    let r = b.read(IN, 0, &[right]);
+    let with_right = b.op(Op::Add, &[sum, r]);
+    b.assign(sum, with_right);
+    b.end_if();
+    b.write(OUT, 0, &[i], sum);
     b.build()
 }
 

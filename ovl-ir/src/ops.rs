@@ -276,9 +276,23 @@ pub struct OpInfo {
     pub block: Block,
     /// How it is written in generated code (elementwise ops).
     pub spelling: Spelling,
+    /// The work of one execution, in *operation units*: a cheap arithmetic operation, a
+    /// comparison, a read, a write or an accumulation is 1; a division, a remainder or a square
+    /// root 4; a transcendental function 8; `pow` and `atan2` 16; literals, positions,
+    /// declarations, casts and control flow 0. The cost models (`ovl-fuse`'s recompute cost)
+    /// read it: a new op states its cost here.
+    pub cost: u8,
 }
 
 impl OpInfo {
+    /// This row with the cost `units` (see [`OpInfo::cost`]).
+    const fn costs(self, units: u8) -> OpInfo {
+        OpInfo {
+            cost: units,
+            ..self
+        }
+    }
+
     /// Whether the expression produces a value (can be an operand).
     pub fn produces_value(&self) -> bool {
         self.result != ResultRule::Statement
@@ -322,6 +336,10 @@ const fn row(
         result,
         block,
         spelling,
+        cost: match category {
+            Category::Leaf | Category::Control | Category::Cast => 0,
+            _ => 1,
+        },
     }
 }
 
@@ -425,7 +443,7 @@ pub const TABLE: [OpInfo; 67] = [
     row(Op::Position, "position", C::Leaf, Some(0), "none", K::Any, R::I64, B::None, Spelling::NONE),
     row(Op::Read, "read", C::Tensor, None, "indices", K::Any, R::TensorDtype, B::None, Spelling::NONE),
     row(Op::Write, "write", C::Tensor, None, "indices and the value", K::Any, R::Statement, B::None, Spelling::NONE),
-    row(Op::Variable, "variable", C::Variable, Some(1), "the initial value", K::Any, R::SameAsOperands, B::None, Spelling::NONE),
+    row(Op::Variable, "variable", C::Variable, Some(1), "the initial value", K::Any, R::SameAsOperands, B::None, Spelling::NONE).costs(0),
     row(Op::Assign, "assign", C::Variable, Some(2), "the variable and the value", K::Any, R::Statement, B::None, Spelling::NONE),
     row(Op::LocalTensor, "local_tensor", C::Tensor, Some(0), "none", K::Any, R::Statement, B::None, Spelling::NONE),
     row(Op::Cast, "cast", C::Cast, Some(1), "the value", K::Any, R::Declared, B::None, Spelling::NONE),
@@ -434,26 +452,26 @@ pub const TABLE: [OpInfo; 67] = [
     unary(Op::Neg, "neg", K::Numeric, Spelling::numeric(Prefix("-"), Call("ovl::neg"))),
     unary(Op::Not, "not", K::BoolOrInt, Spelling::new(Form::No, Call("ovl::bnot"), Call("ovl::bnot"), Prefix("!"))),
     unary(Op::Abs, "abs", K::Numeric, Spelling::new(Call("ovl::fabs"), Call("ovl::iabs"), Form::Same, Form::No)),
-    float_unary(Op::Sqrt, "sqrt", "ovl::sqrt"),
-    float_unary(Op::Rsqrt, "rsqrt", "ovl::rsqrt"),
-    float_unary(Op::Exp, "exp", "ovl::exp"),
-    float_unary(Op::Exp2, "exp2", "ovl::exp2"),
-    float_unary(Op::Expm1, "expm1", "ovl::expm1"),
-    float_unary(Op::Log, "log", "ovl::log"),
-    float_unary(Op::Log2, "log2", "ovl::log2"),
-    float_unary(Op::Log10, "log10", "ovl::log10"),
-    float_unary(Op::Log1p, "log1p", "ovl::log1p"),
-    float_unary(Op::Sin, "sin", "ovl::sin"),
-    float_unary(Op::Cos, "cos", "ovl::cos"),
-    float_unary(Op::Tan, "tan", "ovl::tan"),
-    float_unary(Op::Asin, "asin", "ovl::asin"),
-    float_unary(Op::Acos, "acos", "ovl::acos"),
-    float_unary(Op::Atan, "atan", "ovl::atan"),
-    float_unary(Op::Sinh, "sinh", "ovl::sinh"),
-    float_unary(Op::Cosh, "cosh", "ovl::cosh"),
-    float_unary(Op::Tanh, "tanh", "ovl::tanh"),
-    float_unary(Op::Sigmoid, "sigmoid", "ovl::sigmoid"),
-    float_unary(Op::Erf, "erf", "ovl::erf"),
+    float_unary(Op::Sqrt, "sqrt", "ovl::sqrt").costs(4),
+    float_unary(Op::Rsqrt, "rsqrt", "ovl::rsqrt").costs(4),
+    float_unary(Op::Exp, "exp", "ovl::exp").costs(8),
+    float_unary(Op::Exp2, "exp2", "ovl::exp2").costs(8),
+    float_unary(Op::Expm1, "expm1", "ovl::expm1").costs(8),
+    float_unary(Op::Log, "log", "ovl::log").costs(8),
+    float_unary(Op::Log2, "log2", "ovl::log2").costs(8),
+    float_unary(Op::Log10, "log10", "ovl::log10").costs(8),
+    float_unary(Op::Log1p, "log1p", "ovl::log1p").costs(8),
+    float_unary(Op::Sin, "sin", "ovl::sin").costs(8),
+    float_unary(Op::Cos, "cos", "ovl::cos").costs(8),
+    float_unary(Op::Tan, "tan", "ovl::tan").costs(8),
+    float_unary(Op::Asin, "asin", "ovl::asin").costs(8),
+    float_unary(Op::Acos, "acos", "ovl::acos").costs(8),
+    float_unary(Op::Atan, "atan", "ovl::atan").costs(8),
+    float_unary(Op::Sinh, "sinh", "ovl::sinh").costs(8),
+    float_unary(Op::Cosh, "cosh", "ovl::cosh").costs(8),
+    float_unary(Op::Tanh, "tanh", "ovl::tanh").costs(8),
+    float_unary(Op::Sigmoid, "sigmoid", "ovl::sigmoid").costs(8),
+    float_unary(Op::Erf, "erf", "ovl::erf").costs(8),
     float_unary(Op::Ceil, "ceil", "ovl::ceil"),
     float_unary(Op::Floor, "floor", "ovl::floor"),
     float_unary(Op::Round, "round", "ovl::round"),
@@ -464,12 +482,12 @@ pub const TABLE: [OpInfo; 67] = [
     binary(Op::Add, "add", K::Numeric, Spelling::numeric(Infix("+"), Call("ovl::add"))),
     binary(Op::Sub, "sub", K::Numeric, Spelling::numeric(Infix("-"), Call("ovl::sub"))),
     binary(Op::Mul, "mul", K::Numeric, Spelling::numeric(Infix("*"), Call("ovl::mul"))),
-    binary(Op::Div, "div", K::Numeric, Spelling::numeric(Infix("/"), Call("ovl::div"))),
-    binary(Op::Mod, "mod", K::Numeric, Spelling::numeric(Call("ovl::fmod"), Call("ovl::rem"))),
+    binary(Op::Div, "div", K::Numeric, Spelling::numeric(Infix("/"), Call("ovl::div"))).costs(4),
+    binary(Op::Mod, "mod", K::Numeric, Spelling::numeric(Call("ovl::fmod"), Call("ovl::rem"))).costs(4),
     binary(Op::Min, "min", K::Numeric, Spelling::numeric(Call("ovl::fmin"), Call("ovl::imin"))),
     binary(Op::Max, "max", K::Numeric, Spelling::numeric(Call("ovl::fmax"), Call("ovl::imax"))),
-    binary(Op::Pow, "pow", K::Float, Spelling::float("ovl::pow")),
-    binary(Op::Atan2, "atan2", K::Float, Spelling::float("ovl::atan2")),
+    binary(Op::Pow, "pow", K::Float, Spelling::float("ovl::pow")).costs(16),
+    binary(Op::Atan2, "atan2", K::Float, Spelling::float("ovl::atan2")).costs(16),
     compare(Op::Lt, "lt", K::Any, Spelling::all(Infix("<"))),
     compare(Op::Le, "le", K::Any, Spelling::all(Infix("<="))),
     compare(Op::Gt, "gt", K::Any, Spelling::all(Infix(">"))),
@@ -491,7 +509,7 @@ pub const TABLE: [OpInfo; 67] = [
     control(Op::WhileCond, "while_cond", 1, "the condition", B::Middle),
     control(Op::WhileEnd, "while_end", 0, "none", B::Close),
     // ---- reductions
-    row(Op::Accumulator, "accumulator", C::Variable, Some(1), "the initial value", K::Numeric, R::SameAsOperands, B::None, Spelling::NONE),
+    row(Op::Accumulator, "accumulator", C::Variable, Some(1), "the initial value", K::Numeric, R::SameAsOperands, B::None, Spelling::NONE).costs(0),
     row(Op::Accumulate, "accumulate", C::Variable, Some(2), "the accumulator and the value", K::Numeric, R::Statement, B::None, Spelling::NONE),
 ];
 
@@ -524,6 +542,40 @@ pub fn info_of_code(code: i32) -> Option<&'static OpInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn costs_follow_the_kind_of_work() {
+        let cost = |op| info(op).map(|r| r.cost);
+        for op in [
+            Op::Const,
+            Op::Position,
+            Op::Cast,
+            Op::If,
+            Op::Range,
+            Op::Variable,
+        ] {
+            assert_eq!(cost(op), Some(0), "{op:?}");
+        }
+        for op in [
+            Op::Add,
+            Op::Lt,
+            Op::Read,
+            Op::Write,
+            Op::Assign,
+            Op::Accumulate,
+            Op::Floor,
+        ] {
+            assert_eq!(cost(op), Some(1), "{op:?}");
+        }
+        for op in [Op::Div, Op::Mod, Op::Sqrt, Op::Rsqrt] {
+            assert_eq!(cost(op), Some(4), "{op:?}");
+        }
+        for op in [Op::Exp, Op::Log1p, Op::Tanh, Op::Sigmoid, Op::Erf, Op::Atan] {
+            assert_eq!(cost(op), Some(8), "{op:?}");
+        }
+        assert_eq!(cost(Op::Pow), Some(16));
+        assert_eq!(cost(Op::Atan2), Some(16));
+    }
 
     /// The table and the proto's `Op` enum agree: one row per opcode (but UNSPECIFIED), named
     /// after the proto's name.

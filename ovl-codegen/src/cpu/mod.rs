@@ -8,5 +8,4 @@ pub(crate) mod compiler;
 mod frame;
 pub(crate) mod runtime;
 
-pub use crate::shared::emit::{MAX_LOCALS_TOTAL_BYTES, MAX_LOCAL_BYTES};
 pub use frame::generate_cpp;

@@ -42,7 +42,7 @@ pub struct CompiledOperator {
     origin: Origin,
     /// Tensor types, workgroup and symbols.
     geometry: Geometry,
-    worker_cost: crate::shared::emit::WorkerCost,
+    worker_cost: ovl_ir::cost::WorkerCost,
     /// Per expression: whether it is a WRITE (to name the access of a fault).
     writes: Vec<bool>,
     run_fn: RunFn,
@@ -160,7 +160,7 @@ impl CompiledOperator {
             library_path: library_path.to_path_buf(),
             origin,
             geometry,
-            worker_cost: crate::shared::emit::worker_cost(dag),
+            worker_cost: ovl_ir::cost::WorkerCost::of(dag),
             writes: dag
                 .expressions
                 .iter()

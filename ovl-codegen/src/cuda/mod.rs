@@ -48,7 +48,6 @@ mod nvrtc;
 mod ptxas;
 mod runtime;
 
-pub use crate::shared::emit::MAX_CUDA_LOCAL_BYTES;
 pub use cache::{compile, compile_with_outcome, CudaArtifact};
 pub use frame::{generate_cuda, KERNEL_NAME};
 pub use nvrtc::{nvrtc_status, NvrtcInfo};

@@ -10,31 +10,23 @@
 //!   ([`ovl_ir::ops`]) says.
 //! - Known sizes and strides are compile-time constants; a dimension sized at run time
 //!   ([`super::sizes`]) is spelled from the kernel's symbol parameters `ovl_S<k>`. An index is
-//!   checked only where the interval analysis ([`super::bounds`]) cannot prove it inside its
-//!   dimension (for a dimension sized at run time: see [`super::bounds::SymBound`]); a failed
+//!   checked only where the interval analysis ([`ovl_ir::intervals`]) cannot prove it inside its
+//!   dimension, as the read sees it (for a dimension sized at run time: see
+//!   [`ovl_ir::intervals::SymBound`]); a failed
 //!   check records
 //!   the fault in the status struct and ends the worker: `goto ovl_stop`, a label after the
 //!   worker program's block ([`Emitter::worker_program`]), so that staged loops exit (a
 //!   non-positive RANGE step does the same).
 
-use super::bounds::{Interval, SymBound};
 use super::literal::{ctype, cuda_literal, literal};
 use super::sizes::{self, Size};
 use crate::error::{defined_at, CodegenError};
+use ovl_ir::intervals::Intervals;
 use ovl_ir::ir::{self, Op, TensorKind};
 use ovl_ir::names::kind_word;
 use ovl_ir::DType;
 
-/// The largest local tensor, in bytes per worker, the C++ backend accepts: as much as all
-/// locals of a worker together (they live on the worker thread's stack). Operators written
-/// with the DSL keep to 64 KiB per local, which every backend accepts; row reuse
-/// (`ovl_fuse::RowBudget::CPU`) may add larger row buffers to kernels for the CPU.
-pub const MAX_LOCAL_BYTES: u64 = MAX_LOCALS_TOTAL_BYTES;
-/// The largest local tensor, in bytes per worker, the CUDA backend accepts: a GPU reserves
-/// local memory for every thread that can be resident at once.
-pub const MAX_CUDA_LOCAL_BYTES: u64 = 64 * 1024;
-/// The largest total of all local tensors of one worker, in bytes.
-pub const MAX_LOCALS_TOTAL_BYTES: u64 = 256 * 1024;
+use ovl_ir::limits::{CPU_LOCALS_BYTES, CUDA_LOCAL_BYTES};
 
 /// The language the body of an operator is emitted in. The worker program (one statement per
 /// IR expression) is the same C++ for both; they differ in the prelude that defines the `ovl::`
@@ -87,9 +79,8 @@ impl TensorInfo {
     }
 }
 
-/// What emitting one expression gives: its value dtype (None for a statement) and the interval
-/// of an integer value when known.
-type Emitted = Result<(Option<DType>, Option<Interval>), CodegenError>;
+/// What emitting one expression gives: its value dtype (None for a statement).
+type Emitted = Result<Option<DType>, CodegenError>;
 
 /// The index operands that need a bounds check: (axis, C++ variable, the dimension's size as a
 /// C++ `uint64_t` expression).
@@ -132,10 +123,8 @@ pub(crate) struct Emitter<'a> {
     /// Value dtype of each expression (None: a statement).
     types: Vec<Option<DType>>,
     ops: Vec<Op>,
-    /// Interval of each integer value.
-    intervals: Vec<Option<Interval>>,
-    /// A bound of each integer value by a symbol value, when known.
-    sym_bounds: Vec<Option<SymBound>>,
+    /// The integer ranges and symbolic bounds of the operator's values (`ovl_ir::intervals`).
+    intervals: Intervals,
     /// The value of each integer CONST.
     consts: Vec<Option<i128>>,
     frames: Vec<Frame>,
@@ -180,9 +169,8 @@ pub(crate) fn emit<'a>(
 ) -> Result<Emitter<'a>, CodegenError> {
     let mut e = Emitter::new(dag, key, dialect)?;
     for k in 0..dag.expressions.len() {
-        let (ty, iv) = e.expression(k)?;
+        let ty = e.expression(k)?;
         e.types.push(ty);
-        e.intervals.push(iv);
     }
     if let Some(f) = e.frames.last() {
         return Err(e.err(
@@ -200,9 +188,8 @@ pub(crate) fn emit<'a>(
             let mut b = Emitter::new(dag, key, dialect)?;
             b.blocked = Some(plan);
             for k in 0..dag.expressions.len() {
-                let (ty, iv) = b.expression(k)?;
+                let ty = b.expression(k)?;
                 b.types.push(ty);
-                b.intervals.push(iv);
             }
             b.close_segment();
             let layout = b
@@ -226,89 +213,6 @@ pub(crate) fn emit<'a>(
 /// `text` with `pad` before every line.
 fn indent_text(text: &str, pad: &str) -> String {
     text.lines().map(|l| format!("{pad}{l}\n")).collect()
-}
-
-/// A rough cost of one worker, used to decide whether to run on several threads: each
-/// expression counts once per run of the blocks around it, a loop with constant bounds
-/// (`ovl_ir::analysis::counted_range`) by its trip count, a loop `0..s` over the value of a
-/// symbol (a size given at run time) by that value, any other loop (a `while`, bounds computed
-/// by the worker) as 64 iterations. A softmax worker over a row of 65536 costs about a million,
-/// so 64 such workers run on every core.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct WorkerCost {
-    /// `coefficient × Π value of symbol s`, summed.
-    terms: Vec<(u64, Vec<u32>)>,
-}
-
-impl WorkerCost {
-    /// The cost when the symbols have `values` (a missing value counts as 64).
-    pub(crate) fn at(&self, values: &[u64]) -> u64 {
-        let value = |s: &u32| values.get(*s as usize).copied().unwrap_or(UNKNOWN_TRIPS);
-        self.terms
-            .iter()
-            .map(|(c, syms)| syms.iter().map(value).fold(*c, u64::saturating_mul))
-            .fold(0u64, u64::saturating_add)
-            .max(1)
-    }
-}
-
-/// How often a loop whose trip count is not known runs, for [`worker_cost`].
-const UNKNOWN_TRIPS: u64 = 64;
-
-/// The [`WorkerCost`] of `dag`.
-pub(crate) fn worker_cost(dag: &ir::ExpressionDag) -> WorkerCost {
-    /// A loop's iterations: a count, or the value of a symbol.
-    #[derive(Clone, Copy)]
-    enum Trips {
-        Known(u64),
-        Symbol(u32),
-    }
-    let is = |id: u32, op: Op| {
-        dag.expressions
-            .get(id as usize)
-            .is_some_and(|e| e.code == op as i32)
-    };
-    let int = |id: u32| dag.expressions.get(id as usize).map(|e| e.int_value);
-    let mut open: Vec<Trips> = Vec::new();
-    let mut terms: std::collections::BTreeMap<Vec<u32>, u64> = Default::default();
-    for (i, e) in dag.expressions.iter().enumerate() {
-        match Op::try_from(e.code) {
-            Ok(Op::Range) => open.push(match ovl_ir::analysis::counted_range(dag, i) {
-                Some((a, b)) => Trips::Known(b - a),
-                None => match e.operands[..] {
-                    [start, end, step]
-                        if is(start, Op::Const)
-                            && int(start) == Some(0)
-                            && is(step, Op::Const)
-                            && int(step) == Some(1)
-                            && is(end, Op::Symbol) =>
-                    {
-                        Trips::Symbol(dag.expressions[end as usize].axis)
-                    }
-                    _ => Trips::Known(UNKNOWN_TRIPS),
-                },
-            }),
-            Ok(Op::WhileBegin) => open.push(Trips::Known(UNKNOWN_TRIPS)),
-            Ok(Op::EndRange | Op::WhileEnd) => {
-                open.pop();
-            }
-            _ => {}
-        }
-        let mut coefficient = 1u64;
-        let mut symbols = Vec::new();
-        for t in &open {
-            match *t {
-                Trips::Known(n) => coefficient = coefficient.saturating_mul(n),
-                Trips::Symbol(s) => symbols.push(s),
-            }
-        }
-        symbols.sort_unstable();
-        let c = terms.entry(symbols).or_default();
-        *c = c.saturating_add(coefficient);
-    }
-    WorkerCost {
-        terms: terms.into_iter().map(|(s, c)| (c, s)).collect(),
-    }
 }
 
 impl<'a> Emitter<'a> {
@@ -339,8 +243,7 @@ impl<'a> Emitter<'a> {
             symbol_count: dag.symbol_count,
             types: Vec::with_capacity(dag.expressions.len()),
             ops: Vec::with_capacity(dag.expressions.len()),
-            intervals: Vec::with_capacity(dag.expressions.len()),
-            sym_bounds: vec![None; dag.expressions.len()],
+            intervals: Intervals::analyse(dag),
             consts: Vec::with_capacity(dag.expressions.len()),
             frames: Vec::new(),
             loops: ovl_ir::analysis::innermost_loops(dag),
@@ -374,8 +277,8 @@ impl<'a> Emitter<'a> {
         e.locals = e.tensors(TensorKind::Local, &dag.locals, "loc")?;
         let mut total = 0u64;
         let limit = match dialect {
-            Dialect::Cpp => MAX_LOCAL_BYTES,
-            Dialect::Cuda => MAX_CUDA_LOCAL_BYTES,
+            Dialect::Cpp => CPU_LOCALS_BYTES,
+            Dialect::Cuda => CUDA_LOCAL_BYTES,
         };
         for l in &e.locals {
             let Some(elements) = l.elements else {
@@ -390,7 +293,7 @@ impl<'a> Emitter<'a> {
             };
             let bytes = elements.saturating_mul(l.dtype.size() as u64);
             total = total.saturating_add(bytes);
-            if bytes > limit || total > MAX_LOCALS_TOTAL_BYTES {
+            if bytes > limit || total > CPU_LOCALS_BYTES {
                 return Err(CodegenError::LocalTooLarge {
                     operator: dag.name.clone(),
                     defined_at: defined_at(dag),
@@ -398,7 +301,7 @@ impl<'a> Emitter<'a> {
                     ty: format!("{}{:?}", l.dtype, l.shape),
                     bytes: if bytes > limit { bytes } else { total },
                     limit,
-                    total_limit: MAX_LOCALS_TOTAL_BYTES,
+                    total_limit: CPU_LOCALS_BYTES,
                 });
             }
         }
@@ -586,8 +489,7 @@ impl<'a> Emitter<'a> {
         )
     }
 
-    /// Emits expression `k`; returns its value dtype (None for statements) and the interval of
-    /// an integer value when known.
+    /// Emits expression `k`; returns its value dtype (None for statements).
     fn expression(&mut self, k: usize) -> Emitted {
         let dag = self.dag;
         let e = &dag.expressions[k];
@@ -673,34 +575,4 @@ pub(crate) fn comment_safe(text: &str) -> String {
         })
         .collect::<String>()
         .replace("*/", "*?")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::worker_cost;
-    use ovl_ir::fixtures;
-
-    #[test]
-    fn a_worker_costs_its_loops_trip_counts() {
-        // No loop: one per expression.
-        let flat = fixtures::add_2d(4, 4);
-        assert_eq!(worker_cost(&flat).at(&[]), flat.expressions.len() as u64);
-        // A counted loop: the expressions in it count once per iteration.
-        let cost = |cols| worker_cost(&fixtures::cumsum(4, cols, 1)).at(&[]);
-        let (c100, c1000, c2000) = (cost(100), cost(1000), cost(2000));
-        let per_iteration = (c2000 - c1000) / 1000;
-        assert!(per_iteration >= 4, "{c100} {c1000} {c2000}");
-        assert_eq!(c2000 - c1000, 1000 * per_iteration);
-        assert_eq!(c1000 - c100, 900 * per_iteration);
-        // A loop with bounds the worker computes counts as 64 iterations, whatever n.
-        let runtime = |n| worker_cost(&fixtures::runtime_range(n)).at(&[]);
-        assert_eq!(runtime(10), runtime(100_000));
-        assert!(runtime(10) > 64);
-        // A loop over a symbol's value counts that value, given when the kernel runs.
-        let looped = worker_cost(&fixtures::sym_symbol_loop(5));
-        let (a, b, c) = (looped.at(&[10]), looped.at(&[1010]), looped.at(&[2010]));
-        assert!(b - a >= 1000, "{a} {b} {c}");
-        assert_eq!(c - b, b - a);
-        assert_eq!(looped.at(&[]), looped.at(&[64]));
-    }
 }

@@ -1,7 +1,7 @@
 //! Code shared by the C++ and CUDA backends.
 //!
 //! - [`emit`]: the worker-program emitter (both dialects) and its limits.
-//! - [`bounds`]: the interval analysis that removes provably unnecessary bounds checks.
+//! - Index checks are emitted only where `ovl_ir::intervals` cannot prove an index inside.
 //! - [`literal`]: C++ types and literals of every dtype.
 //! - [`prelude`]: the `ovl::` helpers of generated code, one source for both dialects.
 //! - [`cache_entry`]: one entry of the on-disk operator cache (layout, lock, double-check,
@@ -11,7 +11,6 @@
 //!   spells them and as a run resolves them.
 //! - [`symbols`]: the tensor types and workgroup both runtimes check a run against.
 
-pub(crate) mod bounds;
 pub(crate) mod cache_entry;
 pub(crate) mod emit;
 pub(crate) mod fault;

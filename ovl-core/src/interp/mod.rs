@@ -189,7 +189,11 @@ pub fn interpret_with(
     let workers = exec::worker_count(&prog);
     let threads = match options.threads {
         Some(t) => t.max(1),
-        None if workers.saturating_mul(prog.cost) < PARALLEL_THRESHOLD => 1,
+        None if workers.saturating_mul(ovl_ir::cost::WorkerCost::of(dag).at(&[]))
+            < PARALLEL_THRESHOLD =>
+        {
+            1
+        }
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let threads = (threads as u64).min(workers).max(1);

@@ -80,9 +80,6 @@ impl TensorInfo {
     }
 }
 
-/// The assumed cost of an expression inside a loop, relative to one outside.
-pub(crate) const LOOP_WEIGHT: u64 = 64;
-
 /// A decoded operator.
 #[derive(Debug)]
 pub(crate) struct Program {
@@ -102,9 +99,6 @@ pub(crate) struct Program {
     pub n_accumulators: usize,
     /// Per accumulator (by ordinal): its combiner.
     pub combiners: Vec<Combiner>,
-    /// A rough cost of one worker: expressions outside loops count 1, inside loops
-    /// [`LOOP_WEIGHT`] (the trip count is unknown before running).
-    pub cost: u64,
     pub workgroup: Vec<u64>,
 }
 
@@ -169,7 +163,6 @@ impl Program {
         let mut instrs = Vec::with_capacity(dag.expressions.len());
         let mut pool = Vec::new();
         let mut n_ranges = 0u32;
-        let mut cost = 0u64;
         // Open blocks: (opener pc, else pc if any).
         let mut open: Vec<(usize, Option<usize>)> = Vec::new();
         for (pc, e) in dag.expressions.iter().enumerate() {
@@ -297,10 +290,6 @@ impl Program {
                     _ => return Err(format!("unsupported op at %{pc}")),
                 },
             };
-            let in_loop = open
-                .iter()
-                .any(|&(o, _)| dag.expressions[o].code != Op::If as i32);
-            cost = cost.saturating_add(if in_loop { LOOP_WEIGHT } else { 1 });
             instrs.push(ins);
         }
         if !open.is_empty() {
@@ -329,7 +318,6 @@ impl Program {
             n_accumulators,
             combiners,
             n_ranges: n_ranges as usize,
-            cost,
             workgroup: dag.workgroup_shape.clone(),
         })
     }

@@ -232,19 +232,9 @@ fn show(v: Literal) -> String {
     }
 }
 
+/// Whether the integer `v` is a value of the integer dtype `d`.
 pub(crate) fn int_fits(d: DType, v: i128) -> bool {
-    let (lo, hi): (i128, i128) = match d {
-        DType::I8 => (i8::MIN as i128, i8::MAX as i128),
-        DType::I16 => (i16::MIN as i128, i16::MAX as i128),
-        DType::I32 => (i32::MIN as i128, i32::MAX as i128),
-        DType::I64 => (i64::MIN as i128, i64::MAX as i128),
-        DType::U8 => (0, u8::MAX as i128),
-        DType::U16 => (0, u16::MAX as i128),
-        DType::U32 => (0, u32::MAX as i128),
-        DType::U64 => (0, u64::MAX as i128),
-        _ => return false,
-    };
-    (lo..=hi).contains(&v)
+    d.is_int() && d.int_range().is_some_and(|(lo, hi)| (lo..=hi).contains(&v))
 }
 
 /// `bool` is a staged value of its own type (numbers: below).

@@ -544,7 +544,7 @@ pub fn output_like<T: Scalar>(like: &Tensor<T>) -> Tensor<T> {
     output(like.shape())
 }
 
-const MAX_LOCAL_BYTES: usize = 64 * 1024;
+const MAX_LOCAL_BYTES: usize = ovl_ir::limits::PORTABLE_LOCAL_BYTES as usize;
 
 #[track_caller]
 fn local<T: Scalar>(shape: &[usize], fill: T) -> Tensor<T> {

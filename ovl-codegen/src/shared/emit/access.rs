@@ -4,7 +4,6 @@
 
 use super::{list_kind, Dialect, Emitted, Emitter, TensorInfo, Unproven, STOP};
 use crate::error::CodegenError;
-use crate::shared::bounds::Interval;
 use crate::shared::literal::ctype;
 use crate::shared::sizes::Size;
 use ovl_ir::ir::{self, Op, TensorKind};
@@ -60,7 +59,7 @@ impl Emitter<'_> {
             }
             let v = format!("v{o}");
             let size = t.sizes[axis];
-            if !self.proven_inside(o, size) {
+            if !self.proven_inside((k, axis, o), size) {
                 unproven.push((axis, v.clone(), size.cpp_unsigned()));
             }
             if t.elements.is_none() {
@@ -142,15 +141,12 @@ impl Emitter<'_> {
         s
     }
 
-    pub(super) fn interval(&self, o: usize) -> Option<Interval> {
-        self.intervals[o].or_else(|| self.types[o].and_then(Interval::of_dtype))
-    }
-
-    /// Whether value `o` is provably a valid index of a dimension of size `size`: by its
-    /// interval for a known size, by its interval and its symbolic bound for one sized at run
-    /// time.
-    pub(super) fn proven_inside(&self, o: usize, size: Size) -> bool {
-        let Some(iv) = self.interval(o) else {
+    /// Whether operand `j` of expression `k`, value `o`, is provably a valid index of a
+    /// dimension of size `size`: by its interval where `k` reads it (narrowed by the guards
+    /// around `k`) for a known size, by that interval and its symbolic bound for one sized at
+    /// run time.
+    pub(super) fn proven_inside(&self, (k, j, o): (usize, usize, usize), size: Size) -> bool {
+        let Some(iv) = self.intervals.operand(k, j) else {
             return false;
         };
         match size {
@@ -159,7 +155,13 @@ impl Emitter<'_> {
                 symbol,
                 scale,
                 offset,
-            } => iv.lo >= 0 && self.sym_bounds[o].is_some_and(|b| b.below(symbol, scale, offset)),
+            } => {
+                iv.lo >= 0
+                    && self
+                        .intervals
+                        .sym_bound(o)
+                        .is_some_and(|b| b.below(symbol, scale, offset))
+            }
         }
     }
 
@@ -184,7 +186,7 @@ impl Emitter<'_> {
             self.line(&format!("if (OVL_LIKELY({cond})) v{k} = {name}[{linear}];"));
             self.line(&format!("else {{ {faults} }}"));
         }
-        Ok((Some(d), Interval::of_dtype(d)))
+        Ok(Some(d))
     }
 
     /// A WRITE to an output or local tensor (bounds-checked where not proven).
@@ -216,7 +218,7 @@ impl Emitter<'_> {
             ));
             self.line(&format!("else {{ {faults} }}"));
         }
-        Ok((None, None))
+        Ok(None)
     }
 
     /// LOCAL_TENSOR: (re)fills a local tensor.
@@ -234,7 +236,7 @@ impl Emitter<'_> {
         if n > 0 {
             self.line(&format!("ovl::fill({name}, {n}LL, {lit});"));
         }
-        Ok((None, None))
+        Ok(None)
     }
 
     /// A worker-local VARIABLE.
@@ -243,7 +245,7 @@ impl Emitter<'_> {
         let (init, d) = self.operand(k, 0)?;
         self.check_result(k, d)?;
         self.line(&format!("{} v{k} = v{init};", ctype(d)));
-        Ok((Some(d), Interval::of_dtype(d)))
+        Ok(Some(d))
     }
 
     /// An ASSIGN to a variable.
@@ -261,6 +263,6 @@ impl Emitter<'_> {
             return Err(self.err(Some(k), format!("assigns a {d} value to a {vd} variable")));
         }
         self.line(&format!("v{var} = v{value};"));
-        Ok((None, None))
+        Ok(None)
     }
 }

@@ -22,7 +22,7 @@
 //! (a variable is reloaded where it is used and stored back where it is assigned: each worker
 //! still sees its own assignments in order).
 
-use super::{ctype, Emitted, Emitter, Interval};
+use super::{ctype, Emitted, Emitter};
 use ovl_ir::ir::{self, Op, TensorKind};
 use ovl_ir::ops::{Category, REDUCE_LANES};
 use std::collections::BTreeSet;
@@ -315,12 +315,8 @@ impl<'a> Emitter<'a> {
         self.line(&format!(
             "const uint64_t ovl_t{k} = ovl_i{k} % {REDUCE_LANES};"
         ));
-        let iv = match (self.interval(s as usize), self.interval(en as usize)) {
-            (Some(a), Some(b)) => Some(Interval::new(a.lo, (b.hi - 1).max(a.lo))),
-            _ => None,
-        };
         self.blocked_range_open = Some(k);
-        Ok((Some(ovl_ir::DType::I64), iv))
+        Ok(Some(ovl_ir::DType::I64))
     }
 
     /// Closes a blocked reduction loop and folds each worker's lanes into its accumulator.
@@ -344,7 +340,7 @@ impl<'a> Emitter<'a> {
         self.line("}");
         self.indent -= 1;
         self.line("}");
-        Ok((None, None))
+        Ok(None)
     }
 
     /// An ACCUMULATE in a blocked loop: into this worker's lane of the iteration.
@@ -358,7 +354,7 @@ impl<'a> Emitter<'a> {
         let lane = format!("ovl_lanes{acc}[ovl_t{range}][ovl_j]");
         let combined = self.combine(combiner, d, &lane, &format!("v{value}"))?;
         self.line(&format!("{lane} = {combined};"));
-        Ok((None, None))
+        Ok(None)
     }
 
     /// Declarations of the arrays that carry values and accumulators across segments.

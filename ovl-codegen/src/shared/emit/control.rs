@@ -2,7 +2,6 @@
 //! reduction's lanes) and `while` loops.
 
 use super::{Dialect, Emitted, Emitter, Frame, STOP};
-use crate::shared::bounds::Interval;
 use ovl_ir::ops::REDUCE_LANES;
 use ovl_ir::DType;
 
@@ -17,7 +16,7 @@ impl Emitter<'_> {
         self.line(&format!("if (v{c}) {{"));
         self.indent += 1;
         self.frames.push(Frame::If { else_seen: false });
-        Ok((None, None))
+        Ok(None)
     }
 
     /// ELSE.
@@ -29,7 +28,7 @@ impl Emitter<'_> {
         self.indent -= 1;
         self.line("} else {");
         self.indent += 1;
-        Ok((None, None))
+        Ok(None)
     }
 
     /// END_IF.
@@ -40,7 +39,7 @@ impl Emitter<'_> {
         self.frames.pop();
         self.indent -= 1;
         self.line("}");
-        Ok((None, None))
+        Ok(None)
     }
 
     pub(super) fn range(&mut self, k: usize) -> Emitted {
@@ -86,13 +85,7 @@ impl Emitter<'_> {
             inner,
             block,
         });
-        let iv = match (self.interval(s), self.interval(e)) {
-            (Some(a), Some(b)) => Some(Interval::new(a.lo, (b.hi - 1).max(a.lo))),
-            _ => None,
-        };
-        // The index stays below the end (a loop whose step is not positive runs no iteration).
-        self.sym_bounds[k] = self.sym_bounds[e].and_then(|x| x.shift(-1));
-        Ok((Some(DType::I64), iv))
+        Ok(Some(DType::I64))
     }
 
     /// END_RANGE: closes the loop's braces.
@@ -117,7 +110,7 @@ impl Emitter<'_> {
                 self.full_block_copy(opener, mark);
             }
         }
-        Ok((None, None))
+        Ok(None)
     }
 
     /// WHILE_BEGIN: `while (true) {`.
@@ -126,7 +119,7 @@ impl Emitter<'_> {
         self.line("while (true) {");
         self.indent += 1;
         self.frames.push(Frame::WhileCond);
-        Ok((None, None))
+        Ok(None)
     }
 
     /// WHILE_COND: `if (!c) break;`.
@@ -141,7 +134,7 @@ impl Emitter<'_> {
         }
         *self.frames.last_mut().expect("checked") = Frame::WhileBody;
         self.line(&format!("if (!v{c}) break;"));
-        Ok((None, None))
+        Ok(None)
     }
 
     /// WHILE_END.
@@ -152,7 +145,7 @@ impl Emitter<'_> {
         self.frames.pop();
         self.indent -= 1;
         self.line("}");
-        Ok((None, None))
+        Ok(None)
     }
 
     /// The head of a RANGE loop counted in iterations: opens `{`, names its bounds and step,

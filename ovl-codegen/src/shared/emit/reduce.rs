@@ -3,7 +3,6 @@
 
 use super::{Emitted, Emitter};
 use crate::error::CodegenError;
-use crate::shared::bounds::Interval;
 use crate::shared::literal::ctype;
 use ovl_ir::ir::Op;
 use ovl_ir::ops::{self, Combiner, REDUCE_LANES};
@@ -82,7 +81,7 @@ impl Emitter<'_> {
         self.check_result(k, d)?;
         self.accumulator_kind(k)?;
         self.line(&format!("{} v{k} = v{init};", ctype(d)));
-        Ok((Some(d), Interval::of_dtype(d)))
+        Ok(Some(d))
     }
 
     /// An ACCUMULATE: combines the value into the lane of the current iteration.
@@ -103,7 +102,7 @@ impl Emitter<'_> {
         let lane = format!("ovl_lanes{acc}[ovl_l{range}]");
         let combined = self.combine(combiner, d, &lane, &format!("v{value}"))?;
         self.line(&format!("{lane} = {combined};"));
-        Ok((None, None))
+        Ok(None)
     }
 
     /// The identity of a combiner on dtype `d`, as a literal of the dialect.

@@ -2,9 +2,7 @@
 //! unary and binary operations of the op table.
 
 use super::{Emitted, Emitter};
-use crate::shared::bounds::{Interval, SymBound};
 use crate::shared::literal::{ctype, int_literal_value};
-use crate::shared::sizes::Size;
 use ovl_ir::ir::Op;
 use ovl_ir::ops::{self, Category, OpInfo, ResultRule};
 use ovl_ir::DType;
@@ -56,7 +54,7 @@ impl Emitter<'_> {
         self.line(&format!("const {} v{k} = {lit};", ctype(d)));
         let value = int_literal_value(d, e.int_value, e.uint_value);
         self.consts[k] = value;
-        Ok((Some(d), value.map(Interval::point)))
+        Ok(Some(d))
     }
 
     /// A component of the worker position.
@@ -66,28 +64,16 @@ impl Emitter<'_> {
         self.operand_count(k, 0)?;
         self.check_result(k, DType::I64)?;
         let axis = e.axis as usize;
-        let Some(&size) = self.sizes.get(axis) else {
+        if axis >= self.sizes.len() {
             return Err(self.err(Some(k), format!("axis {axis} is outside the workgroup")));
-        };
+        }
         if self.blocked.is_some() && axis + 1 == self.workgroup.len() {
             // The worker of this lane of the block.
             self.line(&format!("const int64_t v{k} = ovl_p{axis} + ovl_j;"));
         } else {
             self.line(&format!("const int64_t v{k} = ovl_p{axis};"));
         }
-        let hi = match size {
-            Size::Known(n) => n as i128 - 1,
-            Size::Symbolic {
-                symbol,
-                scale,
-                offset,
-            } => {
-                self.sym_bounds[k] = Some(SymBound::new(symbol, scale, offset as i128 - 1));
-                // A workgroup has at most i64::MAX workers.
-                i64::MAX as i128 - 1
-            }
-        };
-        Ok((Some(DType::I64), Some(Interval::new(0, hi))))
+        Ok(Some(DType::I64))
     }
 
     /// SYMBOL: the value of symbol `axis` the operator runs with (a kernel parameter).
@@ -105,8 +91,7 @@ impl Emitter<'_> {
             ));
         }
         self.line(&format!("const int64_t v{k} = ovl_S{symbol};"));
-        self.sym_bounds[k] = Some(SymBound::new(symbol, 1, 0));
-        Ok((Some(DType::I64), Some(Interval::new(0, i64::MAX as i128))))
+        Ok(Some(DType::I64))
     }
 
     /// A CAST (saturating float-to-integer, `!= 0` to bool).
@@ -128,20 +113,7 @@ impl Emitter<'_> {
             format!("({ct}){x}")
         };
         self.line(&format!("const {ct} v{k} = {expr};"));
-        let iv = if to.is_float() {
-            None
-        } else if from.is_float() {
-            Interval::of_dtype(to)
-        } else {
-            let before = self.interval(a);
-            let after = before.and_then(|iv| iv.fit(to));
-            if to != DType::Bool && after.is_some() && after == before {
-                // The value is unchanged: so is its bound.
-                self.sym_bounds[k] = self.sym_bounds[a];
-            }
-            after
-        };
-        Ok((Some(to), iv))
+        Ok(Some(to))
     }
 
     /// SELECT: `c ? a : b` (`ovl::pick(c, a, b)` for floats).
@@ -164,11 +136,7 @@ impl Emitter<'_> {
             format!("v{c} ? v{a} : v{b}")
         };
         self.line(&format!("const {} v{k} = {value};", ctype(d)));
-        let iv = match (self.interval(a), self.interval(b)) {
-            (Some(x), Some(y)) => Some(x.union(y)),
-            _ => None,
-        };
-        Ok((Some(d), iv))
+        Ok(Some(d))
     }
 
     /// FMA, spelled as the op table says.
@@ -189,7 +157,7 @@ impl Emitter<'_> {
             .apply(&args)
             .expect("fma takes floats");
         self.line(&format!("const {} v{k} = {expr};", ctype(d)));
-        Ok((Some(d), None))
+        Ok(Some(d))
     }
 
     /// A unary op, spelled as the op table says for the operand's dtype.
@@ -207,14 +175,7 @@ impl Emitter<'_> {
         };
         self.check_result(k, rd)?;
         self.line(&format!("const {} v{k} = {expr};", ctype(rd)));
-        let iv = match row.op {
-            Op::Neg if d.is_int() => self
-                .interval(a)
-                .and_then(|iv| Interval::point(0).sub(iv))
-                .and_then(|iv| iv.fit(d)),
-            _ => None,
-        };
-        Ok((Some(rd), iv))
+        Ok(Some(rd))
     }
 
     /// A binary or comparison op, spelled as the op table says for the operands' dtype.
@@ -229,7 +190,6 @@ impl Emitter<'_> {
             ));
         }
         let (x, y) = (format!("v{a}"), format!("v{b}"));
-        let i = d.is_int();
         let Some(expr) = row.spelling.for_dtype(d).apply(&[&x, &y]) else {
             return Err(self.err(Some(k), format!("{} does not take {d} operands", row.name)));
         };
@@ -240,55 +200,6 @@ impl Emitter<'_> {
         };
         self.check_result(k, rd)?;
         self.line(&format!("const {} v{k} = {expr};", ctype(rd)));
-        let iv = if i {
-            match (self.interval(a), self.interval(b)) {
-                (Some(p), Some(q)) => {
-                    let raw = match row.op {
-                        Op::Add => p.add(q),
-                        Op::Sub => p.sub(q),
-                        Op::Mul => p.mul(q),
-                        Op::Div => p.div(q),
-                        Op::Mod => p.rem(q),
-                        Op::Min => Some(p.min(q)),
-                        Op::Max => Some(p.max(q)),
-                        _ => None,
-                    };
-                    let fitted = raw.and_then(|iv| iv.fit(d));
-                    if fitted.is_some() && fitted == raw {
-                        // No wrap-around: a symbolic bound carries over.
-                        self.sym_bounds[k] = self.binary_bound(row.op, (a, p), (b, q));
-                    }
-                    fitted
-                }
-                _ => None,
-            }
-        } else {
-            None
-        };
-        Ok((Some(rd), iv))
-    }
-
-    /// The symbolic bound of `a op b` (operands with intervals `p`, `q`), computed without
-    /// wrap-around.
-    pub(super) fn binary_bound(
-        &self,
-        op: Op,
-        (a, p): (usize, Interval),
-        (b, q): (usize, Interval),
-    ) -> Option<SymBound> {
-        let (ba, bb) = (self.sym_bounds[a], self.sym_bounds[b]);
-        let constant = |iv: Interval| (iv.lo == iv.hi).then_some(iv.lo);
-        match op {
-            Op::Add => ba
-                .and_then(|x| x.shift(q.hi))
-                .or_else(|| bb.and_then(|x| x.shift(p.hi))),
-            Op::Sub => ba.and_then(|x| x.shift(-q.lo)),
-            Op::Mul => ba
-                .zip(constant(q))
-                .and_then(|(x, m)| x.times(m))
-                .or_else(|| bb.zip(constant(p)).and_then(|(x, m)| x.times(m))),
-            Op::Min => ba.or(bb),
-            _ => None,
-        }
+        Ok(Some(rd))
     }
 }
