@@ -173,10 +173,10 @@ pub mod ir_tools {
 
 /// Everything an operator body needs: `use ovl::prelude::*;`.
 ///
-/// This is a glob import: a function of your own with the same name as one of these (`log`,
-/// `max`, `select`, ...) shadows it silently, as Rust resolves names, and a call meant for the
-/// DSL then fails against your function's signature. Write `ovl::prelude::log(x)`, or import
-/// the DSL function under another name (`use ovl::prelude::log as ln;`).
+/// This is a glob import, which a function of your own with the same name as one of these
+/// (`log`, `max`, `select`, ...) would shadow; inside an `#[operator]` or `#[helper]` body a bare
+/// call of such a name is therefore a compile error ("`log` is ambiguous"): write
+/// `ovl::prelude::log(x)` for the DSL's function and `self::log(x)` (or any path) for yours.
 pub mod prelude {
     pub use crate::{
         evaluate, evaluate_into, evaluate_with, helper, operator, profile, Lazy, Options, Target,

@@ -1099,8 +1099,10 @@ fn malformed_ir_never_panics_the_emitter() {
     assert!(errors > 0);
 }
 
-/// Random elementwise programs over several dtypes, bit for bit against the interpreter
-/// (the math functions too: both call the same C library functions, `sinf` and so on).
+/// Random elementwise programs over several dtypes, bit for bit against the interpreter (the
+/// math functions too, on these inputs: most call the same C library functions as the
+/// interpreter, `sinf` and so on; the C++ prelude's own f32 `exp`, `tanh` and `sigmoid` may
+/// differ by a few ulps on other inputs, see `ovl_ir::fixtures::Fixture::f32_ulps`).
 #[test]
 fn random_programs_match_the_interpreter() {
     let dtypes = [

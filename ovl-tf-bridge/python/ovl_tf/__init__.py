@@ -19,7 +19,7 @@ program as usual.
 ``tf.vectorized_map`` (also with ``fallback_to_while_loop=False``) and
 ``GradientTape.jacobian``/``batch_jacobian`` vectorize the op: importing ``ovl_tf`` registers a
 pfor converter that runs one ``DynamicLib`` on the program batched over the loop (see
-``ovl_tf._pfor``; the loop length must be static).
+``ovl_tf._pfor``; a loop length known only at run time works too).
 
 ``ovl_tf.Layer`` wraps a bundle as a Keras 3 layer (some inputs can be its trainable weights);
 a ``.keras`` file saved from a model that uses it embeds the bundle and reloads in any process
