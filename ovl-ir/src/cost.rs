@@ -3,8 +3,10 @@
 //! of a run, the interpreter with none). The work of each op in operation units, for the cost
 //! models of fusion, is the op table's cost column ([`crate::ops::OpInfo::cost`]).
 
+use crate::dtype::Literal;
 use crate::intervals::Intervals;
-use crate::ir::{self, Op};
+use crate::ir;
+use crate::typed::{Inst, Kernel, ValueId};
 
 /// A rough cost of one worker: each expression counts once per run of the blocks around it, a
 /// loop by its trip count where [`Intervals`] bounds it, a loop `0..s` over the value of a
@@ -23,40 +25,38 @@ pub const UNKNOWN_TRIPS: u64 = 64;
 impl WorkerCost {
     /// The cost of a worker of `dag` (validated; symbolic sizes allowed).
     pub fn of(dag: &ir::ExpressionDag) -> WorkerCost {
+        WorkerCost::of_kernel(&Kernel::from_validated(dag))
+    }
+
+    /// The cost of a worker of `kernel`.
+    pub fn of_kernel(kernel: &Kernel) -> WorkerCost {
         /// A loop's iterations: a count, or the value of a symbol.
         #[derive(Clone, Copy)]
         enum Trips {
             Known(u64),
             Symbol(u32),
         }
-        let iv = Intervals::analyse(dag);
-        let is = |id: u32, op: Op| {
-            dag.expressions
-                .get(id as usize)
-                .is_some_and(|e| e.code == op as i32)
-        };
-        let int = |id: u32| dag.expressions.get(id as usize).map(|e| e.int_value);
+        let iv = Intervals::of(kernel);
+        let inst = |id: ValueId| &kernel.exprs[id as usize].inst;
         let mut open: Vec<Trips> = Vec::new();
         let mut terms: std::collections::BTreeMap<Vec<u32>, u64> = Default::default();
-        for (i, e) in dag.expressions.iter().enumerate() {
-            match Op::try_from(e.code) {
-                Ok(Op::Range) => open.push(match e.operands[..] {
-                    [start, end, step]
-                        if is(start, Op::Const)
-                            && int(start) == Some(0)
-                            && is(step, Op::Const)
-                            && int(step) == Some(1)
-                            && is(end, Op::Symbol) =>
-                    {
-                        Trips::Symbol(dag.expressions[end as usize].axis)
-                    }
+        for (i, x) in kernel.exprs.iter().enumerate() {
+            match x.inst {
+                Inst::Range {
+                    start, end, step, ..
+                } => open.push(match (inst(start), inst(end), inst(step)) {
+                    (
+                        Inst::Const(Literal::Int(0)),
+                        &Inst::Symbol { symbol },
+                        Inst::Const(Literal::Int(1)),
+                    ) => Trips::Symbol(symbol),
                     _ => Trips::Known(
                         iv.trips(i)
                             .map_or(UNKNOWN_TRIPS, |t| u64::try_from(t).unwrap_or(u64::MAX)),
                     ),
                 }),
-                Ok(Op::WhileBegin) => open.push(Trips::Known(UNKNOWN_TRIPS)),
-                Ok(Op::EndRange | Op::WhileEnd) => {
+                Inst::WhileBegin { .. } => open.push(Trips::Known(UNKNOWN_TRIPS)),
+                Inst::EndRange { .. } | Inst::WhileEnd { .. } => {
                     open.pop();
                 }
                 _ => {}

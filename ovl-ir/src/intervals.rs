@@ -15,9 +15,9 @@
 //! values by the symbol instead. The ranges are sound over-approximations: a check that passes
 //! holds for every worker.
 
-use crate::dtype::DType;
+use crate::dtype::{DType, Literal};
 use crate::ir::{self, Op, TensorKind};
-use crate::symbolic::symbolic_dim;
+use crate::typed::{Dim, Inst, Kernel, ValueId};
 
 /// A closed interval `[lo, hi]` of integer values (i128 holds every integer dtype exactly).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,6 +214,16 @@ pub struct Intervals {
     start: Vec<usize>,
 }
 
+/// The integer value of a literal (`bool`: 0 or 1); `None` for floats.
+fn literal_value(lit: Literal) -> Option<i128> {
+    match lit {
+        Literal::Int(v) => Some(v.into()),
+        Literal::UInt(v) => Some(v.into()),
+        Literal::Bool(b) => Some(b.into()),
+        Literal::Float(_) => None,
+    }
+}
+
 /// A constraint `lo <= value(id) <= hi` that holds inside a branch.
 type Constraint = (usize, Interval);
 
@@ -221,7 +231,12 @@ impl Intervals {
     /// The ranges of `dag`'s expressions over its whole workgroup. `dag` has passed
     /// [`crate::validate::validate`] (symbolic sizes allowed).
     pub fn analyse(dag: &ir::ExpressionDag) -> Intervals {
-        let n = dag.expressions.len();
+        Intervals::of(&Kernel::from_validated(dag))
+    }
+
+    /// The ranges of `kernel`'s expressions over its whole workgroup.
+    pub fn of(kernel: &Kernel) -> Intervals {
+        let n = kernel.exprs.len();
         let mut of: Vec<Option<Interval>> = Vec::with_capacity(n);
         let mut sym: Vec<Option<SymBound>> = vec![None; n];
         let mut trips: Vec<Option<u128>> = vec![None; n];
@@ -229,42 +244,38 @@ impl Intervals {
         let mut start = Vec::with_capacity(n);
         // Saved ranges to restore when a block ends: one frame per open block.
         let mut frames: Vec<Vec<(usize, Option<Interval>)>> = Vec::new();
-        for (i, e) in dag.expressions.iter().enumerate() {
+        for (i, x) in kernel.exprs.iter().enumerate() {
             start.push(at.len());
             at.extend(
-                e.operands
-                    .iter()
-                    .map(|&o| of.get(o as usize).copied().flatten()),
+                kernel
+                    .operands(i)
+                    .map(|o| of.get(o as usize).copied().flatten()),
             );
             let get = |k: usize| -> Option<Interval> { at.get(start[i] + k).copied().flatten() };
-            let bound = |k: usize| e.operands.get(k).and_then(|&o| sym[o as usize]);
-            let op = Op::try_from(e.code).ok();
-            let dtype = DType::from_ir(e.dtype);
+            let bound = |o: ValueId| sym[o as usize];
+            let dtype = x.dtype;
             let full = dtype.and_then(Interval::of_dtype);
             let fit = |v: Option<Interval>| v.zip(dtype).and_then(|(v, d)| v.fit(d)).or(full);
-            let value = match op {
-                Some(Op::Const) => dtype
-                    .and_then(|d| d.int_literal(e.int_value, e.uint_value))
-                    .map(Interval::point),
-                Some(Op::Position) => {
-                    let axis = e.axis as usize;
-                    match symbolic_dim(&dag.symbolic_workgroup, axis) {
-                        Some(d) => {
-                            sym[i] = Some(SymBound::new(d.symbol, d.scale, d.offset as i128 - 1));
-                            // A workgroup has at most i64::MAX workers.
-                            Some(Interval::new(0, i64::MAX as i128 - 1))
-                        }
-                        None => dag
-                            .workgroup_shape
-                            .get(axis)
-                            .map(|&d| Interval::new(0, d as i128 - 1)),
+            let value = match x.inst {
+                Inst::Const(lit) => literal_value(lit).map(Interval::point),
+                Inst::Position { axis } => match kernel.workgroup.get(axis as usize) {
+                    Some(&Dim::Symbolic {
+                        symbol,
+                        scale,
+                        offset,
+                    }) => {
+                        sym[i] = Some(SymBound::new(symbol, scale, offset as i128 - 1));
+                        // A workgroup has at most i64::MAX workers.
+                        Some(Interval::new(0, i64::MAX as i128 - 1))
                     }
-                }
-                Some(Op::Symbol) => {
-                    sym[i] = Some(SymBound::new(e.axis, 1, 0));
+                    Some(&Dim::Known(d)) => Some(Interval::new(0, d as i128 - 1)),
+                    None => full,
+                },
+                Inst::Symbol { symbol } => {
+                    sym[i] = Some(SymBound::new(symbol, 1, 0));
                     Some(Interval::new(0, i64::MAX as i128))
                 }
-                Some(Op::Range) => {
+                Inst::Range { end, .. } => {
                     let (s, en, st) = (get(0), get(1), get(2));
                     if let (Some(s), Some(en), Some(st)) = (s, en, st) {
                         if st.lo > 0 {
@@ -274,7 +285,7 @@ impl Intervals {
                     }
                     // The index stays below the end (a loop whose step is not positive runs
                     // no iteration).
-                    sym[i] = bound(1).and_then(|x| x.shift(-1));
+                    sym[i] = bound(end).and_then(|x| x.shift(-1));
                     match (s, en) {
                         (Some(s), Some(en)) => {
                             fit(Some(Interval::new(s.lo, (en.hi - 1).max(s.lo))))
@@ -282,68 +293,68 @@ impl Intervals {
                         _ => full,
                     }
                 }
-                Some(o @ (Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Mod | Op::Min | Op::Max))
-                    if dtype.is_some_and(DType::is_int) =>
-                {
-                    match (get(0), get(1)) {
-                        (Some(p), Some(q)) => {
-                            let raw = match o {
-                                Op::Add => p.plus(q),
-                                Op::Sub => p.minus(q),
-                                Op::Mul => p.times(q),
-                                Op::Div => p.divided_by(q),
-                                Op::Mod => p.remainder(q),
-                                Op::Min => Some(p.min(q)),
-                                _ => Some(p.max(q)),
-                            };
-                            let fitted = fit(raw);
-                            if raw.is_some() && fitted == raw {
-                                // No wrap-around: a symbolic bound carries over.
-                                sym[i] = binary_bound(o, (bound(0), p), (bound(1), q));
-                            }
-                            fitted
+                Inst::Binary {
+                    op: o @ (Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Mod | Op::Min | Op::Max),
+                    a,
+                    b,
+                } if dtype.is_some_and(DType::is_int) => match (get(0), get(1)) {
+                    (Some(p), Some(q)) => {
+                        let raw = match o {
+                            Op::Add => p.plus(q),
+                            Op::Sub => p.minus(q),
+                            Op::Mul => p.times(q),
+                            Op::Div => p.divided_by(q),
+                            Op::Mod => p.remainder(q),
+                            Op::Min => Some(p.min(q)),
+                            _ => Some(p.max(q)),
+                        };
+                        let fitted = fit(raw);
+                        if raw.is_some() && fitted == raw {
+                            // No wrap-around: a symbolic bound carries over.
+                            sym[i] = binary_bound(o, (bound(a), p), (bound(b), q));
                         }
-                        _ => full,
+                        fitted
                     }
+                    _ => full,
+                },
+                Inst::Unary { op: Op::Neg, .. } => {
+                    fit(get(0).and_then(|a| Interval::point(0).minus(a)))
                 }
-                Some(Op::Neg) => fit(get(0).and_then(|a| Interval::point(0).minus(a))),
-                Some(Op::Select) => fit(get(1).zip(get(2)).map(|(a, b)| a.union(b))),
+                Inst::Select { .. } => fit(get(1).zip(get(2)).map(|(a, b)| a.union(b))),
                 // An integer cast keeps the value when it fits the target (else it wraps).
-                Some(Op::Cast) => {
+                Inst::Cast { value } => {
                     let before = get(0);
                     let after = fit(before);
                     if dtype != Some(DType::Bool) && before.is_some() && after == before {
                         // The value is unchanged: so is its bound.
-                        sym[i] = bound(0);
+                        sym[i] = bound(value);
                     }
                     after
                 }
                 _ => full,
             };
             of.push(value);
-            match op {
-                Some(Op::If) => {
+            match x.inst {
+                Inst::If { condition, .. } => {
                     let mut saved = Vec::new();
-                    if let Some(&c) = e.operands.first() {
-                        let mut found = Vec::new();
-                        constraints(dag, &of, c as usize, &mut found, 0);
-                        for (id, span) in found {
-                            let Some(old) = of[id] else { continue };
-                            saved.push((id, of[id]));
-                            of[id] = Some(old.narrow(span));
-                        }
+                    let mut found = Vec::new();
+                    constraints(kernel, &of, condition as usize, &mut found, 0);
+                    for (id, span) in found {
+                        let Some(old) = of[id] else { continue };
+                        saved.push((id, of[id]));
+                        of[id] = Some(old.narrow(span));
                     }
                     frames.push(saved);
                 }
-                Some(Op::Range | Op::WhileBegin) => frames.push(Vec::new()),
-                Some(Op::Else) => {
+                Inst::Range { .. } | Inst::WhileBegin { .. } => frames.push(Vec::new()),
+                Inst::Else { .. } => {
                     if let Some(frame) = frames.last_mut() {
                         for (id, old) in frame.drain(..).rev() {
                             of[id] = old;
                         }
                     }
                 }
-                Some(Op::EndIf | Op::EndRange | Op::WhileEnd) => {
+                Inst::EndIf { .. } | Inst::EndRange { .. } | Inst::WhileEnd { .. } => {
                     for (id, old) in frames.pop().unwrap_or_default().into_iter().rev() {
                         of[id] = old;
                     }
@@ -447,64 +458,59 @@ fn binary_bound(
 
 /// Collects the constraints that hold when the bool expression `cond` is true.
 fn constraints(
-    dag: &ir::ExpressionDag,
+    kernel: &Kernel,
     of: &[Option<Interval>],
     cond: usize,
     out: &mut Vec<Constraint>,
     depth: usize,
 ) {
-    let Some(e) = dag.expressions.get(cond) else {
+    let Some(Inst::Compare { op, a, b }) = kernel.exprs.get(cond).map(|x| &x.inst) else {
         return;
     };
-    if depth > 16 || e.operands.len() != 2 {
+    if depth > 16 {
         return;
     }
-    let (a, b) = (e.operands[0] as usize, e.operands[1] as usize);
+    let (a, b) = (*a as usize, *b as usize);
+    if *op == Op::And {
+        constraints(kernel, of, a, out, depth + 1);
+        constraints(kernel, of, b, out, depth + 1);
+        return;
+    }
     let constant = |id: usize| of[id].and_then(Interval::constant);
-    let is_int = |id: usize| {
-        dag.expressions
-            .get(id)
-            .and_then(|x| DType::from_ir(x.dtype))
-            .is_some_and(|d| d.is_int())
-    };
-    let op = Op::try_from(e.code).ok();
-    if op == Some(Op::And) {
-        constraints(dag, of, a, out, depth + 1);
-        constraints(dag, of, b, out, depth + 1);
-        return;
-    }
+    let is_int = |id: usize| kernel.exprs[id].dtype.is_some_and(DType::is_int);
     // A variable or an accumulator names a value that may change inside the branch: only
     // immutable values are narrowed.
     let mutable = |id: usize| {
-        dag.expressions
-            .get(id)
-            .is_some_and(|x| x.code == Op::Variable as i32 || x.code == Op::Accumulator as i32)
+        matches!(
+            kernel.exprs[id].inst,
+            Inst::Variable { .. } | Inst::Accumulator { .. }
+        )
     };
     if !is_int(a) || !is_int(b) || mutable(a) || mutable(b) {
         return;
     }
     // Normalise to `x OP c`.
     let (x, c, op) = match (constant(a), constant(b)) {
-        (None, Some(c)) => (a, c, op),
+        (None, Some(c)) => (a, c, *op),
         (Some(c), None) => (
             b,
             c,
             match op {
-                Some(Op::Lt) => Some(Op::Gt),
-                Some(Op::Le) => Some(Op::Ge),
-                Some(Op::Gt) => Some(Op::Lt),
-                Some(Op::Ge) => Some(Op::Le),
-                other => other,
+                Op::Lt => Op::Gt,
+                Op::Le => Op::Ge,
+                Op::Gt => Op::Lt,
+                Op::Ge => Op::Le,
+                other => *other,
             },
         ),
         _ => return,
     };
     let span = match op {
-        Some(Op::Lt) => Interval::new(i128::MIN, c - 1),
-        Some(Op::Le) => Interval::new(i128::MIN, c),
-        Some(Op::Gt) => Interval::new(c + 1, i128::MAX),
-        Some(Op::Ge) => Interval::new(c, i128::MAX),
-        Some(Op::Eq) => Interval::point(c),
+        Op::Lt => Interval::new(i128::MIN, c - 1),
+        Op::Le => Interval::new(i128::MIN, c),
+        Op::Gt => Interval::new(c + 1, i128::MAX),
+        Op::Ge => Interval::new(c, i128::MAX),
+        Op::Eq => Interval::point(c),
         _ => return,
     };
     out.push((x, span));

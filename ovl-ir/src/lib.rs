@@ -21,6 +21,7 @@ pub mod ops;
 pub mod shape;
 pub mod symbolic;
 pub mod text;
+pub mod typed;
 pub mod unify;
 pub mod validate;
 

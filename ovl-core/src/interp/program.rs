@@ -4,7 +4,8 @@
 use super::value::Value;
 use crate::dtype::DType;
 use crate::ir::{self, Op, TensorKind};
-use ovl_ir::ops::{Category, Combiner};
+use ovl_ir::ops::Combiner;
+use ovl_ir::typed::{Inst, Kernel, TensorId, ValueId};
 
 /// The decoded opcode of an instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,9 +121,11 @@ fn tensor_info(kind: TensorKind, index: usize, t: &ir::TensorType) -> Result<Ten
 }
 
 impl Program {
-    /// Decodes a dag that passed [`crate::validate::validate`]. Errors describe internal
-    /// inconsistencies (they cannot happen for validated IR).
+    /// Decodes a dag that passed [`crate::validate::validate`], from its typed form
+    /// ([`Kernel`]): the block links become jump targets. The only error is a tensor whose
+    /// strides do not fit (validation rules it out).
     pub(crate) fn new(dag: &ir::ExpressionDag) -> Result<Program, String> {
+        let kernel = Kernel::from_validated(dag);
         let mut tensors = Vec::new();
         for (kind, list) in [
             (TensorKind::Input, &dag.inputs),
@@ -133,181 +136,185 @@ impl Program {
                 tensors.push(tensor_info(kind, k, t)?);
             }
         }
-        let tensor_id = |r: Option<&ir::TensorRef>| -> Result<u32, String> {
-            let r = r.ok_or("missing tensor reference")?;
-            let base = match TensorKind::try_from(r.kind) {
-                Ok(TensorKind::Input) => 0,
-                Ok(TensorKind::Output) => dag.inputs.len(),
-                Ok(TensorKind::Local) => dag.inputs.len() + dag.outputs.len(),
-                _ => return Err("bad tensor kind".into()),
+        let tensor_id = |t: TensorId| -> u32 {
+            let base = match t.kind {
+                TensorKind::Input => 0,
+                TensorKind::Output => dag.inputs.len(),
+                _ => dag.inputs.len() + dag.outputs.len(),
             };
-            let id = base + r.index as usize;
-            if id >= tensors.len() {
-                return Err("tensor index out of range".into());
-            }
-            Ok(id as u32)
+            (base + t.index as usize) as u32
         };
 
-        // Accumulators get ordinals (their lanes); each reduction loop lists its accumulators.
-        let loops = ovl_ir::analysis::innermost_loops(dag);
-        let mut acc_ordinal: Vec<Option<usize>> = vec![None; dag.expressions.len()];
+        // Accumulators get ordinals (their lanes); RANGE loops too (their end/step state).
+        let mut ordinal: Vec<u32> = vec![0; kernel.exprs.len()];
         let mut combiners = Vec::new();
-        for (i, e) in dag.expressions.iter().enumerate() {
-            if e.code == Op::Accumulator as i32 {
-                acc_ordinal[i] = Some(combiners.len());
-                combiners.push(Combiner::from_code(e.int_value).ok_or("an unknown combiner")?);
+        let mut n_ranges = 0u32;
+        for (i, x) in kernel.exprs.iter().enumerate() {
+            match x.inst {
+                Inst::Accumulator { combiner, .. } => {
+                    ordinal[i] = combiners.len() as u32;
+                    combiners.push(combiner);
+                }
+                Inst::Range { .. } => {
+                    ordinal[i] = n_ranges;
+                    n_ranges += 1;
+                }
+                _ => {}
             }
         }
-        let n_accumulators = combiners.len();
-        let reduced = ovl_ir::analysis::reduction_loops(dag);
-        let mut instrs = Vec::with_capacity(dag.expressions.len());
+        let mut reductions = vec![Vec::new(); n_ranges as usize];
+        let mut instrs = Vec::with_capacity(kernel.exprs.len());
         let mut pool = Vec::new();
-        let mut n_ranges = 0u32;
-        // Open blocks: (opener pc, else pc if any).
-        let mut open: Vec<(usize, Option<usize>)> = Vec::new();
-        for (pc, e) in dag.expressions.iter().enumerate() {
-            let op = Op::try_from(e.code).map_err(|_| format!("unknown opcode at %{pc}"))?;
-            let operand = |k: usize| -> u32 { e.operands.get(k).copied().unwrap_or(0) };
+        for x in &kernel.exprs {
+            let dtype = x.dtype.unwrap_or(DType::Bool);
             let mut ins = Instr {
                 code: Code::Const,
-                dtype: DType::from_ir(e.dtype).unwrap_or(DType::Bool),
-                a: operand(0),
-                b: operand(1),
-                c: operand(2),
+                dtype,
+                a: 0,
+                b: 0,
+                c: 0,
                 indices: 0,
                 tensor: 0,
                 jump: 0,
                 aux: 0,
                 literal: Value::Bool(false),
             };
-            ins.code = match op {
-                Op::Unspecified => return Err(format!("unspecified opcode at %{pc}")),
-                Op::Const => {
-                    ins.literal =
-                        Value::literal(ins.dtype, e.float_value, e.int_value, e.uint_value);
+            let after = |k: ValueId| k + 1;
+            ins.code = match x.inst {
+                Inst::Const(lit) => {
+                    ins.literal = Value::of_literal(dtype, lit);
                     Code::Const
                 }
-                Op::Position => {
-                    ins.jump = e.axis;
+                Inst::Position { axis } => {
+                    ins.jump = axis;
                     Code::Position
                 }
-                Op::Read | Op::Write => {
-                    ins.tensor = tensor_id(e.tensor.as_ref())?;
-                    let rank = tensors[ins.tensor as usize].dims.len();
+                Inst::Symbol { .. } => return Err("a symbol in a concrete operator".into()),
+                Inst::Read {
+                    tensor,
+                    ref indices,
+                } => {
+                    ins.tensor = tensor_id(tensor);
                     ins.indices = pool.len() as u32;
-                    pool.extend(e.operands.iter().take(rank));
-                    if op == Op::Write {
-                        ins.a = operand(rank);
-                        Code::Write
-                    } else {
-                        Code::Read
-                    }
+                    pool.extend(indices);
+                    Code::Read
                 }
-                Op::Variable => Code::Variable,
-                Op::Accumulator => {
-                    ins.aux = acc_ordinal[pc].ok_or("an accumulator without an ordinal")? as u32;
+                Inst::Write {
+                    tensor,
+                    ref indices,
+                    value,
+                } => {
+                    ins.tensor = tensor_id(tensor);
+                    ins.indices = pool.len() as u32;
+                    pool.extend(indices);
+                    ins.a = value;
+                    Code::Write
+                }
+                Inst::Variable { init } => {
+                    ins.a = init;
+                    Code::Variable
+                }
+                Inst::Accumulator { init, .. } => {
+                    ins.a = init;
+                    ins.aux = ordinal[instrs.len()];
                     Code::Accumulator
                 }
-                Op::Accumulate => {
-                    let acc = operand(0) as usize;
-                    ins.aux = acc_ordinal
-                        .get(acc)
-                        .copied()
-                        .flatten()
-                        .ok_or("an accumulate into a non-accumulator")?
-                        as u32;
-                    let range = loops[pc].ok_or("an accumulate outside a loop")?;
-                    ins.jump = instrs
-                        .get(range)
-                        .map(|r: &Instr| r.aux)
-                        .ok_or("an accumulate before its loop")?;
+                Inst::Accumulate {
+                    accumulator,
+                    value,
+                    range,
+                } => {
+                    (ins.a, ins.b) = (accumulator, value);
+                    ins.aux = ordinal[accumulator as usize];
+                    ins.jump = ordinal[range as usize];
+                    let combiner = combiners[ins.aux as usize];
+                    let reduced: &mut Vec<(usize, usize, Combiner)> =
+                        &mut reductions[ins.jump as usize];
+                    if !reduced.iter().any(|r| r.0 == accumulator as usize) {
+                        reduced.push((accumulator as usize, ins.aux as usize, combiner));
+                    }
                     Code::Accumulate
                 }
-                Op::Assign => Code::Assign,
-                Op::LocalTensor => {
-                    ins.tensor = tensor_id(e.tensor.as_ref())?;
-                    let d = tensors[ins.tensor as usize].dtype;
-                    ins.literal = Value::literal(d, e.float_value, e.int_value, e.uint_value);
+                Inst::Assign { variable, value } => {
+                    (ins.a, ins.b) = (variable, value);
+                    Code::Assign
+                }
+                Inst::LocalTensor { tensor, fill } => {
+                    ins.tensor = tensor_id(tensor);
+                    ins.literal = Value::of_literal(tensors[ins.tensor as usize].dtype, fill);
                     Code::LocalTensor
                 }
-                Op::Cast => Code::Cast,
-                Op::Select => Code::Select,
-                Op::Fma => Code::Fma,
-                Op::If => {
-                    open.push((pc, None));
+                Inst::Cast { value } => {
+                    ins.a = value;
+                    Code::Cast
+                }
+                Inst::Select {
+                    condition,
+                    if_true,
+                    if_false,
+                } => {
+                    (ins.a, ins.b, ins.c) = (condition, if_true, if_false);
+                    Code::Select
+                }
+                Inst::Fma { a, b, c } => {
+                    (ins.a, ins.b, ins.c) = (a, b, c);
+                    Code::Fma
+                }
+                Inst::If {
+                    condition,
+                    else_,
+                    end,
+                } => {
+                    ins.a = condition;
+                    ins.jump = after(else_.unwrap_or(end));
                     Code::If
                 }
-                Op::Else => {
-                    let top = open.last_mut().ok_or("unmatched else")?;
-                    top.1 = Some(pc);
+                Inst::Else { end, .. } => {
+                    ins.jump = after(end);
                     Code::Else
                 }
-                Op::EndIf => {
-                    let (opener, els) = open.pop().ok_or("unmatched end_if")?;
-                    let opener_ins: &mut Instr = instrs.get_mut(opener).ok_or("bad if")?;
-                    match els {
-                        Some(els) => {
-                            opener_ins.jump = els as u32 + 1;
-                            instrs[els].jump = pc as u32 + 1;
-                        }
-                        None => opener_ins.jump = pc as u32 + 1,
-                    }
-                    Code::EndIf
-                }
-                Op::Range => {
-                    open.push((pc, None));
-                    ins.aux = n_ranges;
-                    n_ranges += 1;
+                Inst::EndIf { .. } => Code::EndIf,
+                Inst::Range {
+                    start,
+                    end,
+                    step,
+                    close,
+                } => {
+                    (ins.a, ins.b, ins.c) = (start, end, step);
+                    ins.jump = after(close);
+                    ins.aux = ordinal[instrs.len()];
                     Code::Range
                 }
-                Op::EndRange => {
-                    let (opener, _) = open.pop().ok_or("unmatched end_range")?;
-                    let opener_ins: &mut Instr = instrs.get_mut(opener).ok_or("bad range")?;
-                    opener_ins.jump = pc as u32 + 1;
-                    ins.jump = opener as u32;
+                Inst::EndRange { range } => {
+                    ins.jump = range;
                     Code::EndRange
                 }
-                Op::WhileBegin => {
-                    open.push((pc, None));
-                    Code::WhileBegin
-                }
-                Op::WhileCond => {
-                    let top = open.last_mut().ok_or("unmatched while_cond")?;
-                    top.1 = Some(pc);
+                Inst::WhileBegin { .. } => Code::WhileBegin,
+                Inst::WhileCond { condition, end, .. } => {
+                    ins.a = condition;
+                    ins.jump = after(end);
                     Code::WhileCond
                 }
-                Op::WhileEnd => {
-                    let (opener, cond) = open.pop().ok_or("unmatched while_end")?;
-                    let cond = cond.ok_or("while without while_cond")?;
-                    instrs[cond].jump = pc as u32 + 1;
-                    ins.jump = opener as u32 + 1;
+                Inst::WhileEnd { begin } => {
+                    ins.jump = after(begin);
                     Code::WhileEnd
                 }
-                other => match ovl_ir::ops::info(other).map(|row| row.category) {
-                    Some(Category::Unary) => Code::Unary(other),
-                    Some(Category::Binary) => Code::Binary(other),
-                    Some(Category::Compare) => Code::Compare(other),
-                    _ => return Err(format!("unsupported op at %{pc}")),
-                },
+                Inst::Unary { op, a } => {
+                    ins.a = a;
+                    Code::Unary(op)
+                }
+                Inst::Binary { op, a, b } => {
+                    (ins.a, ins.b) = (a, b);
+                    Code::Binary(op)
+                }
+                Inst::Compare { op, a, b } => {
+                    (ins.a, ins.b) = (a, b);
+                    Code::Compare(op)
+                }
             };
             instrs.push(ins);
         }
-        if !open.is_empty() {
-            return Err("unclosed block".into());
-        }
-        let reductions = {
-            let mut per_range = vec![Vec::new(); n_ranges as usize];
-            for (range, accs) in &reduced {
-                let ordinal = instrs[*range].aux as usize;
-                for &acc in accs {
-                    let combiner = Combiner::from_code(dag.expressions[acc].int_value)
-                        .ok_or("an accumulator without a combiner")?;
-                    let ord = acc_ordinal[acc].ok_or("an accumulate into a non-accumulator")?;
-                    per_range[ordinal].push((acc, ord, combiner));
-                }
-            }
-            per_range
-        };
+        let n_accumulators = combiners.len();
         Ok(Program {
             instrs,
             pool,

@@ -89,6 +89,18 @@ impl Value {
     /// Integers are converted with `as` (validation checked that they fit); an f32 literal is
     /// the f64 `float_value` rounded to nearest.
     #[allow(clippy::unnecessary_cast)]
+    /// A typed literal as a value of dtype `d`.
+    pub(crate) fn of_literal(d: DType, lit: crate::dtype::Literal) -> Value {
+        use crate::dtype::Literal;
+        let (f, i, u) = match lit {
+            Literal::Float(f) => (f, 0, 0),
+            Literal::Int(i) => (0.0, i, i as u64),
+            Literal::UInt(u) => (0.0, u as i64, u),
+            Literal::Bool(b) => (0.0, b as i64, b as u64),
+        };
+        Value::literal(d, f, i, u)
+    }
+
     pub(crate) fn literal(d: DType, float_value: f64, int_value: i64, uint_value: u64) -> Value {
         match d {
             DType::F32 => Value::F32(float_value as f32),
