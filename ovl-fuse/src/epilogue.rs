@@ -39,18 +39,31 @@ pub(crate) struct EpiloguePlan {
 }
 
 /// The plan for running consumer `c` in the loop of producer `p` (already over the consumer's
-/// workgroup with `axis` of extent 1), or `None` when the rules in the module do not hold.
-pub(crate) fn check(p: &Node, c: &Node, producer_id: usize, axis: usize) -> Option<EpiloguePlan> {
+/// workgroup with `axis` of extent 1), or which rule of the module does not hold, in words.
+pub(crate) fn check(
+    p: &Node,
+    c: &Node,
+    producer_id: usize,
+    axis: usize,
+) -> Result<EpiloguePlan, String> {
     let (pd, cd) = (&p.dag, &c.dag);
     let no_symbols = |d: &ir::ExpressionDag| d.symbol_count == 0 && d.symbolic_workgroup.is_empty();
-    if !no_symbols(pd) || !no_symbols(cd) || !cd.locals.is_empty() {
-        return None;
+    if !no_symbols(pd) || !no_symbols(cd) {
+        return Err("a size is given at run time".into());
     }
-    let n = *cd.workgroup_shape.get(axis)?;
+    if !cd.locals.is_empty() {
+        return Err("the consumer has a local tensor".into());
+    }
+    let n = *cd
+        .workgroup_shape
+        .get(axis)
+        .ok_or("the loop's axis is outside the consumer's workgroup")?;
     let mut wanted = cd.workgroup_shape.clone();
     wanted[axis] = 1;
     if pd.workgroup_shape != wanted {
-        return None;
+        return Err(
+            "the producer's workgroup is not the consumer's without the loop's axis".into(),
+        );
     }
     // The consumer reads one output of the producer.
     let slot_output: Vec<Option<u32>> = c
@@ -64,10 +77,15 @@ pub(crate) fn check(p: &Node, c: &Node, producer_id: usize, axis: usize) -> Opti
     let mut outputs: Vec<u32> = slot_output.iter().flatten().copied().collect();
     outputs.sort_unstable();
     outputs.dedup();
-    let [output] = outputs[..] else { return None };
-    let out_type = pd.outputs.get(output as usize)?;
+    let [output] = outputs[..] else {
+        return Err("the consumer reads more than one output of the producer".into());
+    };
+    let out_type = pd
+        .outputs
+        .get(output as usize)
+        .ok_or("the consumer reads an output the producer lacks")?;
     if out_type.shape != cd.workgroup_shape {
-        return None;
+        return Err("the output's shape is not the consumer's workgroup".into());
     }
     // Straight-line code that cannot fault, reading the output at its own position only.
     let straight = cd.expressions.iter().all(|e| {
@@ -77,12 +95,11 @@ pub(crate) fn check(p: &Node, c: &Node, producer_id: usize, axis: usize) -> Opti
                 | Ok(Op::WhileBegin | Op::WhileCond | Op::WhileEnd)
         )
     });
-    if !straight
-        || ovl_ir::intervals::Intervals::analyse(cd)
-            .first_possible_fault(cd)
-            .is_some()
-    {
-        return None;
+    if !straight {
+        return Err("the consumer has a loop or a branch".into());
+    }
+    if let Some(why) = ovl_ir::intervals::Intervals::analyse(cd).first_possible_fault(cd) {
+        return Err(format!("the consumer may fault: {why}"));
     }
     let is_position = |d: &ir::ExpressionDag, id: u32, a: usize| {
         d.expressions
@@ -109,7 +126,7 @@ pub(crate) fn check(p: &Node, c: &Node, producer_id: usize, axis: usize) -> Opti
                 .enumerate()
                 .all(|(a, &id)| is_position(cd, id, a))
         {
-            return None;
+            return Err("the consumer reads the output elsewhere than at its own position".into());
         }
     }
     // The producer writes the output once, directly in a loop `0..n` at the top level, at
@@ -119,14 +136,25 @@ pub(crate) fn check(p: &Node, c: &Node, producer_id: usize, axis: usize) -> Opti
             crate::legality::is_access(&pd.expressions[i], Op::Write, TensorKind::Output, output)
         })
         .collect();
-    let [write] = writes[..] else { return None };
+    let [write] = writes[..] else {
+        return Err("the producer writes the output more than once".into());
+    };
     let depths = ovl_ir::analysis::nesting_depths(pd);
-    let range = ovl_ir::analysis::innermost_loops(pd)[write]?;
-    if depths[write] != 1 || ovl_ir::analysis::counted_range(pd, range) != Some((0, n)) {
-        return None;
-    }
+    let in_row_loop = ovl_ir::analysis::innermost_loops(pd)[write].filter(|&range| {
+        depths[write] == 1 && ovl_ir::analysis::counted_range(pd, range) == Some((0, n))
+    });
+    let Some(range) = in_row_loop else {
+        return Err(format!(
+            "the producer does not write the output in a top-level loop `0..{n}`"
+        ));
+    };
     let w = &pd.expressions[write];
-    let (index, value) = w.operands.split_at(w.operands.len().checked_sub(1)?);
+    let (index, value) = w.operands.split_at(
+        w.operands
+            .len()
+            .checked_sub(1)
+            .ok_or("a write without a value")?,
+    );
     let index_ok = index.len() == pd.workgroup_shape.len()
         && index.iter().enumerate().all(|(a, &id)| {
             if a == axis {
@@ -140,12 +168,16 @@ pub(crate) fn check(p: &Node, c: &Node, producer_id: usize, axis: usize) -> Opti
         .expressions
         .get(value[0] as usize)
         .is_some_and(|e| e.code != Op::Accumulator as i32);
-    if !index_ok || !value_ok {
-        return None;
+    if !index_ok {
+        return Err("the producer's write is not at its position and the loop's index".into());
+    }
+    if !value_ok {
+        return Err("the producer writes an accumulator inside its loop".into());
     }
     let end_range = (range + 1..pd.expressions.len())
-        .find(|&i| pd.expressions[i].code == Op::EndRange as i32 && depths[i] == 0)?;
-    Some(EpiloguePlan {
+        .find(|&i| pd.expressions[i].code == Op::EndRange as i32 && depths[i] == 0)
+        .ok_or("the producer's loop is not closed")?;
+    Ok(EpiloguePlan {
         output,
         write,
         range,

@@ -9,6 +9,9 @@
 //! that both can be drawn ([`Fusion::to_dot`]) and every decision explained
 //! ([`FusionReport`]).
 //!
+//! - `search`: which way of merging is tried on which pair, in what order; `strategy`: each
+//!   way of merging a producer into its consumer as a `Strategy` (a plan or the [`Reason`] it
+//!   is refused, then its application).
 //! - [`pattern`]: index patterns as canonical affine maps of the worker position.
 //! - `legality`: the rules of a hand-over in a register, each refusal a [`Reason`].
 //! - `merge` / `horizontal`: splicing expression DAGs.
@@ -47,6 +50,8 @@ pub mod pattern;
 mod rebase;
 pub mod report;
 mod reuse;
+mod search;
+mod strategy;
 mod substitute;
 
 pub use cache::FUSION_VERSION;
@@ -56,9 +61,8 @@ pub use pattern::{Affine, IndexPattern};
 pub use report::{FusionReport, Merge, MergeKind, Reason, Refusal, RowBuffer};
 
 use graph::{Src, Work};
-use legality::NotVertical;
 use ovl_ir::ir;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::Path;
 
@@ -289,133 +293,22 @@ pub(crate) fn run(
     reuse: RowReuse,
 ) -> Result<(ir::OperatorDag, Vec<usize>, FusionReport), FuseError> {
     ovl_ir::validate::validate_operator_dag(dag)?;
+    let originals: Vec<String> = dag.operators.iter().map(|o| o.name.clone()).collect();
+    let mut search = search::Search::new(Work::from_dag(dag)?, level, &originals);
     let mut report = FusionReport {
         opt_level: level.get(),
         kernels_before: dag.operators.len(),
+        merges: search.run()?,
         ..Default::default()
     };
-    let originals: Vec<String> = dag.operators.iter().map(|o| o.name.clone()).collect();
-    let mut work = Work::from_dag(dag)?;
-    // Why each producer -> consumer pair of live nodes was refused, since the last merge (a
-    // merge can change another pair's verdict: index substitution removes paths, and a
-    // producer with fewer readers is cheaper to recompute).
-    let mut refused: HashMap<(usize, usize), Reason> = HashMap::new();
-    // Sibling pairs whose merged operator failed validation.
-    let mut siblings_blocked: HashSet<(usize, usize)> = HashSet::new();
+    let work = &search.work;
 
-    'search: loop {
-        let order = work.topological_order()?;
-        // Pairs that cannot hand over in a register but might by index substitution: tried
-        // only when no hand-over is left anywhere (it is cheaper, and it may need fewer
-        // duplicates).
-        let mut candidates: Vec<(usize, usize, NotVertical)> = Vec::new();
-        // Vertical: from the outputs towards the inputs, as in the original.
-        for &c in order.iter().rev() {
-            for p in work.producers(c) {
-                if refused.contains_key(&(p, c)) {
-                    continue;
-                }
-                if let Some(r) = gate(&work, p, c, level) {
-                    refused.insert((p, c), r);
-                    continue;
-                }
-                // `[rows]` and `[rows, 1]` are the same workers: one shape for both.
-                work.rebase(p, c);
-                let plan = match legality::check_vertical(&work, p, c) {
-                    Ok(plan) => plan,
-                    Err(NotVertical::Refused(r)) => {
-                        if let Some(entry) = epilogue_into(&mut work, p, c, level, &originals) {
-                            report.merges.push(entry);
-                            refused.clear();
-                            continue 'search;
-                        }
-                        refused.insert((p, c), r);
-                        continue;
-                    }
-                    Err(not) => {
-                        candidates.push((p, c, not));
-                        continue;
-                    }
-                };
-                match merge_pair(&mut work, p, c, &plan, MergeKind::Vertical, &originals) {
-                    Ok(entry) => {
-                        report.merges.push(entry);
-                        refused.clear();
-                        continue 'search;
-                    }
-                    Err(r) => {
-                        refused.insert((p, c), r);
-                        continue;
-                    }
-                }
-            }
-        }
-        // Index substitution, in the same order.
-        // Pairs whose reads differ and that index substitution refused: the consumer may run
-        // as a loop inside the producer's workers (tried last, after horizontal fusion, so
-        // that siblings reading the same statistic are looped as one).
-        let mut loopable: Vec<(usize, usize)> = Vec::new();
-        for (p, c, not) in candidates {
-            let verdict = substitute::check(&work, p, c)
-                .and_then(|plan| inline(&mut work, p, c, &plan, &originals));
-            if verdict.is_err() && matches!(not, NotVertical::ReadsDiffer) {
-                loopable.push((p, c));
-            }
-            match verdict {
-                Ok(entry) => {
-                    report.merges.push(entry);
-                    refused.clear();
-                    continue 'search;
-                }
-                Err(r) => {
-                    // A cycle is the first reason a register hand-over failed.
-                    let r = match not {
-                        NotVertical::Cycle(cycle) => cycle,
-                        _ => r,
-                    };
-                    refused.insert((p, c), r);
-                }
-            }
-        }
-        if level.get() >= 3 {
-            let desc = work.descendants()?;
-            let skip = |a: usize, b: usize| siblings_blocked.contains(&(a, b));
-            if let Some((a, b)) = horizontal::find_siblings(&work, &order, &desc, &skip) {
-                work.rebase(a, b);
-                let merged = horizontal::merge_siblings(work.node(a), work.node(b), &originals);
-                if ovl_ir::validate::validate(&merged.node.dag).is_err() {
-                    siblings_blocked.insert((a, b));
-                    continue 'search;
-                }
-                report.merges.push(Merge {
-                    kind: MergeKind::Horizontal,
-                    first: work.node(a).label.clone(),
-                    second: work.node(b).label.clone(),
-                    through: Vec::new(),
-                    kept: Vec::new(),
-                    recompute: 0,
-                });
-                work.replace(a, b, merged.node, &merged.map_first, &merged.map_second);
-                refused.clear();
-                continue 'search;
-            }
-        }
-        for (p, c) in loopable {
-            if let Some(entry) = loop_into(&mut work, p, c, level, &originals) {
-                report.merges.push(entry);
-                refused.clear();
-                continue 'search;
-            }
-        }
-        break;
-    }
-
-    // Every remaining producer -> consumer edge, with its reason.
+    // Every remaining producer -> consumer edge, with its reasons.
     let order = work.topological_order()?;
     let kernel_of = |n: usize| order.iter().position(|&m| m == n).unwrap_or(usize::MAX);
     for &c in &order {
         for p in work.producers(c) {
-            let Some(reason) = refused.get(&(p, c)).cloned() else {
+            let Some(refused) = search.refused.get(&(p, c)).cloned() else {
                 return Err(FuseError::Internal(format!(
                     "{} was neither merged into {} nor refused",
                     work.node(p).label,
@@ -435,7 +328,8 @@ pub(crate) fn run(
                 producer: work.node(p).label.clone(),
                 consumer: work.node(c).label.clone(),
                 tensor: tensors.join(", "),
-                reason,
+                reason: refused.reason,
+                also: refused.also,
                 producer_kernel: kernel_of(p),
                 consumer_kernel: kernel_of(c),
             });
@@ -451,187 +345,4 @@ pub(crate) fn run(
         .map_err(|e| FuseError::Internal(format!("the fused graph is invalid: {e}")))?;
     report.kernels_after = fused.operators.len();
     Ok((fused, sources, report))
-}
-
-/// Merges producer `p` into consumer `c` following a legal vertical `plan` (the consumer
-/// replaced by the merged node): the merge entry of `kind`, or the reason it was refused (the
-/// result did not validate).
-fn merge_pair(
-    work: &mut Work,
-    p: usize,
-    c: usize,
-    plan: &legality::VerticalPlan,
-    kind: MergeKind,
-    originals: &[String],
-) -> Result<Merge, Reason> {
-    let (pn, cn) = (work.node(p), work.node(c));
-    // Only handed-over outputs (one proven in-bounds write each) may disappear: dropping
-    // another unused output could hide its out-of-bounds writes.
-    let keep: Vec<bool> = (0..pn.dag.outputs.len() as u32)
-        .map(|o| {
-            !plan.handoffs.iter().any(|h| h.output == o)
-                || work.used_outside(Src::Op { node: p, output: o }, c)
-        })
-        .collect();
-    let merged = merge::merge_vertical(pn, cn, plan, &keep, originals);
-    if let Err(e) = ovl_ir::validate::validate(&merged.node.dag) {
-        return Err(Reason::InvalidMerge {
-            error: e.to_string(),
-        });
-    }
-    let describe = |o: u32| work.describe(Src::Op { node: p, output: o });
-    let entry = Merge {
-        kind,
-        first: pn.label.clone(),
-        second: cn.label.clone(),
-        through: plan.handoffs.iter().map(|h| describe(h.output)).collect(),
-        kept: plan
-            .handoffs
-            .iter()
-            .filter(|h| keep[h.output as usize])
-            .map(|h| describe(h.output))
-            .collect(),
-        recompute: 0,
-    };
-    work.replace(p, c, merged.node, &merged.map_first, &merged.map_second);
-    Ok(entry)
-}
-
-/// Runs consumer `c` as a loop inside the workers of producer `p` (see `looped`) and merges
-/// the two vertically (opt_level 3), when the producer's workgroup is the consumer's with axes
-/// dropped, the producer loops per worker at least half as often as the consumer's dropped
-/// axes hold elements, the consumer cannot fault, and the looped reads hand over. On success the merge entry; `None` leaves the graph as it
-/// was.
-fn loop_into(
-    work: &mut Work,
-    p: usize,
-    c: usize,
-    level: OptLevel,
-    originals: &[String],
-) -> Option<Merge> {
-    if level.get() < 3 {
-        return None;
-    }
-    let (pn, cn) = (work.node(p), work.node(c));
-    let (target, axes) = looped::loop_axes(&pn.dag.workgroup_shape, &cn.dag.workgroup_shape)?;
-    let extent: u64 = axes.iter().map(|&a| cn.dag.workgroup_shape[a]).product();
-    if !looped::loops_enough(&pn.dag, extent) {
-        return None;
-    }
-    // A consumer that may fault would stop its whole row at the first fault (and report
-    // another worker): only consumers that cannot fault are looped.
-    let consumer_iv = ovl_ir::intervals::Intervals::analyse(&cn.dag);
-    if consumer_iv.first_possible_fault(&cn.dag).is_some() {
-        return None;
-    }
-    let producer = rebase::rebased(&pn.dag, &target)?;
-    let consumer = looped::looped(&cn.dag, &target, &axes)?;
-    let old_producer = std::mem::replace(&mut work.node_mut(p).dag, producer);
-    let old_consumer = std::mem::replace(&mut work.node_mut(c).dag, consumer);
-    let merged = match legality::check_vertical(work, p, c) {
-        Ok(plan) => merge_pair(work, p, c, &plan, MergeKind::Looped, originals).ok(),
-        Err(_) => None,
-    };
-    if merged.is_none() {
-        work.node_mut(p).dag = old_producer;
-        work.node_mut(c).dag = old_consumer;
-    }
-    merged
-}
-
-/// Runs elementwise consumer `c` at the end of each iteration of the loop in which producer
-/// `p` writes a row of what `c` reads (see `epilogue`; opt_level 3), when the producer's
-/// workgroup is the consumer's without its last axes of extent above 1, and no other path
-/// leads from `p` to `c`. On success the merge entry; `None` leaves the graph as it was.
-fn epilogue_into(
-    work: &mut Work,
-    p: usize,
-    c: usize,
-    level: OptLevel,
-    originals: &[String],
-) -> Option<Merge> {
-    if level.get() < 3 || work.other_path(p, c).is_some() {
-        return None;
-    }
-    let (pn, cn) = (work.node(p), work.node(c));
-    let (target, axes) = looped::loop_axes(&pn.dag.workgroup_shape, &cn.dag.workgroup_shape)?;
-    let [axis] = axes[..] else { return None };
-    let producer = graph::Node {
-        dag: rebase::rebased(&pn.dag, &target)?,
-        ..pn.clone()
-    };
-    let plan = epilogue::check(&producer, cn, p, axis)?;
-    let keep: Vec<bool> = (0..producer.dag.outputs.len() as u32)
-        .map(|o| o != plan.output || work.used_outside(Src::Op { node: p, output: o }, c))
-        .collect();
-    let merged = epilogue::merge(&producer, cn, &plan, &keep, originals);
-    ovl_ir::validate::validate(&merged.node.dag).ok()?;
-    let describe = |o: u32| work.describe(Src::Op { node: p, output: o });
-    let entry = Merge {
-        kind: MergeKind::Epilogue,
-        first: pn.label.clone(),
-        second: cn.label.clone(),
-        through: vec![describe(plan.output)],
-        kept: if keep[plan.output as usize] {
-            vec![describe(plan.output)]
-        } else {
-            Vec::new()
-        },
-        recompute: 0,
-    };
-    work.replace(p, c, merged.node, &merged.map_first, &merged.map_second);
-    Some(entry)
-}
-
-/// Recomputes producer `p` in consumer `c` following `plan`: the consumer is replaced, the
-/// producer removed when nothing reads it any more. The merge entry, or the reason it was
-/// refused (the result did not validate).
-fn inline(
-    work: &mut Work,
-    p: usize,
-    c: usize,
-    plan: &substitute::SubstitutionPlan,
-    originals: &[String],
-) -> Result<Merge, Reason> {
-    let (pn, cn) = (work.node(p), work.node(c));
-    let node = substitute::substitute(pn, cn, plan, originals);
-    if let Err(e) = ovl_ir::validate::validate(&node.dag) {
-        return Err(Reason::InvalidMerge {
-            error: e.to_string(),
-        });
-    }
-    let describe = |o: u32| work.describe(Src::Op { node: p, output: o });
-    let mut through: Vec<u32> = plan.slot_output.iter().flatten().copied().collect();
-    through.sort_unstable();
-    through.dedup();
-    let entry = Merge {
-        kind: MergeKind::Inlined,
-        first: pn.label.clone(),
-        second: cn.label.clone(),
-        through: through.iter().map(|&o| describe(o)).collect(),
-        kept: plan.kept.iter().map(|&o| describe(o)).collect(),
-        recompute: plan.recompute.round().max(1.0) as u64,
-    };
-    work.replace_one(c, node);
-    work.remove_if_unused(p);
-    Ok(entry)
-}
-
-/// The refusal due to the optimization level alone, if any.
-fn gate(work: &Work, p: usize, c: usize, level: OptLevel) -> Option<Reason> {
-    match level.get() {
-        0 => Some(Reason::OptLevel {
-            needs: "merging".into(),
-            level: 0,
-        }),
-        1 => {
-            let outputs = work.node(p).dag.outputs.len() as u32;
-            let shared = (0..outputs).any(|o| work.used_outside(Src::Op { node: p, output: o }, c));
-            shared.then(|| Reason::OptLevel {
-                needs: "keeping an intermediate in memory for another reader (opt_level 2)".into(),
-                level: 1,
-            })
-        }
-        _ => None,
-    }
 }

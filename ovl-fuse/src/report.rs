@@ -130,6 +130,20 @@ pub enum Reason {
         /// The validation error.
         error: String,
     },
+    /// The consumer reads the tensor with another workgroup or index map than the producer
+    /// writes it, so it cannot be handed over in a register. (Index substitution is tried
+    /// next; a report gives its reason instead when it is refused too.)
+    ReadsDiffer,
+    /// The consumer cannot run inside the producer's row loop as an epilogue.
+    NoEpilogue {
+        /// Which rule does not hold.
+        why: String,
+    },
+    /// The consumer cannot run as a loop inside the workers of the reduction that feeds it.
+    NotLoopable {
+        /// Which rule does not hold.
+        why: String,
+    },
 }
 
 impl fmt::Display for Reason {
@@ -215,6 +229,16 @@ impl fmt::Display for Reason {
             Reason::InvalidMerge { error } => {
                 write!(f, "the merged operator would be invalid ({error})")
             }
+            Reason::ReadsDiffer => write!(
+                f,
+                "the consumer reads with another workgroup or index map than the producer writes"
+            ),
+            Reason::NoEpilogue { why } => {
+                write!(f, "the consumer cannot run in the producer's row loop: {why}")
+            }
+            Reason::NotLoopable { why } => {
+                write!(f, "the consumer cannot run as a loop in the producer's workers: {why}")
+            }
         }
     }
 }
@@ -236,6 +260,19 @@ pub enum MergeKind {
     /// producer writes a row (`layernorm(x) * gamma + beta`): the value just written is
     /// handed over in a register.
     Epilogue,
+}
+
+impl MergeKind {
+    /// The kind in words, as a report names it.
+    pub fn word(self) -> &'static str {
+        match self {
+            MergeKind::Vertical => "a hand-over in a register",
+            MergeKind::Horizontal => "sibling fusion",
+            MergeKind::Inlined => "index substitution",
+            MergeKind::Looped => "looping",
+            MergeKind::Epilogue => "an epilogue",
+        }
+    }
 }
 
 /// One merge.
@@ -304,8 +341,10 @@ pub struct Refusal {
     pub consumer: String,
     /// The tensor between them, e.g. "output 0 of `cumsum_rows` (#0)".
     pub tensor: String,
-    /// Why they stay apart.
+    /// Why they stay apart: the refusal of the first way tried.
     pub reason: Reason,
+    /// The other ways tried for this pair, each refused too, in the order tried.
+    pub also: Vec<(MergeKind, Reason)>,
     /// The producer's index among the fused graph's operators.
     pub producer_kernel: usize,
     /// The consumer's index among the fused graph's operators.
@@ -318,7 +357,11 @@ impl fmt::Display for Refusal {
             f,
             "not merged {} into {} ({}): {}",
             self.producer, self.consumer, self.tensor, self.reason
-        )
+        )?;
+        for (kind, reason) in &self.also {
+            write!(f, "; also tried {}: {reason}", kind.word())?;
+        }
+        Ok(())
     }
 }
 
