@@ -46,16 +46,22 @@
 //! `OVL_NVRTC_LIB`, `OVL_PTXAS`, `OVL_PYTHON`, `VIRTUAL_ENV` and `CUDA_HOME` locate the tools.
 
 mod cache;
+mod device;
 mod frame;
 mod nvrtc;
 mod ptxas;
 mod runtime;
 
 pub use cache::{compile, compile_with_outcome, CudaArtifact};
+pub use device::{
+    allocator_stats, release_cached_memory, AllocatorStats, DeviceError, DeviceTensor,
+};
 pub use frame::{generate_cuda, KERNEL_NAME};
 pub use nvrtc::{nvrtc_libraries, nvrtc_status, Nvrtc, NvrtcInfo};
 pub use ptxas::{ptxas_path, validate};
-pub use runtime::{device_copy_bandwidth, gpu_status, load, CudaOperator, GpuInfo};
+pub use runtime::{
+    device_copy_bandwidth, gpu_status, load, CudaOperator, GpuInfo, StatusBlock, STATUS_BYTES,
+};
 
 pub(crate) use cache::forget_root;
 
