@@ -253,9 +253,10 @@ pub fn load(
             .map(|e| e.code == Op::Write as i32)
             .collect(),
         block_size: options.effective_block_size(),
-        // The generated source reports faults only where it has a check; unreadable: assume so.
+        // A fault check ends the worker with `goto ovl_stop`: the label is in the source only
+        // where some check is (see `shared::emit`); an unreadable source: assume one.
         can_fault: std::fs::read_to_string(artifact.source_path())
-            .map(|src| src.contains("ovl::report("))
+            .map(|src| src.contains("ovl_stop:"))
             .unwrap_or(true),
         artifact,
     }))
