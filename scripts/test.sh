@@ -21,7 +21,12 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
-cargo test --workspace --locked
+# The CUDA 12 and 13 NVRTC wheels are both in .venv: the CUDA tests compile with each.
+OVL_REQUIRE_NVRTC=12,13 cargo test --workspace --locked
+echo "== CUDA backend with NVRTC 13 (what a CUDA-13-only machine has)"
+nvidia="$("$OVL_PYTHON" -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))')/nvidia"
+OVL_NVRTC_LIB="$nvidia/cu13/lib/libnvrtc.so.13" OVL_PTXAS="$nvidia/cu13/bin/ptxas" \
+    cargo test --locked -p ovl-codegen --test cuda
 echo "== demo (smoke)"
 cargo run --locked --release --example demo >/dev/null
 echo "== TensorFlow bridge: build, export the test bundles, run the Python tests"

@@ -33,6 +33,8 @@ use crate::export::feed_slots;
 use crate::options::Options;
 use crate::Error;
 use ndarray::ArrayD;
+use ovl_codegen::cuda::{DeviceError, DeviceTensor};
+use ovl_core::lazy::GraphInput;
 use ovl_core::lazy::Node;
 use ovl_core::{DType, HostTensor, LazyTensor, Scalar};
 
@@ -42,6 +44,8 @@ pub struct Compiled {
     prepared: Prepared,
     feeds: Vec<Feed>,
     options: Options,
+    /// The graph's own host data on the GPU, uploaded by the first device run.
+    device_data: std::sync::OnceLock<Vec<Option<DeviceTensor>>>,
 }
 
 /// One placeholder of a [`Compiled`] graph.
@@ -91,6 +95,7 @@ pub fn compile<I: Evaluate, O: Evaluate>(
         prepared,
         feeds,
         options: options.clone(),
+        device_data: std::sync::OnceLock::new(),
     })
 }
 
@@ -148,6 +153,115 @@ impl Compiled {
             }
         }
         run_into_arrays(&self.prepared, &fed, &self.options, dests)
+    }
+
+    /// Runs the graph on the GPU with device tensors, one per placeholder in the order given to
+    /// [`compile`]; returns the outputs as new device tensors (from the caching allocator).
+    /// Needs a graph compiled with [`Options::cuda()`]. Nothing is copied to or from the host
+    /// except, on the first device run, the graph's own host data (uploaded once and kept).
+    /// See [`Compiled::run_device_into`].
+    pub fn run_device(&self, feeds: &[&DeviceTensor]) -> Result<Vec<DeviceTensor>, Error> {
+        self.check_device_target()?;
+        let outputs = self
+            .prepared
+            .plan()
+            .outputs()
+            .iter()
+            .enumerate()
+            .map(|(k, sig)| DeviceTensor::uninit(sig.dtype, &sig.shape, &format!("output {k}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let refs: Vec<&DeviceTensor> = outputs.iter().collect();
+        self.run_device_refs(feeds, &refs)?;
+        Ok(outputs)
+    }
+
+    /// [`Compiled::run_device`], writing output `k` into `outputs[k]` (a device tensor of its
+    /// dtype and shape, not shared with a feed). The call queues the kernels on the GPU's stream
+    /// and returns without waiting for them, except that a graph with a kernel that can fault
+    /// (a checked index or range step) waits to read the fault statuses: a fault is then an
+    /// error naming the operator and the worker. [`DeviceTensor::to_host`] waits for the
+    /// results.
+    ///
+    /// Errors name the tensor: a feed or output of the wrong dtype or shape, a wrong count, a
+    /// graph not compiled for the GPU, device memory running out.
+    pub fn run_device_into(
+        &self,
+        feeds: &[&DeviceTensor],
+        outputs: &mut [DeviceTensor],
+    ) -> Result<(), Error> {
+        let refs: Vec<&DeviceTensor> = outputs.iter().collect();
+        self.run_device_refs(feeds, &refs)
+    }
+
+    fn run_device_refs(
+        &self,
+        feeds: &[&DeviceTensor],
+        outputs: &[&DeviceTensor],
+    ) -> Result<(), Error> {
+        self.check_device_target()?;
+        if feeds.len() != self.feeds.len() {
+            return Err(Error::Compiled(format!(
+                "{} device tensors given for {} placeholders",
+                feeds.len(),
+                self.feeds.len()
+            )));
+        }
+        let n = self.prepared.inputs.len();
+        let mut inputs: Vec<Option<&DeviceTensor>> = vec![None; n];
+        for (k, (feed, t)) in self.feeds.iter().zip(feeds).enumerate() {
+            t.check(
+                &format!("the device tensor for placeholder {k} (`{}`)", feed.name),
+                feed.dtype,
+                &feed.shape,
+            )?;
+            if let Some(i) = feed.graph_input {
+                inputs[i] = Some(t);
+            }
+        }
+        let own = self.device_data()?;
+        let inputs: Vec<&DeviceTensor> = inputs
+            .into_iter()
+            .zip(own)
+            .enumerate()
+            .map(|(i, (fed, own))| {
+                fed.or(own.as_ref())
+                    .ok_or_else(|| match &self.prepared.inputs[i] {
+                        GraphInput::Placeholder { name, .. } => {
+                            Error::Placeholder { name: name.clone() }
+                        }
+                        GraphInput::Host(_) => Error::Internal("host data not uploaded".into()),
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        self.prepared
+            .plan()
+            .run_device(&self.prepared.planned.kernels, &inputs, outputs)?;
+        Ok(())
+    }
+
+    fn check_device_target(&self) -> Result<(), Error> {
+        if self.options.target != crate::Target::Cuda {
+            return Err(Error::Compiled(format!(
+                "device tensors need a graph compiled with `Options::cuda()`; this one was \
+                 compiled for {:?}",
+                self.options.target
+            )));
+        }
+        Ok(())
+    }
+
+    /// The graph's own host data on the GPU (uploaded on first use; `None` for placeholders).
+    fn device_data(&self) -> Result<&[Option<DeviceTensor>], DeviceError> {
+        if let Some(d) = self.device_data.get() {
+            return Ok(d);
+        }
+        let uploaded = self
+            .prepared
+            .inputs
+            .iter()
+            .map(|i| i.host().map(|h| DeviceTensor::upload(h)).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(self.device_data.get_or_init(|| uploaded))
     }
 
     /// How many kernels one run launches (after fusion).

@@ -59,6 +59,10 @@ pub enum Error {
     /// Batching a function with [`crate::vmap`] failed.
     #[error(transparent)]
     Vmap(#[from] ovl_core::vmap::VmapError),
+    /// A device tensor could not be allocated or copied, or has another dtype or shape than the
+    /// graph needs (the message names it).
+    #[error(transparent)]
+    Device(#[from] ovl_codegen::cuda::DeviceError),
     /// An evaluated tensor did not have the type its handle promised (a bug in ovl).
     #[error("internal error: {0}")]
     Internal(String),

@@ -150,6 +150,46 @@ pub fn evaluate_with<O: Evaluate>(outputs: O, options: &Options) -> Result<O::Ou
     outputs.convert(&mut results.into_iter())
 }
 
+/// Evaluates on the GPU ([`Options::cuda()`]) and returns the outputs as device tensors, in the
+/// order of `outputs.tensors()`: no host copy between the kernels of the graph nor of the
+/// results (read them with [`ovl_codegen::cuda::DeviceTensor::to_host`]). The graph's host data
+/// is uploaded at every call; for a loop, [`crate::compile`] the graph on placeholders and call
+/// [`crate::Compiled::run_device`] with device tensors.
+pub fn evaluate_device<O: Evaluate>(
+    outputs: O,
+    options: &Options,
+) -> Result<Vec<ovl_codegen::cuda::DeviceTensor>, Error> {
+    use ovl_codegen::cuda::DeviceTensor;
+    if options.target != crate::Target::Cuda {
+        return Err(Error::Compiled(format!(
+            "evaluate_device runs on the GPU: pass `Options::cuda()` (not {:?})",
+            options.target
+        )));
+    }
+    let prepared = plan_cache::prepare(&outputs.tensors(), options)?;
+    let inputs = prepared
+        .inputs
+        .iter()
+        .map(|i| match i {
+            ovl_core::GraphInput::Host(h) => Ok(DeviceTensor::upload(h)?),
+            ovl_core::GraphInput::Placeholder { name, .. } => {
+                Err(Error::Placeholder { name: name.clone() })
+            }
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    let plan = prepared.plan();
+    let results = plan
+        .outputs()
+        .iter()
+        .enumerate()
+        .map(|(k, sig)| DeviceTensor::uninit(sig.dtype, &sig.shape, &format!("output {k}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let ins: Vec<&DeviceTensor> = inputs.iter().collect();
+    let outs: Vec<&DeviceTensor> = results.iter().collect();
+    plan.run_device(&prepared.planned.kernels, &ins, &outs)?;
+    Ok(results)
+}
+
 /// Timings of one operator over the profiled iterations.
 #[derive(Clone, Debug)]
 pub struct OperatorProfile {

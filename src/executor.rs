@@ -126,6 +126,7 @@ impl From<RunFailure> for Error {
             RunFailure::Mismatch(m) => Error::OutputMismatch(m),
             RunFailure::Interpreter(e) => Error::Interpreter(e),
             RunFailure::Run(e) => Error::Run(e),
+            RunFailure::Device(e) => Error::Device(e),
         }
     }
 }

@@ -98,8 +98,8 @@ pub mod runner;
 pub use compiled::{compile, Compiled};
 pub use error::Error;
 pub use evaluate::{
-    evaluate, evaluate_into, evaluate_into_all, evaluate_with, profile, Evaluate, OperatorProfile,
-    Profile,
+    evaluate, evaluate_device, evaluate_into, evaluate_into_all, evaluate_with, profile, Evaluate,
+    OperatorProfile, Profile,
 };
 pub use export::{as_tensorflow, placeholder, Bundle, TfExport};
 pub use options::{Options, Target};

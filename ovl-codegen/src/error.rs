@@ -128,8 +128,9 @@ pub enum CodegenError {
     },
     /// NVRTC, the CUDA runtime compiler library, could not be found or loaded.
     #[error(
-        "CUDA backend: cannot load NVRTC (libnvrtc.so.12): {message}\n  looked for: {}\n  to \
-         install it: `pip install nvidia-cuda-nvrtc-cu12` into the project's Python environment \
+        "CUDA backend: cannot load NVRTC (libnvrtc.so.12 or libnvrtc.so.13): {message}\n  looked \
+         for: {}\n  to install it: `pip install nvidia-cuda-nvrtc-cu12` (CUDA 12) or `pip install \
+         nvidia-cuda-nvrtc` (CUDA 13) into the project's Python environment \
          (scripts/python-env.sh does, into .venv), or install the CUDA toolkit, or set \
          OVL_NVRTC_LIB to the library's path",
         if .searched.is_empty() { "(nothing found)".to_string() } else {

@@ -314,3 +314,115 @@ fn damaged_ptx_and_cubin_are_recompiled() {
         }
     }
 }
+
+/// The ptxas that belongs with an NVRTC library (same wheel family or toolkit), if present:
+/// ptxas rejects PTX of a newer ISA than its own, so each NVRTC's PTX is assembled by its own.
+fn ptxas_beside(lib: &std::path::Path) -> Option<std::path::PathBuf> {
+    let dir = lib.parent()?;
+    let up = dir.parent()?;
+    [
+        up.join("bin/ptxas"),                     // nvidia/cu13/lib -> nvidia/cu13/bin
+        up.parent()?.join("cuda_nvcc/bin/ptxas"), // nvidia/cuda_nvrtc/lib -> nvidia/cuda_nvcc
+        up.parent()?.parent()?.join("bin/ptxas"), // <cuda>/targets/x86_64-linux/lib
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+}
+
+/// Each NVRTC present (the CUDA 12 and 13 wheels in the test environment, a toolkit) is loaded
+/// by ovl's own binding, side by side in one process, and compiles operators to PTX for sm_80
+/// and sm_90 and to CUBIN for sm_90; its own ptxas, where present, assembles the PTX.
+/// `OVL_REQUIRE_NVRTC=12,13` (scripts/test.sh sets it) makes a missing major version a failure.
+#[test]
+fn every_nvrtc_present_compiles_for_sm_80_and_sm_90() {
+    let libraries = cuda::nvrtc_libraries();
+    let mut majors = Vec::new();
+    let dags = [
+        add_2d(3, 5),
+        gather(10, 4),
+        runtime_step(),
+        literals_and_control(),
+    ];
+    for lib in &libraries {
+        let nvrtc = cuda::Nvrtc::open(lib).unwrap_or_else(|e| panic!("{e}"));
+        let (major, minor) = nvrtc.info().version;
+        assert!(major >= 12, "{}: NVRTC {major}.{minor}", lib.display());
+        majors.push(major);
+        let ptxas = ptxas_beside(lib);
+        for dag in &dags {
+            let src = cuda::generate_cuda(dag, "k").expect("CUDA source");
+            for arch in [80, 90] {
+                let ptx = nvrtc
+                    .compile(&src, arch, CudaBinary::Ptx)
+                    .unwrap_or_else(|e| panic!("NVRTC {major}.{minor}: {e}"));
+                let text = String::from_utf8_lossy(&ptx);
+                assert!(text.contains(".entry ovl_kernel"), "{text}");
+                assert!(text.contains(&format!(".target sm_{arch}")), "{text}");
+                if let Some(ptxas) = &ptxas {
+                    let dir = tempfile::tempdir().expect("a temporary directory");
+                    let file = dir.path().join("op.ptx");
+                    std::fs::write(&file, &ptx).expect("write PTX");
+                    let out = std::process::Command::new(ptxas)
+                        .arg(format!("-arch=sm_{arch}"))
+                        .arg("-o")
+                        .arg(dir.path().join("op.cubin"))
+                        .arg(&file)
+                        .output()
+                        .expect("run ptxas");
+                    assert!(
+                        out.status.success(),
+                        "{} on NVRTC {major}.{minor}'s PTX for sm_{arch}: {}",
+                        ptxas.display(),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+            }
+            let cubin = nvrtc
+                .compile(&src, 90, CudaBinary::Cubin)
+                .unwrap_or_else(|e| panic!("NVRTC {major}.{minor}: {e}"));
+            assert!(cubin.starts_with(b"\x7fELF"), "CUBIN of {}", dag.name);
+        }
+        // A rejection carries NVRTC's log.
+        let err = nvrtc
+            .compile(
+                "extern \"C\" __global__ void k() { undeclared(); }",
+                90,
+                CudaBinary::Ptx,
+            )
+            .expect_err("undeclared identifier");
+        assert!(err.to_string().contains("undeclared"), "{err}");
+        eprintln!(
+            "cuda.rs: NVRTC {major}.{minor} at {} compiled for sm_80/sm_90{}",
+            lib.display(),
+            match &ptxas {
+                Some(p) => format!(", assembled by {}", p.display()),
+                None => ", no ptxas beside it: PTX not assembled".into(),
+            }
+        );
+    }
+    // Not NVRTC at all: a clear error, not a crash.
+    let err = cuda::Nvrtc::open(std::path::Path::new("/nonexistent/libnvrtc.so.13"))
+        .expect_err("no such library");
+    assert!(
+        matches!(err, CodegenError::NvrtcNotFound { .. })
+            && err.to_string().contains("nonexistent"),
+        "{err}"
+    );
+    let required = std::env::var("OVL_REQUIRE_NVRTC").unwrap_or_default();
+    for want in required.split(',').filter(|s| !s.trim().is_empty()) {
+        let want: i32 = want
+            .trim()
+            .parse()
+            .expect("OVL_REQUIRE_NVRTC: major versions");
+        assert!(
+            majors.contains(&want),
+            "OVL_REQUIRE_NVRTC asks for NVRTC {want}; found {majors:?} in {libraries:?}"
+        );
+    }
+    if libraries.is_empty() {
+        eprintln!(
+            "cuda.rs: every_nvrtc_present_compiles_for_sm_80_and_sm_90 DID NOT RUN: no NVRTC \
+             library found (scripts/python-env.sh installs the CUDA 12 and 13 wheels into .venv)"
+        );
+    }
+}

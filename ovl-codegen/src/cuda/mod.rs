@@ -1,5 +1,5 @@
-//! The CUDA backend: generates CUDA C++ from an operator, compiles it with NVRTC (through
-//! `cudarc`, loaded at run time) into PTX or CUBIN kept in the operator cache, validates PTX with
+//! The CUDA backend: generates CUDA C++ from an operator, compiles it with NVRTC (CUDA 12 or
+//! 13, loaded at run time) into PTX or CUBIN kept in the operator cache, validates PTX with
 //! `ptxas` where no GPU is present, and runs kernels on a GPU through the CUDA driver API.
 //!
 //! ```no_run
@@ -27,32 +27,41 @@
 //! are atomic and compilations of one key are serialized between processes, as for C++.
 //!
 //! Finding the tools (each the first that exists):
-//! - libnvrtc: `$OVL_NVRTC_LIB` (a file or a directory; when set, nothing else is tried), the
-//!   `nvidia-cuda-nvrtc-cu12` wheel in a Python environment (`$OVL_PYTHON`'s, `$VIRTUAL_ENV`,
-//!   this project's `.venv`), `$CUDA_HOME`/`$CUDA_PATH`/`/usr/local/cuda` `lib64`, then the
-//!   dynamic loader's own search. It is loaded by absolute path with `RTLD_GLOBAL` before
-//!   `cudarc` looks it up by name.
-//! - ptxas: `$OVL_PTXAS`, the `nvidia-cuda-nvcc-cu12` wheel in those Python environments, the
-//!   CUDA toolkit, then `PATH`.
+//! - libnvrtc, CUDA 12 or 13: `$OVL_NVRTC_LIB` (a file or a directory; when set, nothing else
+//!   is tried), the `nvidia-cuda-nvrtc-cu12` then the `nvidia-cuda-nvrtc` (13) wheel in a Python
+//!   environment (`$OVL_PYTHON`'s, `$VIRTUAL_ENV`, this project's `.venv`),
+//!   `$CUDA_HOME`/`$CUDA_PATH`/`/usr/local/cuda` (`lib64`, `targets/x86_64-linux/lib`), then
+//!   the dynamic loader's own search for `libnvrtc.so.13`, `.12`, `libnvrtc.so`. It is called
+//!   through ovl's own binding ([`Nvrtc`]), not `cudarc`'s, which knows only the library names
+//!   of the CUDA version it was built for.
+//! - ptxas: `$OVL_PTXAS`, the `nvidia-cuda-nvcc-cu12` and `nvidia-cuda-nvcc` (13) wheels in
+//!   those Python environments (CUDA 13's first when NVRTC is 13: an older ptxas rejects newer
+//!   PTX), the CUDA toolkit, then `PATH`.
 //! - the driver (libcuda.so.1): the dynamic loader's search (it comes with the NVIDIA driver).
 //!
-//! `cudarc` panics when a library is missing; this module checks for each library first and
+//! `cudarc` (the driver API) panics when a library is missing; this module checks for each library first and
 //! also contains any panic, so that a missing library is always a [`crate::CodegenError`].
 //!
 //! Environment: `OVL_FORCE_RECOMPILE=1` and `OVL_DUMP_SOURCE=1` work as for the C++ backend;
 //! `OVL_NVRTC_LIB`, `OVL_PTXAS`, `OVL_PYTHON`, `VIRTUAL_ENV` and `CUDA_HOME` locate the tools.
 
 mod cache;
+mod device;
 mod frame;
 mod nvrtc;
 mod ptxas;
 mod runtime;
 
 pub use cache::{compile, compile_with_outcome, CudaArtifact};
+pub use device::{
+    allocator_stats, release_cached_memory, AllocatorStats, DeviceError, DeviceTensor,
+};
 pub use frame::{generate_cuda, KERNEL_NAME};
-pub use nvrtc::{nvrtc_status, NvrtcInfo};
+pub use nvrtc::{nvrtc_libraries, nvrtc_status, Nvrtc, NvrtcInfo};
 pub use ptxas::{ptxas_path, validate};
-pub use runtime::{device_copy_bandwidth, gpu_status, load, CudaOperator, GpuInfo};
+pub use runtime::{
+    device_copy_bandwidth, gpu_status, load, CudaOperator, GpuInfo, StatusBlock, STATUS_BYTES,
+};
 
 pub(crate) use cache::forget_root;
 

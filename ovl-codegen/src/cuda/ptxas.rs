@@ -15,8 +15,16 @@ fn candidates() -> (Vec<PathBuf>, bool) {
     if let Some(v) = std::env::var_os("OVL_PTXAS").filter(|v| !v.is_empty()) {
         return (vec![PathBuf::from(v)], true);
     }
-    let mut c = in_python_environments("nvidia/cuda_nvcc/bin/ptxas");
-    c.extend(in_python_environments("nvidia/cu13/bin/ptxas"));
+    // ptxas rejects PTX of a newer ISA than its own: with NVRTC 13, CUDA 13's ptxas comes first.
+    let (cu12, cu13) = (
+        in_python_environments("nvidia/cuda_nvcc/bin/ptxas"),
+        in_python_environments("nvidia/cu13/bin/ptxas"),
+    );
+    let mut c = Vec::new();
+    match super::nvrtc::get() {
+        Ok(n) if n.version.0 >= 13 => c.extend(cu13.into_iter().chain(cu12)),
+        _ => c.extend(cu12.into_iter().chain(cu13)),
+    }
     for root in toolkit_roots() {
         c.push(root.join("bin/ptxas"));
     }

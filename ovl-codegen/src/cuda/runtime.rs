@@ -3,6 +3,7 @@
 //! to the device, the kernel is launched between two timing events, outputs and the fault status
 //! are copied back.
 
+use super::device::{DeviceError, DeviceTensor};
 use super::{compile, no_panic, nvrtc, CudaArtifact, CudaBinary, CudaCompileOptions, KERNEL_NAME};
 use crate::error::{defined_at, CodegenError, RunError};
 use crate::shared::fault::{fault_error, Status};
@@ -11,7 +12,7 @@ use crate::shared::symbols::Geometry;
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig};
 use cudarc::driver::{DriverError, PushKernelArg as _};
 use ovl_ir::ir::{self, Op};
-use ovl_ir::HostTensor;
+use ovl_ir::{DType, HostTensor};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -27,9 +28,10 @@ pub struct GpuInfo {
     pub multiprocessors: u32,
 }
 
-struct Device {
-    ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
+pub(crate) struct Device {
+    pub(crate) ctx: Arc<CudaContext>,
+    /// The one stream every copy and kernel of this process runs on, in order.
+    pub(crate) stream: Arc<CudaStream>,
     info: GpuInfo,
     /// Runs are serialized: each owns the stream from its first copy to its last.
     busy: Mutex<()>,
@@ -85,7 +87,7 @@ fn open_device() -> Result<Device, String> {
     })
 }
 
-fn device() -> Result<&'static Device, CodegenError> {
+pub(crate) fn device() -> Result<&'static Device, CodegenError> {
     static DEVICE: OnceLock<Result<Device, String>> = OnceLock::new();
     DEVICE
         .get_or_init(open_device)
@@ -150,6 +152,9 @@ pub struct CudaOperator {
     geometry: Geometry,
     writes: Vec<bool>,
     block_size: u32,
+    /// Whether the kernel can report a fault (it has a checked index or range step); a kernel
+    /// that cannot is launched on device tensors without reading the status back.
+    can_fault: bool,
 }
 
 impl std::fmt::Debug for CudaOperator {
@@ -239,7 +244,6 @@ pub fn load(
         message: what.into(),
     };
     Ok(Arc::new(CudaOperator {
-        artifact,
         function,
         defined_at: defined_at(dag),
         geometry: Geometry::of(dag).map_err(|why| unsupported(&why))?,
@@ -249,6 +253,12 @@ pub fn load(
             .map(|e| e.code == Op::Write as i32)
             .collect(),
         block_size: options.effective_block_size(),
+        // A fault check ends the worker with `goto ovl_stop`: the label is in the source only
+        // where some check is (see `shared::emit`); an unreadable source: assume one.
+        can_fault: std::fs::read_to_string(artifact.source_path())
+            .map(|src| src.contains("ovl_stop:"))
+            .unwrap_or(true),
+        artifact,
     }))
 }
 
@@ -261,7 +271,48 @@ struct CudaStatus {
     pad: u32,
 }
 
-const STATUS_BYTES: usize = std::mem::size_of::<CudaStatus>();
+/// The bytes of one kernel's fault status on the device.
+pub const STATUS_BYTES: usize = std::mem::size_of::<CudaStatus>();
+
+/// The fault statuses of the kernels of one run on device tensors: [`STATUS_BYTES`] zeroed
+/// bytes per kernel in one device block, read back once at the end of the run.
+pub struct StatusBlock {
+    block: DeviceTensor,
+    count: usize,
+}
+
+impl StatusBlock {
+    /// Zeroed statuses for `count` kernels (from the caching allocator).
+    pub fn new(count: usize) -> Result<StatusBlock, DeviceError> {
+        let block = DeviceTensor::uninit(
+            DType::U8,
+            &[count.max(1) * STATUS_BYTES],
+            "the fault status",
+        )?;
+        block.fill_zero()?;
+        Ok(StatusBlock { block, count })
+    }
+
+    /// The device address of kernel `k`'s status.
+    pub fn slot(&self, k: usize) -> u64 {
+        self.block.ptr() + (k.min(self.count) * STATUS_BYTES) as u64
+    }
+
+    /// Copies the statuses back (waits for the stream).
+    pub fn read(&self) -> Result<Vec<[u8; STATUS_BYTES]>, DeviceError> {
+        let host = self.block.to_host()?;
+        let bytes = host.as_slice::<u8>().unwrap_or_default();
+        Ok(bytes
+            .chunks_exact(STATUS_BYTES)
+            .take(self.count)
+            .map(|c| {
+                let mut s = [0u8; STATUS_BYTES];
+                s.copy_from_slice(c);
+                s
+            })
+            .collect())
+    }
+}
 
 /// The bytes of a host tensor.
 fn bytes_of(t: &HostTensor) -> &[u8] {
@@ -340,6 +391,163 @@ impl CudaOperator {
         Ok(time)
     }
 
+    /// The grid for `workers` workers: enough blocks to cover them, at most 8 waves of blocks
+    /// resident on every multiprocessor (the kernel's grid-stride loop covers the rest).
+    fn launch_config(&self, dev: &Device, workers: u64) -> LaunchConfig {
+        let block = self.block_size;
+        let blocks_needed = workers.div_ceil(block as u64);
+        let grid_limit = (dev.info.multiprocessors as u64) * (2048 / block as u64).max(1) * 8;
+        let grid = blocks_needed.min(grid_limit).clamp(1, i32::MAX as u64) as u32;
+        LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// Whether the kernel can report a fault (a checked index or range step).
+    pub fn can_fault(&self) -> bool {
+        self.can_fault
+    }
+
+    /// Runs the operator on device tensors: `outputs` are written in place (elements no worker
+    /// writes keep their value), nothing is copied to or from the host, and the call returns
+    /// once the kernel is queued, except that a kernel that can fault ([`Self::can_fault`])
+    /// waits for the kernel to read its status back. A fault is reported as by
+    /// [`run`](Self::run). Tensors of another dtype or shape than the operator's, or a wrong
+    /// count, are errors that name the tensor.
+    pub fn run_device(
+        &self,
+        inputs: &[&DeviceTensor],
+        outputs: &[&DeviceTensor],
+        symbols: &[u64],
+    ) -> Result<(), RunError> {
+        let workgroup = self.geometry.workgroup(self.name(), symbols)?;
+        self.check_device(symbols, inputs, outputs)?;
+        let status = StatusBlock::new(1)
+            .map_err(|e| self.cuda_err("allocating the fault status", e.to_string()))?;
+        let ins: Vec<u64> = inputs.iter().map(|t| t.ptr()).collect();
+        let outs: Vec<u64> = outputs.iter().map(|t| t.ptr()).collect();
+        // SAFETY: the tensors were checked against the operator's types just above.
+        unsafe { self.launch_device(&ins, &outs, symbols, status.slot(0)) }?;
+        if self.can_fault {
+            let statuses = status
+                .read()
+                .map_err(|e| self.cuda_err("running", e.to_string()))?;
+            if let Some(s) = statuses.first() {
+                self.check_status(&workgroup, s)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks device tensors against the operator's types for `symbols`.
+    fn check_device(
+        &self,
+        symbols: &[u64],
+        inputs: &[&DeviceTensor],
+        outputs: &[&DeviceTensor],
+    ) -> Result<(), RunError> {
+        let lists = [
+            ("input", &self.geometry.inputs, inputs),
+            ("output", &self.geometry.outputs, outputs),
+        ];
+        for (kind, declared, passed) in lists {
+            if passed.len() != declared.len() {
+                return Err(RunError::TensorCount {
+                    operator: self.name().to_string(),
+                    kind,
+                    expected: declared.len(),
+                    got: passed.len(),
+                });
+            }
+            for (k, (t, d)) in declared.iter().zip(passed).enumerate() {
+                let what = format!("{kind} {k}");
+                let shape = self.geometry.shape(self.name(), symbols, &what, t)?;
+                let same = d.dtype() == t.dtype
+                    && d.shape().len() == shape.len()
+                    && d.shape().iter().zip(&shape).all(|(&a, &b)| a as u64 == b);
+                if !same {
+                    return Err(RunError::TensorType {
+                        operator: self.name().to_string(),
+                        tensor: format!("{what} (a device tensor)"),
+                        expected: format!("{}{:?}", t.dtype, shape),
+                        got: format!("{}{:?}", d.dtype(), d.shape()),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues the kernel on the stream with device addresses and a zeroed status of
+    /// [`STATUS_BYTES`] bytes at `status` (a [`StatusBlock::slot`]). Returns without waiting.
+    ///
+    /// # Safety
+    /// One address per input and output, each of a live device block holding the operator's
+    /// type for `symbols`; outputs distinct from each other and from the inputs.
+    pub unsafe fn launch_device(
+        &self,
+        inputs: &[u64],
+        outputs: &[u64],
+        symbols: &[u64],
+        status: u64,
+    ) -> Result<(), RunError> {
+        let workgroup = self.geometry.workgroup(self.name(), symbols)?;
+        let workers = sizes::product(&workgroup);
+        if workers == 0 {
+            return Ok(());
+        }
+        let dev = device().map_err(|e| self.cuda_err("opening the GPU", e.to_string()))?;
+        let symbols: Vec<i64> = symbols.iter().map(|&v| v as i64).collect();
+        let cfg = self.launch_config(dev, workers);
+        let launched = no_panic("CUDA", || {
+            let mut launch = dev.stream.launch_builder(&self.function);
+            for p in inputs.iter().chain(outputs) {
+                launch.arg(p);
+            }
+            for v in &symbols {
+                launch.arg(v);
+            }
+            launch.arg(&status);
+            // SAFETY: the kernel takes one device pointer per input and output, each a block of
+            // the declared type and size for the symbol values (the caller's contract), one
+            // int64_t per symbol value, then the status pointer; the blocks stay allocated
+            // until work queued after this launch (the allocator hands a block out again only
+            // to work queued later on the same stream).
+            unsafe { launch.launch(cfg) }
+        })
+        .map_err(|m| self.cuda_err("launching the kernel", m))?;
+        launched.map_err(|e| self.cuda_err("launching the kernel", driver_text(e)))?;
+        Ok(())
+    }
+
+    /// The fault a status holds, as an error naming the operator and the worker.
+    pub fn check_status(
+        &self,
+        workgroup: &[u64],
+        status: &[u8; STATUS_BYTES],
+    ) -> Result<(), RunError> {
+        // SAFETY: `CudaStatus` is plain old data of exactly `STATUS_BYTES` bytes.
+        let status: CudaStatus =
+            unsafe { std::ptr::read_unaligned(status.as_ptr() as *const CudaStatus) };
+        if status.first.code != 0 {
+            return Err(fault_error(
+                self.name(),
+                &self.defined_at,
+                workgroup,
+                &self.writes,
+                &status.first,
+            ));
+        }
+        Ok(())
+    }
+
+    /// The workgroup for `symbols` (checked).
+    pub fn workgroup(&self, symbols: &[u64]) -> Result<Vec<u64>, RunError> {
+        self.geometry.workgroup(self.name(), symbols)
+    }
+
     fn cuda_err(&self, action: &str, message: String) -> RunError {
         RunError::Cuda {
             operator: self.name().to_string(),
@@ -378,15 +586,7 @@ impl CudaOperator {
         let d_status = stream
             .alloc_zeros::<u8>(STATUS_BYTES)
             .map_err(err("allocating the status"))?;
-        let block = self.block_size;
-        let blocks_needed = workers.div_ceil(block as u64);
-        let grid_limit = (dev.info.multiprocessors as u64) * (2048 / block as u64).max(1) * 8;
-        let grid = blocks_needed.min(grid_limit).clamp(1, i32::MAX as u64) as u32;
-        let cfg = LaunchConfig {
-            grid_dim: (grid, 1, 1),
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = self.launch_config(dev, workers);
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let start = dev
             .ctx

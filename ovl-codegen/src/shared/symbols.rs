@@ -117,7 +117,7 @@ impl Geometry {
     }
 
     /// The shape of one tensor for `symbols` (checked), with its bytes within `i64::MAX`.
-    fn shape(
+    pub(crate) fn shape(
         &self,
         operator: &str,
         symbols: &[u64],

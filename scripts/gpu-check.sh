@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# One-shot GPU check, for a GPU machine that has no Rust, no network and little time.
+#
+#   scripts/gpu-check.sh pack [ARCHIVE]   here (no GPU needed): builds every GPU test binary and
+#                                         GPU benchmark in release mode, strips them, and packs
+#                                         them with the git-tracked source tree into ARCHIVE
+#                                         (default target/gpu-check.tar.xz)
+#   scripts/gpu-check.sh run ARCHIVE      there: unpacks, puts the source tree at the path the
+#                                         binaries were built in (a symlink: test binaries read
+#                                         files through CARGO_MANIFEST_DIR), runs every test
+#                                         binary and benchmark under its own timeout (5 minutes
+#                                         in all) and writes one report, gpu-check-report.md,
+#                                         to $OUT if set, else to the current directory.
+#
+# `run` works without a GPU too (a dry run): the tests then print which GPU parts did not run,
+# and the report says there was no GPU. It exits non-zero when a test failed or timed out.
+set -euo pipefail
+
+# The GPU test binaries: package and test target.
+TESTS=(
+    "ovl conformance_cuda"
+    "ovl cuda_backend"
+    "ovl device_tensors"
+    "ovl reductions"
+    "ovl vmap"
+    "ovl-codegen cuda"
+    "ovl-codegen cuda_emulated"
+    "ovl-codegen fixtures"
+    "ovl-codegen symbolic"
+    "ovl-stdlib reductions"
+)
+# The benchmarks with a GPU part: package, bench target, arguments.
+BENCHES=(
+    "ovl lstm --quick"
+)
+TOTAL_SECONDS=300
+
+usage() {
+    echo "usage: scripts/gpu-check.sh pack [ARCHIVE] | run ARCHIVE" >&2
+    exit 2
+}
+
+# The executables cargo built, from its JSON messages on stdin: "target-name path" lines.
+executables() {
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], m["executable"])
+'
+}
+
+pack() {
+    cd "$(dirname "$0")/.."
+    local root="$PWD"
+    local archive="${1:-$root/target/gpu-check.tar.xz}"
+    case "$archive" in /*) ;; *) archive="$PWD/$archive" ;; esac
+    local stage
+    stage="$(mktemp -d)"
+    trap 'rm -rf "$stage"' RETURN
+    mkdir -p "$stage/gpu-check/bin" "$stage/gpu-check/src"
+
+    local spec
+    echo "== building the GPU test binaries (release)" >&2
+    # One cargo call per package keeps `--test` names unambiguous.
+    local built="$stage/built.txt"
+    : >"$built"
+    for pkg in $(printf '%s\n' "${TESTS[@]}" | cut -d' ' -f1 | sort -u); do
+        local targets=()
+        for spec in "${TESTS[@]}"; do
+            read -r p t <<<"$spec"
+            [ "$p" = "$pkg" ] && targets+=(--test "$t")
+        done
+        cargo test --locked --release --no-run --message-format=json -p "$pkg" "${targets[@]}" \
+            | executables | sed "s/^/test $pkg /" >>"$built"
+    done
+    echo "== building the GPU benchmarks (release)" >&2
+    for spec in "${BENCHES[@]}"; do
+        read -r pkg target _ <<<"$spec"
+        cargo bench --locked --no-run --message-format=json -p "$pkg" --bench "$target" \
+            | executables | sed "s/^/bench $pkg /" >>"$built"
+    done
+
+    local manifest="$stage/gpu-check/manifest"
+    {
+        echo "root $root"
+        echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD -- || echo ' (with uncommitted changes)')"
+    } >"$manifest"
+    local kind pkg target exe name
+    while read -r kind pkg target exe; do
+        name="$pkg--$target"
+        # Only the targets asked for (cargo also reports dependencies' build scripts).
+        if [ "$kind" = test ] && ! printf '%s\n' "${TESTS[@]}" | grep -qx "$pkg $target"; then
+            continue
+        fi
+        if [ "$kind" = bench ]; then
+            local line
+            line="$(printf '%s\n' "${BENCHES[@]}" | grep "^$pkg $target\( \|$\)" || true)"
+            [ -n "$line" ] || continue
+            echo "bench $name ${line#"$pkg $target"}" >>"$manifest"
+        else
+            echo "test $name" >>"$manifest"
+        fi
+        cp "$exe" "$stage/gpu-check/bin/$name"
+        strip "$stage/gpu-check/bin/$name"
+    done <"$built"
+
+    echo "== packing the git-tracked source tree" >&2
+    git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$stage/gpu-check/src"
+    cp "$0" "$stage/gpu-check/gpu-check.sh"
+    mkdir -p "$(dirname "$archive")"
+    tar -C "$stage" -cJf "$archive" gpu-check
+    local bytes
+    bytes="$(stat -c %s "$archive")"
+    echo "== $archive: $((bytes / 1024 / 1024)) MiB ($(grep -c '^test ' "$manifest") test binaries, $(grep -c '^bench ' "$manifest") benchmarks)" >&2
+    if [ "$bytes" -gt $((60 * 1024 * 1024)) ]; then
+        echo "error: the archive is over 60 MB; the device tool carries at most 64 MiB" >&2
+        exit 1
+    fi
+    echo "on the GPU machine: bash scripts/gpu-check.sh run $(basename "$archive")" >&2
+    echo "  (or: tar -xJf $(basename "$archive") && bash gpu-check/gpu-check.sh run $(basename "$archive"))" >&2
+}
+
+run() {
+    local archive="${1:?usage: scripts/gpu-check.sh run ARCHIVE}"
+    local started
+    started="$(date +%s)"
+    local out="${OUT:-$PWD}"
+    mkdir -p "$out"
+    local report="$out/gpu-check-report.md"
+    local logs="$out/gpu-check-logs"
+    mkdir -p "$logs"
+    local work
+    work="$(mktemp -d)"
+    tar -C "$work" -xJf "$archive"
+    local dir="$work/gpu-check"
+    local root
+    root="$(sed -n 's/^root //p' "$dir/manifest")"
+
+    # Test binaries read files at their build-time paths: put the source tree there.
+    local linked=""
+    if [ -e "$root" ]; then
+        echo "note: $root exists; the tests read their files from there" >&2
+    else
+        mkdir -p "$(dirname "$root")"
+        ln -s "$dir/src" "$root"
+        linked="$root"
+    fi
+
+    export OVL_CACHE_DIR="$work/cache"
+    export XLA_PYTHON_CLIENT_PREALLOCATE=false
+    local gpu="no GPU"
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        gpu="$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || echo "nvidia-smi failed")"
+    fi
+    local nvrtc
+    nvrtc="$(ls /usr/local/cuda/targets/x86_64-linux/lib/libnvrtc.so.* /usr/local/cuda/lib64/libnvrtc.so.* 2>/dev/null | head -3 | tr '\n' ' ' || true)"
+    {
+        echo "# ovl GPU check"
+        echo
+        echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        echo "- host: $(hostname), $(nproc) CPU cores"
+        echo "- GPU: $gpu"
+        echo "- NVRTC in the toolkit: ${nvrtc:-none found}"
+        echo "- $(sed -n 's/^commit /commit: /p' "$dir/manifest")"
+        echo
+        echo "## Tests"
+        echo
+        echo "| binary | passed | failed | result | did not run (GPU parts) |"
+        echo "|---|---|---|---|---|"
+    } >"$report"
+
+    local failed=0 kind name rest remaining limit log rc
+    while read -r kind name rest; do
+        [ "$kind" = test ] || continue
+        remaining=$((TOTAL_SECONDS - ($(date +%s) - started)))
+        log="$logs/$name.log"
+        if [ "$remaining" -le 10 ]; then
+            echo "| $name | - | - | not run: out of time | |" >>"$report"
+            failed=1
+            continue
+        fi
+        limit=$((remaining < 120 ? remaining - 5 : 120))
+        echo "== $name (limit ${limit}s)" >&2
+        rc=0
+        (cd "$root" && timeout -k 5 "$limit" "$dir/bin/$name" </dev/null >"$log" 2>&1) || rc=$?
+        local passed nfailed result skipped
+        passed="$(grep -o '[0-9]* passed' "$log" | awk '{s+=$1} END {print s+0}' || true)"
+        nfailed="$(grep -o '[0-9]* failed' "$log" | awk '{s+=$1} END {print s+0}' || true)"
+        case "$rc" in
+            0) result="ok" ;;
+            124 | 137) result="TIMED OUT after ${limit}s"; failed=1 ;;
+            *) result="FAILED (exit $rc)"; failed=1 ;;
+        esac
+        skipped="$(grep -ci 'did not run' "$log" || true)"
+        echo "| $name | $passed | $nfailed | $result | $skipped |" >>"$report"
+        echo "   $result: $passed passed, $nfailed failed" >&2
+    done <"$dir/manifest"
+
+    # What failed, and what did not run, in detail.
+    {
+        echo
+        for log in "$logs"/*.log; do
+            [ -e "$log" ] || continue
+            if grep -q -- '^---- .* stdout ----$\|^failures:$' "$log"; then
+                echo "### failures in $(basename "$log" .log)"
+                echo
+                echo '```'
+                sed -n '/^failures:$/,$p' "$log" | head -80
+                echo '```'
+                echo
+            fi
+        done
+        echo "### GPU parts that did not run"
+        echo
+        echo '```'
+        grep -hi 'did not run' "$logs"/*.log 2>/dev/null | cut -c1-200 | sort | uniq -c | head -40 || true
+        echo '```'
+        echo
+        echo "## Benchmarks"
+        echo
+    } >>"$report"
+
+    while read -r kind name rest; do
+        [ "$kind" = bench ] || continue
+        remaining=$((TOTAL_SECONDS - ($(date +%s) - started)))
+        log="$logs/$name.log"
+        if [ "$remaining" -le 15 ]; then
+            echo "- $name: not run, out of time" >>"$report"
+            continue
+        fi
+        limit=$((remaining - 5))
+        echo "== benchmark $name $rest (limit ${limit}s)" >&2
+        rc=0
+        # shellcheck disable=SC2086 # the arguments are words
+        (cd "$root" && timeout -k 5 "$limit" "$dir/bin/$name" --bench $rest --out "$out/$name" \
+            </dev/null >"$log" 2>&1) || rc=$?
+        {
+            echo "### $name $rest (exit $rc$([ "$rc" = 124 ] && echo ', timed out'))"
+            echo
+            echo '```'
+            tail -60 "$log"
+            echo '```'
+            echo
+        } >>"$report"
+    done <"$dir/manifest"
+
+    echo "total: $(($(date +%s) - started)) s of $TOTAL_SECONDS" >>"$report"
+    [ -n "$linked" ] && rm -f "$linked"
+    rm -rf "$work"
+    echo "== report: $report" >&2
+    cat "$report"
+    return "$failed"
+}
+
+case "${1:-}" in
+    pack) shift; pack "$@" ;;
+    run) shift; run "$@" ;;
+    *) usage ;;
+esac
