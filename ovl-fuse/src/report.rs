@@ -234,10 +234,16 @@ impl fmt::Display for Reason {
                 "the consumer reads with another workgroup or index map than the producer writes"
             ),
             Reason::NoEpilogue { why } => {
-                write!(f, "the consumer cannot run in the producer's row loop: {why}")
+                write!(
+                    f,
+                    "the consumer cannot run in the producer's row loop: {why}"
+                )
             }
             Reason::NotLoopable { why } => {
-                write!(f, "the consumer cannot run as a loop in the producer's workers: {why}")
+                write!(
+                    f,
+                    "the consumer cannot run as a loop in the producer's workers: {why}"
+                )
             }
         }
     }
