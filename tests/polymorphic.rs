@@ -15,6 +15,14 @@ use lstm_small_ops::{lstm_cell, pseudo_random};
 const HIDDEN: usize = 6;
 const SIZES: [usize; 5] = [0, 1, 2, 7, 64];
 
+/// Tests of this file that count compiler invocations must not see another test compile: they
+/// run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn targets() -> [(&'static str, Options); 2] {
     [
         ("interpreter", Options::interpreter()),
@@ -71,6 +79,7 @@ fn lstm_export(batch: usize, options: &Options) -> ovl::TfExport {
 
 #[test]
 fn one_program_runs_every_batch_size_with_the_reference_values() {
+    let _serial = serial();
     for (target, options) in targets() {
         let bundle = ovl::as_tensorflow_polymorphic(|b| lstm_export(b, &options))
             .build()
@@ -125,6 +134,7 @@ fn dense_export(batch: usize, options: &Options) -> Result<ovl::TfExport, ovl::E
 
 #[test]
 fn gradients_that_sum_over_the_batch_are_polymorphic_too() {
+    let _serial = serial();
     for (target, options) in targets() {
         let bundle = ovl::as_tensorflow_polymorphic(|b| dense_export(b, &options))
             .build()
@@ -173,6 +183,7 @@ fn gradients_that_sum_over_the_batch_are_polymorphic_too() {
 
 #[test]
 fn a_softmax_over_the_batch_is_polymorphic() {
+    let _serial = serial();
     // From ops, over axis 0: its division runs as a loop over the batch inside the column
     // sums' workers, and `exp(x - max)` would be kept in a row buffer if the batch were a
     // fixed size; sized at run time it is computed again instead (no buffer can be).
@@ -207,6 +218,7 @@ fn a_softmax_over_the_batch_is_polymorphic() {
 
 #[test]
 fn a_mean_over_the_batch_divides_by_the_run_time_size() {
+    let _serial = serial();
     let options = Options::interpreter();
     let bundle = ovl::as_tensorflow_polymorphic(|b| {
         let x = ovl::placeholder::<f32>("x", &[b, 3]);
@@ -238,6 +250,7 @@ fn scale_cols(x: Tensor<f32>, w: Tensor<f32>) -> Tensor<f32> {
 
 #[test]
 fn a_vmapped_graph_exports_for_any_batch() {
+    let _serial = serial();
     let options = Options::interpreter();
     let bundle = ovl::as_tensorflow_polymorphic(|b| {
         let x = ovl::placeholder::<f32>("x", &[b, 4]);
@@ -272,6 +285,7 @@ fn divide_by_rows(x: Tensor<f32>) -> Tensor<f32> {
 
 #[test]
 fn bad_input_is_a_clear_error() {
+    let _serial = serial();
     let options = Options::interpreter();
     // A literal that is not affine in the batch: the error names the operator and its line.
     let e = ovl::as_tensorflow_polymorphic(|b| {

@@ -55,7 +55,6 @@ macro_rules! grad3 {
 }
 
 grad3! {
-    div_grad_den<T: Num>(x, y, g) => { dsl::wrapping_neg(g * x / (y * y)) }
     pow_grad_base<T: Float>(x, y, g) => { g * y * pow(x, y - lit::<T>(1.0)) }
     pow_grad_exp<T: Float>(x, y, g) => { g * log(x) * pow(x, y) }
     min_grad_first<T: Num>(x, y, g) => { select(x <= y, g, lit::<T>(0.0)) }

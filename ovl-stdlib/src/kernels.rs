@@ -21,7 +21,6 @@ macro_rules! unary {
 }
 
 unary! {
-    neg<T: Num>(v) => { dsl::wrapping_neg(v) }
     abs<T: Num>(v) => { dsl::abs(v) }
     relu<T: Num>(v) => { dsl::select(v < lit::<T>(0.0), lit::<T>(0.0), v) }
     tanh<T: Float>(v) => { dsl::tanh(v) }
@@ -50,11 +49,6 @@ macro_rules! binary {
 }
 
 binary! {
-    add<T: Num> -> T, (x, y) => { x + y }
-    sub<T: Num> -> T, (x, y) => { x - y }
-    mul<T: Num> -> T, (x, y) => { x * y }
-    div<T: Num> -> T, (x, y) => { x / y }
-    rem<T: Num> -> T, (x, y) => { x % y }
     pow<T: Float> -> T, (x, y) => { dsl::pow(x, y) }
     minimum<T: Num> -> T, (x, y) => { min(x, y) }
     maximum<T: Num> -> T, (x, y) => { max(x, y) }

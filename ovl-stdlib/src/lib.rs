@@ -124,11 +124,10 @@ pub fn neg<T: Signed>(x: impl IntoLazy<T>) -> Lazy<T> {
     wrapping_neg(x)
 }
 
-/// `-x` for any numeric type (unsigned integers wrap): what the gradient of `sub` needs.
+/// `-x` for any numeric type (unsigned integers wrap), as handles negate.
+#[track_caller]
 fn wrapping_neg<T: Num>(x: impl IntoLazy<T>) -> Lazy<T> {
-    with_grad(kernels::neg(x.into_lazy()), |c| {
-        vec![some(wrapping_neg(c.output_grad::<T>(0)))]
-    })
+    x.into_lazy().wrapping_neg()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -162,17 +161,35 @@ macro_rules! binary_with_grad {
     )*};
 }
 
+/// The arithmetic of handles (`&a + &b`, ...), which carries its gradient (summed over
+/// broadcast axes); one definition for both spellings.
+macro_rules! handle_arithmetic {
+    ($($(#[$doc:meta])* $name:ident => $op:tt;)*) => {$(
+        $(#[$doc])*
+        #[track_caller]
+        pub fn $name<T: Num>(a: impl IntoLazy<T>, b: impl IntoLazy<T>) -> Lazy<T> {
+            a.into_lazy() $op b.into_lazy()
+        }
+    )*};
+}
+
+handle_arithmetic! {
+    /// `a + b` (integers wrap); the broadcast shape, as `&a + &b`. Gradients `dy`, `dy`
+    /// (summed over broadcast axes).
+    add => +;
+    /// `a - b`; the broadcast shape, as `&a - &b`. Gradients `dy`, `-dy`.
+    sub => -;
+    /// `a * b`; the broadcast shape, as `&a * &b`. Gradients `dy * b`, `dy * a`.
+    mul => *;
+    /// `a / b` (integers: truncating, division by 0 gives 0); the broadcast shape, as
+    /// `&a / &b`. Gradients `dy / b`, `-dy * a / b²`.
+    div => /;
+    /// `a % b` with Rust's sign rules (remainder by 0 gives 0); the broadcast shape, as
+    /// `&a % &b`. Gradient `dy` for `a`; none for `b`.
+    rem => %;
+}
+
 binary_with_grad! {
-    /// `a + b` (integers wrap); the broadcast shape. Gradients `dy`, `dy` (summed over
-    /// broadcast axes).
-    add<Num> => |c, a, b, g| (g.clone(), g);
-    /// `a - b`; the broadcast shape. Gradients `dy`, `-dy`.
-    sub<Num> => |c, a, b, g| (g.clone(), wrapping_neg(&g));
-    /// `a * b`; the broadcast shape. Gradients `dy * b`, `dy * a`.
-    mul<Num> => |c, a, b, g| (gk::mul_grad(&b, &g), gk::mul_grad(&a, &g));
-    /// `a / b` (integers: truncating, division by 0 gives 0); the broadcast shape. Gradients
-    /// `dy / b`, `-dy * a / b²`.
-    div<Num> => |c, a, b, g| (gk::div_grad_num(&b, &g), gk::div_grad_den(&a, &b, &g));
     /// `a` to the power `b`; the broadcast shape. Gradients `dy * b * a^(b-1)`, `dy * ln(a) * a^b`.
     pow<Float> => |c, a, b, g| (gk::pow_grad_base(&a, &b, &g), gk::pow_grad_exp(&a, &b, &g));
     /// Elementwise minimum (floats: NaN-ignoring, like `f32::min`); the broadcast shape.
@@ -181,15 +198,6 @@ binary_with_grad! {
     /// Elementwise maximum; the broadcast shape. Gradient: `dy` to the larger input (to `a` on
     /// ties).
     maximum<Num> => |c, a, b, g| (gk::max_grad_first(&a, &b, &g), gk::max_grad_second(&a, &b, &g));
-}
-
-/// `a % b` with Rust's sign rules (remainder by 0 gives 0); the broadcast shape. Gradient `dy`
-/// for `a`; none for `b`.
-pub fn rem<T: Num>(a: impl IntoLazy<T>, b: impl IntoLazy<T>) -> Lazy<T> {
-    with_grad(kernels::rem(a.into_lazy(), b.into_lazy()), |c| {
-        let a = c.input::<T>(0);
-        vec![some(reduce_to(c.output_grad::<T>(0), a.shape())), None]
-    })
 }
 
 macro_rules! comparison {

@@ -277,3 +277,41 @@ fn missing_or_broken_gradient_functions_are_errors() {
         "{err}"
     );
 }
+
+/// Arithmetic on handles (`&a * &b`, `x / 2.0`, `-x`, ...) has gradients, broadcasting
+/// operands included, and they match `ovl_stdlib`'s functions of the same arithmetic.
+#[test]
+fn arithmetic_on_handles() {
+    let (a, b) = (values(&[2, 3], 11, -2.0, 2.0), values(&[3], 12, 0.5, 2.0));
+    let pair = || vec![a.clone(), b.clone()];
+    check("&a + &b", pair(), |x| &x[0] + &x[1]);
+    check("&a - &b", pair(), |x| &x[0] - &x[1]);
+    check("&a * &b", pair(), |x| &x[0] * &x[1]);
+    check("&a / &b", pair(), |x| &x[0] / &x[1]);
+    check(
+        "&b / &a (b broadcast)",
+        vec![b.clone(), values(&[2, 3], 13, 0.5, 2.0)],
+        |x| &x[0] / &x[1],
+    );
+    check("scalars", vec![a.clone()], |x| {
+        let y = 3.0 * &x[0] - 1.5;
+        (2.0 - &y) / 4.0 * &x[0]
+    });
+    // `%` has a gradient for its dividend only (as `ops::rem`).
+    check("neg and rem", pair(), |x| -(&x[0] % 1.75) * &x[1]);
+    check("a chain", pair(), |x| {
+        let y = &x[0] * &x[1] + &x[1];
+        &y * &y / (&x[1] + 1.0)
+    });
+    // The same values as the stdlib's functions.
+    let (la, lb) = (Lazy::from(a.clone()), Lazy::from(b.clone()));
+    let seed = Lazy::from(values(&[2, 3], 14, -1.0, 1.0));
+    let handles = ovl::backward(&[(&(&la * &lb), &seed)], &[&la, &lb]).unwrap();
+    let stdlib = ovl::backward(&[(&ops::mul(&la, &lb), &seed)], &[&la, &lb]).unwrap();
+    for x in [&la, &lb] {
+        let (h, s) = (eval(&handles.of_or_zeros(x)), eval(&stdlib.of_or_zeros(x)));
+        for (p, q) in h.iter().zip(&s) {
+            assert!((p - q).abs() <= 1e-12 * q.abs().max(1.0), "{p} against {q}");
+        }
+    }
+}

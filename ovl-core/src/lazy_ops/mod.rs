@@ -52,10 +52,34 @@ fn constant(dtype: DType, lit: Literal) -> ir::Expression {
     e
 }
 
+mod gradients;
+
 /// Records `out[p] = op(operands[p]...)` over the broadcast shape of the tensor operands
-/// ([`crate::broadcast`]: the rule `ovl_stdlib` uses too). The operands have `T`'s dtype; the
-/// result has `R`'s (`bool` for comparisons).
+/// ([`crate::broadcast`]: the rule `ovl_stdlib` uses too), with its gradient when `op` is
+/// arithmetic (`gradients`). The operands have `T`'s dtype; the result has `R`'s (`bool` for
+/// comparisons).
 fn elementwise<T: Scalar, R: Scalar>(
+    name: &'static str,
+    op: Op,
+    operands: Vec<Operand>,
+    at: &'static Location<'static>,
+) -> Lazy<R> {
+    let pattern: Vec<Option<Literal>> = operands
+        .iter()
+        .map(|o| match o {
+            Operand::Tensor(_) => None,
+            Operand::Scalar(lit) => Some(*lit),
+        })
+        .collect();
+    let y = record::<T, R>(name, op, operands, at);
+    if R::DTYPE == T::DTYPE && T::DTYPE != DType::Bool {
+        gradients::attach::<R>(&y, op, pattern, at);
+    }
+    y
+}
+
+/// Records the operator of [`elementwise`], without a gradient.
+fn record<T: Scalar, R: Scalar>(
     name: &'static str,
     op: Op,
     operands: Vec<Operand>,
@@ -417,16 +441,25 @@ comparisons! {
     greater_equal "greater_equal" Op::Ge;
 }
 
-impl<T: crate::trace::Signed> Neg for &Lazy<T> {
-    type Output = Lazy<T>;
+impl<T: Scalar> Lazy<T> {
+    /// `-self`, elementwise, for any numeric type: unsigned integers wrap (as
+    /// `u32::wrapping_neg`). Unary `-` is the same for signed types.
     #[track_caller]
-    fn neg(self) -> Lazy<T> {
+    pub fn wrapping_neg(&self) -> Lazy<T> {
         elementwise::<T, T>(
             "neg",
             Op::Neg,
             vec![Operand::Tensor(self.inner.clone())],
             Location::caller(),
         )
+    }
+}
+
+impl<T: crate::trace::Signed> Neg for &Lazy<T> {
+    type Output = Lazy<T>;
+    #[track_caller]
+    fn neg(self) -> Lazy<T> {
+        self.wrapping_neg()
     }
 }
 
