@@ -24,10 +24,8 @@ TESTS=(
     "ovl reductions"
     "ovl vmap"
     "ovl-codegen cuda"
-    "ovl-codegen cuda_emulated"
-    "ovl-codegen fixtures"
-    "ovl-codegen symbolic"
-    "ovl-stdlib reductions"
+    "ovl-codegen codegen"
+    "ovl-stdlib stdlib"
 )
 # The benchmarks with a GPU part: package, bench target, arguments.
 BENCHES=(

@@ -82,6 +82,7 @@
 //! assert!(err.to_string().contains("needs a matrix, got shape [2]"));
 //! ```
 
+mod caches;
 mod compiled;
 mod error;
 mod evaluate;
@@ -95,6 +96,7 @@ pub mod program;
 pub mod program_batch;
 pub mod runner;
 
+pub use caches::{cache_stats, clear_caches, set_cache_capacity, Cache, CacheCounters, CacheStats};
 pub use compiled::{compile, Compiled};
 pub use error::Error;
 pub use evaluate::{
@@ -139,11 +141,11 @@ pub use ovl_fuse::{
 /// default) and how many times this process has run the C++ compiler.
 pub use ovl_codegen::{cache_dir, compiler_invocations};
 
-/// Empties the on-disk operator cache at [`cache_dir`] (and forgets the operators this process
-/// loaded from it), and the in-memory plan cache ([`clear_plan_cache`]), so that the next
-/// evaluation compiles again.
+/// Empties the on-disk operator cache at [`cache_dir`] and every in-memory cache
+/// ([`clear_caches`]: plans, backward graphs, traces, batched operators, fusion results, loaded
+/// operators), so that the next evaluation traces, fuses and compiles again.
 pub fn clear_cache() -> Result<(), ovl_codegen::CodegenError> {
-    clear_plan_cache();
+    clear_caches();
     ovl_codegen::clear_cache()
 }
 

@@ -5,7 +5,7 @@ use ovl_fuse::OptLevel;
 use std::path::PathBuf;
 
 /// Where operators run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Target {
     /// The reference interpreter: slow, the oracle for every backend.
     Interpreter,

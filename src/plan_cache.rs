@@ -9,46 +9,86 @@
 //! not part of the key: it is fed to the cached plan at every run, like [`crate::compile`] does.
 //! Computing the key walks the lazy nodes once and never the operators' IR.
 //!
-//! The cache is bounded ([`ovl_core::lru`], the policy the cache of backward graphs shares): it
-//! keeps the `capacity` most recently used plans (least recently used evicted first); the
-//! capacity is 128, or `OVL_PLAN_CACHE_SIZE` when that is set at the first evaluation, or what
-//! [`set_plan_cache_capacity`] sets (0 turns the cache off).
+//! The cache is bounded by the policy of every in-memory cache ([`ovl_core::lru`], see
+//! [`crate::cache_stats`]): it keeps the `capacity` most recently used plans (least recently
+//! used evicted first); the capacity is 128, or `OVL_PLAN_CACHE_SIZE` when that is set at the
+//! first evaluation, or what [`set_plan_cache_capacity`] sets (0 turns the cache off).
 //! [`Target::CudaValidate`] never uses it: validating means running NVRTC and ptxas every time.
 
 use crate::executor::{self, Planned, Prepared};
 use crate::options::{Options, Target};
 use crate::Error;
-use ovl_core::lru::Lru;
+use ovl_core::lru::{CacheControl, SharedLru, DEFAULT_CAPACITY, PLAN_CACHE_SIZE_VAR};
 use ovl_core::LazyTensor;
-use std::sync::{Arc, Mutex, MutexGuard};
+use ovl_fuse::OptLevel;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 /// What [`plan_cache_stats`] reports: counters since the process started (or since
-/// [`clear_plan_cache`]) and the current size.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PlanCacheStats {
-    /// Evaluations that found their plan in the cache.
-    pub hits: u64,
-    /// Evaluations that fused and prepared their graph (and then kept the plan).
-    pub misses: u64,
-    /// Plans dropped to stay within the capacity.
-    pub evictions: u64,
-    /// Plans kept now.
-    pub entries: usize,
-    /// The most plans kept at once.
-    pub capacity: usize,
+/// [`clear_plan_cache`]) and the current size; the plan cache's field of
+/// [`crate::cache_stats`].
+pub type PlanCacheStats = crate::CacheCounters;
+
+/// Plans by [`Key`], compared exactly.
+static CACHE: SharedLru<Key, Arc<Planned>> =
+    SharedLru::with_env("plans", DEFAULT_CAPACITY, PLAN_CACHE_SIZE_VAR);
+
+/// The plan cache, for [`crate::cache_stats`] and its siblings.
+pub(crate) fn cache() -> &'static dyn CacheControl {
+    &CACHE
 }
 
-/// Plans keyed by [`key`]'s bytes, compared exactly.
-static CACHE: Mutex<Option<Lru<Vec<u8>, Arc<Planned>>>> = Mutex::new(None);
+/// The key of a graph under some options: the graph key's bytes and everything that changes
+/// what is prepared.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Key {
+    graph: Vec<u8>,
+    options: Prepares,
+    /// The environment the operator cache reads when the options leave it open.
+    env_cache_dir: Option<OsString>,
+    env_force_recompile: Option<OsString>,
+}
 
-/// The cache, created on first use with [`ovl_core::lru::initial_capacity`]. A poisoned lock
-/// is taken over: the map is consistent between statements.
-fn lock() -> MutexGuard<'static, Option<Lru<Vec<u8>, Arc<Planned>>>> {
-    let mut guard = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-    if guard.is_none() {
-        *guard = Some(Lru::new(ovl_core::lru::initial_capacity()));
+/// The options that change what is prepared; the others ([`Options::threads`],
+/// [`Options::dump_source`], [`Options::cuda_validate_archs`] for a target that bypasses the
+/// cache) do not, and a plan serves them all.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Prepares {
+    target: Target,
+    opt_level: OptLevel,
+    force_recompile: bool,
+    cuda_block_size: u32,
+    cache_dir: Option<PathBuf>,
+}
+
+impl Key {
+    fn new(graph: Vec<u8>, options: &Options) -> Key {
+        // Spelled out so that a new field of `Options` is a compile error here until it is
+        // placed on one side or the other.
+        let Options {
+            target,
+            threads: _,
+            cache_dir,
+            force_recompile,
+            dump_source: _,
+            opt_level,
+            cuda_block_size,
+            cuda_validate_archs: _,
+        } = options;
+        Key {
+            graph,
+            options: Prepares {
+                target: *target,
+                opt_level: *opt_level,
+                force_recompile: *force_recompile,
+                cuda_block_size: *cuda_block_size,
+                cache_dir: cache_dir.clone(),
+            },
+            env_cache_dir: std::env::var_os("OVL_CACHE_DIR"),
+            env_force_recompile: std::env::var_os("OVL_FORCE_RECOMPILE"),
+        }
     }
-    guard
 }
 
 /// The counters and size of the plan cache (see the [`crate::evaluate`] documentation).
@@ -58,15 +98,7 @@ fn lock() -> MutexGuard<'static, Option<Lru<Vec<u8>, Arc<Planned>>>> {
 /// assert!(before.entries <= before.capacity);
 /// ```
 pub fn plan_cache_stats() -> PlanCacheStats {
-    let guard = lock();
-    let c = guard.as_ref().map(Lru::counters).unwrap_or_default();
-    PlanCacheStats {
-        hits: c.hits,
-        misses: c.misses,
-        evictions: c.evictions,
-        entries: c.entries,
-        capacity: c.capacity,
-    }
+    CACHE.counters()
 }
 
 /// Empties the plan cache and resets its counters: the next evaluation of any graph fuses and
@@ -74,9 +106,7 @@ pub fn plan_cache_stats() -> PlanCacheStats {
 /// empties the cache of backward graphs ([`ovl_core::autodiff::clear_backward_cache`]), which
 /// follows the plan cache's policy. [`crate::clear_cache`] calls it too.
 pub fn clear_plan_cache() {
-    if let Some(c) = lock().as_mut() {
-        c.clear();
-    }
+    CACHE.clear();
     ovl_core::autodiff::clear_backward_cache();
 }
 
@@ -84,36 +114,8 @@ pub fn clear_plan_cache() {
 /// the cache off. Overrides `OVL_PLAN_CACHE_SIZE`. The cache of backward graphs
 /// ([`crate::backward`]) gets the same capacity.
 pub fn set_plan_cache_capacity(capacity: usize) {
-    if let Some(c) = lock().as_mut() {
-        c.set_capacity(capacity);
-    }
+    CACHE.set_capacity(capacity);
     ovl_core::autodiff::set_backward_cache_capacity(capacity);
-}
-
-/// The key of a graph under `options`: the graph key's bytes followed by every option that
-/// changes what is prepared (a self-delimiting encoding, compared exactly).
-fn key(mut k: Vec<u8>, options: &Options) -> Vec<u8> {
-    k.push(match options.target {
-        Target::Interpreter => 0u8,
-        Target::Cpu => 1,
-        Target::Cuda => 2,
-        Target::CudaValidate => 3,
-    });
-    k.extend_from_slice(&[options.opt_level.get(), options.force_recompile as u8]);
-    k.extend_from_slice(&options.cuda_block_size.to_le_bytes());
-    let path = |k: &mut Vec<u8>, p: Option<&std::ffi::OsStr>| match p {
-        None => k.push(0),
-        Some(p) => {
-            k.push(1);
-            k.extend_from_slice(&(p.len() as u64).to_le_bytes());
-            k.extend_from_slice(p.as_encoded_bytes());
-        }
-    };
-    path(&mut k, options.cache_dir.as_deref().map(|p| p.as_os_str()));
-    // The environment the operator cache reads when the options leave it open.
-    path(&mut k, std::env::var_os("OVL_CACHE_DIR").as_deref());
-    path(&mut k, std::env::var_os("OVL_FORCE_RECOMPILE").as_deref());
-    k
 }
 
 /// The prepared graph behind `outputs`: from the cache when it was seen before under these
@@ -123,14 +125,11 @@ pub(crate) fn prepare(outputs: &[&LazyTensor], options: &Options) -> Result<Prep
         return prepare_fresh(outputs, options);
     }
     let graph = ovl_core::lazy::graph_key(outputs)?;
-    let key = key(graph.bytes, options);
+    let key = Key::new(graph.bytes, options);
     {
-        let mut guard = lock();
-        let Some(cache) = guard.as_mut() else {
-            unreachable!("`lock` creates the cache")
-        };
+        let mut cache = CACHE.lock();
         if cache.capacity() == 0 {
-            drop(guard);
+            drop(cache);
             return prepare_fresh(outputs, options);
         }
         if let Some(planned) = cache.get(&key) {
@@ -141,9 +140,7 @@ pub(crate) fn prepare(outputs: &[&LazyTensor], options: &Options) -> Result<Prep
         }
     }
     let prepared = prepare_fresh(outputs, options)?;
-    if let Some(cache) = lock().as_mut() {
-        cache.insert(key, prepared.planned.clone());
-    }
+    CACHE.insert(key, prepared.planned.clone());
     Ok(prepared)
 }
 

@@ -324,3 +324,71 @@ fn several_threads_share_the_cache() {
     assert!((3..=12).contains(&s.misses), "{s:?}");
     assert_eq!(s.entries, 3);
 }
+
+/// `cache_stats` reports every in-memory cache under one policy, `clear_caches` empties them
+/// all, and `set_cache_capacity` bounds each (least recently used evicted first).
+#[test]
+fn every_in_memory_cache_reports_clears_and_is_bounded_alike() {
+    use ovl::{Cache, CacheCounters};
+    let _g = fresh();
+    ovl::clear_caches();
+    let empty = ovl::cache_stats();
+    for cache in Cache::ALL {
+        let c = empty.get(cache);
+        assert_eq!(
+            (c.hits, c.misses, c.evictions, c.entries),
+            (0, 0, 0, 0),
+            "{cache:?}"
+        );
+    }
+    assert_eq!(
+        empty.plans,
+        CacheCounters {
+            capacity: 128,
+            ..Default::default()
+        }
+    );
+    assert_eq!(Cache::Fusion.name(), "fusion");
+
+    // The same graph twice: the second evaluation hits the trace memo and the plan cache, and
+    // so never asks the fusion cache again.
+    let x = data(4, 0.0);
+    for _ in 0..2 {
+        let y = evaluate_with(&chain(&x, 3.0, 1.0), &interp()).unwrap();
+        assert_eq!(y, chain_expected(&x, 3.0, 1.0));
+    }
+    let s = ovl::cache_stats();
+    assert_eq!(s.plans, ovl::plan_cache_stats());
+    assert_eq!((s.plans.misses, s.plans.hits), (1, 1));
+    assert_eq!((s.trace_memo.misses, s.trace_memo.hits), (2, 2));
+    assert_eq!(
+        (s.fusion.misses, s.fusion.hits, s.fusion.entries),
+        (1, 0, 1)
+    );
+
+    // With the plan cache off, every evaluation asks the fusion cache: a capacity of 1 keeps
+    // only the graph of the last evaluation.
+    ovl::set_plan_cache_capacity(0);
+    ovl::set_cache_capacity(Cache::Fusion, 1);
+    assert_eq!(ovl::cache_stats().fusion.entries, 1);
+    for scale in [3.0, 3.0, 4.0, 3.0] {
+        // Another scale is another trace, so another graph.
+        evaluate_with(&chain(&x, scale, 1.0), &interp()).unwrap();
+    }
+    let f = ovl::cache_stats().fusion;
+    // 3.0 hits the entry kept from before, 4.0 misses and evicts it, 3.0 misses again.
+    assert_eq!(
+        (f.hits, f.misses, f.evictions, f.entries, f.capacity),
+        (2, 3, 2, 1, 1)
+    );
+
+    ovl::clear_caches();
+    let s = ovl::cache_stats();
+    for cache in Cache::ALL {
+        assert_eq!(s.get(cache).entries, 0, "{cache:?}");
+        assert_eq!(s.get(cache).hits, 0, "{cache:?}");
+    }
+    assert_eq!(s.fusion.capacity, 1, "clearing keeps the capacity");
+    ovl::set_cache_capacity(Cache::Fusion, 512); // the default
+    ovl::set_plan_cache_capacity(128);
+}

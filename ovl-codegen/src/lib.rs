@@ -33,7 +33,7 @@ mod error;
 mod options;
 mod shared;
 
-pub use cache::{cache_dir, clear_cache, clear_cache_at, CACHE_LAYOUT};
+pub use cache::{cache_dir, clear_cache, clear_cache_at, memory_caches, CACHE_LAYOUT};
 pub use cpu::cache::compile_with_outcome;
 pub use cpu::compiler::{compiler_flags, compiler_invocations};
 pub use cpu::generate_cpp;

@@ -8,18 +8,16 @@
 pub mod autodiff;
 pub mod broadcast;
 pub mod error;
-pub mod fast_hash;
 pub mod interp;
 pub mod lazy;
 mod lazy_ops;
-pub mod lru;
 pub use lazy_ops::CompareOperand;
 pub mod trace;
 pub mod vmap;
 
 pub use ovl_ir::{
-    analysis, batch, batch_ops, builder, dtype, hash, host, ir, symbolic, text, unify, validate,
-    with_tensor_data, IR_VERSION,
+    analysis, batch, batch_ops, builder, dtype, fast_hash, hash, host, ir, lru, symbolic, text,
+    unify, validate, with_tensor_data, IR_VERSION,
 };
 
 pub use error::TraceError;

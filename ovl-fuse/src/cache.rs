@@ -1,18 +1,19 @@
 //! Fusion results remembered in memory, keyed by the canonical hash of the unfused graph and
-//! the level, so that evaluating the same graph repeatedly does not search again.
+//! the level, so that evaluating the same graph repeatedly does not search again. Bounded like
+//! every in-memory cache of ovl ([`ovl_ir::lru`]): the [`CAPACITY`] most recently used results.
 
 use crate::error::FuseError;
 use crate::OptLevel;
 use ovl_ir::hash::{canonical_hash_operator_dag, Digest};
 use ovl_ir::ir;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use ovl_ir::lru::{CacheControl, SharedLru};
+use std::sync::Arc;
 
 /// The fused graph and, per operator, the original operator whose source location it carries.
 type Entry = Arc<(ir::OperatorDag, Vec<usize>)>;
 
-/// More distinct graphs than this in one process empty the memory (a simple bound).
-const CAPACITY: usize = 512;
+/// The most fusion results kept unless `ovl::set_cache_capacity` says otherwise.
+pub const CAPACITY: usize = 512;
 
 /// The version of the merger's rules: part of every key, bumped whenever the same graph may
 /// fuse differently (2: index substitution and its cost model; 3: consumers looped inside
@@ -22,7 +23,13 @@ pub const FUSION_VERSION: u32 = 4;
 /// The key: the rules' version, the unfused graph's canonical hash, the level, row reuse.
 type Key = (u32, Digest, u8, crate::RowReuse);
 
-static CACHE: Mutex<Option<HashMap<Key, Entry>>> = Mutex::new(None);
+static CACHE: SharedLru<Key, Entry> = SharedLru::new("fusion", CAPACITY);
+
+/// The cache of fusion results, for `ovl::cache_stats`, `ovl::clear_caches` and
+/// `ovl::set_cache_capacity`.
+pub fn cache() -> &'static dyn CacheControl {
+    &CACHE
+}
 
 pub(crate) fn optimize_cached(
     dag: ir::OperatorDag,
@@ -35,22 +42,13 @@ pub(crate) fn optimize_cached(
         level.get(),
         reuse,
     );
-    let hit = CACHE
-        .lock()
-        .ok()
-        .and_then(|c| c.as_ref().and_then(|m| m.get(&key).cloned()));
+    let hit = CACHE.get(&key);
     let entry = match hit {
         Some(e) => e,
         None => {
             let (fused, sources, _) = crate::run(&dag, level, reuse)?;
             let e = Arc::new((fused, sources));
-            if let Ok(mut c) = CACHE.lock() {
-                let m = c.get_or_insert_with(HashMap::new);
-                if m.len() >= CAPACITY {
-                    m.clear();
-                }
-                m.insert(key, e.clone());
-            }
+            CACHE.insert(key, e.clone());
             e
         }
     };

@@ -54,7 +54,7 @@ mod search;
 mod strategy;
 mod substitute;
 
-pub use cache::FUSION_VERSION;
+pub use cache::{cache as fusion_cache, FUSION_VERSION};
 pub use dot::{render_dot, render_dot_bytes, to_dot, to_dot_pair, ImageFormat};
 pub use error::FuseError;
 pub use pattern::{Affine, IndexPattern};

@@ -11,11 +11,16 @@ pub mod builder;
 pub mod cost;
 pub mod dtype;
 pub mod error;
+pub mod fast_hash;
+/// Hand-built programs the tests of every crate share: only with the feature `testing` (which
+/// the crates' dev-dependencies turn on), never in a build of the library for users.
+#[cfg(any(test, feature = "testing"))]
 pub mod fixtures;
 pub mod hash;
 pub mod host;
 pub mod intervals;
 pub mod limits;
+pub mod lru;
 pub mod names;
 pub mod ops;
 pub mod shape;

@@ -868,3 +868,129 @@ fn helpers_and_assignments() {
     // `w = w + 1.0` on a `Var`: ASSIGN; the other assignments ran in Rust.
     assert!(log.contains(&"ASSIGN %3 %6".to_string()), "{log:#?}");
 }
+
+/// Keeps the mock in step with the real runtime, name by name: every entry point the real
+/// `ovl_core::trace::rt` (the `::ovl::__rt` the expansion calls) exports is mocked here or
+/// listed as not mocked, and every public item of the mock's `__rt` is a real entry point or
+/// listed as a helper of the mock. Adding an entry point to the real runtime (because the macro
+/// now emits it) fails this test until the mock implements it or says why it does not. The
+/// signatures are not compared: the facade's tests compile the expansion against the real
+/// runtime, this file against the mock.
+#[test]
+fn the_mock_runtime_is_in_step_with_the_real_one() {
+    use std::collections::BTreeSet;
+    /// Real entry points the mock leaves out: no operator here uses them (gradients are tested
+    /// in the facade's and the stdlib's tests; negation and `arange`/reversed ranges stage like
+    /// the operations mocked here).
+    const NOT_MOCKED: &[&str] = &[
+        "arange",
+        "range_rev",
+        "range_inclusive_rev",
+        "neg",
+        "Negate",
+        "grad_input",
+        "grad_input_list",
+        "input_gradient",
+        "input_gradients",
+        "InputGradient",
+        "InputGradients",
+        "OutputGrads",
+        "trace_operator_with_gradient",
+        "GradientCall",
+        "LazyTensor",
+    ];
+    /// Public items of the mock's `__rt` that the real runtime keeps elsewhere (the traits and
+    /// guard types behind its entry points, in `ovl_core::trace`).
+    const MOCK_HELPERS: &[&str] = &[
+        "Bound",
+        "CastTo",
+        "Compare",
+        "Cond",
+        "Condition",
+        "Idx",
+        "IfGuard",
+        "IndexPart",
+        "Logic",
+        "PlainCond",
+        "RangeGuard",
+    ];
+    let real_src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../ovl-core/src/trace/mod.rs"
+    ))
+    .unwrap();
+    let block = |src: &str, opening: &str| -> String {
+        let start = src
+            .find(opening)
+            .unwrap_or_else(|| panic!("no `{opening}`"));
+        let end = start + src[start..].find("\n}").expect("the block ends");
+        src[start + opening.len()..end].to_string()
+    };
+    // The real module is `pub use path::{a, b, ...};` lines: take each last path segment.
+    let real: BTreeSet<String> = block(&real_src, "pub mod rt {")
+        .split(';')
+        .flat_map(|u| {
+            let u = u.trim().trim_start_matches("pub use").trim();
+            let names = match u.find('{') {
+                Some(open) => u[open + 1..].trim_end_matches('}').to_string(),
+                None => u.rsplit("::").next().unwrap_or("").to_string(),
+            };
+            names
+                .split(',')
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(real.contains("trace_operator_keyed"), "{real:?}");
+    let mock_src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/mock_runtime.rs"
+    ))
+    .unwrap();
+    let mock: BTreeSet<String> = block(&mock_src, "pub mod __rt {")
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("    pub ")?;
+            let mut words = rest.split_whitespace();
+            let kind = words.next()?;
+            ["fn", "struct", "trait", "enum", "type"]
+                .contains(&kind)
+                .then(|| {
+                    let name = words.next()?;
+                    let end = name
+                        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                        .unwrap_or(name.len());
+                    Some(name[..end].to_string())
+                })
+                .flatten()
+        })
+        .collect();
+    assert!(mock.contains("trace_operator_keyed"), "{mock:?}");
+    let unmocked: Vec<&String> = real
+        .iter()
+        .filter(|n| !mock.contains(*n) && !NOT_MOCKED.contains(&n.as_str()))
+        .collect();
+    assert!(
+        unmocked.is_empty(),
+        "real runtime entry points the mock neither implements nor lists in NOT_MOCKED: {unmocked:?}"
+    );
+    let unknown: Vec<&String> = mock
+        .iter()
+        .filter(|n| !real.contains(*n) && !MOCK_HELPERS.contains(&n.as_str()))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "mock items that are no real entry point (renamed or removed?) nor listed in MOCK_HELPERS: {unknown:?}"
+    );
+    for n in NOT_MOCKED {
+        assert!(
+            real.contains(*n),
+            "NOT_MOCKED lists `{n}`, which the real runtime lacks"
+        );
+        assert!(
+            !mock.contains(*n),
+            "NOT_MOCKED lists `{n}`, which the mock implements"
+        );
+    }
+}

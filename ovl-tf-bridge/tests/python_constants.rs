@@ -5,8 +5,9 @@
 
 use std::path::Path;
 
-fn python_source() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/ovl_tf/__init__.py");
+/// The source of the module `ovl_tf/<module>.py`.
+fn python_source(module: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("python/ovl_tf/{module}.py"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -15,24 +16,24 @@ fn assignment<'a>(source: &'a str, name: &str) -> &'a str {
     source
         .lines()
         .find_map(|line| line.strip_prefix(&format!("{name} = ")))
-        .unwrap_or_else(|| panic!("ovl_tf/__init__.py defines no `{name} = ...`"))
+        .unwrap_or_else(|| panic!("the ovl_tf module defines no `{name} = ...`"))
         .trim()
 }
 
 #[test]
 fn ovl_tf_mirrors_the_bundle_constants() {
-    let source = python_source();
+    let bundle = python_source("_bundle");
     assert_eq!(
-        assignment(&source, "BUNDLE_FORMAT"),
+        assignment(&bundle, "BUNDLE_FORMAT"),
         format!("{:?}", ovl::export::BUNDLE_FORMAT)
     );
     assert_eq!(
-        assignment(&source, "_BUNDLE_VERSION"),
+        assignment(&bundle, "_BUNDLE_VERSION"),
         ovl::export::BUNDLE_VERSION.to_string()
     );
     let header = std::str::from_utf8(ovl::program::SEALED_PROGRAM_HEADER).unwrap();
     assert_eq!(
-        assignment(&source, "_SEALED_PROGRAM_HEADER"),
+        assignment(&python_source("_sealed"), "_SEALED_PROGRAM_HEADER"),
         format!("b{header:?}")
     );
 }

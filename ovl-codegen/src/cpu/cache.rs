@@ -32,11 +32,11 @@ use crate::error::{defined_at, CodegenError};
 use crate::options::CompileOptions;
 use crate::shared::cache_entry::{get_or_build, Backend, Check, Entry, Writer};
 use ovl_ir::ir;
+use ovl_ir::lru::{CacheControl, SharedLru};
 use sha2::{Digest as _, Sha256};
-use std::collections::HashMap;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 pub use crate::shared::cache_entry::{cache_dir, CACHE_LAYOUT};
 use crate::shared::cache_entry::{dump_source_file, env_flag};
@@ -46,15 +46,18 @@ type MemoryKey = (PathBuf, String);
 /// Forgets the libraries loaded in this process from the cache rooted at `root` (they stay
 /// usable by whoever holds them).
 pub(crate) fn forget_root(root: &Path) {
-    memory()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .retain(|(r, _), _| r != root);
+    memory().lock().retain(|(r, _)| r != root);
 }
 
-fn memory() -> &'static Mutex<HashMap<MemoryKey, Arc<CompiledOperator>>> {
-    static M: OnceLock<Mutex<HashMap<MemoryKey, Arc<CompiledOperator>>>> = OnceLock::new();
-    M.get_or_init(Default::default)
+fn memory() -> &'static SharedLru<MemoryKey, Arc<CompiledOperator>> {
+    static M: SharedLru<MemoryKey, Arc<CompiledOperator>> =
+        SharedLru::new("cpu_modules", crate::cache::MODULES_CAPACITY);
+    &M
+}
+
+/// The C++ libraries loaded in this process, for `ovl::cache_stats` and its siblings.
+pub(crate) fn memory_cache() -> &'static dyn CacheControl {
+    memory()
 }
 
 /// SHA-256 of the C++ prelude, computed once: the key is looked up on every evaluation.
@@ -101,13 +104,9 @@ pub fn compile_with_outcome(
 
     // In memory: no file system access. A forced recompilation accepts only a library this
     // process compiled itself.
-    if let Some(op) = memory()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&memory_key)
-    {
+    if let Some(op) = memory().get(&memory_key) {
         if !force || op.origin() == Origin::Compiled {
-            return Ok((op.clone(), CacheOutcome::Memory));
+            return Ok((op, CacheOutcome::Memory));
         }
     }
     let (root, key) = &memory_key;
@@ -115,10 +114,7 @@ pub fn compile_with_outcome(
     let source_path = entry.file("op.cpp");
     let remember = |op: CompiledOperator, outcome: CacheOutcome| {
         let op = Arc::new(op);
-        memory()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(memory_key.clone(), op.clone());
+        memory().insert(memory_key.clone(), op.clone());
         if dump_source && outcome == CacheOutcome::DiskCache {
             dump(op.name(), op.source_path());
         }
@@ -274,12 +270,8 @@ pub fn load_embedded(
     }
     let root = options.cache_dir.clone().unwrap_or_else(cache_dir);
     let memory_key = (root, key.to_string());
-    if let Some(op) = memory()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&memory_key)
-    {
-        return Ok(op.clone());
+    if let Some(op) = memory().get(&memory_key) {
+        return Ok(op);
     }
     let (root, _) = &memory_key;
     let entry = Entry::new(root, Backend::Cpu, key, "op.so");
@@ -321,10 +313,7 @@ pub fn load_embedded(
     };
     let (op, _) = get_or_build(&entry, false, accept, build).map_err(|e| e.to_string())?;
     let op = Arc::new(op);
-    memory()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(memory_key, op.clone());
+    memory().insert(memory_key, op.clone());
     Ok(op)
 }
 

@@ -10,10 +10,10 @@ use crate::error::{defined_at, CodegenError, CudaCompileFailure};
 use crate::shared::cache_entry::{cache_dir, dump_source_file, env_flag, CacheOutcome};
 use crate::shared::cache_entry::{get_or_build, Backend, Entry, Writer};
 use ovl_ir::ir;
+use ovl_ir::lru::{CacheControl, SharedLru};
 use sha2::{Digest as _, Sha256};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 /// An operator compiled by NVRTC: the PTX or CUBIN bytes and where they are in the cache. Needs
 /// no GPU; [`super::load`] turns it into a runnable [`super::CudaOperator`].
@@ -73,19 +73,21 @@ impl CudaArtifact {
 
 type MemoryKey = (PathBuf, String);
 /// The artifacts of this process, and whether this process compiled each.
-type Memory = Mutex<HashMap<MemoryKey, (Arc<CudaArtifact>, bool)>>;
+type Memory = SharedLru<MemoryKey, (Arc<CudaArtifact>, bool)>;
 
 fn memory() -> &'static Memory {
-    static M: OnceLock<Memory> = OnceLock::new();
-    M.get_or_init(Default::default)
+    static M: Memory = SharedLru::new("cuda_artifacts", crate::cache::MODULES_CAPACITY);
+    &M
+}
+
+/// The CUDA artifacts of this process, for `ovl::cache_stats` and its siblings.
+pub(crate) fn memory_cache() -> &'static dyn CacheControl {
+    memory()
 }
 
 /// Forgets the artifacts of the cache rooted at `root` (used by [`crate::clear_cache_at`]).
 pub(crate) fn forget_root(root: &Path) {
-    memory()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .retain(|(r, _), _| r != root);
+    memory().lock().retain(|(r, _)| r != root);
 }
 
 /// The complete NVRTC option list for an architecture and output kind.
@@ -141,13 +143,9 @@ pub fn compile_with_outcome(
     let root = options.cache_dir.clone().unwrap_or_else(cache_dir);
     let key = cache_key(dag, nvrtc, &nvrtc_opts);
     let memory_key = (root, key);
-    if let Some((a, compiled_here)) = memory()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&memory_key)
-    {
-        if !force || *compiled_here {
-            return Ok((a.clone(), CacheOutcome::Memory));
+    if let Some((a, compiled_here)) = memory().get(&memory_key) {
+        if !force || compiled_here {
+            return Ok((a, CacheOutcome::Memory));
         }
     }
     let (root, key) = &memory_key;
@@ -166,7 +164,7 @@ pub fn compile_with_outcome(
     };
     let remember = |a: CudaArtifact, outcome: CacheOutcome| {
         let a = Arc::new(a);
-        memory().lock().unwrap_or_else(|p| p.into_inner()).insert(
+        memory().insert(
             memory_key.clone(),
             (a.clone(), outcome == CacheOutcome::Compiled),
         );

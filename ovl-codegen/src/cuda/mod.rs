@@ -63,7 +63,8 @@ pub use runtime::{
     device_copy_bandwidth, gpu_status, load, CudaOperator, GpuInfo, StatusBlock, STATUS_BYTES,
 };
 
-pub(crate) use cache::forget_root;
+pub(crate) use cache::{forget_root, memory_cache};
+pub(crate) use runtime::loaded_cache;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;

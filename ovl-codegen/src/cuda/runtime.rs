@@ -12,8 +12,8 @@ use crate::shared::symbols::Geometry;
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig};
 use cudarc::driver::{DriverError, PushKernelArg as _};
 use ovl_ir::ir::{self, Op};
+use ovl_ir::lru::{CacheControl, SharedLru};
 use ovl_ir::{DType, HostTensor};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -170,9 +170,15 @@ impl std::fmt::Debug for CudaOperator {
 
 type LoadedKey = (std::path::PathBuf, String);
 
-fn loaded() -> &'static Mutex<HashMap<LoadedKey, CudaFunction>> {
-    static L: OnceLock<Mutex<HashMap<LoadedKey, CudaFunction>>> = OnceLock::new();
-    L.get_or_init(Default::default)
+fn loaded() -> &'static SharedLru<LoadedKey, CudaFunction> {
+    static L: SharedLru<LoadedKey, CudaFunction> =
+        SharedLru::new("cuda_modules", crate::cache::MODULES_CAPACITY);
+    &L
+}
+
+/// The CUDA functions loaded onto the GPU, for `ovl::cache_stats` and its siblings.
+pub(crate) fn loaded_cache() -> &'static dyn CacheControl {
+    loaded()
 }
 
 /// Compiles an operator for this process's GPU (CUBIN for its architecture when NVRTC supports
@@ -205,11 +211,7 @@ pub fn load(
         .map(|p| p.to_path_buf())
         .unwrap_or_default();
     let key = (root, artifact.cache_key().to_string());
-    let cached = loaded()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&key)
-        .cloned();
+    let cached = loaded().get(&key);
     let function = match cached {
         Some(f) => f,
         None => {
@@ -230,10 +232,7 @@ pub fn load(
             let f = module
                 .load_function(KERNEL_NAME)
                 .map_err(|e| driver_err("finding the kernel", driver_text(e)))?;
-            loaded()
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(key, f.clone());
+            loaded().insert(key, f.clone());
             f
         }
     };

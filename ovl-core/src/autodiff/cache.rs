@@ -39,11 +39,11 @@ use crate::fast_hash::FastBuild;
 use crate::hash::Digest;
 use crate::ir;
 use crate::lazy::{GradientSlot, LazyTensor, Node, OperatorNode};
-use crate::lru::Lru;
+use crate::lru::{CacheControl, LruCounters, SharedLru, DEFAULT_CAPACITY, PLAN_CACHE_SIZE_VAR};
 use std::any::TypeId;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 /// What [`backward_cache_stats`] reports: counters since the process started (or the last
 /// clearing) and the current size.
@@ -106,15 +106,35 @@ struct Template {
     results: Vec<Option<TensorRef>>,
 }
 
-static CACHE: Mutex<Option<Lru<Key, Arc<Template>>>> = Mutex::new(None);
+static CACHE: SharedLru<Key, Arc<Template>> =
+    SharedLru::with_env("backward_graphs", DEFAULT_CAPACITY, PLAN_CACHE_SIZE_VAR);
 static BYPASSED: AtomicU64 = AtomicU64::new(0);
 
-fn lock() -> MutexGuard<'static, Option<Lru<Key, Arc<Template>>>> {
-    let mut guard = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-    if guard.is_none() {
-        *guard = Some(Lru::new(crate::lru::initial_capacity()));
+/// The cache as [`CacheControl`] sees it: clearing it also resets the count of bypasses.
+struct Control;
+
+impl CacheControl for Control {
+    fn name(&self) -> &'static str {
+        CACHE.name()
     }
-    guard
+
+    fn counters(&self) -> LruCounters {
+        CACHE.counters()
+    }
+
+    fn clear(&self) {
+        clear_backward_cache()
+    }
+
+    fn set_capacity(&self, capacity: usize) {
+        CACHE.set_capacity(capacity)
+    }
+}
+
+/// The cache of backward graphs, for `ovl::cache_stats`, `ovl::clear_caches` and
+/// `ovl::set_cache_capacity`.
+pub fn cache() -> &'static dyn CacheControl {
+    &Control
 }
 
 /// The counters and size of the cache of backward graphs.
@@ -124,8 +144,7 @@ fn lock() -> MutexGuard<'static, Option<Lru<Key, Arc<Template>>>> {
 /// assert!(s.entries <= s.capacity);
 /// ```
 pub fn backward_cache_stats() -> BackwardCacheStats {
-    let guard = lock();
-    let c = guard.as_ref().map(Lru::counters).unwrap_or_default();
+    let c = CACHE.counters();
     BackwardCacheStats {
         hits: c.hits,
         misses: c.misses,
@@ -139,18 +158,14 @@ pub fn backward_cache_stats() -> BackwardCacheStats {
 /// Empties the cache of backward graphs and resets its counters (`ovl::clear_plan_cache` calls
 /// it).
 pub fn clear_backward_cache() {
-    if let Some(c) = lock().as_mut() {
-        c.clear();
-    }
+    CACHE.clear();
     BYPASSED.store(0, Ordering::Relaxed);
 }
 
 /// Sets how many backward graphs the cache keeps (least recently used evicted first; 0 turns
 /// it off). `ovl::set_plan_cache_capacity` calls it with the plan cache's capacity.
 pub fn set_backward_cache_capacity(capacity: usize) {
-    if let Some(c) = lock().as_mut() {
-        c.set_capacity(capacity);
-    }
+    CACHE.set_capacity(capacity);
 }
 
 /// What [`lookup`] found.
@@ -173,14 +188,14 @@ pub(super) struct Miss {
 }
 
 pub(super) fn lookup(seeds: &[(&LazyTensor, &LazyTensor)], wrt: &[&LazyTensor]) -> Lookup {
-    if !crate::trace::memo::enabled() || lock().as_ref().is_some_and(|c| c.capacity() == 0) {
+    if !crate::trace::memo::enabled() || CACHE.lock().capacity() == 0 {
         return Lookup::Bypass;
     }
     let Some((key, walked)) = key_of(seeds, wrt) else {
         BYPASSED.fetch_add(1, Ordering::Relaxed);
         return Lookup::Bypass;
     };
-    let found = lock().as_mut().and_then(|c| c.get(&key));
+    let found = CACHE.get(&key);
     match found {
         Some(template) => Lookup::Hit(replay(&template, &walked, wrt)),
         None => {
@@ -206,9 +221,7 @@ impl Miss {
     pub(super) fn remember(self, wrt: &[&LazyTensor], gradients: &Gradients) {
         match self.record(wrt, gradients) {
             Some(template) => {
-                if let Some(c) = lock().as_mut() {
-                    c.insert(self.key, Arc::new(template));
-                }
+                CACHE.insert(self.key, Arc::new(template));
             }
             None => {
                 BYPASSED.fetch_add(1, Ordering::Relaxed);

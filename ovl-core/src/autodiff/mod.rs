@@ -10,7 +10,8 @@
 mod cache;
 
 pub use cache::{
-    backward_cache_stats, clear_backward_cache, set_backward_cache_capacity, BackwardCacheStats,
+    backward_cache_stats, cache as backward_cache, clear_backward_cache,
+    set_backward_cache_capacity, BackwardCacheStats,
 };
 
 use crate::dtype::DType;

@@ -16,18 +16,19 @@
 //! Arithmetic on lazy handles (`&a + &b`, `2.0 * &x`) is memoized the same way, by operator,
 //! dtype, operand shapes and literals, and the source line it names.
 //!
-//! The memo is bounded: it keeps at most [`CAPACITY`] traces and is emptied when full.
+//! The memo is bounded like every in-memory cache of ovl ([`crate::lru`]): it keeps the
+//! [`CAPACITY`] most recently used traces (least recently used evicted first).
 
 use crate::dtype::{DType, Literal};
 use crate::hash::Digest;
 use crate::host::Scalar;
 use crate::ir;
 use crate::lazy::{Lazy, LazyTensor};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use crate::lru::{CacheControl, SharedLru};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 
-/// The most traces the memo keeps; one more empties it.
+/// The most traces the memo keeps unless `ovl::set_cache_capacity` says otherwise.
 pub const CAPACITY: usize = 4096;
 
 /// What an operator returns, described well enough to rebuild its lazy handles on a memoized
@@ -303,13 +304,16 @@ impl<T: ?Sized> KeyNone for KeyWrap<'_, T> {
     }
 }
 
-type Table = HashMap<Vec<u8>, Arc<Memoized>, crate::fast_hash::FastBuild>;
+/// The memo. Its misses are the keyable calls traced and kept (a call whose trace recorded an
+/// error is neither a hit nor a miss).
+static MEMO: SharedLru<Vec<u8>, Arc<Memoized>> = SharedLru::new("trace_memo", CAPACITY);
 
-static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+/// The memo, for `ovl::cache_stats`, `ovl::clear_caches` and `ovl::set_cache_capacity`.
+pub fn cache() -> &'static dyn CacheControl {
+    &MEMO
+}
 /// 0: not read yet, 1: on, 2: off.
 static ENABLED: AtomicU8 = AtomicU8::new(0);
-static HITS: AtomicU64 = AtomicU64::new(0);
-static MISSES: AtomicU64 = AtomicU64::new(0);
 
 pub(crate) fn enabled() -> bool {
     match ENABLED.load(Ordering::Relaxed) {
@@ -341,25 +345,17 @@ pub struct TraceMemoStats {
 
 /// The counters of memoized traces.
 pub fn trace_memo_stats() -> TraceMemoStats {
-    let entries = TABLE
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-        .map_or(0, |m| m.len());
+    let c = MEMO.counters();
     TraceMemoStats {
-        hits: HITS.load(Ordering::Relaxed),
-        misses: MISSES.load(Ordering::Relaxed),
-        entries,
+        hits: c.hits,
+        misses: c.misses,
+        entries: c.entries,
     }
 }
 
 /// Forgets every memoized trace and resets the counters.
 pub fn clear_trace_memo() {
-    if let Some(m) = TABLE.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-        m.clear();
-    }
-    HITS.store(0, Ordering::Relaxed);
-    MISSES.store(0, Ordering::Relaxed);
+    MEMO.clear();
 }
 
 /// The full key of a call: the operator's identity, then its [`TraceKey`].
@@ -447,23 +443,11 @@ pub(crate) fn elementwise_key(
 }
 
 pub(crate) fn lookup(key: &[u8]) -> Option<Arc<Memoized>> {
-    let hit = TABLE
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-        .and_then(|m| m.get(key).cloned());
-    if hit.is_some() {
-        HITS.fetch_add(1, Ordering::Relaxed);
-    }
-    hit
+    MEMO.lock().find(key)
 }
 
 pub(crate) fn remember(key: Vec<u8>, entry: Memoized) {
-    MISSES.fetch_add(1, Ordering::Relaxed);
-    let mut guard = TABLE.lock().unwrap_or_else(|p| p.into_inner());
-    let m = guard.get_or_insert_with(Table::default);
-    if m.len() >= CAPACITY {
-        m.clear();
-    }
-    m.insert(key, Arc::new(entry));
+    let mut memo = MEMO.lock();
+    memo.note_miss();
+    memo.insert(key, Arc::new(entry));
 }

@@ -38,6 +38,7 @@ mod ops;
 mod rewrite;
 
 pub use args::{Batched, Shared, VmapArgs, VmapInput, VmapOutputs};
+pub use rewrite::cache;
 
 use crate::batch::BatchError;
 use crate::error::TraceError;

@@ -10,8 +10,9 @@ use crate::ir;
 use crate::lazy::{
     operator_key, Gradient, GradientCall, GradientFn, LazyTensor, Node, OperatorNode,
 };
+use crate::lru::{CacheControl, SharedLru};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 /// What a node of the per-example graph becomes.
 #[derive(Clone)]
@@ -147,6 +148,23 @@ impl Batcher {
     }
 }
 
+/// (the per-example operator's key, which inputs are batched, the batch size).
+type MemoKey = (Digest, Vec<bool>, usize);
+
+/// Batched operators and their keys, by [`MemoKey`].
+static MEMO: SharedLru<MemoKey, (Arc<ir::ExpressionDag>, Digest)> =
+    SharedLru::new("vmap_operators", MEMO_CAPACITY);
+
+/// The most batched operators [`MEMO`] keeps unless `ovl::set_cache_capacity` says otherwise
+/// (a batched operator is small).
+pub const MEMO_CAPACITY: usize = 4096;
+
+/// The memo of batched operators, for `ovl::cache_stats`, `ovl::clear_caches` and
+/// `ovl::set_cache_capacity`.
+pub fn cache() -> &'static dyn CacheControl {
+    &MEMO
+}
+
 /// The batched IR of `op` and its key. Batched operators are remembered by (the per-example
 /// operator's key, the batched inputs, the batch size), which determine them: calls of one traced
 /// operator share one batched IR, and a repeated `vmap` reuses it, so that the plan cache
@@ -156,26 +174,13 @@ fn batched_ir(
     mask: &[bool],
     batch: usize,
 ) -> Result<(Arc<ir::ExpressionDag>, Digest), BatchError> {
-    type Memo = HashMap<(Digest, Vec<bool>, usize), (Arc<ir::ExpressionDag>, Digest)>;
-    /// Entries kept before the memo starts again (a batched operator is small; this bounds it).
-    const CAPACITY: usize = 4096;
-    static MEMO: OnceLock<Mutex<Memo>> = OnceLock::new();
-    let memo = MEMO.get_or_init(Default::default);
     let memo_key = (op.key, mask.to_vec(), batch);
-    if let Some(hit) = memo
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&memo_key)
-    {
-        return Ok(hit.clone());
+    if let Some(hit) = MEMO.get(&memo_key) {
+        return Ok(hit);
     }
     let dag = Arc::new(batch_operator(&op.dag, mask, batch as u64)?);
     let key = operator_key(&dag);
-    let mut memo = memo.lock().unwrap_or_else(|e| e.into_inner());
-    if memo.len() >= CAPACITY {
-        memo.clear();
-    }
-    memo.insert(memo_key, (dag.clone(), key));
+    MEMO.insert(memo_key, (dag.clone(), key));
     Ok((dag, key))
 }
 

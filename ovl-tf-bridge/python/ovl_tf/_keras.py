@@ -7,7 +7,8 @@ from typing import Mapping, Optional, Union
 
 import keras
 
-from . import Program, load, load_library
+from ._bundle import Program, load
+from ._library import load_library
 
 
 @keras.saving.register_keras_serializable(package="ovl_tf", name="Layer")

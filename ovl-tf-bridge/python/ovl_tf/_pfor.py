@@ -128,7 +128,9 @@ def batch_program(program: bytes, gradient: bytes, stacked, n: int, library: str
 
 def _convert_dynamic_lib(pfor_input):
     """The pfor converter of ``DynamicLib`` (see the module documentation)."""
-    from . import _call_op, _gradient_of, _program_name, _digest, _library_file, load_library
+    from ._gradient import _gradient_of
+    from ._library import _call_op, _library_file, load_library
+    from ._sealed import _digest, _program_name
 
     op = pfor_input.op
     program = pfor_input.get_attr("program")

@@ -3,7 +3,7 @@
 
 #![allow(clippy::needless_range_loop, clippy::type_complexity)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use ovl_codegen::{Access, RunError};

@@ -7,7 +7,7 @@
 //! semantics (wrapping, division by zero, saturating casts, literals) on this machine; the GPU's
 //! math library is not exercised (the host's is used).
 
-mod common;
+use crate::common;
 
 use common::{compiled, first_negative_dag, nested_walk_dag, zero_outputs, Builder, IN, LOC, OUT};
 use ovl_codegen::cuda;

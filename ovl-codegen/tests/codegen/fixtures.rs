@@ -6,7 +6,7 @@
 //! (past the test harness's capture) as "did not run: ...".
 
 #[allow(unused_imports)]
-mod common;
+use crate::common;
 
 use common::{bits, compiled, run, zero_outputs};
 use ovl_codegen::cuda::{self, CudaCompileOptions};

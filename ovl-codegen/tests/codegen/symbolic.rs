@@ -8,7 +8,7 @@
 //! not tested here: what did not run is printed).
 
 #[allow(unused_imports)]
-mod common;
+use crate::common;
 
 use common::{bits, element, zero_outputs, TestCache};
 use ovl_codegen::cuda::{self, CudaCompileOptions};

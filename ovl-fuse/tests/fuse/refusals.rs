@@ -2,7 +2,7 @@
 //! graph of two operators that the merger refuses for exactly that reason, with the unfused
 //! graph's result checked against values computed here (or its fault, where the graph faults).
 //!
-//! The other reasons are tested elsewhere: `OptLevel` (`tests/optimize.rs`
+//! The other reasons are tested elsewhere: `OptLevel` (`optimize.rs`
 //! `level_zero_refuses_everything`; the facade's `tests/fusion.rs` `opt_levels_one_and_two`),
 //! `WouldCreateCycle` (`a_merge_that_would_make_a_cycle_is_refused`), `WriteInControlFlow`
 //! (`cumsum_rows_then_cumsum_cols_is_refused_and_correct`), `PatternMismatch` and

@@ -1,0 +1,152 @@
+//! Every in-memory cache of ovl, under one policy ([`ovl_core::lru`]: the `capacity` most
+//! recently used entries, least recently used evicted first, 0 turns a cache off), with one
+//! report ([`cache_stats`]), one clear ([`clear_caches`]) and one capacity setter
+//! ([`set_cache_capacity`]).
+//!
+//! | [`Cache`] | what it keeps | key | default capacity |
+//! |---|---|---|---|
+//! | `Plans` | fused, prepared graphs of `evaluate` | graph key + options that change the plan | 128 (`OVL_PLAN_CACHE_SIZE`) |
+//! | `BackwardGraphs` | backward passes of `backward` | graph key + gradient functions | 128 (`OVL_PLAN_CACHE_SIZE`) |
+//! | `TraceMemo` | traced operator IR | operator + input dtypes, shapes + trace-time arguments | 4096 |
+//! | `VmapOperators` | batched operator IR of `vmap` | operator key + batched inputs + batch size | 4096 |
+//! | `Fusion` | fusion results | canonical graph hash + level + rules' version | 512 |
+//! | `CpuModules` | C++ libraries loaded in this process | cache root + cache key | 1024 |
+//! | `CudaArtifacts` | PTX/CUBIN read or compiled in this process | cache root + cache key | 1024 |
+//! | `CudaModules` | CUDA functions loaded onto the GPU | cache root + cache key | 1024 |
+//!
+//! The on-disk operator cache ([`crate::cache_dir`]) is not one of them: [`crate::clear_cache`]
+//! empties it (and every in-memory cache).
+
+use ovl_core::lru::CacheControl;
+
+/// The counters of one cache since it was created or last cleared, and its size.
+pub use ovl_core::lru::LruCounters as CacheCounters;
+
+/// One of ovl's in-memory caches (see the module documentation of `ovl::caches` for what each
+/// keeps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Cache {
+    /// Prepared plans of graphs evaluated before ([`crate::plan_cache_stats`]).
+    Plans,
+    /// Backward graphs replayed by [`crate::backward`] ([`crate::backward_cache_stats`]).
+    BackwardGraphs,
+    /// Memoized operator traces ([`crate::trace_memo_stats`]).
+    TraceMemo,
+    /// Batched operators built by [`crate::vmap`].
+    VmapOperators,
+    /// Fusion results per unfused graph.
+    Fusion,
+    /// Compiled C++ operators loaded in this process.
+    CpuModules,
+    /// CUDA artifacts (PTX or CUBIN) read or compiled in this process.
+    CudaArtifacts,
+    /// CUDA functions loaded onto the GPU.
+    CudaModules,
+}
+
+impl Cache {
+    /// Every cache, in the order of [`CacheStats`]'s fields.
+    pub const ALL: [Cache; 8] = [
+        Cache::Plans,
+        Cache::BackwardGraphs,
+        Cache::TraceMemo,
+        Cache::VmapOperators,
+        Cache::Fusion,
+        Cache::CpuModules,
+        Cache::CudaArtifacts,
+        Cache::CudaModules,
+    ];
+
+    fn control(self) -> &'static dyn CacheControl {
+        let [cpu_modules, cuda_artifacts, cuda_modules] = ovl_codegen::memory_caches();
+        match self {
+            Cache::Plans => crate::plan_cache::cache(),
+            Cache::BackwardGraphs => ovl_core::autodiff::backward_cache(),
+            Cache::TraceMemo => ovl_core::trace::memo::cache(),
+            Cache::VmapOperators => ovl_core::vmap::cache(),
+            Cache::Fusion => ovl_fuse::fusion_cache(),
+            Cache::CpuModules => cpu_modules,
+            Cache::CudaArtifacts => cuda_artifacts,
+            Cache::CudaModules => cuda_modules,
+        }
+    }
+
+    /// The cache's name (its field in [`CacheStats`]).
+    pub fn name(self) -> &'static str {
+        self.control().name()
+    }
+}
+
+/// The counters of every in-memory cache (what [`cache_stats`] returns).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// [`Cache::Plans`].
+    pub plans: CacheCounters,
+    /// [`Cache::BackwardGraphs`].
+    pub backward_graphs: CacheCounters,
+    /// [`Cache::TraceMemo`].
+    pub trace_memo: CacheCounters,
+    /// [`Cache::VmapOperators`].
+    pub vmap_operators: CacheCounters,
+    /// [`Cache::Fusion`].
+    pub fusion: CacheCounters,
+    /// [`Cache::CpuModules`].
+    pub cpu_modules: CacheCounters,
+    /// [`Cache::CudaArtifacts`].
+    pub cuda_artifacts: CacheCounters,
+    /// [`Cache::CudaModules`].
+    pub cuda_modules: CacheCounters,
+}
+
+impl CacheStats {
+    /// The counters of `cache`.
+    pub fn get(&self, cache: Cache) -> CacheCounters {
+        match cache {
+            Cache::Plans => self.plans,
+            Cache::BackwardGraphs => self.backward_graphs,
+            Cache::TraceMemo => self.trace_memo,
+            Cache::VmapOperators => self.vmap_operators,
+            Cache::Fusion => self.fusion,
+            Cache::CpuModules => self.cpu_modules,
+            Cache::CudaArtifacts => self.cuda_artifacts,
+            Cache::CudaModules => self.cuda_modules,
+        }
+    }
+}
+
+/// The counters (hits, misses, evictions) and sizes of every in-memory cache.
+///
+/// ```
+/// let s = ovl::cache_stats();
+/// assert!(s.plans.entries <= s.plans.capacity);
+/// assert_eq!(s.get(ovl::Cache::Fusion), s.fusion);
+/// ```
+pub fn cache_stats() -> CacheStats {
+    let c = |cache: Cache| cache.control().counters();
+    CacheStats {
+        plans: c(Cache::Plans),
+        backward_graphs: c(Cache::BackwardGraphs),
+        trace_memo: c(Cache::TraceMemo),
+        vmap_operators: c(Cache::VmapOperators),
+        fusion: c(Cache::Fusion),
+        cpu_modules: c(Cache::CpuModules),
+        cuda_artifacts: c(Cache::CudaArtifacts),
+        cuda_modules: c(Cache::CudaModules),
+    }
+}
+
+/// Empties every in-memory cache and resets its counters (capacities stay). Operators already
+/// compiled are still found in the operator cache on disk, which this leaves alone (see
+/// [`crate::clear_cache`]); handles and plans already made stay usable.
+pub fn clear_caches() {
+    for cache in Cache::ALL {
+        cache.control().clear();
+    }
+}
+
+/// Sets how many entries `cache` keeps (least recently used evicted first; 0 turns it off).
+/// [`crate::set_plan_cache_capacity`] is this for [`Cache::Plans`] and
+/// [`Cache::BackwardGraphs`] together.
+pub fn set_cache_capacity(cache: Cache, capacity: usize) {
+    cache.control().set_capacity(capacity)
+}
