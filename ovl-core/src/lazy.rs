@@ -92,9 +92,14 @@ pub fn operator_key(dag: &ir::ExpressionDag) -> Digest {
     Digest(h.finalize().into())
 }
 
-/// Where an operator call keeps its gradient function (set at most once).
+/// Where an operator call keeps its gradient function: the one attached by the user (set at
+/// most once), else the built-in one of arithmetic on handles (`lazy_ops`), which a user's
+/// replaces.
 #[derive(Default)]
-pub struct GradientSlot(pub(crate) std::sync::OnceLock<Gradient>);
+pub struct GradientSlot {
+    attached: std::sync::OnceLock<Gradient>,
+    builtin: std::sync::OnceLock<Gradient>,
+}
 
 /// A gradient function attached to a call, with what identifies it for the cache of backward
 /// graphs ([`crate::autodiff`]).
@@ -168,17 +173,31 @@ impl Gradient {
 impl GradientSlot {
     /// A slot holding `gradient`.
     pub(crate) fn with(gradient: Gradient) -> GradientSlot {
-        GradientSlot(std::sync::OnceLock::from(gradient))
+        GradientSlot {
+            attached: std::sync::OnceLock::from(gradient),
+            builtin: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The call's gradient: the attached one, else the built-in one.
+    pub(crate) fn get(&self) -> Option<&Gradient> {
+        self.attached.get().or_else(|| self.builtin.get())
+    }
+
+    /// Attaches `gradient`; `false` when one was attached before.
+    pub(crate) fn set(&self, gradient: Gradient) -> bool {
+        self.attached.set(gradient).is_ok()
+    }
+
+    /// Sets the built-in gradient, which an attached one overrides.
+    pub(crate) fn set_builtin(&self, gradient: Gradient) {
+        let _ = self.builtin.set(gradient);
     }
 }
 
 impl fmt::Debug for GradientSlot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.get().is_some() {
-            "set"
-        } else {
-            "none"
-        })
+        f.write_str(if self.get().is_some() { "set" } else { "none" })
     }
 }
 

@@ -275,7 +275,7 @@ fn key_of(
         let Node::Operator(op) = &**node else {
             unreachable!("the walk numbers operator nodes only as operators")
         };
-        match op.gradient.0.get() {
+        match op.gradient.get() {
             None => bytes.push(0),
             Some(g) => {
                 let id = g.id.as_ref()?;
@@ -351,7 +351,7 @@ impl Recorder<'_> {
             if op.error.is_some() {
                 return None;
             }
-            let gradient = match op.gradient.0.get() {
+            let gradient = match op.gradient.get() {
                 None => None,
                 Some(g) if g.id.is_some() => Some(g.clone()),
                 Some(_) => return None,

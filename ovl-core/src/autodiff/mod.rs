@@ -67,9 +67,24 @@ pub fn set_gradient_keyed<T, K: TraceArg + ?Sized>(
     set(output, Gradient::new(gradient, Some(k.into_bytes())))
 }
 
+/// Sets the built-in gradient of an arithmetic call on handles (`lazy_ops`), keyed like
+/// [`set_gradient_keyed`]; a gradient the user attaches replaces it.
+pub(crate) fn set_builtin_gradient_keyed<T, K: TraceArg + ?Sized>(
+    output: &Lazy<T>,
+    key: &K,
+    gradient: impl Fn(&GradientCall) -> Vec<Option<LazyTensor>> + Send + Sync + 'static,
+) {
+    let mut k = TraceKey::new();
+    key.write_key(&mut k);
+    if let Node::Operator(op) = &*output.inner.node {
+        op.gradient
+            .set_builtin(Gradient::new(gradient, Some(k.into_bytes())));
+    }
+}
+
 fn set<T>(output: &Lazy<T>, gradient: Gradient) -> bool {
     match &*output.inner.node {
-        Node::Operator(op) => op.gradient.0.set(gradient).is_ok(),
+        Node::Operator(op) => op.gradient.set(gradient),
         _ => false,
     }
 }
@@ -249,7 +264,7 @@ fn build(
         if output_grads.iter().all(Option::is_none) {
             continue;
         }
-        let Some(Gradient { func: gradient, .. }) = op.gradient.0.get() else {
+        let Some(Gradient { func: gradient, .. }) = op.gradient.get() else {
             return Err(GradError::NoGradient(op.dag.name.clone()));
         };
         let call = GradientCall {

@@ -211,10 +211,7 @@ where
 {
     let (returned, node, _) = trace(site, body);
     if let Node::Operator(op) = &*node {
-        let _ = op
-            .gradient
-            .0
-            .set(crate::lazy::Gradient::new(gradient, None));
+        let _ = op.gradient.set(crate::lazy::Gradient::new(gradient, None));
     }
     returned.to_lazy(&node, &mut 0)
 }

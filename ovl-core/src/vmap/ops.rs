@@ -25,7 +25,7 @@ fn record(
     let dtype = DType::from_ir(out.dtype).unwrap_or(DType::F32);
     let shape: Arc<[usize]> = out.shape.iter().map(|&d| d as usize).collect();
     let node = OperatorNode::new(Arc::new(dag), inputs, None);
-    let _ = node.gradient.0.set(gradient);
+    let _ = node.gradient.set(gradient);
     Ok(LazyTensor {
         node: Arc::new(Node::Operator(node)),
         output: 0,

@@ -128,7 +128,7 @@ impl Batcher {
         }
         let (dag, key) = batched_ir(op, &mask, self.batch)?;
         let node = OperatorNode::with_key(dag, key, inputs, None);
-        if let Some(gradient) = op.gradient.0.get() {
+        if let Some(gradient) = op.gradient.get() {
             // Identified by the original gradient's identity, the operator, the batched
             // inputs and the batch size (everything the batched closure captures).
             let mut key = op.key.0.to_vec();
@@ -142,7 +142,7 @@ impl Batcher {
                 self.batch,
             );
             let batched = Gradient::derived::<BatchedGradient>(func, gradient.id.as_ref(), key);
-            let _ = node.gradient.0.set(batched);
+            let _ = node.gradient.set(batched);
         }
         Ok(Mapped::Node(Arc::new(Node::Operator(node))))
     }

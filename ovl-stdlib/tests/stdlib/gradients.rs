@@ -315,3 +315,18 @@ fn arithmetic_on_handles() {
         }
     }
 }
+
+/// A gradient the user attaches to arithmetic on handles replaces the built-in one.
+#[test]
+fn an_attached_gradient_replaces_the_built_in_one() {
+    let x = Lazy::from(values(&[4], 21, -1.0, 1.0));
+    let y = &x * 3.0;
+    assert!(ovl::set_gradient(&y, |c| {
+        vec![Some((c.output_grad::<f64>(0) * 5.0).into_untyped())]
+    }));
+    let seed = Lazy::from(ndarray::Array1::from_elem(4, 1.0f64).into_dyn());
+    let g = ovl::backward(&[(&y, &seed)], &[&x]).unwrap();
+    assert!(eval(&g.of_or_zeros(&x)).iter().all(|&v| v == 5.0));
+    // A second attached gradient is refused, as for any call.
+    assert!(!ovl::set_gradient(&y, |_| vec![None]));
+}
