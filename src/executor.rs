@@ -127,6 +127,7 @@ impl From<RunFailure> for Error {
             RunFailure::Interpreter(e) => Error::Interpreter(e),
             RunFailure::Run(e) => Error::Run(e),
             RunFailure::Device(e) => Error::Device(e),
+            RunFailure::OutOfMemory(e) => Error::OutOfMemory(e),
         }
     }
 }
@@ -176,10 +177,10 @@ impl Prepared {
             .into_iter()
             .zip(plan.outputs())
             .map(|(given, sig)| match given {
-                Some(t) => (t, false),
-                None => (HostTensor::zeros(sig.dtype, &sig.shape), true),
+                Some(t) => Ok((t, false)),
+                None => Ok((HostTensor::try_zeros(sig.dtype, &sig.shape)?, true)),
             })
-            .collect();
+            .collect::<Result<_, ovl_core::AllocError>>()?;
         let mut outputs: Vec<Output> = buffers
             .iter_mut()
             .map(|(tensor, zeroed)| Output::Host {

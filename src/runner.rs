@@ -115,6 +115,9 @@ pub enum RunFailure {
     /// A device tensor could not be allocated, copied, or has another type than expected.
     #[error(transparent)]
     Device(#[from] ovl_codegen::cuda::DeviceError),
+    /// An intermediate or output buffer could not be allocated.
+    #[error(transparent)]
+    OutOfMemory(#[from] ovl_core::AllocError),
 }
 
 /// Where a value lives during a run.
@@ -375,7 +378,7 @@ impl Plan {
                 match *slot {
                     Slot::Temp(t) => {
                         let sig = &self.temps[t];
-                        temps[t] = Some(HostTensor::zeros(sig.dtype, &sig.shape));
+                        temps[t] = Some(HostTensor::try_zeros(sig.dtype, &sig.shape)?);
                     }
                     Slot::Output(k) => {
                         let zeroed = matches!(outputs[k], Output::Host { zeroed: true, .. });
@@ -427,14 +430,33 @@ impl Plan {
                 kernel => {
                     // The interpreter and the CUDA runtime take host tensors: this operator's
                     // outputs are moved out of their slots and back.
-                    let mut outs: Vec<HostTensor> = self.op_slots[i]
+                    let taken: Vec<Result<HostTensor, ovl_core::AllocError>> = self.op_slots[i]
                         .iter()
                         .map(|&slot| self.take_output(slot, outputs, &mut temps))
                         .collect();
-                    let owned: Vec<Option<HostTensor>> = wiring
+                    let owned: Result<Vec<Option<HostTensor>>, _> = wiring
                         .iter()
                         .map(|v| self.raw_copy(self.slot_of(v), inputs, outputs))
                         .collect();
+                    if let Some(e) = taken.iter().find_map(|t| t.as_ref().err()).cloned() {
+                        // Out of memory: the buffers taken go back where they were.
+                        for (&slot, t) in self.op_slots[i].iter().zip(taken) {
+                            if let Ok(t) = t {
+                                self.put_output(slot, t, outputs, &mut temps);
+                            }
+                        }
+                        return Err(e.into());
+                    }
+                    let mut outs: Vec<HostTensor> = taken.into_iter().flatten().collect();
+                    let owned = match owned {
+                        Ok(owned) => owned,
+                        Err(e) => {
+                            for (&slot, t) in self.op_slots[i].iter().zip(outs) {
+                                self.put_output(slot, t, outputs, &mut temps);
+                            }
+                            return Err(e.into());
+                        }
+                    };
                     let ins: Vec<&HostTensor> = wiring
                         .iter()
                         .zip(&owned)
@@ -700,22 +722,22 @@ impl Plan {
         slot: Slot,
         inputs: &[Input<'_>],
         outputs: &[Output<'_>],
-    ) -> Option<HostTensor> {
+    ) -> Result<Option<HostTensor>, ovl_core::AllocError> {
         let (p, sig) = match slot {
             Slot::Input(g) => match inputs[g] {
                 Input::Raw(p) => (p, &self.inputs[g]),
-                Input::Host(_) => return None,
+                Input::Host(_) => return Ok(None),
             },
             Slot::Output(k) => match &outputs[k] {
                 Output::Raw(p) => (p.cast_const(), &self.outputs[k]),
-                Output::Host { .. } => return None,
+                Output::Host { .. } => return Ok(None),
             },
-            Slot::Temp(_) => return None,
+            Slot::Temp(_) => return Ok(None),
         };
-        let mut t = HostTensor::zeros(sig.dtype, &sig.shape);
+        let mut t = HostTensor::try_zeros(sig.dtype, &sig.shape)?;
         // SAFETY: the caller's buffer holds the input's bytes (the contract of `run`).
         unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), t.data.as_mut_ptr(), sig.bytes()) };
-        Some(t)
+        Ok(Some(t))
     }
 
     fn host_ref<'b>(
@@ -744,13 +766,13 @@ impl Plan {
         slot: Slot,
         outputs: &mut [Output<'_>],
         temps: &mut [Option<HostTensor>],
-    ) -> HostTensor {
-        match slot {
+    ) -> Result<HostTensor, ovl_core::AllocError> {
+        Ok(match slot {
             Slot::Output(k) => match &mut outputs[k] {
                 Output::Host { tensor, .. } => std::mem::replace(*tensor, empty()),
                 Output::Raw(p) => {
                     let sig = &self.outputs[k];
-                    let mut t = HostTensor::zeros(sig.dtype, &sig.shape);
+                    let mut t = HostTensor::try_zeros(sig.dtype, &sig.shape)?;
                     // SAFETY: the caller's buffer holds the output's bytes (maybe zero-filled
                     // above: the kernel sees what a fresh output holds).
                     unsafe {
@@ -765,7 +787,7 @@ impl Plan {
             },
             Slot::Temp(t) => temps[t].take().expect("allocated before the operator runs"),
             Slot::Input(_) => unreachable!("operator outputs are never placed in inputs"),
-        }
+        })
     }
 
     /// Puts a buffer taken by [`Plan::take_output`] back (copied into raw memory).

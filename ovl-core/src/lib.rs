@@ -24,4 +24,4 @@ pub use ovl_ir::{
 
 pub use error::TraceError;
 pub use lazy::{GraphInput, IntoLazy, Lazy, LazyTensor};
-pub use ovl_ir::{DType, HostTensor, Literal, Scalar, TensorData};
+pub use ovl_ir::{AllocError, DType, HostTensor, Literal, Scalar, TensorData};

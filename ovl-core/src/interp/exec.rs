@@ -2,7 +2,7 @@
 
 use super::program::{Code, Program};
 use super::value::{self, Value};
-use crate::host::TensorData;
+use crate::host::{AllocError, TensorData};
 use crate::ir::TensorKind;
 use ovl_ir::ops::REDUCE_LANES;
 use std::sync::atomic::{
@@ -231,12 +231,21 @@ impl<'p, 'd> Worker<'p, 'd> {
         prog: &'p Program,
         inputs: &'p [&'d TensorData],
         outputs: &'p [OutView<'d>],
-    ) -> Worker<'p, 'd> {
+    ) -> Result<Worker<'p, 'd>, AllocError> {
         let locals = prog.tensors[prog.n_inputs + prog.n_outputs..]
             .iter()
-            .map(|t| TensorData::zeros(t.dtype, t.dims.iter().product::<u64>() as usize))
-            .collect::<Vec<_>>();
-        Worker {
+            .map(|t| {
+                let fail = || AllocError {
+                    dtype: t.dtype,
+                    shape: t.dims.clone(),
+                };
+                let len = ovl_ir::host::element_count(&t.dims)
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(fail)?;
+                TensorData::try_zeros(t.dtype, len).map_err(|_| fail())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Worker {
             prog,
             inputs,
             outputs,
@@ -247,7 +256,7 @@ impl<'p, 'd> Worker<'p, 'd> {
             locals,
             position: vec![0; prog.workgroup.len()],
             first: None,
-        }
+        })
     }
 
     /// Runs the workers with row-major linear indices `start..end` and returns the first fault.

@@ -19,7 +19,7 @@ mod value;
 #[cfg(test)]
 mod tests;
 
-use crate::host::{HostTensor, TensorData};
+use crate::host::{AllocError, HostTensor, TensorData};
 use crate::ir;
 use crate::validate::{validate, ValidationError};
 use exec::{Fault, FirstFault, OutView, Worker};
@@ -81,6 +81,14 @@ pub enum InterpError {
         step: i64,
         /// The worker's position in the workgroup.
         position: Vec<u64>,
+    },
+    /// A local tensor of the operator could not be allocated.
+    #[error("operator `{operator}`: {source}")]
+    OutOfMemory {
+        /// The operator's name.
+        operator: String,
+        /// The buffer that could not be allocated.
+        source: AllocError,
     },
     /// An inconsistency the interpreter did not expect after validation (a bug in ovl).
     #[error("operator `{operator}`: internal error of the interpreter: {message}")]
@@ -206,19 +214,29 @@ pub fn interpret_with(
     let chunk = workers.div_ceil(threads);
     let bounds = |t: u64| (t * chunk, ((t + 1) * chunk).min(workers));
 
+    // Every thread's worker state (local tensors included) is allocated before any runs.
+    let mut states = (0..threads)
+        .map(|_| Worker::new(&prog, &input_data, &views))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| InterpError::OutOfMemory {
+            operator: dag.name.clone(),
+            source,
+        })?;
     let first: Option<FirstFault> = if threads == 1 {
-        Worker::new(&prog, &input_data, &views).run_chunk(0, workers)
+        states.pop().expect("one thread").run_chunk(0, workers)
     } else {
-        let (prog, input_data, views) = (&prog, &input_data[..], &views[..]);
         let results: Vec<std::thread::Result<Option<FirstFault>>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (1..threads)
-                .map(|t| {
+            let mut states = states.into_iter();
+            let own = states.next().expect("one state per thread");
+            let handles: Vec<_> = states
+                .zip(1..threads)
+                .map(|(state, t)| {
                     let (lo, hi) = bounds(t);
-                    s.spawn(move || Worker::new(prog, input_data, views).run_chunk(lo, hi))
+                    s.spawn(move || state.run_chunk(lo, hi))
                 })
                 .collect();
             let (lo, hi) = bounds(0);
-            let mut results = vec![Ok(Worker::new(prog, input_data, views).run_chunk(lo, hi))];
+            let mut results = vec![Ok(own.run_chunk(lo, hi))];
             results.extend(handles.into_iter().map(|h| h.join()));
             results
         });

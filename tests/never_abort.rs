@@ -1,0 +1,117 @@
+//! Extreme inputs end with errors, never with an abort (issue 31): buffers too large to
+//! allocate (asked for, refused by the allocator, never touched) and shapes whose sizes
+//! overflow.
+
+use ndarray::array;
+use ovl::prelude::*;
+use ovl_core::{AllocError, DType, HostTensor};
+
+const HUGE: usize = 1 << 40;
+
+/// One worker writes element 0 of a 2^40-element output (4 TiB of f32).
+#[operator]
+fn huge_output(x: Tensor<f32>) -> Tensor<f32> {
+    let _ = position_in([1]);
+    let out = output::<f32>([HUGE]);
+    out[[0]] = x[[0]];
+    out
+}
+
+/// 2^40 workers, one per element of its output.
+#[operator]
+fn huge_workgroup(x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in([HUGE])[0];
+    let out = output::<f32>([HUGE]);
+    out[[i]] = x[[0]];
+    out
+}
+
+fn targets() -> [(&'static str, Options); 2] {
+    [
+        ("interpreter", Options::interpreter()),
+        ("C++", Options::cpu()),
+    ]
+}
+
+fn out_of_memory(what: &str, e: ovl::Error) -> AllocError {
+    match e {
+        ovl::Error::OutOfMemory(a) => a,
+        other => panic!("{what}: expected an out-of-memory error, got {other}"),
+    }
+}
+
+#[test]
+fn an_output_too_large_to_allocate_is_an_error() {
+    for (name, options) in targets() {
+        let what = format!("huge_output on the {name}");
+        let e = ovl::evaluate_with(&huge_output(&array![1.0f32]), &options).expect_err(&what);
+        let message = e.to_string();
+        let a = out_of_memory(&what, e);
+        assert_eq!(
+            (a.dtype, a.shape.as_slice()),
+            (DType::F32, &[HUGE as u64][..])
+        );
+        assert_eq!(a.bytes(), Some(4 << 40));
+        assert!(
+            message.contains("out of memory") && message.contains("4398046511104 bytes"),
+            "{what}: {message}"
+        );
+    }
+}
+
+#[test]
+fn a_workgroup_of_2_to_the_40_workers_is_an_error() {
+    for (name, options) in targets() {
+        let what = format!("huge_workgroup on the {name}");
+        let e = ovl::evaluate_with(&huge_workgroup(&array![1.0f32]), &options).expect_err(&what);
+        assert_eq!(out_of_memory(&what, e).shape, vec![HUGE as u64], "{what}");
+    }
+}
+
+#[test]
+fn broadcasting_to_2_to_the_40_elements_is_an_error() {
+    for (name, options) in targets() {
+        let what = format!("broadcast_to on the {name}");
+        let y = ovl_stdlib::broadcast_to(array![1.0f32], &[HUGE]);
+        let e = ovl::evaluate_with(&y, &options).expect_err(&what);
+        assert_eq!(out_of_memory(&what, e).shape, vec![HUGE as u64], "{what}");
+    }
+}
+
+#[test]
+fn a_huge_local_tensor_is_an_interpreter_error() {
+    use ovl_core::builder::Builder;
+    use ovl_core::ir::TensorKind;
+    // A hand-built operator (the DSL limits locals to 64 KiB) with a 2^40-element local:
+    // out[i] = x[i], the local declared and filled but never used.
+    let mut b = Builder::new("huge_local", &[4]);
+    b.input(DType::F32, &[4]);
+    b.output(DType::F32, &[4]);
+    b.local(DType::F32, &[HUGE as u64], ovl_core::Literal::Float(0.0));
+    let i = b.position(0);
+    let v = b.read(TensorKind::Input, 0, &[i]);
+    b.write(TensorKind::Output, 0, &[i], v);
+    let dag = b.build();
+    let x = HostTensor::from_vec(&[4], vec![1.0f32; 4]).unwrap();
+    let mut out = vec![HostTensor::zeros(DType::F32, &[4])];
+    match ovl_core::interp::interpret(&dag, &[&x], &mut out) {
+        Err(ovl_core::interp::InterpError::OutOfMemory { operator, source }) => {
+            assert_eq!(operator, dag.name);
+            assert_eq!(source.shape, vec![HUGE as u64]);
+        }
+        other => panic!("expected an out-of-memory error, got {other:?}"),
+    }
+}
+
+#[test]
+fn from_vec_refuses_a_shape_whose_element_count_overflows() {
+    assert_eq!(
+        HostTensor::from_vec(&[1 << 32, 1 << 32], Vec::<f32>::new()),
+        None
+    );
+    assert_eq!(HostTensor::from_vec(&[1 << 63, 2], Vec::<u8>::new()), None);
+    assert!(HostTensor::from_vec(&[2, 0], Vec::<u8>::new()).is_some());
+    let e = HostTensor::try_zeros(DType::F64, &[1 << 32, 1 << 32]).unwrap_err();
+    assert_eq!(e.bytes(), None);
+    assert!(e.to_string().contains("more than 2^64 bytes"), "{e}");
+}
