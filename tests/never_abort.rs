@@ -1,6 +1,6 @@
-//! Extreme inputs end with errors, never with an abort (issue 31): buffers too large to
-//! allocate (asked for, refused by the allocator, never touched) and shapes whose sizes
-//! overflow.
+//! Extreme inputs end with errors that blame the right party, never with an abort (issue 31):
+//! buffers too large to allocate (asked for, refused by the allocator, never touched), shapes
+//! whose sizes overflow, and a cache directory that is a regular file.
 
 use ndarray::array;
 use ovl::prelude::*;
@@ -23,6 +23,15 @@ fn huge_workgroup(x: Tensor<f32>) -> Tensor<f32> {
     let i = position_in([HUGE])[0];
     let out = output::<f32>([HUGE]);
     out[[i]] = x[[0]];
+    out
+}
+
+/// An output whose element count does not fit 64 bits.
+#[operator]
+fn overflowing_output(x: Tensor<f32>) -> Tensor<f32> {
+    let _ = position_in([1]);
+    let out = output::<f32>([1usize << 32, 1usize << 32]);
+    out[[0, 0]] = x[[0]];
     out
 }
 
@@ -104,6 +113,25 @@ fn a_huge_local_tensor_is_an_interpreter_error() {
 }
 
 #[test]
+fn an_output_whose_size_overflows_names_the_shape_and_the_limit() {
+    for (name, options) in targets() {
+        let what = format!("overflowing_output on the {name}");
+        let e =
+            ovl::evaluate_with(&overflowing_output(&array![1.0f32]), &options).expect_err(&what);
+        let ovl::Error::Trace(t) = &e else {
+            panic!("{what}: expected a trace error, got {e}")
+        };
+        let message = t.to_string();
+        assert!(
+            message.contains("[4294967296, 4294967296]")
+                && message.contains(&isize::MAX.to_string())
+                && !message.contains("bug in ovl"),
+            "{what}: {message}"
+        );
+    }
+}
+
+#[test]
 fn from_vec_refuses_a_shape_whose_element_count_overflows() {
     assert_eq!(
         HostTensor::from_vec(&[1 << 32, 1 << 32], Vec::<f32>::new()),
@@ -114,4 +142,29 @@ fn from_vec_refuses_a_shape_whose_element_count_overflows() {
     let e = HostTensor::try_zeros(DType::F64, &[1 << 32, 1 << 32]).unwrap_err();
     assert_eq!(e.bytes(), None);
     assert!(e.to_string().contains("more than 2^64 bytes"), "{e}");
+}
+
+#[test]
+fn a_cache_directory_that_is_a_file_is_reported_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"a file").unwrap();
+    let options = Options {
+        cache_dir: Some(file.clone()),
+        ..Options::cpu()
+    };
+    let e = ovl::evaluate_with(&huge_output(&array![1.0f32]), &options).expect_err("a file");
+    match &e {
+        ovl::Error::Codegen(ovl_codegen::CodegenError::CacheNotADirectory { path }) => {
+            assert_eq!(path, &file)
+        }
+        other => panic!("expected CacheNotADirectory, got {other}"),
+    }
+    let message = e.to_string();
+    assert!(
+        message.contains("is not a directory")
+            && message.contains("OVL_CACHE_DIR")
+            && !message.contains("damaged"),
+        "{message}"
+    );
 }

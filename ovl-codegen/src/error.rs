@@ -126,6 +126,18 @@ pub enum CodegenError {
         /// Why it could not be rebuilt (a [`CodegenError::Cache`] error).
         source: Box<CodegenError>,
     },
+    /// The operator cache directory (or a directory inside it) exists but is not a directory
+    /// (a regular file, for example), so no compiled operator can be stored there.
+    #[error(
+        "operator cache: {} is not a directory, so compiled operators cannot be stored there\n  \
+         to fix it: remove or rename that file, or point OVL_CACHE_DIR (or the cache_dir \
+         option) at a directory",
+        .path.display()
+    )]
+    CacheNotADirectory {
+        /// The path that is not a directory.
+        path: PathBuf,
+    },
     /// NVRTC, the CUDA runtime compiler library, could not be found or loaded.
     #[error(
         "CUDA backend: cannot load NVRTC (libnvrtc.so.12 or libnvrtc.so.13): {message}\n  looked \
