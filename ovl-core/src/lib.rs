@@ -14,6 +14,7 @@ pub mod lazy;
 mod lazy_ops;
 pub mod lru;
 pub use lazy_ops::CompareOperand;
+pub mod quiet;
 pub mod trace;
 pub mod vmap;
 
