@@ -373,6 +373,16 @@ impl Plan {
     ) -> Result<(), RunFailure> {
         self.check_buffers(kernels, inputs, outputs)?;
         let mut temps: Vec<Option<HostTensor>> = vec![None; self.temps.len()];
+        // Per operator, the intermediates to free after it: their last reader, or their producer
+        // when nothing reads them (found once, so that a long graph frees in linear time).
+        let mut freed_after: Vec<Vec<usize>> = vec![Vec::new(); self.dag.operators.len()];
+        for (i, slots) in self.op_slots.iter().enumerate() {
+            for slot in slots {
+                if let Slot::Temp(t) = *slot {
+                    freed_after[self.temp_last_use[t].max(i)].push(t);
+                }
+            }
+        }
         for (i, op) in self.dag.operators.iter().enumerate() {
             for (j, slot) in self.op_slots[i].iter().enumerate() {
                 match *slot {
@@ -484,10 +494,8 @@ impl Plan {
             if let Some(t) = timings.as_deref_mut() {
                 t.push(gpu_time.unwrap_or_else(|| start.elapsed()));
             }
-            for (t, &last) in self.temp_last_use.iter().enumerate() {
-                if last <= i && temps[t].is_some() {
-                    temps[t] = None;
-                }
+            for &t in &freed_after[i] {
+                temps[t] = None;
             }
         }
         for &(k, slot) in &self.copies {
