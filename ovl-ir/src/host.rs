@@ -1,6 +1,7 @@
 //! Host-side tensors: typed, contiguous, row-major data with a shape.
 
 use crate::dtype::{DType, Literal};
+use crate::shape::checked_count;
 use std::fmt;
 
 /// The elements of a host tensor, one variant per dtype.
@@ -65,21 +66,15 @@ impl AllocError {
 
     /// The bytes asked for; `None` when even that count does not fit 64 bits.
     pub fn bytes(&self) -> Option<u64> {
-        element_count(&self.shape)?.checked_mul(self.dtype.size() as u64)
+        checked_count(&self.shape)?.checked_mul(self.dtype.size() as u64)
     }
 }
 
 fn bytes_text(dtype: DType, shape: &[u64]) -> String {
-    match element_count(shape).and_then(|n| n.checked_mul(dtype.size() as u64)) {
+    match checked_count(shape).and_then(|n| n.checked_mul(dtype.size() as u64)) {
         Some(b) => format!("{b} bytes"),
         None => "more than 2^64 bytes".to_string(),
     }
-}
-
-/// The product of `dims` without wrapping; `None` when it does not fit the type.
-pub fn element_count<N: Copy + TryInto<u64>>(dims: &[N]) -> Option<u64> {
-    dims.iter()
-        .try_fold(1u64, |n, &d| n.checked_mul(d.try_into().ok()?))
 }
 
 impl TensorData {
@@ -239,7 +234,7 @@ macro_rules! overwrite_data {
             /// An uninitialized tensor, or the error when it cannot be allocated.
             pub fn new(dtype: DType, shape: &[usize]) -> Result<OverwriteTensor, AllocError> {
                 let fail = || AllocError::new(dtype, shape);
-                let len = element_count(shape)
+                let len = checked_count(shape)
                     .and_then(|n| usize::try_from(n).ok())
                     .ok_or_else(fail)?;
                 let data = match dtype {
@@ -296,7 +291,7 @@ impl HostTensor {
     /// A zero-filled tensor, or the error when it cannot be allocated (its element count or
     /// byte size overflows, or the allocator refuses it).
     pub fn try_zeros(dtype: DType, shape: &[usize]) -> Result<HostTensor, AllocError> {
-        let len = element_count(shape)
+        let len = checked_count(shape)
             .and_then(|n| usize::try_from(n).ok())
             .ok_or_else(|| AllocError::new(dtype, shape))?;
         let data = TensorData::try_zeros(dtype, len).map_err(|_| AllocError::new(dtype, shape))?;
@@ -309,7 +304,7 @@ impl HostTensor {
     /// A tensor from a vector and a shape; `None` if the lengths disagree (a shape whose
     /// element count overflows agrees with no vector).
     pub fn from_vec<T: Scalar>(shape: &[usize], data: Vec<T>) -> Option<HostTensor> {
-        (element_count(shape) == Some(data.len() as u64)).then(|| HostTensor {
+        (checked_count(shape) == Some(data.len() as u64)).then(|| HostTensor {
             shape: shape.to_vec(),
             data: T::wrap(data),
         })

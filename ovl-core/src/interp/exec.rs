@@ -239,7 +239,7 @@ impl<'p, 'd> Worker<'p, 'd> {
                     dtype: t.dtype,
                     shape: t.dims.clone(),
                 };
-                let len = ovl_ir::host::element_count(&t.dims)
+                let len = ovl_ir::shape::checked_count(&t.dims)
                     .and_then(|n| usize::try_from(n).ok())
                     .ok_or_else(fail)?;
                 TensorData::try_zeros(t.dtype, len).map_err(|_| fail())

@@ -534,7 +534,7 @@ pub(crate) fn declare_input<T: Scalar>(
 /// `Some(message)` when a tensor of `shape` with elements of `size` bytes is larger than any
 /// allocation can be (2^63 - 1 bytes), saying how large it is.
 fn shape_too_large(shape: &[usize], size: usize) -> Option<String> {
-    let elements = ovl_ir::host::element_count(shape);
+    let elements = ovl_ir::shape::checked_count(shape);
     match elements.and_then(|n| n.checked_mul(size as u64)) {
         Some(bytes) if bytes <= isize::MAX as u64 => None,
         Some(bytes) => Some(format!("{bytes} bytes")),
@@ -583,7 +583,7 @@ const MAX_LOCAL_BYTES: usize = ovl_ir::limits::PORTABLE_LOCAL_BYTES as usize;
 fn local<T: Scalar>(shape: &[usize], fill: T) -> Tensor<T> {
     let loc = Location::caller();
     state::with(|s| {
-        let bytes = ovl_ir::host::element_count(shape)
+        let bytes = ovl_ir::shape::checked_count(shape)
             .and_then(|n| n.checked_mul(T::DTYPE.size() as u64))
             .map_or("more than 2^64".to_string(), |b| b.to_string());
         if shape_too_large(shape, T::DTYPE.size()).is_some()
