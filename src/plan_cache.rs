@@ -101,6 +101,7 @@ fn key(mut k: Vec<u8>, options: &Options) -> Vec<u8> {
     });
     k.extend_from_slice(&[options.opt_level.get(), options.force_recompile as u8]);
     k.extend_from_slice(&options.cuda_block_size.to_le_bytes());
+    k.extend_from_slice(&options.while_limit().to_le_bytes());
     let path = |k: &mut Vec<u8>, p: Option<&std::ffi::OsStr>| match p {
         None => k.push(0),
         Some(p) => {

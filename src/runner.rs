@@ -20,8 +20,12 @@ use std::time::{Duration, Instant};
 
 /// One operator, ready to run on a backend.
 pub enum Kernel {
-    /// The reference interpreter (also what `Target::CudaValidate` runs after checking).
-    Interpreter,
+    /// The reference interpreter (also what `Target::CudaValidate` runs after checking), with
+    /// its bound on `while` iterations (0: none).
+    Interpreter {
+        /// [`crate::Options::max_while_iterations`], resolved.
+        max_while_iterations: u64,
+    },
     /// A compiled C++ library.
     Cpu(Arc<ovl_codegen::CompiledOperator>),
     /// A CUDA module (copies in and out of the GPU per operator).
@@ -480,9 +484,20 @@ impl Plan {
                             .run(&ins, &mut outs, self.symbols_for(k.symbol_count()))
                             .map(Some)
                             .map_err(Into::into),
-                        _ => interp::interpret(op, &ins, &mut outs)
-                            .map(|()| None)
-                            .map_err(Into::into),
+                        Kernel::Interpreter {
+                            max_while_iterations,
+                        } => interp::interpret_with(
+                            op,
+                            &ins,
+                            &mut outs,
+                            &interp::InterpOptions {
+                                threads: None,
+                                max_while_iterations: *max_while_iterations,
+                            },
+                        )
+                        .map(|()| None)
+                        .map_err(Into::into),
+                        Kernel::Cpu(_) => unreachable!("C++ kernels take raw pointers"),
                     };
                     drop(ins);
                     for (&slot, t) in self.op_slots[i].iter().zip(outs) {

@@ -168,3 +168,89 @@ fn a_cache_directory_that_is_a_file_is_reported_as_such() {
         "{message}"
     );
 }
+
+/// Walks while `x[0]` is non-negative, which on such data never ends; counts its steps.
+#[operator]
+fn runaway(x: Tensor<f32>, steps: Tensor<i64>) -> Tensor<i64> {
+    let _ = position_in([1]);
+    let out = output::<i64>([1]);
+    let mut j = variable(0i64);
+    while x[[0]] >= 0.0 && j != steps[[0]] {
+        j += 1;
+    }
+    out[[0]] = j;
+    out
+}
+
+fn bounded(options: Options, limit: u64) -> Options {
+    Options {
+        max_while_iterations: Some(limit),
+        ..options
+    }
+}
+
+#[test]
+fn a_while_loop_past_its_bound_ends_with_an_error_naming_the_loop() {
+    for (name, options) in targets() {
+        let what = format!("runaway on the {name}");
+        let options = bounded(options, 1000);
+        // -1: the loop ends only when x[0] < 0, so never on this data.
+        let e = ovl_testkit::without_hang(&what, move || {
+            ovl::evaluate_with(&runaway(&array![1.0f32], &array![-1i64]), &options)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
+        let message = e.expect_err(&what);
+        assert!(
+            message.contains("operator `runaway`")
+                && message.contains("while loop %")
+                && message.contains("1000 times")
+                && message.contains("OVL_MAX_WHILE_ITERATIONS"),
+            "{what}: {message}"
+        );
+    }
+}
+
+#[test]
+fn the_while_bound_is_typed_exact_and_can_be_lifted() {
+    for (name, options) in targets() {
+        let what = format!("runaway on the {name}");
+        // Exactly at the bound: runs.
+        let got = ovl::evaluate_with(
+            &runaway(&array![1.0f32], &array![1000i64]),
+            &bounded(options.clone(), 1000),
+        )
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(got, array![1000i64].into_dyn(), "{what}");
+        // One past it: the typed fault.
+        let e = ovl::evaluate_with(
+            &runaway(&array![1.0f32], &array![1001i64]),
+            &bounded(options.clone(), 1000),
+        )
+        .expect_err(&what);
+        match e {
+            ovl::Error::Interpreter(ovl_core::interp::InterpError::WhileLimit {
+                operator,
+                limit,
+                position,
+                ..
+            })
+            | ovl::Error::Run(ovl_codegen::RunError::WhileLimit {
+                operator,
+                limit,
+                position,
+                ..
+            }) => assert_eq!(
+                (operator.as_str(), limit, position),
+                ("runaway", 1000, vec![0])
+            ),
+            other => panic!("{what}: expected WhileLimit, got {other}"),
+        }
+        // No bound (0) and the default bound: a long loop runs.
+        for options in [bounded(options.clone(), 0), options.clone()] {
+            let got = ovl::evaluate_with(&runaway(&array![1.0f32], &array![5000i64]), &options)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(got, array![5000i64].into_dyn(), "{what}");
+        }
+    }
+}

@@ -19,8 +19,8 @@ pub mod trace;
 pub mod vmap;
 
 pub use ovl_ir::{
-    analysis, batch, batch_ops, builder, dtype, hash, host, ir, symbolic, text, unify, validate,
-    with_tensor_data, IR_VERSION,
+    analysis, batch, batch_ops, builder, dtype, hash, host, ir, limits, symbolic, text, unify,
+    validate, with_tensor_data, IR_VERSION,
 };
 
 pub use error::TraceError;

@@ -82,6 +82,28 @@ pub enum InterpError {
         /// The worker's position in the workgroup.
         position: Vec<u64>,
     },
+    /// A `while` loop ran more iterations in one worker than the bound
+    /// ([`InterpOptions::max_while_iterations`]); the worker stopped there. Reported for the
+    /// first faulting worker in row-major order.
+    #[error(
+        "operator `{operator}`{}: the worker at position {position:?} ran the while loop \
+         %{expression} {limit} times without ending (the worker stopped there); if the loop is \
+         meant to run that long, raise the bound: OVL_MAX_WHILE_ITERATIONS or \
+         Options::max_while_iterations (0: no bound)",
+        at(.defined_at)
+    )]
+    WhileLimit {
+        /// The operator's name.
+        operator: String,
+        /// `file:line` of the operator's function, or empty when unknown.
+        defined_at: String,
+        /// The loop's WHILE_BEGIN expression.
+        expression: usize,
+        /// The bound.
+        limit: u64,
+        /// The worker's position in the workgroup.
+        position: Vec<u64>,
+    },
     /// A local tensor of the operator could not be allocated.
     #[error("operator `{operator}`: {source}")]
     OutOfMemory {
@@ -104,12 +126,25 @@ pub use crate::error::{Access, OutOfBounds};
 use ovl_ir::names::at;
 
 /// Options of [`interpret_with`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InterpOptions {
     /// Number of threads. `None`: one thread for small workgroups, else as many as the machine
     /// has (`std::thread::available_parallelism`). `Some(1)` runs the workers in row-major
     /// order on the calling thread.
     pub threads: Option<usize>,
+    /// The most iterations one `while` loop may run in one worker (per entry into the loop);
+    /// more is a [`InterpError::WhileLimit`] fault. 0: no bound. Default:
+    /// [`ovl_ir::limits::while_iterations_from_env`].
+    pub max_while_iterations: u64,
+}
+
+impl Default for InterpOptions {
+    fn default() -> InterpOptions {
+        InterpOptions {
+            threads: None,
+            max_while_iterations: ovl_ir::limits::while_iterations_from_env(),
+        }
+    }
 }
 
 /// Below this estimated number of expressions evaluated in total (workers times the program's
@@ -216,7 +251,7 @@ pub fn interpret_with(
 
     // Every thread's worker state (local tensors included) is allocated before any runs.
     let mut states = (0..threads)
-        .map(|_| Worker::new(&prog, &input_data, &views))
+        .map(|_| Worker::new(&prog, &input_data, &views, options.max_while_iterations))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|source| InterpError::OutOfMemory {
             operator: dag.name.clone(),
@@ -285,6 +320,13 @@ fn fault_error(dag: &ir::ExpressionDag, prog: &Program, f: FirstFault) -> Interp
             size,
             position: f.position,
         })),
+        Fault::WhileLimit { expression, limit } => InterpError::WhileLimit {
+            operator: dag.name.clone(),
+            defined_at: defined_at(dag),
+            expression,
+            limit,
+            position: f.position,
+        },
         Fault::NonPositiveStep { expression, step } => InterpError::NonPositiveStep {
             operator: dag.name.clone(),
             defined_at: defined_at(dag),
