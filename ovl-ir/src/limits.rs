@@ -26,10 +26,14 @@ pub const GPU_ROW_BUFFER_BYTES: u64 = 16 * 1024;
 pub const WHILE_ITERATIONS: u64 = 1 << 32;
 
 /// The bound on `while` iterations: `OVL_MAX_WHILE_ITERATIONS` when it is set to a number
-/// (0: no bound), else [`WHILE_ITERATIONS`].
+/// (0: no bound), else [`WHILE_ITERATIONS`]. Read once per process (evaluations ask at every
+/// call).
 pub fn while_iterations_from_env() -> u64 {
-    std::env::var("OVL_MAX_WHILE_ITERATIONS")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(WHILE_ITERATIONS)
+    static BOUND: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *BOUND.get_or_init(|| {
+        std::env::var("OVL_MAX_WHILE_ITERATIONS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(WHILE_ITERATIONS)
+    })
 }
