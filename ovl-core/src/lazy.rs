@@ -80,11 +80,9 @@ impl Drop for OperatorNode {
         let mut pending: Vec<LazyTensor> = std::mem::take(&mut self.inputs);
         while let Some(t) = pending.pop() {
             // Only the last handle on a node frees it; any other one is a decrement.
-            if let Some(mut node) = Arc::into_inner(t.node) {
-                if let Node::Operator(op) = &mut node {
-                    pending.append(&mut op.inputs);
-                }
-                // `node` is dropped here with no inputs left: no recursion.
+            if let Some(Node::Operator(mut op)) = Arc::into_inner(t.node) {
+                pending.append(&mut op.inputs);
+                // `op` is dropped here with no inputs left: no recursion.
             }
         }
     }
