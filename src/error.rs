@@ -63,6 +63,9 @@ pub enum Error {
     /// graph needs (the message names it).
     #[error(transparent)]
     Device(#[from] ovl_codegen::cuda::DeviceError),
+    /// An output or intermediate tensor could not be allocated (names its dtype and shape).
+    #[error(transparent)]
+    OutOfMemory(#[from] ovl_core::AllocError),
     /// An evaluated tensor did not have the type its handle promised (a bug in ovl).
     #[error("internal error: {0}")]
     Internal(String),

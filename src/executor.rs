@@ -59,6 +59,9 @@ pub(crate) fn kernels_with_libraries(
     libraries: &[ir::CompiledLibrary],
     options: &Options,
 ) -> Result<Vec<Kernel>, Error> {
+    let interpreter = || Kernel::Interpreter {
+        max_while_iterations: options.while_limit(),
+    };
     dag.operators
         .iter()
         .enumerate()
@@ -66,8 +69,8 @@ pub(crate) fn kernels_with_libraries(
             // No worker to run (a workgroup with a zero dimension, e.g. on an empty tensor):
             // nothing to compile; the runner zero-fills the outputs and the interpreter runs no
             // worker, whatever the target.
-            _ if op.workgroup_shape.contains(&0) => Ok(Kernel::Interpreter),
-            Target::Interpreter => Ok(Kernel::Interpreter),
+            _ if op.workgroup_shape.contains(&0) => Ok(interpreter()),
+            Target::Interpreter => Ok(interpreter()),
             Target::Cpu => {
                 let compile = options.compile_options();
                 Ok(Kernel::Cpu(
@@ -90,7 +93,7 @@ pub(crate) fn kernels_with_libraries(
                 for arch in options.validate_archs() {
                     ovl_codegen::cuda::validate(op, arch, &cuda)?;
                 }
-                Ok(Kernel::Interpreter)
+                Ok(interpreter())
             }
         })
         .collect()
@@ -127,6 +130,7 @@ impl From<RunFailure> for Error {
             RunFailure::Interpreter(e) => Error::Interpreter(e),
             RunFailure::Run(e) => Error::Run(e),
             RunFailure::Device(e) => Error::Device(e),
+            RunFailure::OutOfMemory(e) => Error::OutOfMemory(e),
         }
     }
 }
@@ -176,10 +180,10 @@ impl Prepared {
             .into_iter()
             .zip(plan.outputs())
             .map(|(given, sig)| match given {
-                Some(t) => (t, false),
-                None => (HostTensor::zeros(sig.dtype, &sig.shape), true),
+                Some(t) => Ok((t, false)),
+                None => Ok((HostTensor::try_zeros(sig.dtype, &sig.shape)?, true)),
             })
-            .collect();
+            .collect::<Result<_, ovl_core::AllocError>>()?;
         let mut outputs: Vec<Output> = buffers
             .iter_mut()
             .map(|(tensor, zeroed)| Output::Host {

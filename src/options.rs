@@ -46,6 +46,11 @@ pub struct Options {
     /// The architectures [`Target::CudaValidate`] checks (like 90 for `sm_90`); empty means 80
     /// and 90.
     pub cuda_validate_archs: Vec<u32>,
+    /// The most iterations one `while` loop may run in one worker, per entry into the loop;
+    /// one more ends the worker with an error naming the operator and the loop. `None`: the
+    /// `OVL_MAX_WHILE_ITERATIONS` environment variable, else 2^32
+    /// ([`ovl_core::limits::WHILE_ITERATIONS`]); `Some(0)`: no bound.
+    pub max_while_iterations: Option<u64>,
 }
 
 impl Options {
@@ -92,6 +97,7 @@ impl Options {
         if let Some(dir) = &self.cache_dir {
             o = o.with_cache_dir(dir.clone());
         }
+        o.extra_options.extend(self.while_limit_define());
         o.with_force_recompile(self.force_recompile)
             .with_dump_source(self.dump_source)
     }
@@ -131,10 +137,25 @@ impl Options {
         }
     }
 
+    /// The bound on `while` iterations these options imply (0: none).
+    pub fn while_limit(&self) -> u64 {
+        self.max_while_iterations
+            .unwrap_or_else(ovl_core::limits::while_iterations_from_env)
+    }
+
+    /// The define that sets the generated code's bound on `while` iterations
+    /// (`OVL_WHILE_LIMIT`, see `ovl_codegen`'s prelude) when it is not the default.
+    fn while_limit_define(&self) -> Option<String> {
+        let limit = self.while_limit();
+        (limit != ovl_core::limits::WHILE_ITERATIONS)
+            .then(|| format!("-DOVL_WHILE_LIMIT={limit}ULL"))
+    }
+
     /// The options of the C++ backend these options imply (cache root, recompilation, source
-    /// dumps).
+    /// dumps, the bound on `while` iterations).
     pub fn compile_options(&self) -> ovl_codegen::CompileOptions {
         let mut o = ovl_codegen::CompileOptions::default();
+        o.extra_flags.extend(self.while_limit_define());
         if let Some(dir) = &self.cache_dir {
             o.cache_dir = Some(dir.clone());
         }

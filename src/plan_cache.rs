@@ -60,6 +60,8 @@ struct Prepares {
     force_recompile: bool,
     cuda_block_size: u32,
     cache_dir: Option<PathBuf>,
+    /// The bound on `while` iterations (resolved: the option, else the environment).
+    while_limit: u64,
 }
 
 impl Key {
@@ -75,6 +77,7 @@ impl Key {
             opt_level,
             cuda_block_size,
             cuda_validate_archs: _,
+            max_while_iterations: _,
         } = options;
         Key {
             graph,
@@ -84,6 +87,7 @@ impl Key {
                 force_recompile: *force_recompile,
                 cuda_block_size: *cuda_block_size,
                 cache_dir: cache_dir.clone(),
+                while_limit: options.while_limit(),
             },
             env_cache_dir: std::env::var_os("OVL_CACHE_DIR"),
             env_force_recompile: std::env::var_os("OVL_FORCE_RECOMPILE"),

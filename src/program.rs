@@ -226,7 +226,7 @@ pub fn constant_tensor(
         .and_then(|g| g.inputs.get(c.graph_input as usize))
         .ok_or("a constant names a graph input that does not exist")?;
     let (dtype, shape) = tensor_type_of(t)?;
-    let mut h = HostTensor::zeros(dtype, &shape);
+    let mut h = HostTensor::try_zeros(dtype, &shape).map_err(|e| e.to_string())?;
     let len = h.len() * dtype.size();
     if c.data.len() != len || (dtype == DType::Bool && c.data.iter().any(|&b| b > 1)) {
         return Err("a constant's bytes do not fit its type".into());
@@ -688,8 +688,9 @@ impl LoadedProgram {
         let mut buffers: Vec<HostTensor> = binding
             .outputs
             .iter()
-            .map(|s| HostTensor::zeros(s.dtype, &s.shape))
-            .collect();
+            .map(|s| HostTensor::try_zeros(s.dtype, &s.shape))
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.run_failure(RunFailure::OutOfMemory(e)))?;
         let mut outs: Vec<Output> = buffers
             .iter_mut()
             .map(|tensor| Output::Host {

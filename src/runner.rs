@@ -20,8 +20,12 @@ use std::time::{Duration, Instant};
 
 /// One operator, ready to run on a backend.
 pub enum Kernel {
-    /// The reference interpreter (also what `Target::CudaValidate` runs after checking).
-    Interpreter,
+    /// The reference interpreter (also what `Target::CudaValidate` runs after checking), with
+    /// its bound on `while` iterations (0: none).
+    Interpreter {
+        /// [`crate::Options::max_while_iterations`], resolved.
+        max_while_iterations: u64,
+    },
     /// A compiled C++ library.
     Cpu(Arc<ovl_codegen::CompiledOperator>),
     /// A CUDA module (copies in and out of the GPU per operator).
@@ -115,6 +119,9 @@ pub enum RunFailure {
     /// A device tensor could not be allocated, copied, or has another type than expected.
     #[error(transparent)]
     Device(#[from] ovl_codegen::cuda::DeviceError),
+    /// An intermediate or output buffer could not be allocated.
+    #[error(transparent)]
+    OutOfMemory(#[from] ovl_core::AllocError),
 }
 
 /// Where a value lives during a run.
@@ -370,12 +377,22 @@ impl Plan {
     ) -> Result<(), RunFailure> {
         self.check_buffers(kernels, inputs, outputs)?;
         let mut temps: Vec<Option<HostTensor>> = vec![None; self.temps.len()];
+        // Per operator, the intermediates to free after it: their last reader, or their producer
+        // when nothing reads them (found once, so that a long graph frees in linear time).
+        let mut freed_after: Vec<Vec<usize>> = vec![Vec::new(); self.dag.operators.len()];
+        for (i, slots) in self.op_slots.iter().enumerate() {
+            for slot in slots {
+                if let Slot::Temp(t) = *slot {
+                    freed_after[self.temp_last_use[t].max(i)].push(t);
+                }
+            }
+        }
         for (i, op) in self.dag.operators.iter().enumerate() {
             for (j, slot) in self.op_slots[i].iter().enumerate() {
                 match *slot {
                     Slot::Temp(t) => {
                         let sig = &self.temps[t];
-                        temps[t] = Some(HostTensor::zeros(sig.dtype, &sig.shape));
+                        temps[t] = Some(HostTensor::try_zeros(sig.dtype, &sig.shape)?);
                     }
                     Slot::Output(k) => {
                         let zeroed = matches!(outputs[k], Output::Host { zeroed: true, .. });
@@ -427,14 +444,33 @@ impl Plan {
                 kernel => {
                     // The interpreter and the CUDA runtime take host tensors: this operator's
                     // outputs are moved out of their slots and back.
-                    let mut outs: Vec<HostTensor> = self.op_slots[i]
+                    let taken: Vec<Result<HostTensor, ovl_core::AllocError>> = self.op_slots[i]
                         .iter()
                         .map(|&slot| self.take_output(slot, outputs, &mut temps))
                         .collect();
-                    let owned: Vec<Option<HostTensor>> = wiring
+                    let owned: Result<Vec<Option<HostTensor>>, _> = wiring
                         .iter()
                         .map(|v| self.raw_copy(self.slot_of(v), inputs, outputs))
                         .collect();
+                    if let Some(e) = taken.iter().find_map(|t| t.as_ref().err()).cloned() {
+                        // Out of memory: the buffers taken go back where they were.
+                        for (&slot, t) in self.op_slots[i].iter().zip(taken) {
+                            if let Ok(t) = t {
+                                self.put_output(slot, t, outputs, &mut temps);
+                            }
+                        }
+                        return Err(e.into());
+                    }
+                    let mut outs: Vec<HostTensor> = taken.into_iter().flatten().collect();
+                    let owned = match owned {
+                        Ok(owned) => owned,
+                        Err(e) => {
+                            for (&slot, t) in self.op_slots[i].iter().zip(outs) {
+                                self.put_output(slot, t, outputs, &mut temps);
+                            }
+                            return Err(e.into());
+                        }
+                    };
                     let ins: Vec<&HostTensor> = wiring
                         .iter()
                         .zip(&owned)
@@ -448,9 +484,20 @@ impl Plan {
                             .run(&ins, &mut outs, self.symbols_for(k.symbol_count()))
                             .map(Some)
                             .map_err(Into::into),
-                        _ => interp::interpret(op, &ins, &mut outs)
-                            .map(|()| None)
-                            .map_err(Into::into),
+                        Kernel::Interpreter {
+                            max_while_iterations,
+                        } => interp::interpret_with(
+                            op,
+                            &ins,
+                            &mut outs,
+                            &interp::InterpOptions {
+                                threads: None,
+                                max_while_iterations: *max_while_iterations,
+                            },
+                        )
+                        .map(|()| None)
+                        .map_err(Into::into),
+                        Kernel::Cpu(_) => unreachable!("C++ kernels take raw pointers"),
                     };
                     drop(ins);
                     for (&slot, t) in self.op_slots[i].iter().zip(outs) {
@@ -462,10 +509,8 @@ impl Plan {
             if let Some(t) = timings.as_deref_mut() {
                 t.push(gpu_time.unwrap_or_else(|| start.elapsed()));
             }
-            for (t, &last) in self.temp_last_use.iter().enumerate() {
-                if last <= i && temps[t].is_some() {
-                    temps[t] = None;
-                }
+            for &t in &freed_after[i] {
+                temps[t] = None;
             }
         }
         for &(k, slot) in &self.copies {
@@ -700,22 +745,22 @@ impl Plan {
         slot: Slot,
         inputs: &[Input<'_>],
         outputs: &[Output<'_>],
-    ) -> Option<HostTensor> {
+    ) -> Result<Option<HostTensor>, ovl_core::AllocError> {
         let (p, sig) = match slot {
             Slot::Input(g) => match inputs[g] {
                 Input::Raw(p) => (p, &self.inputs[g]),
-                Input::Host(_) => return None,
+                Input::Host(_) => return Ok(None),
             },
             Slot::Output(k) => match &outputs[k] {
                 Output::Raw(p) => (p.cast_const(), &self.outputs[k]),
-                Output::Host { .. } => return None,
+                Output::Host { .. } => return Ok(None),
             },
-            Slot::Temp(_) => return None,
+            Slot::Temp(_) => return Ok(None),
         };
-        let mut t = HostTensor::zeros(sig.dtype, &sig.shape);
+        let mut t = HostTensor::try_zeros(sig.dtype, &sig.shape)?;
         // SAFETY: the caller's buffer holds the input's bytes (the contract of `run`).
         unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), t.data.as_mut_ptr(), sig.bytes()) };
-        Some(t)
+        Ok(Some(t))
     }
 
     fn host_ref<'b>(
@@ -744,13 +789,13 @@ impl Plan {
         slot: Slot,
         outputs: &mut [Output<'_>],
         temps: &mut [Option<HostTensor>],
-    ) -> HostTensor {
-        match slot {
+    ) -> Result<HostTensor, ovl_core::AllocError> {
+        Ok(match slot {
             Slot::Output(k) => match &mut outputs[k] {
                 Output::Host { tensor, .. } => std::mem::replace(*tensor, empty()),
                 Output::Raw(p) => {
                     let sig = &self.outputs[k];
-                    let mut t = HostTensor::zeros(sig.dtype, &sig.shape);
+                    let mut t = HostTensor::try_zeros(sig.dtype, &sig.shape)?;
                     // SAFETY: the caller's buffer holds the output's bytes (maybe zero-filled
                     // above: the kernel sees what a fresh output holds).
                     unsafe {
@@ -765,7 +810,7 @@ impl Plan {
             },
             Slot::Temp(t) => temps[t].take().expect("allocated before the operator runs"),
             Slot::Input(_) => unreachable!("operator outputs are never placed in inputs"),
-        }
+        })
     }
 
     /// Puts a buffer taken by [`Plan::take_output`] back (copied into raw memory).

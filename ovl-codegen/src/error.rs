@@ -126,6 +126,18 @@ pub enum CodegenError {
         /// Why it could not be rebuilt (a [`CodegenError::Cache`] error).
         source: Box<CodegenError>,
     },
+    /// The operator cache directory (or a directory inside it) exists but is not a directory
+    /// (a regular file, for example), so no compiled operator can be stored there.
+    #[error(
+        "operator cache: {} is not a directory, so compiled operators cannot be stored there\n  \
+         to fix it: remove or rename that file, or point OVL_CACHE_DIR (or the cache_dir \
+         option) at a directory",
+        .path.display()
+    )]
+    CacheNotADirectory {
+        /// The path that is not a directory.
+        path: PathBuf,
+    },
     /// NVRTC, the CUDA runtime compiler library, could not be found or loaded.
     #[error(
         "CUDA backend: cannot load NVRTC (libnvrtc.so.12 or libnvrtc.so.13): {message}\n  looked \
@@ -322,6 +334,27 @@ pub enum RunError {
         expression: usize,
         /// The step.
         step: i64,
+        /// The worker's position in the workgroup.
+        position: Vec<u64>,
+    },
+    /// A `while` loop ran more iterations in one worker than the bound (`OVL_WHILE_LIMIT` in the
+    /// generated code: `ovl_ir::limits::WHILE_ITERATIONS` unless set); the worker stopped there.
+    #[error(
+        "operator `{operator}`{}: the worker at position {position:?} ran the while loop \
+         %{expression} {limit} times without ending (the worker stopped there); if the loop is \
+         meant to run that long, raise the bound: OVL_MAX_WHILE_ITERATIONS or \
+         Options::max_while_iterations (0: no bound)",
+        at(.defined_at)
+    )]
+    WhileLimit {
+        /// The operator's name.
+        operator: String,
+        /// `file:line` of the operator's function, or empty when unknown.
+        defined_at: String,
+        /// The loop's WHILE_BEGIN expression.
+        expression: usize,
+        /// The bound.
+        limit: u64,
         /// The worker's position in the workgroup.
         position: Vec<u64>,
     },

@@ -71,6 +71,23 @@ impl OperatorNode {
     }
 }
 
+/// Dropping a node drops its inputs; a long chain of nodes each held only by the next would
+/// recurse once per node and overflow the stack. Instead the inputs are taken out of every node
+/// this drop frees and dropped from an explicit worklist, so a graph of any depth is dropped in
+/// constant stack space and time linear in the nodes freed.
+impl Drop for OperatorNode {
+    fn drop(&mut self) {
+        let mut pending: Vec<LazyTensor> = std::mem::take(&mut self.inputs);
+        while let Some(t) = pending.pop() {
+            // Only the last handle on a node frees it; any other one is a decrement.
+            if let Some(Node::Operator(mut op)) = Arc::into_inner(t.node) {
+                pending.append(&mut op.inputs);
+                // `op` is dropped here with no inputs left: no recursion.
+            }
+        }
+    }
+}
+
 /// The identity of a traced operator: its canonical hash ([`crate::hash::canonical_hash`]) and
 /// its source location. The location counts here (unlike in the canonical hash) because a
 /// fused graph carries it into error messages: two identical bodies at different lines are two

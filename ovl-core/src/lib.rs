@@ -12,14 +12,15 @@ pub mod interp;
 pub mod lazy;
 mod lazy_ops;
 pub use lazy_ops::CompareOperand;
+pub mod quiet;
 pub mod trace;
 pub mod vmap;
 
 pub use ovl_ir::{
-    analysis, batch, batch_ops, builder, dtype, fast_hash, hash, host, ir, lru, symbolic, text,
-    unify, validate, with_tensor_data, IR_VERSION,
+    analysis, batch, batch_ops, builder, dtype, fast_hash, hash, host, ir, limits, lru, symbolic,
+    text, unify, validate, with_tensor_data, IR_VERSION,
 };
 
 pub use error::TraceError;
 pub use lazy::{GraphInput, IntoLazy, Lazy, LazyTensor};
-pub use ovl_ir::{DType, HostTensor, Literal, Scalar, TensorData};
+pub use ovl_ir::{AllocError, DType, HostTensor, Literal, Scalar, TensorData};

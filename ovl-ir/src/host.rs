@@ -1,6 +1,7 @@
 //! Host-side tensors: typed, contiguous, row-major data with a shape.
 
 use crate::dtype::{DType, Literal};
+use crate::shape::checked_count;
 use std::fmt;
 
 /// The elements of a host tensor, one variant per dtype.
@@ -39,22 +40,69 @@ macro_rules! with_tensor_data {
     };
 }
 
+/// A tensor buffer that could not be allocated: more bytes than the address space or the
+/// system allocator allows. Runners report it instead of aborting the process.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "out of memory: cannot allocate a {dtype}{shape:?} tensor ({}); make the tensor or the \
+     workgroup smaller, or split the work",
+    bytes_text(*.dtype, .shape)
+)]
+pub struct AllocError {
+    /// The element type.
+    pub dtype: DType,
+    /// The shape asked for.
+    pub shape: Vec<u64>,
+}
+
+impl AllocError {
+    /// The failure of a buffer of `dtype` and `shape`.
+    pub fn new(dtype: DType, shape: &[usize]) -> AllocError {
+        AllocError {
+            dtype,
+            shape: shape.iter().map(|&d| d as u64).collect(),
+        }
+    }
+
+    /// The bytes asked for; `None` when even that count does not fit 64 bits.
+    pub fn bytes(&self) -> Option<u64> {
+        checked_count(&self.shape)?.checked_mul(self.dtype.size() as u64)
+    }
+}
+
+fn bytes_text(dtype: DType, shape: &[u64]) -> String {
+    match checked_count(shape).and_then(|n| n.checked_mul(dtype.size() as u64)) {
+        Some(b) => format!("{b} bytes"),
+        None => "more than 2^64 bytes".to_string(),
+    }
+}
+
 impl TensorData {
     /// A zero-filled buffer of `len` elements of `dtype`.
+    ///
+    /// # Panics
+    /// When the memory cannot be allocated; runners use [`TensorData::try_zeros`].
     pub fn zeros(dtype: DType, len: usize) -> TensorData {
-        match dtype {
-            DType::F32 => TensorData::F32(zeroed_vec(len)),
-            DType::F64 => TensorData::F64(zeroed_vec(len)),
-            DType::I8 => TensorData::I8(zeroed_vec(len)),
-            DType::I16 => TensorData::I16(zeroed_vec(len)),
-            DType::I32 => TensorData::I32(zeroed_vec(len)),
-            DType::I64 => TensorData::I64(zeroed_vec(len)),
-            DType::U8 => TensorData::U8(zeroed_vec(len)),
-            DType::U16 => TensorData::U16(zeroed_vec(len)),
-            DType::U32 => TensorData::U32(zeroed_vec(len)),
-            DType::U64 => TensorData::U64(zeroed_vec(len)),
-            DType::Bool => TensorData::Bool(zeroed_vec(len)),
-        }
+        Self::try_zeros(dtype, len).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A zero-filled buffer of `len` elements of `dtype`, or the error when it cannot be
+    /// allocated (the request is refused, nothing is touched).
+    pub fn try_zeros(dtype: DType, len: usize) -> Result<TensorData, AllocError> {
+        let fail = || AllocError::new(dtype, &[len]);
+        Ok(match dtype {
+            DType::F32 => TensorData::F32(zeroed_vec(len).ok_or_else(fail)?),
+            DType::F64 => TensorData::F64(zeroed_vec(len).ok_or_else(fail)?),
+            DType::I8 => TensorData::I8(zeroed_vec(len).ok_or_else(fail)?),
+            DType::I16 => TensorData::I16(zeroed_vec(len).ok_or_else(fail)?),
+            DType::I32 => TensorData::I32(zeroed_vec(len).ok_or_else(fail)?),
+            DType::I64 => TensorData::I64(zeroed_vec(len).ok_or_else(fail)?),
+            DType::U8 => TensorData::U8(zeroed_vec(len).ok_or_else(fail)?),
+            DType::U16 => TensorData::U16(zeroed_vec(len).ok_or_else(fail)?),
+            DType::U32 => TensorData::U32(zeroed_vec(len).ok_or_else(fail)?),
+            DType::U64 => TensorData::U64(zeroed_vec(len).ok_or_else(fail)?),
+            DType::Bool => TensorData::Bool(zeroed_vec(len).ok_or_else(fail)?),
+        })
     }
 
     pub fn dtype(&self) -> DType {
@@ -122,11 +170,23 @@ fn advise_huge_pages(ptr: *mut u8, bytes: usize) {
     let _ = (ptr, bytes);
 }
 
-/// A zeroed vector whose fresh pages are huge-page backed when large.
-fn zeroed_vec<T: Scalar>(len: usize) -> Vec<T> {
-    let mut v = vec![T::default(); len];
-    advise_huge_pages(v.as_mut_ptr() as *mut u8, len * std::mem::size_of::<T>());
-    v
+/// A zeroed vector whose fresh pages are huge-page backed when large; `None` when the memory
+/// cannot be allocated. Only called with the element types of [`TensorData`], for which all
+/// zero bytes are the value zero (`false` for `bool`).
+fn zeroed_vec<T: Scalar>(len: usize) -> Option<Vec<T>> {
+    let layout = std::alloc::Layout::array::<T>(len).ok()?;
+    if layout.size() == 0 {
+        return Some(Vec::new());
+    }
+    // SAFETY: the layout has a non-zero size.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if ptr.is_null() {
+        return None;
+    }
+    advise_huge_pages(ptr.cast::<u8>(), layout.size());
+    // SAFETY: allocated by the global allocator with the layout of `len` elements of `T`, and
+    // zeroed, which is a valid value of every element type of a tensor.
+    Some(unsafe { Vec::from_raw_parts(ptr, len, len) })
 }
 
 /// A buffer for a kernel that writes every element before anything reads it.
@@ -135,12 +195,13 @@ pub struct Overwrite<T> {
 }
 
 impl<T: Scalar> Overwrite<T> {
-    fn new(len: usize) -> Self {
-        let mut buf = Vec::with_capacity(len);
+    fn new(len: usize) -> Option<Self> {
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(len).ok()?;
         // SAFETY: MaybeUninit<T> needs no initialization.
         unsafe { buf.set_len(len) };
         advise_huge_pages(buf.as_mut_ptr() as *mut u8, len * std::mem::size_of::<T>());
-        Overwrite { buf }
+        Some(Overwrite { buf })
     }
 
     /// Where the kernel writes.
@@ -170,11 +231,16 @@ macro_rules! overwrite_data {
         enum OverwriteData { $($v(Overwrite<$t>)),* }
 
         impl OverwriteTensor {
-            /// An uninitialized tensor.
-            pub fn new(dtype: DType, shape: &[usize]) -> OverwriteTensor {
-                let len = shape.iter().product();
-                let data = match dtype { $(DType::$v => OverwriteData::$v(Overwrite::new(len))),* };
-                OverwriteTensor { shape: shape.to_vec(), data }
+            /// An uninitialized tensor, or the error when it cannot be allocated.
+            pub fn new(dtype: DType, shape: &[usize]) -> Result<OverwriteTensor, AllocError> {
+                let fail = || AllocError::new(dtype, shape);
+                let len = checked_count(shape)
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(fail)?;
+                let data = match dtype {
+                    $(DType::$v => OverwriteData::$v(Overwrite::new(len).ok_or_else(fail)?)),*
+                };
+                Ok(OverwriteTensor { shape: shape.to_vec(), data })
             }
 
             /// Where the kernel writes.
@@ -212,6 +278,9 @@ overwrite_data!(
 
 impl HostTensor {
     /// A zero-filled tensor.
+    ///
+    /// # Panics
+    /// When the memory cannot be allocated; runners use [`HostTensor::try_zeros`].
     pub fn zeros(dtype: DType, shape: &[usize]) -> HostTensor {
         HostTensor {
             shape: shape.to_vec(),
@@ -219,9 +288,23 @@ impl HostTensor {
         }
     }
 
-    /// A tensor from a vector and a shape; `None` if the lengths disagree.
+    /// A zero-filled tensor, or the error when it cannot be allocated (its element count or
+    /// byte size overflows, or the allocator refuses it).
+    pub fn try_zeros(dtype: DType, shape: &[usize]) -> Result<HostTensor, AllocError> {
+        let len = checked_count(shape)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| AllocError::new(dtype, shape))?;
+        let data = TensorData::try_zeros(dtype, len).map_err(|_| AllocError::new(dtype, shape))?;
+        Ok(HostTensor {
+            shape: shape.to_vec(),
+            data,
+        })
+    }
+
+    /// A tensor from a vector and a shape; `None` if the lengths disagree (a shape whose
+    /// element count overflows agrees with no vector).
     pub fn from_vec<T: Scalar>(shape: &[usize], data: Vec<T>) -> Option<HostTensor> {
-        (shape.iter().product::<usize>() == data.len()).then(|| HostTensor {
+        (checked_count(shape) == Some(data.len() as u64)).then(|| HostTensor {
             shape: shape.to_vec(),
             data: T::wrap(data),
         })

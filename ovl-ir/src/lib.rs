@@ -41,4 +41,4 @@ pub const IR_VERSION: u32 = 1;
 
 pub use dtype::{DType, Literal};
 pub use error::OutOfBounds;
-pub use host::{HostTensor, Scalar, TensorData};
+pub use host::{AllocError, HostTensor, Scalar, TensorData};

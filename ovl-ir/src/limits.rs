@@ -17,3 +17,23 @@ pub const CUDA_LOCAL_BYTES: u64 = 64 * 1024;
 /// The largest row buffer that row reuse adds to a kernel that may run on a GPU, in bytes per
 /// worker: 4096 f32, about 4 GiB reserved on a GPU of 132 multiprocessors of 2048 threads.
 pub const GPU_ROW_BUFFER_BYTES: u64 = 16 * 1024;
+
+/// The default bound on the iterations of one `while` loop in one worker, per entry into the
+/// loop: 2^32, far beyond any loop that ends on real data (a loop that reaches it is taken to
+/// run forever and ends its worker with a fault). `OVL_MAX_WHILE_ITERATIONS` (or
+/// `ovl::Options::max_while_iterations`) changes it; 0 means no bound. Counted `range` loops
+/// need no bound: their trip count is fixed when they start.
+pub const WHILE_ITERATIONS: u64 = 1 << 32;
+
+/// The bound on `while` iterations: `OVL_MAX_WHILE_ITERATIONS` when it is set to a number
+/// (0: no bound), else [`WHILE_ITERATIONS`]. Read once per process (evaluations ask at every
+/// call).
+pub fn while_iterations_from_env() -> u64 {
+    static BOUND: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *BOUND.get_or_init(|| {
+        std::env::var("OVL_MAX_WHILE_ITERATIONS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(WHILE_ITERATIONS)
+    })
+}

@@ -141,7 +141,14 @@ impl Entry {
     pub(crate) fn check(&self) -> Check {
         let bytes = match fs::read(self.artifact_path()) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Check::Missing,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Check::Missing
+            }
             Err(e) => return Check::Damaged(format!("it cannot be read: {e}")),
         };
         let meta = match fs::read(self.file("meta")) {
@@ -228,6 +235,11 @@ pub(crate) fn get_or_build<T>(
         build(&writer).map(|t| (t, CacheOutcome::Compiled))
     })();
     result.map_err(|e| match (damage, e) {
+        (_, CodegenError::Cache { .. }) if not_a_directory(&entry.dir).is_some() => {
+            CodegenError::CacheNotADirectory {
+                path: not_a_directory(&entry.dir).unwrap_or_default(),
+            }
+        }
         (Some(reason), e @ CodegenError::Cache { .. }) => CodegenError::DamagedEntry {
             path: entry.artifact_path(),
             reason,
@@ -235,6 +247,15 @@ pub(crate) fn get_or_build<T>(
         },
         (_, e) => e,
     })
+}
+
+/// The first path at or above `dir` that exists but is not a directory (a cache root that is a
+/// regular file), if any.
+fn not_a_directory(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .find(|p| p.symlink_metadata().is_ok())
+        .filter(|p| !p.is_dir())
+        .map(Path::to_path_buf)
 }
 
 /// Writes one entry while holding its lock (released when dropped).

@@ -99,7 +99,8 @@ enum Frame {
         inner: usize,
         block: Option<usize>,
     },
-    WhileCond,
+    /// A `while` loop before its condition: its WHILE_BEGIN.
+    WhileCond(usize),
     WhileBody,
 }
 

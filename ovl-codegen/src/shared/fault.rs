@@ -23,6 +23,7 @@ pub(crate) struct Status {
 /// Status codes.
 pub(crate) const STATUS_OUT_OF_BOUNDS: i32 = 1;
 pub(crate) const STATUS_NON_POSITIVE_STEP: i32 = 2;
+pub(crate) const STATUS_WHILE_LIMIT: i32 = 3;
 
 /// The position of a flattened worker index in a workgroup.
 fn position(workgroup: &[u64], worker: i64) -> Vec<u64> {
@@ -81,6 +82,13 @@ pub(crate) fn fault_error(
             defined_at: defined_at.to_string(),
             expression,
             step: st.step,
+            position,
+        },
+        STATUS_WHILE_LIMIT => RunError::WhileLimit {
+            operator: name.to_string(),
+            defined_at: defined_at.to_string(),
+            expression,
+            limit: st.size,
             position,
         },
         code => RunError::Internal {

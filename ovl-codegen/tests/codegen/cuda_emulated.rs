@@ -87,7 +87,13 @@ struct Emulated {
 
 /// Compiles the operator's CUDA for the host.
 fn build(dag: &ExpressionDag) -> Emulated {
-    let mut src = String::from(SHIM);
+    build_with(dag, "")
+}
+
+/// [`build`] with `defines` (C preprocessor lines) before the generated code.
+fn build_with(dag: &ExpressionDag, defines: &str) -> Emulated {
+    let mut src = String::from(defines);
+    src.push_str(SHIM);
     src.push_str(&cuda::generate_cuda(dag, "emulated").unwrap_or_else(|e| panic!("{e}")));
     let mut args = Vec::new();
     for (i, t) in dag.inputs.iter().enumerate() {
@@ -511,4 +517,39 @@ fn a_fault_ends_its_worker_and_its_loops() {
     without_hang("the emulated nested walk", move || {
         same_as_cpp(&nested_walk_dag(5, 8), &[&x])
     });
+}
+
+#[test]
+fn a_while_loop_past_its_bound_faults_as_on_the_interpreter() {
+    // Collatz steps of 1..=16; with a bound of 5 iterations, 3 (7 steps) is the first worker
+    // in row-major order whose loop reaches it.
+    let dag = ovl_ir::fixtures::collatz(16);
+    let x = HostTensor::from_vec(&[16], (1..=16u64).collect()).unwrap();
+    let mut out = zero_outputs(&dag);
+    let options = ovl_core::interp::InterpOptions {
+        threads: Some(1),
+        max_while_iterations: 5,
+    };
+    let Err(ovl_core::interp::InterpError::WhileLimit {
+        expression,
+        limit,
+        position: expected,
+        ..
+    }) = ovl_core::interp::interpret_with(&dag, &[&x], &mut out, &options)
+    else {
+        panic!("the interpreter did not stop the loop")
+    };
+    assert_eq!((limit, expected.as_slice()), (5, &[2u64][..]));
+    let emulated = build_with(&dag, "#define OVL_WHILE_LIMIT 5ULL\n");
+    for (grid, block) in [(1, 1), (3, 4), (2, 32)] {
+        let (_, st) = emulate(&emulated, &dag, &[&x], &[], grid, block);
+        let what = format!("grid {grid} x block {block}");
+        assert_eq!(st.code, 3, "{what}: {st:?}");
+        assert_eq!((st.expression as usize, st.size), (expression, 5), "{what}");
+        assert_eq!(
+            position(&dag.workgroup_shape, st.worker),
+            expected,
+            "{what}"
+        );
+    }
 }

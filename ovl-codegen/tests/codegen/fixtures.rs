@@ -27,7 +27,10 @@ fn interpreted(f: &Fixture) -> Vec<HostTensor> {
         &f.dag,
         &inputs,
         &mut out,
-        &ovl_core::interp::InterpOptions { threads: Some(1) },
+        &ovl_core::interp::InterpOptions {
+            threads: Some(1),
+            ..Default::default()
+        },
     )
     .unwrap_or_else(|e| panic!("{}: the interpreter failed: {e}", f.name));
     out

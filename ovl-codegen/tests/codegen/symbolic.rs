@@ -94,7 +94,10 @@ fn check_fixture(f: &SymbolicFixture) {
             &concrete,
             &refs,
             &mut expected,
-            &ovl_core::interp::InterpOptions { threads: Some(1) },
+            &ovl_core::interp::InterpOptions {
+                threads: Some(1),
+                ..Default::default()
+            },
         );
         for threads in [1, 3] {
             let (op, ins, c) = (op.clone(), inputs.clone(), concrete.clone());

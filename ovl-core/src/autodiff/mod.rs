@@ -274,14 +274,14 @@ fn build(
             output_grads,
         };
         // A gradient function that panics (say, asking for a tensor of the wrong dtype) is
-        // reported as an error of this operator's gradient, not as a panic of the caller.
-        let input_grads =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gradient(&call))).map_err(
-                |panic| GradError::BadGradient {
-                    operator: op.dag.name.clone(),
-                    message: format!("its gradient function panicked: {}", panic_message(&panic)),
-                },
-            )?;
+        // reported as an error of this operator's gradient, not as a panic of the caller (and
+        // the panic is not printed: the error carries its message).
+        let input_grads = crate::quiet::catch_quietly(|| gradient(&call)).map_err(|panic| {
+            GradError::BadGradient {
+                operator: op.dag.name.clone(),
+                message: format!("its gradient function panicked: {}", panic_message(&panic)),
+            }
+        })?;
         if input_grads.len() != op.inputs.len() {
             return Err(GradError::BadGradient {
                 operator: op.dag.name.clone(),

@@ -2,7 +2,7 @@
 
 use super::program::{Code, Program};
 use super::value::{self, Value};
-use crate::host::TensorData;
+use crate::host::{AllocError, TensorData};
 use crate::ir::TensorKind;
 use ovl_ir::ops::REDUCE_LANES;
 use std::sync::atomic::{
@@ -195,6 +195,11 @@ pub(crate) enum Fault {
         expression: usize,
         step: i64,
     },
+    /// A `while` loop (its WHILE_BEGIN) ran more than `limit` iterations.
+    WhileLimit {
+        expression: usize,
+        limit: u64,
+    },
     /// An inconsistency that validation should have excluded.
     Internal {
         expression: usize,
@@ -224,6 +229,8 @@ pub(crate) struct Worker<'p, 'd> {
     local_ready: Vec<bool>,
     position: Vec<u64>,
     first: Option<FirstFault>,
+    /// The bound on one `while` loop's iterations (0: none).
+    while_limit: u64,
 }
 
 impl<'p, 'd> Worker<'p, 'd> {
@@ -231,12 +238,22 @@ impl<'p, 'd> Worker<'p, 'd> {
         prog: &'p Program,
         inputs: &'p [&'d TensorData],
         outputs: &'p [OutView<'d>],
-    ) -> Worker<'p, 'd> {
+        while_limit: u64,
+    ) -> Result<Worker<'p, 'd>, AllocError> {
         let locals = prog.tensors[prog.n_inputs + prog.n_outputs..]
             .iter()
-            .map(|t| TensorData::zeros(t.dtype, t.dims.iter().product::<u64>() as usize))
-            .collect::<Vec<_>>();
-        Worker {
+            .map(|t| {
+                let fail = || AllocError {
+                    dtype: t.dtype,
+                    shape: t.dims.clone(),
+                };
+                let len = ovl_ir::shape::checked_count(&t.dims)
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(fail)?;
+                TensorData::try_zeros(t.dtype, len).map_err(|_| fail())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Worker {
             prog,
             inputs,
             outputs,
@@ -247,7 +264,8 @@ impl<'p, 'd> Worker<'p, 'd> {
             locals,
             position: vec![0; prog.workgroup.len()],
             first: None,
-        }
+            while_limit,
+        })
     }
 
     /// Runs the workers with row-major linear indices `start..end` and returns the first fault.
@@ -466,7 +484,13 @@ impl<'p, 'd> Worker<'p, 'd> {
                     pc = ins.jump as usize;
                     continue;
                 }
-                Code::EndIf | Code::WhileBegin => {
+                Code::EndIf => {
+                    pc += 1;
+                    continue;
+                }
+                Code::WhileBegin => {
+                    // This entry's iteration count (the slot holds no value otherwise).
+                    self.slots[pc] = Value::U64(0);
                     pc += 1;
                     continue;
                 }
@@ -524,7 +548,22 @@ impl<'p, 'd> Worker<'p, 'd> {
                 }
                 Code::WhileCond => {
                     pc = match self.slots[a].as_bool() {
-                        Some(true) => pc + 1,
+                        Some(true) => {
+                            let begin = ins.aux as usize;
+                            let Value::U64(n) = &mut self.slots[begin] else {
+                                return self.internal(pc, "a while loop without its count");
+                            };
+                            *n += 1;
+                            if *n > self.while_limit && self.while_limit != 0 {
+                                // A fault ends the worker, as an index out of bounds does.
+                                self.fault(Fault::WhileLimit {
+                                    expression: begin,
+                                    limit: self.while_limit,
+                                });
+                                return;
+                            }
+                            pc + 1
+                        }
                         Some(false) => ins.jump as usize,
                         None => return self.internal(pc, "a non-bool while condition"),
                     };

@@ -19,7 +19,7 @@ mod value;
 #[cfg(test)]
 mod tests;
 
-use crate::host::{HostTensor, TensorData};
+use crate::host::{AllocError, HostTensor, TensorData};
 use crate::ir;
 use crate::validate::{validate, ValidationError};
 use exec::{Fault, FirstFault, OutView, Worker};
@@ -82,6 +82,36 @@ pub enum InterpError {
         /// The worker's position in the workgroup.
         position: Vec<u64>,
     },
+    /// A `while` loop ran more iterations in one worker than the bound
+    /// ([`InterpOptions::max_while_iterations`]); the worker stopped there. Reported for the
+    /// first faulting worker in row-major order.
+    #[error(
+        "operator `{operator}`{}: the worker at position {position:?} ran the while loop \
+         %{expression} {limit} times without ending (the worker stopped there); if the loop is \
+         meant to run that long, raise the bound: OVL_MAX_WHILE_ITERATIONS or \
+         Options::max_while_iterations (0: no bound)",
+        at(.defined_at)
+    )]
+    WhileLimit {
+        /// The operator's name.
+        operator: String,
+        /// `file:line` of the operator's function, or empty when unknown.
+        defined_at: String,
+        /// The loop's WHILE_BEGIN expression.
+        expression: usize,
+        /// The bound.
+        limit: u64,
+        /// The worker's position in the workgroup.
+        position: Vec<u64>,
+    },
+    /// A local tensor of the operator could not be allocated.
+    #[error("operator `{operator}`: {source}")]
+    OutOfMemory {
+        /// The operator's name.
+        operator: String,
+        /// The buffer that could not be allocated.
+        source: AllocError,
+    },
     /// An inconsistency the interpreter did not expect after validation (a bug in ovl).
     #[error("operator `{operator}`: internal error of the interpreter: {message}")]
     Internal {
@@ -96,12 +126,25 @@ pub use crate::error::{Access, OutOfBounds};
 use ovl_ir::names::at;
 
 /// Options of [`interpret_with`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InterpOptions {
     /// Number of threads. `None`: one thread for small workgroups, else as many as the machine
     /// has (`std::thread::available_parallelism`). `Some(1)` runs the workers in row-major
     /// order on the calling thread.
     pub threads: Option<usize>,
+    /// The most iterations one `while` loop may run in one worker (per entry into the loop);
+    /// more is a [`InterpError::WhileLimit`] fault. 0: no bound. Default:
+    /// [`ovl_ir::limits::while_iterations_from_env`].
+    pub max_while_iterations: u64,
+}
+
+impl Default for InterpOptions {
+    fn default() -> InterpOptions {
+        InterpOptions {
+            threads: None,
+            max_while_iterations: ovl_ir::limits::while_iterations_from_env(),
+        }
+    }
 }
 
 /// Below this estimated number of expressions evaluated in total (workers times the program's
@@ -206,19 +249,29 @@ pub fn interpret_with(
     let chunk = workers.div_ceil(threads);
     let bounds = |t: u64| (t * chunk, ((t + 1) * chunk).min(workers));
 
+    // Every thread's worker state (local tensors included) is allocated before any runs.
+    let mut states = (0..threads)
+        .map(|_| Worker::new(&prog, &input_data, &views, options.max_while_iterations))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| InterpError::OutOfMemory {
+            operator: dag.name.clone(),
+            source,
+        })?;
     let first: Option<FirstFault> = if threads == 1 {
-        Worker::new(&prog, &input_data, &views).run_chunk(0, workers)
+        states.pop().expect("one thread").run_chunk(0, workers)
     } else {
-        let (prog, input_data, views) = (&prog, &input_data[..], &views[..]);
         let results: Vec<std::thread::Result<Option<FirstFault>>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (1..threads)
-                .map(|t| {
+            let mut states = states.into_iter();
+            let own = states.next().expect("one state per thread");
+            let handles: Vec<_> = states
+                .zip(1..threads)
+                .map(|(state, t)| {
                     let (lo, hi) = bounds(t);
-                    s.spawn(move || Worker::new(prog, input_data, views).run_chunk(lo, hi))
+                    s.spawn(move || state.run_chunk(lo, hi))
                 })
                 .collect();
             let (lo, hi) = bounds(0);
-            let mut results = vec![Ok(Worker::new(prog, input_data, views).run_chunk(lo, hi))];
+            let mut results = vec![Ok(own.run_chunk(lo, hi))];
             results.extend(handles.into_iter().map(|h| h.join()));
             results
         });
@@ -267,6 +320,13 @@ fn fault_error(dag: &ir::ExpressionDag, prog: &Program, f: FirstFault) -> Interp
             size,
             position: f.position,
         })),
+        Fault::WhileLimit { expression, limit } => InterpError::WhileLimit {
+            operator: dag.name.clone(),
+            defined_at: defined_at(dag),
+            expression,
+            limit,
+            position: f.position,
+        },
         Fault::NonPositiveStep { expression, step } => InterpError::NonPositiveStep {
             operator: dag.name.clone(),
             defined_at: defined_at(dag),

@@ -58,7 +58,8 @@ pub(crate) struct Instr {
     /// END_IF. RANGE: after END_RANGE (zero iterations). END_RANGE: the RANGE. WHILE_COND: after
     /// WHILE_END. WHILE_END: after WHILE_BEGIN. POSITION: the axis. RANGE also uses `aux`.
     pub jump: u32,
-    /// RANGE: the loop's ordinal (index of its end/step state).
+    /// RANGE: the loop's ordinal (index of its end/step state). WHILE_COND: its WHILE_BEGIN,
+    /// whose slot counts the loop's iterations.
     pub aux: u32,
     /// CONST: the value. LOCAL_TENSOR: the fill value.
     pub literal: Value,
@@ -290,9 +291,15 @@ impl Program {
                     Code::EndRange
                 }
                 Inst::WhileBegin { .. } => Code::WhileBegin,
-                Inst::WhileCond { condition, end, .. } => {
+                Inst::WhileCond {
+                    condition,
+                    begin,
+                    end,
+                } => {
                     ins.a = condition;
                     ins.jump = after(end);
+                    // The condition counts its loop's iterations in the WHILE_BEGIN's slot.
+                    ins.aux = begin;
                     Code::WhileCond
                 }
                 Inst::WhileEnd { begin } => {

@@ -22,7 +22,15 @@ fn run_with(
 ) -> (Result<(), InterpError>, Vec<HostTensor>) {
     let mut outputs = zero_outputs(dag);
     let refs: Vec<&HostTensor> = inputs.iter().collect();
-    let r = interpret_with(dag, &refs, &mut outputs, &InterpOptions { threads });
+    let r = interpret_with(
+        dag,
+        &refs,
+        &mut outputs,
+        &InterpOptions {
+            threads,
+            ..Default::default()
+        },
+    );
     (r, outputs)
 }
 

@@ -474,6 +474,16 @@ pub fn position_in(shape: impl AsRef<[usize]>) -> Position {
                 "position_in(..) is called a second time; an operator has exactly one workgroup",
             );
         }
+        if shape_too_large(shape, 1).is_some() {
+            s.error(
+                loc,
+                format!(
+                    "the workgroup {shape:?} has more workers than the limit, {}: declare a \
+                     smaller workgroup",
+                    isize::MAX
+                ),
+            );
+        }
         if s.workgroup.is_none() {
             // A 0-d shape (a scalar) has one element: one worker, at position 0. A shape with a
             // zero dimension (an empty tensor) has no worker: the operator runs nothing and its
@@ -521,11 +531,34 @@ pub(crate) fn declare_input<T: Scalar>(
     Tensor::new(TensorKind::Input, index, s.id, shape, name)
 }
 
+/// `Some(message)` when a tensor of `shape` with elements of `size` bytes is larger than any
+/// allocation can be (2^63 - 1 bytes), saying how large it is.
+fn shape_too_large(shape: &[usize], size: usize) -> Option<String> {
+    let elements = ovl_ir::shape::checked_count(shape);
+    match elements.and_then(|n| n.checked_mul(size as u64)) {
+        Some(bytes) if bytes <= isize::MAX as u64 => None,
+        Some(bytes) => Some(format!("{bytes} bytes")),
+        None => Some("more than 2^64 bytes".into()),
+    }
+}
+
 /// A new output tensor of the given shape (its elements start at zero).
 #[track_caller]
 pub fn output<T: Scalar>(shape: impl AsRef<[usize]>) -> Tensor<T> {
+    let loc = Location::caller();
     let shape = shape.as_ref().to_vec();
     state::with(|s| {
+        if let Some(size) = shape_too_large(&shape, T::DTYPE.size()) {
+            s.error(
+                loc,
+                format!(
+                    "an output of shape {shape:?} and dtype {} takes {size}; the limit of one \
+                     tensor is {} bytes: make the output smaller",
+                    T::DTYPE,
+                    isize::MAX
+                ),
+            );
+        }
         let index = s.outputs.len() as u32;
         s.outputs.push(tensor_type(T::DTYPE, &shape));
         Tensor::new(
@@ -550,8 +583,12 @@ const MAX_LOCAL_BYTES: usize = ovl_ir::limits::PORTABLE_LOCAL_BYTES as usize;
 fn local<T: Scalar>(shape: &[usize], fill: T) -> Tensor<T> {
     let loc = Location::caller();
     state::with(|s| {
-        let bytes = shape.iter().product::<usize>() * T::DTYPE.size();
-        if bytes > MAX_LOCAL_BYTES {
+        let bytes = ovl_ir::shape::checked_count(shape)
+            .and_then(|n| n.checked_mul(T::DTYPE.size() as u64))
+            .map_or("more than 2^64".to_string(), |b| b.to_string());
+        if shape_too_large(shape, T::DTYPE.size()).is_some()
+            || shape.iter().product::<usize>() * T::DTYPE.size() > MAX_LOCAL_BYTES
+        {
             s.error(
                 loc,
                 format!(

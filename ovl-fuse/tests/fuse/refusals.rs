@@ -85,7 +85,15 @@ fn evaluate(dag: &ir::OperatorDag, inputs: &[HostTensor]) -> Result<Vec<HostTens
         let ins: Vec<HostTensor> = wiring.inputs.iter().map(|v| fetch(&results, v)).collect();
         let refs: Vec<&HostTensor> = ins.iter().collect();
         let mut outs = zeros(op);
-        interpret_with(op, &refs, &mut outs, &InterpOptions { threads: Some(1) })?;
+        interpret_with(
+            op,
+            &refs,
+            &mut outs,
+            &InterpOptions {
+                threads: Some(1),
+                ..Default::default()
+            },
+        )?;
         results.push(outs);
     }
     Ok(dag.outputs.iter().map(|v| fetch(&results, v)).collect())

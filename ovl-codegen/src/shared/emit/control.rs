@@ -113,12 +113,15 @@ impl Emitter<'_> {
         Ok(None)
     }
 
-    /// WHILE_BEGIN: `while (true) {`.
+    /// WHILE_BEGIN: `while (true) {`, after the loop's iteration count `ovl_it{k}` (a `while`
+    /// may not end on its data; counted `range` loops need no count: their trip count is fixed
+    /// when they start).
     pub(super) fn while_begin(&mut self, k: usize) -> Emitted {
         self.operand_count(k, 0)?;
+        self.line(&format!("uint64_t ovl_it{k} = 0;"));
         self.line("while (true) {");
         self.indent += 1;
-        self.frames.push(Frame::WhileCond);
+        self.frames.push(Frame::WhileCond(k));
         Ok(None)
     }
 
@@ -126,14 +129,21 @@ impl Emitter<'_> {
     pub(super) fn while_cond(&mut self, k: usize) -> Emitted {
         self.operand_count(k, 1)?;
         let (c, cd) = self.operand(k, 0)?;
-        if cd != DType::Bool || self.frames.last() != Some(&Frame::WhileCond) {
+        let Some(&Frame::WhileCond(begin)) = self.frames.last().filter(|_| cd == DType::Bool)
+        else {
             return Err(self.err(
                 Some(k),
                 "`while_cond` needs an open `while_begin` and a bool",
             ));
-        }
+        };
         *self.frames.last_mut().expect("checked") = Frame::WhileBody;
         self.line(&format!("if (!v{c}) break;"));
+        // One increment and compare per iteration; past the bound, a fault ends the worker.
+        let w = self.worker_expr();
+        self.stops.set(true);
+        self.line(&format!(
+            "if (OVL_UNLIKELY(++ovl_it{begin} > OVL_WHILE_LIMIT && OVL_WHILE_LIMIT != 0)) {{ ovl::while_limit(ovl_st, {begin}, {w}); {STOP} }}"
+        ));
         Ok(None)
     }
 

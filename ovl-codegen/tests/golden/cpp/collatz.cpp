@@ -14,6 +14,7 @@ __attribute__((noinline)) void ovl_kernel(const uint64_t* __restrict__ in0, uint
     const int64_t ovl_wrow = ovl_w - ovl_q;  // flattened index of the row's start
     const int64_t ovl_qend = ovl_q + ovl_n;
     for (int64_t ovl_p0 = ovl_q; ovl_p0 < ovl_qend; ++ovl_p0) {
+      {
       const int64_t v0 = ovl_p0;
       const uint64_t v1 = in0[v0];
       uint64_t v2 = v1;
@@ -24,9 +25,11 @@ __attribute__((noinline)) void ovl_kernel(const uint64_t* __restrict__ in0, uint
       const uint64_t v7 = (uint64_t)(3ULL);
       const uint64_t v8 = (uint64_t)(0ULL);
       const uint32_t v9 = (uint32_t)(1ULL);
+      uint64_t ovl_it10 = 0;
       while (true) {
         const bool v11 = v2 > v5;
         if (!v11) break;
+        if (OVL_UNLIKELY(++ovl_it10 > OVL_WHILE_LIMIT && OVL_WHILE_LIMIT != 0)) { ovl::while_limit(ovl_st, 10, (ovl_wrow + ovl_p0)); goto ovl_stop; }
         const uint64_t v13 = ovl::rem(v2, v6);
         const bool v14 = v13 == v8;
         if (v14) {
@@ -41,6 +44,8 @@ __attribute__((noinline)) void ovl_kernel(const uint64_t* __restrict__ in0, uint
         v4 = v23;
       }
       out0[v0] = v4;
+      }
+      ovl_stop:;
     }
     ovl_w += ovl_n;
     ovl_q = 0;

@@ -15,6 +15,7 @@ __attribute__((noinline)) void ovl_kernel(float* __restrict__ out0, double* __re
     const int64_t ovl_wrow = ovl_w - ovl_q;  // flattened index of the row's start
     const int64_t ovl_qend = ovl_q + ovl_n;
     for (int64_t ovl_p0 = ovl_q; ovl_p0 < ovl_qend; ++ovl_p0) {
+      {
       const int64_t v0 = ovl_p0;
       const float v1 = __builtin_inff();
       const float v2 = (-__builtin_inff());
@@ -70,11 +71,13 @@ __attribute__((noinline)) void ovl_kernel(float* __restrict__ out0, double* __re
       int64_t v52 = v50;
       const int64_t v53 = (int64_t)(0LL);
       int64_t v54 = v53;
+      uint64_t ovl_it55 = 0;
       while (true) {
         const int64_t v56 = (int64_t)(100LL);
         const int64_t v57 = ovl::add(v56, v0);
         const bool v58 = v54 < v57;
         if (!v58) break;
+        if (OVL_UNLIKELY(++ovl_it55 > OVL_WHILE_LIMIT && OVL_WHILE_LIMIT != 0)) { ovl::while_limit(ovl_st, 55, (ovl_wrow + ovl_p0)); goto ovl_stop; }
         const int64_t v60 = loc0[v0];
         const int64_t v61 = ovl::add(v54, v60);
         v54 = v61;
@@ -84,6 +87,8 @@ __attribute__((noinline)) void ovl_kernel(float* __restrict__ out0, double* __re
       out1[v0] = v26;
       const int64_t v67 = ovl::add(v52, v54);
       out2[v0] = v67;
+      }
+      ovl_stop:;
     }
     ovl_w += ovl_n;
     ovl_q = 0;

@@ -10,7 +10,10 @@
 
 // The first fault of one worker (C++: of one call of ovl_run, one contiguous chunk of workers).
 // The caller passes a zeroed struct; code 0: no fault, 1: index out of bounds, 2: non-positive
-// range step.
+// range step, 3: a while loop ran past OVL_WHILE_LIMIT iterations.
+#ifndef OVL_WHILE_LIMIT
+#define OVL_WHILE_LIMIT 4294967296ULL  // ovl_ir::limits::WHILE_ITERATIONS; 0: no bound
+#endif
 struct ovl_status {
   int32_t code;
   int32_t expression;   // the READ/WRITE or RANGE expression
@@ -19,7 +22,7 @@ struct ovl_status {
   int32_t axis;
   int32_t index_signed; // 1: index_bits holds an int64_t, 0: a uint64_t
   uint64_t index_bits;
-  uint64_t size;        // the size of the dimension
+  uint64_t size;        // the size of the dimension (code 3: the bound)
   int64_t worker;       // row-major flattened worker index
   int64_t step;         // the RANGE step
 };
@@ -134,6 +137,14 @@ OVL_COLD void bad_step(ovl_status* s, int32_t e, int64_t step, int64_t w) {
   s->code = 2;
   s->expression = e;
   s->step = step;
+  s->worker = w;
+}
+
+OVL_COLD void while_limit(ovl_status* s, int32_t e, int64_t w) {
+  if (s->code != 0) return;
+  s->code = 3;
+  s->expression = e;
+  s->size = OVL_WHILE_LIMIT;
   s->worker = w;
 }
 

@@ -10,6 +10,7 @@ extern "C" __global__ void ovl_kernel(const uint64_t* __restrict__ in0, uint32_t
   const int64_t ovl_stride = (int64_t)gridDim.x * (int64_t)blockDim.x;
   for (int64_t ovl_w = (int64_t)blockIdx.x * (int64_t)blockDim.x + (int64_t)threadIdx.x; ovl_w < 16LL; ovl_w += ovl_stride) {
     const int64_t ovl_p0 = ovl_w;
+    {
       const int64_t v0 = ovl_p0;
       const uint64_t v1 = in0[(int32_t)v0];
       uint64_t v2 = v1;
@@ -20,9 +21,11 @@ extern "C" __global__ void ovl_kernel(const uint64_t* __restrict__ in0, uint32_t
       const uint64_t v7 = (uint64_t)(3ULL);
       const uint64_t v8 = (uint64_t)(0ULL);
       const uint32_t v9 = (uint32_t)(1ULL);
+      uint64_t ovl_it10 = 0;
       while (true) {
         const bool v11 = v2 > v5;
         if (!v11) break;
+        if (OVL_UNLIKELY(++ovl_it10 > OVL_WHILE_LIMIT && OVL_WHILE_LIMIT != 0)) { ovl::while_limit(ovl_st, 10, ovl_w); goto ovl_stop; }
         const uint64_t v13 = ovl::rem(v2, v6);
         const bool v14 = v13 == v8;
         if (v14) {
@@ -37,6 +40,8 @@ extern "C" __global__ void ovl_kernel(const uint64_t* __restrict__ in0, uint32_t
         v4 = v23;
       }
       out0[(int32_t)v0] = v4;
+    }
+    ovl_stop:;
   }
   if (ovl_ls.code != 0) ovl::report(ovl_gst, &ovl_ls);
 }

@@ -11,6 +11,7 @@ extern "C" __global__ void ovl_kernel(float* __restrict__ out0, double* __restri
   const int64_t ovl_stride = (int64_t)gridDim.x * (int64_t)blockDim.x;
   for (int64_t ovl_w = (int64_t)blockIdx.x * (int64_t)blockDim.x + (int64_t)threadIdx.x; ovl_w < 8LL; ovl_w += ovl_stride) {
     const int64_t ovl_p0 = ovl_w;
+    {
       const int64_t v0 = ovl_p0;
       const float v1 = ovl::f32_bits(0x7f800000u);
       const float v2 = ovl::f32_bits(0xff800000u);
@@ -66,11 +67,13 @@ extern "C" __global__ void ovl_kernel(float* __restrict__ out0, double* __restri
       int64_t v52 = v50;
       const int64_t v53 = (int64_t)(0LL);
       int64_t v54 = v53;
+      uint64_t ovl_it55 = 0;
       while (true) {
         const int64_t v56 = (int64_t)(100LL);
         const int64_t v57 = ovl::add(v56, v0);
         const bool v58 = v54 < v57;
         if (!v58) break;
+        if (OVL_UNLIKELY(++ovl_it55 > OVL_WHILE_LIMIT && OVL_WHILE_LIMIT != 0)) { ovl::while_limit(ovl_st, 55, ovl_w); goto ovl_stop; }
         const int64_t v60 = loc0[(int32_t)v0];
         const int64_t v61 = ovl::add(v54, v60);
         v54 = v61;
@@ -80,6 +83,8 @@ extern "C" __global__ void ovl_kernel(float* __restrict__ out0, double* __restri
       out1[(int32_t)v0] = v26;
       const int64_t v67 = ovl::add(v52, v54);
       out2[(int32_t)v0] = v67;
+    }
+    ovl_stop:;
   }
   if (ovl_ls.code != 0) ovl::report(ovl_gst, &ovl_ls);
 }
