@@ -9,11 +9,7 @@ use std::path::Path;
 pub use crate::shared::cache_entry::{cache_dir, CACHE_LAYOUT};
 use ovl_ir::lru::CacheControl;
 
-/// How many loaded operators each in-memory cache of this crate keeps (C++ libraries, CUDA
-/// artifacts, CUDA functions loaded onto the GPU) unless `ovl::set_cache_capacity` says
-/// otherwise. An evicted operator stays usable by whoever holds it (a plan); the next lookup
-/// loads it again from the operator cache on disk.
-pub const MODULES_CAPACITY: usize = 1024;
+pub use crate::shared::cache_entry::MODULES_CAPACITY;
 
 /// The in-memory caches of this crate, in the order C++ libraries, CUDA artifacts, CUDA
 /// functions loaded onto the GPU (see [`ovl_ir::lru`]).

@@ -51,7 +51,7 @@ pub(crate) fn forget_root(root: &Path) {
 
 fn memory() -> &'static SharedLru<MemoryKey, Arc<CompiledOperator>> {
     static M: SharedLru<MemoryKey, Arc<CompiledOperator>> =
-        SharedLru::new("cpu_modules", crate::cache::MODULES_CAPACITY);
+        SharedLru::new("cpu_modules", crate::shared::cache_entry::MODULES_CAPACITY);
     &M
 }
 

@@ -76,7 +76,10 @@ type MemoryKey = (PathBuf, String);
 type Memory = SharedLru<MemoryKey, (Arc<CudaArtifact>, bool)>;
 
 fn memory() -> &'static Memory {
-    static M: Memory = SharedLru::new("cuda_artifacts", crate::cache::MODULES_CAPACITY);
+    static M: Memory = SharedLru::new(
+        "cuda_artifacts",
+        crate::shared::cache_entry::MODULES_CAPACITY,
+    );
     &M
 }
 

@@ -172,7 +172,7 @@ type LoadedKey = (std::path::PathBuf, String);
 
 fn loaded() -> &'static SharedLru<LoadedKey, CudaFunction> {
     static L: SharedLru<LoadedKey, CudaFunction> =
-        SharedLru::new("cuda_modules", crate::cache::MODULES_CAPACITY);
+        SharedLru::new("cuda_modules", crate::shared::cache_entry::MODULES_CAPACITY);
     &L
 }
 

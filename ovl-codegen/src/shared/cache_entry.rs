@@ -27,6 +27,12 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+/// How many loaded operators each in-memory cache of this crate keeps (C++ libraries, CUDA
+/// artifacts, CUDA functions loaded onto the GPU) unless `ovl::set_cache_capacity` says
+/// otherwise. An evicted operator stays usable by whoever holds it (a plan); the next lookup
+/// loads it again from the operator cache on disk.
+pub const MODULES_CAPACITY: usize = 1024;
+
 /// Where a call of [`crate::compile_with_outcome`] found the operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CacheOutcome {

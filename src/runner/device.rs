@@ -1,0 +1,142 @@
+//! Running a plan on device tensors: the GPU half of the runner.
+
+use super::{Kernel, Plan, RunFailure, Slot};
+use ovl_codegen::cuda::{DeviceTensor, StatusBlock};
+
+impl Plan {
+    /// Runs the graph on device tensors ([`crate::Target::Cuda`] kernels): `inputs[i]` is graph
+    /// input `i`, `outputs[k]` receives requested output `k`. Everything stays on the GPU:
+    /// intermediates come from the caching allocator and go back to it after their last
+    /// reader, kernels are queued on the one stream without waiting, and the call waits only
+    /// to read the fault statuses back when some kernel can fault (one copy of a few bytes per
+    /// call). Tensors of another dtype or shape, an output sharing memory with another tensor
+    /// passed, or a kernel not compiled for the GPU are errors that name them.
+    pub fn run_device(
+        &self,
+        kernels: &[Kernel],
+        inputs: &[&DeviceTensor],
+        outputs: &[&DeviceTensor],
+    ) -> Result<(), RunFailure> {
+        if kernels.len() != self.dag.operators.len()
+            || inputs.len() != self.inputs.len()
+            || outputs.len() != self.outputs.len()
+        {
+            return Err(RunFailure::Mismatch(format!(
+                "{} kernels, {} device inputs and {} device outputs given; the graph has {}, {} \
+                 and {}",
+                kernels.len(),
+                inputs.len(),
+                outputs.len(),
+                self.dag.operators.len(),
+                self.inputs.len(),
+                self.outputs.len()
+            )));
+        }
+        for (i, (t, sig)) in inputs.iter().zip(&self.inputs).enumerate() {
+            t.check(&format!("graph input {i}"), sig.dtype, &sig.shape)?;
+        }
+        for (k, (t, sig)) in outputs.iter().zip(&self.outputs).enumerate() {
+            t.check(&format!("output {k}"), sig.dtype, &sig.shape)?;
+            let shared = inputs
+                .iter()
+                .map(|t| t.ptr())
+                .chain(
+                    outputs
+                        .iter()
+                        .enumerate()
+                        .filter(|&(j, _)| j != k)
+                        .map(|(_, t)| t.ptr()),
+                )
+                .any(|p| p == t.ptr() && !t.is_empty());
+            if shared {
+                return Err(RunFailure::Mismatch(format!(
+                    "output {k} shares its device memory with another tensor passed (a clone); \
+                     pass a tensor of its own"
+                )));
+            }
+        }
+        for (i, (kernel, op)) in kernels.iter().zip(&self.dag.operators).enumerate() {
+            let runs_nothing = op.workgroup_shape.contains(&0);
+            if !matches!(kernel, Kernel::Cuda(_)) && !runs_nothing {
+                return Err(RunFailure::Mismatch(format!(
+                    "operator {i} (`{}`) was not compiled for the GPU: device tensors need a \
+                     graph compiled with `Options::cuda()`",
+                    op.name
+                )));
+            }
+        }
+        let statuses = StatusBlock::new(self.dag.operators.len())?;
+        let mut temps: Vec<Option<DeviceTensor>> = vec![None; self.temps.len()];
+        let mut can_fault = false;
+        for (i, op) in self.dag.operators.iter().enumerate() {
+            for (j, slot) in self.op_slots[i].iter().enumerate() {
+                let written = self.written(i).get(j).copied().unwrap_or(false);
+                let t = match *slot {
+                    Slot::Temp(t) => {
+                        let sig = &self.temps[t];
+                        let what = format!("an intermediate of operator {i} (`{}`)", op.name);
+                        temps[t] = Some(DeviceTensor::uninit(sig.dtype, &sig.shape, &what)?);
+                        temps[t].as_ref()
+                    }
+                    Slot::Output(k) => Some(outputs[k]),
+                    Slot::Input(_) => unreachable!("operator outputs are never placed in inputs"),
+                };
+                if let (Some(t), false) = (t, written) {
+                    // Elements no worker writes read as zero, as in a fresh output.
+                    t.fill_zero()?;
+                }
+            }
+            if let Kernel::Cuda(k) = &kernels[i] {
+                let ptr = |slot: Slot| match slot {
+                    Slot::Input(g) => inputs[g].ptr(),
+                    Slot::Output(k) => outputs[k].ptr(),
+                    Slot::Temp(t) => temps[t].as_ref().map_or(0, |t| t.ptr()),
+                };
+                let ins: Vec<u64> = self.dag.operator_inputs[i]
+                    .inputs
+                    .iter()
+                    .map(|v| ptr(self.slot_of(v)))
+                    .collect();
+                let outs: Vec<u64> = self.op_slots[i].iter().map(|&s| ptr(s)).collect();
+                // SAFETY: every address is a live block of the type the operator declares (graph
+                // inputs and outputs checked above, intermediates allocated from the plan's
+                // types, which `Plan::new` matched against the operators through the wiring);
+                // the outputs are distinct from each other and from the inputs (a DAG, and the
+                // sharing check above).
+                unsafe {
+                    k.launch_device(
+                        &ins,
+                        &outs,
+                        self.symbols_for(k.symbol_count()),
+                        statuses.slot(i),
+                    )
+                }?;
+                can_fault |= k.can_fault();
+            }
+            for (t, &last) in self.temp_last_use.iter().enumerate() {
+                if last <= i {
+                    // Back to the allocator: work queued later on the stream may reuse it.
+                    temps[t] = None;
+                }
+            }
+        }
+        for &(k, slot) in &self.copies {
+            let src = match slot {
+                Slot::Input(g) => inputs[g],
+                Slot::Output(j) => outputs[j],
+                Slot::Temp(_) => unreachable!("a copied output's source is an input or output"),
+            };
+            outputs[k].copy_from(src)?;
+        }
+        if can_fault {
+            let read = statuses.read()?;
+            for (i, kernel) in kernels.iter().enumerate() {
+                if let (Kernel::Cuda(k), Some(status)) = (kernel, read.get(i)) {
+                    let symbols = self.symbols_for(k.symbol_count());
+                    k.check_status(&k.workgroup(symbols)?, status)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
