@@ -116,7 +116,7 @@ pub(crate) struct Prepared {
 /// Compiles the kernels of `graph` (already fused) and plans it.
 pub(crate) fn prepare(graph: Graph, options: &Options) -> Result<Prepared, Error> {
     let kernels = kernels(&graph.dag, options)?;
-    let plan = Plan::new(Arc::new(graph.dag)).map_err(Error::Internal)?;
+    let plan = Plan::new(Arc::new(graph.dag)).map_err(|e| Error::Internal(e.to_string()))?;
     Ok(Prepared {
         planned: Arc::new(Planned { plan, kernels }),
         inputs: graph.inputs,

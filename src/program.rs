@@ -6,7 +6,7 @@
 //! programs through [`LoadedProgram`], and it runs graphs through the one [`crate::runner`].
 //! The exporter that makes programs is [`crate::export`].
 
-use crate::runner::{Input, Kernel, Output, Plan, RunFailure, Sig};
+use crate::runner::{Input, Kernel, Output, Plan, PlanError, RunFailure, Sig};
 use crate::{executor, Error, Options};
 use ovl_core::ir;
 use ovl_core::{DType, HostTensor};
@@ -119,7 +119,7 @@ pub fn open_program(sealed: &[u8], what: &str) -> Result<ir::Program, SealError>
 }
 
 /// The dtype and shape of an IR tensor type, or why it is not supported.
-pub fn tensor_type_of(t: &ir::TensorType) -> Result<(DType, Vec<usize>), String> {
+pub fn tensor_type_of(t: &ir::TensorType) -> Result<(DType, Vec<usize>), PlanError> {
     Sig::from_ir(t).map(|s| (s.dtype, s.shape))
 }
 
@@ -142,7 +142,7 @@ pub fn check_program(program: &ir::Program) -> Result<(), String> {
             .r#type
             .as_ref()
             .ok_or_else(|| format!("feed {k} has no type"))?;
-        tensor_type_of(t)?;
+        tensor_type_of(t).map_err(|e| e.to_string())?;
         if let Some(i) = feed.graph_input {
             let slot = source
                 .get_mut(i as usize)
@@ -168,7 +168,7 @@ pub fn check_program(program: &ir::Program) -> Result<(), String> {
                  have fixed sizes"
             ));
         }
-        let (dtype, shape) = tensor_type_of(t)?;
+        let (dtype, shape) = tensor_type_of(t).map_err(|e| e.to_string())?;
         let len = shape
             .iter()
             .try_fold(1usize, |n, &d| n.checked_mul(d))
@@ -225,7 +225,7 @@ pub fn constant_tensor(
         .as_ref()
         .and_then(|g| g.inputs.get(c.graph_input as usize))
         .ok_or("a constant names a graph input that does not exist")?;
-    let (dtype, shape) = tensor_type_of(t)?;
+    let (dtype, shape) = tensor_type_of(t).map_err(|e| e.to_string())?;
     let mut h = HostTensor::try_zeros(dtype, &shape).map_err(|e| e.to_string())?;
     let len = h.len() * dtype.size();
     if c.data.len() != len || (dtype == DType::Bool && c.data.iter().any(|&b| b > 1)) {
@@ -289,6 +289,9 @@ pub enum ProgramError {
     /// The bytes are not a valid program, or the program is malformed (its digest matched).
     #[error("the `program` attribute is not a valid ovl program ({0}); re-export the bundle")]
     Corrupt(String),
+    /// The program's graph cannot be planned: it is malformed (its digest matched).
+    #[error("the `program` attribute is not a valid ovl program ({0}); re-export the bundle")]
+    Malformed(#[from] PlanError),
     /// Generating, compiling or loading an operator failed.
     #[error("program `{program}`: {source}")]
     Compile {
@@ -395,8 +398,7 @@ impl LoadedProgram {
         let mut sources = vec![None; program.graph.as_ref().map_or(0, |g| g.inputs.len())];
         let mut feeds = Vec::with_capacity(program.feeds.len());
         for (k, f) in program.feeds.iter().enumerate() {
-            let sig = Sig::from_ir(f.r#type.as_ref().unwrap_or(&Default::default()))
-                .map_err(ProgramError::Corrupt)?;
+            let sig = Sig::from_ir(f.r#type.as_ref().unwrap_or(&Default::default()))?;
             feeds.push((f.name.clone(), sig));
             if let Some(i) = f.graph_input {
                 sources[i as usize] = Some(Source::Feed(k));
@@ -434,15 +436,12 @@ impl LoadedProgram {
         let outputs = output_types
             .iter()
             .map(Sig::from_ir)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(ProgramError::Corrupt)?;
+            .collect::<Result<Vec<_>, _>>()?;
         let dag = Arc::new(dag);
         let plan = if ovl_core::symbolic::is_symbolic_graph(&dag) {
             None
         } else {
-            Some(Arc::new(
-                Plan::new(dag.clone()).map_err(ProgramError::Corrupt)?,
-            ))
+            Some(Arc::new(Plan::new(dag.clone())?))
         };
         Ok(LoadedProgram {
             outputs,
@@ -516,8 +515,10 @@ impl LoadedProgram {
         let plan = match cached {
             Some(plan) => plan,
             None => {
-                let plan =
-                    Arc::new(Plan::specialized(&self.dag, &symbols).map_err(|m| self.mismatch(m))?);
+                let plan = Arc::new(
+                    Plan::specialized(&self.dag, &symbols)
+                        .map_err(|e| self.mismatch(e.to_string()))?,
+                );
                 if let Ok(mut plans) = self.plans.lock() {
                     plans.insert(symbols.clone(), plan.clone());
                 }

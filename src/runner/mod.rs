@@ -33,6 +33,44 @@ pub enum Kernel {
     Cuda(Arc<ovl_codegen::cuda::CudaOperator>),
 }
 
+/// Why a graph cannot be planned: it is malformed (a damaged or hand-made program; fusion and
+/// `evaluate` only make well-formed graphs).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// A tensor type has a dtype ovl does not know.
+    #[error("unsupported dtype {0} in IR")]
+    UnsupportedDType(i32),
+    /// A dimension does not fit in memory addresses.
+    #[error("dimension {0} is too large")]
+    DimensionTooLarge(u64),
+    /// The graph has sizes known only at run time.
+    #[error(
+        "the graph has sizes known only at run time ({symbols}); plan it with \
+         `Plan::specialized` and the symbol values"
+    )]
+    Symbolic {
+        /// The symbols' names.
+        symbols: String,
+    },
+    /// The symbol values do not fit the graph.
+    #[error("{0}")]
+    Symbols(String),
+    /// The wiring does not match the operators, or names a tensor that does not exist.
+    #[error("{0}")]
+    Wiring(String),
+    /// An operator reads an input before it is computed.
+    #[error("the operators are not in a topological order")]
+    NotTopological,
+    /// An operator input has another type than its source.
+    #[error("an input of operator {operator} (`{name}`) has another type than its source")]
+    TypeMismatch {
+        /// The operator's index.
+        operator: usize,
+        /// Its name.
+        name: String,
+    },
+}
+
 /// The dtype and shape of one tensor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sig {
@@ -44,13 +82,12 @@ pub struct Sig {
 
 impl Sig {
     /// The signature of an IR tensor type; an error names an unsupported dtype.
-    pub fn from_ir(t: &ir::TensorType) -> Result<Sig, String> {
-        let dtype = DType::from_ir(t.dtype)
-            .ok_or_else(|| format!("unsupported dtype {} in IR", t.dtype))?;
+    pub fn from_ir(t: &ir::TensorType) -> Result<Sig, PlanError> {
+        let dtype = DType::from_ir(t.dtype).ok_or(PlanError::UnsupportedDType(t.dtype))?;
         let shape = t
             .shape
             .iter()
-            .map(|&d| usize::try_from(d).map_err(|_| format!("dimension {d} is too large")))
+            .map(|&d| usize::try_from(d).map_err(|_| PlanError::DimensionTooLarge(d)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Sig { dtype, shape })
     }
@@ -170,13 +207,12 @@ impl Plan {
     /// Plans `dag`. Errors say what is malformed: an output or operator input without a
     /// source, operators out of topological order, an operator input of another type than
     /// its source (the kernels read raw buffers, so the types must agree exactly).
-    pub fn new(dag: Arc<ir::OperatorDag>) -> Result<Plan, String> {
+    pub fn new(dag: Arc<ir::OperatorDag>) -> Result<Plan, PlanError> {
+        let wiring = |m: &str| PlanError::Wiring(m.into());
         if ovl_core::symbolic::is_symbolic_graph(&dag) {
-            return Err(format!(
-                "the graph has sizes known only at run time ({}); plan it with \
-                 `Plan::specialized` and the symbol values",
-                dag.symbols.join(", ")
-            ));
+            return Err(PlanError::Symbolic {
+                symbols: dag.symbols.join(", "),
+            });
         }
         let inputs = dag
             .inputs
@@ -184,7 +220,9 @@ impl Plan {
             .map(Sig::from_ir)
             .collect::<Result<Vec<_>, _>>()?;
         if dag.operator_inputs.len() != dag.operators.len() {
-            return Err("the graph's operator wiring does not match its operators".into());
+            return Err(wiring(
+                "the graph's operator wiring does not match its operators",
+            ));
         }
         // Requested outputs are written in place where possible: the first request of each
         // operator output; other requests (repeats, graph inputs) are copied after the run.
@@ -198,9 +236,9 @@ impl Plan {
         for (k, out) in dag.outputs.iter().enumerate() {
             match &out.source {
                 Some(Source::GraphInput(i)) => {
-                    let sig = inputs
-                        .get(*i as usize)
-                        .ok_or("an output names a graph input that does not exist")?;
+                    let sig = inputs.get(*i as usize).ok_or_else(|| {
+                        wiring("an output names a graph input that does not exist")
+                    })?;
                     outputs.push(sig.clone());
                     copies.push((k, Slot::Input(*i as usize)));
                 }
@@ -209,7 +247,9 @@ impl Plan {
                         .operators
                         .get(o.operator as usize)
                         .and_then(|op| op.outputs.get(o.output as usize))
-                        .ok_or("an output names an operator output that does not exist")?;
+                        .ok_or_else(|| {
+                            wiring("an output names an operator output that does not exist")
+                        })?;
                     outputs.push(Sig::from_ir(t)?);
                     let slot = &mut placed[o.operator as usize][o.output as usize];
                     match slot {
@@ -217,7 +257,7 @@ impl Plan {
                         Some(s) => copies.push((k, *s)),
                     }
                 }
-                None => return Err("an output has no source".into()),
+                None => return Err(wiring("an output has no source")),
             }
         }
         let mut temps = Vec::new();
@@ -240,12 +280,12 @@ impl Plan {
         let mut temp_last_use = vec![0; temps.len()];
         for (i, wiring) in dag.operator_inputs.iter().enumerate() {
             if wiring.inputs.len() != dag.operators[i].inputs.len() {
-                return Err(format!(
+                return Err(PlanError::Wiring(format!(
                     "operator {i} (`{}`) takes {} inputs but is wired to {}",
                     dag.operators[i].name,
                     dag.operators[i].inputs.len(),
                     wiring.inputs.len()
-                ));
+                )));
             }
             for (v, want) in wiring.inputs.iter().zip(&dag.operators[i].inputs) {
                 let got = match &v.source {
@@ -258,20 +298,24 @@ impl Plan {
                         dag.operators[o.operator as usize]
                             .outputs
                             .get(o.output as usize)
-                            .ok_or(
-                                "an operator input names an operator output that does not exist",
-                            )?
+                            .ok_or_else(|| {
+                                PlanError::Wiring(
+                                    "an operator input names an operator output that does not \
+                                     exist"
+                                        .into(),
+                                )
+                            })?
                     }
                     Some(Source::GraphInput(g)) if (*g as usize) < dag.inputs.len() => {
                         &dag.inputs[*g as usize]
                     }
-                    _ => return Err("the operators are not in a topological order".into()),
+                    _ => return Err(PlanError::NotTopological),
                 };
                 if got != want {
-                    return Err(format!(
-                        "an input of operator {i} (`{}`) has another type than its source",
-                        dag.operators[i].name
-                    ));
+                    return Err(PlanError::TypeMismatch {
+                        operator: i,
+                        name: dag.operators[i].name.clone(),
+                    });
                 }
             }
         }
@@ -292,9 +336,9 @@ impl Plan {
     /// buffers of the specialized sizes, runs interpreter kernels on the specialized operators,
     /// and passes the values to compiled kernels, which were compiled once from the symbolic
     /// operators of the same graph.
-    pub fn specialized(dag: &ir::OperatorDag, symbols: &[u64]) -> Result<Plan, String> {
-        let concrete =
-            ovl_core::symbolic::specialize_graph(dag, symbols).map_err(|e| e.to_string())?;
+    pub fn specialized(dag: &ir::OperatorDag, symbols: &[u64]) -> Result<Plan, PlanError> {
+        let concrete = ovl_core::symbolic::specialize_graph(dag, symbols)
+            .map_err(|e| PlanError::Symbols(e.to_string()))?;
         let mut plan = Plan::new(Arc::new(concrete))?;
         plan.symbols = symbols.to_vec();
         Ok(plan)
