@@ -24,6 +24,7 @@ use crate::error::{defined_at, CodegenError};
 use ovl_ir::intervals::Intervals;
 use ovl_ir::ir::{self, Op, TensorKind};
 use ovl_ir::names::kind_word;
+use ovl_ir::typed::Kernel;
 use ovl_ir::DType;
 
 use ovl_ir::limits::{CPU_LOCALS_BYTES, CUDA_LOCAL_BYTES};
@@ -161,14 +162,17 @@ pub(crate) use blocked::BLOCK as BLOCKED_WORKERS;
 /// [`Emitter::worker_program`]).
 const STOP: &str = "goto ovl_stop;";
 
-/// Checks the operator's tensors and emits the worker program of every expression into
-/// [`Emitter::body`], in `dialect`.
+/// Validates the operator (the emitter relies on what validation proves and checks it no
+/// more), checks its tensors against the backend's limits and emits the worker program of
+/// every expression into [`Emitter::body`], in `dialect`.
 pub(crate) fn emit<'a>(
     dag: &'a ir::ExpressionDag,
     key: &'a str,
     dialect: Dialect,
 ) -> Result<Emitter<'a>, CodegenError> {
-    let mut e = Emitter::new(dag, key, dialect)?;
+    let kernel = Kernel::decode(dag)?;
+    let intervals = Intervals::of(&kernel);
+    let mut e = Emitter::new(dag, key, dialect, intervals.clone())?;
     for k in 0..dag.expressions.len() {
         let ty = e.expression(k)?;
         e.types.push(ty);
@@ -186,7 +190,7 @@ pub(crate) fn emit<'a>(
     });
     if dialect == Dialect::Cpp && !e.stops.get() {
         if let Some(plan) = blocked::plan(dag, innermost) {
-            let mut b = Emitter::new(dag, key, dialect)?;
+            let mut b = Emitter::new(dag, key, dialect, intervals)?;
             b.blocked = Some(plan);
             for k in 0..dag.expressions.len() {
                 let ty = b.expression(k)?;
@@ -230,6 +234,7 @@ impl<'a> Emitter<'a> {
         dag: &'a ir::ExpressionDag,
         key: &'a str,
         dialect: Dialect,
+        intervals: Intervals,
     ) -> Result<Emitter<'a>, CodegenError> {
         let mut e = Emitter {
             dag,
@@ -244,7 +249,7 @@ impl<'a> Emitter<'a> {
             symbol_count: dag.symbol_count,
             types: Vec::with_capacity(dag.expressions.len()),
             ops: Vec::with_capacity(dag.expressions.len()),
-            intervals: Intervals::analyse(dag),
+            intervals,
             consts: Vec::with_capacity(dag.expressions.len()),
             frames: Vec::new(),
             loops: ovl_ir::analysis::innermost_loops(dag),
@@ -448,28 +453,9 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    fn operand_count(&self, k: usize, n: usize) -> Result<(), CodegenError> {
-        let got = self.dag.expressions[k].operands.len();
-        if got != n {
-            return Err(self.err(Some(k), format!("expected {n} operand(s), found {got}")));
-        }
-        Ok(())
-    }
-
     fn declared(&self, k: usize) -> Result<DType, CodegenError> {
         let d = self.dag.expressions[k].dtype;
         DType::from_ir(d).ok_or_else(|| self.err(Some(k), format!("unsupported result dtype {d}")))
-    }
-
-    fn check_result(&self, k: usize, d: DType) -> Result<(), CodegenError> {
-        let declared = self.dag.expressions[k].dtype;
-        if declared != d.to_ir() as i32 {
-            return Err(self.err(
-                Some(k),
-                format!("the declared dtype ({declared}) should be {d}"),
-            ));
-        }
-        Ok(())
     }
 
     /// The worker program as the frames place it, once per worker at `indent` levels. When it

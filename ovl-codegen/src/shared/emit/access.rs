@@ -173,7 +173,6 @@ impl Emitter<'_> {
         if !matches!(t.kind, TensorKind::Input | TensorKind::Local) {
             return Err(self.err(Some(k), "a read must read an input or a local tensor"));
         }
-        self.operand_count(k, t.shape.len())?;
         let (linear, unproven) = self.indices(k, t)?;
         let (d, name) = (t.dtype, t.name.clone());
         let ct = ctype(d);
@@ -198,7 +197,6 @@ impl Emitter<'_> {
             return Err(self.err(Some(k), "a write must write an output or a local tensor"));
         }
         let rank = t.shape.len();
-        self.operand_count(k, rank + 1)?;
         let (value, vd) = self.operand(k, rank)?;
         if vd != t.dtype {
             return Err(self.err(
@@ -225,7 +223,6 @@ impl Emitter<'_> {
     pub(super) fn local_tensor(&mut self, k: usize) -> Emitted {
         let dag = self.dag;
         let e = &dag.expressions[k];
-        self.operand_count(k, 0)?;
         let t = self.tensor(k, &e.tensor)?;
         if t.kind != TensorKind::Local {
             return Err(self.err(Some(k), "local_tensor must name a local tensor"));
@@ -241,16 +238,13 @@ impl Emitter<'_> {
 
     /// A worker-local VARIABLE.
     pub(super) fn variable(&mut self, k: usize) -> Emitted {
-        self.operand_count(k, 1)?;
         let (init, d) = self.operand(k, 0)?;
-        self.check_result(k, d)?;
         self.line(&format!("{} v{k} = v{init};", ctype(d)));
         Ok(Some(d))
     }
 
     /// An ASSIGN to a variable.
     pub(super) fn assign(&mut self, k: usize) -> Emitted {
-        self.operand_count(k, 2)?;
         let (var, vd) = self.operand(k, 0)?;
         let (value, d) = self.operand(k, 1)?;
         if self.ops[var] != Op::Variable {

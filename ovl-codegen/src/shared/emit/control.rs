@@ -8,11 +8,7 @@ use ovl_ir::DType;
 impl Emitter<'_> {
     /// IF: opens a block.
     pub(super) fn if_(&mut self, k: usize) -> Emitted {
-        self.operand_count(k, 1)?;
-        let (c, cd) = self.operand(k, 0)?;
-        if cd != DType::Bool {
-            return Err(self.err(Some(k), "the condition of `if` must be bool"));
-        }
+        let (c, _) = self.operand(k, 0)?;
         self.line(&format!("if (v{c}) {{"));
         self.indent += 1;
         self.frames.push(Frame::If { else_seen: false });
@@ -43,14 +39,12 @@ impl Emitter<'_> {
     }
 
     pub(super) fn range(&mut self, k: usize) -> Emitted {
-        self.operand_count(k, 3)?;
         let (s, sd) = self.operand(k, 0)?;
         let (e, ed) = self.operand(k, 1)?;
         let (st, std) = self.operand(k, 2)?;
         if sd != DType::I64 || ed != DType::I64 || std != DType::I64 {
             return Err(self.err(Some(k), "range bounds and step must be i64"));
         }
-        self.check_result(k, DType::I64)?;
         let step = self.consts[st];
         let reduced = self.reductions.get(&k).cloned();
         let braces = if let Some(accs) = reduced {
@@ -117,7 +111,6 @@ impl Emitter<'_> {
     /// may not end on its data; counted `range` loops need no count: their trip count is fixed
     /// when they start).
     pub(super) fn while_begin(&mut self, k: usize) -> Emitted {
-        self.operand_count(k, 0)?;
         self.line(&format!("uint64_t ovl_it{k} = 0;"));
         self.line("while (true) {");
         self.indent += 1;
@@ -127,7 +120,6 @@ impl Emitter<'_> {
 
     /// WHILE_COND: `if (!c) break;`.
     pub(super) fn while_cond(&mut self, k: usize) -> Emitted {
-        self.operand_count(k, 1)?;
         let (c, cd) = self.operand(k, 0)?;
         let Some(&Frame::WhileCond(begin)) = self.frames.last().filter(|_| cd == DType::Bool)
         else {

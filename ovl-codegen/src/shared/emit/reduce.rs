@@ -76,9 +76,7 @@ impl Emitter<'_> {
 
     /// An ACCUMULATOR: a mutable local like a VARIABLE (its lanes live with its reduction loop).
     pub(super) fn accumulator(&mut self, k: usize) -> Emitted {
-        self.operand_count(k, 1)?;
         let (init, d) = self.operand(k, 0)?;
-        self.check_result(k, d)?;
         self.accumulator_kind(k)?;
         self.line(&format!("{} v{k} = v{init};", ctype(d)));
         Ok(Some(d))
@@ -86,7 +84,6 @@ impl Emitter<'_> {
 
     /// An ACCUMULATE: combines the value into the lane of the current iteration.
     pub(super) fn accumulate(&mut self, k: usize) -> Emitted {
-        self.operand_count(k, 2)?;
         let (acc, ad) = self.operand(k, 0)?;
         let (value, d) = self.operand(k, 1)?;
         if ad != d || self.ops[acc] != Op::Accumulator {
