@@ -130,7 +130,7 @@ pub use ovl_macros::{helper, operator};
 pub use plan_cache::{clear_plan_cache, plan_cache_stats, set_plan_cache_capacity, PlanCacheStats};
 pub use polymorphic::{as_tensorflow_polymorphic, IntoExport, PolymorphicExport};
 
-pub use fusion::fusion;
+pub use fusion::{fusion, fusion_with};
 /// The operator merger: fusion reports, refusal reasons, index patterns, Graphviz output.
 pub use ovl_fuse::{
     FuseError, Fusion, FusionReport, ImageFormat, IndexPattern, Merge, MergeKind, OptLevel, Reason,

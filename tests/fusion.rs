@@ -1278,3 +1278,16 @@ fn next_column(y: Tensor<f32>) -> Tensor<f32> {
     out[[p[0], p[1]]] = y[[p[0], (p[1] + 1) % cols as i64]];
     out
 }
+
+/// `fusion_with` fuses as `evaluate_with` would for the target: a softmax over rows of 8192
+/// f32 keeps its `exp` in a 32 KiB row buffer for the CPU, not for a GPU (16 KiB at most).
+#[test]
+fn fusion_for_a_target_uses_its_row_budget() {
+    let x = ovl::Lazy::from(ndarray::Array2::<f32>::zeros((2, 8192)));
+    let y = ovl_stdlib::softmax(&x);
+    let cpu = ovl::fusion_with(&y, &Options::cpu()).unwrap();
+    let gpu = ovl::fusion_with(&y, &Options::cuda_validate()).unwrap();
+    assert_eq!(cpu.report.row_buffers.len(), 1, "{}", cpu.report);
+    assert!(gpu.report.row_buffers.is_empty(), "{}", gpu.report);
+    assert_eq!(ovl::fusion(&y, 3).unwrap().report, cpu.report);
+}
