@@ -229,19 +229,9 @@ fn the_while_bound_is_typed_exact_and_can_be_lifted() {
         )
         .expect_err(&what);
         match e {
-            ovl::Error::Interpreter(ovl_core::interp::InterpError::WhileLimit {
-                operator,
-                limit,
-                position,
-                ..
-            })
-            | ovl::Error::Run(ovl_codegen::RunError::WhileLimit {
-                operator,
-                limit,
-                position,
-                ..
-            }) => assert_eq!(
-                (operator.as_str(), limit, position),
+            ovl::Error::Interpreter(ovl_core::interp::InterpError::WhileLimit(fault))
+            | ovl::Error::Run(ovl_codegen::RunError::WhileLimit(fault)) => assert_eq!(
+                (fault.operator.as_str(), fault.limit, fault.position),
                 ("runaway", 1000, vec![0])
             ),
             other => panic!("{what}: expected WhileLimit, got {other}"),

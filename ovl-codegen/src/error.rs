@@ -254,7 +254,7 @@ pub struct CudaCompileFailure {
     pub log: String,
 }
 
-pub use ovl_ir::error::{Access, OutOfBounds};
+pub use ovl_ir::error::{Access, OutOfBounds, WhileLimit};
 
 /// What went wrong when running a compiled operator.
 ///
@@ -339,25 +339,8 @@ pub enum RunError {
     },
     /// A `while` loop ran more iterations in one worker than the bound (`OVL_WHILE_LIMIT` in the
     /// generated code: `ovl_ir::limits::WHILE_ITERATIONS` unless set); the worker stopped there.
-    #[error(
-        "operator `{operator}`{}: the worker at position {position:?} ran the while loop \
-         %{expression} {limit} times without ending (the worker stopped there); if the loop is \
-         meant to run that long, raise the bound: OVL_MAX_WHILE_ITERATIONS or \
-         Options::max_while_iterations (0: no bound)",
-        at(.defined_at)
-    )]
-    WhileLimit {
-        /// The operator's name.
-        operator: String,
-        /// `file:line` of the operator's function, or empty when unknown.
-        defined_at: String,
-        /// The loop's WHILE_BEGIN expression.
-        expression: usize,
-        /// The bound.
-        limit: u64,
-        /// The worker's position in the workgroup.
-        position: Vec<u64>,
-    },
+    #[error(transparent)]
+    WhileLimit(Box<WhileLimit>),
     /// A CUDA driver call failed while running an operator on the GPU (copying, launching,
     /// synchronizing).
     #[error("operator `{operator}`: CUDA driver error while {action}: {message}")]

@@ -11,6 +11,31 @@ pub enum Access {
     Write,
 }
 
+/// A `while` loop that ran more iterations in one worker than the bound
+/// (`ovl_ir::limits::WHILE_ITERATIONS` unless set), as the reference interpreter and every
+/// backend report it (`InterpError::WhileLimit`, ovl-codegen's `RunError::WhileLimit`): the
+/// worker stopped there, like any fault.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "operator `{operator}`{}: the worker at position {position:?} ran the while loop \
+     %{expression} {limit} times without ending (the worker stopped there); if the loop is \
+     meant to run that long, raise the bound: OVL_MAX_WHILE_ITERATIONS or \
+     Options::max_while_iterations (0: no bound)",
+    at(.defined_at)
+)]
+pub struct WhileLimit {
+    /// The operator's name.
+    pub operator: String,
+    /// `file:line` of the operator's function, or empty when unknown.
+    pub defined_at: String,
+    /// The loop's WHILE_BEGIN expression.
+    pub expression: usize,
+    /// The bound.
+    pub limit: u64,
+    /// The worker's position in the workgroup.
+    pub position: Vec<u64>,
+}
+
 /// An index outside a tensor, as the reference interpreter and every backend report it
 /// (`InterpError::IndexOutOfBounds`, ovl-codegen's `RunError::IndexOutOfBounds`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

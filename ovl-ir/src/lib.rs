@@ -40,5 +40,5 @@ pub mod ir {
 pub const IR_VERSION: u32 = 1;
 
 pub use dtype::{DType, Literal};
-pub use error::OutOfBounds;
+pub use error::{OutOfBounds, WhileLimit};
 pub use host::{AllocError, HostTensor, Scalar, TensorData};

@@ -1,7 +1,7 @@
 //! The fault status of generated code, shared by both backends: `ovl_status` (the struct the
 //! prelude defines, written by the first faulting worker) and the error it becomes.
 
-use crate::error::{Access, OutOfBounds, RunError};
+use crate::error::{Access, OutOfBounds, RunError, WhileLimit};
 use ovl_ir::ir::TensorKind;
 
 /// `ovl_status`, as the prelude (`super::prelude`) lays it out.
@@ -84,13 +84,13 @@ pub(crate) fn fault_error(
             step: st.step,
             position,
         },
-        STATUS_WHILE_LIMIT => RunError::WhileLimit {
+        STATUS_WHILE_LIMIT => RunError::WhileLimit(Box::new(WhileLimit {
             operator: name.to_string(),
             defined_at: defined_at.to_string(),
             expression,
             limit: st.size,
             position,
-        },
+        })),
         code => RunError::Internal {
             operator: name.to_string(),
             message: format!("unknown status code {code} from the generated code"),

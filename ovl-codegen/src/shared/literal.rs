@@ -107,22 +107,6 @@ pub(crate) fn cuda_literal(d: DType, float_value: f64, int_value: i64, uint_valu
     }
 }
 
-/// The value of an integer literal (as [`literal`] reads it), for the interval analysis.
-pub(crate) fn int_literal_value(d: DType, int_value: i64, uint_value: u64) -> Option<i128> {
-    Some(match d {
-        DType::I8 => int_value as i8 as i128,
-        DType::I16 => int_value as i16 as i128,
-        DType::I32 => int_value as i32 as i128,
-        DType::I64 => int_value as i128,
-        DType::U8 => uint_value as u8 as i128,
-        DType::U16 => uint_value as u16 as i128,
-        DType::U32 => uint_value as u32 as i128,
-        DType::U64 => uint_value as i128,
-        DType::Bool => (int_value != 0) as i128,
-        DType::F32 | DType::F64 => return None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -530,15 +530,17 @@ fn a_while_loop_past_its_bound_faults_as_on_the_interpreter() {
         threads: Some(1),
         max_while_iterations: 5,
     };
-    let Err(ovl_core::interp::InterpError::WhileLimit {
+    let Err(ovl_core::interp::InterpError::WhileLimit(fault)) =
+        ovl_core::interp::interpret_with(&dag, &[&x], &mut out, &options)
+    else {
+        panic!("the interpreter did not stop the loop")
+    };
+    let ovl_ir::WhileLimit {
         expression,
         limit,
         position: expected,
         ..
-    }) = ovl_core::interp::interpret_with(&dag, &[&x], &mut out, &options)
-    else {
-        panic!("the interpreter did not stop the loop")
-    };
+    } = *fault;
     assert_eq!((limit, expected.as_slice()), (5, &[2u64][..]));
     let emulated = build_with(&dag, "#define OVL_WHILE_LIMIT 5ULL\n");
     for (grid, block) in [(1, 1), (3, 4), (2, 32)] {

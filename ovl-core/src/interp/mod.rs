@@ -85,25 +85,8 @@ pub enum InterpError {
     /// A `while` loop ran more iterations in one worker than the bound
     /// ([`InterpOptions::max_while_iterations`]); the worker stopped there. Reported for the
     /// first faulting worker in row-major order.
-    #[error(
-        "operator `{operator}`{}: the worker at position {position:?} ran the while loop \
-         %{expression} {limit} times without ending (the worker stopped there); if the loop is \
-         meant to run that long, raise the bound: OVL_MAX_WHILE_ITERATIONS or \
-         Options::max_while_iterations (0: no bound)",
-        at(.defined_at)
-    )]
-    WhileLimit {
-        /// The operator's name.
-        operator: String,
-        /// `file:line` of the operator's function, or empty when unknown.
-        defined_at: String,
-        /// The loop's WHILE_BEGIN expression.
-        expression: usize,
-        /// The bound.
-        limit: u64,
-        /// The worker's position in the workgroup.
-        position: Vec<u64>,
-    },
+    #[error(transparent)]
+    WhileLimit(Box<WhileLimit>),
     /// A local tensor of the operator could not be allocated.
     #[error("operator `{operator}`: {source}")]
     OutOfMemory {
@@ -123,6 +106,7 @@ pub enum InterpError {
 }
 
 pub use crate::error::{Access, OutOfBounds};
+pub use ovl_ir::error::WhileLimit;
 use ovl_ir::names::at;
 
 /// Options of [`interpret_with`].
@@ -320,13 +304,13 @@ fn fault_error(dag: &ir::ExpressionDag, prog: &Program, f: FirstFault) -> Interp
             size,
             position: f.position,
         })),
-        Fault::WhileLimit { expression, limit } => InterpError::WhileLimit {
+        Fault::WhileLimit { expression, limit } => InterpError::WhileLimit(Box::new(WhileLimit {
             operator: dag.name.clone(),
             defined_at: defined_at(dag),
             expression,
             limit,
             position: f.position,
-        },
+        })),
         Fault::NonPositiveStep { expression, step } => InterpError::NonPositiveStep {
             operator: dag.name.clone(),
             defined_at: defined_at(dag),

@@ -2,7 +2,7 @@
 //! unary and binary operations of the op table.
 
 use super::{Emitted, Emitter};
-use crate::shared::literal::{ctype, int_literal_value};
+use crate::shared::literal::ctype;
 use ovl_ir::ir::Op;
 use ovl_ir::ops::{self, Category, OpInfo, ResultRule};
 use ovl_ir::DType;
@@ -51,7 +51,7 @@ impl Emitter<'_> {
         let d = self.declared(k)?;
         let lit = self.literal(d, e.float_value, e.int_value, e.uint_value);
         self.line(&format!("const {} v{k} = {lit};", ctype(d)));
-        let value = int_literal_value(d, e.int_value, e.uint_value);
+        let value = d.int_literal(e.int_value, e.uint_value);
         self.consts[k] = value;
         Ok(Some(d))
     }
