@@ -37,7 +37,7 @@ impl WorkerCost {
             Symbol(u32),
         }
         let iv = Intervals::of(kernel);
-        let inst = |id: ValueId| &kernel.exprs[id as usize].inst;
+        let inst = |id: ValueId| kernel.exprs.get(id as usize).map(|x| &x.inst);
         let mut open: Vec<Trips> = Vec::new();
         let mut terms: std::collections::BTreeMap<Vec<u32>, u64> = Default::default();
         for (i, x) in kernel.exprs.iter().enumerate() {
@@ -46,9 +46,9 @@ impl WorkerCost {
                     start, end, step, ..
                 } => open.push(match (inst(start), inst(end), inst(step)) {
                     (
-                        Inst::Const(Literal::Int(0)),
-                        &Inst::Symbol { symbol },
-                        Inst::Const(Literal::Int(1)),
+                        Some(Inst::Const(Literal::Int(0))),
+                        Some(&Inst::Symbol { symbol }),
+                        Some(Inst::Const(Literal::Int(1))),
                     ) => Trips::Symbol(symbol),
                     _ => Trips::Known(
                         iv.trips(i)

@@ -252,7 +252,7 @@ impl Intervals {
                     .map(|o| of.get(o as usize).copied().flatten()),
             );
             let get = |k: usize| -> Option<Interval> { at.get(start[i] + k).copied().flatten() };
-            let bound = |o: ValueId| sym[o as usize];
+            let bound = |o: ValueId| sym.get(o as usize).copied().flatten();
             let dtype = x.dtype;
             let full = dtype.and_then(Interval::of_dtype);
             let fit = |v: Option<Interval>| v.zip(dtype).and_then(|(v, d)| v.fit(d)).or(full);
@@ -471,6 +471,10 @@ fn constraints(
         return;
     }
     let (a, b) = (*a as usize, *b as usize);
+    // Operands precede their user (validated IR); anything else is not narrowed.
+    if a >= of.len() || b >= of.len() {
+        return;
+    }
     if *op == Op::And {
         constraints(kernel, of, a, out, depth + 1);
         constraints(kernel, of, b, out, depth + 1);
@@ -584,6 +588,22 @@ mod tests {
         let dag = b.build();
         let iv = Intervals::analyse(&dag);
         assert!(iv.first_possible_fault(&dag).is_some());
+    }
+
+    /// On IR that did not pass validation the ranges mean nothing, but nothing panics.
+    #[test]
+    fn damaged_ir_does_not_panic() {
+        for f in crate::fixtures::all() {
+            let mut dag = f.dag;
+            for (k, e) in dag.expressions.iter_mut().enumerate() {
+                for o in e.operands.iter_mut() {
+                    *o = (*o).wrapping_mul(7).wrapping_add(k as u32 * 1000);
+                }
+            }
+            let iv = Intervals::analyse(&dag);
+            let _ = iv.first_possible_fault(&dag);
+            let _ = crate::cost::WorkerCost::of(&dag).at(&[]);
+        }
     }
 
     #[test]
