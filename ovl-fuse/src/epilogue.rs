@@ -18,7 +18,9 @@
 
 use crate::graph::{Node, Src};
 use crate::merge::{names_of, snapshots, Merged, Part, Splice};
+use ovl_ir::intervals::Intervals;
 use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::typed::{Expr, Inst, Kernel, TensorId};
 use std::collections::HashMap;
 
 /// What an epilogue merge needs: the producer's output the consumer reads, its only write,
@@ -88,95 +90,91 @@ pub(crate) fn check(
         return Err("the output's shape is not the consumer's workgroup".into());
     }
     // Straight-line code that cannot fault, reading the output at its own position only.
-    let straight = cd.expressions.iter().all(|e| {
-        !matches!(
-            Op::try_from(e.code),
-            Ok(Op::Range | Op::EndRange | Op::If | Op::Else | Op::EndIf)
-                | Ok(Op::WhileBegin | Op::WhileCond | Op::WhileEnd)
+    let (kp, kc) = (Kernel::from_validated(pd), Kernel::from_validated(cd));
+    let opens_a_block = |x: &Expr| {
+        matches!(
+            x.inst,
+            Inst::If { .. } | Inst::Range { .. } | Inst::WhileBegin { .. }
         )
-    });
-    if !straight {
+    };
+    if kc.exprs.iter().any(opens_a_block) {
         return Err("the consumer has a loop or a branch".into());
     }
-    if let Some(why) = ovl_ir::intervals::Intervals::analyse(cd).first_possible_fault(cd) {
+    if let Some(why) = Intervals::of(&kc).first_possible_fault(cd) {
         return Err(format!("the consumer may fault: {why}"));
     }
-    let is_position = |d: &ir::ExpressionDag, id: u32, a: usize| {
-        d.expressions
+    let is_position = |k: &Kernel, id: u32, a: usize| {
+        k.exprs
             .get(id as usize)
-            .is_some_and(|e| e.code == Op::Position as i32 && e.axis as usize == a)
+            .is_some_and(|x| x.inst == Inst::Position { axis: a as u32 })
     };
-    for e in &cd.expressions {
-        let Some(t) = &e.tensor else { continue };
-        if e.code != Op::Read as i32 || t.kind != TensorKind::Input as i32 {
+    for x in &kc.exprs {
+        let Inst::Read { tensor, indices } = &x.inst else {
             continue;
-        }
-        if slot_output
-            .get(t.index as usize)
-            .copied()
-            .flatten()
-            .is_none()
-        {
-            continue;
-        }
-        let index = &e.operands[..];
-        if index.len() != cd.workgroup_shape.len()
-            || !index
+        };
+        let reads_output = tensor.kind == TensorKind::Input
+            && slot_output
+                .get(tensor.index as usize)
+                .copied()
+                .flatten()
+                .is_some();
+        let at_own_position = indices.len() == cd.workgroup_shape.len()
+            && indices
                 .iter()
                 .enumerate()
-                .all(|(a, &id)| is_position(cd, id, a))
-        {
+                .all(|(a, &id)| is_position(&kc, id, a));
+        if reads_output && !at_own_position {
             return Err("the consumer reads the output elsewhere than at its own position".into());
         }
     }
     // The producer writes the output once, directly in a loop `0..n` at the top level, at
     // its position and the loop's index.
-    let writes: Vec<usize> = (0..pd.expressions.len())
+    let writes: Vec<usize> = (0..kp.exprs.len())
         .filter(|&i| {
-            crate::legality::is_access(&pd.expressions[i], Op::Write, TensorKind::Output, output)
+            matches!(kp.exprs[i].inst, Inst::Write { tensor, .. }
+                if tensor == TensorId { kind: TensorKind::Output, index: output })
         })
         .collect();
     let [write] = writes[..] else {
         return Err("the producer writes the output more than once".into());
     };
-    let depths = ovl_ir::analysis::nesting_depths(pd);
-    let in_row_loop = ovl_ir::analysis::innermost_loops(pd)[write].filter(|&range| {
-        depths[write] == 1 && ovl_ir::analysis::counted_range(pd, range) == Some((0, n))
+    let in_row_loop = kp.exprs[write].block.filter(|&b| {
+        let loop_ = &kp.exprs[b as usize];
+        loop_.block.is_none()
+            && matches!(loop_.inst, Inst::Range { .. })
+            && ovl_ir::analysis::counted_range(pd, b as usize) == Some((0, n))
     });
     let Some(range) = in_row_loop else {
         return Err(format!(
             "the producer does not write the output in a top-level loop `0..{n}`"
         ));
     };
-    let w = &pd.expressions[write];
-    let (index, value) = w.operands.split_at(
-        w.operands
-            .len()
-            .checked_sub(1)
-            .ok_or("a write without a value")?,
-    );
-    let index_ok = index.len() == pd.workgroup_shape.len()
-        && index.iter().enumerate().all(|(a, &id)| {
+    let Inst::Write { indices, value, .. } = &kp.exprs[write].inst else {
+        return Err("the producer's write is not a write".into());
+    };
+    let index_ok = indices.len() == pd.workgroup_shape.len()
+        && indices.iter().enumerate().all(|(a, &id)| {
             if a == axis {
-                id as usize == range
+                id == range
             } else {
-                is_position(pd, id, a)
+                is_position(&kp, id, a)
             }
         });
     // An accumulator is read after its loop, not in it.
-    let value_ok = pd
-        .expressions
-        .get(value[0] as usize)
-        .is_some_and(|e| e.code != Op::Accumulator as i32);
+    let value_ok = kp
+        .exprs
+        .get(*value as usize)
+        .is_some_and(|x| !matches!(x.inst, Inst::Accumulator { .. }));
     if !index_ok {
         return Err("the producer's write is not at its position and the loop's index".into());
     }
     if !value_ok {
         return Err("the producer writes an accumulator inside its loop".into());
     }
-    let end_range = (range + 1..pd.expressions.len())
-        .find(|&i| pd.expressions[i].code == Op::EndRange as i32 && depths[i] == 0)
-        .ok_or("the producer's loop is not closed")?;
+    let Inst::Range { close, .. } = kp.exprs[range as usize].inst else {
+        return Err("the producer's loop is not a range".into());
+    };
+    let (range, end_range) = (range as usize, close as usize);
     Ok(EpiloguePlan {
         output,
         write,
