@@ -132,11 +132,9 @@ impl Emitter<'_> {
         let (c, _) = self.operand(k, 2)?;
         let args = [format!("v{a}"), format!("v{b}"), format!("v{c}")];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let expr = row
-            .spelling
-            .for_dtype(d)
-            .apply(&args)
-            .expect("fma takes floats");
+        let Some(expr) = row.spelling.for_dtype(d).apply(&args) else {
+            return Err(self.err(Some(k), format!("fma does not take {d} operands")));
+        };
         self.line(&format!("const {} v{k} = {expr};", ctype(d)));
         Ok(Some(d))
     }
