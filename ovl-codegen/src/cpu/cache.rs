@@ -127,7 +127,6 @@ pub fn compile_with_outcome(
             .map_err(|why| format!("it cannot be loaded: {why}"))
     };
     let build = |writer: &Writer<'_>| {
-        ovl_ir::validate::validate(dag)?;
         let source = generate_cpp(dag, key)?;
         writer.write("op.cpp", source.as_bytes())?;
         if dump_source {
@@ -281,7 +280,6 @@ pub fn load_embedded(
             .map_err(|why| format!("it cannot be loaded: {why}"))
     };
     let build = |writer: &Writer<'_>| {
-        ovl_ir::validate::validate(dag)?;
         // The source, for people (the library was compiled from the same text elsewhere).
         writer.write("op.cpp", generate_cpp(dag, key)?.as_bytes())?;
         let tmp = writer.temp_artifact()?;

@@ -29,8 +29,8 @@ use std::fmt::Write as _;
 /// Generates the C++ translation unit of an operator. `key` is embedded in the library (the
 /// runtime checks it when loading a cached library); pass any string when only inspecting.
 ///
-/// The operator is assumed valid (see [`ovl_ir::validate::validate`]); malformed IR gives
-/// [`CodegenError::Unsupported`], never a panic.
+/// The operator is validated first ([`ovl_ir::validate::validate`]): malformed IR gives
+/// [`CodegenError::Invalid`], never a panic.
 pub fn generate_cpp(dag: &ir::ExpressionDag, key: &str) -> Result<String, CodegenError> {
     Ok(cpp_source(&emit(dag, key, Dialect::Cpp)?))
 }

@@ -190,7 +190,6 @@ pub fn compile_with_outcome(
         }
     };
     let build = |writer: &Writer<'_>| {
-        ovl_ir::validate::validate(dag)?;
         let source = generate_cuda(dag, key)?;
         writer.write("op.cu", source.as_bytes())?;
         if dump_source {

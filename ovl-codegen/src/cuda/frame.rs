@@ -37,8 +37,8 @@ pub const KERNEL_NAME: &str = "ovl_kernel";
 /// Generates the CUDA translation unit of an operator. `key` is written into a comment at the
 /// top (the cache key it was generated for); pass any string when only inspecting.
 ///
-/// The operator is assumed valid (see [`ovl_ir::validate::validate`]); malformed IR gives
-/// [`CodegenError::Unsupported`], never a panic.
+/// The operator is validated first ([`ovl_ir::validate::validate`]): malformed IR gives
+/// [`CodegenError::Invalid`], never a panic.
 pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, CodegenError> {
     let e = emit(dag, key, Dialect::Cuda)?;
     let program = e.worker_program(2);
