@@ -208,7 +208,7 @@ impl Plan {
     /// source, operators out of topological order, an operator input of another type than
     /// its source (the kernels read raw buffers, so the types must agree exactly).
     pub fn new(dag: Arc<ir::OperatorDag>) -> Result<Plan, PlanError> {
-        let wiring = |m: &str| PlanError::Wiring(m.into());
+        let bad_wiring = |m: &str| PlanError::Wiring(m.into());
         if ovl_core::symbolic::is_symbolic_graph(&dag) {
             return Err(PlanError::Symbolic {
                 symbols: dag.symbols.join(", "),
@@ -220,7 +220,7 @@ impl Plan {
             .map(Sig::from_ir)
             .collect::<Result<Vec<_>, _>>()?;
         if dag.operator_inputs.len() != dag.operators.len() {
-            return Err(wiring(
+            return Err(bad_wiring(
                 "the graph's operator wiring does not match its operators",
             ));
         }
@@ -237,7 +237,7 @@ impl Plan {
             match &out.source {
                 Some(Source::GraphInput(i)) => {
                     let sig = inputs.get(*i as usize).ok_or_else(|| {
-                        wiring("an output names a graph input that does not exist")
+                        bad_wiring("an output names a graph input that does not exist")
                     })?;
                     outputs.push(sig.clone());
                     copies.push((k, Slot::Input(*i as usize)));
@@ -248,7 +248,7 @@ impl Plan {
                         .get(o.operator as usize)
                         .and_then(|op| op.outputs.get(o.output as usize))
                         .ok_or_else(|| {
-                            wiring("an output names an operator output that does not exist")
+                            bad_wiring("an output names an operator output that does not exist")
                         })?;
                     outputs.push(Sig::from_ir(t)?);
                     let slot = &mut placed[o.operator as usize][o.output as usize];
@@ -257,7 +257,7 @@ impl Plan {
                         Some(s) => copies.push((k, *s)),
                     }
                 }
-                None => return Err(wiring("an output has no source")),
+                None => return Err(bad_wiring("an output has no source")),
             }
         }
         let mut temps = Vec::new();
