@@ -3,7 +3,6 @@
 
 use crate::error::FuseError;
 use ovl_ir::ir::{self, value_ref::Source};
-use std::cell::RefCell;
 use std::collections::{BTreeSet, HashSet};
 
 /// Where a tensor comes from.
@@ -36,8 +35,10 @@ pub(crate) struct Work {
     /// Replaced nodes are `None`.
     pub nodes: Vec<Option<Node>>,
     pub outputs: Vec<Src>,
-    /// The consumers of each node (ascending), rebuilt after each replacement.
-    consumer_index: RefCell<Option<Vec<Vec<usize>>>>,
+    /// The live consumers of each node, ascending, each once; kept up to date by every change
+    /// of the wiring, so that a merge costs time in the size of its neighbourhood, not of the
+    /// graph (a chain of thousands of operators fuses in time near-linear in its length).
+    consumer_index: Vec<Vec<usize>>,
 }
 
 fn src_of(v: &ir::ValueRef, what: &str) -> Result<Src, FuseError> {
@@ -106,13 +107,70 @@ impl Work {
             .enumerate()
             .map(|(k, v)| src_of(v, &format!("graph output {k}")))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Work {
+        let mut work = Work {
             version: dag.version,
             graph_inputs: dag.inputs.clone(),
             nodes,
             outputs,
-            consumer_index: RefCell::new(None),
-        })
+            consumer_index: Vec::new(),
+        };
+        work.consumer_index = vec![Vec::new(); work.nodes.len()];
+        for c in 0..work.nodes.len() {
+            work.link(c);
+        }
+        Ok(work)
+    }
+
+    /// Records live node `c` as a consumer of each of its producers.
+    fn link(&mut self, c: usize) {
+        for p in self.producers(c) {
+            if let Err(at) = self.consumer_index[p].binary_search(&c) {
+                self.consumer_index[p].insert(at, c);
+            }
+        }
+    }
+
+    /// Forgets live node `c` as a consumer of each of its producers (before it is replaced).
+    fn unlink(&mut self, c: usize) {
+        for p in self.producers(c) {
+            if let Ok(at) = self.consumer_index[p].binary_search(&c) {
+                self.consumer_index[p].remove(at);
+            }
+        }
+    }
+
+    /// Adds `node` to the graph (unlinked); returns its id.
+    fn push(&mut self, node: Node) -> usize {
+        self.nodes.push(Some(node));
+        self.consumer_index.push(Vec::new());
+        self.nodes.len() - 1
+    }
+
+    /// Points every reference to an output of `old` (in its consumers and the graph outputs)
+    /// at output `map[output]` of `new`; a reference whose entry is `None` is left (nothing may
+    /// still read a dropped output).
+    fn redirect(&mut self, old: usize, new: usize, map: &[Option<u32>]) {
+        let fix = |s: &mut Src| {
+            if let Src::Op { node, output } = *s {
+                if node == old {
+                    if let Some(Some(o)) = map.get(output as usize) {
+                        *s = Src::Op {
+                            node: new,
+                            output: *o,
+                        };
+                    }
+                }
+            }
+        };
+        for c in std::mem::take(&mut self.consumer_index[old]) {
+            if let Some(n) = self.nodes[c].as_mut() {
+                n.inputs.iter_mut().for_each(fix);
+            }
+            if let Err(at) = self.consumer_index[new].binary_search(&c) {
+                self.consumer_index[new].insert(at, c);
+            }
+        }
+        self.outputs.iter_mut().for_each(fix);
     }
 
     pub fn node(&self, id: usize) -> &Node {
@@ -134,19 +192,7 @@ impl Work {
 
     /// The live nodes that read an output of `id`, each once, ascending.
     pub fn consumers(&self, id: usize) -> Vec<usize> {
-        let mut index = self.consumer_index.borrow_mut();
-        let index = index.get_or_insert_with(|| {
-            let mut sets = vec![BTreeSet::new(); self.nodes.len()];
-            for (c, n) in self.nodes.iter().enumerate() {
-                for s in n.iter().flat_map(|n| &n.inputs) {
-                    if let Src::Op { node, .. } = s {
-                        sets[*node].insert(c);
-                    }
-                }
-            }
-            sets.into_iter().map(|s| s.into_iter().collect()).collect()
-        });
-        index.get(id).cloned().unwrap_or_default()
+        self.consumer_index.get(id).cloned().unwrap_or_default()
     }
 
     /// For each node, the set of nodes reachable from it by a path of length >= 1, as bits.
@@ -182,11 +228,16 @@ impl Work {
 
     /// Whether `src` is read by any live node other than `except`, or is a graph output.
     pub fn used_outside(&self, src: Src, except: usize) -> bool {
+        let Src::Op { node, .. } = src else {
+            return self.outputs.contains(&src)
+                || self.nodes.iter().enumerate().any(|(n, node)| {
+                    n != except && node.as_ref().is_some_and(|d| d.inputs.contains(&src))
+                });
+        };
         self.outputs.contains(&src)
-            || self
-                .live()
-                .into_iter()
-                .any(|n| n != except && self.node(n).inputs.contains(&src))
+            || self.consumer_index[node]
+                .iter()
+                .any(|&n| n != except && self.node(n).inputs.contains(&src))
     }
 
     /// A node reachable from `from` by a path of length >= 1 that avoids the direct edge to
@@ -223,64 +274,51 @@ impl Work {
         map_a: &[Option<u32>],
         map_b: &[Option<u32>],
     ) -> usize {
-        let id = self.nodes.len();
-        *self.consumer_index.borrow_mut() = None;
-        self.nodes[a] = None;
-        self.nodes[b] = None;
-        self.nodes.push(Some(merged));
-        let fix = |s: &mut Src| {
-            if let Src::Op { node, output } = *s {
-                let m = if node == a {
-                    map_a
-                } else if node == b {
-                    map_b
-                } else {
-                    return;
-                };
-                if let Some(Some(o)) = m.get(output as usize) {
-                    *s = Src::Op {
-                        node: id,
-                        output: *o,
+        self.unlink(a);
+        self.unlink(b);
+        let id = self.push(merged);
+        self.redirect(a, id, map_a);
+        self.redirect(b, id, map_b);
+        if let Some(n) = self.nodes[id].as_mut() {
+            for s in &mut n.inputs {
+                if let Src::Op { node, output } = *s {
+                    let map = if node == a {
+                        map_a
+                    } else if node == b {
+                        map_b
+                    } else {
+                        continue;
                     };
+                    if let Some(Some(o)) = map.get(output as usize) {
+                        *s = Src::Op {
+                            node: id,
+                            output: *o,
+                        };
+                    }
                 }
             }
-        };
-        for n in self.nodes.iter_mut().flatten() {
-            n.inputs.iter_mut().for_each(fix);
         }
-        self.outputs.iter_mut().for_each(fix);
+        // `b` read `a` (or the reverse): the merged node does not read itself.
+        for old in [a, b] {
+            if let Ok(at) = self.consumer_index[id].binary_search(&old) {
+                self.consumer_index[id].remove(at);
+            }
+        }
+        self.nodes[a] = None;
+        self.nodes[b] = None;
+        self.link(id);
         id
     }
 
     /// Replaces node `old` by `node`, which has the same outputs (a consumer with a producer
     /// inlined); returns the new node's id.
     pub fn replace_one(&mut self, old: usize, node: Node) -> usize {
-        let id = self.nodes.len();
         let identity: Vec<Option<u32>> = (0..node.dag.outputs.len() as u32).map(Some).collect();
-        *self.consumer_index.borrow_mut() = None;
+        self.unlink(old);
+        let id = self.push(node);
+        self.redirect(old, id, &identity);
         self.nodes[old] = None;
-        self.nodes.push(Some(node));
-        for n in self.nodes.iter_mut().flatten() {
-            for s in &mut n.inputs {
-                if let Src::Op { node, output } = *s {
-                    if node == old {
-                        if let Some(Some(o)) = identity.get(output as usize) {
-                            *s = Src::Op {
-                                node: id,
-                                output: *o,
-                            };
-                        }
-                    }
-                }
-            }
-        }
-        for s in &mut self.outputs {
-            if let Src::Op { node, output } = *s {
-                if node == old {
-                    *s = Src::Op { node: id, output };
-                }
-            }
-        }
+        self.link(id);
         id
     }
 
@@ -307,7 +345,7 @@ impl Work {
             .any(|s| matches!(s, Src::Op { node, .. } if *node == id))
             || !self.consumers(id).is_empty();
         if !used {
-            *self.consumer_index.borrow_mut() = None;
+            self.unlink(id);
             self.nodes[id] = None;
         }
         !used

@@ -305,7 +305,11 @@ pub(crate) fn run(
 
     // Every remaining producer -> consumer edge, with its reasons.
     let order = work.topological_order()?;
-    let kernel_of = |n: usize| order.iter().position(|&m| m == n).unwrap_or(usize::MAX);
+    let mut position = vec![usize::MAX; work.nodes.len()];
+    for (k, &n) in order.iter().enumerate() {
+        position[n] = k;
+    }
+    let kernel_of = |n: usize| position[n];
     for &c in &order {
         for p in work.producers(c) {
             let Some(refused) = search.refused.get(&(p, c)).cloned() else {

@@ -1,13 +1,20 @@
 //! The search: which [`Strategy`] is tried on which pair, in what order, and what is reported
 //! when every way is refused.
 //!
-//! Each step finds one merge and makes it; the next step starts over on the changed graph
-//! (a merge can change another pair's verdict: index substitution removes paths, and a
-//! producer with fewer readers is cheaper to recompute). One step tries, in this order:
+//! Each step makes merges; the next step starts over on the changed graph (a merge can change
+//! another pair's verdict: index substitution removes paths, and a producer with fewer readers
+//! is cheaper to recompute). One step tries, in this order:
 //!
 //! 1. every producer -> consumer pair, from the outputs towards the inputs (as in the
 //!    original): a hand-over in a register ([`Vertical`]); when the producer's writes rule it
-//!    out, the consumer as an epilogue of the producer's row loop ([`Epilogue`], level 3);
+//!    out, the consumer as an epilogue of the producer's row loop ([`Epilogue`], level 3). This
+//!    phase is a sweep: after a merge it goes on with the pairs of operators that no merge of
+//!    this step touched, each judged on the graph as it is then, so that a chain of `n`
+//!    operators fuses in about `log2(n)` steps, by merges of similar sizes, in time near-linear
+//!    in `n` (one merge per step made each step copy the ever-growing merged operator);
+//!
+//! When the sweep made no merge:
+//!
 //! 2. the pairs whose reads differ or whose merge would close a cycle, in the same order:
 //!    index substitution ([`Substitution`]; cheaper pairs first: a hand-over in a register
 //!    needs no duplicate);
@@ -60,11 +67,14 @@ impl<'a> Search<'a> {
     /// Makes merges until none is left; returns them in the order made.
     pub fn run(&mut self) -> Result<Vec<Merge>, FuseError> {
         let mut merges = Vec::new();
-        while let Some(m) = self.step()? {
-            merges.push(m);
+        loop {
+            let made = self.step()?;
+            if made.is_empty() {
+                return Ok(merges);
+            }
+            merges.extend(made);
             self.refused.clear();
         }
-        Ok(merges)
     }
 
     /// Whether strategy `S` runs at the level in force.
@@ -72,14 +82,21 @@ impl<'a> Search<'a> {
         self.level.get() >= S::MIN_LEVEL
     }
 
-    /// Finds and makes one merge (see the module's documentation).
-    fn step(&mut self) -> Result<Option<Merge>, FuseError> {
+    /// Makes the merges of one step (see the module's documentation); none when nothing is
+    /// left to merge.
+    fn step(&mut self) -> Result<Vec<Merge>, FuseError> {
         let order = self.work.topological_order()?;
-        // 1. Hand-overs in a register (or epilogues), from the outputs towards the inputs.
+        // 1. Hand-overs in a register (or epilogues), from the outputs towards the inputs, in
+        // one sweep: a node made by a merge of this sweep waits for the next step.
+        let made_before = self.work.nodes.len();
+        let mut swept = Vec::new();
         let mut substitutable: Vec<(usize, usize, Reason)> = Vec::new();
         for &c in order.iter().rev() {
+            if self.work.nodes[c].is_none() {
+                continue;
+            }
             for p in self.work.producers(c) {
-                if self.refused.contains_key(&(p, c)) {
+                if p >= made_before || self.refused.contains_key(&(p, c)) {
                     continue;
                 }
                 if let Some(r) = gate(&self.work, p, c, self.level) {
@@ -90,7 +107,10 @@ impl<'a> Search<'a> {
                 self.work.rebase(p, c);
                 match Vertical.plan(&self.work, p, c) {
                     Ok(plan) => match Vertical.apply(&mut self.work, p, c, plan, self.originals) {
-                        Ok(m) => return Ok(Some(m)),
+                        Ok(m) => {
+                            swept.push(m);
+                            break; // `c` is merged: on to the next consumer
+                        }
                         Err(r) => self.refuse(p, c, r, Vec::new()),
                     },
                     Err(r @ (Reason::ReadsDiffer | Reason::WouldCreateCycle { .. })) => {
@@ -100,7 +120,10 @@ impl<'a> Search<'a> {
                         let mut also = Vec::new();
                         if self.enabled::<Epilogue>() {
                             match Epilogue.attempt(&mut self.work, p, c, self.originals) {
-                                Ok(m) => return Ok(Some(m)),
+                                Ok(m) => {
+                                    swept.push(m);
+                                    break;
+                                }
                                 Err(e) => also.push((MergeKind::Epilogue, e)),
                             }
                         }
@@ -109,11 +132,14 @@ impl<'a> Search<'a> {
                 }
             }
         }
+        if !swept.is_empty() {
+            return Ok(swept);
+        }
         // 2. Index substitution.
         let mut loopable: Vec<(usize, usize)> = Vec::new();
         for (p, c, first) in substitutable {
             match Substitution.attempt(&mut self.work, p, c, self.originals) {
-                Ok(m) => return Ok(Some(m)),
+                Ok(m) => return Ok(vec![m]),
                 // A cycle is the first reason a register hand-over failed.
                 Err(r) if matches!(first, Reason::WouldCreateCycle { .. }) => {
                     self.refuse(p, c, first, vec![(MergeKind::Inlined, r)]);
@@ -127,14 +153,14 @@ impl<'a> Search<'a> {
         // 3. Siblings.
         if self.level.get() >= 3 {
             if let Some(m) = self.siblings(&order)? {
-                return Ok(Some(m));
+                return Ok(vec![m]);
             }
         }
         // 4. Consumers looped inside the workers of a reduction.
         if self.enabled::<Looped>() {
             for (p, c) in loopable {
                 match Looped.attempt(&mut self.work, p, c, self.originals) {
-                    Ok(m) => return Ok(Some(m)),
+                    Ok(m) => return Ok(vec![m]),
                     Err(r) => {
                         if let Some(refused) = self.refused.get_mut(&(p, c)) {
                             refused.also.push((MergeKind::Looped, r));
@@ -143,7 +169,7 @@ impl<'a> Search<'a> {
                 }
             }
         }
-        Ok(None)
+        Ok(Vec::new())
     }
 
     fn refuse(&mut self, p: usize, c: usize, reason: Reason, also: Vec<(MergeKind, Reason)>) {
