@@ -2,8 +2,11 @@
 //! with references that follow them, and the way back to an [`ir::OperatorDag`].
 
 use crate::error::FuseError;
+use ovl_ir::intervals::Intervals;
 use ovl_ir::ir::{self, value_ref::Source};
-use std::collections::{BTreeSet, HashSet};
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::rc::Rc;
 
 /// Where a tensor comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -39,6 +42,13 @@ pub(crate) struct Work {
     /// of the wiring, so that a merge costs time in the size of its neighbourhood, not of the
     /// graph (a chain of thousands of operators fuses in time near-linear in its length).
     consumer_index: Vec<Vec<usize>>,
+    /// The interval analysis of each node's operator, made when first asked for (every pair
+    /// a node takes part in asks again after each merge): forgotten when the node's operator
+    /// changes ([`Work::node_mut`], [`Work::rebase`]) or the node is replaced.
+    intervals: RefCell<HashMap<usize, Rc<Intervals>>>,
+    /// Each live node's place in [`Work::topological_order`], made when a path is first looked
+    /// for after a change of the wiring: a path search never looks past its goal's place.
+    places: RefCell<Option<Rc<Vec<usize>>>>,
 }
 
 fn src_of(v: &ir::ValueRef, what: &str) -> Result<Src, FuseError> {
@@ -113,6 +123,8 @@ impl Work {
             nodes,
             outputs,
             consumer_index: Vec::new(),
+            intervals: RefCell::new(HashMap::new()),
+            places: RefCell::new(None),
         };
         work.consumer_index = vec![Vec::new(); work.nodes.len()];
         for c in 0..work.nodes.len() {
@@ -123,6 +135,7 @@ impl Work {
 
     /// Records live node `c` as a consumer of each of its producers.
     fn link(&mut self, c: usize) {
+        *self.places.get_mut() = None;
         for p in self.producers(c) {
             if let Err(at) = self.consumer_index[p].binary_search(&c) {
                 self.consumer_index[p].insert(at, c);
@@ -132,6 +145,7 @@ impl Work {
 
     /// Forgets live node `c` as a consumer of each of its producers (before it is replaced).
     fn unlink(&mut self, c: usize) {
+        *self.places.get_mut() = None;
         for p in self.producers(c) {
             if let Ok(at) = self.consumer_index[p].binary_search(&c) {
                 self.consumer_index[p].remove(at);
@@ -180,7 +194,24 @@ impl Work {
     /// Node `id` to change in place (its wiring stays: only its expression DAG may change, to
     /// one with the same inputs and outputs).
     pub fn node_mut(&mut self, id: usize) -> &mut Node {
+        self.intervals.get_mut().remove(&id);
         self.nodes[id].as_mut().expect("a live node")
+    }
+
+    /// The interval analysis of node `id`'s operator (`ovl_ir::intervals`), made once.
+    pub fn intervals(&self, id: usize) -> Rc<Intervals> {
+        if let Some(iv) = self.intervals.borrow().get(&id) {
+            return Rc::clone(iv);
+        }
+        let iv = Rc::new(Intervals::analyse(&self.node(id).dag));
+        self.intervals.borrow_mut().insert(id, Rc::clone(&iv));
+        iv
+    }
+
+    /// Marks node `id` replaced.
+    fn retire(&mut self, id: usize) {
+        self.intervals.get_mut().remove(&id);
+        self.nodes[id] = None;
     }
 
     /// The live node ids, in ascending order.
@@ -249,8 +280,15 @@ impl Work {
             .find(|&first| first != to && self.reaches(first, to))
     }
 
-    /// Whether `to` is reachable from `from` (a path of length >= 0).
+    /// Whether `to` is reachable from `from` (a path of length >= 0). Only nodes placed before
+    /// `to` in a topological order can lead to it, so the search goes no further (without an
+    /// order, which only a cycle prevents, it searches everything).
     pub fn reaches(&self, from: usize, to: usize) -> bool {
+        let places = self.places();
+        let may_lead = |n: usize| places.as_ref().is_none_or(|at| at[n] <= at[to]);
+        if !may_lead(from) {
+            return false;
+        }
         let mut stack = vec![from];
         let mut seen = HashSet::new();
         while let Some(n) = stack.pop() {
@@ -258,10 +296,30 @@ impl Work {
                 return true;
             }
             if seen.insert(n) {
-                stack.extend(self.consumers(n));
+                stack.extend(
+                    self.consumer_index[n]
+                        .iter()
+                        .copied()
+                        .filter(|&c| may_lead(c)),
+                );
             }
         }
         false
+    }
+
+    /// Each live node's place in the topological order (`None` if the graph has a cycle).
+    fn places(&self) -> Option<Rc<Vec<usize>>> {
+        if let Some(at) = self.places.borrow().as_ref() {
+            return Some(Rc::clone(at));
+        }
+        let order = self.topological_order().ok()?;
+        let mut at = vec![usize::MAX; self.nodes.len()];
+        for (k, &n) in order.iter().enumerate() {
+            at[n] = k;
+        }
+        let at = Rc::new(at);
+        *self.places.borrow_mut() = Some(Rc::clone(&at));
+        Some(at)
     }
 
     /// Replaces nodes `a` and `b` by `merged`; `map` gives, for each output of `a` and `b`,
@@ -304,8 +362,8 @@ impl Work {
                 self.consumer_index[id].remove(at);
             }
         }
-        self.nodes[a] = None;
-        self.nodes[b] = None;
+        self.retire(a);
+        self.retire(b);
         self.link(id);
         id
     }
@@ -317,7 +375,7 @@ impl Work {
         self.unlink(old);
         let id = self.push(node);
         self.redirect(old, id, &identity);
-        self.nodes[old] = None;
+        self.retire(old);
         self.link(id);
         id
     }
@@ -330,9 +388,7 @@ impl Work {
             return;
         }
         if let Some(dag) = crate::rebase::rebased(&self.node(id).dag, &shape) {
-            if let Some(n) = self.nodes[id].as_mut() {
-                n.dag = dag;
-            }
+            self.node_mut(id).dag = dag;
         }
     }
 
@@ -346,7 +402,7 @@ impl Work {
             || !self.consumers(id).is_empty();
         if !used {
             self.unlink(id);
-            self.nodes[id] = None;
+            self.retire(id);
         }
         !used
     }

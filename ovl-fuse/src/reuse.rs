@@ -62,6 +62,18 @@ fn reuse_once(
         .min(budget.buffer_bytes);
     // In the body of `l` itself (not in a nested block).
     let in_body = |i: usize, l: usize| inner[i] == Some(l) && depths[i] == 1;
+    // Each loop's body, ascending; and in each, its expressions by their own fields (a value
+    // of the second loop can only be one of the first's with the same fields), so that the
+    // search takes time in the bodies' sizes, not in the product of the operator's.
+    let mut bodies: HashMap<usize, Vec<usize>> =
+        loops.iter().map(|l| (l.range, Vec::new())).collect();
+    for i in 0..dag.expressions.len() {
+        if depths[i] == 1 {
+            if let Some(body) = inner[i].and_then(|l| bodies.get_mut(&l)) {
+                body.push(i);
+            }
+        }
+    }
     let mut best: Option<(f64, usize, usize, Loop, Loop)> = None; // (cost, e1, e2, l1, l2)
     for (k, &l2) in loops.iter().enumerate() {
         for &l1 in &loops[..k] {
@@ -75,12 +87,24 @@ fn reuse_once(
                 in_body: &in_body,
                 memo: HashMap::new(),
             };
-            for e2 in (l2.range + 1)..dag.expressions.len() {
-                if !in_body(e2, l2.range) || !storable(dag, e2, l1.n, room) {
+            let mut alike: HashMap<Fields, Vec<usize>> = HashMap::new();
+            for &e1 in &bodies[&l1.range] {
+                alike
+                    .entry(Fields::of(&dag.expressions[e1]))
+                    .or_default()
+                    .push(e1);
+            }
+            for &e2 in &bodies[&l2.range] {
+                if !storable(dag, e2, l1.n, room) {
                     continue;
                 }
-                let Some(e1) = ((l1.range + 1)..l2.range)
-                    .find(|&e1| in_body(e1, l1.range) && eq.same(e1 as u32, e2 as u32))
+                let Some(candidates) = alike.get(&Fields::of(&dag.expressions[e2])) else {
+                    continue;
+                };
+                let Some(e1) = candidates
+                    .iter()
+                    .copied()
+                    .find(|&e1| eq.same(e1 as u32, e2 as u32))
                 else {
                     continue;
                 };
@@ -178,6 +202,34 @@ impl<F: Fn(usize, usize) -> bool> Equivalence<'_, F> {
                 .all(|(&p, &q)| self.same(p, q));
         self.memo.insert((a, b), same);
         same
+    }
+}
+
+/// The fields of an expression that [`Equivalence::same`] compares, besides its operands.
+#[derive(PartialEq, Eq, Hash)]
+struct Fields {
+    code: i32,
+    dtype: i32,
+    axis: u32,
+    int_value: i64,
+    uint_value: u64,
+    float_bits: u64,
+    tensor: Option<(i32, u32)>,
+    operands: usize,
+}
+
+impl Fields {
+    fn of(e: &ir::Expression) -> Fields {
+        Fields {
+            code: e.code,
+            dtype: e.dtype,
+            axis: e.axis,
+            int_value: e.int_value,
+            uint_value: e.uint_value,
+            float_bits: e.float_value.to_bits(),
+            tensor: e.tensor.as_ref().map(|t| (t.kind, t.index)),
+            operands: e.operands.len(),
+        }
     }
 }
 

@@ -266,9 +266,7 @@ impl Strategy for Looped {
         }
         // A consumer that may fault would stop its whole row at the first fault (and report
         // another worker): only consumers that cannot fault are looped.
-        if let Some(why) =
-            ovl_ir::intervals::Intervals::analyse(&cn.dag).first_possible_fault(&cn.dag)
-        {
+        if let Some(why) = work.intervals(c).first_possible_fault(&cn.dag) {
             return Err(no(&format!("the consumer may fault: {why}")));
         }
         let producer = rebase::rebased(&pn.dag, &target)

@@ -86,11 +86,11 @@ pub(crate) fn check(
     let (plan, write_patterns): (VerticalPlan, Vec<(u32, IndexPattern)>) =
         check_writes(work, producer, consumer)?;
     let (p, c) = (work.node(producer), work.node(consumer));
-    let p_iv = Intervals::analyse(&p.dag);
+    let p_iv = work.intervals(producer);
     if let Some(why) = p_iv.first_possible_fault(&p.dag) {
         return Err(Reason::ProducerMayFault { why });
     }
-    let c_iv = Intervals::analyse(&c.dag);
+    let c_iv = work.intervals(consumer);
     let c_loops = ovl_ir::analysis::innermost_loops(&c.dag);
     let mut c_patterns = PatternAnalysis::new(&c.dag);
     let p_workers: f64 = p.dag.workgroup_shape.iter().map(|&d| d as f64).product();
