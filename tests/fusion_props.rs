@@ -284,6 +284,15 @@ proptest! {
         let cpp_reference = ovl::evaluate_with(outputs, &Options::cpu().with_opt_level(0))
             .map_err(|e| TestCaseError::fail(format!("C++ unfused: {e}")))?;
         let fusion = ovl::fusion(outputs, 3).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        // Refusals kept across the search's steps change nothing: re-planning every pair after
+        // every merge makes the same graph.
+        let replanned = ovl_fuse::fuse_replanning_every_step(
+            &fusion.before,
+            3.into(),
+            ovl_fuse::RowReuse::Apply(ovl_fuse::RowBudget::CPU),
+        )
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert!(replanned.after == fusion.after, "{}\n{}", replanned.report, fusion.report);
         prop_assert!(
             fusion.report.kernels_after <= fusion.report.kernels_before,
             "{}", fusion.report

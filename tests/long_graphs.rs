@@ -62,7 +62,7 @@ fn a_chain_of_20000_handles_drops_on_a_2_mib_stack_without_evaluating() {
 #[test]
 fn a_chain_of_20000_operators_fuses_into_one_kernel() {
     let got = on_small_stack(|| {
-        let f = ovl::fusion_with(&long_chain(LENGTH), &Options::interpreter()).expect("fuse");
+        let f = ovl::fusion_with(long_chain(LENGTH), &Options::interpreter()).expect("fuse");
         (f.report.kernels_before, f.report.kernels_after)
     });
     assert_eq!(got, (LENGTH, 1));

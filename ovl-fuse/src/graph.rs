@@ -49,6 +49,17 @@ pub(crate) struct Work {
     /// Each live node's place in [`Work::topological_order`], made when a path is first looked
     /// for after a change of the wiring: a path search never looks past its goal's place.
     places: RefCell<Option<Rc<Vec<usize>>>>,
+    /// What changed since [`Work::take_changes`] last asked.
+    changes: Changes,
+}
+
+/// The nodes whose readers (the nodes reading them, or the graph outputs they give) changed,
+/// and those whose operator changed: a verdict on a pair of nodes that depends on nothing else
+/// stays true while neither is among them.
+#[derive(Default)]
+pub(crate) struct Changes {
+    pub readers: HashSet<usize>,
+    pub operator: HashSet<usize>,
 }
 
 fn src_of(v: &ir::ValueRef, what: &str) -> Result<Src, FuseError> {
@@ -125,6 +136,7 @@ impl Work {
             consumer_index: Vec::new(),
             intervals: RefCell::new(HashMap::new()),
             places: RefCell::new(None),
+            changes: Changes::default(),
         };
         work.consumer_index = vec![Vec::new(); work.nodes.len()];
         for c in 0..work.nodes.len() {
@@ -137,6 +149,7 @@ impl Work {
     fn link(&mut self, c: usize) {
         *self.places.get_mut() = None;
         for p in self.producers(c) {
+            self.changes.readers.insert(p);
             if let Err(at) = self.consumer_index[p].binary_search(&c) {
                 self.consumer_index[p].insert(at, c);
             }
@@ -147,10 +160,16 @@ impl Work {
     fn unlink(&mut self, c: usize) {
         *self.places.get_mut() = None;
         for p in self.producers(c) {
+            self.changes.readers.insert(p);
             if let Ok(at) = self.consumer_index[p].binary_search(&c) {
                 self.consumer_index[p].remove(at);
             }
         }
+    }
+
+    /// What changed since the last call.
+    pub fn take_changes(&mut self) -> Changes {
+        std::mem::take(&mut self.changes)
     }
 
     /// Adds `node` to the graph (unlinked); returns its id.
@@ -176,6 +195,7 @@ impl Work {
                 }
             }
         };
+        self.changes.readers.insert(new);
         for c in std::mem::take(&mut self.consumer_index[old]) {
             if let Some(n) = self.nodes[c].as_mut() {
                 n.inputs.iter_mut().for_each(fix);
@@ -195,6 +215,7 @@ impl Work {
     /// one with the same inputs and outputs).
     pub fn node_mut(&mut self, id: usize) -> &mut Node {
         self.intervals.get_mut().remove(&id);
+        self.changes.operator.insert(id);
         self.nodes[id].as_mut().expect("a live node")
     }
 

@@ -292,9 +292,36 @@ pub(crate) fn run(
     level: OptLevel,
     reuse: RowReuse,
 ) -> Result<(ir::OperatorDag, Vec<usize>, FusionReport), FuseError> {
+    run_replanning(dag, level, reuse, false)
+}
+
+/// [`fuse_with`] re-planning every pair at every step instead of keeping the refusals that
+/// still hold (the search before it kept them): the same merges in the same order, only
+/// slower. For the tests that check exactly that; not for use.
+#[doc(hidden)]
+pub fn fuse_replanning_every_step(
+    dag: &ir::OperatorDag,
+    level: OptLevel,
+    reuse: RowReuse,
+) -> Result<Fusion, FuseError> {
+    let (after, _, report) = run_replanning(dag, level, reuse, true)?;
+    Ok(Fusion {
+        before: dag.clone(),
+        after,
+        report,
+    })
+}
+
+fn run_replanning(
+    dag: &ir::OperatorDag,
+    level: OptLevel,
+    reuse: RowReuse,
+    replan_every_step: bool,
+) -> Result<(ir::OperatorDag, Vec<usize>, FusionReport), FuseError> {
     ovl_ir::validate::validate_operator_dag(dag)?;
     let originals: Vec<String> = dag.operators.iter().map(|o| o.name.clone()).collect();
     let mut search = search::Search::new(Work::from_dag(dag)?, level, &originals);
+    search.replan_every_step = replan_every_step;
     let mut report = FusionReport {
         opt_level: level.get(),
         kernels_before: dag.operators.len(),

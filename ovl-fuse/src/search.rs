@@ -39,6 +39,19 @@ use std::collections::{HashMap, HashSet};
 pub(crate) struct Refused {
     pub reason: Reason,
     pub also: Vec<(MergeKind, Reason)>,
+    /// Substitution refused a pair whose reads differ: looping the consumer inside the
+    /// producer's workers is still to be tried (step 4).
+    looped_pending: bool,
+}
+
+impl Refused {
+    /// Whether a refusal rests on another path from the producer to the consumer (a merge
+    /// would close a cycle).
+    fn rests_on_paths(&self) -> bool {
+        std::iter::once(&self.reason)
+            .chain(self.also.iter().map(|(_, r)| r))
+            .any(|r| matches!(r, Reason::WouldCreateCycle { .. }))
+    }
 }
 
 /// The state of the search over one graph.
@@ -47,10 +60,21 @@ pub(crate) struct Search<'a> {
     level: OptLevel,
     /// The original operators' names, for the labels of merged ones.
     originals: &'a [String],
-    /// Why each producer -> consumer pair of live nodes was refused, since the last merge.
+    /// Why each producer -> consumer pair of live nodes was refused. A refusal is kept across
+    /// steps while it still holds: it rests on the two operators, the producer's readers
+    /// (`Work::take_changes` says whose changed) and the paths between them, which merges
+    /// keep ([`Search::forget_stale`]). So a step re-plans only the pairs near its merges, and a graph
+    /// whose merges enable one another one at a time (substitutions along a recurrence) is
+    /// not re-planned whole at every step.
     pub refused: HashMap<(usize, usize), Refused>,
+    /// The pairs a register hand-over refused because the consumer reads another way than the
+    /// producer writes: that rests on the two operators alone, so it is kept while neither
+    /// changes, and such a pair goes straight to index substitution.
+    reads_differ: HashSet<(usize, usize)>,
     /// Sibling pairs whose merged operator failed validation.
     siblings_blocked: HashSet<(usize, usize)>,
+    /// Forget every refusal after each step (`fuse_replanning_every_step`, for tests).
+    pub replan_every_step: bool,
 }
 
 impl<'a> Search<'a> {
@@ -60,20 +84,71 @@ impl<'a> Search<'a> {
             level,
             originals,
             refused: HashMap::new(),
+            reads_differ: HashSet::new(),
             siblings_blocked: HashSet::new(),
+            replan_every_step: false,
         }
     }
 
     /// Makes merges until none is left; returns them in the order made.
     pub fn run(&mut self) -> Result<Vec<Merge>, FuseError> {
         let mut merges = Vec::new();
+        self.work.take_changes();
         loop {
             let made = self.step()?;
             if made.is_empty() {
+                self.name_paths();
                 return Ok(merges);
             }
             merges.extend(made);
+            self.forget_stale();
+        }
+    }
+
+    /// Forgets the refusals a step's merges may have changed (see [`Search::refused`]).
+    ///
+    /// A refusal because another path leads from the producer to the consumer stays true as
+    /// well: merging a producer into its consumer, siblings, or a consumer looped into its
+    /// producer keep every path between other nodes (a path through either merged node goes
+    /// through the merged one), and index substitution removes only edges leaving the
+    /// substituted producer, whose readers changed. (Which node the path goes through may
+    /// change: [`Search::name_paths`] names them again at the end.)
+    fn forget_stale(&mut self) {
+        let changes = self.work.take_changes();
+        if self.replan_every_step {
             self.refused.clear();
+            self.reads_differ.clear();
+            return;
+        }
+        let work = &self.work;
+        let same_operators = |p: usize, c: usize| {
+            work.nodes[p].is_some()
+                && work.nodes[c].is_some()
+                && !changes.operator.contains(&p)
+                && !changes.operator.contains(&c)
+        };
+        self.reads_differ.retain(|&(p, c)| same_operators(p, c));
+        self.refused
+            .retain(|&(p, c), _| same_operators(p, c) && !changes.readers.contains(&p));
+    }
+
+    /// Names, in every refusal that rests on another path from the producer to the consumer,
+    /// a node that path goes through now.
+    fn name_paths(&mut self) {
+        let work = &self.work;
+        for (&(p, c), r) in self.refused.iter_mut() {
+            if !r.rests_on_paths() {
+                continue;
+            }
+            let Some(through) = work.other_path(p, c) else {
+                continue;
+            };
+            let label = &work.node(through).label;
+            for reason in std::iter::once(&mut r.reason).chain(r.also.iter_mut().map(|(_, r)| r)) {
+                if let Reason::WouldCreateCycle { through } = reason {
+                    through.clone_from(label);
+                }
+            }
         }
     }
 
@@ -103,6 +178,10 @@ impl<'a> Search<'a> {
                     self.refuse(p, c, r, Vec::new());
                     continue;
                 }
+                if self.reads_differ.contains(&(p, c)) {
+                    substitutable.push((p, c, Reason::ReadsDiffer));
+                    continue;
+                }
                 // `[rows]` and `[rows, 1]` are the same workers: one shape for both.
                 self.work.rebase(p, c);
                 match Vertical.plan(&self.work, p, c) {
@@ -113,9 +192,11 @@ impl<'a> Search<'a> {
                         }
                         Err(r) => self.refuse(p, c, r, Vec::new()),
                     },
-                    Err(r @ (Reason::ReadsDiffer | Reason::WouldCreateCycle { .. })) => {
-                        substitutable.push((p, c, r));
+                    Err(Reason::ReadsDiffer) => {
+                        self.reads_differ.insert((p, c));
+                        substitutable.push((p, c, Reason::ReadsDiffer));
                     }
+                    Err(r @ Reason::WouldCreateCycle { .. }) => substitutable.push((p, c, r)),
                     Err(r) => {
                         let mut also = Vec::new();
                         if self.enabled::<Epilogue>() {
@@ -136,7 +217,6 @@ impl<'a> Search<'a> {
             return Ok(swept);
         }
         // 2. Index substitution.
-        let mut loopable: Vec<(usize, usize)> = Vec::new();
         for (p, c, first) in substitutable {
             match Substitution.attempt(&mut self.work, p, c, self.originals) {
                 Ok(m) => return Ok(vec![m]),
@@ -145,8 +225,10 @@ impl<'a> Search<'a> {
                     self.refuse(p, c, first, vec![(MergeKind::Inlined, r)]);
                 }
                 Err(r) => {
-                    loopable.push((p, c));
                     self.refuse(p, c, r, Vec::new());
+                    if let Some(refused) = self.refused.get_mut(&(p, c)) {
+                        refused.looped_pending = true;
+                    }
                 }
             }
         }
@@ -158,12 +240,18 @@ impl<'a> Search<'a> {
         }
         // 4. Consumers looped inside the workers of a reduction.
         if self.enabled::<Looped>() {
-            for (p, c) in loopable {
-                match Looped.attempt(&mut self.work, p, c, self.originals) {
-                    Ok(m) => return Ok(vec![m]),
-                    Err(r) => {
-                        if let Some(refused) = self.refused.get_mut(&(p, c)) {
-                            refused.also.push((MergeKind::Looped, r));
+            for &c in order.iter().rev() {
+                for p in self.work.producers(c) {
+                    match self.refused.get_mut(&(p, c)) {
+                        Some(refused) if refused.looped_pending => refused.looped_pending = false,
+                        _ => continue,
+                    }
+                    match Looped.attempt(&mut self.work, p, c, self.originals) {
+                        Ok(m) => return Ok(vec![m]),
+                        Err(r) => {
+                            if let Some(refused) = self.refused.get_mut(&(p, c)) {
+                                refused.also.push((MergeKind::Looped, r));
+                            }
                         }
                     }
                 }
@@ -173,7 +261,14 @@ impl<'a> Search<'a> {
     }
 
     fn refuse(&mut self, p: usize, c: usize, reason: Reason, also: Vec<(MergeKind, Reason)>) {
-        self.refused.insert((p, c), Refused { reason, also });
+        self.refused.insert(
+            (p, c),
+            Refused {
+                reason,
+                also,
+                looped_pending: false,
+            },
+        );
     }
 
     /// Merges the first pair of independent operators over the same workgroup whose merged

@@ -145,8 +145,10 @@ impl Strategy for Epilogue {
 
     fn plan(&self, work: &Work, p: usize, c: usize) -> Result<Self::Plan, Reason> {
         let no = |why: &str| Reason::NoEpilogue { why: why.into() };
-        if work.other_path(p, c).is_some() {
-            return Err(no("another path leads from the producer to the consumer"));
+        if let Some(through) = work.other_path(p, c) {
+            return Err(Reason::WouldCreateCycle {
+                through: work.node(through).label.clone(),
+            });
         }
         let (pn, cn) = (work.node(p), work.node(c));
         let (target, axes) = looped::loop_axes(&pn.dag.workgroup_shape, &cn.dag.workgroup_shape)
