@@ -27,6 +27,7 @@
 //! }
 //! ```
 
+use crate::error::{CompiledError, Mismatch};
 use crate::evaluate::{run_into_arrays, Evaluate};
 use crate::executor::{self, Prepared};
 use crate::export::feed_slots;
@@ -72,11 +73,11 @@ pub fn compile<I: Evaluate, O: Evaluate>(
     let inputs: Vec<LazyTensor> = inputs.tensors().into_iter().cloned().collect();
     let outputs = outputs.tensors();
     if outputs.is_empty() {
-        return Err(Error::Compiled("there is no output to compute".into()));
+        return Err(CompiledError::NoOutputs.into());
     }
     let graph = ovl_core::lazy::build_graph(&outputs)?;
     let graph = executor::fuse(graph, options)?;
-    let slots = feed_slots(&inputs, &graph).map_err(Error::Compiled)?;
+    let slots = feed_slots(&inputs, &graph)?;
     let prepared = executor::prepare(graph, options)?;
     let feeds = inputs
         .iter()
@@ -113,40 +114,40 @@ impl Compiled {
     ) -> Result<(), Error> {
         let given = feeds.tensors();
         if given.len() != self.feeds.len() {
-            return Err(Error::Compiled(format!(
-                "{} tensors given for {} placeholders",
-                given.len(),
-                self.feeds.len()
-            )));
+            return Err(CompiledError::FeedCount {
+                device: false,
+                given: given.len(),
+                placeholders: self.feeds.len(),
+            }
+            .into());
         }
         let outputs = self.prepared.plan().outputs().len();
         if dests.len() != outputs {
-            return Err(Error::OutputMismatch(format!(
-                "{outputs} outputs but {} arrays to write them into",
-                dests.len()
-            )));
+            return Err(Error::OutputMismatch(Mismatch::OutputCount {
+                outputs,
+                arrays: dests.len(),
+            }));
         }
         let mut fed: Vec<Option<&HostTensor>> = vec![None; self.prepared.inputs.len()];
         for (k, (feed, t)) in self.feeds.iter().zip(given).enumerate() {
             let data = match &*t.node {
                 Node::Host(h) => &**h,
                 _ => {
-                    return Err(Error::Compiled(format!(
-                        "the data for placeholder {k} (`{}`) is not host data; pass \
-                         `Lazy::from(array)` (evaluate a computed value first)",
-                        feed.name
-                    )))
+                    return Err(CompiledError::NotHostData {
+                        index: k,
+                        name: feed.name.clone(),
+                    }
+                    .into())
                 }
             };
             if data.dtype() != feed.dtype || data.shape != feed.shape {
-                return Err(Error::Compiled(format!(
-                    "the data for placeholder {k} (`{}`) is {}{:?}, the placeholder is {}{:?}",
-                    feed.name,
-                    data.dtype(),
-                    data.shape,
-                    feed.dtype,
-                    feed.shape
-                )));
+                return Err(CompiledError::FeedType {
+                    index: k,
+                    name: feed.name.clone(),
+                    given: format!("{}{:?}", data.dtype(), data.shape),
+                    wanted: format!("{}{:?}", feed.dtype, feed.shape),
+                }
+                .into());
             }
             if let Some(i) = feed.graph_input {
                 fed[i] = Some(data);
@@ -200,11 +201,12 @@ impl Compiled {
     ) -> Result<(), Error> {
         self.check_device_target()?;
         if feeds.len() != self.feeds.len() {
-            return Err(Error::Compiled(format!(
-                "{} device tensors given for {} placeholders",
-                feeds.len(),
-                self.feeds.len()
-            )));
+            return Err(CompiledError::FeedCount {
+                device: true,
+                given: feeds.len(),
+                placeholders: self.feeds.len(),
+            }
+            .into());
         }
         let n = self.prepared.inputs.len();
         let mut inputs: Vec<Option<&DeviceTensor>> = vec![None; n];
@@ -241,11 +243,11 @@ impl Compiled {
 
     fn check_device_target(&self) -> Result<(), Error> {
         if self.options.target != crate::Target::Cuda {
-            return Err(Error::Compiled(format!(
-                "device tensors need a graph compiled with `Options::cuda()`; this one was \
-                 compiled for {:?}",
-                self.options.target
-            )));
+            return Err(CompiledError::NotCuda {
+                what: "a run on device tensors",
+                target: self.options.target,
+            }
+            .into());
         }
         Ok(())
     }

@@ -17,9 +17,10 @@ pub enum Error {
     /// Running compiled code failed (for example an index out of bounds).
     #[error(transparent)]
     Run(#[from] ovl_codegen::RunError),
-    /// An output array given to [`crate::evaluate_into`] does not fit the operator's output.
+    /// Arrays or tensors given to [`crate::evaluate_into`], [`crate::Compiled::run_into`] or a
+    /// device run do not fit the graph (what does not fit, and where).
     #[error("{0}; pass an array of the output's dtype and shape")]
-    OutputMismatch(String),
+    OutputMismatch(Mismatch),
     /// The operator merger failed, or drawing its graph did (`dot` not installed, ...).
     #[error(transparent)]
     Fuse(#[from] ovl_fuse::FuseError),
@@ -42,9 +43,9 @@ pub enum Error {
         message: String,
     },
     /// Compiling a graph with [`crate::compile`], or feeding the compiled graph, failed (what
-    /// was wrong with its placeholders or their data).
+    /// was wrong with its placeholders or their data, or the target).
     #[error("compiled graph: {0}")]
-    Compiled(String),
+    Compiled(#[from] CompiledError),
     /// Writing an exported bundle failed.
     #[error("cannot write the bundle {path}: {source}")]
     Io {
@@ -69,4 +70,157 @@ pub enum Error {
     /// An evaluated tensor did not have the type its handle promised (a bug in ovl).
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// What does not fit when buffers are handed to a graph's run: counts, dtypes and shapes,
+/// layouts, device placement. Each names the buffer it is about.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum Mismatch {
+    /// Not as many output arrays as the graph has outputs.
+    #[error("{outputs} outputs but {arrays} arrays to write them into")]
+    OutputCount {
+        /// The graph's outputs.
+        outputs: usize,
+        /// The arrays given.
+        arrays: usize,
+    },
+    /// An output array whose elements are not its whole buffer in row-major order.
+    #[error("the output array is not in row-major order or is a view into a larger buffer")]
+    NotRowMajor,
+    /// The plan was given other numbers of kernels, inputs or outputs than its graph has.
+    #[error(
+        "{kernels} kernels, {inputs} {kind}inputs and {outputs} {kind}outputs given; the graph has \
+         {graph_kernels}, {graph_inputs} and {graph_outputs}",
+        kind = if *.device { "device " } else { "" }
+    )]
+    Counts {
+        /// Device tensors (rather than host buffers) were given.
+        device: bool,
+        /// Kernels given.
+        kernels: usize,
+        /// Inputs given.
+        inputs: usize,
+        /// Outputs given.
+        outputs: usize,
+        /// The graph's operators.
+        graph_kernels: usize,
+        /// The graph's inputs.
+        graph_inputs: usize,
+        /// The graph's outputs.
+        graph_outputs: usize,
+    },
+    /// A graph input of another dtype or shape than the graph reads.
+    #[error("graph input {input} is {given}, the graph reads {wanted}")]
+    Input {
+        /// The input's number.
+        input: usize,
+        /// Its dtype and shape, e.g. `f32[2, 3]`.
+        given: String,
+        /// What the graph reads.
+        wanted: String,
+    },
+    /// An output array of another dtype or shape than the graph makes.
+    #[error("the array for output {output} is {given}, but the graph makes {wanted}")]
+    Output {
+        /// The output's number.
+        output: usize,
+        /// Its dtype and shape.
+        given: String,
+        /// What the graph makes.
+        wanted: String,
+    },
+    /// Raw buffers passed where only host tensors are taken.
+    #[error("run_host takes host tensors only; raw buffers need Plan::run")]
+    RawBuffers,
+    /// An output device tensor sharing its memory with another tensor of the run.
+    #[error(
+        "output {output} shares its device memory with another tensor passed (a clone); pass a \
+         tensor of its own"
+    )]
+    SharedDeviceMemory {
+        /// The output's number.
+        output: usize,
+    },
+    /// Device tensors given to a graph with an operator compiled for another target.
+    #[error(
+        "operator {operator} (`{name}`) was not compiled for the GPU: device tensors need a \
+         graph compiled with `Options::cuda()`"
+    )]
+    NotCompiledForGpu {
+        /// The operator's number in the fused graph.
+        operator: usize,
+        /// Its name.
+        name: String,
+    },
+}
+
+/// What was wrong when compiling a graph on placeholders ([`crate::compile`]) or feeding it.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum CompiledError {
+    /// `compile` was given no output.
+    #[error("there is no output to compute")]
+    NoOutputs,
+    /// An input of `compile` that is not a placeholder.
+    #[error(
+        "input {input} ({what}) is not a placeholder; create the inputs with `ovl::placeholder`"
+    )]
+    NotAPlaceholder {
+        /// Its number among the inputs.
+        input: usize,
+        /// What it is instead (dtype and shape).
+        what: String,
+    },
+    /// A placeholder listed twice among the inputs.
+    #[error("placeholder `{name}` is listed twice")]
+    ListedTwice {
+        /// The placeholder's name.
+        name: String,
+    },
+    /// The outputs read a placeholder that is not among the inputs.
+    #[error("the outputs depend on placeholder `{name}`, which is not among the inputs")]
+    MissingPlaceholder {
+        /// The placeholder's name.
+        name: String,
+    },
+    /// Not as many tensors given as the graph has placeholders.
+    #[error("{given} {kind}tensors given for {placeholders} placeholders", kind = if *.device { "device " } else { "" })]
+    FeedCount {
+        /// Device tensors were given.
+        device: bool,
+        /// Tensors given.
+        given: usize,
+        /// The graph's placeholders.
+        placeholders: usize,
+    },
+    /// A placeholder fed with a computed (lazy) value instead of data.
+    #[error(
+        "the data for placeholder {index} (`{name}`) is not host data; pass `Lazy::from(array)` \
+         (evaluate a computed value first)"
+    )]
+    NotHostData {
+        /// The placeholder's number.
+        index: usize,
+        /// Its name.
+        name: String,
+    },
+    /// A placeholder fed with data of another dtype or shape.
+    #[error("the data for placeholder {index} (`{name}`) is {given}, the placeholder is {wanted}")]
+    FeedType {
+        /// The placeholder's number.
+        index: usize,
+        /// Its name.
+        name: String,
+        /// The data's dtype and shape, e.g. `f32[2, 3]`.
+        given: String,
+        /// The placeholder's.
+        wanted: String,
+    },
+    /// Device tensors given to, or asked of, a graph prepared for another target.
+    #[error("{what} runs on the GPU: it needs `Options::cuda()`, not the {target:?} target")]
+    NotCuda {
+        /// The call, e.g. `evaluate_device`.
+        what: &'static str,
+        /// The target it was given.
+        target: crate::Target,
+    },
 }

@@ -1,5 +1,6 @@
 //! `evaluate` and `profile`: run the lazy graph behind some handles and return arrays.
 
+use crate::error::Mismatch;
 use crate::executor;
 use crate::options::Options;
 use crate::plan_cache;
@@ -161,10 +162,11 @@ pub fn evaluate_device<O: Evaluate>(
 ) -> Result<Vec<ovl_codegen::cuda::DeviceTensor>, Error> {
     use ovl_codegen::cuda::DeviceTensor;
     if options.target != crate::Target::Cuda {
-        return Err(Error::Compiled(format!(
-            "evaluate_device runs on the GPU: pass `Options::cuda()` (not {:?})",
-            options.target
-        )));
+        return Err(crate::error::CompiledError::NotCuda {
+            what: "evaluate_device",
+            target: options.target,
+        }
+        .into());
     }
     let prepared = plan_cache::prepare(&outputs.tensors(), options)?;
     let inputs = prepared
@@ -322,11 +324,10 @@ pub fn evaluate_into_all<T: Scalar>(
     options: &Options,
 ) -> Result<(), Error> {
     if outputs.len() != dests.len() {
-        return Err(Error::OutputMismatch(format!(
-            "{} outputs but {} arrays to write them into",
-            outputs.len(),
-            dests.len()
-        )));
+        return Err(Error::OutputMismatch(Mismatch::OutputCount {
+            outputs: outputs.len(),
+            arrays: dests.len(),
+        }));
     }
     let tensors: Vec<&LazyTensor> = outputs.iter().map(|o| o.untyped()).collect();
     let prepared = plan_cache::prepare(&tensors, options)?;
@@ -377,9 +378,7 @@ pub(crate) fn run_into_arrays<T: Scalar>(
 }
 
 fn not_row_major() -> Error {
-    Error::OutputMismatch(
-        "the output array is not in row-major order or is a view into a larger buffer".into(),
-    )
+    Error::OutputMismatch(Mismatch::NotRowMajor)
 }
 
 /// Moves a standard-layout array's buffer into a host tensor (the array is left empty). An array

@@ -31,6 +31,7 @@
 //! assert_eq!(out[0], ovl::HostTensor::from_vec(&[2, 3], vec![3.0f32; 6]).unwrap());
 //! ```
 
+use crate::error::CompiledError;
 use crate::options::{Options, Target};
 use crate::program::{check_program, seal_program, tensor_type_of, tensorflow_dtype_name};
 use crate::{executor, Error, Evaluate};
@@ -260,26 +261,29 @@ fn fuse_for_export(
 pub(crate) fn feed_slots(
     inputs: &[LazyTensor],
     graph: &Graph,
-) -> Result<Vec<Option<usize>>, String> {
+) -> Result<Vec<Option<usize>>, CompiledError> {
     let mut ids = Vec::with_capacity(inputs.len());
     for (k, t) in inputs.iter().enumerate() {
-        let p = t.placeholder_node().ok_or_else(|| {
-            format!(
-                "input {k} ({}) is not a placeholder; create the inputs with `ovl::placeholder`",
-                type_name(t)
-            )
-        })?;
+        let p = t
+            .placeholder_node()
+            .ok_or_else(|| CompiledError::NotAPlaceholder {
+                input: k,
+                what: type_name(t),
+            })?;
         if ids.contains(&p.id) {
-            return Err(format!("placeholder `{}` is listed twice", p.name));
+            return Err(CompiledError::ListedTwice {
+                name: p.name.clone(),
+            });
         }
         ids.push(p.id);
     }
     let mut slots = vec![None; inputs.len()];
     for (i, input) in graph.inputs.iter().enumerate() {
         if let GraphInput::Placeholder { id, name } = input {
-            let k = ids.iter().position(|f| f == id).ok_or_else(|| {
-                format!("the outputs depend on placeholder `{name}`, which is not among the inputs")
-            })?;
+            let k = ids
+                .iter()
+                .position(|f| f == id)
+                .ok_or_else(|| CompiledError::MissingPlaceholder { name: name.clone() })?;
             slots[k] = Some(i);
         }
     }
@@ -303,7 +307,7 @@ fn pack_program(
     }
     let graph = ovl_core::lazy::build_graph(&outputs.iter().collect::<Vec<_>>())?;
     let graph = fuse_for_export(graph, options, reuse)?;
-    let slots = feed_slots(inputs, &graph).map_err(err)?;
+    let slots = feed_slots(inputs, &graph).map_err(|e| err(e.to_string()))?;
 
     let feeds: Vec<ir::ProgramFeed> = inputs
         .iter()

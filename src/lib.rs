@@ -98,7 +98,7 @@ pub mod runner;
 
 pub use caches::{cache_stats, clear_caches, set_cache_capacity, Cache, CacheCounters, CacheStats};
 pub use compiled::{compile, Compiled};
-pub use error::Error;
+pub use error::{CompiledError, Error, Mismatch};
 pub use evaluate::{
     evaluate, evaluate_device, evaluate_into, evaluate_into_all, evaluate_with, profile, Evaluate,
     OperatorProfile, Profile,

@@ -601,7 +601,7 @@ impl LoadedProgram {
 
     fn run_failure(&self, source: RunFailure) -> ProgramError {
         match source {
-            RunFailure::Mismatch(message) => self.mismatch(message),
+            RunFailure::Mismatch(m) => self.mismatch(m.to_string()),
             source => ProgramError::Run {
                 program: self.name.clone(),
                 source: Box::new(source),

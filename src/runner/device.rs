@@ -1,6 +1,7 @@
 //! Running a plan on device tensors: the GPU half of the runner.
 
 use super::{Kernel, Plan, RunFailure, Slot};
+use crate::error::Mismatch;
 use ovl_codegen::cuda::{DeviceTensor, StatusBlock};
 
 impl Plan {
@@ -21,16 +22,7 @@ impl Plan {
             || inputs.len() != self.inputs.len()
             || outputs.len() != self.outputs.len()
         {
-            return Err(RunFailure::Mismatch(format!(
-                "{} kernels, {} device inputs and {} device outputs given; the graph has {}, {} \
-                 and {}",
-                kernels.len(),
-                inputs.len(),
-                outputs.len(),
-                self.dag.operators.len(),
-                self.inputs.len(),
-                self.outputs.len()
-            )));
+            return Err(self.counts(true, kernels.len(), inputs.len(), outputs.len()));
         }
         for (i, (t, sig)) in inputs.iter().zip(&self.inputs).enumerate() {
             t.check(&format!("graph input {i}"), sig.dtype, &sig.shape)?;
@@ -49,20 +41,17 @@ impl Plan {
                 )
                 .any(|p| p == t.ptr() && !t.is_empty());
             if shared {
-                return Err(RunFailure::Mismatch(format!(
-                    "output {k} shares its device memory with another tensor passed (a clone); \
-                     pass a tensor of its own"
-                )));
+                return Err(Mismatch::SharedDeviceMemory { output: k }.into());
             }
         }
         for (i, (kernel, op)) in kernels.iter().zip(&self.dag.operators).enumerate() {
             let runs_nothing = op.workgroup_shape.contains(&0);
             if !matches!(kernel, Kernel::Cuda(_)) && !runs_nothing {
-                return Err(RunFailure::Mismatch(format!(
-                    "operator {i} (`{}`) was not compiled for the GPU: device tensors need a \
-                     graph compiled with `Options::cuda()`",
-                    op.name
-                )));
+                return Err(Mismatch::NotCompiledForGpu {
+                    operator: i,
+                    name: op.name.clone(),
+                }
+                .into());
             }
         }
         let statuses = StatusBlock::new(self.dag.operators.len())?;

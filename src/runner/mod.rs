@@ -9,6 +9,7 @@
 //! or memory the caller owns ([`Input::Raw`], [`Output::Raw`]: TensorFlow's tensors, used
 //! without copies by the C++ kernels).
 
+use crate::error::Mismatch;
 use ovl_core::interp;
 use ovl_core::ir::{self, value_ref::Source};
 use ovl_core::{DType, HostTensor};
@@ -146,8 +147,8 @@ pub enum Output<'a> {
 #[derive(Debug, thiserror::Error)]
 pub enum RunFailure {
     /// A buffer does not fit the graph (count, dtype or shape).
-    #[error("{0}")]
-    Mismatch(String),
+    #[error(transparent)]
+    Mismatch(#[from] crate::error::Mismatch),
     /// The interpreter failed (for example an index out of bounds).
     #[error(transparent)]
     Interpreter(#[from] interp::InterpError),
@@ -394,9 +395,7 @@ impl Plan {
         let raw = inputs.iter().any(|i| matches!(i, Input::Raw(_)))
             || outputs.iter().any(|o| matches!(o, Output::Raw(_)));
         if raw {
-            return Err(RunFailure::Mismatch(
-                "run_host takes host tensors only; raw buffers need Plan::run".into(),
-            ));
+            return Err(Mismatch::RawBuffers.into());
         }
         // SAFETY: no raw buffer is passed; host tensors are checked against their types.
         unsafe { self.run(kernels, inputs, outputs, threads, timings) }
@@ -584,39 +583,48 @@ impl Plan {
             || inputs.len() != self.inputs.len()
             || outputs.len() != self.outputs.len()
         {
-            return Err(RunFailure::Mismatch(format!(
-                "{} kernels, {} inputs and {} outputs given; the graph has {}, {} and {}",
-                kernels.len(),
-                inputs.len(),
-                outputs.len(),
-                self.dag.operators.len(),
-                self.inputs.len(),
-                self.outputs.len()
-            )));
+            return Err(self.counts(false, kernels.len(), inputs.len(), outputs.len()));
         }
         for (i, (input, sig)) in inputs.iter().zip(&self.inputs).enumerate() {
             if let Input::Host(t) = input {
                 if !sig.fits(t) {
-                    return Err(RunFailure::Mismatch(format!(
-                        "graph input {i} is {}{:?}, the graph reads {sig}",
-                        t.dtype(),
-                        t.shape
-                    )));
+                    return Err(Mismatch::Input {
+                        input: i,
+                        given: format!("{}{:?}", t.dtype(), t.shape),
+                        wanted: sig.to_string(),
+                    }
+                    .into());
                 }
             }
         }
         for (k, (output, sig)) in outputs.iter().zip(&self.outputs).enumerate() {
             if let Output::Host { tensor, .. } = output {
                 if !sig.fits(tensor) {
-                    return Err(RunFailure::Mismatch(format!(
-                        "the array for output {k} is {}{:?}, but the graph makes {sig}",
-                        tensor.dtype(),
-                        tensor.shape
-                    )));
+                    return Err(Mismatch::Output {
+                        output: k,
+                        given: format!("{}{:?}", tensor.dtype(), tensor.shape),
+                        wanted: sig.to_string(),
+                    }
+                    .into());
                 }
             }
         }
         Ok(())
+    }
+
+    /// The error for a run given `kernels`, `inputs` and `outputs` buffers (of the device when
+    /// `device`) that the graph's counts do not match.
+    fn counts(&self, device: bool, kernels: usize, inputs: usize, outputs: usize) -> RunFailure {
+        Mismatch::Counts {
+            device,
+            kernels,
+            inputs,
+            outputs,
+            graph_kernels: self.dag.operators.len(),
+            graph_inputs: self.inputs.len(),
+            graph_outputs: self.outputs.len(),
+        }
+        .into()
     }
 
     fn slot_of(&self, v: &ir::ValueRef) -> Slot {
