@@ -14,12 +14,14 @@
 //! changes golden files: rerun the tests with `OVL_BLESS=1` and review the diff.
 
 mod programs;
+mod rows;
 mod symbolic;
 pub use programs::{
     add_2d, branches, casts, collatz, column_stats, cumsum, fma, gather, int_arith,
     literals_and_control, math_f32, math_f32_prelude, math_f64, matmul, reductions, reverse_rows,
     runtime_range, select_logic, stencil,
 };
+pub use rows::{int_rows, norm_rows, softmax_rows};
 pub use symbolic::{
     sym_elementwise, sym_row_sum, sym_shifted_read, sym_symbol_loop, sym_transpose, symbolic,
     SymbolicFixture,
@@ -64,6 +66,17 @@ fn fixture(
         inputs,
         f32_ulps: 0,
     }
+}
+
+/// Row kernels that a GPU runs with a group of threads per worker (`crate::cooperative`), one
+/// of each width class, by name: for golden files and the cooperative tests, which make their
+/// own inputs (they run at several sizes).
+pub fn row_programs() -> Vec<(&'static str, ir::ExpressionDag)> {
+    vec![
+        ("softmax_rows_buffered", softmax_rows(5, 300, true)),
+        ("norm_rows", norm_rows(9, 100)),
+        ("int_rows", int_rows(3, 40)),
+    ]
 }
 
 /// Every fixture, in a fixed order.

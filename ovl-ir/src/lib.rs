@@ -8,6 +8,7 @@ pub mod analysis;
 pub mod batch;
 pub mod batch_ops;
 pub mod builder;
+pub mod cooperative;
 pub mod cost;
 pub mod dtype;
 pub mod error;

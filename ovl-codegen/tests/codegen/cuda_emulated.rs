@@ -529,6 +529,7 @@ fn a_while_loop_past_its_bound_faults_as_on_the_interpreter() {
     let options = ovl_core::interp::InterpOptions {
         threads: Some(1),
         max_while_iterations: 5,
+        ..Default::default()
     };
     let Err(ovl_core::interp::InterpError::WhileLimit(fault)) =
         ovl_core::interp::interpret_with(&dag, &[&x], &mut out, &options)
