@@ -1,0 +1,209 @@
+//! Cooperative rows (`ovl_ir::cooperative`): row kernels whose workers the GPU runs as a group
+//! of threads. Their generated CUDA, run under the host emulation with each block's threads at
+//! once (barriers and warp shuffles for real), must equal the reference interpreter computing in
+//! the CUDA backend's reduction order bit for bit, at row lengths around every group width,
+//! with NaNs, infinities, signed zeros and ties; that order must be the one `proto/ovl.proto`
+//! documents (checked against a computation of its own here), and it must differ from the
+//! one-thread order where rounding shows it. An operator that may fault keeps one thread per
+//! worker, and its first faulting worker is still the one reported.
+
+use crate::common::{self, bits, zero_outputs, Builder, IN, OUT};
+use crate::cuda_emulated::{build, emulate_launch, same_as_cpp};
+use ovl_core::interp::{interpret_with, InterpOptions};
+use ovl_ir::cooperative::{self, ReductionOrder};
+use ovl_ir::fixtures::{int_rows, norm_rows, softmax_rows};
+use ovl_ir::ir::ExpressionDag;
+use ovl_ir::ops::Combiner;
+use ovl_ir::{DType, HostTensor};
+
+/// The interpreter's outputs in `order` (one thread: row-major).
+fn interpreted(dag: &ExpressionDag, inputs: &[&HostTensor], order: ReductionOrder) -> Vec<HostTensor> {
+    let mut out = zero_outputs(dag);
+    interpret_with(
+        dag,
+        inputs,
+        &mut out,
+        &InterpOptions {
+            threads: Some(1),
+            reduction_order: order,
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{}: the interpreter failed: {e}", dag.name));
+    out
+}
+
+/// The emulated cooperative kernel equals the interpreter in the CUDA order, bit for bit, on
+/// grids of 1, 2 and 3 blocks (fewer blocks than rows: the grid-stride loop). Returns the
+/// interpreter's outputs.
+fn emulated_as_interpreted(dag: &ExpressionDag, inputs: &[&HostTensor]) -> Vec<HostTensor> {
+    let plan = cooperative::plan(dag).unwrap_or_else(|| panic!("{} does not cooperate", dag.name));
+    let expected = interpreted(dag, inputs, ReductionOrder::Cuda);
+    let emulated = build(dag);
+    for grid in [1, 2, 3] {
+        let (got, st) = emulate_launch(&emulated, dag, inputs, &[], grid, plan.block(), true);
+        let what = format!(
+            "{} {:?} (width {}) on {grid} block(s)",
+            dag.name, dag.inputs[0].shape, plan.width
+        );
+        assert_eq!(st.code, 0, "{what}: a fault {st:?}");
+        for (k, (g, e)) in got.iter().zip(&expected).enumerate() {
+            let (g, e) = (bits(g), bits(e));
+            if let Some(i) = (0..g.len()).find(|&i| g[i] != e[i]) {
+                panic!(
+                    "{what}: output {k} element {i}: {:#x} emulated vs {:#x} interpreted",
+                    g[i], e[i]
+                );
+            }
+        }
+    }
+    expected
+}
+
+/// Row data with the edge values a reduction must get right: NaN (in row 1, where there is
+/// one), infinities (row 2), signed zeros and ties (row 0 starts with equal maxima, then -0.0
+/// and 0.0), and values whose sums round differently in different orders.
+fn rows_f32(rows: usize, cols: usize) -> HostTensor {
+    let v: Vec<f32> = (0..rows * cols)
+        .map(|i| {
+            let (r, c) = (i / cols, i % cols);
+            match (r, c) {
+                (0, 0) | (0, 1) => 3.5,
+                (0, 2) => -0.0,
+                (0, 3) => 0.0,
+                (1, 5) => f32::NAN,
+                (2, 7) => f32::INFINITY,
+                (2, 8) => f32::NEG_INFINITY,
+                _ => ((i * 7919) % 1013) as f32 * 0.013 - 6.1 + 1e-4 * (c as f32).sqrt(),
+            }
+        })
+        .collect();
+    HostTensor::from_vec(&[rows, cols], v).unwrap()
+}
+
+#[test]
+fn softmax_rows_match_the_interpreter_in_the_cuda_order() {
+    // Rows shorter and longer than a warp, odd lengths, each group width (32 .. 1024), and
+    // more rows than a warp-group block holds (8).
+    for (rows, cols) in [
+        (3, 16),
+        (9, 31),
+        (9, 33),
+        (3, 100),
+        (3, 257),
+        (2, 1000),
+        (2, 2100),
+        (2, 4500),
+        (1, 8193),
+    ] {
+        let x = rows_f32(rows, cols);
+        for buffered in [false, true] {
+            let dag = softmax_rows(rows as u64, cols as u64, buffered);
+            emulated_as_interpreted(&dag, &[&x]);
+        }
+    }
+}
+
+#[test]
+fn norm_rows_match_the_interpreter_in_the_cuda_order() {
+    for (rows, cols) in [(9, 100), (3, 77), (2, 600), (2, 3000)] {
+        let x = rows_f32(rows, cols);
+        let g = HostTensor::from_vec(
+            &[cols],
+            (0..cols).map(|c| 0.5 + (c % 13) as f32 * 0.1).collect::<Vec<f32>>(),
+        )
+        .unwrap();
+        emulated_as_interpreted(&norm_rows(rows as u64, cols as u64), &[&x, &g]);
+    }
+}
+
+#[test]
+fn integer_and_f64_rows_shuffle_every_width() {
+    for (rows, cols) in [(3, 40), (9, 17), (2, 700)] {
+        let x: Vec<i32> = (0..rows * cols)
+            .map(|i| match i % 11 {
+                0 => 0,
+                3 => i32::MAX - i as i32,
+                5 => i32::MIN + 7 * i as i32,
+                _ => (i as i32).wrapping_mul(2654435) % 40_000 - 20_000,
+            })
+            .collect();
+        let x = HostTensor::from_vec(&[rows, cols], x).unwrap();
+        emulated_as_interpreted(&int_rows(rows as u64, cols as u64), &[&x]);
+    }
+}
+
+/// The documented CUDA order, computed here on its own: `width` lanes, iteration `t` into lane
+/// `t % width` in order, the lanes folded pairwise, the accumulator (0.0) ⊕ the fold.
+fn sum_in_lanes(row: &[f32], width: usize) -> f32 {
+    let mut lanes = vec![0.0f32; width];
+    for (t, &x) in row.iter().enumerate() {
+        lanes[t % width] += x;
+    }
+    while lanes.len() > 1 {
+        lanes = lanes.chunks(2).map(|p| p[0] + p[1]).collect();
+    }
+    0.0 + lanes[0]
+}
+
+#[test]
+fn the_cuda_order_is_the_documented_one_and_differs_from_eight_lanes() {
+    let (rows, cols) = (4usize, 3000usize);
+    let x = rows_f32(rows, cols);
+    let g = HostTensor::from_vec(&[cols], vec![1.0f32; cols]).unwrap();
+    let dag = norm_rows(rows as u64, cols as u64);
+    let width = cooperative::plan(&dag).unwrap().width as usize;
+    assert_eq!(width, 512);
+    let cuda = emulated_as_interpreted(&dag, &[&x, &g]);
+    let lanes = interpreted(&dag, &[&x, &g], ReductionOrder::Lanes);
+    let data = x.as_slice::<f32>().unwrap();
+    let means = cuda[1].as_slice::<f32>().unwrap();
+    let means8 = lanes[1].as_slice::<f32>().unwrap();
+    let mut differ = 0;
+    for r in [0usize, 3] {
+        let row = &data[r * cols..(r + 1) * cols];
+        assert_eq!(means[r].to_bits(), (sum_in_lanes(row, width) / cols as f32).to_bits());
+        assert_eq!(means8[r].to_bits(), (sum_in_lanes(row, 8) / cols as f32).to_bits());
+        differ += usize::from(means[r] != means8[r]);
+    }
+    assert!(differ > 0, "the data does not tell the orders apart");
+}
+
+#[test]
+fn an_operator_that_may_fault_keeps_one_thread_and_reports_its_first_fault() {
+    // out[r] = sum_k x[r, idx[r, k]]: rows 1 and 2 index out of bounds; row 1's fault is
+    // reported.
+    let (rows, cols) = (3u64, 40u64);
+    let mut b = Builder::new("gathered_row_sum", &[rows]);
+    b.input(DType::F32, &[rows, cols]);
+    b.input(DType::I64, &[rows, cols]);
+    b.output(DType::F32, &[rows]);
+    let r = b.position(0);
+    let zero = b.f32(0.0);
+    let acc = b.accumulator(Combiner::Sum, zero);
+    let (s, e, one) = (b.i64(0), b.i64(cols as i64), b.i64(1));
+    let k = b.range(s, e, one);
+    let at = b.read(IN, 1, &[r, k]);
+    let v = b.read(IN, 0, &[r, at]);
+    b.accumulate(acc, v);
+    b.end_range();
+    b.write(OUT, 0, &[r], acc);
+    let dag = b.build();
+    assert_eq!(cooperative::plan(&dag), None);
+    let x = rows_f32(rows as usize, cols as usize);
+    let idx: Vec<i64> = (0..rows * cols)
+        .map(|i| match i {
+            45 => 40,
+            90 => -1,
+            _ => (i * 7 % cols) as i64,
+        })
+        .collect();
+    let idx = HostTensor::from_vec(&[rows as usize, cols as usize], idx).unwrap();
+    same_as_cpp(&dag, &[&x, &idx]);
+    // The interpreter's CUDA order is its one-thread order here.
+    let ok: Vec<i64> = (0..rows * cols).map(|i| (i * 7 % cols) as i64).collect();
+    let ok = HostTensor::from_vec(&[rows as usize, cols as usize], ok).unwrap();
+    let a = interpreted(&dag, &[&x, &ok], ReductionOrder::Cuda);
+    let b = interpreted(&dag, &[&x, &ok], ReductionOrder::Lanes);
+    assert_eq!(common::bits(&a[0]), common::bits(&b[0]));
+}
