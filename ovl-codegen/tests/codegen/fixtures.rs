@@ -21,6 +21,11 @@ fn say(text: &str) {
 
 /// The interpreter's outputs of a fixture (single-threaded, so row-major order).
 fn interpreted(f: &Fixture) -> Vec<HostTensor> {
+    interpreted_in(f, Default::default())
+}
+
+/// [`interpreted`] with reductions in `order` (the CUDA backend's for a GPU's results).
+fn interpreted_in(f: &Fixture, order: ovl_ir::cooperative::ReductionOrder) -> Vec<HostTensor> {
     let inputs: Vec<&HostTensor> = f.inputs.iter().collect();
     let mut out = zero_outputs(&f.dag);
     ovl_core::interp::interpret_with(
@@ -29,6 +34,7 @@ fn interpreted(f: &Fixture) -> Vec<HostTensor> {
         &mut out,
         &ovl_core::interp::InterpOptions {
             threads: Some(1),
+            reduction_order: order,
             ..Default::default()
         },
     )
@@ -115,7 +121,8 @@ fn every_fixture_compiles_for_cuda_and_runs_on_a_gpu_if_there_is_one() {
                 let mut got = zero_outputs(&f.dag);
                 op.run(&inputs, &mut got, &[])
                     .unwrap_or_else(|e| panic!("{}: running on the GPU failed: {e}", f.name));
-                assert_same(&f, "CUDA", &got, &interpreted(&f));
+                let cuda_order = ovl_ir::cooperative::ReductionOrder::Cuda;
+                assert_same(&f, "CUDA", &got, &interpreted_in(&f, cuda_order));
             }
             say(&format!(
                 "fixtures.rs: every fixture ran on the GPU {} (sm_{}) and matched the interpreter",
