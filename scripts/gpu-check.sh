@@ -30,6 +30,7 @@ TESTS=(
 # The benchmarks with a GPU part: package, bench target, arguments.
 BENCHES=(
     "ovl lstm --quick"
+    "ovl reductions --quick --gpu"
 )
 TOTAL_SECONDS=300
 

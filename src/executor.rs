@@ -62,8 +62,8 @@ pub(crate) fn kernels_with_libraries(
     // `CudaValidate` computes values in the CUDA backend's reduction order, so they are the
     // GPU's bit for bit.
     let reduction_order = match options.target {
-        Target::CudaValidate => ovl_ir::cooperative::ReductionOrder::Cuda,
-        _ => ovl_ir::cooperative::ReductionOrder::Lanes,
+        Target::CudaValidate => ovl_core::cooperative::ReductionOrder::Cuda,
+        _ => ovl_core::cooperative::ReductionOrder::Lanes,
     };
     let interpreter = || Kernel::Interpreter {
         max_while_iterations: options.while_limit(),

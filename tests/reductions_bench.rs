@@ -153,3 +153,58 @@ fn the_check_rejects_a_wrong_value_a_nan_and_a_wrong_shape() {
     let other = ndarray::Array2::<f32>::from_elem((3, 2), 0.5).into_dyn();
     assert!(!max_abs_error(&other, &want).1);
 }
+
+/// On the GPU each kernel's reductions along rows run cooperatively (`ovl_ir::cooperative`: a
+/// warp or a block per row, by row length), forward and backward, at the benchmark's sizes;
+/// the `CudaValidate` values (the interpreter in the CUDA order) match the f64 reference.
+#[test]
+fn every_kernel_reduces_its_rows_cooperatively_on_the_gpu() {
+    for (rows, cols, width) in [
+        (1024usize, 4096usize, 512u32),
+        (8192, 1024, 128),
+        (4, 300, 64),
+    ] {
+        let x = ArrayD::<f32>::zeros(ndarray::IxDyn(&[rows, cols]));
+        for kernel in Kernel::ALL {
+            for way in Way::ALL {
+                for backward in [false, true] {
+                    let xl = Lazy::from(x.clone());
+                    let dshape = if kernel.keeps_shape() {
+                        vec![rows, cols]
+                    } else {
+                        vec![rows]
+                    };
+                    let dyl = Lazy::from(ArrayD::<f32>::zeros(ndarray::IxDyn(&dshape)));
+                    let handles = outputs(kernel, way, &xl, backward.then_some(&dyl)).unwrap();
+                    let fused =
+                        ovl::fusion_with(handles.as_slice(), &Options::cuda_validate()).unwrap();
+                    let what = format!(
+                        "{} {} {rows}x{cols} backward {backward}",
+                        kernel.name(),
+                        way.name()
+                    );
+                    let reducing: Vec<_> = fused
+                        .after
+                        .operators
+                        .iter()
+                        .filter(|op| {
+                            op.expressions
+                                .iter()
+                                .any(|e| e.code == ovl_core::ir::Op::Accumulate as i32)
+                        })
+                        .collect();
+                    assert!(!reducing.is_empty(), "{what}: no reduction");
+                    for op in reducing {
+                        let plan = ovl_core::cooperative::plan(op);
+                        assert_eq!(
+                            plan.map(|p| p.width),
+                            Some(width),
+                            "{what}: operator {}",
+                            op.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -28,7 +28,7 @@ pub enum Kernel {
         max_while_iterations: u64,
         /// The order reductions run in: the CUDA backend's for `Target::CudaValidate`, so that
         /// its values are the GPU's.
-        reduction_order: ovl_ir::cooperative::ReductionOrder,
+        reduction_order: ovl_core::cooperative::ReductionOrder,
     },
     /// A compiled C++ library.
     Cpu(Arc<ovl_codegen::CompiledOperator>),

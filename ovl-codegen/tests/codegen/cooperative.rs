@@ -17,7 +17,11 @@ use ovl_ir::ops::Combiner;
 use ovl_ir::{DType, HostTensor};
 
 /// The interpreter's outputs in `order` (one thread: row-major).
-fn interpreted(dag: &ExpressionDag, inputs: &[&HostTensor], order: ReductionOrder) -> Vec<HostTensor> {
+fn interpreted(
+    dag: &ExpressionDag,
+    inputs: &[&HostTensor],
+    order: ReductionOrder,
+) -> Vec<HostTensor> {
     let mut out = zero_outputs(dag);
     interpret_with(
         dag,
@@ -110,7 +114,9 @@ fn norm_rows_match_the_interpreter_in_the_cuda_order() {
         let x = rows_f32(rows, cols);
         let g = HostTensor::from_vec(
             &[cols],
-            (0..cols).map(|c| 0.5 + (c % 13) as f32 * 0.1).collect::<Vec<f32>>(),
+            (0..cols)
+                .map(|c| 0.5 + (c % 13) as f32 * 0.1)
+                .collect::<Vec<f32>>(),
         )
         .unwrap();
         emulated_as_interpreted(&norm_rows(rows as u64, cols as u64), &[&x, &g]);
@@ -162,8 +168,14 @@ fn the_cuda_order_is_the_documented_one_and_differs_from_eight_lanes() {
     let mut differ = 0;
     for r in [0usize, 3] {
         let row = &data[r * cols..(r + 1) * cols];
-        assert_eq!(means[r].to_bits(), (sum_in_lanes(row, width) / cols as f32).to_bits());
-        assert_eq!(means8[r].to_bits(), (sum_in_lanes(row, 8) / cols as f32).to_bits());
+        assert_eq!(
+            means[r].to_bits(),
+            (sum_in_lanes(row, width) / cols as f32).to_bits()
+        );
+        assert_eq!(
+            means8[r].to_bits(),
+            (sum_in_lanes(row, 8) / cols as f32).to_bits()
+        );
         differ += usize::from(means[r] != means8[r]);
     }
     assert!(differ > 0, "the data does not tell the orders apart");
@@ -257,11 +269,17 @@ fn row_kernels_on_a_gpu_if_there_is_one() {
         let g = HostTensor::from_vec(&[cols], vec![0.75f32; cols]).unwrap();
         cases.push((norm_rows(rows as u64, cols as u64), vec![x.clone(), g], 0));
         for buffered in [false, true] {
-            cases.push((softmax_rows(rows as u64, cols as u64, buffered), vec![x.clone()], 8));
+            cases.push((
+                softmax_rows(rows as u64, cols as u64, buffered),
+                vec![x.clone()],
+                8,
+            ));
         }
     }
     for (rows, cols) in [(3, 40), (9, 17), (5, 700)] {
-        let x: Vec<i32> = (0..rows * cols).map(|i| (i as i32).wrapping_mul(2654435) % 40_000).collect();
+        let x: Vec<i32> = (0..rows * cols)
+            .map(|i| (i as i32).wrapping_mul(2654435) % 40_000)
+            .collect();
         let x = HostTensor::from_vec(&[rows, cols], x).unwrap();
         cases.push((int_rows(rows as u64, cols as u64), vec![x], 0));
     }
@@ -276,7 +294,10 @@ fn row_kernels_on_a_gpu_if_there_is_one() {
         let want = interpreted(dag, &refs, ReductionOrder::Cuda);
         for (k, (g, w)) in got.iter().zip(&want).enumerate() {
             if let Err(m) = within(g, w, *ulps) {
-                panic!("{} {:?} output {k} on the GPU: {m}", dag.name, dag.inputs[0].shape);
+                panic!(
+                    "{} {:?} output {k} on the GPU: {m}",
+                    dag.name, dag.inputs[0].shape
+                );
             }
         }
     }
@@ -313,7 +334,10 @@ fn row_kernels_compile_for_sm_80_and_sm_90() {
             let a = cuda::validate(&dag, arch, &options)
                 .unwrap_or_else(|e| panic!("{name} for sm_{arch}: {e}"));
             let ptx = String::from_utf8_lossy(a.bytes());
-            assert!(ptx.contains("shfl.sync.down"), "{name}: no warp shuffle in\n{ptx}");
+            assert!(
+                ptx.contains("shfl.sync.down"),
+                "{name}: no warp shuffle in\n{ptx}"
+            );
         }
     }
 }
