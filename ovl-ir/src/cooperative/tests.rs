@@ -28,6 +28,8 @@ fn other_operators_keep_one_thread_per_worker() {
     assert_eq!(plan(&column_stats(7, 150)), None);
     assert_eq!(plan(&matmul(4, 64, 4)), None);
     assert_eq!(plan(&softmax_rows(4, MIN_ROW - 1, false)), None);
+    // Empty rows: no loop runs, nothing to share.
+    assert_eq!(plan(&softmax_rows(4, 0, false)), None);
     assert!(plan(&softmax_rows(4, MIN_ROW, false)).is_some());
     // A data-dependent index may fault.
     let mut b = Builder::new("gathered_sum", &[2]);
