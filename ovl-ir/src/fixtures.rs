@@ -42,8 +42,9 @@ pub struct Fixture {
     /// One tensor per input of the program, in bounds for every data-dependent index.
     pub inputs: Vec<HostTensor>,
     /// How far (in units in the last place) an f32 result of a backend may be from the
-    /// interpreter's: 0 (bit for bit) except where the program uses f32 `exp`, `tanh` or
-    /// `sigmoid`, which generated C++ computes with the prelude's own approximations.
+    /// interpreter's beyond the math contract (`crate::accuracy::output_ulps`, the bound of
+    /// each output from the math functions it is computed from): 0 except where a program's
+    /// inputs reach past the contract's per-function bounds.
     pub f32_ulps: u32,
 }
 
