@@ -344,3 +344,38 @@ fn row_kernels_compile_for_sm_80_and_sm_90() {
         }
     }
 }
+
+#[test]
+fn an_accumulator_reduced_by_two_loops_folds_twice() {
+    // acc = max over x[r, :] then, in a second loop, max over -x[r, :] into the same
+    // accumulator; a sum of both loops' elements into another. Rows of 600 (a block of 128).
+    let (rows, cols) = (3u64, 600u64);
+    let mut b = Builder::new("two_loop_stats", &[rows]);
+    b.input(DType::F32, &[rows, cols]);
+    b.output(DType::F32, &[rows]);
+    b.output(DType::F32, &[rows]);
+    let r = b.position(0);
+    let low = b.f32(f32::NEG_INFINITY);
+    let top = b.accumulator(Combiner::Max, low);
+    let zero = b.f32(0.0);
+    let total = b.accumulator(Combiner::Sum, zero);
+    let (s, e, one) = (b.i64(0), b.i64(cols as i64), b.i64(1));
+    for negate in [false, true] {
+        let k = b.range(s, e, one);
+        let x = b.read(IN, 0, &[r, k]);
+        let v = if negate {
+            b.op(ovl_ir::ir::Op::Neg, &[x])
+        } else {
+            x
+        };
+        b.accumulate(top, v);
+        b.accumulate(total, v);
+        b.end_range();
+    }
+    b.write(OUT, 0, &[r], top);
+    b.write(OUT, 1, &[r], total);
+    let dag = b.build();
+    assert_eq!(cooperative::plan(&dag).map(|p| p.width), Some(128));
+    let x = rows_f32(rows as usize, cols as usize);
+    emulated_as_interpreted(&dag, &[&x]);
+}

@@ -75,10 +75,14 @@ impl Emitter<'_> {
             if warps == 1 {
                 self.line(&format!("ovl_t{acc} = ovl::shfl(ovl_t{acc}, 0);"));
             } else {
-                self.shared
-                    .push(format!("__shared__ {} ovl_red{acc}[{warps}];", ctype(d)));
+                // One array per loop and accumulator: an accumulator reduced by two loops of
+                // one worker must not reuse an array another warp may still be reading.
+                self.shared.push(format!(
+                    "__shared__ {} ovl_red{range}_{acc}[{warps}];",
+                    ctype(d)
+                ));
                 self.line(&format!(
-                    "if ((threadIdx.x & {}u) == 0u) ovl_red{acc}[threadIdx.x >> 5] = ovl_t{acc};",
+                    "if ((threadIdx.x & {}u) == 0u) ovl_red{range}_{acc}[threadIdx.x >> 5] = ovl_t{acc};",
                     WARP - 1
                 ));
             }
@@ -86,8 +90,9 @@ impl Emitter<'_> {
         if warps > 1 && !kinds.is_empty() {
             self.line("__syncthreads();");
             for &(acc, combiner, d) in &kinds {
-                let folded =
-                    self.pairwise_fold_of(combiner, d, warps, |l| format!("ovl_red{acc}[{l}]"))?;
+                let folded = self.pairwise_fold_of(combiner, d, warps, |l| {
+                    format!("ovl_red{range}_{acc}[{l}]")
+                })?;
                 self.line(&format!("ovl_t{acc} = {folded};"));
             }
         }

@@ -5,8 +5,8 @@
 // ... the prelude (prelude.cuh) ...
 
 extern "C" __global__ void __launch_bounds__(64) ovl_kernel(const float* __restrict__ in0, float* __restrict__ out0, ovl_cuda_status* __restrict__ ovl_gst) {
-  __shared__ float ovl_red6[2];
-  __shared__ float ovl_red12[2];
+  __shared__ float ovl_red7_6[2];
+  __shared__ float ovl_red13_12[2];
   ovl_status ovl_ls = {};  // this thread's first fault
   ovl_status* const ovl_st = &ovl_ls;
   float loc0[5];  // local 0 [300]
@@ -38,9 +38,9 @@ extern "C" __global__ void __launch_bounds__(64) ovl_kernel(const float* __restr
           ovl_t6 = ovl::fmax(ovl_t6, (ovl::shfl_down(ovl_t6, 4u)));
           ovl_t6 = ovl::fmax(ovl_t6, (ovl::shfl_down(ovl_t6, 8u)));
           ovl_t6 = ovl::fmax(ovl_t6, (ovl::shfl_down(ovl_t6, 16u)));
-          if ((threadIdx.x & 31u) == 0u) ovl_red6[threadIdx.x >> 5] = ovl_t6;
+          if ((threadIdx.x & 31u) == 0u) ovl_red7_6[threadIdx.x >> 5] = ovl_t6;
           __syncthreads();
-          ovl_t6 = ovl::fmax(ovl_red6[0], ovl_red6[1]);
+          ovl_t6 = ovl::fmax(ovl_red7_6[0], ovl_red7_6[1]);
           v6 = ovl::fmax(v6, ovl_t6);
         }
       }
@@ -65,9 +65,9 @@ extern "C" __global__ void __launch_bounds__(64) ovl_kernel(const float* __restr
           ovl_t12 = ovl_t12 + (ovl::shfl_down(ovl_t12, 4u));
           ovl_t12 = ovl_t12 + (ovl::shfl_down(ovl_t12, 8u));
           ovl_t12 = ovl_t12 + (ovl::shfl_down(ovl_t12, 16u));
-          if ((threadIdx.x & 31u) == 0u) ovl_red12[threadIdx.x >> 5] = ovl_t12;
+          if ((threadIdx.x & 31u) == 0u) ovl_red13_12[threadIdx.x >> 5] = ovl_t12;
           __syncthreads();
-          ovl_t12 = ovl_red12[0] + ovl_red12[1];
+          ovl_t12 = ovl_red13_12[0] + ovl_red13_12[1];
           v12 = v12 + ovl_t12;
         }
       }
