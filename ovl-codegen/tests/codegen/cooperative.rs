@@ -379,3 +379,46 @@ fn an_accumulator_reduced_by_two_loops_folds_twice() {
     let x = rows_f32(rows as usize, cols as usize);
     emulated_as_interpreted(&dag, &[&x]);
 }
+
+#[test]
+fn the_benchmarks_fused_row_kernels_match_the_interpreter_in_the_cuda_order() {
+    // The stdlib's softmax, layer norm, RMS norm and logsumexp, forward and backward, fused as
+    // for the GPU (pinned by `tests/reductions_bench.rs` at the workspace root), each operator
+    // on pseudo-random inputs of its own.
+    use prost::Message as _;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/row_kernels");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("an entry").path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 16, "{files:?}");
+    for path in files {
+        let hex: String = std::fs::read_to_string(&path)
+            .expect("read")
+            .split_whitespace()
+            .collect();
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+            .collect();
+        let dag = ExpressionDag::decode(bytes.as_slice())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let inputs: Vec<HostTensor> = dag
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(k, t)| {
+                assert_eq!(t.dtype, DType::F32.to_ir() as i32, "{}", path.display());
+                let n: u64 = t.shape.iter().product();
+                let v: Vec<f32> = (0..n)
+                    .map(|i| ((i * 7919 + k as u64 * 104_729) % 2003) as f32 * 0.003 - 3.0)
+                    .collect();
+                let shape: Vec<usize> = t.shape.iter().map(|&d| d as usize).collect();
+                HostTensor::from_vec(&shape, v).unwrap()
+            })
+            .collect();
+        let refs: Vec<&HostTensor> = inputs.iter().collect();
+        emulated_as_interpreted(&dag, &refs);
+    }
+}
