@@ -145,8 +145,9 @@ pub fn plan(dag: &ir::ExpressionDag) -> Option<Cooperative> {
             open = None;
         }
     }
+    // The GPU counts a thread's iterations in 32 bits (`i += width` must not wrap).
     if longest < MIN_ROW
-        || longest > u64::from(u32::MAX)
+        || longest > u64::from(u32::MAX - MAX_WIDTH)
         || !loops.iter().any(|l| reductions.contains_key(l))
     {
         return None;
