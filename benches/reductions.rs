@@ -9,7 +9,9 @@
 //! the memory bandwidth each reaches.
 //!
 //! `cargo bench --bench reductions -- [--quick] [--out DIR]` prints a line per measurement and
-//! writes `DIR/ovl.json` (default `target/reductions-bench`). Before timing, every variant's
+//! writes `DIR/ovl.json` (default `target/reductions-bench`); with `--gpu` it measures the
+//! kernels' GPU time instead (see `gpu`; `scripts/gpu-check.sh` runs it) and writes
+//! `DIR/ovl_gpu.json`. Before timing, every variant's
 //! outputs are checked against TensorFlow's (the files `benches/reductions_tf.py` leaves in
 //! `DIR/data`, same inputs) and against a plain-Rust f64 reference; a variant outside the
 //! tolerance stops the run. Without `DIR/data` (the benchmark run on its own) the inputs are
@@ -299,8 +301,108 @@ fn zeros_like(handles: &[Lazy<f32>]) -> Vec<ArrayD<f32>> {
         .collect()
 }
 
+/// The sizes of the GPU part (`--gpu`), in full and quick runs.
+const GPU_SIZES: [(usize, usize); 2] = [(1024, 4096), (8192, 1024)];
+
+/// `--gpu`: the kernels on this process's GPU (issue 29) instead of the CPU. For each size,
+/// kernel, pass and way: the sum of the operators' kernel times (CUDA events, `ovl::profile`;
+/// the copies of inputs and outputs between host and device are not counted), best and median
+/// of the calls after two warm-up calls, and the bandwidth that is as a fraction of the
+/// device-to-device copy bandwidth measured in the same run. Outputs are checked against the
+/// f64 reference first. Writes `DIR/ovl_gpu.json`; without a GPU it says that it did not run.
+fn gpu(args: &Args) -> Result<(), BoxError> {
+    let info = match ovl::cuda::gpu_status() {
+        Ok(info) => info,
+        Err(e) => {
+            println!(
+                "reductions --gpu: GPU EXECUTION DID NOT RUN: {}",
+                e.to_string().lines().next().unwrap_or_default()
+            );
+            return Ok(());
+        }
+    };
+    let copy = ovl::cuda::device_copy_bandwidth(256 << 20, 20)?;
+    println!(
+        "GPU: {} (sm_{}), device-to-device copy bandwidth {:.0} GB/s",
+        info.name,
+        info.arch,
+        copy / 1e9
+    );
+    let reps = if args.quick { 10 } else { 30 };
+    let options = Options::cuda();
+    let mut rows = Vec::new();
+    for &(r, c) in &GPU_SIZES {
+        let case = Case::load(r, c, &args.out_dir)?;
+        for kernel in Kernel::ALL {
+            let (y64, dx64) = reference(kernel, &case.x_host, case.dy(kernel));
+            let expected = Expected {
+                tensorflow: None,
+                f64: (y64, dx64),
+            };
+            let dy = Lazy::from(case.dy(kernel).clone());
+            for backward in [false, true] {
+                let pass = if backward {
+                    "forward+backward"
+                } else {
+                    "forward"
+                };
+                for way in Way::ALL {
+                    let handles = outputs(kernel, way, &case.x, backward.then_some(&dy))?;
+                    let (got, profile) = ovl::profile(handles.as_slice(), &options, reps + 2)?;
+                    let name = format!("ovl {} CUDA", way.name());
+                    let what = format!("{} {r}x{c} {pass}, {name}", kernel.name());
+                    let (_, error_vs_f64) = check(&got, &expected, &what)?;
+                    let mut times: Vec<std::time::Duration> = (2..profile.iterations)
+                        .map(|i| profile.operators.iter().map(|op| op.times[i]).sum())
+                        .collect();
+                    times.sort();
+                    let (best, median) = (times[0], times[times.len() / 2]);
+                    let gbps = case.bytes(kernel, backward) / best.as_secs_f64() / 1e9;
+                    println!(
+                        "{:<9} {r:>5}x{c:<6} {pass:<16} {name:<22} {:>2} kernels  best {:>10.1?}  median {:>10.1?}  {gbps:7.1} GB/s ({:3.0}% of copy)  max err vs f64 {error_vs_f64:.1e}",
+                        kernel.name(),
+                        profile.kernel_count(),
+                        best,
+                        median,
+                        100.0 * gbps * 1e9 / copy
+                    );
+                    rows.push(json!({
+                        "kernel": kernel.name(),
+                        "variant": name,
+                        "rows": r,
+                        "cols": c,
+                        "pass": pass,
+                        "kernels": profile.kernel_count(),
+                        "best_us": best.as_secs_f64() * 1e6,
+                        "median_us": median.as_secs_f64() * 1e6,
+                        "gb_per_s": gbps,
+                        "fraction_of_copy": gbps * 1e9 / copy,
+                        "max_abs_error_vs_f64": error_vs_f64,
+                    }));
+                }
+            }
+        }
+    }
+    std::fs::create_dir_all(&args.out_dir)?;
+    let path = args.out_dir.join("ovl_gpu.json");
+    let doc = json!({
+        "machine": machine(),
+        "device": format!("{} (sm_{}, {} SMs)", info.name, info.arch, info.multiprocessors),
+        "copy_gb_per_s": copy / 1e9,
+        "timing": "sum of the kernels' GPU times (CUDA events), host-device copies not counted",
+        "repetitions": reps,
+        "rows": rows,
+    });
+    std::fs::write(&path, serde_json::to_string_pretty(&doc)?)?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
 fn main() -> Result<(), BoxError> {
     let args = Args::parse("target/reductions-bench");
+    if args.flag("--gpu") {
+        return gpu(&args);
+    }
     let sizes: &[(usize, usize)] = if args.quick { &QUICK } else { &FULL };
     let reps = if args.quick { 5 } else { 20 };
 

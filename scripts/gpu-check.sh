@@ -30,6 +30,7 @@ TESTS=(
 # The benchmarks with a GPU part: package, bench target, arguments.
 BENCHES=(
     "ovl lstm --quick"
+    "ovl reductions --quick --gpu"
 )
 TOTAL_SECONDS=300
 
@@ -90,7 +91,9 @@ pack() {
     } >"$manifest"
     local kind pkg target exe name
     while read -r kind pkg target exe; do
+        # A benchmark may share its name with a test (`reductions`): the kind keeps them apart.
         name="$pkg--$target"
+        [ "$kind" = bench ] && name="$pkg--bench-$target"
         # Only the targets asked for (cargo also reports dependencies' build scripts).
         if [ "$kind" = test ] && ! printf '%s\n' "${TESTS[@]}" | grep -qx "$pkg $target"; then
             continue

@@ -59,8 +59,15 @@ pub(crate) fn kernels_with_libraries(
     libraries: &[ir::CompiledLibrary],
     options: &Options,
 ) -> Result<Vec<Kernel>, Error> {
+    // `CudaValidate` computes values in the CUDA backend's reduction order, so they are the
+    // GPU's bit for bit.
+    let reduction_order = match options.target {
+        Target::CudaValidate => ovl_core::cooperative::ReductionOrder::Cuda,
+        _ => ovl_core::cooperative::ReductionOrder::Lanes,
+    };
     let interpreter = || Kernel::Interpreter {
         max_while_iterations: options.while_limit(),
+        reduction_order,
     };
     dag.operators
         .iter()

@@ -19,8 +19,10 @@ pub enum Target {
     Cuda,
     /// No GPU needed: every operator is generated as CUDA, compiled by NVRTC to PTX and
     /// assembled by `ptxas` for each architecture of [`Options::cuda_validate_archs`] (a failure
-    /// is an error), then evaluated by the reference interpreter, so results are the oracle's.
-    /// This is how CI checks the CUDA backend on machines without a GPU.
+    /// is an error), then evaluated by the reference interpreter, so results are the oracle's,
+    /// reduced in the CUDA backend's order (`proto/ovl.proto`, "Accumulators": a row kernel's
+    /// top-level reductions over its thread group's lanes). This is how CI checks the CUDA
+    /// backend on machines without a GPU.
     CudaValidate,
 }
 
@@ -71,7 +73,9 @@ impl Options {
     }
 
     /// Compile every operator for CUDA and validate it with ptxas for sm_80 and sm_90, then
-    /// evaluate with the interpreter ([`Target::CudaValidate`]; no GPU needed).
+    /// evaluate with the interpreter ([`Target::CudaValidate`]; no GPU needed), reducing in the
+    /// CUDA backend's order (a row kernel's rows over its group's lanes, `proto/ovl.proto`), so
+    /// the values are those a GPU computes, up to its math functions.
     pub fn cuda_validate() -> Options {
         Options {
             target: Target::CudaValidate,

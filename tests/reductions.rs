@@ -8,12 +8,23 @@ use ovl::prelude::*;
 
 /// The reference: `init ⊕ fold(lanes)` with lane l holding the values of iterations l, l+8, ...
 fn lane_order<T: Copy>(init: T, identity: T, values: &[T], op: impl Fn(T, T) -> T) -> T {
+    lanes_order(8, init, identity, values, op)
+}
+
+/// [`lane_order`] over `count` lanes (the CUDA order of a row kernel, `ovl_ir::cooperative`).
+fn lanes_order<T: Copy>(
+    count: usize,
+    init: T,
+    identity: T,
+    values: &[T],
+    op: impl Fn(T, T) -> T,
+) -> T {
     if values.is_empty() {
         return init;
     }
-    let mut lanes = [identity; 8];
+    let mut lanes = vec![identity; count];
     for (t, &v) in values.iter().enumerate() {
-        lanes[t % 8] = op(lanes[t % 8], v);
+        lanes[t % count] = op(lanes[t % count], v);
     }
     let mut level: Vec<T> = lanes.to_vec();
     while level.len() > 1 {
@@ -245,10 +256,14 @@ fn the_cuda_backend_compiles_reductions() {
     let x = data(3, 40);
     match ovl::cuda::nvrtc_status() {
         Ok(_) => {
+            // Values in the CUDA order: a row of 40 is reduced by a warp (32 lanes).
             let (s, ..) = ovl::evaluate_with(row_stats(&x), &Options::cuda_validate())
                 .unwrap_or_else(|e| panic!("{e}"));
-            let want = lane_order(0.0f32, 0.0, &x.row(0).to_vec(), |a, b| a + b);
-            assert_eq!(s[[0]], want);
+            let want = lanes_order(32, 0.0f32, 0.0, &x.row(0).to_vec(), |a, b| a + b);
+            assert_eq!(s[[0]].to_bits(), want.to_bits());
+            let eight = lane_order(0.0f32, 0.0, &x.row(0).to_vec(), |a, b| a + b);
+            let (c, ..) = ovl::evaluate_with(row_stats(&x), &Options::interpreter()).unwrap();
+            assert_eq!(c[[0]].to_bits(), eight.to_bits());
         }
         Err(e) => eprintln!("reductions: the CUDA compile check DID NOT RUN (no NVRTC): {e}"),
     }

@@ -153,3 +153,104 @@ fn the_check_rejects_a_wrong_value_a_nan_and_a_wrong_shape() {
     let other = ndarray::Array2::<f32>::from_elem((3, 2), 0.5).into_dyn();
     assert!(!max_abs_error(&other, &want).1);
 }
+
+/// On the GPU each kernel's reductions along rows run cooperatively (`ovl_ir::cooperative`: a
+/// warp or a block per row, by row length), forward and backward, at the benchmark's sizes;
+/// the `CudaValidate` values (the interpreter in the CUDA order) match the f64 reference.
+#[test]
+fn every_kernel_reduces_its_rows_cooperatively_on_the_gpu() {
+    for (rows, cols, width) in [
+        (1024usize, 4096usize, 512u32),
+        (8192, 1024, 128),
+        (4, 300, 64),
+    ] {
+        let x = ArrayD::<f32>::zeros(ndarray::IxDyn(&[rows, cols]));
+        for kernel in Kernel::ALL {
+            for way in Way::ALL {
+                for backward in [false, true] {
+                    let xl = Lazy::from(x.clone());
+                    let dshape = if kernel.keeps_shape() {
+                        vec![rows, cols]
+                    } else {
+                        vec![rows]
+                    };
+                    let dyl = Lazy::from(ArrayD::<f32>::zeros(ndarray::IxDyn(&dshape)));
+                    let handles = outputs(kernel, way, &xl, backward.then_some(&dyl)).unwrap();
+                    let fused =
+                        ovl::fusion_with(handles.as_slice(), &Options::cuda_validate()).unwrap();
+                    let what = format!(
+                        "{} {} {rows}x{cols} backward {backward}",
+                        kernel.name(),
+                        way.name()
+                    );
+                    let reducing: Vec<_> = fused
+                        .after
+                        .operators
+                        .iter()
+                        .filter(|op| {
+                            op.expressions
+                                .iter()
+                                .any(|e| e.code == ovl_core::ir::Op::Accumulate as i32)
+                        })
+                        .collect();
+                    assert!(!reducing.is_empty(), "{what}: no reduction");
+                    for op in reducing {
+                        let plan = ovl_core::cooperative::plan(op);
+                        assert_eq!(
+                            plan.map(|p| p.width),
+                            Some(width),
+                            "{what}: operator {}",
+                            op.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The benchmark's fused kernels as the GPU runs them (stdlib, forward and backward, a warp
+/// and a block per row), pinned as golden files: each operator that cooperates, its IR as
+/// protobuf bytes in hex, which `ovl-codegen/tests/codegen/cooperative.rs` runs under the CUDA
+/// emulation against the interpreter in the CUDA order. `OVL_BLESS=1` rewrites them.
+#[test]
+fn the_fused_row_kernels_are_pinned_for_the_cuda_emulation() {
+    let dir = "ovl-codegen/tests/golden/row_kernels";
+    let mut names = Vec::new();
+    for (rows, cols) in [(9usize, 40usize), (3, 300)] {
+        let xl = Lazy::from(reductions::pseudo_random(&[rows, cols], 7));
+        for kernel in Kernel::ALL {
+            let dshape: &[usize] = if kernel.keeps_shape() {
+                &[rows, cols]
+            } else {
+                &[rows]
+            };
+            let dyl = Lazy::from(reductions::pseudo_random(dshape, 8));
+            for backward in [false, true] {
+                let handles =
+                    outputs(kernel, Way::Stdlib, &xl, backward.then_some(&dyl)).expect("outputs");
+                let fused = ovl::fusion_with(handles.as_slice(), &Options::cuda_validate())
+                    .expect("fusion")
+                    .after;
+                let pass = if backward { "backward" } else { "forward" };
+                for (k, op) in fused.operators.iter().enumerate() {
+                    if ovl_core::cooperative::plan(op).is_none() {
+                        continue;
+                    }
+                    let hex: String = ovl::ir_tools::to_bytes(op)
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<Vec<_>>()
+                        .chunks(48)
+                        .map(|line| line.concat() + "\n")
+                        .collect();
+                    let name = format!("{}_{pass}_{rows}x{cols}_{k}.hex", kernel.name());
+                    ovl_testkit::golden::assert_golden(format!("{dir}/{name}"), &hex);
+                    names.push(name);
+                }
+            }
+        }
+    }
+    assert!(names.len() >= 16, "{names:?}");
+    ovl_testkit::golden::assert_only_files(dir, &names);
+}

@@ -17,8 +17,8 @@ pub mod trace;
 pub mod vmap;
 
 pub use ovl_ir::{
-    analysis, batch, batch_ops, builder, dtype, fast_hash, hash, host, ir, limits, lru, symbolic,
-    text, unify, validate, with_tensor_data, IR_VERSION,
+    accuracy, analysis, batch, batch_ops, builder, cooperative, dtype, fast_hash, hash, host, ir,
+    limits, lru, symbolic, text, unify, validate, with_tensor_data, IR_VERSION,
 };
 
 pub use error::TraceError;

@@ -14,12 +14,14 @@
 //! changes golden files: rerun the tests with `OVL_BLESS=1` and review the diff.
 
 mod programs;
+mod rows;
 mod symbolic;
 pub use programs::{
     add_2d, branches, casts, collatz, column_stats, cumsum, fma, gather, int_arith,
     literals_and_control, math_f32, math_f32_prelude, math_f64, matmul, reductions, reverse_rows,
     runtime_range, select_logic, stencil,
 };
+pub use rows::{int_rows, norm_rows, softmax_rows};
 pub use symbolic::{
     sym_elementwise, sym_row_sum, sym_shifted_read, sym_symbol_loop, sym_transpose, symbolic,
     SymbolicFixture,
@@ -40,8 +42,9 @@ pub struct Fixture {
     /// One tensor per input of the program, in bounds for every data-dependent index.
     pub inputs: Vec<HostTensor>,
     /// How far (in units in the last place) an f32 result of a backend may be from the
-    /// interpreter's: 0 (bit for bit) except where the program uses f32 `exp`, `tanh` or
-    /// `sigmoid`, which generated C++ computes with the prelude's own approximations.
+    /// interpreter's beyond the math contract (`crate::accuracy::output_ulps`, the bound of
+    /// each output from the math functions it is computed from): 0 except where a program's
+    /// inputs reach past the contract's per-function bounds.
     pub f32_ulps: u32,
 }
 
@@ -64,6 +67,17 @@ fn fixture(
         inputs,
         f32_ulps: 0,
     }
+}
+
+/// Row kernels that a GPU runs with a group of threads per worker (`crate::cooperative`), one
+/// of each width class, by name: for golden files and the cooperative tests, which make their
+/// own inputs (they run at several sizes).
+pub fn row_programs() -> Vec<(&'static str, ir::ExpressionDag)> {
+    vec![
+        ("softmax_rows_buffered", softmax_rows(5, 300, true)),
+        ("norm_rows", norm_rows(9, 100)),
+        ("int_rows", int_rows(3, 40)),
+    ]
 }
 
 /// Every fixture, in a fixed order.

@@ -4,10 +4,12 @@
 //! Everything that consumes IR (the interpreter, the fusion pass, the code generators) depends
 //! on this crate alone; tracing, the lazy graph and autodiff (ovl-core) sit above it.
 
+pub mod accuracy;
 pub mod analysis;
 pub mod batch;
 pub mod batch_ops;
 pub mod builder;
+pub mod cooperative;
 pub mod cost;
 pub mod dtype;
 pub mod error;

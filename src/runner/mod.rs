@@ -27,6 +27,9 @@ pub enum Kernel {
     Interpreter {
         /// [`crate::Options::max_while_iterations`], resolved.
         max_while_iterations: u64,
+        /// The order reductions run in: the CUDA backend's for `Target::CudaValidate`, so that
+        /// its values are the GPU's.
+        reduction_order: ovl_core::cooperative::ReductionOrder,
     },
     /// A compiled C++ library.
     Cpu(Arc<ovl_codegen::CompiledOperator>),
@@ -530,6 +533,7 @@ impl Plan {
                             .map_err(Into::into),
                         Kernel::Interpreter {
                             max_while_iterations,
+                            reduction_order,
                         } => interp::interpret_with(
                             op,
                             &ins,
@@ -537,6 +541,7 @@ impl Plan {
                             &interp::InterpOptions {
                                 threads: None,
                                 max_while_iterations: *max_while_iterations,
+                                reduction_order: *reduction_order,
                             },
                         )
                         .map(|()| None)

@@ -4,7 +4,9 @@
 //! The worker program is written by the shared emitter (`crate::shared::emit`) in its CUDA dialect, so
 //! both backends give every IR construct the same meaning. What differs is the frame around it:
 //!
-//! - One GPU thread per worker, in a grid-stride loop over the row-major flattened workgroup
+//! - One GPU thread per worker (or, for an operator whose workers walk rows, a group of threads
+//!   per worker: `ovl_ir::cooperative`, `shared::emit::cooperative`), in a grid-stride loop over
+//!   the row-major flattened workgroup
 //!   (`ovl_w`, 64-bit), so any grid size covers any workgroup. A multi-dimensional position is
 //!   decomposed from `ovl_w` by division by compile-time constants, in 32 bits when the
 //!   workgroup has fewer than 2^32 workers.
@@ -78,37 +80,81 @@ pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codeg
     }
     params.extend(e.symbol_params());
     params.push("ovl_cuda_status* __restrict__ ovl_gst".into());
+    let coop = e.coop.as_ref();
+    let bounds = coop.map_or(String::new(), |c| {
+        format!("__launch_bounds__({}) ", c.block())
+    });
     let _ = writeln!(
         s,
-        "extern \"C\" __global__ void {KERNEL_NAME}({}) {{",
+        "extern \"C\" __global__ void {bounds}{KERNEL_NAME}({}) {{",
         params.join(", ")
     );
+    for d in &e.shared {
+        let _ = writeln!(s, "  {d}");
+    }
     let _ = writeln!(
         s,
         "  ovl_status ovl_ls = {{}};  // this thread's first fault"
     );
     let _ = writeln!(s, "  ovl_status* const ovl_st = &ovl_ls;");
-    for t in &e.locals {
+    // A cooperative group's thread holds only its share of a local (see `ovl_ir::cooperative`).
+    let local_elements = |i: usize, t: &crate::shared::emit::TensorInfo| match coop {
+        Some(c) => c.local_elements.get(i).copied().unwrap_or(1).max(1),
+        None => t.elements.unwrap_or(0).max(1),
+    };
+    for (i, t) in e.locals.iter().enumerate() {
         let _ = writeln!(
             s,
             "  {} {}[{}];  // local {} {:?}",
             ctype(t.dtype),
             t.name,
-            t.elements.unwrap_or(0).max(1),
+            local_elements(i, t),
             t.index,
             t.shape
         );
     }
     let workers = e.workers_cpp();
-    let _ = writeln!(
-        s,
-        "  const int64_t ovl_stride = (int64_t)gridDim.x * (int64_t)blockDim.x;"
-    );
-    let _ = writeln!(
-        s,
-        "  for (int64_t ovl_w = (int64_t)blockIdx.x * (int64_t)blockDim.x + (int64_t)threadIdx.x; \
-         ovl_w < {workers}; ovl_w += ovl_stride) {{"
-    );
+    match coop {
+        None => {
+            let _ = writeln!(
+                s,
+                "  const int64_t ovl_stride = (int64_t)gridDim.x * (int64_t)blockDim.x;"
+            );
+            let _ = writeln!(
+                s,
+                "  for (int64_t ovl_w = (int64_t)blockIdx.x * (int64_t)blockDim.x + (int64_t)threadIdx.x; \
+                 ovl_w < {workers}; ovl_w += ovl_stride) {{"
+            );
+        }
+        Some(c) => {
+            let _ = writeln!(
+                s,
+                "  // {} threads per worker, {} worker(s) per block of {} threads; thread ovl_lane \
+                 of a worker runs iterations ovl_lane, ovl_lane + {}, ... of its top-level loops.",
+                c.width,
+                c.workers_per_block,
+                c.block(),
+                c.width
+            );
+            let _ = writeln!(
+                s,
+                "  const uint32_t ovl_lane = threadIdx.x & {}u;",
+                c.width - 1
+            );
+            let _ = writeln!(
+                s,
+                "  const int64_t ovl_stride = (int64_t)gridDim.x * {}LL;",
+                c.workers_per_block
+            );
+            let _ = writeln!(
+                s,
+                "  for (int64_t ovl_w = (int64_t)blockIdx.x * {}LL + (int64_t)(threadIdx.x >> {}); \
+                 ovl_w < {workers}; ovl_w += ovl_stride) {{",
+                c.workers_per_block,
+                c.width_log2()
+            );
+        }
+    }
     let rank = e.workgroup.len();
     if rank == 1 {
         let _ = writeln!(s, "    const int64_t ovl_p0 = ovl_w;");
@@ -129,17 +175,16 @@ pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codeg
         }
         let _ = writeln!(s, "    const int64_t ovl_p0 = (int64_t)ovl_r;");
     }
-    for (t, zero) in e.locals.iter().zip(e.locals_needing_zero()) {
+    for (i, (t, zero)) in e.locals.iter().zip(e.locals_needing_zero()).enumerate() {
         if zero {
-            let _ = writeln!(
-                s,
-                "    ovl::zero({}, {}LL);",
-                t.name,
-                t.elements.unwrap_or(0).max(1)
-            );
+            let _ = writeln!(s, "    ovl::zero({}, {}LL);", t.name, local_elements(i, t));
         }
     }
     s.push_str(&program);
+    if coop.is_some_and(|c| !e.shared.is_empty() && c.workers_per_block == 1) {
+        // The next worker's folds reuse the shared arrays.
+        let _ = writeln!(s, "    __syncthreads();");
+    }
     let _ = writeln!(s, "  }}");
     let _ = writeln!(s, "  if (ovl_ls.code != 0) ovl::report(ovl_gst, &ovl_ls);");
     let _ = writeln!(s, "}}");

@@ -72,7 +72,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 /// The version of the generated CUDA; part of every CUDA cache key.
-pub const CUDA_CODEGEN_VERSION: &str = "ovl-codegen-cuda-4";
+pub const CUDA_CODEGEN_VERSION: &str = "ovl-codegen-cuda-5";
 
 /// The default number of threads per block.
 pub const DEFAULT_BLOCK_SIZE: u32 = 256;
@@ -165,7 +165,9 @@ impl CudaCompileOptions {
         self
     }
 
-    /// The same options with another block size.
+    /// The same options with another block size (for kernels of one thread per worker; a row
+    /// kernel run by groups of threads, `ovl_ir::cooperative`, launches the block its code was
+    /// generated for).
     pub fn with_block_size(mut self, block_size: u32) -> Self {
         self.block_size = block_size;
         self

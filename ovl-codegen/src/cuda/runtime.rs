@@ -152,6 +152,9 @@ pub struct CudaOperator {
     geometry: Geometry,
     writes: Vec<bool>,
     block_size: u32,
+    /// Workers per block: `block_size` (one thread each), or a cooperative kernel's
+    /// `workers_per_block` (`ovl_ir::cooperative`), whose block size is its own.
+    workers_per_block: u32,
     /// Whether the kernel can report a fault (it has a checked index or range step); a kernel
     /// that cannot is launched on device tensors without reading the status back.
     can_fault: bool,
@@ -242,6 +245,14 @@ pub fn load(
         expression: None,
         message: what.into(),
     };
+    // A kernel whose workers cooperate was generated for its own launch shape.
+    let (block_size, workers_per_block) = match ovl_ir::cooperative::plan(dag) {
+        Some(c) => (c.block(), c.workers_per_block),
+        None => {
+            let b = options.effective_block_size();
+            (b, b)
+        }
+    };
     Ok(Arc::new(CudaOperator {
         function,
         defined_at: defined_at(dag),
@@ -251,7 +262,8 @@ pub fn load(
             .iter()
             .map(|e| e.code == Op::Write as i32)
             .collect(),
-        block_size: options.effective_block_size(),
+        block_size,
+        workers_per_block,
         // A fault check ends the worker with `goto ovl_stop`: the label is in the source only
         // where some check is (see `shared::emit`); an unreadable source: assume one.
         can_fault: std::fs::read_to_string(artifact.source_path())
@@ -338,7 +350,8 @@ impl CudaOperator {
         self.artifact.name()
     }
 
-    /// Threads per block at launch.
+    /// Threads per block at launch (for an operator whose workers cooperate, the block its
+    /// code was generated for, whatever the options said).
     pub fn block_size(&self) -> u32 {
         self.block_size
     }
@@ -394,7 +407,7 @@ impl CudaOperator {
     /// resident on every multiprocessor (the kernel's grid-stride loop covers the rest).
     fn launch_config(&self, dev: &Device, workers: u64) -> LaunchConfig {
         let block = self.block_size;
-        let blocks_needed = workers.div_ceil(block as u64);
+        let blocks_needed = workers.div_ceil(u64::from(self.workers_per_block.max(1)));
         let grid_limit = (dev.info.multiprocessors as u64) * (2048 / block as u64).max(1) * 8;
         let grid = blocks_needed.min(grid_limit).clamp(1, i32::MAX as u64) as u32;
         LaunchConfig {

@@ -149,11 +149,19 @@ pub(crate) struct Emitter<'a> {
     /// from it (see `blocked`); the frame runs it over each row's full blocks and the worker
     /// program over the rest.
     pub blocked_program: Option<String>,
+    /// On the GPU, how a group of threads runs each worker (`ovl_ir::cooperative`), or `None`
+    /// for one thread per worker.
+    pub coop: Option<ovl_ir::cooperative::Cooperative>,
+    /// The split loop being emitted (see `cooperative`).
+    split_open: Option<usize>,
+    /// The `__shared__` arrays the cooperative folds use, declared by the frame.
+    pub shared: Vec<String>,
 }
 
 mod access;
 mod blocked;
 mod control;
+mod cooperative;
 mod reduce;
 mod values;
 pub(crate) use blocked::BLOCK as BLOCKED_WORKERS;
@@ -173,6 +181,9 @@ pub(crate) fn emit<'a>(
     let kernel = Kernel::decode(dag)?;
     let intervals = Intervals::of(&kernel);
     let mut e = Emitter::new(dag, key, dialect, intervals.clone())?;
+    if dialect == Dialect::Cuda {
+        e.coop = ovl_ir::cooperative::plan(dag);
+    }
     for k in 0..dag.expressions.len() {
         let ty = e.expression(k)?;
         e.types.push(ty);
@@ -261,6 +272,9 @@ impl<'a> Emitter<'a> {
             blocked: None,
             blocked_range_open: None,
             blocked_program: None,
+            coop: None,
+            split_open: None,
+            shared: Vec::new(),
         };
         if e.workgroup.is_empty() {
             return Err(e.err(None, "the workgroup shape is empty"));

@@ -396,6 +396,16 @@ template <class F> __device__ __forceinline__ F sigmoid(F x) { return (F)1 / ((F
 
 template <class T> __device__ __forceinline__ void zero(T* p, int64_t n) { for (int64_t i = 0; i < n; ++i) p[i] = (T)0; }
 
+// A whole warp's shuffles (cooperative rows: every lane of the warp takes part), for each dtype
+// an accumulator can have; 8- and 16-bit values travel in an int.
+#define OVL_SHFL(T, W)                                                                         \
+  __device__ __forceinline__ T shfl_down(T v, unsigned o) { return (T)__shfl_down_sync(0xffffffffu, (W)v, o); } \
+  __device__ __forceinline__ T shfl(T v, int from) { return (T)__shfl_sync(0xffffffffu, (W)v, from); }
+OVL_SHFL(float, float) OVL_SHFL(double, double)
+OVL_SHFL(int8_t, int) OVL_SHFL(int16_t, int) OVL_SHFL(int32_t, int) OVL_SHFL(int64_t, long long)
+OVL_SHFL(uint8_t, unsigned) OVL_SHFL(uint16_t, unsigned) OVL_SHFL(uint32_t, unsigned)
+OVL_SHFL(uint64_t, unsigned long long)
+
 // Publishes a thread's first fault if its worker precedes the one recorded so far. The lock is
 // only contended on the fault path; independent thread scheduling (sm_70 and later) makes
 // spinning inside a warp safe.

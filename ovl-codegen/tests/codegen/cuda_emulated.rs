@@ -20,6 +20,10 @@ use std::process::Command;
 
 /// Definitions of the CUDA built-ins the generated code uses, for the host compiler.
 const SHIM: &str = r#"#include <math.h>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
 // The CUDA prelude declares its own fixed-width types; keep them apart from the host's.
 #define int8_t ovl_int8_t
 #define int16_t ovl_int16_t
@@ -34,7 +38,43 @@ const SHIM: &str = r#"#include <math.h>
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
 struct ovl_dim3 { unsigned x, y, z; };
-static ovl_dim3 blockIdx, blockDim, gridDim, threadIdx;
+static thread_local ovl_dim3 blockIdx, threadIdx;
+static ovl_dim3 blockDim, gridDim;
+// Cooperative kernels: a block's threads run as real threads (one block at a time, so a
+// function-level static is the block's shared memory), meeting at barriers.
+#define __shared__ static
+#define __launch_bounds__(n)
+struct ovl_barrier {
+  std::mutex m;
+  std::condition_variable cv;
+  unsigned n = 0, count = 0, generation = 0;
+  void wait() {
+    std::unique_lock<std::mutex> l(m);
+    const unsigned g = generation;
+    if (++count == n) { count = 0; ++generation; cv.notify_all(); }
+    else cv.wait(l, [&] { return generation != g; });
+  }
+};
+static ovl_barrier ovl_block_barrier;
+static ovl_barrier ovl_warp_barrier[32];
+static unsigned long long ovl_warp_slot[32][32];
+static inline void __syncthreads() { ovl_block_barrier.wait(); }
+// Every lane of the warp takes part (as the generated code guarantees): each publishes its
+// value, the warp meets, each reads its source lane's, the warp meets again.
+template <class T> static T ovl_exchange(T v, unsigned from) {
+  const unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  unsigned long long bits = 0;
+  __builtin_memcpy(&bits, &v, sizeof v);
+  ovl_warp_slot[w][lane] = bits;
+  ovl_warp_barrier[w].wait();
+  bits = ovl_warp_slot[w][from < 32 ? from : lane];
+  ovl_warp_barrier[w].wait();
+  T r;
+  __builtin_memcpy(&r, &bits, sizeof r);
+  return r;
+}
+template <class T> static T __shfl_down_sync(unsigned, T v, unsigned o) { return ovl_exchange(v, threadIdx.x % 32 + o); }
+template <class T> static T __shfl_sync(unsigned, T v, int from) { return ovl_exchange(v, (unsigned)from); }
 static inline float __int_as_float(int b) { float f; __builtin_memcpy(&f, &b, 4); return f; }
 static inline double __longlong_as_double(long long b) { double f; __builtin_memcpy(&f, &b, 8); return f; }
 static inline unsigned atomicCAS(unsigned* p, unsigned c, unsigned v) { unsigned o = *p; if (o == c) *p = v; return o; }
@@ -61,8 +101,8 @@ fn ctype(d: DType) -> &'static str {
 /// `ovl_cuda_status` of the CUDA prelude.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-struct Status {
-    code: i32,
+pub(crate) struct Status {
+    pub code: i32,
     expression: i32,
     tensor_kind: i32,
     tensor_index: i32,
@@ -76,17 +116,24 @@ struct Status {
     pad: u32,
 }
 
-type Emulate =
-    unsafe extern "C" fn(*const *mut c_void, *const *mut c_void, *const i64, *mut Status, u32, u32);
+type Emulate = unsafe extern "C" fn(
+    *const *mut c_void,
+    *const *mut c_void,
+    *const i64,
+    *mut Status,
+    u32,
+    u32,
+    u32,
+);
 
 /// The operator's CUDA compiled for the host (the directory holds the library).
-struct Emulated {
+pub(crate) struct Emulated {
     _dir: tempfile::TempDir,
     lib: libloading::Library,
 }
 
 /// Compiles the operator's CUDA for the host.
-fn build(dag: &ExpressionDag) -> Emulated {
+pub(crate) fn build(dag: &ExpressionDag) -> Emulated {
     build_with(dag, "")
 }
 
@@ -108,14 +155,20 @@ fn build_with(dag: &ExpressionDag, defines: &str) -> Emulated {
         args.push(format!("sym[{k}]"));
     }
     args.push("st".into());
+    // `together`: each block's threads run at once (a cooperative kernel), else one by one
+    // in reverse order.
+    let call = format!("ovl_kernel({});", args.join(", "));
     src.push_str(&format!(
         "extern \"C\" void ovl_emulate(void* const* in, void* const* out, const long long* sym, \
-         ovl_cuda_status* st, unsigned grid, unsigned block) {{\n  (void)in; (void)out; \
-         (void)sym;\n  gridDim.x = grid; \
-         blockDim.x = block;\n  for (int b = (int)grid - 1; b >= 0; --b)\n    for (int t = \
-         (int)block - 1; t >= 0; --t) {{\n      blockIdx.x = b; threadIdx.x = t;\n      \
-         ovl_kernel({});\n    }}\n}}\n",
-        args.join(", ")
+         ovl_cuda_status* st, unsigned grid, unsigned block, unsigned together) {{\n  (void)in; \
+         (void)out; (void)sym;\n  gridDim.x = grid; blockDim.x = block;\n  \
+         ovl_block_barrier.n = block;\n  for (auto& w : ovl_warp_barrier) w.n = 32;\n  \
+         for (int b = (int)grid - 1; b >= 0; --b) {{\n    if (together) {{\n      \
+         std::vector<std::thread> threads;\n      for (unsigned t = 0; t < block; ++t)\n        \
+         threads.emplace_back([=] {{ blockIdx.x = b; threadIdx.x = t; {call} }});\n      \
+         for (auto& t : threads) t.join();\n      continue;\n    }}\n    \
+         for (int t = (int)block - 1; t >= 0; --t) {{\n      blockIdx.x = b; threadIdx.x = t;\n      \
+         {call}\n    }}\n  }}\n}}\n"
     ));
     let dir = tempfile::tempdir().expect("a temporary directory");
     let cpp = dir.path().join("emulated.cpp");
@@ -129,6 +182,7 @@ fn build_with(dag: &ExpressionDag, defines: &str) -> Emulated {
             "-shared",
             "-fPIC",
             "-ffp-contract=off",
+            "-pthread",
             "-w",
             "-o",
         ])
@@ -157,6 +211,20 @@ fn emulate(
     grid: u32,
     block: u32,
 ) -> (Vec<HostTensor>, Status) {
+    emulate_launch(emulated, dag, inputs, symbols, grid, block, false)
+}
+
+/// [`emulate`], with each block's threads running at once when `together` (a cooperative
+/// kernel needs it: its threads meet at barriers and shuffles).
+pub(crate) fn emulate_launch(
+    emulated: &Emulated,
+    dag: &ExpressionDag,
+    inputs: &[&HostTensor],
+    symbols: &[i64],
+    grid: u32,
+    block: u32,
+    together: bool,
+) -> (Vec<HostTensor>, Status) {
     let mut outputs = zero_outputs(dag);
     let ins: Vec<*mut c_void> = inputs
         .iter()
@@ -181,6 +249,7 @@ fn emulate(
             &mut status,
             grid,
             block,
+            together as u32,
         );
     }
     assert_eq!(status.lock, 0, "the status lock was released");
@@ -199,7 +268,7 @@ fn position(workgroup: &[u64], worker: i64) -> Vec<u64> {
 
 /// The emulated CUDA agrees with the C++ backend: outputs bit for bit (a faulting worker
 /// stops at its fault on both), and the same fault.
-fn same_as_cpp(dag: &ExpressionDag, inputs: &[&HostTensor]) {
+pub(crate) fn same_as_cpp(dag: &ExpressionDag, inputs: &[&HostTensor]) {
     let emulated = build(dag);
     same_as_cpp_with(&emulated, dag, inputs, &[]);
 }
@@ -529,6 +598,7 @@ fn a_while_loop_past_its_bound_faults_as_on_the_interpreter() {
     let options = ovl_core::interp::InterpOptions {
         threads: Some(1),
         max_while_iterations: 5,
+        ..Default::default()
     };
     let Err(ovl_core::interp::InterpError::WhileLimit(fault)) =
         ovl_core::interp::interpret_with(&dag, &[&x], &mut out, &options)

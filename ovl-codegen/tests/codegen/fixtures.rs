@@ -1,6 +1,7 @@
 //! Every hand-built fixture (`ovl_ir::fixtures`) on every backend: the reference interpreter
 //! and the C++ backend (on 1 and 3 threads) must agree exactly (bit for bit, any NaN matching
-//! any NaN; f32 `exp` / `tanh` / `sigmoid` within the fixture's stated ulps); the CUDA source of
+//! any NaN; a float output computed through math functions within the math contract's bound
+//! for it, `ovl_ir::accuracy`, or the fixture's stated ulps); the CUDA source of
 //! each is compiled by NVRTC and assembled by ptxas for sm_80 and sm_90 when those are found,
 //! and run on the GPU against the interpreter when there is one. What did not run is printed
 //! (past the test harness's capture) as "did not run: ...".
@@ -10,6 +11,7 @@ use crate::common;
 
 use common::{bits, compiled, run, zero_outputs};
 use ovl_codegen::cuda::{self, CudaCompileOptions};
+use ovl_ir::accuracy::MathBackend;
 use ovl_ir::fixtures::{self, Fixture};
 use ovl_ir::{HostTensor, TensorData};
 use std::io::Write as _;
@@ -21,6 +23,11 @@ fn say(text: &str) {
 
 /// The interpreter's outputs of a fixture (single-threaded, so row-major order).
 fn interpreted(f: &Fixture) -> Vec<HostTensor> {
+    interpreted_in(f, Default::default())
+}
+
+/// [`interpreted`] with reductions in `order` (the CUDA backend's for a GPU's results).
+fn interpreted_in(f: &Fixture, order: ovl_ir::cooperative::ReductionOrder) -> Vec<HostTensor> {
     let inputs: Vec<&HostTensor> = f.inputs.iter().collect();
     let mut out = zero_outputs(&f.dag);
     ovl_core::interp::interpret_with(
@@ -29,6 +36,7 @@ fn interpreted(f: &Fixture) -> Vec<HostTensor> {
         &mut out,
         &ovl_core::interp::InterpOptions {
             threads: Some(1),
+            reduction_order: order,
             ..Default::default()
         },
     )
@@ -36,23 +44,53 @@ fn interpreted(f: &Fixture) -> Vec<HostTensor> {
     out
 }
 
-/// Asserts that `got` equals the interpreter's `expected` exactly (see the module docs).
-fn assert_same(f: &Fixture, backend: &str, got: &[HostTensor], expected: &[HostTensor]) {
+/// Asserts that `got` equals the interpreter's `expected` exactly, except that a float output
+/// may be off by the math contract's bound for it on `math` (`ovl_ir::accuracy::output_ulps`)
+/// or by the fixture's own `f32_ulps`, whichever is larger (see the module docs).
+fn assert_same(
+    f: &Fixture,
+    backend: &str,
+    math: MathBackend,
+    got: &[HostTensor],
+    expected: &[HostTensor],
+) {
     assert_eq!(got.len(), expected.len());
+    let bounds = ovl_ir::accuracy::output_ulps(&f.dag, math);
     for (k, (g, e)) in got.iter().zip(expected).enumerate() {
         assert_eq!(g.dtype(), e.dtype(), "{} output {k} on {backend}", f.name);
         assert_eq!(g.shape, e.shape, "{} output {k} on {backend}", f.name);
-        if let (TensorData::F32(gv), TensorData::F32(ev)) = (&g.data, &e.data) {
-            for (i, (x, y)) in gv.iter().zip(ev).enumerate() {
-                let ulps = (x.to_bits() as i64 - y.to_bits() as i64).unsigned_abs();
+        let allowed = u64::from(bounds[k].max(f.f32_ulps));
+        let floats: Option<Vec<(f64, f64, u64)>> = match (&g.data, &e.data) {
+            (TensorData::F32(gv), TensorData::F32(ev)) => Some(
+                gv.iter()
+                    .zip(ev)
+                    .map(|(x, y)| {
+                        let apart = (x.to_bits() as i64 - y.to_bits() as i64).unsigned_abs();
+                        (f64::from(*x), f64::from(*y), apart)
+                    })
+                    .collect(),
+            ),
+            (TensorData::F64(gv), TensorData::F64(ev)) => Some(
+                gv.iter()
+                    .zip(ev)
+                    .map(|(x, y)| {
+                        let apart = (x.to_bits() as i64).abs_diff(y.to_bits() as i64);
+                        (*x, *y, apart)
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        };
+        if let Some(pairs) = floats {
+            for (i, (x, y, apart)) in pairs.into_iter().enumerate() {
                 let same = (x.is_nan() && y.is_nan())
-                    || x.to_bits() == y.to_bits()
-                    || (x.is_finite() && y.is_finite() && ulps <= f.f32_ulps as u64);
+                    || apart == 0
+                    || (x.is_finite() && y.is_finite() && apart <= allowed);
                 assert!(
                     same,
                     "{} output {k} element {i} on {backend}: {x:e} vs interpreter {y:e} \
-                     (allowed {} ulps)",
-                    f.name, f.f32_ulps
+                     ({apart} ulps apart, allowed {allowed})",
+                    f.name
                 );
             }
             continue;
@@ -79,7 +117,8 @@ fn every_fixture_runs_the_same_on_the_interpreter_and_cpp() {
         for threads in [1, 3] {
             let got = run(&op, &f.dag, &inputs, threads)
                 .unwrap_or_else(|e| panic!("{}: C++ on {threads} threads failed: {e}", f.name));
-            assert_same(&f, &format!("C++ ({threads} threads)"), &got, &expected);
+            let name = format!("C++ ({threads} threads)");
+            assert_same(&f, &name, MathBackend::Cpp, &got, &expected);
         }
     }
 }
@@ -115,7 +154,9 @@ fn every_fixture_compiles_for_cuda_and_runs_on_a_gpu_if_there_is_one() {
                 let mut got = zero_outputs(&f.dag);
                 op.run(&inputs, &mut got, &[])
                     .unwrap_or_else(|e| panic!("{}: running on the GPU failed: {e}", f.name));
-                assert_same(&f, "CUDA", &got, &interpreted(&f));
+                let cuda_order = ovl_ir::cooperative::ReductionOrder::Cuda;
+                let expected = interpreted_in(&f, cuda_order);
+                assert_same(&f, "CUDA", MathBackend::Cuda, &got, &expected);
             }
             say(&format!(
                 "fixtures.rs: every fixture ran on the GPU {} (sm_{}) and matched the interpreter",

@@ -23,13 +23,14 @@ fn names(ext: &str, prelude: &str) -> Vec<String> {
     names
 }
 
-/// Every fixture's name and program, the symbolic ones after the others.
+/// Every fixture's name and program, the symbolic ones after the others, then the row kernels.
 fn programs() -> Vec<(&'static str, ovl_ir::ir::ExpressionDag)> {
     let mut all: Vec<_> = fixtures::all()
         .into_iter()
         .map(|f| (f.name, f.dag))
         .collect();
     all.extend(fixtures::symbolic().into_iter().map(|f| (f.name, f.dag)));
+    all.extend(fixtures::row_programs());
     all
 }
 

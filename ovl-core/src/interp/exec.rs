@@ -223,8 +223,8 @@ pub(crate) struct Worker<'p, 'd> {
     slots: Vec<Value>,
     /// Per RANGE loop: (end, step, iterations started).
     ranges: Vec<(i64, i64, u64)>,
-    /// Per accumulator: its lanes in the running reduction loop.
-    lanes: Vec<[Value; REDUCE_LANES]>,
+    /// Per accumulator: its lanes in the running reduction loop (`Program::range_lanes` of it).
+    lanes: Vec<Vec<Value>>,
     locals: Vec<TensorData>,
     local_ready: Vec<bool>,
     position: Vec<u64>,
@@ -259,7 +259,7 @@ impl<'p, 'd> Worker<'p, 'd> {
             outputs,
             slots: vec![Value::Bool(false); prog.instrs.len()],
             ranges: vec![(0, 0, 0); prog.n_ranges],
-            lanes: vec![[Value::Bool(false); REDUCE_LANES]; prog.n_accumulators],
+            lanes: vec![Vec::with_capacity(REDUCE_LANES); prog.n_accumulators],
             local_ready: vec![false; locals.len()],
             locals,
             position: vec![0; prog.workgroup.len()],
@@ -354,14 +354,10 @@ impl<'p, 'd> Worker<'p, 'd> {
             let op = combiner.op();
             let combine =
                 |x: Value, y: Value| value::binary(op, x, y).ok_or("lanes of the wrong dtype");
-            let mut level: Vec<Value> = self.lanes[lanes_of].to_vec();
-            while level.len() > 1 {
-                level = level
-                    .chunks(2)
-                    .map(|p| combine(p[0], p[1]))
-                    .collect::<Result<_, _>>()?;
-            }
-            self.slots[acc] = combine(self.slots[acc], level[0])?;
+            let lanes = &self.lanes[lanes_of];
+            let folded = ovl_ir::cooperative::pairwise_fold(lanes, |x, y| value::binary(op, x, y))
+                .ok_or("lanes of the wrong dtype")?;
+            self.slots[acc] = combine(self.slots[acc], folded)?;
         }
         Ok(())
     }
@@ -448,10 +444,13 @@ impl<'p, 'd> Worker<'p, 'd> {
                     continue;
                 }
                 Code::Accumulate => {
-                    // Iteration t of the reduction loop combines into lane t % REDUCE_LANES.
+                    // Iteration t of the reduction loop combines into lane t % its lane count.
                     let t = self.ranges[ins.jump as usize].2;
                     let lanes = &mut self.lanes[ins.aux as usize];
-                    let lane = &mut lanes[(t % REDUCE_LANES as u64) as usize];
+                    let at = (t % lanes.len().max(1) as u64) as usize;
+                    let Some(lane) = lanes.get_mut(at) else {
+                        return self.internal(pc, "an accumulate before its loop started");
+                    };
                     let combiner = prog.combiners[ins.aux as usize];
                     match value::binary(combiner.op(), *lane, self.slots[b]) {
                         Some(v) => *lane = v,
@@ -515,9 +514,12 @@ impl<'p, 'd> Worker<'p, 'd> {
                         continue;
                     }
                     self.ranges[ins.aux as usize] = (end, step, 0);
+                    let count = prog.range_lanes[ins.aux as usize];
                     for &(acc, ordinal, combiner) in &prog.reductions[ins.aux as usize] {
                         let d = prog.instrs[acc].dtype;
-                        self.lanes[ordinal] = [Value::identity(combiner, d); REDUCE_LANES];
+                        let lanes = &mut self.lanes[ordinal];
+                        lanes.clear();
+                        lanes.resize(count, Value::identity(combiner, d));
                     }
                     self.slots[pc] = Value::I64(start);
                     pc += 1;

@@ -120,6 +120,11 @@ pub struct InterpOptions {
     /// more is a [`InterpError::WhileLimit`] fault. 0: no bound. Default:
     /// [`ovl_ir::limits::while_iterations_from_env`].
     pub max_while_iterations: u64,
+    /// The order reductions run in (`proto/ovl.proto`, "Accumulators"): the one every backend
+    /// but CUDA follows (the default), or the CUDA backend's, where an operator whose workers
+    /// cooperate ([`ovl_ir::cooperative::plan`]) reduces its top-level loops over the group's
+    /// lanes; so the interpreter is the oracle of the GPU bit for bit too.
+    pub reduction_order: ovl_ir::cooperative::ReductionOrder,
 }
 
 impl Default for InterpOptions {
@@ -127,6 +132,7 @@ impl Default for InterpOptions {
         InterpOptions {
             threads: None,
             max_while_iterations: ovl_ir::limits::while_iterations_from_env(),
+            reduction_order: Default::default(),
         }
     }
 }
@@ -212,7 +218,7 @@ pub fn interpret_with(
         operator: dag.name.clone(),
         message,
     };
-    let prog = Program::new(dag).map_err(internal)?;
+    let prog = Program::new(dag, options.reduction_order).map_err(internal)?;
     let workers = exec::worker_count(&prog);
     let threads = match options.threads {
         Some(t) => t.max(1),

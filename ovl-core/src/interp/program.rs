@@ -4,7 +4,7 @@
 use super::value::Value;
 use crate::dtype::DType;
 use crate::ir::{self, Op, TensorKind};
-use ovl_ir::ops::Combiner;
+use ovl_ir::ops::{Combiner, REDUCE_LANES};
 use ovl_ir::typed::{Inst, Kernel, TensorId, ValueId};
 
 /// The decoded opcode of an instruction.
@@ -101,6 +101,9 @@ pub(crate) struct Program {
     pub n_accumulators: usize,
     /// Per accumulator (by ordinal): its combiner.
     pub combiners: Vec<Combiner>,
+    /// Per RANGE loop (by ordinal): the lanes of its reductions (`REDUCE_LANES`, or a
+    /// cooperative group's width in [`ovl_ir::cooperative::ReductionOrder::Cuda`]).
+    pub range_lanes: Vec<usize>,
     pub workgroup: Vec<u64>,
 }
 
@@ -125,7 +128,12 @@ impl Program {
     /// Decodes a dag that passed [`crate::validate::validate`], from its typed form
     /// ([`Kernel`]): the block links become jump targets. The only error is a tensor whose
     /// strides do not fit (validation rules it out).
-    pub(crate) fn new(dag: &ir::ExpressionDag) -> Result<Program, String> {
+    pub(crate) fn new(
+        dag: &ir::ExpressionDag,
+        order: ovl_ir::cooperative::ReductionOrder,
+    ) -> Result<Program, String> {
+        let lanes_at = ovl_ir::cooperative::range_lanes(dag, order);
+        let mut range_lanes = Vec::new();
         let kernel = Kernel::from_validated(dag);
         let mut tensors = Vec::new();
         for (kind, list) in [
@@ -159,6 +167,7 @@ impl Program {
                 Inst::Range { .. } => {
                     ordinal[i] = n_ranges;
                     n_ranges += 1;
+                    range_lanes.push(lanes_at.get(i).copied().unwrap_or(REDUCE_LANES).max(1));
                 }
                 _ => {}
             }
@@ -331,6 +340,7 @@ impl Program {
             reductions,
             n_accumulators,
             combiners,
+            range_lanes,
             n_ranges: n_ranges as usize,
             workgroup: dag.workgroup_shape.clone(),
         })

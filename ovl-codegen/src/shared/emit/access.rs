@@ -45,6 +45,13 @@ impl Emitter<'_> {
         k: usize,
         t: &TensorInfo,
     ) -> Result<(String, Unproven), CodegenError> {
+        if let (TensorKind::Local, Some(c)) = (t.kind, &self.coop) {
+            // A cooperative group's thread holds element `i` of a local (one axis, indexed by
+            // a split loop from 0: `ovl_ir::cooperative::plan`) at `i / width`.
+            let (o, _) = self.operand(k, 0)?;
+            let linear = format!("(int32_t)((uint64_t)v{o} >> {})", c.width_log2());
+            return Ok((linear, Vec::new()));
+        }
         let mut terms = Vec::new();
         let mut unproven = Vec::new();
         // On the GPU, 64-bit integer arithmetic costs several instructions: index a tensor whose
@@ -206,8 +213,14 @@ impl Emitter<'_> {
         }
         let (linear, unproven) = self.indices(k, t)?;
         let name = t.name.clone();
+        // Outside its split loops, a cooperative group writes from its thread 0 only.
+        let only_first = if self.coop.is_some() && self.split_open.is_none() {
+            "if (ovl_lane == 0u) "
+        } else {
+            ""
+        };
         if unproven.is_empty() {
-            self.line(&format!("{name}[{linear}] = v{value};"));
+            self.line(&format!("{only_first}{name}[{linear}] = v{value};"));
         } else {
             let cond = Self::bounds_condition(&unproven);
             let faults = self.fault_chain(k, t, &unproven);
@@ -229,7 +242,11 @@ impl Emitter<'_> {
         }
         let lit = self.literal(t.dtype, e.float_value, e.int_value, e.uint_value);
         // Locals have known sizes (checked in `Emitter::new`).
-        let (name, n) = (t.name.clone(), t.elements.unwrap_or(0));
+        let (name, mut n) = (t.name.clone(), t.elements.unwrap_or(0));
+        if let Some(c) = &self.coop {
+            // A cooperative group's thread holds its share (see `indices`).
+            n = c.local_elements.get(t.index as usize).copied().unwrap_or(n);
+        }
         if n > 0 {
             self.line(&format!("ovl::fill({name}, {n}LL, {lit});"));
         }

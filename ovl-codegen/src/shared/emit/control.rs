@@ -46,6 +46,9 @@ impl Emitter<'_> {
             return Err(self.err(Some(k), "range bounds and step must be i64"));
         }
         let step = self.consts[st];
+        if self.is_split(k) {
+            return self.split_range(k, (s, e, st), step);
+        }
         let reduced = self.reductions.get(&k).cloned();
         let braces = if let Some(accs) = reduced {
             self.reduction_range(k, (s, e, st), step, &accs)?
@@ -103,6 +106,9 @@ impl Emitter<'_> {
             if let (0, Some(mark)) = (b, block) {
                 self.full_block_copy(opener, mark);
             }
+        }
+        if self.split_open == Some(opener) {
+            self.split_open = None;
         }
         Ok(None)
     }

@@ -12,6 +12,9 @@ impl Emitter<'_> {
     /// After a reduction loop ran: each accumulator becomes accumulator ⊕ the pairwise fold of
     /// its lanes (`proto/ovl.proto`, "Accumulators").
     pub(super) fn fold_lanes(&mut self, range: usize) -> Result<(), CodegenError> {
+        if self.is_split(range) {
+            return self.fold_split(range);
+        }
         for acc in self.reductions.get(&range).cloned().unwrap_or_default() {
             let (combiner, d) = self.accumulator_kind(acc)?;
             let lanes = self.pairwise_fold(combiner, d, |l| format!("ovl_lanes{acc}[{l}]"))?;
@@ -29,7 +32,18 @@ impl Emitter<'_> {
         d: DType,
         lane: impl Fn(usize) -> String,
     ) -> Result<String, CodegenError> {
-        let mut level: Vec<String> = (0..REDUCE_LANES).map(lane).collect();
+        self.pairwise_fold_of(combiner, d, REDUCE_LANES, lane)
+    }
+
+    /// The pairwise fold of `count` (a power of two) values, each spelled by `lane`.
+    pub(super) fn pairwise_fold_of(
+        &self,
+        combiner: Combiner,
+        d: DType,
+        count: usize,
+        lane: impl Fn(usize) -> String,
+    ) -> Result<String, CodegenError> {
+        let mut level: Vec<String> = (0..count.max(1)).map(lane).collect();
         while level.len() > 1 {
             level = level
                 .chunks(2)
@@ -96,6 +110,13 @@ impl Emitter<'_> {
             return Err(self.err(Some(k), "an accumulate outside a reduction loop"));
         };
         let (combiner, _) = self.accumulator_kind(acc)?;
+        if self.is_split(range) {
+            // The thread's own chain (see `cooperative`).
+            let chain = format!("ovl_c{acc}");
+            let combined = self.combine(combiner, d, &chain, &format!("v{value}"))?;
+            self.line(&format!("{chain} = {combined};"));
+            return Ok(None);
+        }
         let lane = format!("ovl_lanes{acc}[ovl_l{range}]");
         let combined = self.combine(combiner, d, &lane, &format!("v{value}"))?;
         self.line(&format!("{lane} = {combined};"));
