@@ -59,3 +59,5 @@ pub mod nodedef;
 mod compute;
 #[cfg(not(test))]
 mod op;
+#[cfg(not(test))]
+pub mod xla;

@@ -65,9 +65,11 @@ __all__ = [
     "Layer",
     "Program",
     "dynamic_lib",
+    "enable_xla",
     "library_path",
     "load",
     "load_library",
+    "xla_enabled",
 ]
 
 # The package by concern: `_library` (finding and loading the bridge library, the raw op),
@@ -76,6 +78,7 @@ __all__ = [
 from ._bundle import BUNDLE_FORMAT, BundleError, Program, load  # noqa: E402
 from ._gradient import _register_gradient  # noqa: E402
 from ._library import _library_file, dynamic_lib, library_path, load_library  # noqa: E402
+from ._xla import enable_xla, xla_enabled  # noqa: E402
 
 # The public names say they are the package's, as before it was split (tracebacks, pickling,
 # help()).
