@@ -1,18 +1,21 @@
 """Per-call cost of DynamicLib inside one tf.function, next to TensorFlow's own ops doing the same.
 
-Each case chains CHAIN calls in one tf.function (every call reads the previous call's result, so
-nothing runs in parallel and Grappler cannot fold the chain), and the same function with one
-call; the per-call cost is the difference divided by CHAIN - 1, so tf.function's own dispatch
-(the same for both) is not spread over the calls. Cases:
+Each case chains CHAIN calls (every call reads the previous call's result, so nothing runs in
+parallel), ITERATIONS times in a `tf.range` loop inside one tf.function, and the same with one
+call per iteration; the per-call cost is the difference divided by (CHAIN - 1) * ITERATIONS, so
+neither tf.function's dispatch nor the loop is spread over the calls. Each round times every
+function once, in turn (the machine's load falls on every case alike); the best of REPEATS
+rounds counts. Grappler's arithmetic optimizer is off: it folds a chain of `x + 1` into one op.
+Cases:
 
 - ``x + 1`` on float32[16]: the ovl program ``add_one_16`` against TensorFlow's ``AddV2``;
 - the LSTM cell (batch 4, hidden 8; the test bundles ``lstm_cell``, fixed shapes, and
   ``lstm_cell_any_batch``, any batch size) against the same cell in TensorFlow ops (split,
-  sigmoid, tanh, add, mul: 11 ops), forward, and forward + backward (one ``GradientTape`` over
-  the whole chain, gradients of the last ``c`` and the sum of every ``h`` with respect to ``z``
-  and the first ``c``).
+  sigmoid, tanh, add, mul: 11 ops), forward, and forward + backward (one ``GradientTape`` per
+  chain: gradients of the last ``c`` and of the sum of every ``h`` with respect to ``z`` and
+  the first ``c``).
 
-Every pair is checked to compute the same values first. Best of REPEATS rounds of CALLS calls.
+Every pair is checked to compute the same values first.
 
     cargo build --release -p ovl-tf-bridge
     cargo run --release -p ovl-tf-bridge --example make_bundles -- target/ovl-tf-bundles
@@ -183,10 +186,10 @@ def main():
         flush=True,
     )
     rows = []
-    for c, (call, iteration) in zip(cases, measure(cases)):
-        rows.append({"case": c["case"], "pass": c["pass"], "variant": c["variant"],
+    for row, (call, iteration) in zip(cases, measure(cases)):
+        rows.append({"case": row["case"], "pass": row["pass"], "variant": row["variant"],
                      "per_call_us": call * 1e6, "chain_us": iteration * 1e6})
-        print(f"{c['case']:<20} {c['pass']:<19} {c['variant']:<26} {call * 1e6:8.2f} us per "
+        print(f"{row['case']:<20} {row['pass']:<19} {row['variant']:<26} {call * 1e6:8.2f} us per "
               f"call  ({iteration * 1e6:8.1f} us per chain of {CHAIN})")
     if args.json:
         Path(args.json).write_text(json.dumps({"tensorflow": tf.__version__, "chain": CHAIN,
