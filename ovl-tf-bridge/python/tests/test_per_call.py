@@ -178,3 +178,14 @@ def test_inline_and_threaded_runs_give_the_same_values(bundle_dir, tmp_path):
     want = [new_c, new_h, *tape.gradient(loss, [z, c]), *tf_cell(z[:2], c[:2])]
     for k, (got, w) in enumerate(zip(inline, want)):
         close(got, w, f"output {k}")
+
+
+def test_the_call_takes_name_as_its_only_keyword(bundle):
+    f = bundle("add_one")
+    x = tf.constant([1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(f(x, name="first").numpy(), (x + 1.0).numpy())
+    g = tf.function(lambda x: f(x, name="in_graph"))
+    graph = g.get_concrete_function(x).graph
+    assert [op.name for op in graph.get_operations() if op.type == "DynamicLib"] == ["in_graph"]
+    with pytest.raises(TypeError, match=r"takes the keyword argument `name` only, not 'nmae'"):
+        f(x, nmae="typo")
