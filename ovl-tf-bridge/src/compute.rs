@@ -8,15 +8,17 @@
 //!   (made when it is constructed for a program with fixed shapes): a call whose shapes equal
 //!   them takes it by cloning an `Arc`, without solving symbol values or hashing shapes; other
 //!   shapes go through [`LoadedProgram::bind`] (its plans cache) and become the kept binding.
-//! - **No allocation of ours per call.** The status and the lists of tensors and pointers are
-//!   per-thread scratch, reused from call to call (TensorFlow's threads live long).
+//! - **Few allocations of ours.** The status and the lists of tensors and pointers are
+//!   per-thread scratch, reused from call to call (TensorFlow's threads live long): a program
+//!   of one kernel with fixed shapes allocates nothing of ours per call (intermediates of a
+//!   program of several kernels, and a polymorphic kernel's resolved shapes, still do).
 //! - **Inline execution.** The program runs on TensorFlow's calling thread unless one of its
 //!   kernels has a large estimated work (workers times the cost of a worker, at least
 //!   [`parallel_min_work`]); only then may it hand chunks to ovl's thread pool (which splits
 //!   only kernels of at least `ovl_codegen::PARALLEL_MIN_WORK`). TensorFlow already runs
 //!   independent ops of a graph on its own threads: a hand-off to another pool for a kernel of
 //!   tens of microseconds waits for a thread those ops keep busy, and made a training step
-//!   slower, not faster (see the README's benchmarks).
+//!   slower, not faster (docs/benchmarks.md, the language model).
 
 use crate::ffi::*;
 use crate::op::{tf_dtype, tf_dtype_name, Kernel, Status};
