@@ -17,6 +17,7 @@ COLUMNS = [
     ("ovl hand-fused, compiled once", "ovl hand-fused, compiled once"),
     ("DL eager", "ovl DynamicLib eager"),
     ("DL in tf.function", "ovl DynamicLib in tf.function"),
+    ("DL in XLA", "ovl DynamicLib in XLA"),
 ]
 
 # The compiler peers of benches/lstm_peers.py.
@@ -89,6 +90,12 @@ def summary(rows, peers):
         "",
         f"- `evaluate` on a repeated graph (ovl fused) ÷ compiled once: "
         f"{ratio(fused, 'ovl fused, compiled once')}.",
+    ]
+    lines += [
+        f"- DynamicLib in tf.function ÷ TF's cell in tf.function: "
+        f"{ratio('ovl DynamicLib in tf.function', 'tensorflow tf.function')}; "
+        f"DynamicLib in XLA (`ovl_tf.enable_xla`) ÷ TF XLA: "
+        f"{ratio('ovl DynamicLib in XLA', 'tensorflow XLA')}.",
     ]
     for peer in PEERS:
         if peer in absent:

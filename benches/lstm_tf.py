@@ -1,7 +1,8 @@
 """The LSTM-cell benchmark, TensorFlow side: the cell's nonlinearity forward and forward +
 backward in TensorFlow ops (eager, tf.function, XLA) and through ovl's DynamicLib op (eager and
-inside tf.function), plus an end-to-end check: a small LSTM language model on synthetic tokens trained
-with TensorFlow's cell and with the ovl cell (same loss curve, time per step).
+inside tf.function, and inside XLA clusters with ovl_tf.enable_xla), plus an end-to-end check: a small LSTM language model on synthetic tokens trained
+with TensorFlow's cell and with the ovl cell (same loss curve, time per step), at hidden 200 and
+650 and 10 and 35 steps unrolled.
 
     python benches/lstm_tf.py --out target/lstm-bench [--quick]
 
@@ -70,6 +71,11 @@ def benchmark(sizes, reps, bundle_dir):
                 ("ovl DynamicLib eager", wrap(ovl_cell), "dynamiclib"),
                 ("ovl DynamicLib in tf.function", tf.function(wrap(ovl_cell)), "graph"),
             ]
+            if ovl_tf.xla_enabled():
+                variants.append(
+                    ("ovl DynamicLib in XLA", tf.function(wrap(ovl_cell), jit_compile=True),
+                     "xla")
+                )
             for name, fn, kind in variants:
                 best, median = timed(fn, args, n)
                 if kind == "graph":
@@ -102,12 +108,18 @@ def benchmark(sizes, reps, bundle_dir):
     return rows
 
 
-def language_model(steps, bundle_dir):
-    """A one-layer LSTM language model on synthetic tokens (a noisy repeating pattern), trained
-    with TensorFlow's cell and with the ovl cell from the same initial weights."""
-    batch, hidden, vocab, seq = 20, 200, 50, 10
+LM_SIZES = [(200, 10), (200, 35), (650, 10), (650, 35)]
+
+
+def language_model(steps, bundle_dir, hidden, seq):
+    """A one-layer LSTM language model on synthetic tokens (a noisy repeating pattern), batch
+    20, `seq` steps unrolled in one tf.function (forward, backward, SGD), trained with
+    TensorFlow's cell and with the ovl cell from the same initial weights. The two models'
+    steps alternate, so the machine's load falls on both alike."""
+    batch, vocab = 20, 50
     bundle = bundle_dir / f"lstm_{batch}x{hidden}.json"
     if not bundle.exists():
+        print(f"LANGUAGE MODEL AT HIDDEN {hidden} DID NOT RUN: {bundle} is missing", flush=True)
         return None
     ovl_cell = ovl_tf.load(bundle)
     rng = np.random.default_rng(3)
@@ -116,14 +128,15 @@ def language_model(steps, bundle_dir):
     noise = rng.random(tokens.shape) < 0.1
     tokens = np.where(noise, rng.integers(0, vocab, tokens.shape), tokens).astype(np.int32)
 
+    scale = 0.1 * (200 / hidden) ** 0.5
     init = {
         "embed": rng.normal(0, 0.1, (vocab, hidden)),
-        "w": rng.normal(0, 0.1, (2 * hidden, 4 * hidden)),
+        "w": rng.normal(0, scale, (2 * hidden, 4 * hidden)),
         "b": np.zeros(4 * hidden),
-        "out": rng.normal(0, 0.1, (hidden, vocab)),
+        "out": rng.normal(0, scale, (hidden, vocab)),
     }
 
-    def train(cell):
+    def model(cell):
         v = {k: tf.Variable(a, dtype=tf.float32) for k, a in init.items()}
         opt = tf.keras.optimizers.SGD(learning_rate=0.5)
 
@@ -147,25 +160,32 @@ def language_model(steps, bundle_dir):
             opt.apply_gradients(zip(grads, [v[k] for k in names]))
             return loss
 
-        losses, times = [], []
-        for s in range(steps):
-            x = tokens[:, s : s + seq]
-            y = tokens[:, s + 1 : s + seq + 1]
-            start = time.perf_counter()
-            losses.append(float(step(x, y)))
-            times.append(time.perf_counter() - start)
-        return losses, statistics.median(times[2:])
+        return step
 
-    tf_losses, tf_step = train(tf_cell)
-    ovl_losses, ovl_step = train(ovl_cell)
+    steps_of = {"tensorflow": model(tf_cell), "ovl": model(ovl_cell)}
+    losses = {k: [] for k in steps_of}
+    times = {k: [] for k in steps_of}
+    for s in range(steps):
+        x = tokens[:, s : s + seq]
+        y = tokens[:, s + 1 : s + seq + 1]
+        for name, step in steps_of.items():
+            start = time.perf_counter()
+            losses[name].append(float(step(x, y)))
+            times[name].append(time.perf_counter() - start)
+    tf_step, ovl_step = (statistics.median(times[k][2:]) for k in ("tensorflow", "ovl"))
+    tf_losses, ovl_losses = losses["tensorflow"], losses["ovl"]
     gap = max(abs(a - b) for a, b in zip(tf_losses, ovl_losses))
     print(
-        f"language model, {steps} steps: loss {tf_losses[0]:.3f} -> {tf_losses[-1]:.3f} "
-        f"(tensorflow cell) vs {ovl_losses[0]:.3f} -> {ovl_losses[-1]:.3f} (ovl cell), "
-        f"largest difference {gap:.2e}; median step {tf_step * 1e3:.2f} ms vs {ovl_step * 1e3:.2f} ms",
+        f"language model, hidden {hidden}, {seq} steps unrolled, {steps} training steps: loss "
+        f"{tf_losses[0]:.3f} -> {tf_losses[-1]:.3f} (tensorflow cell) vs {ovl_losses[0]:.3f} -> "
+        f"{ovl_losses[-1]:.3f} (ovl cell), largest difference {gap:.2e}; median step "
+        f"{tf_step * 1e3:.2f} ms vs {ovl_step * 1e3:.2f} ms ({ovl_step / tf_step:.2f}x)",
         flush=True,
     )
     return {
+        "batch": batch,
+        "hidden": hidden,
+        "seq": seq,
         "steps": steps,
         "tensorflow_losses": tf_losses,
         "ovl_losses": ovl_losses,
@@ -179,6 +199,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=str(REPO / "target" / "lstm-bench"))
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--language-model-only", action="store_true",
+                        help="only the language models (reads OUT/bundles, prints, writes "
+                             "OUT/language_models.json)")
     args = parser.parse_args()
     out = Path(args.out)
     sizes = [(20, 200), (20, 650), (1024, 4096)]
@@ -186,9 +209,19 @@ def main():
         sizes.insert(2, (20, 1500))
     reps = 5 if args.quick else 20
     tf.config.threading.set_intra_op_parallelism_threads(os.cpu_count() or 1)
+    try:
+        ovl_tf.enable_xla()  # DynamicLib inside jit_compile=True (compiled once, cached)
+    except RuntimeError as e:
+        print(f"OVL DYNAMICLIB IN XLA DID NOT RUN: {e}", flush=True)
+    steps = 30 if args.quick else 100
+    if args.language_model_only:
+        lms = [language_model(steps, out / "bundles", h, seq) for h, seq in LM_SIZES]
+        (out / "language_models.json").write_text(json.dumps(lms, indent=2))
+        return
     rows = benchmark(sizes, reps, out / "bundles")
-    lm = language_model(30 if args.quick else 100, out / "bundles")
-    doc = {"tensorflow": tf.__version__, "rows": rows, "language_model": lm}
+    lms = [language_model(steps, out / "bundles", h, seq) for h, seq in LM_SIZES]
+    doc = {"tensorflow": tf.__version__, "rows": rows,
+           "language_models": [lm for lm in lms if lm is not None]}
     (out / "tf.json").write_text(json.dumps(doc, indent=2))
     print(f"wrote {out / 'tf.json'}")
 

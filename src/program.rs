@@ -532,6 +532,25 @@ impl LoadedProgram {
         })
     }
 
+    /// The largest estimated work of one compiled kernel of a run with `binding` (its workers
+    /// times the cost of a worker, see [`ovl_codegen::CompiledOperator::work`]; 0 for kernels
+    /// that are not compiled C++): what a caller compares with a threshold to decide whether
+    /// a run should stay on its own thread (`threads` = 1).
+    pub fn largest_work(&self, binding: &Binding) -> u64 {
+        let symbols = binding.plan.symbols();
+        self.kernels
+            .iter()
+            .map(|k| match k {
+                Kernel::Cpu(op) => {
+                    let values = symbols.get(..op.symbol_count()).unwrap_or(symbols);
+                    op.work(values).unwrap_or(u64::MAX)
+                }
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The number of kernels (compiled operators) a run launches.
     pub fn kernel_count(&self) -> usize {
         self.kernels.len()
@@ -664,6 +683,32 @@ impl LoadedProgram {
         threads: usize,
     ) -> Result<(), ProgramError> {
         self.counts(feeds.len(), outputs.len())?;
+        // The graph inputs and outputs on the stack for the common case of few (a small
+        // program's run allocates nothing here).
+        const INLINE: usize = 8;
+        if self.sources.len() <= INLINE && outputs.len() <= INLINE {
+            let mut inputs = [Input::Raw(std::ptr::null()); INLINE];
+            for (slot, source) in inputs.iter_mut().zip(&self.sources) {
+                *slot = match *source {
+                    Source::Feed(k) => Input::Raw(feeds[k]),
+                    Source::Constant(c) => Input::Host(&self.constants[c]),
+                };
+            }
+            let mut outs: [Output; INLINE] = std::array::from_fn(|k| {
+                Output::Raw(outputs.get(k).copied().unwrap_or(std::ptr::null_mut()))
+            });
+            // SAFETY: forwarded to the caller (feeds and outputs); constants are host tensors.
+            return unsafe {
+                plan.run(
+                    &self.kernels,
+                    &inputs[..self.sources.len()],
+                    &mut outs[..outputs.len()],
+                    threads,
+                    None,
+                )
+            }
+            .map_err(|e| self.run_failure(e));
+        }
         let feeds: Vec<Input> = feeds.iter().map(|&p| Input::Raw(p)).collect();
         let inputs = self.inputs(&feeds);
         let mut outs: Vec<Output> = outputs.iter().map(|&p| Output::Raw(p)).collect();

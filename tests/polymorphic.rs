@@ -117,6 +117,45 @@ fn one_program_runs_every_batch_size_with_the_reference_values() {
     }
 }
 
+/// The estimated work the TensorFlow bridge reads to keep a run on its calling thread: workers
+/// times a worker's cost, so it follows the batch bound; and a run on the calling thread
+/// (`threads` = 1) gives bit for bit what a run split over threads gives.
+#[test]
+fn the_largest_work_follows_the_bound_batch_and_inline_runs_match_threaded_ones() {
+    let _serial = serial();
+    let options = Options::cpu();
+    let bundle = ovl::as_tensorflow_polymorphic(|b| lstm_export(b, &options))
+        .build()
+        .unwrap();
+    let loaded = ovl::program::LoadedProgram::new(bundle.program.clone(), &options).unwrap();
+    let work = |b: usize| {
+        let binding = loaded.bind(&[&[b, 4 * HIDDEN], &[b, HIDDEN]]).unwrap();
+        loaded.largest_work(&binding)
+    };
+    let (w10, w20) = (work(10), work(20));
+    assert!(
+        w10 >= (10 * HIDDEN) as u64,
+        "at least one unit per worker: {w10}"
+    );
+    assert_eq!(w20, 2 * w10, "twice the workers, twice the work");
+    // Large enough for the runtime to split it over threads.
+    let b = 8192;
+    assert!(work(b) >= ovl_codegen::PARALLEL_MIN_WORK, "{}", work(b));
+    let z = host(&pseudo_random((b, 4 * HIDDEN), 5));
+    let c = host(&pseudo_random((b, HIDDEN), 6));
+    let inline = loaded.run_host(&[&z, &c], 1).unwrap();
+    let threaded = loaded.run_host(&[&z, &c], 2).unwrap();
+    assert_eq!(inline, threaded);
+    // The interpreter's kernels report no work of compiled code.
+    let interp = Options::interpreter();
+    let bundle = ovl::as_tensorflow_polymorphic(|b| lstm_export(b, &interp))
+        .build()
+        .unwrap();
+    let loaded = ovl::program::LoadedProgram::new(bundle.program, &interp).unwrap();
+    let binding = loaded.bind(&[&[10, 4 * HIDDEN], &[10, HIDDEN]]).unwrap();
+    assert_eq!(loaded.largest_work(&binding), 0);
+}
+
 /// `tanh(x @ w + b)` and its gradient from `ovl::backward`: the gradients of `w` and `b` sum over
 /// the batch, a loop whose trip count is the batch size.
 fn dense_export(batch: usize, options: &Options) -> Result<ovl::TfExport, ovl::Error> {

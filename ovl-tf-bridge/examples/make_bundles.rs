@@ -311,6 +311,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The per-call overhead measurement.
     let x = ovl::placeholder::<f32>("x", &[4]);
     write(&dir, "add_one.json", ovl::as_tensorflow(&x, add_one(&x)))?;
+    let x = ovl::placeholder::<f32>("x", &[16]);
+    write(&dir, "add_one_16.json", ovl::as_tensorflow(&x, add_one(&x)))?;
     // Large enough to be split over several threads.
     let x = ovl::placeholder::<f32>("x", &[1 << 20]);
     write(

@@ -56,4 +56,8 @@ pub mod nodedef;
 // The registration needs TensorFlow's symbols, which only the cdylib links; unit tests (a test
 // executable) cover the parts that do not.
 #[cfg(not(test))]
+mod compute;
+#[cfg(not(test))]
 mod op;
+#[cfg(not(test))]
+pub mod xla;

@@ -3,11 +3,12 @@
 //! Every callback TensorFlow calls runs under `catch_unwind`: a panic crossing into TensorFlow
 //! would abort the user's process, so a panic becomes a failed op with an internal error.
 
+use crate::compute::LastBinding;
 use crate::ffi::*;
 use crate::nodedef::Attrs;
 use ovl::program::{tensorflow_type_name, LoadedProgram, ProgramError};
 use ovl_core::DType;
-use std::ffi::{c_int, c_void, CStr, CString};
+use std::ffi::{c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// The op's name in TensorFlow.
@@ -43,15 +44,21 @@ extern "C" fn register_at_load() {
 }
 
 /// An owned `TF_Status`.
-struct Status(*mut TF_Status);
+pub(crate) struct Status(pub(crate) *mut TF_Status);
 
 impl Status {
-    fn new() -> Status {
+    pub(crate) fn new() -> Status {
         // SAFETY: TF_NewStatus has no preconditions.
         Status(unsafe { TF_NewStatus() })
     }
 
-    fn ok(&self) -> Result<(), String> {
+    /// Sets the status to OK (before reusing it).
+    pub(crate) fn reset(&self) {
+        // SAFETY: self.0 is a live status; the message is static.
+        unsafe { TF_SetStatus(self.0, 0, c"".as_ptr()) }
+    }
+
+    pub(crate) fn ok(&self) -> Result<(), String> {
         // SAFETY: self.0 is a live status.
         unsafe {
             if TF_GetCode(self.0) == 0 {
@@ -142,17 +149,19 @@ pub(crate) fn ovl_dtype(dtype: TF_DataType) -> Option<DType> {
 }
 
 /// A TensorFlow dtype's name, for messages.
-fn tf_dtype_name(dtype: TF_DataType) -> String {
+pub(crate) fn tf_dtype_name(dtype: TF_DataType) -> String {
     match ovl_dtype(dtype) {
         Some(d) => ovl::program::tensorflow_dtype_name(d).to_string(),
         None => format!("TensorFlow dtype {dtype} (not supported by ovl)"),
     }
 }
 
-/// The state of one kernel instance: the loaded program.
-struct Kernel {
-    node: String,
-    program: LoadedProgram,
+/// The state of one kernel instance (one node of a graph): the loaded program and the binding
+/// of the shapes it ran last.
+pub(crate) struct Kernel {
+    pub(crate) node: String,
+    pub(crate) program: LoadedProgram,
+    pub(crate) last: LastBinding,
 }
 
 /// Reads the attributes, checks them against the program, and compiles the program into the
@@ -261,7 +270,11 @@ fn construct(ctx: *mut TF_OpKernelConstruction) -> Result<Kernel, (TF_Code, Stri
             ),
         ));
     }
-    Ok(Kernel { node, program })
+    Ok(Kernel {
+        node,
+        last: LastBinding::for_program(&program),
+        program,
+    })
 }
 
 unsafe extern "C" fn create(ctx: *mut TF_OpKernelConstruction) -> *mut c_void {
@@ -285,109 +298,12 @@ unsafe extern "C" fn create(ctx: *mut TF_OpKernelConstruction) -> *mut c_void {
     }
 }
 
-/// Owned input tensors, deleted on drop.
-struct Tensors(Vec<*mut TF_Tensor>);
-
-impl Drop for Tensors {
-    fn drop(&mut self) {
-        for &t in &self.0 {
-            // SAFETY: each tensor was handed to us by TF_GetInput or TF_AllocateOutput.
-            unsafe { TF_DeleteTensor(t) };
-        }
-    }
-}
-
-fn run(kernel: &Kernel, ctx: *mut TF_OpKernelContext) -> Result<(), (TF_Code, String)> {
-    let program = &kernel.program;
-    let fail = |code, message: String| (code, format!("DynamicLib `{}`: {message}", kernel.node));
-    let status = Status::new();
-    // SAFETY: ctx comes from TensorFlow for this call.
-    let (n_in, n_out) = unsafe { (TF_NumInputs(ctx), TF_NumOutputs(ctx)) };
-    if n_in as usize != program.feeds.len() || n_out as usize != program.outputs.len() {
-        return Err(fail(
-            TF_INVALID_ARGUMENT,
-            format!("called with {n_in} inputs and {n_out} outputs"),
-        ));
-    }
-    let mut owned = Tensors(Vec::with_capacity((n_in + n_out) as usize));
-    let mut feeds = Vec::with_capacity(n_in as usize);
-    let mut shapes = Vec::with_capacity(n_in as usize);
-    for k in 0..n_in {
-        let mut t: *mut TF_Tensor = std::ptr::null_mut();
-        // SAFETY: k < TF_NumInputs; on success the tensor is ours (deleted by `owned`).
-        unsafe { TF_GetInput(ctx, k, &mut t, status.0) };
-        status
-            .ok()
-            .map_err(|e| fail(TF_INTERNAL, format!("cannot read input {k}: {e}")))?;
-        owned.0.push(t);
-        // SAFETY: t is a live tensor.
-        let (dtype, shape) = unsafe {
-            let dims = (0..TF_NumDims(t))
-                .map(|d| TF_Dim(t, d))
-                .collect::<Vec<i64>>();
-            (TF_TensorType(t), dims)
-        };
-        let dtype_ovl = ovl_dtype(dtype).ok_or_else(|| {
-            fail(
-                TF_INVALID_ARGUMENT,
-                format!("input {k} has {}", tf_dtype_name(dtype)),
-            )
-        })?;
-        let shape: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
-        program
-            .check_feed(k as usize, dtype_ovl, &shape)
-            .map_err(|e| fail(TF_INVALID_ARGUMENT, e.to_string()))?;
-        // SAFETY: t is a live tensor whose dtype was just checked; `bind` checks its shape
-        // before anything reads it.
-        feeds.push(unsafe { TF_TensorData(t) }.cast_const());
-        shapes.push(shape);
-    }
-    let shapes: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-    let binding = program
-        .bind(&shapes)
-        .map_err(|e| fail(TF_INVALID_ARGUMENT, e.to_string()))?;
-    let mut outputs = Vec::with_capacity(n_out as usize);
-    for (k, sig) in binding.outputs.iter().enumerate() {
-        let dims: Vec<i64> = sig.shape.iter().map(|&d| d as i64).collect();
-        // SAFETY: k < TF_NumOutputs; dims holds num_dims entries; on success the tensor is ours.
-        let t = unsafe {
-            TF_AllocateOutput(
-                ctx,
-                k as c_int,
-                tf_dtype(sig.dtype),
-                dims.as_ptr(),
-                dims.len() as c_int,
-                sig.bytes(),
-                status.0,
-            )
-        };
-        status
-            .ok()
-            .map_err(|e| fail(TF_INTERNAL, format!("cannot allocate output {k}: {e}")))?;
-        if t.is_null() {
-            return Err(fail(TF_INTERNAL, format!("output {k} was not allocated")));
-        }
-        owned.0.push(t);
-        // SAFETY: t is a live tensor of sig.bytes() bytes.
-        outputs.push(unsafe {
-            if TF_TensorByteSize(t) != sig.bytes() {
-                return Err(fail(TF_INTERNAL, format!("output {k} has the wrong size")));
-            }
-            TF_TensorData(t)
-        });
-    }
-    // SAFETY: the feeds were checked against the program's types and bound shapes; the outputs
-    // were allocated by TensorFlow with the binding's output types, distinct from the inputs.
-    unsafe { program.run_bound(&binding, &feeds, &outputs, 0) }
-        .map_err(|e| fail(TF_INVALID_ARGUMENT, e.to_string()))
-}
-
 unsafe extern "C" fn compute(kernel: *mut c_void, ctx: *mut TF_OpKernelContext) {
     let result = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: TensorFlow passes back the pointer `create` returned; it is null only when
         // construction failed, in which case compute is not called, but check anyway.
         match unsafe { kernel.cast::<Kernel>().as_ref() } {
-            Some(k) => run(k, ctx),
+            Some(k) => crate::compute::run(k, ctx),
             None => Err((
                 TF_INTERNAL,
                 "DynamicLib: the kernel was not constructed".into(),

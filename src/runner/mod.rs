@@ -19,6 +19,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 mod device;
+mod pointers;
+
+use pointers::Pointers;
 
 /// One operator, ready to run on a backend.
 pub enum Kernel {
@@ -187,6 +190,9 @@ pub struct Plan {
     temps: Vec<Sig>,
     /// Per intermediate: the last operator that reads it (it is freed after that one).
     temp_last_use: Vec<usize>,
+    /// Per operator, the intermediates to free after it: their last reader, or their producer
+    /// when nothing reads them (found once, so that a long graph frees in linear time).
+    freed_after: Vec<Vec<usize>>,
     /// Per operator: which outputs every run writes in full; worked out only when an output
     /// buffer that is not known to be zero needs it.
     written: Vec<OnceLock<Vec<bool>>>,
@@ -323,6 +329,14 @@ impl Plan {
                 }
             }
         }
+        let mut freed_after: Vec<Vec<usize>> = vec![Vec::new(); dag.operators.len()];
+        for (i, slots) in op_slots.iter().enumerate() {
+            for slot in slots {
+                if let Slot::Temp(t) = *slot {
+                    freed_after[temp_last_use[t].max(i)].push(t);
+                }
+            }
+        }
         Ok(Plan {
             written: dag.operators.iter().map(|_| OnceLock::new()).collect(),
             dag,
@@ -331,6 +345,7 @@ impl Plan {
             op_slots,
             temps,
             temp_last_use,
+            freed_after,
             copies,
             symbols: Vec::new(),
         })
@@ -424,16 +439,6 @@ impl Plan {
     ) -> Result<(), RunFailure> {
         self.check_buffers(kernels, inputs, outputs)?;
         let mut temps: Vec<Option<HostTensor>> = vec![None; self.temps.len()];
-        // Per operator, the intermediates to free after it: their last reader, or their producer
-        // when nothing reads them (found once, so that a long graph frees in linear time).
-        let mut freed_after: Vec<Vec<usize>> = vec![Vec::new(); self.dag.operators.len()];
-        for (i, slots) in self.op_slots.iter().enumerate() {
-            for slot in slots {
-                if let Slot::Temp(t) = *slot {
-                    freed_after[self.temp_last_use[t].max(i)].push(t);
-                }
-            }
-        }
         for (i, op) in self.dag.operators.iter().enumerate() {
             for (j, slot) in self.op_slots[i].iter().enumerate() {
                 match *slot {
@@ -465,14 +470,15 @@ impl Plan {
             let wiring = &self.dag.operator_inputs[i].inputs;
             let gpu_time = match &kernels[i] {
                 Kernel::Cpu(kernel) => {
-                    let ins: Vec<*const c_void> = wiring
-                        .iter()
-                        .map(|v| self.read_ptr(self.slot_of(v), inputs, outputs, &temps))
-                        .collect();
-                    let outs: Vec<*mut c_void> = self.op_slots[i]
-                        .iter()
-                        .map(|&slot| write_ptr(slot, outputs, &mut temps))
-                        .collect();
+                    // On the stack for the common case of few tensors (no allocation per run).
+                    let mut ins = Pointers::new(wiring.len(), std::ptr::null());
+                    for (p, v) in ins.iter_mut().zip(wiring) {
+                        *p = self.read_ptr(self.slot_of(v), inputs, outputs, &temps);
+                    }
+                    let mut outs = Pointers::new(self.op_slots[i].len(), std::ptr::null_mut());
+                    for (p, &slot) in outs.iter_mut().zip(&self.op_slots[i]) {
+                        *p = write_ptr(slot, outputs, &mut temps);
+                    }
                     // SAFETY: every pointer names a buffer of the type the operator declares
                     // (host tensors checked, raw ones by the caller's contract, intermediates
                     // allocated from the plan's types, which `Plan::new` matched against the
@@ -558,7 +564,7 @@ impl Plan {
             if let Some(t) = timings.as_deref_mut() {
                 t.push(gpu_time.unwrap_or_else(|| start.elapsed()));
             }
-            for &t in &freed_after[i] {
+            for &t in &self.freed_after[i] {
                 temps[t] = None;
             }
         }

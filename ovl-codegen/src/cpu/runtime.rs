@@ -223,6 +223,14 @@ impl CompiledOperator {
         self.workgroup_shape(symbols).map(|w| sizes::product(&w))
     }
 
+    /// The estimated work of a run for the symbol values `symbols`: workers times the cost of
+    /// one worker (`ovl_ir::cost::WorkerCost`), what [`run`](Self::run) compares with
+    /// [`PARALLEL_MIN_WORK`] to decide whether to split the workgroup over threads.
+    pub fn work(&self, symbols: &[u64]) -> Result<u64, RunError> {
+        let workers = self.worker_count(symbols)?;
+        Ok(workers.saturating_mul(self.worker_cost.at(symbols)))
+    }
+
     /// Runs the operator for the symbol values `symbols` (`&[]` when it has no symbolic sizes):
     /// `inputs` are read, `outputs` (allocated by the caller with the operator's output types
     /// for those values, normally zero-filled: elements no worker writes keep their value) are
@@ -294,7 +302,7 @@ impl CompiledOperator {
         symbols: &[u64],
         threads: usize,
     ) -> Result<(), RunError> {
-        let workgroup = self.geometry.workgroup(&self.name, symbols)?;
+        let workgroup = self.geometry.workgroup_ref(&self.name, symbols)?;
         self.geometry.check_tensors(&self.name, symbols)?;
         for (kind, declared, passed) in [
             ("input", self.geometry.inputs.len(), inputs.len()),
@@ -331,8 +339,20 @@ impl CompiledOperator {
             return Ok(());
         }
         let cost = self.worker_cost.at(symbols);
-        // Checked: every value is at most i64::MAX.
-        let symbols: Vec<i64> = symbols.iter().map(|&v| v as i64).collect();
+        // Checked: every value is at most i64::MAX. On the stack for the common case of few
+        // symbols (a run of a small operator allocates nothing here).
+        const INLINE: usize = 8;
+        let mut inline = [0i64; INLINE];
+        let heap: Vec<i64>;
+        let symbols: &[i64] = if symbols.len() <= INLINE {
+            for (slot, &v) in inline.iter_mut().zip(symbols) {
+                *slot = v as i64;
+            }
+            &inline[..symbols.len()]
+        } else {
+            heap = symbols.iter().map(|&v| v as i64).collect();
+            &heap
+        };
         let ptrs = Pointers {
             inputs: in_ptrs.as_ptr(),
             outputs: out_ptrs.as_ptr(),
@@ -345,8 +365,10 @@ impl CompiledOperator {
             0 => cpu_count(),
             t => t,
         };
-        let first = match pool() {
-            Some(pool) if threads > 1 => {
+        // The pool is started only by the first run that splits its workgroup: a process
+        // whose runs all stay on the calling thread starts no thread.
+        let first = match (threads > 1).then(pool).flatten() {
+            Some(pool) => {
                 let chunks = (threads as u64).min(workers);
                 let size = workers.div_ceil(chunks);
                 let chunks = workers.div_ceil(size);

@@ -7,6 +7,7 @@ use crate::error::RunError;
 use ovl_ir::ir;
 use ovl_ir::symbolic::{resolve_shape, shape_text, SymbolError};
 use ovl_ir::{DType, HostTensor};
+use std::borrow::Cow;
 
 /// A tensor type: dtype, shape and symbolic dimensions.
 #[derive(Clone, Debug, PartialEq)]
@@ -103,9 +104,19 @@ impl Geometry {
 
     /// The workgroup for `symbols`, after checking them.
     pub fn workgroup(&self, operator: &str, symbols: &[u64]) -> Result<Vec<u64>, RunError> {
+        self.workgroup_ref(operator, symbols).map(Cow::into_owned)
+    }
+
+    /// [`workgroup`](Self::workgroup), borrowed when every size is known (no allocation per
+    /// run).
+    pub fn workgroup_ref(
+        &self,
+        operator: &str,
+        symbols: &[u64],
+    ) -> Result<Cow<'_, [u64]>, RunError> {
         self.check_symbols(operator, symbols)?;
         if let Some(w) = &self.known_workgroup {
-            return Ok(w.clone());
+            return Ok(Cow::Borrowed(w));
         }
         let shape = resolve_shape(&self.workgroup, symbols)
             .map_err(|e| unsized_error(operator, symbols, "the workgroup", e))?;
@@ -113,7 +124,7 @@ impl Geometry {
             let e = SymbolError::Feed(format!("{shape:?} has more than 2^63 - 1 workers"));
             return Err(unsized_error(operator, symbols, "the workgroup", e));
         }
-        Ok(shape)
+        Ok(Cow::Owned(shape))
     }
 
     /// The shape of one tensor for `symbols` (checked), with its bytes within `i64::MAX`.
@@ -127,23 +138,17 @@ impl Geometry {
         if !t.is_symbolic() {
             return Ok(t.ty.shape.clone());
         }
-        let shape =
-            resolve_shape(&t.ty, symbols).map_err(|e| unsized_error(operator, symbols, what, e))?;
-        let bytes = shape
-            .iter()
-            .try_fold(1u64, |n, &d| n.checked_mul(d))
-            .and_then(|n| n.checked_mul(t.dtype.size() as u64));
-        if bytes.is_none_or(|b| b > i64::MAX as u64) {
-            let e = SymbolError::Feed(format!("{shape:?} takes more than 2^63 - 1 bytes"));
-            return Err(unsized_error(operator, symbols, what, e));
-        }
-        Ok(shape)
+        resolve_sized(t, symbols).map_err(|e| unsized_error(operator, symbols, what, e))
     }
-    /// Checks that every tensor can be sized for `symbols` (the counts were checked).
+
+    /// Checks that every tensor can be sized for `symbols` (the counts were checked). Tensors
+    /// whose sizes are all known have nothing to check; nothing is allocated unless a check
+    /// fails.
     pub fn check_tensors(&self, operator: &str, symbols: &[u64]) -> Result<(), RunError> {
         for (kind, list) in [("input", &self.inputs), ("output", &self.outputs)] {
-            for (k, t) in list.iter().enumerate() {
-                self.shape(operator, symbols, &format!("{kind} {k}"), t)?;
+            for (k, t) in list.iter().enumerate().filter(|(_, t)| t.is_symbolic()) {
+                resolve_sized(t, symbols)
+                    .map_err(|e| unsized_error(operator, symbols, &format!("{kind} {k}"), e))?;
             }
         }
         Ok(())
@@ -221,6 +226,21 @@ fn bad_values(operator: &str, symbols: &[u64], problem: String) -> RunError {
 }
 
 /// Why `what` cannot be sized for `symbols`, as an error.
+/// The shape of a symbolic tensor for `symbols`, with its bytes within `i64::MAX`.
+fn resolve_sized(t: &TensorSig, symbols: &[u64]) -> Result<Vec<u64>, SymbolError> {
+    let shape = resolve_shape(&t.ty, symbols)?;
+    let bytes = shape
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d))
+        .and_then(|n| n.checked_mul(t.dtype.size() as u64));
+    if bytes.is_none_or(|b| b > i64::MAX as u64) {
+        return Err(SymbolError::Feed(format!(
+            "{shape:?} takes more than 2^63 - 1 bytes"
+        )));
+    }
+    Ok(shape)
+}
+
 fn unsized_error(operator: &str, symbols: &[u64], what: &str, e: SymbolError) -> RunError {
     bad_values(operator, symbols, format!("{what}: {e}"))
 }

@@ -21,6 +21,11 @@ program as usual.
 pfor converter that runs one ``DynamicLib`` on the program batched over the loop (see
 ``ovl_tf._pfor``; a loop length known only at run time works too).
 
+``ovl_tf.enable_xla()`` lets the op run inside ``tf.function(jit_compile=True)`` on the CPU: it
+compiles (once per TensorFlow version, into the operator cache) and loads an XLA kernel that
+lowers ``DynamicLib`` to an XLA custom call (see ``ovl_tf._xla``). Without it, a ``DynamicLib``
+traced into an XLA cluster raises ``NotImplementedError`` naming the program and the remedy.
+
 ``ovl_tf.Layer`` wraps a bundle as a Keras 3 layer (some inputs can be its trainable weights);
 a ``.keras`` file saved from a model that uses it embeds the bundle and reloads in any process
 that has imported ``ovl_tf``. The op's gradient is registered when ``ovl_tf`` is imported, so it
@@ -65,9 +70,11 @@ __all__ = [
     "Layer",
     "Program",
     "dynamic_lib",
+    "enable_xla",
     "library_path",
     "load",
     "load_library",
+    "xla_enabled",
 ]
 
 # The package by concern: `_library` (finding and loading the bridge library, the raw op),
@@ -76,6 +83,7 @@ __all__ = [
 from ._bundle import BUNDLE_FORMAT, BundleError, Program, load  # noqa: E402
 from ._gradient import _register_gradient  # noqa: E402
 from ._library import _library_file, dynamic_lib, library_path, load_library  # noqa: E402
+from ._xla import enable_xla, xla_enabled  # noqa: E402
 
 # The public names say they are the package's, as before it was split (tracebacks, pickling,
 # help()).

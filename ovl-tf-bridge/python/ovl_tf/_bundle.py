@@ -252,8 +252,16 @@ class Program:
             shapes.append(shape)
         return shapes
 
-    def __call__(self, *args, name: Optional[str] = None):
-        """Runs the program. Returns one tensor, or a list when it has several outputs."""
+    def __call__(self, *args, **kwargs):
+        """``program(*inputs, name=None)``: runs the program. Returns one tensor, or a list when
+        it has several outputs. (``name`` is read from ``**kwargs``: ``tf.function`` of an object
+        whose ``__call__`` has a keyword with a default binds it at every call, about 50 µs.)"""
+        name: Optional[str] = kwargs.pop("name", None)
+        if kwargs:
+            raise TypeError(
+                f"ovl program `{self.name}` takes the keyword argument `name` only, not "
+                f"{', '.join(map(repr, kwargs))}"
+            )
         if len(args) != len(self.inputs):
             names = ", ".join(n for n, _, _ in self.inputs)
             raise TypeError(

@@ -110,6 +110,10 @@ def _call_op(inputs, program, out_types, out_shapes, gradient, name, static_shap
     """Calls the op with the ``out_shapes`` attribute (``None`` for a size known only at run
     time) and sets ``static_shapes`` (default: ``out_shapes``) on the outputs in a graph."""
     module = _module or load_library()
+    if not tf.executing_eagerly():
+        from ._xla import _check_xla
+
+        _check_xla(program)
     outputs = list(
         module.dynamic_lib(
             inputs=inputs,
