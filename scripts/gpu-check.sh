@@ -188,7 +188,12 @@ run() {
         limit=$((remaining < 120 ? remaining - 5 : 120))
         echo "== $name (limit ${limit}s)" >&2
         rc=0
-        (cd "$root" && timeout -k 5 "$limit" "$dir/bin/$name" </dev/null >"$log" 2>&1) || rc=$?
+        # As cargo runs it: from its package's directory, with CARGO_MANIFEST_DIR naming it
+        # (golden-file tests resolve their paths through the variable at run time).
+        local package="${name%%--*}" package_dir="$root"
+        [ "$package" = ovl ] || package_dir="$root/$package"
+        (cd "$package_dir" && CARGO_MANIFEST_DIR="$package_dir" \
+            timeout -k 5 "$limit" "$dir/bin/$name" </dev/null >"$log" 2>&1) || rc=$?
         local passed nfailed result skipped
         passed="$(grep -o '[0-9]* passed' "$log" | awk '{s+=$1} END {print s+0}' || true)"
         nfailed="$(grep -o '[0-9]* failed' "$log" | awk '{s+=$1} END {print s+0}' || true)"
