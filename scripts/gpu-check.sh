@@ -8,9 +8,11 @@
 #   scripts/gpu-check.sh run ARCHIVE      there: unpacks, puts the source tree at the path the
 #                                         binaries were built in (a symlink: test binaries read
 #                                         files through CARGO_MANIFEST_DIR), runs every test
-#                                         binary and benchmark under its own timeout (5 minutes
-#                                         in all) and writes one report, gpu-check-report.md,
-#                                         to $OUT if set, else to the current directory.
+#                                         binary and benchmark under its own timeout, then the
+#                                         PyTorch peers (benches/*_torch.py) where python3 has
+#                                         torch (5 minutes in all), and writes one report,
+#                                         gpu-check-report.md, to $OUT if set, else to the
+#                                         current directory.
 #
 # `run` works without a GPU too (a dry run): the tests then print which GPU parts did not run,
 # and the report says there was no GPU. It exits non-zero when a test failed or timed out.
@@ -254,6 +256,35 @@ run() {
             echo
         } >>"$report"
     done <"$dir/manifest"
+
+    # Peers in the same run: PyTorch (eager and torch.compile) on device tensors, where the
+    # machine's python3 has it with a GPU.
+    local peer script
+    for peer in lstm reductions; do
+        script="$root/benches/${peer}_torch.py"
+        remaining=$((TOTAL_SECONDS - ($(date +%s) - started)))
+        log="$logs/peer-$peer-torch.log"
+        if [ "$remaining" -le 20 ]; then
+            echo "- PyTorch $peer peer: not run, out of time" >>"$report"
+            continue
+        fi
+        if ! python3 -c 'import torch' >/dev/null 2>&1; then
+            echo "- PyTorch $peer peer: not run, python3 has no torch" >>"$report"
+            continue
+        fi
+        echo "== peer $peer (PyTorch, limit $((remaining - 5))s)" >&2
+        rc=0
+        (cd "$root" && timeout -k 5 "$((remaining - 5))" python3 "$script" --quick \
+            --out "$out/peer-$peer" </dev/null >"$log" 2>&1) || rc=$?
+        {
+            echo "### PyTorch peer: benches/${peer}_torch.py --quick (exit $rc)"
+            echo
+            echo '```'
+            tail -60 "$log"
+            echo '```'
+            echo
+        } >>"$report"
+    done
 
     echo "total: $(($(date +%s) - started)) s of $TOTAL_SECONDS" >>"$report"
     [ -n "$linked" ] && rm -f "$linked"
