@@ -338,7 +338,7 @@ fn pack_program(
         constants,
         libraries: Vec::new(),
     };
-    check_program(&program).map_err(err)?;
+    check_program(&program).map_err(|e| err(e.to_string()))?;
     Ok(program)
 }
 

@@ -215,6 +215,6 @@ pub fn unify_programs(
         constants: first.constants.clone(),
         libraries: Vec::new(),
     };
-    check_program(&program)?;
+    check_program(&program).map_err(|e| e.to_string())?;
     Ok(program)
 }

@@ -2,7 +2,9 @@
 //! constants, fusion, the gradient program, the bundle file, and the errors.
 
 use ovl::prelude::*;
-use ovl::program::{check_program, open_program, run_program, seal_program, SealError};
+use ovl::program::{
+    check_program, open_program, run_program, seal_program, MalformedProgram, SealError,
+};
 use ovl::{Error, HostTensor};
 
 #[operator]
@@ -240,16 +242,43 @@ fn corrupt_programs_are_rejected() {
         .program;
     let mut p = good.clone();
     p.constants[0].data.pop();
-    assert!(check_program(&p).unwrap_err().contains("holds 7 bytes"));
+    let e = check_program(&p).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            MalformedProgram::ConstantLength {
+                holds: 7,
+                needs: 8,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains("holds 7 bytes, its type f32[2] needs 8"),
+        "{e}"
+    );
     let mut p = good.clone();
     p.constants.clear();
-    assert!(check_program(&p).unwrap_err().contains("not supplied"));
+    let e = check_program(&p).unwrap_err();
+    assert!(
+        matches!(e, MalformedProgram::Supplied { supplied: 0, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("not supplied"), "{e}");
     let mut p = good.clone();
     p.version = 99;
-    assert!(check_program(&p).unwrap_err().contains("IR version 99"));
+    assert!(matches!(
+        check_program(&p).unwrap_err(),
+        MalformedProgram::Version { found: 99, .. }
+    ));
     let mut p = good;
     p.feeds[0].graph_input = Some(7);
-    assert!(check_program(&p).unwrap_err().contains("does not exist"));
+    assert!(matches!(
+        check_program(&p).unwrap_err(),
+        MalformedProgram::NoSuchInput { input: 7, .. }
+    ));
 }
 
 /// Standard base64 with padding (the bundle's encoding), decoded.
@@ -408,14 +437,16 @@ fn embedded_libraries_run_without_compiling_fall_back_and_are_sealed() {
     // Invalid: a library for an operator that does not exist, or two for one operator.
     let mut p = program.clone();
     p.libraries[0].operator = 9;
-    assert!(check_program(&p)
-        .unwrap_err()
-        .contains("operator 9, which does not exist"));
+    assert_eq!(
+        check_program(&p).unwrap_err(),
+        MalformedProgram::NoSuchOperator { operator: 9 }
+    );
     let mut p = program.clone();
     p.libraries.push(p.libraries[0].clone());
-    assert!(check_program(&p)
-        .unwrap_err()
-        .contains("two compiled libraries"));
+    assert!(matches!(
+        check_program(&p).unwrap_err(),
+        MalformedProgram::TwoLibraries { .. }
+    ));
     // Only the C++ target has libraries.
     let e = ovl::as_tensorflow(&x, negate(&x))
         .options(&Options::interpreter())

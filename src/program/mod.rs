@@ -6,8 +6,11 @@
 //! programs through [`LoadedProgram`], and it runs graphs through the one [`crate::runner`].
 //! The exporter that makes programs is [`crate::export`].
 
+mod check;
+
 use crate::runner::{Input, Kernel, Output, Plan, PlanError, RunFailure, Sig};
 use crate::{executor, Error, Options};
+pub use check::{check_program, MalformedProgram};
 use ovl_core::ir;
 use ovl_core::{DType, HostTensor};
 use std::ffi::c_void;
@@ -121,98 +124,6 @@ pub fn open_program(sealed: &[u8], what: &str) -> Result<ir::Program, SealError>
 /// The dtype and shape of an IR tensor type, or why it is not supported.
 pub fn tensor_type_of(t: &ir::TensorType) -> Result<(DType, Vec<usize>), PlanError> {
     Sig::from_ir(t).map(|s| (s.dtype, s.shape))
-}
-
-/// Checks the invariants of a program (see `proto/ovl.proto`): the version, that every graph
-/// input is fed or constant exactly once with matching types, that constants hold the right
-/// number of bytes (and only 0 or 1 for bool), and that every operator passes
-/// [`ovl_core::validate::validate`].
-pub fn check_program(program: &ir::Program) -> Result<(), String> {
-    if program.version != ovl_core::IR_VERSION {
-        return Err(format!(
-            "the program has IR version {}, this ovl reads version {}",
-            program.version,
-            ovl_core::IR_VERSION
-        ));
-    }
-    let graph = program.graph.as_ref().ok_or("the program has no graph")?;
-    let mut source = vec![0u32; graph.inputs.len()];
-    for (k, feed) in program.feeds.iter().enumerate() {
-        let t = feed
-            .r#type
-            .as_ref()
-            .ok_or_else(|| format!("feed {k} has no type"))?;
-        tensor_type_of(t).map_err(|e| e.to_string())?;
-        if let Some(i) = feed.graph_input {
-            let slot = source
-                .get_mut(i as usize)
-                .ok_or_else(|| format!("feed {k} names graph input {i}, which does not exist"))?;
-            *slot += 1;
-            if graph.inputs[i as usize] != *t {
-                return Err(format!(
-                    "feed {k} has another type than graph input {i} that it feeds"
-                ));
-            }
-        }
-    }
-    for c in &program.constants {
-        let i = c.graph_input as usize;
-        let t = graph
-            .inputs
-            .get(i)
-            .ok_or_else(|| format!("a constant names graph input {i}, which does not exist"))?;
-        source[i] += 1;
-        if !t.symbolic.is_empty() {
-            return Err(format!(
-                "the constant for graph input {i} has a size known only at run time; constants \
-                 have fixed sizes"
-            ));
-        }
-        let (dtype, shape) = tensor_type_of(t).map_err(|e| e.to_string())?;
-        let len = shape
-            .iter()
-            .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .and_then(|n| n.checked_mul(dtype.size()))
-            .ok_or("a constant is too large")?;
-        if c.data.len() != len {
-            return Err(format!(
-                "the constant for graph input {i} holds {} bytes, its type {dtype}{shape:?} needs {len}",
-                c.data.len()
-            ));
-        }
-        if dtype == DType::Bool && c.data.iter().any(|&b| b > 1) {
-            return Err(format!(
-                "the bool constant for graph input {i} holds a byte other than 0 or 1"
-            ));
-        }
-    }
-    if let Some(i) = source.iter().position(|&n| n != 1) {
-        return Err(format!(
-            "graph input {i} is {} by {} feeds and constants; it must be fed or constant exactly once",
-            if source[i] == 0 { "not supplied" } else { "supplied twice" },
-            source[i]
-        ));
-    }
-    let mut embedded = vec![false; graph.operators.len()];
-    for l in &program.libraries {
-        let slot = embedded.get_mut(l.operator as usize).ok_or_else(|| {
-            format!(
-                "a compiled library names operator {}, which does not exist",
-                l.operator
-            )
-        })?;
-        if std::mem::replace(slot, true) {
-            return Err(format!(
-                "operator {} has two compiled libraries; it may have one",
-                l.operator
-            ));
-        }
-    }
-    if graph.operator_inputs.len() != graph.operators.len() {
-        return Err("the graph's operator wiring does not match its operators".into());
-    }
-    ovl_core::validate::validate_operator_dag(graph).map_err(|e| e.to_string())?;
-    Ok(())
 }
 
 /// The host tensor for constant `c` of `program` (after [`check_program`]).
@@ -394,7 +305,7 @@ impl LoadedProgram {
     /// [`crate::TfExport::embed_libraries`]) is loaded from it when it was compiled for this
     /// machine's target (no C++ compiler needed), and compiled otherwise.
     pub fn new(program: ir::Program, options: &Options) -> Result<LoadedProgram, ProgramError> {
-        check_program(&program).map_err(ProgramError::Corrupt)?;
+        check_program(&program).map_err(|e| ProgramError::Corrupt(e.to_string()))?;
         let mut sources = vec![None; program.graph.as_ref().map_or(0, |g| g.inputs.len())];
         let mut feeds = Vec::with_capacity(program.feeds.len());
         for (k, f) in program.feeds.iter().enumerate() {
