@@ -18,7 +18,8 @@
 //!
 //! So a cheap producer read by a few workers (a squared bias vector broadcast over 4 rows, a
 //! 3-point stencil) is inlined, and a row reduction read by every element of its row (a row
-//! maximum recomputed 4096 times per row) is not.
+//! maximum recomputed 4096 times per row) is not. Whatever the model says, no original
+//! operator ends up computed more than [`MOST_COMPUTED`] times in the fused graph.
 
 use ovl_ir::intervals::Intervals;
 use ovl_ir::ir::{self, Op};
@@ -26,6 +27,14 @@ use ovl_ir::ops;
 
 /// The cost of storing or loading one element, in operation units.
 pub(crate) const MEMORY_UNITS: f64 = 8.0;
+
+/// The most times index substitution lets the fused graph compute an original operator (each
+/// copy into a consumer while the producer stays for another reader adds one). Copies that
+/// end in one kernel (a layer norm's centred values, recomputed by the loops of its forward
+/// and backward) pay for themselves; without a bound, copies of copies along a recurrence
+/// (an unrolled LSTM's forward values, read by two kernels each step) grew with its length:
+/// quadratic work, kernels and fusion time.
+pub(crate) const MOST_COMPUTED: u32 = 4;
 
 /// The work of one execution of an expression, in operation units: the op table's
 /// [`ovl_ir::ops::OpInfo::cost`] (1 for an unknown opcode, which validation refuses anyway).

@@ -51,6 +51,9 @@ pub(crate) struct Work {
     places: RefCell<Option<Rc<Vec<usize>>>>,
     /// What changed since [`Work::take_changes`] last asked.
     changes: Changes,
+    /// For each original operator, how many times the live nodes compute it (index
+    /// substitution copies a producer that another reader keeps).
+    computed: Vec<u32>,
 }
 
 /// The nodes whose readers (the nodes reading them, or the graph outputs they give) changed,
@@ -137,6 +140,7 @@ impl Work {
             intervals: RefCell::new(HashMap::new()),
             places: RefCell::new(None),
             changes: Changes::default(),
+            computed: vec![1; dag.operators.len()],
         };
         work.consumer_index = vec![Vec::new(); work.nodes.len()];
         for c in 0..work.nodes.len() {
@@ -174,6 +178,9 @@ impl Work {
 
     /// Adds `node` to the graph (unlinked); returns its id.
     fn push(&mut self, node: Node) -> usize {
+        for &m in &node.members {
+            self.computed[m] += 1;
+        }
         self.nodes.push(Some(node));
         self.consumer_index.push(Vec::new());
         self.nodes.len() - 1
@@ -232,7 +239,17 @@ impl Work {
     /// Marks node `id` replaced.
     fn retire(&mut self, id: usize) {
         self.intervals.get_mut().remove(&id);
-        self.nodes[id] = None;
+        if let Some(node) = self.nodes[id].take() {
+            for &m in &node.members {
+                self.computed[m] -= 1;
+            }
+        }
+    }
+
+    /// The most times any original operator of node `id` is computed by the live nodes.
+    pub fn most_computed(&self, id: usize) -> u32 {
+        let members = &self.node(id).members;
+        members.iter().map(|&m| self.computed[m]).max().unwrap_or(0)
     }
 
     /// The live node ids, in ascending order.

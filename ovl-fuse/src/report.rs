@@ -117,6 +117,12 @@ pub enum Reason {
         /// The producer's work per element, in operation units, rounded.
         work: u64,
     },
+    /// The producer stays for another reader and its operators are already computed as often
+    /// as fusion allows (`ovl-fuse`'s `cost::MOST_COMPUTED`): another copy is refused.
+    ComputedTooOften {
+        /// How many times the most copied of its operators is computed.
+        times: u32,
+    },
     /// The tensor type the producer writes differs from the one the consumer declares.
     ShapeMismatch {
         /// `f32[4, 5]` as written.
@@ -222,6 +228,11 @@ impl fmt::Display for Reason {
                 "recomputing output {output} (written {write}) at every read {read} costs \
                  ~{recompute}x its work of ~{work} operation(s) per element, more than storing and \
                  loading it"
+            ),
+            Reason::ComputedTooOften { times } => write!(
+                f,
+                "the producer stays for another reader and some of its work is already computed \
+                 {times} times; another copy is refused"
             ),
             Reason::ShapeMismatch { written, read } => {
                 write!(f, "shape mismatch: written {written}, read {read}")

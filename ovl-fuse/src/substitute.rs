@@ -104,6 +104,13 @@ pub(crate) fn check(
             consumer,
         )
     });
+    // A producer that stays is computed once more in the consumer: at most `MOST_COMPUTED`
+    // times in all, so that copies of copies (a recurrence's forward values, read by two
+    // kernels each step) cannot grow with the graph.
+    let computed = work.most_computed(producer);
+    if producer_stays && computed >= cost::MOST_COMPUTED {
+        return Err(Reason::ComputedTooOften { times: computed });
+    }
     let kept: Vec<u32> = (0..p.dag.outputs.len() as u32)
         .filter(|&o| {
             work.used_outside(
@@ -524,8 +531,9 @@ pub(crate) fn substitute(
         .chain(&consumer.members)
         .copied()
         .collect();
+    // With repeats: the consumer computes its own copy of each of the producer's operators
+    // (`Work` counts how many times each is computed).
     members.sort_unstable();
-    members.dedup();
     Node {
         dag: s.dag,
         inputs: s.inputs,
