@@ -124,7 +124,7 @@ pub use ovl_core::trace::{Expr, Position, Tensor, Var};
 /// [`ovl_core::vmap`] for how operators, gradients and fusion carry over.
 pub use ovl_core::vmap::{vmap, Batched, Shared, VmapArgs, VmapError, VmapInput, VmapOutputs};
 pub use ovl_core::{
-    ir, CompareOperand, DType, HostTensor, IntoLazy, Lazy, LazyTensor, Scalar, TraceError,
+    gemm, ir, CompareOperand, DType, HostTensor, IntoLazy, Lazy, LazyTensor, Scalar, TraceError,
 };
 pub use ovl_macros::{helper, operator};
 pub use plan_cache::{clear_plan_cache, plan_cache_stats, set_plan_cache_capacity, PlanCacheStats};

@@ -11,13 +11,14 @@ pub mod error;
 pub mod interp;
 pub mod lazy;
 mod lazy_ops;
-pub use lazy_ops::CompareOperand;
+pub use lazy_ops::{gemm, CompareOperand};
 pub mod quiet;
 pub mod trace;
 pub mod vmap;
 
 pub use ovl_ir::{
-    analysis, batch, batch_ops, builder, dtype, fast_hash, hash, host, ir, limits, lru, symbolic,
+    analysis, batch, batch_ops, builder, dtype, fast_hash, hash, host, ir, library, limits, lru,
+    symbolic,
     text, unify, validate, with_tensor_data, IR_VERSION,
 };
 

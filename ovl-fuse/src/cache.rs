@@ -17,8 +17,9 @@ pub const CAPACITY: usize = 512;
 
 /// The version of the merger's rules: part of every key, bumped whenever the same graph may
 /// fuse differently (2: index substitution and its cost model; 3: consumers looped inside
-/// reductions; 4: elementwise consumers run in the loop that writes a row).
-pub const FUSION_VERSION: u32 = 4;
+/// reductions; 4: elementwise consumers run in the loop that writes a row; 5: library calls are
+/// boundaries).
+pub const FUSION_VERSION: u32 = 5;
 
 /// The key: the rules' version, the unfused graph's canonical hash, the level, row reuse.
 type Key = (u32, Digest, u8, crate::RowReuse);

@@ -18,6 +18,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 mod device;
+mod gemm;
+
+pub use gemm::GemmKernel;
 
 /// One operator, ready to run on a backend.
 pub enum Kernel {
@@ -31,6 +34,8 @@ pub enum Kernel {
     Cpu(Arc<ovl_codegen::CompiledOperator>),
     /// A CUDA module (copies in and out of the GPU per operator).
     Cuda(Arc<ovl_codegen::cuda::CudaOperator>),
+    /// A library call run by its library on the CPU (a GEMM on f32 or f64).
+    Gemm(GemmKernel),
 }
 
 /// Why a graph cannot be planned: it is malformed (a damaged or hand-made program; fusion and
@@ -486,6 +491,20 @@ impl Plan {
                     }?;
                     None
                 }
+                Kernel::Gemm(kernel) => {
+                    let ins: Vec<*const c_void> = wiring
+                        .iter()
+                        .map(|v| self.read_ptr(self.slot_of(v), inputs, outputs, &temps))
+                        .collect();
+                    let out = match self.op_slots[i].first() {
+                        Some(&slot) => write_ptr(slot, outputs, &mut temps),
+                        None => return Err(RunFailure::Mismatch("a GEMM without output".into())),
+                    };
+                    // SAFETY: as for C++ kernels above; `op` is the planned (concrete) operator,
+                    // whose types the buffers have.
+                    unsafe { kernel.run(op, &ins, out, threads) }?;
+                    None
+                }
                 kernel => {
                     // The interpreter and the CUDA runtime take host tensors: this operator's
                     // outputs are moved out of their slots and back.
@@ -542,7 +561,9 @@ impl Plan {
                         )
                         .map(|()| None)
                         .map_err(Into::into),
-                        Kernel::Cpu(_) => unreachable!("C++ kernels take raw pointers"),
+                        Kernel::Cpu(_) | Kernel::Gemm(_) => {
+                            unreachable!("C++ and library kernels take raw pointers")
+                        }
                     };
                     drop(ins);
                     for (&slot, t) in self.op_slots[i].iter().zip(outs) {
