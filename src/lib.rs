@@ -165,6 +165,8 @@ pub mod ir_tools {
     /// One operator batched over a new leading axis: the IR transform behind [`crate::vmap`].
     pub use ovl_core::batch::{batch_operator, BatchError};
     pub use ovl_core::hash::{canonical_hash, canonical_hash_operator_dag, Digest};
+    /// Library calls (a GEMM): whether an operator is one, its sizes, its reference program.
+    pub use ovl_core::library::{expand, gemm_dims, is_library_call, GemmDims};
     pub use ovl_core::text::{operator_dag_to_text, to_text};
 
     /// The protobuf bytes of an operator or operator DAG.

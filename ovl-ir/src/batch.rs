@@ -111,6 +111,12 @@ pub fn batch_operator(
         gradient: None,
         library_call: dag.library_call.clone(),
     };
+    if out.library_call.is_some() {
+        // Its types say it all.
+        crate::validate::validate(&out)
+            .map_err(|e| error(format!("the batched call is not valid IR: {e}")))?;
+        return Ok(out);
+    }
     // %0: the example's number, visible everywhere (top level, first).
     out.expressions.push(ir::Expression {
         code: Op::Position as i32,

@@ -306,4 +306,15 @@ mod tests {
             crate::validate::validate(&body).unwrap();
         }
     }
+
+    #[test]
+    fn batching_keeps_a_call_over_batched_operands_and_expands_it_otherwise() {
+        let dag = gemm_operator("mm", DType::F32, &[3, 5], &[7, 5], false, true).unwrap();
+        let both = crate::batch::batch_operator(&dag, &[true, true], 4).unwrap();
+        assert_eq!(gemm_dims(&both).unwrap().batch, 4);
+        assert_eq!(both.outputs[0].shape, vec![4, 3, 7]);
+        let shared = crate::batch::batch_operator(&dag, &[true, false], 4).unwrap();
+        assert!(!is_library_call(&shared) && !shared.expressions.is_empty());
+        crate::validate::validate(&shared).unwrap();
+    }
 }
