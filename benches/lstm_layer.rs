@@ -140,17 +140,17 @@ fn run(
     let (compiled, mut dests) = build();
     let compile_warm = start.elapsed();
     let feeds = [xv, wv, uv, bv, gv].map(Lazy::from);
-    let mut call = || -> Result<(), ovl::Error> {
+    let call = |dests: &mut [ArrayD<f32>]| -> Result<(), ovl::Error> {
         if backward {
             compiled.run_into(
                 (&feeds[0], &feeds[1], &feeds[2], &feeds[3], &feeds[4]),
-                &mut dests,
+                dests,
             )
         } else {
-            compiled.run_into((&feeds[0], &feeds[1], &feeds[2], &feeds[3]), &mut dests)
+            compiled.run_into((&feeds[0], &feeds[1], &feeds[2], &feeds[3]), dests)
         }
     };
-    call().expect("first run");
+    call(&mut dests).expect("first run");
     let name = format!("ovl_{t}x{b}x{h}");
     if backward {
         for (k, which) in ["dx", "dw", "du", "db"].iter().enumerate() {
@@ -160,7 +160,7 @@ fn run(
         let all: Vec<&ArrayD<f32>> = dests.iter().collect();
         write_f32(&out.join(format!("{name}_h.f32")), &all);
     }
-    let timing = time_calls(0, reps, call).expect("run");
+    let timing = time_calls(0, reps, || call(&mut dests)).expect("run");
     Measured {
         compile_cold,
         compile_warm,

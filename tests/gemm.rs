@@ -42,7 +42,12 @@ fn values(shape: &[usize], seed: u64) -> ArrayD<f64> {
 }
 
 /// The operand shapes of `op(a) · op(b)` for `[batch.., m, k] x [batch.., k, n]`.
-fn shapes(batch: &[usize], (m, k, n): (usize, usize, usize), ta: bool, tb: bool) -> [Vec<usize>; 2] {
+fn shapes(
+    batch: &[usize],
+    (m, k, n): (usize, usize, usize),
+    ta: bool,
+    tb: bool,
+) -> [Vec<usize>; 2] {
     let a = if ta { [k, m] } else { [m, k] };
     let b = if tb { [n, k] } else { [k, n] };
     [
@@ -59,15 +64,25 @@ fn reference(a: &ArrayD<f64>, b: &ArrayD<f64>, ta: bool, tb: bool) -> (ArrayD<f6
     } else {
         (a.shape()[r - 2], a.shape()[r - 1])
     };
-    let n = if tb { b.shape()[r - 2] } else { b.shape()[r - 1] };
+    let n = if tb {
+        b.shape()[r - 2]
+    } else {
+        b.shape()[r - 1]
+    };
     let batch: Vec<usize> = a.shape()[..r - 2].to_vec();
     let out_shape: Vec<usize> = batch.iter().copied().chain([m, n]).collect();
     let mut c = ArrayD::<f64>::zeros(IxDyn(&out_shape));
     let mut mag = ArrayD::<f64>::zeros(IxDyn(&out_shape));
     let batches: usize = batch.iter().product();
     let (a, b) = (
-        a.as_standard_layout().into_owned().into_raw_vec_and_offset().0,
-        b.as_standard_layout().into_owned().into_raw_vec_and_offset().0,
+        a.as_standard_layout()
+            .into_owned()
+            .into_raw_vec_and_offset()
+            .0,
+        b.as_standard_layout()
+            .into_owned()
+            .into_raw_vec_and_offset()
+            .0,
     );
     let (cs, ms) = (c.as_slice_mut().unwrap(), mag.as_slice_mut().unwrap());
     for p in 0..batches {
@@ -75,8 +90,16 @@ fn reference(a: &ArrayD<f64>, b: &ArrayD<f64>, ta: bool, tb: bool) -> (ArrayD<f6
             for j in 0..n {
                 let (mut s, mut t) = (0.0, 0.0);
                 for q in 0..k {
-                    let x = if ta { a[p * m * k + q * m + i] } else { a[p * m * k + i * k + q] };
-                    let y = if tb { b[p * k * n + j * k + q] } else { b[p * k * n + q * n + j] };
+                    let x = if ta {
+                        a[p * m * k + q * m + i]
+                    } else {
+                        a[p * m * k + i * k + q]
+                    };
+                    let y = if tb {
+                        b[p * k * n + j * k + q]
+                    } else {
+                        b[p * k * n + q * n + j]
+                    };
                     s += x * y;
                     t += (x * y).abs();
                 }
@@ -89,7 +112,13 @@ fn reference(a: &ArrayD<f64>, b: &ArrayD<f64>, ta: bool, tb: bool) -> (ArrayD<f6
 }
 
 /// `got` within rounding of `want`: `|got - want| <= eps * (|products| summed + 1)`.
-fn close<T: Into<f64> + Copy>(got: &ArrayD<T>, want: &ArrayD<f64>, mag: &ArrayD<f64>, eps: f64, what: &str) {
+fn close<T: Into<f64> + Copy>(
+    got: &ArrayD<T>,
+    want: &ArrayD<f64>,
+    mag: &ArrayD<f64>,
+    eps: f64,
+    what: &str,
+) {
     assert_eq!(got.shape(), want.shape(), "{what}: shape");
     for ((g, w), s) in got.iter().zip(want).zip(mag) {
         let g: f64 = (*g).into();
@@ -117,20 +146,35 @@ fn the_library_matches_the_reference_on_odd_sizes_and_every_transposed_form() {
         for (ta, tb) in FORMS {
             for batch in [&[][..], &[2, 3][..]] {
                 let [sa, sb] = shapes(batch, (m, k, n), ta, tb);
-                let (a, b) = (values(&sa, seed as u64 * 2 + 1), values(&sb, seed as u64 * 2 + 2));
+                let (a, b) = (
+                    values(&sa, seed as u64 * 2 + 1),
+                    values(&sb, seed as u64 * 2 + 2),
+                );
                 let (want, mag) = reference(&a, &b, ta, tb);
                 let what = format!("{sa:?} x {sb:?} (transposed {ta}, {tb})");
                 // f64
                 let y = ovl::gemm(&Lazy::from(a.clone()), &Lazy::from(b.clone()), ta, tb);
                 for o in [Options::interpreter(), Options::cpu()] {
-                    close(&eval(&y, &o), &want, &mag, 1e-14, &format!("f64 {what} {:?}", o.target));
+                    close(
+                        &eval(&y, &o),
+                        &want,
+                        &mag,
+                        1e-14,
+                        &format!("f64 {what} {:?}", o.target),
+                    );
                 }
                 // f32: the interpreter's sequential sum and the library's blocked one.
                 let (a32, b32) = (a.mapv(|v| v as f32), b.mapv(|v| v as f32));
                 let y = ovl::gemm(&Lazy::from(a32), &Lazy::from(b32), ta, tb);
                 for o in [Options::interpreter(), Options::cpu()] {
                     let got = eval(&y, &o);
-                    close(&got, &want, &mag, 1e-6, &format!("f32 {what} {:?}", o.target));
+                    close(
+                        &got,
+                        &want,
+                        &mag,
+                        1e-6,
+                        &format!("f32 {what} {:?}", o.target),
+                    );
                     if k == 0 {
                         assert!(got.iter().all(|v| v.to_bits() == 0), "k = 0 gives +0.0");
                     }
@@ -172,7 +216,10 @@ fn nan_and_infinities_propagate_as_in_the_reference() {
     for o in [Options::interpreter(), Options::cpu()] {
         let c = eval(&y, &o);
         for j in 0..5 {
-            assert!(c[[1, j]].is_nan(), "a NaN in row 1 reaches every element of row 1");
+            assert!(
+                c[[1, j]].is_nan(),
+                "a NaN in row 1 reaches every element of row 1"
+            );
             assert!(c[[0, j]].is_finite());
             // inf * b[0, j]: +-inf, or NaN where b[0, j] is 0 (inf * 0).
             if b2[[0, j]] == 0.0 {
@@ -188,15 +235,34 @@ fn nan_and_infinities_propagate_as_in_the_reference() {
 fn shapes_that_do_not_multiply_are_evaluate_errors_naming_them() {
     let f = |s: &[usize]| Lazy::from(ArrayD::<f32>::zeros(IxDyn(s)));
     let cases: Vec<(Lazy<f32>, &str, &str)> = vec![
-        (ovl_stdlib::matmul(f(&[2, 3]), f(&[4, 5])), "[2, 3]", "[4, 5]"),
+        (
+            ovl_stdlib::matmul(f(&[2, 3]), f(&[4, 5])),
+            "[2, 3]",
+            "[4, 5]",
+        ),
         (ovl_stdlib::matmul(f(&[3]), f(&[3, 5])), "[3]", "[3, 5]"),
-        (ovl_stdlib::matmul(f(&[2, 3, 4]), f(&[3, 4, 5])), "[2, 3, 4]", "[3, 4, 5]"),
-        (ovl_stdlib::matmul_t(f(&[2, 3]), f(&[2, 5]), false, true), "[2, 3]", "[2, 5]"),
-        (ovl_stdlib::matmul(f(&[2, 3]), f(&[1, 3, 5])), "[2, 3]", "[1, 3, 5]"),
+        (
+            ovl_stdlib::matmul(f(&[2, 3, 4]), f(&[3, 4, 5])),
+            "[2, 3, 4]",
+            "[3, 4, 5]",
+        ),
+        (
+            ovl_stdlib::matmul_t(f(&[2, 3]), f(&[2, 5]), false, true),
+            "[2, 3]",
+            "[2, 5]",
+        ),
+        (
+            ovl_stdlib::matmul(f(&[2, 3]), f(&[1, 3, 5])),
+            "[2, 3]",
+            "[1, 3, 5]",
+        ),
     ];
     for (y, a, b) in cases {
         let e = ovl::evaluate(&y).unwrap_err().to_string();
-        assert!(e.contains("matmul") && e.contains(a) && e.contains(b), "{e}");
+        assert!(
+            e.contains("matmul") && e.contains(a) && e.contains(b),
+            "{e}"
+        );
         assert!(e.contains("tests/gemm.rs"), "names the caller's line: {e}");
     }
     let t = |s: &[usize]| Lazy::from(ArrayD::<bool>::from_elem(IxDyn(s), true));
@@ -268,16 +334,34 @@ fn fusion_keeps_the_call_a_boundary_and_says_why() {
     let f = ovl::fusion(&y, 3).unwrap();
     assert_eq!(f.report.kernels_before, 3);
     assert_eq!(f.report.kernels_after, 2, "{}", f.report);
-    let calls: Vec<_> = f.after.operators.iter().filter(|o| ovl::ir_tools::is_library_call(o)).collect();
+    let calls: Vec<_> = f
+        .after
+        .operators
+        .iter()
+        .filter(|o| ovl::ir_tools::is_library_call(o))
+        .collect();
     assert_eq!(calls.len(), 1, "the call stays a kernel of its own");
-    let boundary = f.report.refusals_where(|r| matches!(r, Reason::LibraryCall { .. }));
+    let boundary = f
+        .report
+        .refusals_where(|r| matches!(r, Reason::LibraryCall { .. }));
     assert_eq!(boundary.len(), 1, "{}", f.report);
     let text = f.report.to_string();
     assert!(text.contains("is a library call (gemm)"), "{text}");
     let dot = f.after_dot();
-    assert!(dot.contains("library call: gemm"), "the node says what it calls: {dot}");
-    assert!(dot.contains("not merged: `matmul` (#0) is a library call"), "the edge says why: {dot}");
-    let (want, mag) = reference(&values(&[4, 6], 1).mapv(|v| v as f32 as f64), &values(&[6, 3], 2).mapv(|v| v as f32 as f64), false, false);
+    assert!(
+        dot.contains("library call: gemm"),
+        "the node says what it calls: {dot}"
+    );
+    assert!(
+        dot.contains("not merged: `matmul` (#0) is a library call"),
+        "the edge says why: {dot}"
+    );
+    let (want, mag) = reference(
+        &values(&[4, 6], 1).mapv(|v| v as f32 as f64),
+        &values(&[6, 3], 2).mapv(|v| v as f32 as f64),
+        false,
+        false,
+    );
     let bias = values(&[3], 3).mapv(|v| v as f32 as f64);
     let want = (&want + &bias).mapv(f64::tanh);
     for o in [Options::interpreter(), Options::cpu()] {
@@ -301,10 +385,21 @@ fn the_lstm_step_keeps_its_products_out_of_the_cell() {
     );
     let (new_c, new_h) = lstm_small_ops::lstm_cell(&z, &c, 1.0);
     let f = ovl::fusion((&new_c, &new_h), 3).unwrap();
-    let calls = f.after.operators.iter().filter(|o| ovl::ir_tools::is_library_call(o)).count();
+    let calls = f
+        .after
+        .operators
+        .iter()
+        .filter(|o| ovl::ir_tools::is_library_call(o))
+        .count();
     assert_eq!(calls, 2, "both products stay calls:\n{}", f.report);
-    assert_eq!(f.report.kernels_after, 3, "two calls and the rest in one kernel:\n{}", f.report);
-    let boundary = f.report.refusals_where(|r| matches!(r, Reason::LibraryCall { .. }));
+    assert_eq!(
+        f.report.kernels_after, 3,
+        "two calls and the rest in one kernel:\n{}",
+        f.report
+    );
+    let boundary = f
+        .report
+        .refusals_where(|r| matches!(r, Reason::LibraryCall { .. }));
     assert_eq!(boundary.len(), 2, "{}", f.report);
     // The same values on both targets.
     let interp = ovl::evaluate_with((&new_c, &new_h), &options(Options::interpreter())).unwrap();
@@ -316,19 +411,61 @@ fn the_lstm_step_keeps_its_products_out_of_the_cell() {
     }
 }
 
+/// CUDA runs a call as its reference program: compiled by NVRTC and checked by ptxas here, run
+/// on the GPU where there is one (every transposed form, batched, and the LSTM step).
 #[test]
 fn cuda_code_for_graphs_holding_a_call() {
-    match ovl::cuda::nvrtc_status() {
-        Err(e) => println!("cuda_code_for_graphs_holding_a_call: did not run (no NVRTC: {e})"),
-        Ok(_) => {
-            let a = values(&[2, 5, 3], 1).mapv(|v| v as f32);
-            let b = values(&[2, 7, 5], 2).mapv(|v| v as f32);
-            let y = ovl::gemm(&Lazy::from(a.clone()), &Lazy::from(b.clone()), true, true);
-            let (want, mag) = reference(&a.mapv(f64::from), &b.mapv(f64::from), true, true);
-            // NVRTC + ptxas for sm_80 and sm_90 of the reference program, then the interpreter.
-            close(&eval(&y, &Options::cuda_validate()), &want, &mag, 1e-6, "CUDA validate");
-            println!("cuda_code_for_graphs_holding_a_call: ptxas-validated (GPU execution did not run)");
+    if let Err(e) = ovl::cuda::nvrtc_status() {
+        println!("cuda_code_for_graphs_holding_a_call: did not run (no NVRTC: {e})");
+        return;
+    }
+    let gpu = ovl::cuda::gpu_status();
+    let targets = match &gpu {
+        Ok(_) => vec![Options::cuda_validate(), Options::cuda()],
+        Err(_) => vec![Options::cuda_validate()],
+    };
+    for (ta, tb) in FORMS {
+        let [sa, sb] = shapes(&[2], (5, 3, 7), ta, tb);
+        let (a, b) = (
+            values(&sa, 1).mapv(|v| v as f32),
+            values(&sb, 2).mapv(|v| v as f32),
+        );
+        let y = ovl::gemm(&Lazy::from(a.clone()), &Lazy::from(b.clone()), ta, tb);
+        let (want, mag) = reference(&a.mapv(f64::from), &b.mapv(f64::from), ta, tb);
+        for o in &targets {
+            close(
+                &eval(&y, o),
+                &want,
+                &mag,
+                1e-6,
+                &format!("{:?} {ta} {tb}", o.target),
+            );
         }
+    }
+    let (x, h, c) = (values(&[3, 5], 1), values(&[3, 5], 2), values(&[3, 5], 3));
+    let (w, u) = (values(&[5, 20], 4), values(&[5, 20], 5));
+    let f32s = |a: &ArrayD<f64>| Lazy::from(a.mapv(|v| v as f32 * 0.5));
+    let z = ovl_stdlib::add(
+        ovl_stdlib::matmul(f32s(&x), f32s(&w)),
+        ovl_stdlib::matmul(f32s(&h), f32s(&u)),
+    );
+    let (new_c, _) = lstm_small_ops::lstm_cell(&z, &f32s(&c), 1.0);
+    let want = eval(&new_c, &Options::interpreter());
+    for o in &targets {
+        let got = eval(&new_c, o);
+        for (p, q) in got.iter().zip(&want) {
+            assert!(
+                (p - q).abs() <= 1e-5,
+                "LSTM step on {:?}: {p} vs {q}",
+                o.target
+            );
+        }
+    }
+    match gpu {
+        Ok(info) => println!("cuda_code_for_graphs_holding_a_call: ran on the GPU ({info:?})"),
+        Err(e) => println!(
+            "cuda_code_for_graphs_holding_a_call: ptxas-validated (GPU execution did not run: {e})"
+        ),
     }
 }
 
@@ -349,7 +486,11 @@ fn an_exported_program_carries_the_call_and_runs_it() {
             .unwrap();
         let graph = bundle.program.graph.as_ref().unwrap();
         assert_eq!(
-            graph.operators.iter().filter(|o| ovl::ir_tools::is_library_call(o)).count(),
+            graph
+                .operators
+                .iter()
+                .filter(|o| ovl::ir_tools::is_library_call(o))
+                .count(),
             1
         );
         let sealed = ovl::program::seal_program(&bundle.program);
@@ -362,8 +503,9 @@ fn an_exported_program_carries_the_call_and_runs_it() {
         let feeds = [host(&xv), host(&wv)];
         let out = program.run_host(&[&feeds[0], &feeds[1]], 0).unwrap();
         let (want, mag) = reference(&xv.mapv(f64::from), &wv.mapv(f64::from), false, false);
-        let got = ArrayD::from_shape_vec(IxDyn(&[4, 3]), out[0].as_slice::<f32>().unwrap().to_vec())
-            .unwrap();
+        let got =
+            ArrayD::from_shape_vec(IxDyn(&[4, 3]), out[0].as_slice::<f32>().unwrap().to_vec())
+                .unwrap();
         close(&got, &want.mapv(f64::tanh), &mag, 1e-6, "exported program");
     }
 }
@@ -382,7 +524,13 @@ fn vmap_of_a_product_with_a_shared_weight() {
     for e in 0..5 {
         let x = xs.index_axis(ndarray::Axis(0), e).to_owned().into_dyn();
         let (want, mag) = reference(&x, &values(&[4, 3], 2), false, false);
-        close(&got.index_axis(ndarray::Axis(0), e).to_owned().into_dyn(), &want, &mag, 1e-14, "vmap");
+        close(
+            &got.index_axis(ndarray::Axis(0), e).to_owned().into_dyn(),
+            &want,
+            &mag,
+            1e-14,
+            "vmap",
+        );
     }
 }
 
@@ -396,7 +544,17 @@ fn vmap_of_a_product_of_batched_operands_stays_a_call() {
     )
     .unwrap();
     let graph = ovl::graph(&ys).unwrap();
-    assert!(graph.dag.operators.iter().all(ovl::ir_tools::is_library_call));
+    assert!(graph
+        .dag
+        .operators
+        .iter()
+        .all(ovl::ir_tools::is_library_call));
     let (want, mag) = reference(&xs, &ws, false, false);
-    close(&eval(&ys, &Options::cpu()), &want, &mag, 1e-14, "vmap, both batched");
+    close(
+        &eval(&ys, &Options::cpu()),
+        &want,
+        &mag,
+        1e-14,
+        "vmap, both batched",
+    );
 }

@@ -18,8 +18,7 @@ pub mod vmap;
 
 pub use ovl_ir::{
     analysis, batch, batch_ops, builder, dtype, fast_hash, hash, host, ir, library, limits, lru,
-    symbolic,
-    text, unify, validate, with_tensor_data, IR_VERSION,
+    symbolic, text, unify, validate, with_tensor_data, IR_VERSION,
 };
 
 pub use error::TraceError;

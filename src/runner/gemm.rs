@@ -33,9 +33,8 @@ impl GemmKernel {
         output: *mut c_void,
         threads: usize,
     ) -> Result<(), RunFailure> {
-        let dims = gemm_dims(op).map_err(|m| {
-            RunFailure::Mismatch(format!("library call `{}`: {m}", op.name))
-        })?;
+        let dims = gemm_dims(op)
+            .map_err(|m| RunFailure::Mismatch(format!("library call `{}`: {m}", op.name)))?;
         if dims.dtype != self.dtype || inputs.len() != 2 {
             return Err(RunFailure::Mismatch(format!(
                 "library call `{}`: the kernel was prepared for {} and 2 inputs",
@@ -73,8 +72,7 @@ unsafe fn gemm_batched<T: Element>(
         // An empty sum: zeros (the library is not asked, so that nothing depends on its reading
         // of an empty product).
         // SAFETY: C holds batch * m * n elements.
-        unsafe { std::slice::from_raw_parts_mut(c, dims.batch as usize * m * n) }
-            .fill(T::ZERO);
+        unsafe { std::slice::from_raw_parts_mut(c, dims.batch as usize * m * n) }.fill(T::ZERO);
         return;
     }
     // Strides in elements (row, column) of op(A) [m, k], op(B) [k, n] and C [m, n].

@@ -82,11 +82,7 @@ fn gemm_at<T: Scalar>(
     };
     let dag = crate::ir::ExpressionDag { source, ..dag };
     let shape: Arc<[usize]> = dag.outputs[0].shape.iter().map(|&d| d as usize).collect();
-    let node = OperatorNode::new(
-        Arc::new(dag),
-        vec![a.inner.clone(), b.inner.clone()],
-        error,
-    );
+    let node = OperatorNode::new(Arc::new(dag), vec![a.inner.clone(), b.inner.clone()], error);
     let y = Lazy::from_untyped(LazyTensor {
         node: Arc::new(Node::Operator(node)),
         output: 0,
