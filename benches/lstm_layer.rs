@@ -6,6 +6,12 @@
 //! forward + backward returns the gradients of `sum(h * g)` for `x`, `W`, `U` and `b`
 //! (`ovl::backward`). Compile time (recording, fusing, compiling) is measured too.
 //!
+//! Fusion runs at opt_level 1 unless `--opt N` says otherwise: at the default level (3) the
+//! fusion search over the unrolled forward + backward graph grows much faster than T (warm:
+//! 0.06 s at T = 6, 1.2 s at T = 12, over 10 minutes at T = 35 on the development machine), and
+//! at T = 12 level 1 also ran faster (the products are library calls either way; each step's
+//! cell still fuses into one kernel).
+//!
 //! `cargo bench --bench lstm_layer -- [--quick] [--out DIR]` writes `DIR/ovl.json` (times) and,
 //! per size, the outputs of one run (`DIR/ovl_TxBxH_{h,dx,dw,du,db}.f32`, little-endian) that
 //! `benches/lstm_layer_peers.py` checks against its NumPy reference before any peer runs;
@@ -82,6 +88,15 @@ struct Measured {
     timing: Timing,
 }
 
+/// `--opt N`: another fusion level than this benchmark's 1 (see the module's documentation).
+fn opt_level() -> u8 {
+    let all: Vec<String> = std::env::args().collect();
+    all.iter()
+        .position(|a| a == "--opt")
+        .and_then(|i| all.get(i + 1))
+        .map_or(1, |s| s.parse().expect("--opt N"))
+}
+
 fn write_f32(path: &std::path::Path, arrays: &[&ArrayD<f32>]) {
     let mut bytes = Vec::new();
     for a in arrays {
@@ -102,7 +117,7 @@ fn run(
     let _ = std::fs::remove_dir_all(&cache);
     let options = Options {
         cache_dir: Some(cache),
-        ..Options::cpu()
+        ..Options::cpu().with_opt_level(opt_level())
     };
     let [xv, wv, uv, bv, gv] = inputs(t, b, h);
     let build = || {
@@ -172,15 +187,49 @@ fn main() {
     let args = Args::parse("target/lstm-layer-bench");
     std::fs::create_dir_all(&args.out_dir).expect("output directory");
     let reps = if args.quick { 3 } else { 7 };
-    let sizes: Vec<_> = if args.quick {
-        SIZES[..1].to_vec()
-    } else {
-        SIZES.to_vec()
+    // `--size T,B,H` runs one size only; `--forward-only` skips forward + backward.
+    let all: Vec<String> = std::env::args().collect();
+    let one = all
+        .iter()
+        .position(|a| a == "--size")
+        .and_then(|i| all.get(i + 1))
+        .map(|s| {
+            let v: Vec<usize> = s.split(',').map(|d| d.parse().expect("--size T,B,H")).collect();
+            (v[0], v[1], v[2])
+        });
+    let sizes: Vec<_> = match one {
+        Some(size) => vec![size],
+        None if args.quick => SIZES[..1].to_vec(),
+        None => SIZES.to_vec(),
     };
+    let forward_only = args.flag("--forward-only");
+    if args.flag("--profile") {
+        // Each kernel's best time in the forward pass of the first size, from host data.
+        let (t, b, h) = sizes[0];
+        let [xv, wv, uv, bv, _] = inputs(t, b, h);
+        let hs = layer(&Lazy::from(xv), &Lazy::from(wv), &Lazy::from(uv), &Lazy::from(bv));
+        let options = Options::cpu().with_opt_level(opt_level());
+        let (_, profile) = ovl::profile(&hs[..], &options, 5).expect("profile");
+        for op in &profile.operators {
+            println!("{:>10.3} ms  {}", op.min().as_secs_f64() * 1e3, op.name);
+        }
+        return;
+    }
     println!("LSTM layer, ovl (CPU, f32), {}", machine());
     let mut rows = Vec::new();
     for &(t, b, h) in &sizes {
         let fwd = run((t, b, h), false, reps, &args.out_dir);
+        if forward_only {
+            println!(
+                "T={t} B={b} H=I={h}: forward {:.2} ms (median {:.2}); compile (cold / warm \
+                 operator cache) {:.2} / {:.2} s",
+                fwd.timing.best.as_secs_f64() * 1e3,
+                fwd.timing.median.as_secs_f64() * 1e3,
+                fwd.compile_cold.as_secs_f64(),
+                fwd.compile_warm.as_secs_f64()
+            );
+            continue;
+        }
         let fb = run((t, b, h), true, reps, &args.out_dir);
         println!(
             "T={t} B={b} H=I={h}: forward {:.2} ms (median {:.2}), forward + backward {:.2} ms \
@@ -207,7 +256,12 @@ fn main() {
             "compile_backward_warm_s": fb.compile_warm.as_secs_f64(),
         }));
     }
-    let report = json!({ "machine": machine(), "reps": reps, "sizes": rows });
+    let report = json!({
+        "machine": machine(),
+        "reps": reps,
+        "opt_level": opt_level(),
+        "sizes": rows,
+    });
     let path = args.out_dir.join("ovl.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report).expect("json"))
         .expect("write ovl.json");

@@ -282,7 +282,8 @@ def report(out):
                 )
     checked = [s for s in ovl["sizes"] if s.get("checked") is not None]
     text = (
-        f"Machine: {ovl['machine']}. Best of {ovl['reps']} runs (ovl) and of the peers' runs.\n\n"
+        f"Machine: {ovl['machine']}. Best of {ovl['reps']} runs of each. ovl at opt_level "
+        f"{ovl.get('opt_level', 1)}, compiled once (`ovl::compile`).\n\n"
         + "\n".join(lines)
         + "\n\n"
         + "\n".join(compile_lines)
