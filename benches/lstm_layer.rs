@@ -194,7 +194,10 @@ fn main() {
         .position(|a| a == "--size")
         .and_then(|i| all.get(i + 1))
         .map(|s| {
-            let v: Vec<usize> = s.split(',').map(|d| d.parse().expect("--size T,B,H")).collect();
+            let v: Vec<usize> = s
+                .split(',')
+                .map(|d| d.parse().expect("--size T,B,H"))
+                .collect();
             (v[0], v[1], v[2])
         });
     let sizes: Vec<_> = match one {
@@ -207,7 +210,12 @@ fn main() {
         // Each kernel's best time in the forward pass of the first size, from host data.
         let (t, b, h) = sizes[0];
         let [xv, wv, uv, bv, _] = inputs(t, b, h);
-        let hs = layer(&Lazy::from(xv), &Lazy::from(wv), &Lazy::from(uv), &Lazy::from(bv));
+        let hs = layer(
+            &Lazy::from(xv),
+            &Lazy::from(wv),
+            &Lazy::from(uv),
+            &Lazy::from(bv),
+        );
         let options = Options::cpu().with_opt_level(opt_level());
         let (_, profile) = ovl::profile(&hs[..], &options, 5).expect("profile");
         for op in &profile.operators {

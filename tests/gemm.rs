@@ -558,3 +558,34 @@ fn vmap_of_a_product_of_batched_operands_stays_a_call() {
         "vmap, both batched",
     );
 }
+
+/// Products with few rows and many columns (an LSTM step's shape), on two threads: every form
+/// against the reference.
+#[test]
+fn few_rows_many_columns_in_every_form() {
+    for &(m, k, n) in &[(20, 300, 700), (32, 37, 1030), (33, 64, 300)] {
+        for (ta, tb) in FORMS {
+            let [sa, sb] = shapes(&[], (m, k, n), ta, tb);
+            let (a, b) = (values(&sa, 7), values(&sb, 8));
+            let (want, mag) = reference(&a, &b, ta, tb);
+            let y = ovl::gemm(&Lazy::from(a.clone()), &Lazy::from(b.clone()), ta, tb);
+            let threads = Options::cpu().with_threads(2);
+            close(
+                &eval(&y, &threads),
+                &want,
+                &mag,
+                1e-14,
+                &format!("f64 {sa:?} x {sb:?}"),
+            );
+            let (a32, b32) = (a.mapv(|v| v as f32), b.mapv(|v| v as f32));
+            let y = ovl::gemm(&Lazy::from(a32), &Lazy::from(b32), ta, tb);
+            close(
+                &eval(&y, &threads),
+                &want,
+                &mag,
+                1e-6,
+                &format!("f32 {sa:?} x {sb:?}"),
+            );
+        }
+    }
+}
