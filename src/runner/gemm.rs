@@ -22,7 +22,7 @@ impl GemmKernel {
     }
 
     /// Runs the call of `op` (a concrete operator: its types give the sizes) on `inputs`
-    /// (A, B) into `output` (C), with up to `threads` threads.
+    /// (A, B) into `output` (C), with up to `threads` threads (0: one per core).
     ///
     /// # Safety
     /// The pointers name buffers of `op`'s input and output types; C overlaps neither input.
@@ -78,7 +78,12 @@ unsafe fn gemm_batched<T: Element>(
     // Strides in elements (row, column) of op(A) [m, k], op(B) [k, n] and C [m, n].
     let (a_rs, a_cs) = if dims.transpose_a { (1, m) } else { (k, 1) };
     let (b_rs, b_cs) = if dims.transpose_b { (1, k) } else { (n, 1) };
-    // Small products are not worth waking threads for.
+    // 0 threads: one per core, as for every kernel. Small products are not worth waking
+    // threads for.
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
     let parallelism = if threads > 1 && m * n * k >= 64 * 64 * 64 {
         gemm::Parallelism::Rayon(threads)
     } else {
