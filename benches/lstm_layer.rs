@@ -32,6 +32,8 @@ const SIZES: [(usize, usize, usize); 3] = [(35, 20, 650), (35, 20, 1500), (20, 6
 
 /// Element `k` of an input: `scale * sin(0.7071 k + seed)`, computed in f64 and rounded to
 /// f32 (`benches/lstm_layer_peers.py` computes the same).
+// 0.7071 is the multiplier the Python side uses, written out (not 1/sqrt(2)).
+#[allow(clippy::approx_constant)]
 fn input(shape: &[usize], seed: f64, scale: f64) -> ArrayD<f32> {
     let mut k = 0u64;
     ArrayD::from_shape_simple_fn(IxDyn(shape), || {

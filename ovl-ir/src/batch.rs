@@ -109,7 +109,7 @@ pub fn batch_operator(
         source: dag.source.clone(),
         // The gradient graph of an operator is a lazy-graph matter (ovl-core batches it).
         gradient: None,
-        library_call: dag.library_call.clone(),
+        library_call: dag.library_call,
     };
     if out.library_call.is_some() {
         // Its types say it all.

@@ -357,7 +357,7 @@ pub fn unify_operator(
         locals,
         source: first.source.clone(),
         gradient: first.gradient.clone(),
-        library_call: first.library_call.clone(),
+        library_call: first.library_call,
         symbolic_workgroup,
         symbol_count: if symbolic {
             index + 1
