@@ -8,9 +8,9 @@
 //!
 //! Fusion runs at opt_level 1 unless `--opt N` says otherwise: at the default level (3) the
 //! fusion search over the unrolled forward + backward graph grows much faster than T (warm:
-//! 0.06 s at T = 6, 1.2 s at T = 12, over 10 minutes at T = 35 on the development machine), and
-//! at T = 12 level 1 also ran faster (the products are library calls either way; each step's
-//! cell still fuses into one kernel).
+//! 0.06 s at T = 6, 1.2 s at T = 12, over 10 minutes at T = 35 on the development machine;
+//! docs/benchmarks.md says why), and at T = 12 level 1 also ran faster (the products are
+//! library calls either way; each step's cell still fuses into one kernel).
 //!
 //! `cargo bench --bench lstm_layer -- [--quick] [--out DIR]` writes `DIR/ovl.json` (times) and,
 //! per size, the outputs of one run (`DIR/ovl_TxBxH_{h,dx,dw,du,db}.f32`, little-endian) that
