@@ -30,17 +30,20 @@ impl GemmKernel {
         &self,
         op: &ir::ExpressionDag,
         inputs: &[*const c_void],
-        output: *mut c_void,
+        outputs: &[*mut c_void],
         threads: usize,
     ) -> Result<(), RunFailure> {
         let dims = gemm_dims(op)
             .map_err(|m| RunFailure::Mismatch(format!("library call `{}`: {m}", op.name)))?;
-        if dims.dtype != self.dtype || inputs.len() != 2 {
-            return Err(RunFailure::Mismatch(format!(
-                "library call `{}`: the kernel was prepared for {} and 2 inputs",
-                op.name, self.dtype
-            )));
-        }
+        let output = match (inputs.len(), outputs) {
+            (2, &[output]) if dims.dtype == self.dtype => output,
+            _ => {
+                return Err(RunFailure::Mismatch(format!(
+                    "library call `{}`: the kernel was prepared for {}, 2 inputs and 1 output",
+                    op.name, self.dtype
+                )))
+            }
+        };
         // SAFETY: the caller's contract, with the sizes of `op`'s types.
         unsafe {
             match self.dtype {

@@ -467,7 +467,7 @@ impl Plan {
             let start = Instant::now();
             let wiring = &self.dag.operator_inputs[i].inputs;
             let gpu_time = match &kernels[i] {
-                Kernel::Cpu(kernel) => {
+                kernel @ (Kernel::Cpu(_) | Kernel::Gemm(_)) => {
                     let ins: Vec<*const c_void> = wiring
                         .iter()
                         .map(|v| self.read_ptr(self.slot_of(v), inputs, outputs, &temps))
@@ -480,29 +480,15 @@ impl Plan {
                     // (host tensors checked, raw ones by the caller's contract, intermediates
                     // allocated from the plan's types, which `Plan::new` matched against the
                     // operators through the wiring); the buffers written are distinct from
-                    // those read (a DAG).
-                    unsafe {
-                        kernel.run_raw(
-                            &ins,
-                            &outs,
-                            self.symbols_for(kernel.symbol_count()),
-                            threads,
-                        )
-                    }?;
-                    None
-                }
-                Kernel::Gemm(kernel) => {
-                    let ins: Vec<*const c_void> = wiring
-                        .iter()
-                        .map(|v| self.read_ptr(self.slot_of(v), inputs, outputs, &temps))
-                        .collect();
-                    let out = match self.op_slots[i].first() {
-                        Some(&slot) => write_ptr(slot, outputs, &mut temps),
-                        None => return Err(RunFailure::Mismatch("a GEMM without output".into())),
-                    };
-                    // SAFETY: as for C++ kernels above; `op` is the planned (concrete) operator,
-                    // whose types the buffers have.
-                    unsafe { kernel.run(op, &ins, out, threads) }?;
+                    // those read (a DAG). A GEMM reads its sizes from `op`, the planned
+                    // (concrete) operator whose types the buffers have.
+                    match kernel {
+                        Kernel::Cpu(k) => unsafe {
+                            k.run_raw(&ins, &outs, self.symbols_for(k.symbol_count()), threads)
+                        }?,
+                        Kernel::Gemm(k) => unsafe { k.run(op, &ins, &outs, threads) }?,
+                        _ => unreachable!("matched above"),
+                    }
                     None
                 }
                 kernel => {
