@@ -115,15 +115,19 @@ def machine():
 
 
 def check_ovl(out, size, ref_h, ref_grads):
-    """ovl's outputs of one run, written by benches/lstm_layer.rs; None when absent."""
+    """ovl's outputs of one run (both variants), written by benches/lstm_layer.rs; None when
+    absent."""
     t, b, h = size
-    base = os.path.join(out, f"ovl_{t}x{b}x{h}")
-    if not os.path.exists(base + "_h.f32"):
-        return None
-    errs = [check("ovl h", np.fromfile(base + "_h.f32", dtype="<f4"), ref_h)]
-    for name, want in zip(["dx", "dw", "du", "db"], ref_grads):
-        errs.append(check(f"ovl {name}", np.fromfile(base + f"_{name}.f32", dtype="<f4"), want))
-    return max(errs)
+    errs = []
+    for variant in ("", "_hoisted"):
+        base = os.path.join(out, f"ovl_{t}x{b}x{h}{variant}")
+        if not os.path.exists(base + "_h.f32"):
+            continue
+        errs.append(check(f"ovl{variant} h", np.fromfile(base + "_h.f32", dtype="<f4"), ref_h))
+        for name, want in zip(["dx", "dw", "du", "db"], ref_grads):
+            got = np.fromfile(base + f"_{name}.f32", dtype="<f4")
+            errs.append(check(f"ovl{variant} {name}", got, want))
+    return max(errs) if errs else None
 
 
 def run_tf(size, args, ref_h, ref_grads):
@@ -243,13 +247,17 @@ def report(out):
     for p in peers:
         for row in p["sizes"][0]["rows"] if p["sizes"] else []:
             names.append(row["peer"])
-    header = "| T, B, H=I | ovl fwd / f+b (ms) | " + " | ".join(
+    header = "| T, B, H=I | ovl fwd / f+b (ms) | ovl, x W hoisted, fwd / f+b (ms) | " + " | ".join(
         f"{n} fwd / f+b (ms)" for n in names
     ) + " | ovl / fastest peer, fwd / f+b | ovl compile fwd / f+b, cold (warm) (s) |"
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for s in ovl["sizes"]:
         key = (s["t"], s["b"], s["h"])
-        cells = [f"{key[0]}, {key[1]}, {key[2]}", f"{s['forward_ms']:.1f} / {s['backward_ms']:.1f}"]
+        cells = [
+            f"{key[0]}, {key[1]}, {key[2]}",
+            f"{s['forward_ms']:.1f} / {s['backward_ms']:.1f}",
+            f"{s['hoisted_forward_ms']:.1f} / {s['hoisted_backward_ms']:.1f}",
+        ]
         best_f = best_b = None
         for p in peers:
             match = [r for r in p["sizes"] if (r["t"], r["b"], r["h"]) == key]
@@ -257,7 +265,7 @@ def report(out):
                 cells.append(f"{row['forward_ms']:.1f} / {row['backward_ms']:.1f}")
                 best_f = min(best_f or row["forward_ms"], row["forward_ms"])
                 best_b = min(best_b or row["backward_ms"], row["backward_ms"])
-        while len(cells) < 2 + len(names):
+        while len(cells) < 3 + len(names):
             cells.append("did not run")
         ratio = (
             f"{s['forward_ms'] / best_f:.2f}x / {s['backward_ms'] / best_b:.2f}x"
