@@ -1,8 +1,9 @@
-//! Reductions down columns and `matmul` (kernels whose workers each read down a column, which
-//! the C++ backend runs 64 neighbouring workers at a time), against plain Rust loops over the
-//! same data on the same number of threads, in one process, compiled once (`ovl::compile`,
-//! `run_into`): `sum(x, 0)` next to `sum(x, 1)` (the same bytes read along rows), and
-//! `matmul` next to an `i, k, j` loop that the Rust compiler vectorizes.
+//! Reductions down columns (kernels whose workers each read down a column, which the C++
+//! backend runs 64 neighbouring workers at a time) and `matmul` (a library call: the `gemm`
+//! crate), against plain Rust loops over the same data on the same number of threads, in one
+//! process, compiled once (`ovl::compile`, `run_into`): `sum(x, 0)` next to `sum(x, 1)` (the
+//! same bytes read along rows), and `matmul` next to an `i, k, j` loop that the Rust compiler
+//! vectorizes.
 //!
 //! Run with `cargo bench --bench columns` (`-- --quick` for a short run).
 

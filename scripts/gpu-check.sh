@@ -25,6 +25,7 @@ TESTS=(
     "ovl device_tensors"
     "ovl reductions"
     "ovl vmap"
+    "ovl gemm"
     "ovl-codegen cuda"
     "ovl-codegen codegen"
     "ovl-stdlib stdlib"

@@ -141,6 +141,14 @@ pub enum Mismatch {
         /// The output's number.
         output: usize,
     },
+    /// A library call (GEMM) whose operands do not fit it, or the kernel prepared for it.
+    #[error("library call `{name}`: {problem}")]
+    LibraryCall {
+        /// The call's operator name.
+        name: String,
+        /// What does not fit.
+        problem: String,
+    },
     /// Device tensors given to a graph with an operator compiled for another target.
     #[error(
         "operator {operator} (`{name}`) was not compiled for the GPU: device tensors need a \

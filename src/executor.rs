@@ -2,7 +2,7 @@
 //! the target, plans it, and runs it with the graph's host data (or data fed to placeholders).
 
 use crate::options::{Options, Target};
-use crate::runner::{Input, Kernel, Output, Plan, RunFailure};
+use crate::runner::{GemmKernel, Input, Kernel, Output, Plan, RunFailure};
 use crate::Error;
 use ovl_core::ir;
 use ovl_core::lazy::Graph;
@@ -79,6 +79,10 @@ pub(crate) fn kernels_with_libraries(
             _ if op.workgroup_shape.contains(&0) => Ok(interpreter()),
             Target::Interpreter => Ok(interpreter()),
             Target::Cpu => {
+                // A library call the CPU runs by its library: nothing to compile.
+                if let Some(gemm) = GemmKernel::for_operator(op) {
+                    return Ok(Kernel::Gemm(gemm));
+                }
                 let compile = options.compile_options();
                 Ok(Kernel::Cpu(
                     match libraries.iter().find(|l| l.operator as usize == k) {

@@ -352,6 +352,10 @@ fn compile_program(
     if let (Some(g), false) = (&program.graph, options.target == Target::Interpreter) {
         let compile = options.compile_options();
         for (k, op) in g.operators.iter().enumerate() {
+            if crate::runner::GemmKernel::for_operator(op).is_some() {
+                // Run by its library on the CPU: nothing to compile.
+                continue;
+            }
             if embed_libraries {
                 let library = ovl_codegen::cpu::cache::embed_library(op, k as u32, &compile)?;
                 program.libraries.push(library);

@@ -124,7 +124,7 @@ pub use ovl_core::trace::{Expr, Position, Tensor, Var};
 /// [`ovl_core::vmap`] for how operators, gradients and fusion carry over.
 pub use ovl_core::vmap::{vmap, Batched, Shared, VmapArgs, VmapError, VmapInput, VmapOutputs};
 pub use ovl_core::{
-    ir, CompareOperand, DType, HostTensor, IntoLazy, Lazy, LazyTensor, Scalar, TraceError,
+    gemm, ir, CompareOperand, DType, HostTensor, IntoLazy, Lazy, LazyTensor, Scalar, TraceError,
 };
 pub use ovl_macros::{helper, operator};
 pub use plan_cache::{clear_plan_cache, plan_cache_stats, set_plan_cache_capacity, PlanCacheStats};
@@ -165,6 +165,8 @@ pub mod ir_tools {
     /// One operator batched over a new leading axis: the IR transform behind [`crate::vmap`].
     pub use ovl_core::batch::{batch_operator, BatchError};
     pub use ovl_core::hash::{canonical_hash, canonical_hash_operator_dag, Digest};
+    /// Library calls (a GEMM): whether an operator is one, its sizes, its reference program.
+    pub use ovl_core::library::{expand, gemm_dims, is_library_call, GemmDims};
     pub use ovl_core::text::{operator_dag_to_text, to_text};
 
     /// The protobuf bytes of an operator or operator DAG.

@@ -11,14 +11,14 @@ pub mod error;
 pub mod interp;
 pub mod lazy;
 mod lazy_ops;
-pub use lazy_ops::CompareOperand;
+pub use lazy_ops::{gemm, CompareOperand};
 pub mod quiet;
 pub mod trace;
 pub mod vmap;
 
 pub use ovl_ir::{
     accuracy, analysis, batch, batch_ops, builder, cooperative, dtype, fast_hash, hash, host, ir,
-    limits, lru, symbolic, text, unify, validate, with_tensor_data, IR_VERSION,
+    library, limits, lru, symbolic, text, unify, validate, with_tensor_data, IR_VERSION,
 };
 
 pub use error::TraceError;

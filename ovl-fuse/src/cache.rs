@@ -17,9 +17,10 @@ pub const CAPACITY: usize = 512;
 
 /// The version of the merger's rules: part of every key, bumped whenever the same graph may
 /// fuse differently (2: index substitution and its cost model; 3: consumers looped inside
-/// reductions; 4: elementwise consumers run in the loop that writes a row; 5: register
-/// hand-overs made in sweeps, so merges group differently, with the same kernel counts).
-pub const FUSION_VERSION: u32 = 5;
+/// reductions; 4: elementwise consumers run in the loop that writes a row; 5: library calls are
+/// boundaries; 6: register hand-overs made in sweeps, so merges group differently with the same
+/// kernel counts, and no operator computed more than 4 times).
+pub const FUSION_VERSION: u32 = 6;
 
 /// The key: the rules' version, the unfused graph's canonical hash, the level, row reuse.
 type Key = (u32, Digest, u8, crate::RowReuse);

@@ -63,6 +63,17 @@ fn body(out: &mut String, dag: &ir::OperatorDag, prefix: &str, indent: &str, not
         );
     }
     for (i, op) in dag.operators.iter().enumerate() {
+        if ovl_ir::library::is_library_call(op) {
+            // A library call: a plain box, what it calls under its name.
+            let _ = writeln!(
+                out,
+                "{indent}{prefix}op{i} [shape=box, label=\"{}\\nlibrary call: {}\\n{:?}\"];",
+                escape(&op.name),
+                escape(&ovl_ir::library::describe(op)),
+                op.workgroup_shape
+            );
+            continue;
+        }
         let _ = writeln!(
             out,
             "{indent}{prefix}op{i} [shape=box, style=rounded, label=\"{}\\nworkgroup {:?}\"];",

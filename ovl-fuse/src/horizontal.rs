@@ -6,7 +6,7 @@ use crate::graph::{Node, Work};
 use crate::merge::{names_of, Merged, Part, Splice};
 
 /// The first pair of live nodes (in `order`, skipping `skip`) with equal workgroups and no
-/// path between them. `desc` is [`Work::descendants`].
+/// path between them, neither a library call. `desc` is [`Work::descendants`].
 pub(crate) fn find_siblings(
     work: &Work,
     order: &[usize],
@@ -14,9 +14,14 @@ pub(crate) fn find_siblings(
     skip: &dyn Fn(usize, usize) -> bool,
 ) -> Option<(usize, usize)> {
     let reaches = |a: usize, b: usize| desc[a][b / 64] >> (b % 64) & 1 == 1;
+    let call = |n: usize| ovl_ir::library::is_library_call(&work.node(n).dag);
     for (i, &a) in order.iter().enumerate() {
+        if call(a) {
+            continue;
+        }
         for &b in &order[i + 1..] {
             if !skip(a, b)
+                && !call(b)
                 && crate::rebase::axis_map(
                     &work.node(b).dag.workgroup_shape,
                     &work.node(a).dag.workgroup_shape,

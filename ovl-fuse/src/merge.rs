@@ -42,6 +42,7 @@ impl Splice {
                 locals: Vec::new(),
                 source: consumer.dag.source.clone(),
                 gradient: None,
+                library_call: None,
             },
             inputs: Vec::new(),
         }

@@ -24,6 +24,10 @@ pub(crate) fn axis_map(from: &[u64], to: &[u64]) -> Option<Vec<Option<usize>>> {
 
 /// `dag` over the workgroup `to` (see [`axis_map`]); `None` when the shapes are not so related.
 pub(crate) fn rebased(dag: &ir::ExpressionDag, to: &[u64]) -> Option<ir::ExpressionDag> {
+    if ovl_ir::library::is_library_call(dag) {
+        // Its workgroup is its output's shape.
+        return None;
+    }
     let map = axis_map(&dag.workgroup_shape, to)?;
     let mut out = dag.clone();
     out.workgroup_shape = to.to_vec();

@@ -7,6 +7,14 @@ use std::fmt;
 /// Why a producer was not merged into a consumer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reason {
+    /// The producer or the consumer is a library call (a GEMM), which runs as a call of its
+    /// library: never merged with another operator.
+    LibraryCall {
+        /// The operator that is one.
+        operator: String,
+        /// What it calls (`gemm`, `gemm(bᵀ)`, ...).
+        call: String,
+    },
     /// The optimization level does not allow this kind of merge.
     OptLevel {
         /// What the merge needs.
@@ -155,6 +163,11 @@ pub enum Reason {
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Reason::LibraryCall { operator, call } => write!(
+                f,
+                "{operator} is a library call ({call}): it runs as a call of its library, never \
+                 merged with another operator"
+            ),
             Reason::OptLevel { needs, level } => {
                 write!(f, "{needs}, which opt_level {level} does not do")
             }

@@ -303,8 +303,19 @@ impl<'a> Search<'a> {
     }
 }
 
-/// The refusal due to the optimization level alone, if any.
+/// The refusal due to the operators' kinds (a library call is a boundary) or the optimization
+/// level alone, if any.
 fn gate(work: &Work, p: usize, c: usize, level: OptLevel) -> Option<Reason> {
+    if let Some(n) = [p, c]
+        .into_iter()
+        .find(|&n| ovl_ir::library::is_library_call(&work.node(n).dag))
+    {
+        let node = work.node(n);
+        return Some(Reason::LibraryCall {
+            operator: node.label.clone(),
+            call: ovl_ir::library::describe(&node.dag),
+        });
+    }
     match level.get() {
         0 => Some(Reason::OptLevel {
             needs: "merging".into(),

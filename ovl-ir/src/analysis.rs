@@ -41,6 +41,10 @@ pub fn nesting_depths(dag: &ir::ExpressionDag) -> Vec<u32> {
 /// `[b, h + 2H]`, `[b, h + 3H]`, or a row written by a worker at `[r, j]` for `j in 0..cols`).
 /// The boxes are used only for operators and outputs without symbolic sizes.
 pub fn written_everywhere(dag: &ir::ExpressionDag) -> Vec<bool> {
+    if crate::library::is_library_call(dag) {
+        // A library call writes every element of its output (`proto/ovl.proto`).
+        return vec![true; dag.outputs.len()];
+    }
     let loops = enclosing_full_ranges(dag);
     let is_position = |id: u32, axis: usize| {
         dag.expressions

@@ -81,6 +81,15 @@ pub fn batch_operator(
         )));
     }
     crate::validate::validate(dag).map_err(|e| error(format!("it is not valid IR: {e}")))?;
+    // A library call batched over all its inputs is the same call with one more batch axis
+    // (its empty body needs no change); with a shared input, its reference program is batched.
+    let expanded;
+    let dag = if crate::library::is_library_call(dag) && !batched_inputs.iter().all(|&b| b) {
+        expanded = crate::library::expand(dag).into_owned();
+        &expanded
+    } else {
+        dag
+    };
     let with_batch = |t: &ir::TensorType| batched_type(t, batch);
     let mut out = ir::ExpressionDag {
         symbolic_workgroup: batched_symbolic(&dag.symbolic_workgroup),
@@ -100,7 +109,14 @@ pub fn batch_operator(
         source: dag.source.clone(),
         // The gradient graph of an operator is a lazy-graph matter (ovl-core batches it).
         gradient: None,
+        library_call: dag.library_call,
     };
+    if out.library_call.is_some() {
+        // Its types say it all.
+        crate::validate::validate(&out)
+            .map_err(|e| error(format!("the batched call is not valid IR: {e}")))?;
+        return Ok(out);
+    }
     // %0: the example's number, visible everywhere (top level, first).
     out.expressions.push(ir::Expression {
         code: Op::Position as i32,

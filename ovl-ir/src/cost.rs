@@ -25,7 +25,8 @@ pub const UNKNOWN_TRIPS: u64 = 64;
 impl WorkerCost {
     /// The cost of a worker of `dag` (validated; symbolic sizes allowed).
     pub fn of(dag: &ir::ExpressionDag) -> WorkerCost {
-        WorkerCost::of_kernel(&Kernel::from_validated(dag))
+        // A library call costs what its reference program does.
+        WorkerCost::of_kernel(&Kernel::from_validated(&crate::library::expand(dag)))
     }
 
     /// The cost of a worker of `kernel`.

@@ -142,6 +142,17 @@ impl Walk {
         self.tensor_types(&dag.inputs);
         self.tensor_types(&dag.outputs);
         self.tensor_types(&dag.locals);
+        if let Some(call) = &dag.library_call {
+            self.str("library_call");
+            match &call.call {
+                None => self.u32(0),
+                Some(ir::library_call::Call::Gemm(g)) => {
+                    self.u32(1);
+                    self.u32(g.transpose_a as u32);
+                    self.u32(g.transpose_b as u32);
+                }
+            }
+        }
         // `source` is deliberately not hashed.
         match &dag.gradient {
             None => self.u32(0),

@@ -21,6 +21,7 @@ pub mod fixtures;
 pub mod hash;
 pub mod host;
 pub mod intervals;
+pub mod library;
 pub mod limits;
 pub mod lru;
 pub mod names;
@@ -39,7 +40,7 @@ pub mod ir {
 }
 
 /// Version of the IR schema and semantics (see `proto/ovl.proto`).
-pub const IR_VERSION: u32 = 1;
+pub const IR_VERSION: u32 = 2;
 
 pub use dtype::{DType, Literal};
 pub use error::{OutOfBounds, WhileLimit};

@@ -141,7 +141,7 @@ fn expression(dag: &ir::ExpressionDag, i: usize, e: &ir::Expression) -> String {
 /// A readable listing of one operator.
 ///
 /// ```text
-/// operator `scale` (src/ops.rs:12), IR version 1
+/// operator `scale` (src/ops.rs:12), IR version 2
 /// workgroup [4]
 /// input0: f32[4]
 /// output0: f32[4]
@@ -175,6 +175,13 @@ pub fn to_text(dag: &ir::ExpressionDag) -> String {
     if dag.gradient.is_some() {
         let _ = writeln!(s, "gradient: an operator DAG (not shown)");
     }
+    if crate::library::is_library_call(dag) {
+        let _ = writeln!(
+            s,
+            "library call: {}(input0, input1) -> output0",
+            crate::library::describe(dag)
+        );
+    }
     let mut depth = 0usize;
     for (i, e) in dag.expressions.iter().enumerate() {
         let own = match crate::ops::info_of_code(e.code).map(|row| row.block) {
@@ -206,7 +213,7 @@ fn value_ref(v: &ir::ValueRef) -> String {
 /// inputs come from, the requested outputs, then every operator as printed by [`to_text`].
 ///
 /// ```text
-/// operator DAG, IR version 1
+/// operator DAG, IR version 2
 /// input0: f32[4]
 /// op0 = `scale`(input0) -> f32[4]
 /// op1 = `scale`(op0.output0) -> f32[4]
@@ -287,7 +294,7 @@ mod tests {
         crate::validate::validate(&dag).unwrap();
         let text = to_text(&dag);
         let expected = "\
-operator `cumsum_rows` (src/ops.rs:12), IR version 1
+operator `cumsum_rows` (src/ops.rs:12), IR version 2
 workgroup [2]
 input0: f32[2, 3]
 output0: f32[2, 3]
@@ -336,7 +343,7 @@ while_end
         let op = b.build();
         let g = ir::OperatorDag {
             symbols: Vec::new(),
-            version: 1,
+            version: crate::IR_VERSION,
             operators: vec![op.clone(), op],
             inputs: vec![ir::TensorType {
                 symbolic: Vec::new(),
@@ -366,7 +373,7 @@ while_end
             }],
         };
         let op_text = "\
-operator `scale` (src/ops.rs:12), IR version 1
+operator `scale` (src/ops.rs:12), IR version 2
 workgroup [4]
 input0: f32[4]
 output0: f32[4]
@@ -378,7 +385,7 @@ write output0[%0] = %3
 ";
         let expected = format!(
             "\
-operator DAG, IR version 1
+operator DAG, IR version 2
 input0: f32[4]
 op0 = `scale`(input0) -> f32[4]
 op1 = `scale`(op0.output0) -> f32[4]

@@ -197,6 +197,11 @@ pub fn unify_operator(
             "its sizes known only at run time differ between the traces".into(),
         ));
     }
+    if traces.iter().any(|t| t.library_call != first.library_call) {
+        return Err(err(
+            "it is a different library call (or none) at different sizes".into(),
+        ));
+    }
     if first.symbol_count > index {
         return Err(err(format!(
             "it already uses {} symbol(s), so the new symbol cannot be number {index}",
@@ -352,6 +357,7 @@ pub fn unify_operator(
         locals,
         source: first.source.clone(),
         gradient: first.gradient.clone(),
+        library_call: first.library_call,
         symbolic_workgroup,
         symbol_count: if symbolic {
             index + 1

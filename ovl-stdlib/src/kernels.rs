@@ -209,28 +209,6 @@ pub(crate) fn scan<T: Num>(x: Tensor<T>, axis: usize, product: bool, reverse: bo
     out
 }
 
-/// `a @ b` for matrices `[m, k] x [k, n]`.
-#[operator]
-pub(crate) fn matmul<T: Num>(a: Tensor<T>, b: Tensor<T>) -> Tensor<T> {
-    if a.rank() != 2 || b.rank() != 2 || a.dim(1) != b.dim(0) {
-        trace_error(format!(
-            "`matmul`: shapes {:?} and {:?} do not multiply: need [m, k] and [k, n]",
-            a.shape(),
-            b.shape()
-        ));
-    }
-    let (m, k, n) = (a.dim(0), a.dim(1).min(b.dim(0)), b.dim(b.rank() - 1));
-    let pos = position_in([m, n]);
-    let (i, j) = (pos[0], pos[1]);
-    let out = output([m, n]);
-    let mut acc = variable(lit::<T>(0.0));
-    for t in 0..k {
-        acc += a[[i, t]] * b[[t, j]];
-    }
-    out[[i, j]] = acc;
-    out
-}
-
 /// Softmax along the last axis, one worker per row: the row's maximum `top`, then
 /// `e = exp(x - top)` and its sum `total`, then `e * (1 / total)` (one division per row; the
 /// result may differ from `e / total` by an ulp). The last pass names `e` again: fusion's row

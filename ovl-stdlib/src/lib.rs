@@ -310,15 +310,27 @@ pub fn cumprod<T: Float>(x: impl IntoLazy<T>, axis: usize) -> Lazy<T> {
 // ---------------------------------------------------------------------------------------------
 // Linear algebra and networks
 
-/// Matrix product of `[m, k]` and `[k, n]`: `[m, n]`. Gradients `dy @ bᵀ` and `aᵀ @ dy`.
+/// Matrix product `a @ b`: `[m, k]` and `[k, n]` give `[m, n]`; with leading batch axes,
+/// `[batch.., m, k]` and `[batch.., k, n]` give `[batch.., m, n]` (the batch axes equal in both,
+/// not broadcast). A library call (`ovl::gemm`): the CPU runs it through a tuned GEMM (f32,
+/// f64), fusion keeps it a kernel of its own. `k = 0` gives zeros. Gradients `dy @ bᵀ` and
+/// `aᵀ @ dy`, as products that read the operand transposed (no transposed copy). Shapes that
+/// do not multiply are an error of `evaluate` naming them and the caller's line.
+#[track_caller]
 pub fn matmul<T: Num>(a: impl IntoLazy<T>, b: impl IntoLazy<T>) -> Lazy<T> {
-    with_grad(kernels::matmul(a.into_lazy(), b.into_lazy()), |c| {
-        let (a, b, g) = (c.input::<T>(0), c.input::<T>(1), c.output_grad::<T>(0));
-        vec![
-            some(matmul(&g, transpose(&b, &[1, 0]))),
-            some(matmul(transpose(&a, &[1, 0]), &g)),
-        ]
-    })
+    ovl::gemm(&a.into_lazy(), &b.into_lazy(), false, false)
+}
+
+/// [`matmul`] of the operands with their last two axes swapped where asked:
+/// `matmul_t(a, b, true, false)` is `aᵀ @ b` without a transposed copy of `a`.
+#[track_caller]
+pub fn matmul_t<T: Num>(
+    a: impl IntoLazy<T>,
+    b: impl IntoLazy<T>,
+    transpose_a: bool,
+    transpose_b: bool,
+) -> Lazy<T> {
+    ovl::gemm(&a.into_lazy(), &b.into_lazy(), transpose_a, transpose_b)
 }
 
 /// `Some(error)` when `x` has no last axis (a 0-d tensor) or, with `nonempty`, an empty one:

@@ -19,9 +19,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 mod device;
+mod gemm;
 mod pointers;
+mod sig;
 
+pub use gemm::GemmKernel;
 use pointers::Pointers;
+pub use sig::{PlanError, Sig};
 
 /// One operator, ready to run on a backend.
 pub enum Kernel {
@@ -38,92 +42,8 @@ pub enum Kernel {
     Cpu(Arc<ovl_codegen::CompiledOperator>),
     /// A CUDA module (copies in and out of the GPU per operator).
     Cuda(Arc<ovl_codegen::cuda::CudaOperator>),
-}
-
-/// Why a graph cannot be planned: it is malformed (a damaged or hand-made program; fusion and
-/// `evaluate` only make well-formed graphs).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PlanError {
-    /// A tensor type has a dtype ovl does not know.
-    #[error("unsupported dtype {0} in IR")]
-    UnsupportedDType(i32),
-    /// A dimension does not fit in memory addresses.
-    #[error("dimension {0} is too large")]
-    DimensionTooLarge(u64),
-    /// The graph has sizes known only at run time.
-    #[error(
-        "the graph has sizes known only at run time ({symbols}); plan it with \
-         `Plan::specialized` and the symbol values"
-    )]
-    Symbolic {
-        /// The symbols' names.
-        symbols: String,
-    },
-    /// The symbol values do not fit the graph.
-    #[error("{0}")]
-    Symbols(String),
-    /// The wiring does not match the operators, or names a tensor that does not exist.
-    #[error("{0}")]
-    Wiring(String),
-    /// An operator reads an input before it is computed.
-    #[error("the operators are not in a topological order")]
-    NotTopological,
-    /// An operator input has another type than its source.
-    #[error("an input of operator {operator} (`{name}`) has another type than its source")]
-    TypeMismatch {
-        /// The operator's index.
-        operator: usize,
-        /// Its name.
-        name: String,
-    },
-}
-
-/// The dtype and shape of one tensor.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Sig {
-    /// Element type.
-    pub dtype: DType,
-    /// Static shape.
-    pub shape: Vec<usize>,
-}
-
-impl Sig {
-    /// The signature of an IR tensor type; an error names an unsupported dtype.
-    pub fn from_ir(t: &ir::TensorType) -> Result<Sig, PlanError> {
-        let dtype = DType::from_ir(t.dtype).ok_or(PlanError::UnsupportedDType(t.dtype))?;
-        let shape = t
-            .shape
-            .iter()
-            .map(|&d| usize::try_from(d).map_err(|_| PlanError::DimensionTooLarge(d)))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Sig { dtype, shape })
-    }
-
-    /// The number of elements.
-    pub fn len(&self) -> usize {
-        self.shape.iter().product()
-    }
-
-    /// Whether it has no element.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The number of bytes of the elements.
-    pub fn bytes(&self) -> usize {
-        self.len() * self.dtype.size()
-    }
-
-    /// Whether `t` has this dtype and shape.
-    pub fn fits(&self, t: &HostTensor) -> bool {
-        t.dtype() == self.dtype && t.shape == self.shape
-    }
-}
-
-impl fmt::Display for Sig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{:?}", self.dtype, self.shape)
-    }
+    /// A library call run by its library on the CPU (a GEMM on f32 or f64).
+    Gemm(GemmKernel),
 }
 
 /// The data of one graph input for a run.
@@ -469,7 +389,7 @@ impl Plan {
             let start = Instant::now();
             let wiring = &self.dag.operator_inputs[i].inputs;
             let gpu_time = match &kernels[i] {
-                Kernel::Cpu(kernel) => {
+                kernel @ (Kernel::Cpu(_) | Kernel::Gemm(_)) => {
                     // On the stack for the common case of few tensors (no allocation per run).
                     let mut ins = Pointers::new(wiring.len(), std::ptr::null());
                     for (p, v) in ins.iter_mut().zip(wiring) {
@@ -483,15 +403,15 @@ impl Plan {
                     // (host tensors checked, raw ones by the caller's contract, intermediates
                     // allocated from the plan's types, which `Plan::new` matched against the
                     // operators through the wiring); the buffers written are distinct from
-                    // those read (a DAG).
-                    unsafe {
-                        kernel.run_raw(
-                            &ins,
-                            &outs,
-                            self.symbols_for(kernel.symbol_count()),
-                            threads,
-                        )
-                    }?;
+                    // those read (a DAG). A GEMM reads its sizes from `op`, the planned
+                    // (concrete) operator whose types the buffers have.
+                    match kernel {
+                        Kernel::Cpu(k) => unsafe {
+                            k.run_raw(&ins, &outs, self.symbols_for(k.symbol_count()), threads)
+                        }?,
+                        Kernel::Gemm(k) => unsafe { k.run(op, &ins, &outs, threads) }?,
+                        _ => unreachable!("matched above"),
+                    }
                     None
                 }
                 kernel => {
@@ -552,7 +472,9 @@ impl Plan {
                         )
                         .map(|()| None)
                         .map_err(Into::into),
-                        Kernel::Cpu(_) => unreachable!("C++ kernels take raw pointers"),
+                        Kernel::Cpu(_) | Kernel::Gemm(_) => {
+                            unreachable!("C++ and library kernels take raw pointers")
+                        }
                     };
                     drop(ins);
                     for (&slot, t) in self.op_slots[i].iter().zip(outs) {

@@ -32,7 +32,10 @@ use std::fmt::Write as _;
 /// The operator is validated first ([`ovl_ir::validate::validate`]): malformed IR gives
 /// [`CodegenError::Invalid`], never a panic.
 pub fn generate_cpp(dag: &ir::ExpressionDag, key: &str) -> Result<String, CodegenError> {
-    Ok(cpp_source(&emit(dag, key, Dialect::Cpp)?))
+    // A library call is compiled as its reference program (the CPU runtime of `ovl` calls the
+    // library instead where it has one for the dtype).
+    let dag = ovl_ir::library::expand(dag);
+    Ok(cpp_source(&emit(&dag, key, Dialect::Cpp)?))
 }
 
 /// The translation unit around an emitted worker program.

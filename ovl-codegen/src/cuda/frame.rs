@@ -42,6 +42,8 @@ pub const KERNEL_NAME: &str = "ovl_kernel";
 /// The operator is validated first ([`ovl_ir::validate::validate`]): malformed IR gives
 /// [`CodegenError::Invalid`], never a panic.
 pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, CodegenError> {
+    // A library call runs as its reference program (no cuBLAS call yet).
+    let dag: &ir::ExpressionDag = &ovl_ir::library::expand(dag);
     let e = emit(dag, key, Dialect::Cuda)?;
     let program = e.worker_program(2);
     let mut s = String::with_capacity(PRELUDE.len() + program.len() + 4096);

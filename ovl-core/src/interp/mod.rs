@@ -200,6 +200,9 @@ pub fn interpret_with(
     options: &InterpOptions,
 ) -> Result<(), InterpError> {
     validate(dag)?;
+    // A library call runs its reference program (`proto/ovl.proto`, "Library calls").
+    let expanded = ovl_ir::library::expand(dag);
+    let dag: &ir::ExpressionDag = &expanded;
     check_tensors(
         dag,
         "input",

@@ -52,7 +52,10 @@ fn constant(dtype: DType, lit: Literal) -> ir::Expression {
     e
 }
 
+mod gemm;
 mod gradients;
+
+pub use gemm::gemm;
 
 /// Records `out[p] = op(operands[p]...)` over the broadcast shape of the tensor operands
 /// ([`crate::broadcast`]: the rule `ovl_stdlib` uses too), with its gradient when `op` is
@@ -237,6 +240,7 @@ fn record<T: Scalar, R: Scalar>(
             column: at.column(),
         }),
         gradient: None,
+        library_call: None,
     };
     if error.is_none() {
         if let Err(e) = crate::validate::validate(&dag) {

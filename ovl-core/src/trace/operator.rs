@@ -395,6 +395,7 @@ fn finish_dag(
             column: st.site.column,
         }),
         gradient: None,
+        library_call: None,
     }
 }
 

@@ -66,6 +66,7 @@ fn square_via_variable(n: u64, line: u32) -> ir::ExpressionDag {
             column: 1,
         }),
         gradient: None,
+        library_call: None,
     }
 }
 
@@ -92,6 +93,7 @@ fn double(n: u64, line: u32) -> ir::ExpressionDag {
             column: 1,
         }),
         gradient: None,
+        library_call: None,
     }
 }
 

@@ -404,7 +404,8 @@ impl<'a> Checker<'a> {
 /// `local_tensor` expression before (in program order) any read or write of it; `position` axes
 /// are within the workgroup's rank; `assign` targets a `variable` of the value's dtype; control
 /// flow is properly nested (`if [else] end_if`, `range end_range`,
-/// `while_begin .. while_cond .. while_end`).
+/// `while_begin .. while_cond .. while_end`). A library call has no expressions, and its
+/// tensors' shapes fit the call (`crate::library::gemm_dims`).
 pub fn validate(dag: &ir::ExpressionDag) -> Result<(), ValidationError> {
     let mut c = Checker {
         dag,
@@ -441,6 +442,11 @@ pub fn validate(dag: &ir::ExpressionDag) -> Result<(), ValidationError> {
     crate::symbolic::check_operator(dag).map_err(|m| c.operator_error(m))?;
     c.tensor_types("output", &dag.outputs)?;
     c.tensor_types("local", &dag.locals)?;
+    if crate::library::is_library_call(dag) {
+        // No worker program: the call's shapes are what there is to check.
+        crate::library::gemm_dims(dag).map_err(|m| c.operator_error(m))?;
+        return Ok(());
+    }
     for i in 0..dag.expressions.len() {
         let v = c.expression(i)?;
         c.value.push(v);

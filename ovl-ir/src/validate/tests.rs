@@ -47,12 +47,12 @@ fn a_valid_operator_passes() {
 #[test]
 fn version_workgroup_and_tensor_types() {
     let mut d = valid();
-    d.version = 2;
+    d.version = 1;
     let e = validate(&d).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "operator `op` (defined at src/ops.rs:12): IR version 2 is not supported: this build of \
-         ovl reads IR version 1; trace the operator again with this version of ovl"
+        "operator `op` (defined at src/ops.rs:12): IR version 1 is not supported: this build of \
+         ovl reads IR version 2; trace the operator again with this version of ovl"
     );
     let mut d = valid();
     d.workgroup_shape = vec![];

@@ -1,0 +1,308 @@
+//! A whole LSTM layer, ovl side (issue 32): input `x [T, B, I]`, per step
+//! `z = x_t W + h U + b` (two matrix products, library calls) and the cell on `z` (gates in
+//! Keras's order i, f, g, o: `c = σ(f) c + σ(i) tanh(g)`, `h = σ(o) tanh(c)`), from `h = c = 0`,
+//! written the natural way with `ovl_stdlib` (T steps unrolled in one lazy graph), recorded once
+//! on placeholders and compiled once (`ovl::compile`, f32, CPU). Forward returns every `h`;
+//! forward + backward returns the gradients of `sum(h * g)` for `x`, `W`, `U` and `b`
+//! (`ovl::backward`). A second variant computes `x W` for every step in one product first (the
+//! "hoisted" rows). Compile time (recording, fusing, compiling) is measured too.
+//!
+//! Fusion runs at opt_level 1 unless `--opt N` says otherwise: at the default level (3) the
+//! fusion search over the unrolled forward + backward graph grows much faster than T (warm:
+//! 0.06 s at T = 6, 1.2 s at T = 12, over 10 minutes at T = 35 on the development machine;
+//! docs/benchmarks.md says why), and at T = 12 level 1 also ran faster (the products are
+//! library calls either way; each step's cell still fuses into one kernel).
+//!
+//! `cargo bench --bench lstm_layer -- [--quick] [--out DIR]` writes `DIR/ovl.json` (times) and,
+//! per size, the outputs of one run (`DIR/ovl_TxBxH_{h,dx,dw,du,db}.f32`, little-endian) that
+//! `benches/lstm_layer_peers.py` checks against its NumPy reference before any peer runs;
+//! the inputs come from the formula both sides share (`input`). `scripts/bench-lstm-layer.sh`
+//! runs everything and writes the table.
+
+mod common;
+
+use common::{machine, time_calls, Args, Timing};
+use ndarray::{ArrayD, IxDyn};
+use ovl::{Lazy, Options};
+use ovl_stdlib as ops;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// The benchmark's sizes: (T, B, H = I).
+const SIZES: [(usize, usize, usize); 3] = [(35, 20, 650), (35, 20, 1500), (20, 64, 1024)];
+
+/// Element `k` of an input: `scale * sin(0.7071 k + seed)`, computed in f64 and rounded to
+/// f32 (`benches/lstm_layer_peers.py` computes the same).
+// 0.7071 is the multiplier the Python side uses, written out (not 1/sqrt(2)).
+#[allow(clippy::approx_constant)]
+fn input(shape: &[usize], seed: f64, scale: f64) -> ArrayD<f32> {
+    let mut k = 0u64;
+    ArrayD::from_shape_simple_fn(IxDyn(shape), || {
+        let v = (scale * (k as f64 * 0.7071 + seed).sin()) as f32;
+        k += 1;
+        v
+    })
+}
+
+/// The layer's inputs: x, W, U, b and the seed g of `sum(h * g)`.
+fn inputs(t: usize, b: usize, h: usize) -> [ArrayD<f32>; 5] {
+    let scale = 1.0 / (h as f64).sqrt();
+    [
+        input(&[t, b, h], 0.1, 1.0),
+        input(&[h, 4 * h], 0.2, scale),
+        input(&[h, 4 * h], 0.3, scale),
+        input(&[4 * h], 0.4, 0.1),
+        input(&[t, b, h], 0.5, 1.0),
+    ]
+}
+
+/// The cell on the gate pre-activations `z [B, 4H]` (Keras's order i, f, g, o).
+fn cell(z: &Lazy<f32>, c: &Lazy<f32>) -> (Lazy<f32>, Lazy<f32>) {
+    let g = ops::split(z, 1, 4);
+    let new_c = ops::add(
+        ops::mul(ops::sigmoid(&g[1]), c),
+        ops::mul(ops::sigmoid(&g[0]), ops::tanh(&g[2])),
+    );
+    let new_h = ops::mul(ops::sigmoid(&g[3]), ops::tanh(&new_c));
+    (new_c, new_h)
+}
+
+/// Every step's `h`, from the placeholders. With `hoist`, the input's product for every step is
+/// one product (`[T B, I] x [I, 4H]`, as cuDNN and hand-written layers do) split into steps;
+/// without, each step multiplies its own `x_t` (the natural way).
+fn layer(
+    x: &Lazy<f32>,
+    w: &Lazy<f32>,
+    u: &Lazy<f32>,
+    bias: &Lazy<f32>,
+    hoist: bool,
+) -> Vec<Lazy<f32>> {
+    let (t, b) = (x.shape()[0], x.shape()[1]);
+    let (i, h) = (x.shape()[2], u.shape()[0]);
+    let zeros = || Lazy::from(ArrayD::<f32>::zeros(IxDyn(&[b, h])));
+    let (mut hs, mut h_t, mut c_t) = (Vec::with_capacity(t), zeros(), zeros());
+    let projected: Vec<Lazy<f32>> = if hoist {
+        let all = ops::matmul(ops::reshape(x, &[t * b, i]), w);
+        ops::split(ops::reshape(&all, &[t, b, 4 * h]), 0, t)
+            .iter()
+            .map(|p| ops::reshape(p, &[b, 4 * h]))
+            .collect()
+    } else {
+        ops::split(x, 0, t)
+            .iter()
+            .map(|x_t| ops::matmul(ops::reshape(x_t, &[b, i]), w))
+            .collect()
+    };
+    for xw in projected {
+        let z = ops::add(ops::add(xw, ops::matmul(&h_t, u)), bias);
+        let (c, h) = cell(&z, &c_t);
+        hs.push(h.clone());
+        (h_t, c_t) = (h, c);
+    }
+    hs
+}
+
+struct Measured {
+    /// Recording, fusing and compiling with an empty operator cache.
+    compile_cold: Duration,
+    /// The same after `ovl::clear_caches` (in-memory caches empty, compiled operators on disk).
+    compile_warm: Duration,
+    timing: Timing,
+}
+
+/// `--opt N`: another fusion level than this benchmark's 1 (see the module's documentation).
+fn opt_level() -> u8 {
+    let all: Vec<String> = std::env::args().collect();
+    all.iter()
+        .position(|a| a == "--opt")
+        .and_then(|i| all.get(i + 1))
+        .map_or(1, |s| s.parse().expect("--opt N"))
+}
+
+fn write_f32(path: &std::path::Path, arrays: &[&ArrayD<f32>]) {
+    let mut bytes = Vec::new();
+    for a in arrays {
+        for v in a.iter() {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    std::fs::write(path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+fn run(
+    (t, b, h): (usize, usize, usize),
+    (backward, hoist): (bool, bool),
+    reps: usize,
+    out: &std::path::Path,
+) -> Measured {
+    let cache = out.join(format!("operator-cache-{t}x{b}x{h}"));
+    let _ = std::fs::remove_dir_all(&cache);
+    let options = Options {
+        cache_dir: Some(cache),
+        ..Options::cpu().with_opt_level(opt_level())
+    };
+    let [xv, wv, uv, bv, gv] = inputs(t, b, h);
+    let build = || {
+        ovl::clear_caches();
+        let x = ovl::placeholder::<f32>("x", &[t, b, h]);
+        let w = ovl::placeholder::<f32>("w", &[h, 4 * h]);
+        let u = ovl::placeholder::<f32>("u", &[h, 4 * h]);
+        let bias = ovl::placeholder::<f32>("b", &[4 * h]);
+        let g = ovl::placeholder::<f32>("g", &[t, b, h]);
+        let hs = layer(&x, &w, &u, &bias, hoist);
+        if backward {
+            let gs = ops::split(&g, 0, t);
+            let seeds: Vec<Lazy<f32>> = gs.iter().map(|g| ops::reshape(g, &[b, h])).collect();
+            let pairs: Vec<(&Lazy<f32>, &Lazy<f32>)> = hs.iter().zip(&seeds).collect();
+            let grads = ovl::backward(&pairs, &[&x, &w, &u, &bias]).expect("backward");
+            let outs: Vec<Lazy<f32>> = [&x, &w, &u, &bias]
+                .iter()
+                .map(|v| grads.of_or_zeros(v))
+                .collect();
+            let c = ovl::compile((&x, &w, &u, &bias, &g), &outs[..], &options).expect("compile");
+            let dests: Vec<ArrayD<f32>> = outs
+                .iter()
+                .map(|o| ArrayD::zeros(IxDyn(o.shape())))
+                .collect();
+            (c, dests)
+        } else {
+            let c = ovl::compile((&x, &w, &u, &bias), &hs[..], &options).expect("compile");
+            (c, vec![ArrayD::zeros(IxDyn(&[b, h])); t])
+        }
+    };
+    let start = Instant::now();
+    drop(build());
+    let compile_cold = start.elapsed();
+    let start = Instant::now();
+    let (compiled, mut dests) = build();
+    let compile_warm = start.elapsed();
+    let feeds = [xv, wv, uv, bv, gv].map(Lazy::from);
+    let call = |dests: &mut [ArrayD<f32>]| -> Result<(), ovl::Error> {
+        if backward {
+            compiled.run_into(
+                (&feeds[0], &feeds[1], &feeds[2], &feeds[3], &feeds[4]),
+                dests,
+            )
+        } else {
+            compiled.run_into((&feeds[0], &feeds[1], &feeds[2], &feeds[3]), dests)
+        }
+    };
+    call(&mut dests).expect("first run");
+    let name = format!("ovl_{t}x{b}x{h}{}", if hoist { "_hoisted" } else { "" });
+    if backward {
+        for (k, which) in ["dx", "dw", "du", "db"].iter().enumerate() {
+            write_f32(&out.join(format!("{name}_{which}.f32")), &[&dests[k]]);
+        }
+    } else {
+        let all: Vec<&ArrayD<f32>> = dests.iter().collect();
+        write_f32(&out.join(format!("{name}_h.f32")), &all);
+    }
+    let timing = time_calls(0, reps, || call(&mut dests)).expect("run");
+    Measured {
+        compile_cold,
+        compile_warm,
+        timing,
+    }
+}
+
+fn main() {
+    let args = Args::parse("target/lstm-layer-bench");
+    std::fs::create_dir_all(&args.out_dir).expect("output directory");
+    let reps = if args.quick { 3 } else { 7 };
+    // `--size T,B,H` runs one size only; `--forward-only` skips forward + backward.
+    let all: Vec<String> = std::env::args().collect();
+    let one = all
+        .iter()
+        .position(|a| a == "--size")
+        .and_then(|i| all.get(i + 1))
+        .map(|s| {
+            let v: Vec<usize> = s
+                .split(',')
+                .map(|d| d.parse().expect("--size T,B,H"))
+                .collect();
+            (v[0], v[1], v[2])
+        });
+    let sizes: Vec<_> = match one {
+        Some(size) => vec![size],
+        None if args.quick => SIZES[..1].to_vec(),
+        None => SIZES.to_vec(),
+    };
+    let forward_only = args.flag("--forward-only");
+    if args.flag("--profile") {
+        // Each kernel's best time in the forward pass of the first size, from host data.
+        let (t, b, h) = sizes[0];
+        let [xv, wv, uv, bv, _] = inputs(t, b, h);
+        let hs = layer(
+            &Lazy::from(xv),
+            &Lazy::from(wv),
+            &Lazy::from(uv),
+            &Lazy::from(bv),
+            args.flag("--hoist"),
+        );
+        let options = Options::cpu().with_opt_level(opt_level());
+        let (_, profile) = ovl::profile(&hs[..], &options, 5).expect("profile");
+        for op in &profile.operators {
+            println!("{:>10.3} ms  {}", op.min().as_secs_f64() * 1e3, op.name);
+        }
+        return;
+    }
+    println!("LSTM layer, ovl (CPU, f32), {}", machine());
+    let mut rows = Vec::new();
+    for &(t, b, h) in &sizes {
+        let fwd = run((t, b, h), (false, false), reps, &args.out_dir);
+        if forward_only {
+            println!(
+                "T={t} B={b} H=I={h}: forward {:.2} ms (median {:.2}); compile (cold / warm \
+                 operator cache) {:.2} / {:.2} s",
+                fwd.timing.best.as_secs_f64() * 1e3,
+                fwd.timing.median.as_secs_f64() * 1e3,
+                fwd.compile_cold.as_secs_f64(),
+                fwd.compile_warm.as_secs_f64()
+            );
+            continue;
+        }
+        let fb = run((t, b, h), (true, false), reps, &args.out_dir);
+        let hoisted = [false, true].map(|bw| run((t, b, h), (bw, true), reps, &args.out_dir));
+        println!(
+            "T={t} B={b} H=I={h}: forward {:.2} ms (median {:.2}), forward + backward {:.2} ms \
+             (median {:.2}); compile (cold / warm operator cache) {:.2} / {:.2} s and \
+             {:.2} / {:.2} s",
+            fwd.timing.best.as_secs_f64() * 1e3,
+            fwd.timing.median.as_secs_f64() * 1e3,
+            fb.timing.best.as_secs_f64() * 1e3,
+            fb.timing.median.as_secs_f64() * 1e3,
+            fwd.compile_cold.as_secs_f64(),
+            fwd.compile_warm.as_secs_f64(),
+            fb.compile_cold.as_secs_f64(),
+            fb.compile_warm.as_secs_f64(),
+        );
+        println!(
+            "  x W for all steps in one product: forward {:.2} ms, forward + backward {:.2} ms",
+            hoisted[0].timing.best.as_secs_f64() * 1e3,
+            hoisted[1].timing.best.as_secs_f64() * 1e3,
+        );
+        rows.push(json!({
+            "t": t, "b": b, "h": h,
+            "forward_ms": fwd.timing.best.as_secs_f64() * 1e3,
+            "forward_median_ms": fwd.timing.median.as_secs_f64() * 1e3,
+            "backward_ms": fb.timing.best.as_secs_f64() * 1e3,
+            "backward_median_ms": fb.timing.median.as_secs_f64() * 1e3,
+            "compile_forward_cold_s": fwd.compile_cold.as_secs_f64(),
+            "compile_forward_warm_s": fwd.compile_warm.as_secs_f64(),
+            "compile_backward_cold_s": fb.compile_cold.as_secs_f64(),
+            "compile_backward_warm_s": fb.compile_warm.as_secs_f64(),
+            "hoisted_forward_ms": hoisted[0].timing.best.as_secs_f64() * 1e3,
+            "hoisted_backward_ms": hoisted[1].timing.best.as_secs_f64() * 1e3,
+        }));
+    }
+    let report = json!({
+        "machine": machine(),
+        "reps": reps,
+        "opt_level": opt_level(),
+        "sizes": rows,
+    });
+    let path = args.out_dir.join("ovl.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report).expect("json"))
+        .expect("write ovl.json");
+    println!("wrote {}", path.display());
+}

@@ -1,0 +1,46 @@
+//! Matrix products (issue 32, item 6): `ovl_stdlib::matmul` on f32 square matrices of 512, 1024
+//! and 2048, recorded once on placeholders (`ovl::compile`) and run with new data, in GFLOP/s
+//! (2 n³ flops per product, best of the repetitions). `scripts/bench-matmul.sh` runs it and
+//! NumPy on the same data sizes in the same minutes and writes the table.
+//!
+//! `cargo bench --bench matmul -- [--quick] [--out DIR]` writes `DIR/ovl.json`.
+
+mod common;
+
+use common::{machine, time_calls, Args};
+use ndarray::{ArrayD, IxDyn};
+use ovl::{Lazy, Options};
+use serde_json::json;
+
+fn main() {
+    let args = Args::parse("target/matmul-bench");
+    std::fs::create_dir_all(&args.out_dir).expect("output directory");
+    let reps = if args.quick { 5 } else { 20 };
+    println!("matmul f32, ovl compiled once (CPU), {}", machine());
+    let mut rows = Vec::new();
+    for n in [512usize, 1024, 2048] {
+        let a = ovl::placeholder::<f32>("a", &[n, n]);
+        let b = ovl::placeholder::<f32>("b", &[n, n]);
+        let c = ovl_stdlib::matmul(&a, &b);
+        let compiled = ovl::compile((&a, &b), &c, &Options::cpu()).expect("compile");
+        let fill = |seed: f32| {
+            Lazy::from(ArrayD::from_shape_fn(IxDyn(&[n, n]), |i| {
+                ((i[0] * 7 + i[1] * 3) % 17) as f32 * 0.1 - seed
+            }))
+        };
+        let (av, bv) = (fill(0.8), fill(0.7));
+        let mut dests = vec![ArrayD::<f32>::zeros(IxDyn(&[n, n]))];
+        let t = time_calls(2, reps.max(2048 / n * 3), || {
+            compiled.run_into((&av, &bv), &mut dests)
+        })
+        .expect("run");
+        let gflops = 2.0 * (n as f64).powi(3) / t.best.as_secs_f64() / 1e9;
+        let median = 2.0 * (n as f64).powi(3) / t.median.as_secs_f64() / 1e9;
+        println!("n={n}: {gflops:.1} GFLOP/s (median {median:.1})");
+        rows.push(json!({ "n": n, "gflops": gflops, "median_gflops": median }));
+    }
+    let report = json!({ "machine": machine(), "sizes": rows });
+    let path = args.out_dir.join("ovl.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report).expect("json")).expect("write");
+    println!("wrote {}", path.display());
+}

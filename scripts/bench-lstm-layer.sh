@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# A whole LSTM layer (issue 32): ovl (benches/lstm_layer.rs) against TensorFlow's
+# keras.layers.LSTM with and without jit_compile and JAX lax.scan under jit
+# (benches/lstm_layer_peers.py), each checked against a NumPy reference first; writes
+# target/lstm-layer-bench/lstm_layer.md.
+#
+# JAX runs from the optional peer environment (.venv-peers, scripts/peer-env.sh jax), created
+# only with --peers; without it and without an existing .venv-peers the report says it did not
+# run.
+#
+#   scripts/bench-lstm-layer.sh            quick mode: the first size, 3 repetitions
+#   scripts/bench-lstm-layer.sh --full     every size, 7 repetitions (for the record)
+#   scripts/bench-lstm-layer.sh --peers    also install JAX when it is missing
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode="--quick"
+peers=0
+for arg in "$@"; do
+    case "$arg" in
+        --full) mode="" ;;
+        --peers) peers=1 ;;
+        *)
+            echo "usage: scripts/bench-lstm-layer.sh [--full] [--peers]" >&2
+            exit 2
+            ;;
+    esac
+done
+out="$PWD/target/lstm-layer-bench"
+mkdir -p "$out"
+rm -f "$out"/tf.json "$out"/jax.json
+
+echo "== Python environment"
+python="$(scripts/python-env.sh)"
+
+echo "== LSTM layer: ovl"
+cargo bench --locked --bench lstm_layer -- $mode --out "$out"
+
+echo "== LSTM layer: NumPy reference check of ovl, then TensorFlow"
+"$python" benches/lstm_layer_peers.py --peer tf $mode --out "$out"
+
+echo "== LSTM layer: JAX"
+peer_python=""
+if [ "$peers" = 1 ]; then
+    peer_python="$(scripts/peer-env.sh jax)"
+elif [ -x .venv-peers/bin/python ] && .venv-peers/bin/python -c "import jax" 2>/dev/null; then
+    peer_python="$PWD/.venv-peers/bin/python"
+fi
+if [ -n "$peer_python" ]; then
+    "$peer_python" benches/lstm_layer_peers.py --peer jax $mode --out "$out"
+else
+    echo "JAX DID NOT RUN: no .venv-peers with JAX (scripts/bench-lstm-layer.sh --peers)"
+fi
+
+echo "== report"
+"$python" benches/lstm_layer_peers.py --report --out "$out"

@@ -1,0 +1,144 @@
+//! The CPU kernel of a library call: a GEMM (`proto/ovl.proto`, "Library calls") on `f32` or
+//! `f64` through the `gemm` crate (the README says why that crate). Other dtypes run the
+//! call's reference program, compiled like any operator.
+
+use super::RunFailure;
+use crate::error::Mismatch;
+use ovl_core::ir;
+use ovl_core::library::{gemm_dims, GemmDims};
+use ovl_core::DType;
+use std::ffi::c_void;
+
+/// A GEMM run by the library on the CPU.
+#[derive(Clone, Debug)]
+pub struct GemmKernel {
+    dtype: DType,
+}
+
+impl GemmKernel {
+    /// The library kernel of `op`, when the CPU has one for it: a GEMM on `f32` or `f64`.
+    pub fn for_operator(op: &ir::ExpressionDag) -> Option<GemmKernel> {
+        let dims = gemm_dims(op).ok()?;
+        matches!(dims.dtype, DType::F32 | DType::F64).then_some(GemmKernel { dtype: dims.dtype })
+    }
+
+    /// Runs the call of `op` (a concrete operator: its types give the sizes) on `inputs`
+    /// (A, B) into `output` (C), with up to `threads` threads (0: one per core).
+    ///
+    /// # Safety
+    /// The pointers name buffers of `op`'s input and output types; C overlaps neither input.
+    pub(crate) unsafe fn run(
+        &self,
+        op: &ir::ExpressionDag,
+        inputs: &[*const c_void],
+        outputs: &[*mut c_void],
+        threads: usize,
+    ) -> Result<(), RunFailure> {
+        let mismatch = |problem: String| {
+            RunFailure::from(Mismatch::LibraryCall {
+                name: op.name.clone(),
+                problem,
+            })
+        };
+        let dims = gemm_dims(op).map_err(|m| mismatch(m.to_string()))?;
+        let output = match (inputs.len(), outputs) {
+            (2, &[output]) if dims.dtype == self.dtype => output,
+            _ => {
+                return Err(mismatch(format!(
+                    "the kernel was prepared for {}, 2 inputs and 1 output",
+                    self.dtype
+                )))
+            }
+        };
+        // SAFETY: the caller's contract, with the sizes of `op`'s types.
+        unsafe {
+            match self.dtype {
+                DType::F64 => gemm_batched::<f64>(&dims, inputs[0], inputs[1], output, threads),
+                _ => gemm_batched::<f32>(&dims, inputs[0], inputs[1], output, threads),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `C[b] = op(A[b]) · op(B[b])` for every batch `b`, row-major buffers.
+///
+/// # Safety
+/// As [`GemmKernel::run`]: A, B and C hold the elements `dims` describes.
+unsafe fn gemm_batched<T: Element>(
+    dims: &GemmDims,
+    a: *const c_void,
+    b: *const c_void,
+    c: *mut c_void,
+    threads: usize,
+) {
+    let (m, n, k) = (dims.m as usize, dims.n as usize, dims.k as usize);
+    let (a, b, c) = (a.cast::<T>(), b.cast::<T>(), c.cast::<T>());
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        // An empty sum: zeros (the library is not asked, so that nothing depends on its reading
+        // of an empty product).
+        // SAFETY: C holds batch * m * n elements.
+        unsafe { std::slice::from_raw_parts_mut(c, dims.batch as usize * m * n) }.fill(T::ZERO);
+        return;
+    }
+    // Strides in elements (row, column) of op(A) [m, k], op(B) [k, n] and C [m, n].
+    let (a_rs, a_cs) = if dims.transpose_a { (1, m) } else { (k, 1) };
+    let (b_rs, b_cs) = if dims.transpose_b { (1, k) } else { (n, 1) };
+    // 0 threads: one per core, as for every kernel. Small products are not worth waking
+    // threads for.
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let parallelism = if threads > 1 && m * n * k >= 64 * 64 * 64 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    for batch in 0..dims.batch as usize {
+        // SAFETY: each batch's matrices lie inside the buffers; C's are disjoint from A's and
+        // B's. `read_dst = false`: C is overwritten (`beta`, the product's factor, is 1).
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c.add(batch * m * n),
+                1,
+                n as isize,
+                false,
+                a.add(batch * m * k),
+                a_cs as isize,
+                a_rs as isize,
+                b.add(batch * k * n),
+                b_cs as isize,
+                b_rs as isize,
+                T::ZERO,
+                T::ONE,
+                false,
+                false,
+                false,
+                parallelism,
+            )
+        };
+    }
+}
+
+/// The element types the library multiplies.
+trait Element: Copy + 'static {
+    const ZERO: Self;
+    const ONE: Self;
+}
+
+impl Element for f32 {
+    const ZERO: f32 = 0.0;
+    const ONE: f32 = 1.0;
+}
+
+impl Element for f64 {
+    const ZERO: f64 = 0.0;
+    const ONE: f64 = 1.0;
+}
