@@ -7,11 +7,11 @@
 //! (`ovl::backward`). A second variant computes `x W` for every step in one product first (the
 //! "hoisted" rows). Compile time (recording, fusing, compiling) is measured too.
 //!
-//! Fusion runs at opt_level 1 unless `--opt N` says otherwise: at the default level (3) the
-//! fusion search over the unrolled forward + backward graph grows much faster than T (warm:
-//! 0.06 s at T = 6, 1.2 s at T = 12, over 10 minutes at T = 35 on the development machine;
-//! docs/benchmarks.md says why), and at T = 12 level 1 also ran faster (the products are
-//! library calls either way; each step's cell still fuses into one kernel).
+//! Fusion runs at opt_level 1 unless `--opt N` says otherwise (the table in docs/benchmarks.md
+//! was measured so): the products are library calls at every level and each step's cell fuses
+//! into one kernel either way; level 3 (the library's default) also merges across steps and
+//! takes longer to compile (T = 35, H = 650, quick run: 1.3 s forward and 4.9 s forward +
+//! backward cold, against 0.8 and 2.8 s) for about the same run time.
 //!
 //! `cargo bench --bench lstm_layer -- [--quick] [--out DIR]` writes `DIR/ovl.json` (times) and,
 //! per size, the outputs of one run (`DIR/ovl_TxBxH_{h,dx,dw,du,db}.f32`, little-endian) that
