@@ -11,7 +11,6 @@ Without PyTorch, or without a GPU it can use, it writes why into OUT/torch.json 
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reductions_common import EPS, KERNELS, bytes_moved, inputs  # noqa: E402
+from torch_common import copy_bandwidth, time_gpu  # noqa: E402
 
 # The sizes `cargo bench --bench reductions -- --gpu` measures (benches/reductions.rs).
 GPU_SIZES = [(1024, 4096), (8192, 1024)]
@@ -135,37 +135,6 @@ def with_gradient(torch, f):
         return y.detach(), dx
 
     return run
-
-
-def time_gpu(torch, fn, args, reps):
-    for _ in range(3):  # warm-up: compilation, autotuning, allocator
-        fn(*args)
-    times = event_times(torch, lambda: fn(*args), reps)
-    return min(times), statistics.median(times)
-
-
-def event_times(torch, call, reps):
-    """Seconds each of `reps` calls of `call` takes on the GPU, from CUDA events around it."""
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return times
-
-
-def copy_bandwidth(torch):
-    """Bytes per second of a 256 MiB device-to-device copy, each byte counted read and written."""
-    n = 256 << 20
-    src = torch.empty(n, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    dst.copy_(src)  # warm-up
-    return 2 * n / min(event_times(torch, lambda: dst.copy_(src), 20))
 
 
 def skip(out, why):
