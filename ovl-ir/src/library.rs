@@ -58,48 +58,108 @@ fn symbolic_dim(t: &ir::TensorType, d: usize) -> Option<(u32, i64, i64)> {
         .map(|s| (s.symbol, s.scale, s.offset))
 }
 
+/// Why an operator is not a valid library call (`proto/ovl.proto`'s `LibraryCall`): what is
+/// wrong, with the shapes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LibraryCallError {
+    /// A call of a kind this version does not know.
+    #[error("a library call of a kind this version does not know")]
+    UnknownKind,
+    /// A call with a worker program or local tensors.
+    #[error("a library call has no expressions and no local tensors")]
+    HasBody,
+    /// A GEMM without exactly 2 inputs and 1 output.
+    #[error("a GEMM reads 2 inputs and writes 1 output, not {inputs} and {outputs}")]
+    Arity {
+        /// Inputs declared.
+        inputs: usize,
+        /// Outputs declared.
+        outputs: usize,
+    },
+    /// Operands and result not of one numeric dtype.
+    #[error(
+        "a GEMM multiplies numbers of one dtype: the operands and result are {a}, {b} and {c}"
+    )]
+    DTypes {
+        /// The first operand's dtype name.
+        a: String,
+        /// The second's.
+        b: String,
+        /// The result's.
+        c: String,
+    },
+    /// Shapes that do not multiply (or a workgroup other than the result's shape).
+    #[error(
+        "GEMM{}{} shapes {a:?} and {b:?} do not multiply into {c:?} (workgroup {workgroup:?}): \
+         need [batch.., {}] and [batch.., {}] into [batch.., m, n]{}",
+        if *.transpose_a { " (a transposed)" } else { "" },
+        if *.transpose_b { " (b transposed)" } else { "" },
+        if *.transpose_a { "k, m" } else { "m, k" },
+        if *.transpose_b { "n, k" } else { "k, n" },
+        if *.run_time {
+            "; a dimension sized at run time in one tensor is sized otherwise in another"
+        } else {
+            ""
+        }
+    )]
+    Shapes {
+        /// The first operand's shape.
+        a: Vec<u64>,
+        /// The second's.
+        b: Vec<u64>,
+        /// The result's.
+        c: Vec<u64>,
+        /// The workgroup.
+        workgroup: Vec<u64>,
+        /// The first operand is read transposed.
+        transpose_a: bool,
+        /// The second operand is read transposed.
+        transpose_b: bool,
+        /// The sizes match as traced, but not as sized at run time.
+        run_time: bool,
+    },
+}
+
 /// Checks a library call's signature against the rules of `proto/ovl.proto` and returns its
-/// sizes; the message names the shapes. Every other consumer relies on a validated operator.
-pub fn gemm_dims(dag: &ir::ExpressionDag) -> Result<GemmDims, String> {
+/// sizes; the error names the shapes. Every other consumer relies on a validated operator.
+pub fn gemm_dims(dag: &ir::ExpressionDag) -> Result<GemmDims, LibraryCallError> {
+    use LibraryCallError as E;
     let g = match call(dag) {
         Some(ir::library_call::Call::Gemm(g)) => g,
-        None => return Err("a library call of a kind this version does not know".into()),
+        None => return Err(E::UnknownKind),
     };
     if !dag.expressions.is_empty() || !dag.locals.is_empty() {
-        return Err("a library call has no expressions and no local tensors".into());
+        return Err(E::HasBody);
     }
     if dag.inputs.len() != 2 || dag.outputs.len() != 1 {
-        return Err(format!(
-            "a GEMM reads 2 inputs and writes 1 output, not {} and {}",
-            dag.inputs.len(),
-            dag.outputs.len()
-        ));
+        return Err(E::Arity {
+            inputs: dag.inputs.len(),
+            outputs: dag.outputs.len(),
+        });
     }
     let (a, b, c) = (&dag.inputs[0], &dag.inputs[1], &dag.outputs[0]);
-    let dtype = DType::from_ir(a.dtype).ok_or("a GEMM input has an unknown dtype")?;
+    let dtypes = || E::DTypes {
+        a: crate::names::dtype_name(a.dtype),
+        b: crate::names::dtype_name(b.dtype),
+        c: crate::names::dtype_name(c.dtype),
+    };
+    let dtype = DType::from_ir(a.dtype).ok_or_else(dtypes)?;
     if dtype == DType::Bool || b.dtype != a.dtype || c.dtype != a.dtype {
-        return Err(format!(
-            "a GEMM multiplies numbers of one dtype: the operands and result are {}, {} and {}",
-            crate::names::dtype_name(a.dtype),
-            crate::names::dtype_name(b.dtype),
-            crate::names::dtype_name(c.dtype)
-        ));
+        return Err(dtypes());
     }
     let (sa, sb, sc) = (shape_of(a), shape_of(b), shape_of(c));
     let r = sa.len();
-    let mismatch = || {
-        format!(
-            "GEMM{}{} shapes {sa:?} and {sb:?} do not multiply into {sc:?} (workgroup {:?}): \
-             need [batch.., {}] and [batch.., {}] into [batch.., m, n]",
-            if g.transpose_a { " (a transposed)" } else { "" },
-            if g.transpose_b { " (b transposed)" } else { "" },
-            dag.workgroup_shape,
-            if g.transpose_a { "k, m" } else { "m, k" },
-            if g.transpose_b { "n, k" } else { "k, n" },
-        )
+    let mismatch = |run_time: bool| E::Shapes {
+        a: sa.to_vec(),
+        b: sb.to_vec(),
+        c: sc.to_vec(),
+        workgroup: dag.workgroup_shape.clone(),
+        transpose_a: g.transpose_a,
+        transpose_b: g.transpose_b,
+        run_time,
     };
     if r < 2 || sb.len() != r || sc.len() != r || sa[..r - 2] != sb[..r - 2] {
-        return Err(mismatch());
+        return Err(mismatch(false));
     }
     let (m, ka) = if g.transpose_a {
         (sa[r - 1], sa[r - 2])
@@ -113,7 +173,7 @@ pub fn gemm_dims(dag: &ir::ExpressionDag) -> Result<GemmDims, String> {
     };
     let expected_c: Vec<u64> = sa[..r - 2].iter().copied().chain([m, n]).collect();
     if ka != kb || sc != expected_c.as_slice() || dag.workgroup_shape != expected_c {
-        return Err(mismatch());
+        return Err(mismatch(false));
     }
     // Run-time sizes: each dimension that occurs twice is sized the same way in both places.
     let (ia_m, ia_k) = if g.transpose_a {
@@ -143,14 +203,11 @@ pub fn gemm_dims(dag: &ir::ExpressionDag) -> Result<GemmDims, String> {
         .iter()
         .any(|&(x, i, y, j)| symbolic_dim(x, i) != symbolic_dim(y, j))
     {
-        return Err(format!(
-            "{}: a dimension sized at run time in one tensor is sized otherwise in another",
-            mismatch()
-        ));
+        return Err(mismatch(true));
     }
     let batch = sa[..r - 2].iter().try_fold(1u64, |p, &d| p.checked_mul(d));
     Ok(GemmDims {
-        batch: batch.ok_or_else(mismatch)?,
+        batch: batch.ok_or_else(|| mismatch(false))?,
         m,
         n,
         k: ka,
@@ -169,7 +226,7 @@ pub fn gemm_operator(
     b: &[u64],
     transpose_a: bool,
     transpose_b: bool,
-) -> Result<ir::ExpressionDag, String> {
+) -> Result<ir::ExpressionDag, LibraryCallError> {
     let r = a.len();
     let c: Vec<u64> = if r >= 2 && b.len() == r {
         let m = if transpose_a { a[r - 1] } else { a[r - 2] };
@@ -285,13 +342,18 @@ mod tests {
         let t = gemm_operator("mm", DType::F64, &[2, 5, 3], &[2, 7, 5], true, true).unwrap();
         assert_eq!(t.outputs[0].shape, vec![2, 3, 7]);
         let bad = gemm_operator("mm", DType::F32, &[3, 5], &[4, 7], false, false).unwrap_err();
-        assert!(bad.contains("[3, 5]") && bad.contains("[4, 7]"), "{bad}");
+        assert!(
+            matches!(&bad, LibraryCallError::Shapes { a, b, .. } if *a == [3, 5] && *b == [4, 7]),
+            "{bad}"
+        );
+        assert!(bad.to_string().contains("[3, 5] and [4, 7]"), "{bad}");
         let bad = gemm_operator("mm", DType::F32, &[5], &[5, 7], false, false).unwrap_err();
-        assert!(bad.contains("[5]"), "{bad}");
+        assert!(bad.to_string().contains("[5]"), "{bad}");
         let bad = gemm_operator("mm", DType::F32, &[2, 3, 5], &[3, 5, 7], false, false);
         assert!(bad.is_err());
         let bad = gemm_operator("mm", DType::Bool, &[3, 5], &[5, 7], false, false).unwrap_err();
-        assert!(bad.contains("bool"), "{bad}");
+        assert!(matches!(bad, LibraryCallError::DTypes { .. }), "{bad}");
+        assert!(bad.to_string().contains("bool"), "{bad}");
     }
 
     #[test]

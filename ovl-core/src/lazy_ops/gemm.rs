@@ -46,6 +46,7 @@ fn gemm_at<T: Scalar>(
             transpose_a,
             transpose_b,
         )
+        .map_err(|e| e.to_string())
     };
     let source = Some(crate::ir::SourceLocation {
         file: at.file().to_string(),

@@ -444,7 +444,7 @@ pub fn validate(dag: &ir::ExpressionDag) -> Result<(), ValidationError> {
     c.tensor_types("local", &dag.locals)?;
     if crate::library::is_library_call(dag) {
         // No worker program: the call's shapes are what there is to check.
-        crate::library::gemm_dims(dag).map_err(|m| c.operator_error(m))?;
+        crate::library::gemm_dims(dag).map_err(|e| c.operator_error(e.to_string()))?;
         return Ok(());
     }
     for i in 0..dag.expressions.len() {
