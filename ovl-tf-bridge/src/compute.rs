@@ -21,11 +21,19 @@
 //!   slower, not faster (docs/benchmarks.md, the language model).
 
 use crate::ffi::*;
-use crate::op::{tf_dtype, tf_dtype_name, Kernel, Status};
+use crate::tf::{tf_dtype, tf_dtype_name, Status};
 use ovl::program::{Binding, LoadedProgram};
 use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
+
+/// The state of one kernel instance (one node of a graph): the loaded program and the binding
+/// of the shapes it ran last.
+pub(crate) struct Kernel {
+    pub(crate) node: String,
+    pub(crate) program: LoadedProgram,
+    pub(crate) last: LastBinding,
+}
 
 /// A binding of the feeds' shapes, with what allocating the outputs needs.
 pub(crate) struct Bound {

@@ -60,4 +60,6 @@ mod compute;
 #[cfg(not(test))]
 mod op;
 #[cfg(not(test))]
+mod tf;
+#[cfg(not(test))]
 pub mod xla;

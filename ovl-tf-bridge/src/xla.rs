@@ -132,7 +132,7 @@ fn prepare(opaque: &[u8], dtypes: Option<&[c_int]>) -> Result<Arc<Prepared>, Str
     for (k, shape) in shapes.iter().enumerate() {
         let dtype = program.feeds[k].1.dtype;
         if let Some(dtypes) = dtypes {
-            if dtypes[k] != crate::op::tf_dtype(dtype) {
+            if dtypes[k] != crate::tf::tf_dtype(dtype) {
                 return Err(format!(
                     "input {k} (`{}`) has another dtype than the {} program `{}` was exported for",
                     program.feeds[k].0,
@@ -291,7 +291,7 @@ pub unsafe extern "C" fn ovl_tf_xla_output(
         }
         // SAFETY: the caller's contract; sig.shape.len() <= dims_cap.
         unsafe {
-            *dtype = crate::op::tf_dtype(sig.dtype);
+            *dtype = crate::tf::tf_dtype(sig.dtype);
             *rank = sig.shape.len() as u32;
             for (d, &n) in sig.shape.iter().enumerate() {
                 *dims.add(d) = n as i64;
