@@ -1291,3 +1291,61 @@ fn fusion_for_a_target_uses_its_row_budget() {
     assert!(gpu.report.row_buffers.is_empty(), "{}", gpu.report);
     assert_eq!(ovl::fusion(&y, 3).unwrap().report, cpu.report);
 }
+
+/// The fused forward + backward graph of an unrolled LSTM layer (stdlib products and cell,
+/// `steps` steps, batch 2, hidden 3): its kernel count and its expressions in all.
+fn unrolled_layer_fusion(steps: usize) -> (usize, usize) {
+    let (b, h) = (2usize, 3usize);
+    let value = |shape: &[usize], seed: f32| {
+        let n: usize = shape.iter().product();
+        let data = (0..n).map(|i| (i as f32 * 0.37 + seed).sin()).collect();
+        Lazy::from(ArrayD::from_shape_vec(ndarray::IxDyn(shape), data).expect("shape"))
+    };
+    let (w, u, bias) = (
+        value(&[h, 4 * h], 0.1),
+        value(&[h, 4 * h], 0.2),
+        value(&[4 * h], 0.3),
+    );
+    let (mut h_t, mut c_t) = (value(&[b, h], 0.4), value(&[b, h], 0.5));
+    let mut hs = Vec::new();
+    for t in 0..steps {
+        let x_t = value(&[b, h], t as f32);
+        let z = &(&ovl_stdlib::matmul(&x_t, &w) + &ovl_stdlib::matmul(&h_t, &u)) + &bias;
+        let g = ovl_stdlib::split(&z, 1, 4);
+        let c = &(&ovl_stdlib::sigmoid(&g[1]) * &c_t)
+            + &(&ovl_stdlib::sigmoid(&g[0]) * &ovl_stdlib::tanh(&g[2]));
+        h_t = &ovl_stdlib::sigmoid(&g[3]) * &ovl_stdlib::tanh(&c);
+        c_t = c;
+        hs.push(h_t.clone());
+    }
+    let seed = value(&[b, h], 0.6);
+    let pairs: Vec<(&Lazy<f32>, &Lazy<f32>)> = hs.iter().map(|h| (h, &seed)).collect();
+    let grads = ovl::backward(&pairs, &[&w, &u, &bias]).expect("backward");
+    let outs: Vec<Lazy<f32>> = [&w, &u, &bias]
+        .iter()
+        .map(|v| grads.of_or_zeros(v))
+        .collect();
+    let fusion = ovl::fusion(outs.as_slice(), 3).expect("fusion");
+    let expressions = fusion
+        .after
+        .operators
+        .iter()
+        .map(|o| o.expressions.len())
+        .sum();
+    (fusion.report.kernels_after, expressions)
+}
+
+#[test]
+fn an_unrolled_recurrence_fuses_into_a_graph_that_grows_linearly_with_its_steps() {
+    // Index substitution copies a producer that another reader keeps into its consumer; along
+    // a recurrence (the forward values read by the next step and by the backward pass) copies
+    // of copies grew with the number of steps. No operator is computed more than 4 times now,
+    // so twice the steps make about twice the fused code.
+    let (k8, e8) = unrolled_layer_fusion(8);
+    let (k16, e16) = unrolled_layer_fusion(16);
+    assert!(k16 <= 2 * k8 + 2, "{k8} kernels at 8 steps, {k16} at 16");
+    assert!(
+        e16 * 10 <= e8 * 23,
+        "{e8} expressions at 8 steps, {e16} at 16: more than 2.3x"
+    );
+}
