@@ -60,6 +60,25 @@ unsafe fn report(error: *mut c_char, error_len: usize, message: &str) -> c_int {
     1
 }
 
+/// The return code of a call whose body ran under `catch_unwind`: 0, or 1 with the failure
+/// (or the panic) written into the caller's buffer.
+///
+/// # Safety
+/// As for [`report`].
+unsafe fn status(
+    result: std::thread::Result<Result<(), String>>,
+    error: *mut c_char,
+    error_len: usize,
+) -> c_int {
+    let message = match result {
+        Ok(Ok(())) => return 0,
+        Ok(Err(message)) => message,
+        Err(_) => "internal error in ovl-tf-bridge (a panic)".to_string(),
+    };
+    // SAFETY: the caller's contract.
+    unsafe { report(error, error_len, &message) }
+}
+
 fn opaque_of(sealed: &[u8], shapes: &[Vec<usize>]) -> Vec<u8> {
     let mut out = OPAQUE_HEADER.to_vec();
     out.extend_from_slice(&(shapes.len() as u32).to_le_bytes());
@@ -241,19 +260,8 @@ pub unsafe extern "C" fn ovl_tf_xla_prepare(
         }
         Ok(())
     }));
-    match result {
-        Ok(Ok(())) => 0,
-        // SAFETY: the caller's contract.
-        Ok(Err(message)) => unsafe { report(error, error_len, &message) },
-        // SAFETY: the caller's contract.
-        Err(_) => unsafe {
-            report(
-                error,
-                error_len,
-                "internal error in ovl-tf-bridge (a panic)",
-            )
-        },
-    }
+    // SAFETY: the caller's contract.
+    unsafe { status(result, error, error_len) }
 }
 
 /// Frees the text returned by [`ovl_tf_xla_prepare`].
@@ -350,17 +358,6 @@ pub unsafe extern "C" fn ovl_tf_xla_run(
             )
         })
     }));
-    match result {
-        Ok(Ok(())) => 0,
-        // SAFETY: the caller's contract.
-        Ok(Err(message)) => unsafe { report(error, error_len, &message) },
-        // SAFETY: the caller's contract.
-        Err(_) => unsafe {
-            report(
-                error,
-                error_len,
-                "internal error in ovl-tf-bridge (a panic)",
-            )
-        },
-    }
+    // SAFETY: the caller's contract.
+    unsafe { status(result, error, error_len) }
 }
