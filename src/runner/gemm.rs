@@ -90,7 +90,7 @@ unsafe fn gemm_batched<T: Element>(
     // 0 threads: one per core, as for every kernel. Small products are not worth waking
     // threads for.
     let threads = match threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        0 => ovl_codegen::cpu_count(),
         n => n,
     };
     let parallelism = if threads > 1 && m * n * k >= 64 * 64 * 64 {

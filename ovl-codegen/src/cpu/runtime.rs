@@ -74,8 +74,9 @@ struct Pointers {
 unsafe impl Send for Pointers {}
 unsafe impl Sync for Pointers {}
 
-/// The number of CPUs this process may use (computed once: it costs a system call).
-fn cpu_count() -> usize {
+/// The number of CPUs this process may use (computed once: it costs a system call): what a
+/// run on 0 threads ("one per core") uses, here and in the facade's library-call kernels.
+pub fn cpu_count() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
     *N.get_or_init(|| num_cpus::get().max(1))
 }
