@@ -389,29 +389,20 @@ impl Plan {
             let start = Instant::now();
             let wiring = &self.dag.operator_inputs[i].inputs;
             let gpu_time = match &kernels[i] {
-                kernel @ (Kernel::Cpu(_) | Kernel::Gemm(_)) => {
-                    // On the stack for the common case of few tensors (no allocation per run).
-                    let mut ins = Pointers::new(wiring.len(), std::ptr::null());
-                    for (p, v) in ins.iter_mut().zip(wiring) {
-                        *p = self.read_ptr(self.slot_of(v), inputs, outputs, &temps);
-                    }
-                    let mut outs = Pointers::new(self.op_slots[i].len(), std::ptr::null_mut());
-                    for (p, &slot) in outs.iter_mut().zip(&self.op_slots[i]) {
-                        *p = write_ptr(slot, outputs, &mut temps);
-                    }
-                    // SAFETY: every pointer names a buffer of the type the operator declares
-                    // (host tensors checked, raw ones by the caller's contract, intermediates
-                    // allocated from the plan's types, which `Plan::new` matched against the
-                    // operators through the wiring); the buffers written are distinct from
-                    // those read (a DAG). A GEMM reads its sizes from `op`, the planned
-                    // (concrete) operator whose types the buffers have.
-                    match kernel {
-                        Kernel::Cpu(k) => unsafe {
-                            k.run_raw(&ins, &outs, self.symbols_for(k.symbol_count()), threads)
-                        }?,
-                        Kernel::Gemm(k) => unsafe { k.run(op, &ins, &outs, threads) }?,
-                        _ => unreachable!("matched above"),
-                    }
+                // SAFETY (both): every pointer names a buffer of the type the operator
+                // declares (host tensors checked, raw ones by the caller's contract,
+                // intermediates allocated from the plan's types, which `Plan::new` matched
+                // against the operators through the wiring); the buffers written are distinct
+                // from those read (a DAG). A GEMM reads its sizes from `op`, the planned
+                // (concrete) operator whose types the buffers have.
+                Kernel::Cpu(k) => {
+                    let (ins, outs) = self.pointers(i, wiring, inputs, outputs, &mut temps);
+                    unsafe { k.run_raw(&ins, &outs, self.symbols_for(k.symbol_count()), threads) }?;
+                    None
+                }
+                Kernel::Gemm(k) => {
+                    let (ins, outs) = self.pointers(i, wiring, inputs, outputs, &mut temps);
+                    unsafe { k.run(op, &ins, &outs, threads) }?;
                     None
                 }
                 kernel => {
@@ -566,6 +557,27 @@ impl Plan {
             Some(Source::OpOutput(o)) => self.op_slots[o.operator as usize][o.output as usize],
             None => unreachable!("Plan::new checked every operator input's source"),
         }
+    }
+
+    /// The addresses of operator `i`'s inputs (`wiring`) and outputs, on the stack for the
+    /// common case of few tensors (no allocation per run), for a kernel on raw buffers.
+    fn pointers(
+        &self,
+        i: usize,
+        wiring: &[ir::ValueRef],
+        inputs: &[Input<'_>],
+        outputs: &mut [Output<'_>],
+        temps: &mut [Option<HostTensor>],
+    ) -> (Pointers<*const c_void>, Pointers<*mut c_void>) {
+        let mut ins = Pointers::new(wiring.len(), std::ptr::null());
+        for (p, v) in ins.iter_mut().zip(wiring) {
+            *p = self.read_ptr(self.slot_of(v), inputs, outputs, temps);
+        }
+        let mut outs = Pointers::new(self.op_slots[i].len(), std::ptr::null_mut());
+        for (p, &slot) in outs.iter_mut().zip(&self.op_slots[i]) {
+            *p = write_ptr(slot, outputs, temps);
+        }
+        (ins, outs)
     }
 
     fn read_ptr(
