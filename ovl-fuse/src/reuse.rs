@@ -186,15 +186,8 @@ impl<F: Fn(usize, usize) -> bool> Equivalence<'_, F> {
         }
         let dag = self.dag;
         let (x, y) = (&dag.expressions[ai], &dag.expressions[bi]);
-        let alike = (crate::merge::is_pure(x.code) || is_input_read(x))
-            && x.code == y.code
-            && x.dtype == y.dtype
-            && x.axis == y.axis
-            && x.int_value == y.int_value
-            && x.uint_value == y.uint_value
-            && x.float_value.to_bits() == y.float_value.to_bits()
-            && x.tensor == y.tensor
-            && x.operands.len() == y.operands.len();
+        let alike =
+            (crate::merge::is_pure(x.code) || is_input_read(x)) && Fields::of(x) == Fields::of(y);
         let same = alike
             && x.operands
                 .iter()
@@ -205,7 +198,8 @@ impl<F: Fn(usize, usize) -> bool> Equivalence<'_, F> {
     }
 }
 
-/// The fields of an expression that [`Equivalence::same`] compares, besides its operands.
+/// The fields of an expression that [`Equivalence::same`] compares, besides its operands'
+/// values (their number is one of them).
 #[derive(PartialEq, Eq, Hash)]
 struct Fields {
     code: i32,
