@@ -12,6 +12,7 @@
 //! `cargo bench --bench lstm -- [--quick] [--out DIR]` prints a table and writes `DIR/ovl.json`
 //! (default `target/lstm-bench`), and, for the TensorFlow side, `DIR/bundles/lstm_BxH.json`:
 //! the automatically fused cell with the gradient `ovl::backward` derives, for `DynamicLib`.
+//! With `--gpu-only` it measures only the GPU part (`scripts/bench-gpu.sh`).
 //! `scripts/bench-lstm.sh` runs both sides and draws the chart.
 //!
 //! Bytes counted per hidden unit (f32): forward reads the 4 gate pre-activations and `c` and
@@ -23,7 +24,7 @@ mod common;
 #[path = "../tests/support/lstm_small_ops.rs"]
 mod lstm_small_ops;
 
-use common::{machine, time_calls, triad_bandwidth, Args, Timing};
+use common::{device_calls, machine, time_calls, triad_bandwidth, Args, Timing};
 use ndarray::{ArrayD, IxDyn};
 use ovl::prelude::*;
 use ovl_stdlib as ops;
@@ -146,11 +147,29 @@ struct Inputs {
 impl Inputs {
     /// Deterministic data for batch `b` and hidden size `h`.
     fn pseudo_random(b: usize, h: usize) -> Inputs {
+        let [z, c, dc, dh] = Inputs::host(b, h);
         Inputs {
-            z: Lazy::from(lstm_small_ops::pseudo_random((b, 4 * h), 1)),
-            c: Lazy::from(lstm_small_ops::pseudo_random((b, h), 2)),
-            dc: Lazy::from(lstm_small_ops::pseudo_random((b, h), 3)),
-            dh: Lazy::from(lstm_small_ops::pseudo_random((b, h), 4)),
+            z: Lazy::from(z),
+            c: Lazy::from(c),
+            dc: Lazy::from(dc),
+            dh: Lazy::from(dh),
+        }
+    }
+
+    /// The same data as host arrays: `z`, `c`, `dc`, `dh`.
+    fn host(b: usize, h: usize) -> [ArrayD<f32>; 4] {
+        let a = |shape, seed| lstm_small_ops::pseudo_random(shape, seed).into_dyn();
+        [a((b, 4 * h), 1), a((b, h), 2), a((b, h), 3), a((b, h), 4)]
+    }
+
+    /// Placeholders of the same shapes, for a graph compiled once.
+    fn placeholders(&self) -> Inputs {
+        let p = |name: &str, t: &Lazy<f32>| ovl::placeholder::<f32>(name, t.shape());
+        Inputs {
+            z: p("z", &self.z),
+            c: p("c", &self.c),
+            dc: p("dc", &self.dc),
+            dh: p("dh", &self.dh),
         }
     }
 }
@@ -223,13 +242,7 @@ fn measure_compiled(
     backward: bool,
     reps: usize,
 ) -> Result<Measured, ovl::Error> {
-    let shape = |t: &Lazy<f32>| t.shape().to_vec();
-    let p = Inputs {
-        z: ovl::placeholder::<f32>("z", &shape(&x.z)),
-        c: ovl::placeholder::<f32>("c", &shape(&x.c)),
-        dc: ovl::placeholder::<f32>("dc", &shape(&x.dc)),
-        dh: ovl::placeholder::<f32>("dh", &shape(&x.dh)),
-    };
+    let p = x.placeholders();
     let handles = outputs(v, &p, backward);
     let step = ovl::compile((&p.z, &p.c, &p.dc, &p.dh), handles.as_slice(), &v.options())?;
     let mut dests: Vec<ArrayD<f32>> = handles
@@ -246,6 +259,7 @@ fn measure_compiled(
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse("target/lstm-bench");
+    let gpu_only = args.flag("--gpu-only");
     let (quick, out_dir) = (args.quick, args.out_dir);
     let sizes: &[(usize, usize)] = if quick {
         &[(20, 200), (20, 650), (1024, 4096)]
@@ -253,6 +267,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &[(20, 200), (20, 650), (20, 1500), (1024, 4096)]
     };
     let reps = if quick { 5 } else { 20 };
+    if gpu_only {
+        // `--gpu-only` (scripts/bench-gpu.sh): the GPU part alone, into DIR/ovl.json.
+        let gpu = gpu_section(sizes, reps)?;
+        std::fs::create_dir_all(&out_dir)?;
+        let path = out_dir.join("ovl.json");
+        let doc = json!({ "machine": machine(), "gpu": gpu });
+        std::fs::write(&path, serde_json::to_string_pretty(&doc)?)?;
+        println!("wrote {}", path.display());
+        return Ok(());
+    }
 
     let triad = triad_bandwidth(if quick { 5 } else { 20 });
     println!("triad bandwidth: {:.1} GB/s", triad / 1e9);
@@ -320,9 +344,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// The GPU side: the unfused, fused and hand-fused cells on the CUDA backend, each call's time
 /// the sum of its kernels' GPU times (CUDA events around each launch; the host-device copies
 /// `evaluate` makes around them are not counted), against GPU 0's device-to-device copy
-/// bandwidth measured in the same run. Without a GPU (or NVRTC) it prints that this part did not
-/// run and why, and records the reason in place of the rows.
-fn gpu_section(sizes: &[(usize, usize)], reps: usize) -> Result<serde_json::Value, ovl::Error> {
+/// bandwidth measured in the same run; then the fused and hand-fused cells compiled once and
+/// called on device tensors (`common::device_calls`: a whole call's wall time, synchronized).
+/// Without a GPU (or NVRTC) it prints that this part did not run and why, and records the
+/// reason in place of the rows.
+fn gpu_section(
+    sizes: &[(usize, usize)],
+    reps: usize,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let not_run = |why: String| {
         println!("GPU PART DID NOT RUN: {why}");
         json!({ "skipped": why })
@@ -344,6 +373,7 @@ fn gpu_section(sizes: &[(usize, usize)], reps: usize) -> Result<serde_json::Valu
     let mut rows = Vec::new();
     for &(b, h) in sizes {
         let x = Inputs::pseudo_random(b, h);
+        let host = Inputs::host(b, h);
         for backward in [false, true] {
             let (pass, bytes) = pass_and_bytes(b, h, backward);
             for v in [Variant::Unfused, Variant::Fused, Variant::HandFused] {
@@ -378,13 +408,45 @@ fn gpu_section(sizes: &[(usize, usize)], reps: usize) -> Result<serde_json::Valu
                     "median_us": median.as_secs_f64() * 1e6,
                     "gb_per_s": gbps,
                 }));
+                if v == Variant::Unfused {
+                    continue;
+                }
+                // Compiled once on placeholders and called on device tensors: a whole call's
+                // wall time, as a GPU user sees it (no host copy; synchronized after each).
+                let p = x.placeholders();
+                let handles = outputs(v, &p, backward);
+                let step = ovl::compile((&p.z, &p.c, &p.dc, &p.dh), handles.as_slice(), &options)?;
+                let data = &host;
+                let (call, _) = device_calls(
+                    &step,
+                    &[&data[0], &data[1], &data[2], &data[3]],
+                    3,
+                    reps.max(10),
+                )?;
+                let name = format!("{} CUDA, call on device tensors", v.name());
+                println!(
+                    "B={b:<5} H={h:<5} {pass:<17} {name:<37} {:>3} kernels  best {:>10.1?}  median {:>10.1?}  (wall per call, synchronized)",
+                    step.kernel_count(),
+                    call.best,
+                    call.median,
+                );
+                rows.push(json!({
+                    "variant": name,
+                    "batch": b,
+                    "hidden": h,
+                    "pass": pass,
+                    "kernels": step.kernel_count(),
+                    "best_us": call.best.as_secs_f64() * 1e6,
+                    "median_us": call.median.as_secs_f64() * 1e6,
+                    "gb_per_s": bytes / call.best.as_secs_f64() / 1e9,
+                }));
             }
         }
     }
     Ok(json!({
         "device": format!("{} (sm_{}, {} SMs)", info.name, info.arch, info.multiprocessors),
         "copy_gb_per_s": copy / 1e9,
-        "timing": "sum of the kernels' GPU times (CUDA events), host-device copies not counted",
+        "timing": "sum of the kernels' GPU times (CUDA events), host-device copies not counted; rows '..., call on device tensors': wall time of Compiled::run_device_into plus ovl::cuda::synchronize",
         "rows": rows,
     }))
 }

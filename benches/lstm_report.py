@@ -1,6 +1,6 @@
 """Merges the sides of the LSTM benchmark (OUT/ovl.json from benches/lstm.rs, OUT/tf.json from
 benches/lstm_tf.py, OUT/peers.json from benches/lstm_peers.py when the compiler peers ran,
-OUT/torch.json from benches/lstm_torch.py) into OUT/lstm.json, Markdown
+OUT/gpu_peers.json from benches/lstm_gpu_peers.py) into OUT/lstm.json, Markdown
 tables in OUT/lstm.md (CPU; GPU where one was present), and a chart OUT/lstm.png (CPU time per
 variant and size, log scale).
 
@@ -57,11 +57,11 @@ def main():
                 f"{lm['largest_loss_difference']:.1e} | {lm['tensorflow_step_ms']:.2f} ms | "
                 f"{lm['ovl_step_ms']:.2f} ms | {lm['ovl_step_ms'] / lm['tensorflow_step_ms']:.2f}x |"
             )
-    torch_path = out / "torch.json"
-    torch = json.loads(torch_path.read_text()) if torch_path.exists() else {
-        "skipped": "benches/lstm_torch.py was not run"}
+    peers_path = out / "gpu_peers.json"
+    gpu_peers = json.loads(peers_path.read_text()) if peers_path.exists() else {
+        "skipped": "benches/lstm_gpu_peers.py was not run"}
     gpu = ovl.get("gpu") or {"skipped": "this ovl.json has no GPU part"}
-    lines += gpu_table(gpu, torch)
+    lines += gpu_table(gpu, gpu_peers)
     (out / "lstm.md").write_text("\n".join(lines) + "\n")
     merged = {
         "machine": ovl["machine"],
@@ -71,7 +71,7 @@ def main():
         "language_models": lms,
         "peers": peers["peers"],
         "gpu": gpu,
-        "torch": torch,
+        "gpu_peers": gpu_peers,
     }
     (out / "lstm.json").write_text(json.dumps(merged, indent=2))
     chart(rows, out / "lstm.png")
@@ -79,8 +79,9 @@ def main():
     print(f"\nwrote {out / 'lstm.md'}, {out / 'lstm.json'}, {out / 'lstm.png'}")
 
 
-def gpu_table(gpu, torch):
-    """The GPU table: ovl's CUDA backend and PyTorch, against the copy bandwidth ovl measured."""
+def gpu_table(gpu, peers):
+    """The GPU table: ovl's CUDA backend and the GPU peers, against the copy bandwidth ovl
+    measured (benches/gpu_report.py writes the comparison table of scripts/bench-gpu.sh)."""
     if "skipped" in gpu:
         return ["", f"GPU: not measured in this run ({gpu['skipped'].splitlines()[0]})."]
     copy = gpu["copy_gb_per_s"]
@@ -90,12 +91,14 @@ def gpu_table(gpu, torch):
         f"GPU: {gpu['device']}; device-to-device copy bandwidth measured in the same run: "
         f"{copy:.0f} GB/s. ovl: {gpu['timing']}.",
     ]
-    if "skipped" in torch:
-        lines.append(f"PyTorch: not measured ({torch['skipped']}).")
+    if "skipped" in peers:
+        lines.append(f"Peers: not measured ({peers['skipped']}).")
     else:
-        rows += torch["rows"]
-        lines.append(f"PyTorch {torch['torch']}: {torch['timing']} (its own copy measurement: "
-                     f"{torch['copy_gb_per_s']:.0f} GB/s).")
+        rows += peers["rows"]
+        for peer, why in (peers.get("skipped_peers") or {}).items():
+            lines.append(f"{peer}: not measured ({why}).")
+        lines.append("Peers: PyTorch rows are CUDA-event times around each whole call, JAX rows "
+                     "wall times per call (benches/gpu_peers_common.py).")
     rows.sort(key=lambda r: (r["batch"] * r["hidden"], r["hidden"], r["pass"], r["best_us"]))
     return lines + [""] + table(rows, copy, "copy")
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main demo: defines, compiles and runs operators on the CPU (examples/demo.rs), then runs
 # the LSTM-cell benchmark against TensorFlow and the memory-bandwidth limit (benches/lstm.rs,
-# benches/lstm_tf.py; on a machine with a GPU also the CUDA backend and benches/lstm_torch.py)
+# benches/lstm_tf.py; on a machine with a GPU also the CUDA backend and benches/lstm_gpu_peers.py)
 # and writes target/lstm-bench/{lstm.md,lstm.json,lstm.png}.
 #
 # With --peers it also runs JAX jit and torch.compile (CPU, inductor) on the same inputs
@@ -40,7 +40,7 @@ export OVL_TF_LIBRARY="$PWD/target/release/libovl_tf_bridge.so"
 
 echo "== LSTM benchmark: ovl"
 cargo bench --locked --bench lstm -- $mode --out "$out"
-echo "== LSTM benchmark: PyTorch on the GPU (where PyTorch and a GPU are present)"
+echo "== LSTM benchmark: PyTorch and JAX on the GPU (where they and a GPU are present)"
 peer_python=""
 if [ "$peers" = 1 ]; then
     echo "== peer environment (JAX, PyTorch)"
@@ -52,7 +52,7 @@ if [ -n "$peer_python" ]; then
 elif ! "$python" -c "import torch" 2>/dev/null && python3 -c "import torch" 2>/dev/null; then
     torch_python=python3
 fi
-"$torch_python" benches/lstm_torch.py $mode --out "$out"
+"$torch_python" benches/lstm_gpu_peers.py $mode --out "$out"
 echo "== LSTM benchmark: JAX jit and torch.compile on the CPU"
 if [ -n "$peer_python" ]; then
     "$peer_python" benches/lstm_peers.py $mode --out "$out"

@@ -8,9 +8,9 @@
 #   scripts/gpu-check.sh run ARCHIVE      there: unpacks, puts the source tree at the path the
 #                                         binaries were built in (a symlink: test binaries read
 #                                         files through CARGO_MANIFEST_DIR), runs every test
-#                                         binary and benchmark under its own timeout, then the
-#                                         PyTorch peers (benches/*_torch.py) where python3 has
-#                                         torch (5 minutes in all), and writes one report,
+#                                         binary under its own timeout, then the benchmarks
+#                                         and their PyTorch and JAX peers through
+#                                         scripts/bench-gpu.sh (5 minutes in all), and writes one report,
 #                                         gpu-check-report.md, to $OUT if set, else to the
 #                                         current directory.
 #
@@ -30,10 +30,10 @@ TESTS=(
     "ovl-codegen codegen"
     "ovl-stdlib stdlib"
 )
-# The benchmarks with a GPU part: package, bench target, arguments.
+# The benchmarks with a GPU part (scripts/bench-gpu.sh runs them): package, bench target.
 BENCHES=(
-    "ovl lstm --quick"
-    "ovl reductions --quick --gpu"
+    "ovl lstm"
+    "ovl reductions"
 )
 TOTAL_SECONDS=300
 
@@ -102,10 +102,8 @@ pack() {
             continue
         fi
         if [ "$kind" = bench ]; then
-            local line
-            line="$(printf '%s\n' "${BENCHES[@]}" | grep "^$pkg $target\( \|$\)" || true)"
-            [ -n "$line" ] || continue
-            echo "bench $name ${line#"$pkg $target"}" >>"$manifest"
+            printf '%s\n' "${BENCHES[@]}" | grep -qx "$pkg $target" || continue
+            echo "bench $name" >>"$manifest"
         else
             echo "test $name" >>"$manifest"
         fi
@@ -230,62 +228,34 @@ run() {
         grep -hi 'did not run' "$logs"/*.log 2>/dev/null | cut -c1-200 | sort | uniq -c | head -40 || true
         echo '```'
         echo
-        echo "## Benchmarks"
-        echo
     } >>"$report"
 
-    while read -r kind name rest; do
-        [ "$kind" = bench ] || continue
-        remaining=$((TOTAL_SECONDS - ($(date +%s) - started)))
-        log="$logs/$name.log"
-        if [ "$remaining" -le 15 ]; then
-            echo "- $name: not run, out of time" >>"$report"
-            continue
-        fi
-        limit=$((remaining - 5))
-        echo "== benchmark $name $rest (limit ${limit}s)" >&2
+    # The benchmarks and their peers (PyTorch, JAX, where python3 has them with a GPU) in one
+    # run, with what is left of the time: scripts/bench-gpu.sh writes the tables.
+    remaining=$((TOTAL_SECONDS - ($(date +%s) - started)))
+    if [ "$remaining" -le 30 ]; then
+        echo "## Benchmarks: not run, out of time" >>"$report"
+    else
+        echo "== benchmarks: scripts/bench-gpu.sh --quick (limit $((remaining - 5))s)" >&2
         rc=0
-        # shellcheck disable=SC2086 # the arguments are words
-        (cd "$root" && timeout -k 5 "$limit" "$dir/bin/$name" --bench $rest --out "$out/$name" \
-            </dev/null >"$log" 2>&1) || rc=$?
+        (cd "$root" && bash scripts/bench-gpu.sh --quick --bin "$dir/bin" --out "$out/bench" \
+            --limit "$((remaining - 5))" </dev/null >"$logs/bench-gpu.log" 2>&1) || rc=$?
         {
-            echo "### $name $rest (exit $rc$([ "$rc" = 124 ] && echo ', timed out'))"
+            echo "## Benchmarks: scripts/bench-gpu.sh --quick (exit $rc)"
             echo
-            echo '```'
-            tail -60 "$log"
-            echo '```'
+            cat "$out/bench/gpu-report.md" 2>/dev/null || echo "(no report written)"
             echo
+            for log in "$out"/bench/*.log; do
+                [ -e "$log" ] || continue
+                echo "### $(basename "$log" .log)"
+                echo
+                echo '```'
+                tail -60 "$log"
+                echo '```'
+                echo
+            done
         } >>"$report"
-    done <"$dir/manifest"
-
-    # Peers in the same run: PyTorch (eager and torch.compile) on device tensors, where the
-    # machine's python3 has it with a GPU.
-    local peer script
-    for peer in lstm reductions; do
-        script="$root/benches/${peer}_torch.py"
-        remaining=$((TOTAL_SECONDS - ($(date +%s) - started)))
-        log="$logs/peer-$peer-torch.log"
-        if [ "$remaining" -le 20 ]; then
-            echo "- PyTorch $peer peer: not run, out of time" >>"$report"
-            continue
-        fi
-        if ! python3 -c 'import torch' >/dev/null 2>&1; then
-            echo "- PyTorch $peer peer: not run, python3 has no torch" >>"$report"
-            continue
-        fi
-        echo "== peer $peer (PyTorch, limit $((remaining - 5))s)" >&2
-        rc=0
-        (cd "$root" && timeout -k 5 "$((remaining - 5))" python3 "$script" --quick \
-            --out "$out/peer-$peer" </dev/null >"$log" 2>&1) || rc=$?
-        {
-            echo "### PyTorch peer: benches/${peer}_torch.py --quick (exit $rc)"
-            echo
-            echo '```'
-            tail -60 "$log"
-            echo '```'
-            echo
-        } >>"$report"
-    done
+    fi
 
     echo "total: $(($(date +%s) - started)) s of $TOTAL_SECONDS" >>"$report"
     [ -n "$linked" ] && rm -f "$linked"

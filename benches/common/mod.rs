@@ -120,3 +120,49 @@ pub fn machine() -> String {
     let cores = std::thread::available_parallelism().map_or(1, |t| t.get());
     format!("{model}, {cores} cores")
 }
+
+/// What [`device_calls`] measured: the timing, and the last call's outputs copied back.
+pub type DeviceCalls = (Timing, Vec<ndarray::ArrayD<f32>>);
+
+/// A compiled graph called the way a GPU user calls it, on device tensors: `inputs` (one per
+/// placeholder, row-major f32 arrays) are uploaded once, then each call is
+/// `Compiled::run_device_into` followed by `ovl::cuda::synchronize()`, so a call's wall time
+/// holds its launches, its kernels and the host's own work, and nothing else (no host copy).
+/// `warmup` untimed calls, then `reps` timed ones. Returns the timing and the outputs of the
+/// last call copied back (for the check against the reference).
+pub fn device_calls(
+    step: &ovl::Compiled,
+    inputs: &[&ndarray::ArrayD<f32>],
+    warmup: usize,
+    reps: usize,
+) -> Result<DeviceCalls, Box<dyn std::error::Error>> {
+    use ovl::cuda::DeviceTensor;
+    let feeds = inputs
+        .iter()
+        .map(|a| {
+            let data: Vec<f32> = a.iter().copied().collect();
+            let host = ovl::HostTensor::from_vec(a.shape(), data).ok_or("an input array")?;
+            Ok(DeviceTensor::upload(&host)?)
+        })
+        .collect::<Result<Vec<_>, Box<dyn std::error::Error>>>()?;
+    let refs: Vec<&DeviceTensor> = feeds.iter().collect();
+    let mut outputs = step.run_device(&refs)?;
+    let timing = time_calls(
+        warmup,
+        reps,
+        || -> Result<(), Box<dyn std::error::Error>> {
+            step.run_device_into(&refs, &mut outputs)?;
+            ovl::cuda::synchronize()?;
+            Ok(())
+        },
+    )?;
+    let host = outputs
+        .iter()
+        .map(|t| {
+            let h = t.to_host()?;
+            let data = h.as_slice::<f32>().ok_or("an f32 output")?.to_vec();
+            Ok(ndarray::ArrayD::from_shape_vec(t.shape(), data)?)
+        })
+        .collect::<Result<Vec<_>, Box<dyn std::error::Error>>>()?;
+    Ok((timing, host))
+}

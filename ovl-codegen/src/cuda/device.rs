@@ -231,6 +231,17 @@ pub fn release_cached_memory() {
     allocator().release_cached()
 }
 
+/// Waits until every copy and kernel queued on the process's CUDA stream has finished (the
+/// device runs queue their kernels without waiting; `DeviceTensor::to_host` waits by itself).
+/// For timing a call, or before reading device memory by other means. Without a GPU: the same
+/// "no usable GPU" error as running an operator.
+pub fn synchronize() -> Result<(), DeviceError> {
+    bound_device()?
+        .stream
+        .synchronize()
+        .map_err(driver_err("waiting for the GPU"))
+}
+
 /// One block of device memory; back to the allocator's free list when dropped.
 struct Block {
     ptr: u64,

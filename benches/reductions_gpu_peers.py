@@ -1,0 +1,175 @@
+"""The reductions benchmark, GPU peers: layer norm, softmax, RMS norm and logsumexp along the
+last axis at the GPU sizes of `cargo bench --bench reductions -- --gpu`, forward and forward +
+backward, in PyTorch eager, under torch.compile and in JAX under jit, on inputs already on the
+GPU, each call timed by the wall clock with a synchronization after it and, for PyTorch, by CUDA
+events around it (benches/gpu_peers_common.py), against a device-to-device copy measured in the
+same run. Each result is checked against NumPy in f64 first. Writes OUT/gpu_peers.json.
+
+    python3 benches/reductions_gpu_peers.py --out target/reductions-bench [--quick]
+
+A peer that is missing, or has no GPU, is recorded with the reason; the script exits 0.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_peers_common import (  # noqa: E402
+    copy_bandwidth, describe, load_jax, load_torch, row, time_jax, time_torch)
+from reductions_common import EPS, KERNELS, bytes_moved, inputs  # noqa: E402
+
+# The sizes `cargo bench --bench reductions -- --gpu` measures (benches/reductions.rs).
+GPU_SIZES = [(1024, 4096), (8192, 1024)]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="target/reductions-bench")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch, torch_why = load_torch()
+    jax, jax_why = load_jax()
+    skipped = {k: v for k, v in (("pytorch", torch_why), ("jax", jax_why)) if v}
+    for peer, why in skipped.items():
+        print(f"{peer.upper()} GPU PART DID NOT RUN: {why}")
+    reps = 20 if args.quick else 100
+    doc = {"skipped_peers": skipped, "repetitions": reps, "rows": []}
+    if torch is not None:
+        doc["torch"] = torch.__version__
+        doc["device"] = torch.cuda.get_device_name(0)
+        doc["copy_gb_per_s"] = copy_bandwidth(torch) / 1e9
+        print(f"PyTorch {torch.__version__} on {doc['device']}: device-to-device copy "
+              f"{doc['copy_gb_per_s']:.0f} GB/s")
+    if jax is not None:
+        doc["jax"] = jax.__version__
+        doc.setdefault("device", str(jax.devices()[0]))
+    for r, c in GPU_SIZES:
+        x_np, dy_np, dy_row_np = inputs(r, c)
+        for kernel in KERNELS:
+            dy_k = dy_row_np if kernel == "logsumexp" else dy_np
+            y_ref, dx_ref = reference(kernel, x_np.astype(np.float64), dy_k)
+            for backward in (False, True):
+                pass_name = "forward+backward" if backward else "forward"
+                nbytes = bytes_moved(kernel, r, c, backward)
+                want = [y_ref, dx_ref] if backward else [y_ref]
+                for name, fn, call_args in peers(torch, jax, kernel, x_np, dy_k, backward):
+                    try:
+                        got = [np.asarray(to_numpy(t), dtype=np.float64)
+                               for t in fn(*call_args)]
+                        err = max(float(np.max(np.abs(g - w))) for g, w in zip(got, want))
+                        if not err <= 1e-4:
+                            raise ValueError(f"max error vs NumPy f64 {err:.1e}")
+                        timings = (time_jax(jax, fn, call_args, reps) if name.startswith("jax")
+                                   else time_torch(torch, fn, call_args, reps))
+                    except Exception as e:
+                        print(f"{kernel} {r}x{c} {pass_name} {name}: FAILED "
+                              f"({type(e).__name__}: {e})")
+                        continue
+                    print(f"{kernel:<9} {r:>5}x{c:<6} {pass_name:<16} "
+                          f"{describe(name, timings, nbytes)}  max err vs f64 {err:.1e}",
+                          flush=True)
+                    doc["rows"].append(row(name, timings, nbytes, kernel=kernel, rows=r,
+                                           cols=c, **{"pass": pass_name},
+                                           max_abs_error_vs_f64=err))
+    (out / "gpu_peers.json").write_text(json.dumps(doc, indent=2))
+    print(f"wrote {out / 'gpu_peers.json'}")
+
+
+def to_numpy(t):
+    return t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
+
+
+def peers(torch, jax, kernel, x, dy, backward):
+    """(variant, callable returning a tuple of outputs, its device arguments) per loaded peer."""
+    found = []
+    if torch is not None:
+        f = torch_functions(torch)[kernel]
+        step = with_gradient(torch, f) if backward else (lambda x: (f(x),))
+        args = [torch.from_numpy(x).cuda()] + ([torch.from_numpy(dy).cuda()] if backward else [])
+        found.append(("pytorch eager", step, args))
+        try:
+            found.append(("pytorch torch.compile", torch.compile(step), args))
+        except Exception as e:  # missing or refused: measure the rest
+            print(f"torch.compile unavailable: {e}")
+    if jax is not None:
+        f = jax_functions(jax)[kernel]
+        args = [jax.device_put(x)] + ([jax.device_put(dy)] if backward else [])
+        if backward:
+            def step(x, dy, f=f):
+                y, vjp = jax.vjp(f, x)
+                return y, vjp(dy)[0]
+        else:
+            def step(x, f=f):
+                return (f(x),)
+        found.append(("jax jit", jax.jit(step).lower(*args).compile(), args))
+    return found
+
+
+def torch_functions(torch):
+    return {
+        "layernorm": lambda x: torch.nn.functional.layer_norm(x, (x.shape[-1],), eps=EPS),
+        "softmax": lambda x: torch.softmax(x, dim=-1),
+        "rmsnorm": lambda x: x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + EPS),
+        "logsumexp": lambda x: torch.logsumexp(x, dim=-1),
+    }
+
+
+def jax_functions(jax):
+    jnp = jax.numpy
+
+    def layernorm(x):
+        mu = jnp.mean(x, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(x - mu), axis=-1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(var + EPS)
+
+    return {
+        "layernorm": layernorm,
+        "softmax": lambda x: jax.nn.softmax(x, axis=-1),
+        "rmsnorm": lambda x: x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + EPS),
+        "logsumexp": lambda x: jax.nn.logsumexp(x, axis=-1),
+    }
+
+
+def reference(kernel, x, dy):
+    """y and dx = vjp(dy) in f64 (NumPy), for the check."""
+    dy = dy.astype(np.float64)
+    if kernel == "softmax":
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        y = e / e.sum(axis=-1, keepdims=True)
+        return y, y * (dy - (dy * y).sum(axis=-1, keepdims=True))
+    if kernel == "logsumexp":
+        m = x.max(axis=-1, keepdims=True)
+        y = (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))[:, 0]
+        return y, np.exp(x - y[:, None]) * dy[:, None]
+    n = x.shape[-1]
+    if kernel == "rmsnorm":
+        inv = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + EPS)
+        y = x * inv
+        return y, inv * dy - x * inv**3 * (dy * x).sum(axis=-1, keepdims=True) / n
+    # layernorm without scale and shift
+    mu = x.mean(axis=-1, keepdims=True)
+    inv = 1.0 / np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + EPS)
+    y = (x - mu) * inv
+    dx = inv * (dy - dy.mean(axis=-1, keepdims=True)
+                - y * (dy * y).mean(axis=-1, keepdims=True))
+    return y, dx
+
+
+def with_gradient(torch, f):
+    def run(x, dy):
+        x = x.detach().requires_grad_(True)
+        y = f(x)
+        (dx,) = torch.autograd.grad(y, (x,), (dy,))
+        return y.detach(), dx
+
+    return run
+
+
+if __name__ == "__main__":
+    main()
