@@ -90,7 +90,7 @@ def peers(torch, jax, kernel, x, dy, backward):
     found = []
     if torch is not None:
         f = torch_functions(torch)[kernel]
-        step = with_gradient(torch, f) if backward else (lambda x: (f(x),))
+        step = with_gradient(torch, f) if backward else (lambda x, f=f: (f(x),))
         args = [torch.from_numpy(x).cuda()] + ([torch.from_numpy(dy).cuda()] if backward else [])
         found.append(("pytorch eager", step, args))
         try:

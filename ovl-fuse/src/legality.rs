@@ -14,9 +14,9 @@
 //! Horizontal (siblings `A` and `B`): equal workgroups and no path between them.
 
 use crate::graph::{Src, Work};
-use crate::pattern::{IndexPattern, PatternAnalysis};
 use crate::report::Reason;
 use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::pattern::{IndexPattern, PatternAnalysis};
 
 /// A producer output that the consumer reads, with what the merge needs to know about it.
 #[derive(Clone, Debug)]

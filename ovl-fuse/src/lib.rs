@@ -12,7 +12,8 @@
 //! - `search`: which way of merging is tried on which pair, in what order; `strategy`: each
 //!   way of merging a producer into its consumer as a `Strategy` (a plan or the [`Reason`] it
 //!   is refused, then its application).
-//! - [`pattern`]: index patterns as canonical affine maps of the worker position.
+//! - `ovl_ir::pattern`: index patterns as canonical affine maps of the worker position (shared
+//!   with the CUDA emitter's vector lanes).
 //! - `legality`: the rules of a hand-over in a register, each refusal a [`Reason`].
 //! - `merge` / `horizontal`: splicing expression DAGs.
 //! - `substitute`: recomputing a producer at the consumer's reads (what is inverted, what is
@@ -46,7 +47,6 @@ mod horizontal;
 mod legality;
 mod looped;
 mod merge;
-pub mod pattern;
 mod rebase;
 pub mod report;
 mod reuse;
@@ -57,7 +57,7 @@ mod substitute;
 pub use cache::{cache as fusion_cache, FUSION_VERSION};
 pub use dot::{render_dot, render_dot_bytes, to_dot, to_dot_pair, ImageFormat};
 pub use error::FuseError;
-pub use pattern::{Affine, IndexPattern};
+pub use ovl_ir::pattern::{Affine, IndexPattern};
 pub use report::{FusionReport, Merge, MergeKind, Reason, Refusal, RowBuffer};
 
 use graph::{Src, Work};

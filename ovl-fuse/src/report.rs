@@ -1,7 +1,7 @@
 //! The fusion report: every merge the optimizer made and every producer -> consumer edge it
 //! left alone, with the reason.
 
-use crate::pattern::IndexPattern;
+use ovl_ir::pattern::IndexPattern;
 use std::fmt;
 
 /// Why a producer was not merged into a consumer.

@@ -32,11 +32,11 @@ use crate::cost::{self, Verdict};
 use crate::graph::{label, Node, Src, Work};
 use crate::legality::{check_writes, VerticalPlan};
 use crate::merge::{names_of, tidy, Splice};
-use crate::pattern::{IndexPattern, PatternAnalysis};
 use crate::report::Reason;
 use ovl_ir::intervals::{Interval, Intervals};
 use ovl_ir::ir::{self, Op, TensorKind};
 use ovl_ir::ops::Block;
+use ovl_ir::pattern::{Affine, IndexPattern, PatternAnalysis};
 use ovl_ir::DType;
 
 /// How to compute one component of the producer's position from the read index.
@@ -279,7 +279,7 @@ fn reads_slot_of(e: &ir::Expression, slot_output: &[Option<u32>], o: u32) -> boo
 
 /// The inverse of a write map over `workgroup`, when every position component of extent > 1
 /// appears in exactly one index, alone, with coefficient 1 or -1.
-fn invert(maps: &[crate::pattern::Affine], workgroup: &[u64]) -> Option<Vec<Component>> {
+fn invert(maps: &[Affine], workgroup: &[u64]) -> Option<Vec<Component>> {
     let live = |k: usize| workgroup.get(k).is_some_and(|&d| d > 1);
     let mut inverse = Vec::with_capacity(workgroup.len());
     for k in 0..workgroup.len() {
@@ -313,7 +313,7 @@ fn invert(maps: &[crate::pattern::Affine], workgroup: &[u64]) -> Option<Vec<Comp
 /// workgroup, and equal the write's constant on the axes the write keeps constant).
 fn outside_writes(
     read: usize,
-    maps: &[crate::pattern::Affine],
+    maps: &[Affine],
     inverse: &[Component],
     iv: &Intervals,
     workgroup: &[u64],

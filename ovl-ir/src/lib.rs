@@ -26,6 +26,7 @@ pub mod limits;
 pub mod lru;
 pub mod names;
 pub mod ops;
+pub mod pattern;
 pub mod shape;
 pub mod symbolic;
 pub mod text;

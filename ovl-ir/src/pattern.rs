@@ -7,8 +7,8 @@
 //! tensor, a variable, a loop index, a division, a product of two position-dependent values, an
 //! operation that could wrap around), is *opaque* and never matches anything.
 
-use ovl_ir::ir::{self, Op};
-use ovl_ir::DType;
+use crate::ir::{self, Op};
+use crate::DType;
 use std::collections::HashMap;
 use std::fmt;
 
