@@ -10,6 +10,9 @@
 //!   (`ovl_w`, 64-bit), so any grid size covers any workgroup. A multi-dimensional position is
 //!   decomposed from `ovl_w` by division by compile-time constants, in 32 bits when the
 //!   workgroup has fewer than 2^32 workers.
+//! - Where the operator has the shape for it, a second loop in which one thread runs 4
+//!   neighbouring workers with 16-byte loads and stores (`shared::emit::lanes`), taken when
+//!   the tensors it accesses by vectors are 16-byte aligned; the worker loop is its `else`.
 //! - Tensor indices are linearized in 32-bit arithmetic for tensors with fewer than 2^31
 //!   elements, in 64-bit arithmetic otherwise.
 //! - Local tensors are per-thread arrays (local memory), zeroed per worker where the program
@@ -27,7 +30,7 @@
 //! size is chosen at launch.
 
 use crate::error::{defined_at, CodegenError};
-use crate::shared::emit::{comment_safe, emit, Dialect};
+use crate::shared::emit::{comment_safe, emit, lanes, Dialect, Emitter, LaneProgram};
 use crate::shared::literal::ctype;
 use crate::shared::prelude::CUDA as PRELUDE;
 use ovl_ir::ir;
@@ -116,6 +119,10 @@ pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codeg
         );
     }
     let workers = e.workers_cpp();
+    if let Some(lp) = &e.lane_program {
+        lane_loop(&mut s, &e, lp);
+        let _ = writeln!(s, "  }} else {{");
+    }
     match coop {
         None => {
             let _ = writeln!(
@@ -157,26 +164,11 @@ pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codeg
             );
         }
     }
-    let rank = e.workgroup.len();
-    if rank == 1 {
-        let _ = writeln!(s, "    const int64_t ovl_p0 = ovl_w;");
-    } else {
-        let (ut, suffix) = if e.workers.is_some_and(|n| n <= u32::MAX as u64) {
-            ("uint32_t", "u")
-        } else {
-            ("uint64_t", "ull")
-        };
-        let _ = writeln!(s, "    {ut} ovl_r = ({ut})ovl_w;");
-        for a in (1..rank).rev() {
-            let w = match e.sizes[a].known() {
-                Some(n) => format!("{n}{suffix}"),
-                None => format!("(uint64_t){}", e.sizes[a].cpp()),
-            };
-            let _ = writeln!(s, "    const int64_t ovl_p{a} = (int64_t)(ovl_r % {w});");
-            let _ = writeln!(s, "    ovl_r /= {w};");
-        }
-        let _ = writeln!(s, "    const int64_t ovl_p0 = (int64_t)ovl_r;");
-    }
+    let innermost = e.sizes.last().map(|z| match z.known() {
+        Some(n) => format!("{n}"),
+        None => format!("(uint64_t){}", z.cpp()),
+    });
+    decompose(&mut s, &e, "ovl_w", "ovl_p", innermost.unwrap_or_default());
     for (i, (t, zero)) in e.locals.iter().zip(e.locals_needing_zero()).enumerate() {
         if zero {
             let _ = writeln!(s, "    ovl::zero({}, {}LL);", t.name, local_elements(i, t));
@@ -188,7 +180,117 @@ pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codeg
         let _ = writeln!(s, "    __syncthreads();");
     }
     let _ = writeln!(s, "  }}");
+    if e.lane_program.is_some() {
+        let _ = writeln!(s, "  }}");
+    }
     let _ = writeln!(s, "  if (ovl_ls.code != 0) ovl::report(ovl_gst, &ovl_ls);");
     let _ = writeln!(s, "}}");
     Ok(s)
+}
+
+/// Writes the decomposition of the flattened index `w` over the workgroup into `ovl_p0`, ... :
+/// the innermost component into `<innermost_var><rank-1>` (`ovl_p` for a worker, `ovl_q` for a
+/// group of lanes), with `innermost` the innermost extent as C++. 32-bit arithmetic when the
+/// workgroup has fewer than 2^32 workers.
+fn decompose(s: &mut String, e: &Emitter<'_>, w: &str, innermost_var: &str, innermost: String) {
+    let rank = e.workgroup.len();
+    let last = rank - 1;
+    let name = |a: usize| {
+        if a == last {
+            format!("{innermost_var}{a}")
+        } else {
+            format!("ovl_p{a}")
+        }
+    };
+    if rank == 1 {
+        let _ = writeln!(s, "    const int64_t {} = {w};", name(0));
+        return;
+    }
+    let (ut, suffix) = if e.workers.is_some_and(|n| n <= u32::MAX as u64) {
+        ("uint32_t", "u")
+    } else {
+        ("uint64_t", "ull")
+    };
+    let _ = writeln!(s, "    {ut} ovl_r = ({ut}){w};");
+    for a in (1..rank).rev() {
+        let size = if a == last {
+            match innermost.parse::<u64>() {
+                Ok(n) => format!("{n}{suffix}"),
+                Err(_) => innermost.clone(),
+            }
+        } else {
+            match e.sizes[a].known() {
+                Some(n) => format!("{n}{suffix}"),
+                None => format!("(uint64_t){}", e.sizes[a].cpp()),
+            }
+        };
+        let _ = writeln!(
+            s,
+            "    const int64_t {} = (int64_t)(ovl_r % {size});",
+            name(a)
+        );
+        let _ = writeln!(s, "    ovl_r /= {size};");
+    }
+    let _ = writeln!(s, "    const int64_t ovl_p0 = (int64_t)ovl_r;");
+}
+
+/// The lane program's loop (see `shared::emit::lanes`), opening the `if` whose `else` the
+/// worker loop is: it runs when every tensor accessed by vectors is 16-byte aligned.
+fn lane_loop(s: &mut String, e: &Emitter<'_>, lp: &LaneProgram) {
+    let width = lanes::WIDTH;
+    let last = e.workgroup.len() - 1;
+    let innermost = e.workgroup[last] / width;
+    let groups = e.workers.unwrap_or(0) / width;
+    let addresses: Vec<String> = lp
+        .plan
+        .tensors
+        .iter()
+        .map(|t| format!("(uint64_t){t}"))
+        .collect();
+    let _ = writeln!(
+        s,
+        "  // {LANES_MARKER} {width} workers per thread where the vector accesses are aligned."
+    );
+    let _ = writeln!(s, "  if ((({}) & 15ull) == 0ull) {{", addresses.join(" | "));
+    let _ = writeln!(
+        s,
+        "  const int64_t ovl_stride = (int64_t)gridDim.x * (int64_t)blockDim.x;"
+    );
+    let _ = writeln!(
+        s,
+        "  for (int64_t ovl_g = (int64_t)blockIdx.x * (int64_t)blockDim.x + (int64_t)threadIdx.x; \
+         ovl_g < {groups}LL; ovl_g += ovl_stride) {{"
+    );
+    decompose(s, e, "ovl_g", "ovl_q", innermost.to_string());
+    for d in lp.plan.declarations() {
+        let _ = writeln!(s, "    {d}");
+    }
+    for (j, body) in lp.lanes.iter().enumerate() {
+        let _ = writeln!(s, "    {{");
+        let _ = writeln!(s, "      const int64_t ovl_w = ovl_g * {width}LL + {j}LL;");
+        let _ = writeln!(
+            s,
+            "      const int64_t ovl_p{last} = ovl_q{last} * {width}LL + {j}LL;"
+        );
+        s.push_str(body);
+        let _ = writeln!(s, "    }}");
+    }
+    for st in lp.plan.stores() {
+        let _ = writeln!(s, "    {st}");
+    }
+    let _ = writeln!(s, "  }}");
+}
+
+/// The comment that marks a kernel with a lane program (its launch needs a quarter of the
+/// threads): `lane_loop` writes it, [`workers_per_thread`] reads it.
+const LANES_MARKER: &str = "Vector lanes:";
+
+/// How many workers one thread of the kernel in `source` runs when its accesses are aligned:
+/// [`lanes::WIDTH`] for a kernel with a lane program, else 1.
+pub(crate) fn workers_per_thread(source: &str) -> u64 {
+    if source.contains(LANES_MARKER) {
+        lanes::WIDTH
+    } else {
+        1
+    }
 }

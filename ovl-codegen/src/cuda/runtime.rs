@@ -152,8 +152,9 @@ pub struct CudaOperator {
     geometry: Geometry,
     writes: Vec<bool>,
     block_size: u32,
-    /// Workers per block: `block_size` (one thread each), or a cooperative kernel's
-    /// `workers_per_block` (`ovl_ir::cooperative`), whose block size is its own.
+    /// Workers per block: `block_size` (one thread each), 4 times that for a kernel with vector
+    /// lanes, or a cooperative kernel's `workers_per_block` (`ovl_ir::cooperative`), whose
+    /// block size is its own.
     workers_per_block: u32,
     /// Whether the kernel can report a fault (it has a checked index or range step); a kernel
     /// that cannot is launched on device tensors without reading the status back.
@@ -245,12 +246,20 @@ pub fn load(
         expression: None,
         message: what.into(),
     };
-    // A kernel whose workers cooperate was generated for its own launch shape.
+    // A fault check ends the worker with `goto ovl_stop`: the label is in the source only
+    // where some check is (see `shared::emit`); an unreadable source: assume one, and no lanes.
+    let source = std::fs::read_to_string(artifact.source_path()).ok();
+    let can_fault = source.as_ref().is_none_or(|src| src.contains("ovl_stop:"));
+    // A kernel whose workers cooperate was generated for its own launch shape; one with vector
+    // lanes runs 4 workers per thread (`shared::emit::lanes`).
     let (block_size, workers_per_block) = match ovl_ir::cooperative::plan(dag) {
         Some(c) => (c.block(), c.workers_per_block),
         None => {
             let b = options.effective_block_size();
-            (b, b)
+            let lanes = source
+                .as_deref()
+                .map_or(1, super::frame::workers_per_thread);
+            (b, b * lanes as u32)
         }
     };
     Ok(Arc::new(CudaOperator {
@@ -264,11 +273,7 @@ pub fn load(
             .collect(),
         block_size,
         workers_per_block,
-        // A fault check ends the worker with `goto ovl_stop`: the label is in the source only
-        // where some check is (see `shared::emit`); an unreadable source: assume one.
-        can_fault: std::fs::read_to_string(artifact.source_path())
-            .map(|src| src.contains("ovl_stop:"))
-            .unwrap_or(true),
+        can_fault,
         artifact,
     }))
 }

@@ -156,12 +156,24 @@ pub(crate) struct Emitter<'a> {
     split_open: Option<usize>,
     /// The `__shared__` arrays the cooperative folds use, declared by the frame.
     pub shared: Vec<String>,
+    /// In a pass that emits one lane of the lane program: the lane and the vector accesses.
+    lanes: Option<lanes::Lane>,
+    /// On the GPU, the lane program, for an operator that has one (see `lanes`): the frame
+    /// runs it where the vector accesses are aligned.
+    pub lane_program: Option<LaneProgram>,
+}
+
+/// The lane program of an operator (see `lanes`): its vector accesses and one body per lane.
+pub(crate) struct LaneProgram {
+    pub plan: lanes::Plan,
+    pub lanes: Vec<String>,
 }
 
 mod access;
 mod blocked;
 mod control;
 mod cooperative;
+pub(crate) mod lanes;
 mod reduce;
 mod values;
 pub(crate) use blocked::BLOCK as BLOCKED_WORKERS;
@@ -193,6 +205,30 @@ pub(crate) fn emit<'a>(
             None,
             format!("control flow is not closed at the end ({f:?})"),
         ));
+    }
+    // On the GPU, workers in vector lanes, where the operator has the shape for it and cannot
+    // fault.
+    if dialect == Dialect::Cuda && e.coop.is_none() && !e.stops.get() {
+        if let Some(plan) = lanes::plan(dag) {
+            let mut bodies = Vec::new();
+            for lane in 0..lanes::WIDTH {
+                let mut l = Emitter::new(dag, key, dialect, intervals.clone())?;
+                l.lanes = Some(lanes::Lane {
+                    lane,
+                    plan: plan.clone(),
+                });
+                l.indent = 4;
+                for k in 0..dag.expressions.len() {
+                    let ty = l.expression(k)?;
+                    l.types.push(ty);
+                }
+                bodies.push(l.body);
+            }
+            e.lane_program = Some(LaneProgram {
+                plan,
+                lanes: bodies,
+            });
+        }
     }
     // Workers in lockstep, where the operator has the shape for it and cannot fault.
     let innermost = e.sizes.last().and_then(|s| match s {
@@ -275,6 +311,8 @@ impl<'a> Emitter<'a> {
             coop: None,
             split_open: None,
             shared: Vec::new(),
+            lanes: None,
+            lane_program: None,
         };
         if e.workgroup.is_empty() {
             return Err(e.err(None, "the workgroup shape is empty"));

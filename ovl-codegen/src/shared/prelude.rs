@@ -396,6 +396,12 @@ template <class F> __device__ __forceinline__ F sigmoid(F x) { return (F)1 / ((F
 
 template <class T> __device__ __forceinline__ void zero(T* p, int64_t n) { for (int64_t i = 0; i < n; ++i) p[i] = (T)0; }
 
+// Four 4-byte elements moved as one 16-byte access (vector lanes: the address is 16-byte
+// aligned, which the kernel checks before it takes that path).
+template <class T> struct alignas(16) vec4 { T v[4]; };
+template <class T> __device__ __forceinline__ vec4<T> ld4(const T* p) { return *reinterpret_cast<const vec4<T>*>(p); }
+template <class T> __device__ __forceinline__ void st4(T* p, const vec4<T>& x) { *reinterpret_cast<vec4<T>*>(p) = x; }
+
 // A whole warp's shuffles (cooperative rows: every lane of the warp takes part), for each dtype
 // an accumulator can have; 8- and 16-bit values travel in an int.
 #define OVL_SHFL(T, W)                                                                         \

@@ -625,3 +625,230 @@ fn a_while_loop_past_its_bound_faults_as_on_the_interpreter() {
         );
     }
 }
+
+/// Runs the emulated kernel with every tensor at `offset` bytes past a 16-byte boundary (0:
+/// aligned, so a kernel with vector lanes takes them; 4: not, so it runs one worker per thread).
+fn emulate_at_offset(
+    emulated: &Emulated,
+    dag: &ExpressionDag,
+    inputs: &[&HostTensor],
+    offset: usize,
+    grid: u32,
+    block: u32,
+) -> Vec<HostTensor> {
+    // u128 buffers are 16-byte aligned; each tensor's bytes start `offset` bytes in.
+    let place = |bytes: &[u8]| -> Vec<u128> {
+        let mut buf = vec![0u128; (bytes.len() + offset).div_ceil(16) + 1];
+        // SAFETY: the buffer holds at least `offset + bytes.len()` bytes.
+        unsafe {
+            let dst = (buf.as_mut_ptr() as *mut u8).add(offset);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len());
+        }
+        buf
+    };
+    let raw = |t: &HostTensor| -> Vec<u8> {
+        let n = t.data.len() * t.dtype().size();
+        // SAFETY: the tensor's data holds `n` bytes.
+        unsafe { std::slice::from_raw_parts(t.data.as_ptr(), n) }.to_vec()
+    };
+    let mut ins: Vec<Vec<u128>> = inputs.iter().map(|t| place(&raw(t))).collect();
+    let mut outputs = zero_outputs(dag);
+    let mut outs: Vec<Vec<u128>> = outputs.iter().map(|t| place(&raw(t))).collect();
+    let at = |b: &mut Vec<u128>| unsafe { (b.as_mut_ptr() as *mut u8).add(offset) as *mut c_void };
+    let in_ptrs: Vec<*mut c_void> = ins.iter_mut().map(at).collect();
+    let out_ptrs: Vec<*mut c_void> = outs.iter_mut().map(at).collect();
+    let mut status = Status::default();
+    // SAFETY: the entry point is the one `build` wrote; each pointer holds its tensor's bytes.
+    unsafe {
+        let f = *emulated
+            .lib
+            .get::<Emulate>(b"ovl_emulate\0")
+            .expect("symbol");
+        f(
+            in_ptrs.as_ptr(),
+            out_ptrs.as_ptr(),
+            std::ptr::null(),
+            &mut status,
+            grid,
+            block,
+            0,
+        );
+    }
+    assert_eq!(status.code, 0, "{}: unexpected fault {status:?}", dag.name);
+    for (t, b) in outputs.iter_mut().zip(&outs) {
+        let n = t.data.len() * t.dtype().size();
+        // SAFETY: both hold `n` bytes from where they are read and written.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (b.as_ptr() as *const u8).add(offset),
+                t.data.as_mut_ptr(),
+                n,
+            )
+        };
+    }
+    outputs
+}
+
+/// The LSTM cell's forward pass on `[rows, h]` workers: four gates read from `z[rows, 4h]`
+/// at `[r, k + g h]`, the old cell at `[r, k]`, two outputs at `[r, k]`.
+fn lstm_cell_dag(rows: u64, h: u64) -> ExpressionDag {
+    let mut b = Builder::new("lstm_lanes", &[rows, h]);
+    b.input(DType::F32, &[rows, 4 * h]);
+    b.input(DType::F32, &[rows, h]);
+    b.output(DType::F32, &[rows, h]);
+    b.output(DType::F32, &[rows, h]);
+    let r = b.position(0);
+    let k = b.position(1);
+    let gate = |b: &mut Builder, g: i64, op: Op| {
+        let off = b.i64(g * h as i64);
+        let col = b.op(Op::Add, &[k, off]);
+        let v = b.read(IN, 0, &[r, col]);
+        b.op(op, &[v])
+    };
+    let i = gate(&mut b, 0, Op::Sigmoid);
+    let j = gate(&mut b, 1, Op::Tanh);
+    let f = gate(&mut b, 2, Op::Sigmoid);
+    let o = gate(&mut b, 3, Op::Sigmoid);
+    let c = b.read(IN, 1, &[r, k]);
+    let fc = b.op(Op::Mul, &[f, c]);
+    let ij = b.op(Op::Mul, &[i, j]);
+    let nc = b.op(Op::Add, &[fc, ij]);
+    b.write(OUT, 0, &[r, k], nc);
+    let t = b.op(Op::Tanh, &[nc]);
+    let nh = b.op(Op::Mul, &[o, t]);
+    b.write(OUT, 1, &[r, k], nh);
+    b.build()
+}
+
+#[test]
+fn vector_lanes_compute_what_one_worker_per_thread_computes() {
+    // Values in [-2, 2), a fixed sequence per seed.
+    let random = |shape: &[usize], seed: u64| {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0) as f32
+            })
+            .collect();
+        HostTensor::from_vec(shape, v).unwrap()
+    };
+    // Eligible: the LSTM cell (every access a vector), and an operator mixing vector accesses
+    // with ones that stay scalar: a broadcast read (the same element for 4 workers), a
+    // transposed read, an i32 read and write, an output written twice at one index and one
+    // written at two offsets.
+    let cell = lstm_cell_dag(3, 8);
+    let mut b = Builder::new("mixed_lanes", &[4, 8]);
+    b.input(DType::F32, &[4, 8]);
+    b.input(DType::F32, &[4]);
+    b.input(DType::F32, &[8, 4]);
+    b.input(DType::I32, &[4, 8]);
+    b.output(DType::F32, &[4, 8]);
+    b.output(DType::I32, &[4, 8]);
+    b.output(DType::F32, &[4, 16]);
+    let (r, k) = (b.position(0), b.position(1));
+    let x = b.read(IN, 0, &[r, k]);
+    let row = b.read(IN, 1, &[r]);
+    let tr = b.read(IN, 2, &[k, r]);
+    let n = b.read(IN, 3, &[r, k]);
+    let s = b.op(Op::Add, &[x, row]);
+    b.write(OUT, 0, &[r, k], s);
+    let s2 = b.op(Op::Mul, &[s, tr]);
+    b.write(OUT, 0, &[r, k], s2);
+    let three = b.i32(3);
+    let m = b.op(Op::Mul, &[n, three]);
+    b.write(OUT, 1, &[r, k], m);
+    // Two halves of one output, as a gradient writes its gates.
+    let eight = b.i64(8);
+    let k8 = b.op(Op::Add, &[k, eight]);
+    b.write(OUT, 2, &[r, k8], x);
+    b.write(OUT, 2, &[r, k], s2);
+    let mixed = b.build();
+
+    let source = |dag: &ExpressionDag| cuda::generate_cuda(dag, "lanes").expect("CUDA source");
+    let cell_src = source(&cell);
+    assert_eq!(cell_src.matches("ovl::ld4(").count(), 5, "{cell_src}");
+    assert_eq!(cell_src.matches("ovl::st4(").count(), 2, "{cell_src}");
+    let mixed_src = source(&mixed);
+    // x and n by vectors; the broadcast and the transposed read stay scalar.
+    assert_eq!(mixed_src.matches("ovl::ld4(").count(), 2, "{mixed_src}");
+    assert!(mixed_src.contains("ovl::ld4(&in0[") && mixed_src.contains("ovl::ld4(&in3["));
+    assert_eq!(mixed_src.matches("ovl::st4(").count(), 5, "{mixed_src}");
+
+    let z = random(&[3, 32], 1);
+    let c = random(&[3, 8], 2);
+    let x = random(&[4, 8], 3);
+    let row = random(&[4], 4);
+    let tr = random(&[8, 4], 5);
+    let n =
+        HostTensor::from_vec(&[4, 8], (0..32).map(|v| v * 7 - 100).collect::<Vec<i32>>()).unwrap();
+    for (dag, inputs) in [(&cell, vec![&z, &c]), (&mixed, vec![&x, &row, &tr, &n])] {
+        let emulated = build(dag);
+        // One worker per thread (the tensors misaligned) is the reference; for the operator
+        // without math functions it equals the C++ backend too (the host's libm and the C++
+        // prelude's f32 tanh and sigmoid differ by an ulp: `ovl_ir::accuracy`).
+        let want = emulate_at_offset(&emulated, dag, &inputs, 4, 1, 1);
+        if dag.name == "mixed_lanes" {
+            let (op, _cache) = compiled(dag);
+            let mut cpp = zero_outputs(dag);
+            op.run(&inputs, &mut cpp, &[], 1)
+                .expect("the C++ backend runs it");
+            for (k, (g, w)) in want.iter().zip(&cpp).enumerate() {
+                assert_eq!(common::bits(g), common::bits(w), "{}: output {k}", dag.name);
+            }
+        }
+        for offset in [0, 4] {
+            for (grid, block) in [(1, 1), (3, 2), (2, 32)] {
+                let got = emulate_at_offset(&emulated, dag, &inputs, offset, grid, block);
+                for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(
+                        common::bits(g),
+                        common::bits(w),
+                        "{} at offset {offset}, grid {grid} x block {block}: output {k}",
+                        dag.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn vector_lanes_are_not_used_where_a_lane_could_differ() {
+    // An output also written inside a branch, a loop's reads, an innermost extent 4 does not
+    // divide, and a kernel with a fault check keep one worker per thread.
+    let mut b = Builder::new("branchy", &[8]);
+    b.input(DType::F32, &[8]);
+    b.output(DType::F32, &[8]);
+    let i = b.position(0);
+    let x = b.read(IN, 0, &[i]);
+    b.write(OUT, 0, &[i], x);
+    let zero = b.f32(0.0);
+    let neg = b.op(Op::Lt, &[x, zero]);
+    b.if_(neg);
+    b.write(OUT, 0, &[i], zero);
+    b.end_if();
+    let branchy = b.build();
+    let src = cuda::generate_cuda(&branchy, "lanes").expect("CUDA source");
+    // The read is a vector; the output, written in a branch too, is not.
+    assert_eq!(src.matches("ovl::ld4(").count(), 1, "{src}");
+    assert_eq!(src.matches("ovl::st4(").count(), 0, "{src}");
+
+    let odd = lstm_cell_dag(2, 6);
+    let src = cuda::generate_cuda(&odd, "lanes").expect("CUDA source");
+    assert!(!src.contains("ovl::ld4("), "{src}");
+
+    let mut b = Builder::new("gather_lanes", &[8]);
+    b.input(DType::F32, &[8]);
+    b.input(DType::I32, &[8]);
+    b.output(DType::F32, &[8]);
+    let i = b.position(0);
+    let k = b.read(IN, 1, &[i]);
+    let v = b.read(IN, 0, &[k]);
+    b.write(OUT, 0, &[i], v);
+    let src = cuda::generate_cuda(&b.build(), "lanes").expect("CUDA source");
+    assert!(!src.contains("ovl::ld4("), "{src}");
+}

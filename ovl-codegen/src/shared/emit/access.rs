@@ -183,6 +183,13 @@ impl Emitter<'_> {
         let (linear, unproven) = self.indices(k, t)?;
         let (d, name) = (t.dtype, t.name.clone());
         let ct = ctype(d);
+        if let Some(lines) = self
+            .lane_read(k, &name, &linear)
+            .filter(|_| unproven.is_empty())
+        {
+            lines.iter().for_each(|l| self.line(l));
+            return Ok(Some(d));
+        }
         if unproven.is_empty() {
             self.line(&format!("const {ct} v{k} = {name}[{linear}];"));
         } else {
@@ -213,6 +220,13 @@ impl Emitter<'_> {
         }
         let (linear, unproven) = self.indices(k, t)?;
         let name = t.name.clone();
+        if let Some(lines) = self
+            .lane_write(k, &linear, value)
+            .filter(|_| unproven.is_empty())
+        {
+            lines.iter().for_each(|l| self.line(l));
+            return Ok(None);
+        }
         // Outside its split loops, a cooperative group writes from its thread 0 only.
         let only_first = if self.coop.is_some() && self.split_open.is_none() {
             "if (ovl_lane == 0u) "
