@@ -121,15 +121,22 @@ pub fn machine() -> String {
     format!("{model}, {cores} cores")
 }
 
-/// What [`device_calls`] measured: the timing, and the last call's outputs copied back.
-pub type DeviceCalls = (Timing, Vec<ndarray::ArrayD<f32>>);
+/// What [`device_calls`] measured.
+pub struct DeviceCalls {
+    /// The host's clock around each call and the synchronization after it.
+    pub wall: Timing,
+    /// CUDA events around each call on the stream (`ovl::cuda::gpu_time`): the GPU's time
+    /// from the call's first kernel to its last, gaps included.
+    pub gpu: Timing,
+    /// The last call's outputs, copied back.
+    pub outputs: Vec<ndarray::ArrayD<f32>>,
+}
 
 /// A compiled graph called the way a GPU user calls it, on device tensors: `inputs` (one per
 /// placeholder, row-major f32 arrays) are uploaded once, then each call is
-/// `Compiled::run_device_into` followed by `ovl::cuda::synchronize()`, so a call's wall time
-/// holds its launches, its kernels and the host's own work, and nothing else (no host copy).
-/// `warmup` untimed calls, then `reps` timed ones. Returns the timing and the outputs of the
-/// last call copied back (for the check against the reference).
+/// `Compiled::run_device_into`, timed twice over: `warmup` untimed calls, then `reps` calls
+/// each followed by `ovl::cuda::synchronize()` on the host's clock (launches, kernels and the
+/// host's own work, no host copy), then `reps` calls between CUDA events.
 pub fn device_calls(
     step: &ovl::Compiled,
     inputs: &[&ndarray::ArrayD<f32>],
@@ -137,6 +144,7 @@ pub fn device_calls(
     reps: usize,
 ) -> Result<DeviceCalls, Box<dyn std::error::Error>> {
     use ovl::cuda::DeviceTensor;
+    type BoxError = Box<dyn std::error::Error>;
     let feeds = inputs
         .iter()
         .map(|a| {
@@ -144,25 +152,34 @@ pub fn device_calls(
             let host = ovl::HostTensor::from_vec(a.shape(), data).ok_or("an input array")?;
             Ok(DeviceTensor::upload(&host)?)
         })
-        .collect::<Result<Vec<_>, Box<dyn std::error::Error>>>()?;
+        .collect::<Result<Vec<_>, BoxError>>()?;
     let refs: Vec<&DeviceTensor> = feeds.iter().collect();
     let mut outputs = step.run_device(&refs)?;
-    let timing = time_calls(
-        warmup,
-        reps,
-        || -> Result<(), Box<dyn std::error::Error>> {
+    let wall = time_calls(warmup, reps, || -> Result<(), BoxError> {
+        step.run_device_into(&refs, &mut outputs)?;
+        ovl::cuda::synchronize()?;
+        Ok(())
+    })?;
+    let mut times = Vec::with_capacity(reps.max(1));
+    for _ in 0..reps.max(1) {
+        let ((), t) = ovl::cuda::gpu_time(|| -> Result<(), BoxError> {
             step.run_device_into(&refs, &mut outputs)?;
-            ovl::cuda::synchronize()?;
             Ok(())
-        },
-    )?;
-    let host = outputs
+        })?;
+        times.push(t);
+    }
+    times.sort();
+    let gpu = Timing {
+        best: times[0],
+        median: times[times.len() / 2],
+    };
+    let outputs = outputs
         .iter()
         .map(|t| {
             let h = t.to_host()?;
             let data = h.as_slice::<f32>().ok_or("an f32 output")?.to_vec();
             Ok(ndarray::ArrayD::from_shape_vec(t.shape(), data)?)
         })
-        .collect::<Result<Vec<_>, Box<dyn std::error::Error>>>()?;
-    Ok((timing, host))
+        .collect::<Result<Vec<_>, BoxError>>()?;
+    Ok(DeviceCalls { wall, gpu, outputs })
 }

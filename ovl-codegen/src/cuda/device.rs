@@ -242,6 +242,41 @@ pub fn synchronize() -> Result<(), DeviceError> {
         .map_err(driver_err("waiting for the GPU"))
 }
 
+/// The GPU time of the work `f` queues on the process's CUDA stream: CUDA events recorded
+/// before and after `f` runs, so the time from the GPU's start of the first queued kernel or
+/// copy to the end of the last, gaps between them included (what PyTorch's event timings
+/// measure). Waits for that work. For `f` = one `Compiled::run_device_into`, a call's device
+/// time; the host's own time is not in it.
+pub fn gpu_time<T, E: From<DeviceError>>(
+    f: impl FnOnce() -> Result<T, E>,
+) -> Result<(T, std::time::Duration), E> {
+    let dev = bound_device()?;
+    let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let start = dev
+        .ctx
+        .new_event(timing)
+        .map_err(driver_err("creating an event"))?;
+    let end = dev
+        .ctx
+        .new_event(timing)
+        .map_err(driver_err("creating an event"))?;
+    start
+        .record(&dev.stream)
+        .map_err(driver_err("recording an event"))?;
+    let value = f()?;
+    end.record(&dev.stream)
+        .map_err(driver_err("recording an event"))?;
+    end.synchronize()
+        .map_err(driver_err("waiting for the GPU"))?;
+    let ms = start
+        .elapsed_ms(&end)
+        .map_err(driver_err("reading the timing"))?;
+    Ok((
+        value,
+        std::time::Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3),
+    ))
+}
+
 /// One block of device memory; back to the allocator's free list when dropped.
 struct Block {
     ptr: u64,

@@ -54,7 +54,8 @@ mod runtime;
 
 pub use cache::{compile, compile_with_outcome, CudaArtifact};
 pub use device::{
-    allocator_stats, release_cached_memory, synchronize, AllocatorStats, DeviceError, DeviceTensor,
+    allocator_stats, gpu_time, release_cached_memory, synchronize, AllocatorStats, DeviceError,
+    DeviceTensor,
 };
 pub use frame::{generate_cuda, KERNEL_NAME};
 pub use nvrtc::{nvrtc_libraries, nvrtc_status, Nvrtc, NvrtcInfo};
