@@ -6,7 +6,7 @@ mod cumsum;
 
 use cumsum::cumsum_rows;
 use ovl::prelude::*;
-use ovl::program::{LoadedProgram, ProgramError};
+use ovl::program::{LoadedProgram, ProgramError, ProgramMismatch};
 use ovl_core::{DType, HostTensor};
 use std::ffi::c_void;
 
@@ -45,9 +45,30 @@ fn runs_on_caller_buffers_with_intermediates_copies_and_passthrough() {
         assert_eq!(program.outputs.len(), 4);
         program.check_feed(0, DType::F32, &[2, 3]).unwrap();
         let e = program.check_feed(0, DType::F32, &[3, 2]).unwrap_err();
+        match &e {
+            ProgramError::Mismatch {
+                problem:
+                    ProgramMismatch::InputType {
+                        input: 0,
+                        name,
+                        given,
+                        exported,
+                    },
+                ..
+            } => assert_eq!(
+                (name.as_str(), given.as_str(), exported.as_str()),
+                ("x", "float32[3, 2]", "float32[2, 3]")
+            ),
+            _ => panic!("not an input type mismatch: {e}"),
+        }
+        let e = program.check_feed(1, DType::F32, &[2, 3]).unwrap_err();
         assert!(
-            e.to_string().contains(
-                "input 0 (`x`) is float32[3, 2], but the program was exported for float32[2, 3]"
+            matches!(
+                e,
+                ProgramError::Mismatch {
+                    problem: ProgramMismatch::NoSuchInput { input: 1 },
+                    ..
+                }
             ),
             "{e}"
         );
@@ -78,11 +99,36 @@ fn wrong_feeds_are_mismatch_errors() {
     let program = LoadedProgram::load(&exported(), &options(Options::default())).unwrap();
     let y = HostTensor::from_vec(&[3, 2], INPUT.to_vec()).unwrap();
     let e = program.run_host(&[&y], 0).unwrap_err();
-    assert!(matches!(e, ProgramError::Mismatch { .. }), "{e}");
+    assert!(
+        matches!(
+            &e,
+            ProgramError::Mismatch {
+                problem: ProgramMismatch::InputType { input: 0, .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
     let e = program.run_host(&[], 0).unwrap_err();
     assert!(
+        matches!(
+            e,
+            ProgramError::Mismatch {
+                problem: ProgramMismatch::Counts {
+                    inputs: 0,
+                    outputs: 4,
+                    program_inputs: 1,
+                    program_outputs: 4
+                },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // The text TensorFlow users read (the Python tests match it).
+    assert!(
         e.to_string()
-            .contains("0 inputs and 4 outputs given, the program has 1 and 4"),
+            .ends_with("`: 0 inputs and 4 outputs given, the program has 1 and 4"),
         "{e}"
     );
 }

@@ -7,10 +7,12 @@
 //! The exporter that makes programs is [`crate::export`].
 
 mod check;
+mod mismatch;
 
 use crate::runner::{Input, Kernel, Output, Plan, PlanError, RunFailure, Sig};
 use crate::{executor, Error, Options};
 pub use check::{check_program, MalformedProgram};
+pub use mismatch::ProgramMismatch;
 use ovl_core::ir;
 use ovl_core::{DType, HostTensor};
 use std::ffi::c_void;
@@ -220,12 +222,12 @@ pub enum ProgramError {
         source: Box<RunFailure>,
     },
     /// A tensor passed does not fit the program.
-    #[error("program `{program}`: {message}")]
+    #[error("program `{program}`: {problem}")]
     Mismatch {
         /// The program.
         program: String,
         /// What does not fit.
-        message: String,
+        problem: ProgramMismatch,
     },
 }
 
@@ -397,11 +399,10 @@ impl LoadedProgram {
     /// values, compiling nothing: the kernels take the values at run time).
     pub fn bind(&self, shapes: &[&[usize]]) -> Result<Binding, ProgramError> {
         if shapes.len() != self.feeds.len() {
-            return Err(self.mismatch(format!(
-                "{} inputs given, the program has {}",
-                shapes.len(),
-                self.feeds.len()
-            )));
+            return Err(self.mismatch(ProgramMismatch::InputCount {
+                given: shapes.len(),
+                inputs: self.feeds.len(),
+            }));
         }
         if let Some(plan) = &self.plan {
             for (k, shape) in shapes.iter().enumerate() {
@@ -421,15 +422,13 @@ impl LoadedProgram {
         let slices: Vec<&[u64]> = shapes64.iter().map(|s| s.as_slice()).collect();
         let what = |k: usize| format!("input {k} (`{}`)", self.feeds[k].0);
         let symbols = ovl_core::symbolic::solve_symbols(&types, &slices, &self.dag.symbols, &what)
-            .map_err(|e| self.mismatch(e.to_string()))?;
+            .map_err(|e| self.mismatch(e))?;
         let cached = self.plans.lock().ok().and_then(|mut p| p.get(&symbols));
         let plan = match cached {
             Some(plan) => plan,
             None => {
-                let plan = Arc::new(
-                    Plan::specialized(&self.dag, &symbols)
-                        .map_err(|e| self.mismatch(e.to_string()))?,
-                );
+                let plan =
+                    Arc::new(Plan::specialized(&self.dag, &symbols).map_err(|e| self.mismatch(e))?);
                 if let Ok(mut plans) = self.plans.lock() {
                     plans.insert(symbols.clone(), plan.clone());
                 }
@@ -467,10 +466,10 @@ impl LoadedProgram {
         self.kernels.len()
     }
 
-    fn mismatch(&self, message: String) -> ProgramError {
+    fn mismatch(&self, problem: impl Into<ProgramMismatch>) -> ProgramError {
         ProgramError::Mismatch {
             program: self.name.clone(),
-            message,
+            problem: problem.into(),
         }
     }
 
@@ -479,7 +478,7 @@ impl LoadedProgram {
         let (name, sig) = self
             .feeds
             .get(k)
-            .ok_or_else(|| self.mismatch(format!("there is no input {k}")))?;
+            .ok_or_else(|| self.mismatch(ProgramMismatch::NoSuchInput { input: k }))?;
         let t = &self.feed_types[k];
         if !t.symbolic.is_empty() {
             // The sizes known at export must match; the others are checked by `bind`.
@@ -490,20 +489,22 @@ impl LoadedProgram {
                     .zip(shape)
                     .all(|(d, &n)| d.is_none_or(|d| d == n));
             if !fits {
-                return Err(self.mismatch(format!(
-                    "input {k} (`{name}`) is {}{shape:?}, but the program was exported for {}",
-                    tensorflow_dtype_name(dtype),
-                    self.type_text(t)
-                )));
+                return Err(self.mismatch(ProgramMismatch::InputType {
+                    input: k,
+                    name: name.clone(),
+                    given: format!("{}{shape:?}", tensorflow_dtype_name(dtype)),
+                    exported: self.type_text(t),
+                }));
             }
             return Ok(());
         }
         if sig.dtype != dtype || sig.shape != shape {
-            return Err(self.mismatch(format!(
-                "input {k} (`{name}`) is {}{shape:?}, but the program was exported for {}",
-                tensorflow_dtype_name(dtype),
-                tensorflow_type_name(sig)
-            )));
+            return Err(self.mismatch(ProgramMismatch::InputType {
+                input: k,
+                name: name.clone(),
+                given: format!("{}{shape:?}", tensorflow_dtype_name(dtype)),
+                exported: tensorflow_type_name(sig),
+            }));
         }
         Ok(())
     }
@@ -520,18 +521,19 @@ impl LoadedProgram {
 
     fn counts(&self, feeds: usize, outputs: usize) -> Result<(), ProgramError> {
         if feeds != self.feeds.len() || outputs != self.outputs.len() {
-            return Err(self.mismatch(format!(
-                "{feeds} inputs and {outputs} outputs given, the program has {} and {}",
-                self.feeds.len(),
-                self.outputs.len()
-            )));
+            return Err(self.mismatch(ProgramMismatch::Counts {
+                inputs: feeds,
+                outputs,
+                program_inputs: self.feeds.len(),
+                program_outputs: self.outputs.len(),
+            }));
         }
         Ok(())
     }
 
     fn run_failure(&self, source: RunFailure) -> ProgramError {
         match source {
-            RunFailure::Mismatch(m) => self.mismatch(m.to_string()),
+            RunFailure::Mismatch(m) => self.mismatch(m),
             source => ProgramError::Run {
                 program: self.name.clone(),
                 source: Box::new(source),
@@ -553,11 +555,9 @@ impl LoadedProgram {
         threads: usize,
     ) -> Result<(), ProgramError> {
         let Some(plan) = &self.plan else {
-            return Err(self.mismatch(format!(
-                "the program has sizes known only at run time ({}): bind the shapes of the \
-                 inputs first (`bind`, then `run_bound`)",
-                self.symbols().join(", ")
-            )));
+            return Err(self.mismatch(ProgramMismatch::NotBound {
+                symbols: self.symbols().to_vec(),
+            }));
         };
         // SAFETY: forwarded to the caller.
         unsafe { self.run_plan(plan, feeds, outputs, threads) }
