@@ -201,15 +201,12 @@ fn check_reads(work: &Work, producer: usize, consumer: usize) -> Result<Vertical
     // Every read of a handed-over tensor in the consumer.
     let mut reads_of = PatternAnalysis::new(&c.dag);
     let mut reads = Vec::new();
-    for (i, e) in c.dag.expressions.iter().enumerate() {
-        if e.code != Op::Read as i32 {
+    let kc = work.kernel(consumer);
+    for i in 0..kc.exprs.len() {
+        let Some(slot) = kc.input_read(i) else {
             continue;
-        }
-        let Some(t) = &e.tensor else { continue };
-        if t.kind != TensorKind::Input as i32 {
-            continue;
-        }
-        let Some(Some(o)) = slot_output.get(t.index as usize) else {
+        };
+        let Some(Some(o)) = slot_output.get(slot as usize) else {
             continue;
         };
         let write = write_patterns

@@ -19,6 +19,7 @@ use crate::cost::{weight, MEMORY_UNITS};
 use crate::report::RowBuffer;
 use crate::RowBudget;
 use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::typed::Kernel;
 use ovl_ir::DType;
 use std::collections::HashMap;
 
@@ -49,6 +50,7 @@ fn reuse_once(
     dag: &ir::ExpressionDag,
     budget: RowBudget,
 ) -> Option<(ir::ExpressionDag, RowBuffer)> {
+    let kernel = Kernel::from_validated(dag);
     let depths = ovl_ir::analysis::nesting_depths(dag);
     let inner = ovl_ir::analysis::innermost_loops(dag);
     let loops = counted_top_level_loops(dag, &depths);
@@ -82,6 +84,7 @@ fn reuse_once(
             }
             let mut eq = Equivalence {
                 dag,
+                kernel: &kernel,
                 l1: l1.range,
                 l2: l2.range,
                 in_body: &in_body,
@@ -108,7 +111,7 @@ fn reuse_once(
                 else {
                     continue;
                 };
-                let cost = subtree_cost(dag, e2, l2.range, &in_body);
+                let cost = subtree_cost(&kernel, e2, l2.range, &in_body);
                 if cost > MEMORY_UNITS && best.is_none_or(|b| cost > b.0) {
                     best = Some((cost, e1, e2, l1, l2));
                 }
@@ -158,6 +161,7 @@ fn storable(dag: &ir::ExpressionDag, i: usize, n: u64, room: u64) -> bool {
 /// Whether two expressions of the two loops compute the same value at the same iteration.
 struct Equivalence<'a, F: Fn(usize, usize) -> bool> {
     dag: &'a ir::ExpressionDag,
+    kernel: &'a Kernel,
     l1: usize,
     l2: usize,
     in_body: &'a F,
@@ -186,8 +190,8 @@ impl<F: Fn(usize, usize) -> bool> Equivalence<'_, F> {
         }
         let dag = self.dag;
         let (x, y) = (&dag.expressions[ai], &dag.expressions[bi]);
-        let alike =
-            (crate::merge::is_pure(x.code) || is_input_read(x)) && Fields::of(x) == Fields::of(y);
+        let alike = (crate::merge::is_pure(x.code) || self.kernel.input_read(ai).is_some())
+            && Fields::of(x) == Fields::of(y);
         let same = alike
             && x.operands
                 .iter()
@@ -227,17 +231,10 @@ impl Fields {
     }
 }
 
-fn is_input_read(e: &ir::Expression) -> bool {
-    e.code == Op::Read as i32
-        && e.tensor
-            .as_ref()
-            .is_some_and(|t| t.kind == TensorKind::Input as i32)
-}
-
 /// The work of computing expression `i` in the body of loop `l`: its own and that of the
 /// operands computed there (each counted once).
 fn subtree_cost(
-    dag: &ir::ExpressionDag,
+    kernel: &Kernel,
     i: usize,
     l: usize,
     in_body: &impl Fn(usize, usize) -> bool,
@@ -249,8 +246,8 @@ fn subtree_cost(
         if !in_body(k, l) || !seen.insert(k) {
             continue;
         }
-        total += weight(dag.expressions[k].code);
-        stack.extend(dag.expressions[k].operands.iter().map(|&o| o as usize));
+        total += weight(kernel.exprs[k].inst.op());
+        stack.extend(kernel.operands(k).map(|o| o as usize));
     }
     total
 }

@@ -23,6 +23,7 @@
 
 use crate::ir::{self, Op, TensorKind};
 use crate::names::{at, defined_at};
+use crate::typed::{Inst, Kernel};
 use thiserror::Error;
 
 /// Why an operator could not be batched.
@@ -125,19 +126,19 @@ pub fn batch_operator(
         ..Default::default()
     });
     const EXAMPLE: u32 = 0;
-    for e in &dag.expressions {
+    let kernel = Kernel::from_validated(dag);
+    for (e, x) in dag.expressions.iter().zip(&kernel.exprs) {
         let mut e = e.clone();
         for o in &mut e.operands {
             *o += 1;
         }
-        let code = Op::try_from(e.code).unwrap_or(Op::Unspecified);
-        match code {
-            Op::Position => e.axis += 1,
-            Op::Read | Op::Write => {
-                let gains_axis = match &e.tensor {
-                    Some(r) if r.kind == TensorKind::Output as i32 => true,
-                    Some(r) if r.kind == TensorKind::Input as i32 => batched_inputs
-                        .get(r.index as usize)
+        match &x.inst {
+            Inst::Position { axis } => e.axis = axis + 1,
+            Inst::Read { tensor, .. } | Inst::Write { tensor, .. } => {
+                let gains_axis = match tensor.kind {
+                    TensorKind::Output => true,
+                    TensorKind::Input => batched_inputs
+                        .get(tensor.index as usize)
                         .copied()
                         .unwrap_or(false),
                     _ => false,

@@ -403,6 +403,30 @@ impl Kernel {
         head.iter().copied().chain(fixed.into_iter().take(n))
     }
 
+    /// The input expression `k` reads, if it is a READ of an input.
+    pub fn input_read(&self, k: usize) -> Option<u32> {
+        match self.exprs[k].inst {
+            Inst::Read {
+                tensor:
+                    TensorId {
+                        kind: TensorKind::Input,
+                        index,
+                    },
+                ..
+            } => Some(index),
+            _ => None,
+        }
+    }
+
+    /// Whether expression `k` is a VARIABLE or an ACCUMULATOR: a value that later
+    /// expressions (ASSIGN, ACCUMULATE) change.
+    pub fn is_mutable(&self, k: usize) -> bool {
+        matches!(
+            self.exprs[k].inst,
+            Inst::Variable { .. } | Inst::Accumulator { .. }
+        )
+    }
+
     /// The loops (RANGE or WHILE_BEGIN) around expression `k`, innermost first.
     pub fn enclosing_loops(&self, k: usize) -> impl Iterator<Item = ValueId> + '_ {
         std::iter::successors(self.exprs[k].block, move |&b| self.exprs[b as usize].block).filter(
