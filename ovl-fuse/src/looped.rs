@@ -23,9 +23,9 @@
 //! everywhere (and batched with `vmap` as it does unbatched).
 
 use ovl_ir::intervals::Intervals;
-use ovl_ir::ir::{self, Op};
+use ovl_ir::ir;
 use ovl_ir::typed::{Inst, Kernel};
-use ovl_ir::DType;
+use ovl_ir::{DType, Literal};
 
 /// How to loop a consumer over workgroup `consumer` inside a producer over `producer`: the
 /// consumer's new workgroup (its shape with the looped axes set to 1, which the producer is
@@ -64,12 +64,7 @@ pub(crate) fn looped(
     if dag.symbol_count > 0 || !dag.symbolic_workgroup.is_empty() || !dag.locals.is_empty() {
         return None;
     }
-    let constant = |v: i64| ir::Expression {
-        code: Op::Const as i32,
-        dtype: DType::I64.to_ir() as i32,
-        int_value: v,
-        ..Default::default()
-    };
+    let constant = |v: i64| Inst::Const(Literal::Int(v)).encode(Some(DType::I64));
     let mut out = dag.clone();
     out.workgroup_shape = target.to_vec();
     out.expressions.clear();
@@ -84,12 +79,13 @@ pub(crate) fn looped(
         out.expressions
             .push(constant(i64::try_from(dag.workgroup_shape[a]).ok()?));
         index_of_axis[a] = Some(out.expressions.len() as u32);
-        out.expressions.push(ir::Expression {
-            code: Op::Range as i32,
-            dtype: DType::I64.to_ir() as i32,
-            operands: vec![zero, end, one],
-            ..Default::default()
-        });
+        let range = Inst::Range {
+            start: zero,
+            end,
+            step: one,
+            close: 0,
+        };
+        out.expressions.push(range.encode(Some(DType::I64)));
     }
     // The body, each expression's operands renumbered; a looped axis's position is its loop.
     let mut new_id = Vec::with_capacity(dag.expressions.len());
@@ -108,10 +104,8 @@ pub(crate) fn looped(
         out.expressions.push(e);
     }
     for _ in looped {
-        out.expressions.push(ir::Expression {
-            code: Op::EndRange as i32,
-            ..Default::default()
-        });
+        out.expressions
+            .push(Inst::EndRange { range: 0 }.encode(None));
     }
     Some(out)
 }
@@ -131,6 +125,7 @@ pub(crate) fn loops_enough(producer: &Kernel, iv: &Intervals, extent: u64) -> bo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ovl_ir::ir::Op;
 
     #[test]
     fn the_axes_a_reduction_lacks_are_looped() {

@@ -11,6 +11,7 @@ use crate::graph::{label, Node, Src};
 use crate::legality::VerticalPlan;
 use ovl_ir::ir::{self, Op, TensorKind};
 use ovl_ir::typed::{Inst, Kernel};
+use ovl_ir::DType;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -166,13 +167,10 @@ impl Splice {
             // The value handed over from this write, copied here when it is a variable.
             if let Some(&copied) = part.snapshot_before.get(&i) {
                 let v = remap[copied];
-                let dtype = self.dag.expressions[v as usize].dtype;
-                self.dag.expressions.push(ir::Expression {
-                    code: Op::Cast as i32,
-                    dtype,
-                    operands: vec![v],
-                    ..Default::default()
-                });
+                let dtype = DType::from_ir(self.dag.expressions[v as usize].dtype);
+                self.dag
+                    .expressions
+                    .push(Inst::Cast { value: v }.encode(dtype));
                 part.copies
                     .borrow_mut()
                     .push((i, self.dag.expressions.len() as u32 - 1));

@@ -4,9 +4,9 @@
 //! (a component of extent 1 is the literal 0) changes nothing it computes or how it faults, and
 //! lets the two hand values over in registers or share a kernel as siblings.
 
-use ovl_ir::ir::{self, Op};
+use ovl_ir::ir;
 use ovl_ir::typed::{Inst, Kernel};
-use ovl_ir::DType;
+use ovl_ir::{DType, Literal};
 
 /// For each axis of `from`: the axis of `to` it becomes (`None` for an axis of extent 1), when
 /// the two shapes list the same extents other than 1, in the same order.
@@ -43,12 +43,7 @@ pub(crate) fn rebased(
         match map.get(axis as usize).copied().flatten() {
             Some(k) => e.axis = k as u32,
             None => {
-                *e = ir::Expression {
-                    code: Op::Const as i32,
-                    dtype: DType::I64.to_ir() as i32,
-                    int_value: 0,
-                    ..Default::default()
-                }
+                *e = Inst::Const(Literal::Int(0)).encode(Some(DType::I64));
             }
         }
     }

@@ -18,9 +18,9 @@
 use crate::cost::{weight, MEMORY_UNITS};
 use crate::report::RowBuffer;
 use crate::RowBudget;
-use ovl_ir::ir::{self, Op, TensorKind};
-use ovl_ir::typed::Kernel;
-use ovl_ir::DType;
+use ovl_ir::ir::{self, TensorKind};
+use ovl_ir::typed::{Inst, Kernel, TensorId};
+use ovl_ir::{DType, Literal};
 use std::collections::HashMap;
 
 /// A top-level loop `for j in 0..n` (step 1): its RANGE expression and `n`.
@@ -268,42 +268,46 @@ fn with_buffer(
         shape: vec![l1.n],
         ..Default::default()
     });
-    let buffer = Some(ir::TensorRef {
-        kind: TensorKind::Local as i32,
+    let buffer = TensorId {
+        kind: TensorKind::Local,
         index: out.locals.len() as u32 - 1,
-    });
+    };
+    let value_type = DType::from_ir(dtype);
+    // A worker's locals start zeroed.
+    let zero = match value_type {
+        Some(d) if d.is_float() => Literal::Float(0.0),
+        _ => Literal::Int(0),
+    };
     out.expressions.clear();
     let mut new_id: Vec<u32> = Vec::with_capacity(dag.expressions.len());
     for (i, e) in dag.expressions.iter().enumerate() {
         if i == l1.range {
-            out.expressions.push(ir::Expression {
-                code: Op::LocalTensor as i32,
+            let local = Inst::LocalTensor {
                 tensor: buffer,
-                ..Default::default()
-            });
+                fill: zero,
+            };
+            out.expressions.push(local.encode(None));
         }
         let mut e = e.clone();
         for o in &mut e.operands {
             *o = new_id[*o as usize];
         }
         if i == e2 {
-            e = ir::Expression {
-                code: Op::Read as i32,
-                dtype,
-                operands: vec![new_id[l2.range]],
+            let read = Inst::Read {
                 tensor: buffer,
-                ..Default::default()
+                indices: vec![new_id[l2.range]],
             };
+            e = read.encode(value_type);
         }
         new_id.push(out.expressions.len() as u32);
         out.expressions.push(e);
         if i == e1 {
-            out.expressions.push(ir::Expression {
-                code: Op::Write as i32,
-                operands: vec![new_id[l1.range], new_id[e1]],
+            let write = Inst::Write {
                 tensor: buffer,
-                ..Default::default()
-            });
+                indices: vec![new_id[l1.range]],
+                value: new_id[e1],
+            };
+            out.expressions.push(write.encode(None));
         }
     }
     crate::merge::tidy(&mut out);
@@ -314,6 +318,7 @@ fn with_buffer(
 mod tests {
     use super::*;
     use ovl_ir::builder::{Builder, IN, OUT};
+    use ovl_ir::ir::Op;
 
     /// Softmax of one row per worker as fusion leaves it: the sum of `exp(x - m)`, then
     /// `exp(x - m) / sum` written, `m` from before the loops. With `same` false the second

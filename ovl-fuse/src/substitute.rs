@@ -37,7 +37,7 @@ use crate::report::Reason;
 use ovl_ir::intervals::{Interval, Intervals};
 use ovl_ir::ir::{self, Op, TensorKind};
 use ovl_ir::typed::{Inst, Kernel};
-use ovl_ir::DType;
+use ovl_ir::{DType, Literal};
 
 /// How to compute one component of the producer's position from the read index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -542,22 +542,12 @@ fn push(dag: &mut ir::ExpressionDag, e: ir::Expression) -> u32 {
     dag.expressions.len() as u32 - 1
 }
 
-fn i64_expr(code: Op, operands: Vec<u32>) -> ir::Expression {
-    ir::Expression {
-        code: code as i32,
-        dtype: (DType::I64.to_ir() as i32),
-        operands,
-        ..Default::default()
-    }
+fn i64_expr(inst: Inst) -> ir::Expression {
+    inst.encode(Some(DType::I64))
 }
 
 fn i64_const(v: i64) -> ir::Expression {
-    ir::Expression {
-        code: Op::Const as i32,
-        dtype: (DType::I64.to_ir() as i32),
-        int_value: v,
-        ..Default::default()
-    }
+    i64_expr(Inst::Const(Literal::Int(v)))
 }
 
 /// Emits, at the end of `s`, the producer's computation of `inl.output` at the element whose
@@ -584,14 +574,19 @@ fn recompute(
             } => {
                 let mut g = index[dim];
                 if s.dag.expressions[g as usize].dtype != (DType::I64.to_ir() as i32) {
-                    g = push(&mut s.dag, i64_expr(Op::Cast, vec![g]));
+                    g = push(&mut s.dag, i64_expr(Inst::Cast { value: g }));
                 }
                 if offset != 0 {
                     let c = push(&mut s.dag, i64_const(offset));
-                    g = push(&mut s.dag, i64_expr(Op::Sub, vec![g, c]));
+                    let sub = Inst::Binary {
+                        op: Op::Sub,
+                        a: g,
+                        b: c,
+                    };
+                    g = push(&mut s.dag, i64_expr(sub));
                 }
                 if negate {
-                    g = push(&mut s.dag, i64_expr(Op::Neg, vec![g]));
+                    g = push(&mut s.dag, i64_expr(Inst::Unary { op: Op::Neg, a: g }));
                 }
                 g
             }
@@ -632,16 +627,8 @@ fn recompute(
     // A variable or an accumulator (copied into the merged operator as it is) is copied, as
     // at a vertical merge's hand-over.
     if kp.is_mutable(value as usize) {
-        let dtype = s.dag.expressions[v as usize].dtype;
-        return push(
-            &mut s.dag,
-            ir::Expression {
-                code: Op::Cast as i32,
-                dtype,
-                operands: vec![v],
-                ..Default::default()
-            },
-        );
+        let dtype = DType::from_ir(s.dag.expressions[v as usize].dtype);
+        return push(&mut s.dag, Inst::Cast { value: v }.encode(dtype));
     }
     v
 }

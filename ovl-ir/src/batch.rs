@@ -21,7 +21,7 @@
 //! zero in both. A fault is reported for the first faulting worker in row-major order, which is
 //! the first faulting worker of the first faulting example.
 
-use crate::ir::{self, Op, TensorKind};
+use crate::ir::{self, TensorKind};
 use crate::names::{at, defined_at};
 use crate::typed::{Inst, Kernel};
 use thiserror::Error;
@@ -119,12 +119,8 @@ pub fn batch_operator(
         return Ok(out);
     }
     // %0: the example's number, visible everywhere (top level, first).
-    out.expressions.push(ir::Expression {
-        code: Op::Position as i32,
-        dtype: ir::Dtype::I64 as i32,
-        axis: 0,
-        ..Default::default()
-    });
+    out.expressions
+        .push(Inst::Position { axis: 0 }.encode(Some(crate::DType::I64)));
     const EXAMPLE: u32 = 0;
     let kernel = Kernel::from_validated(dag);
     for (e, x) in dag.expressions.iter().zip(&kernel.exprs) {
@@ -189,6 +185,7 @@ pub fn batched_symbolic(dims: &[ir::SymbolicDim]) -> Vec<ir::SymbolicDim> {
 mod tests {
     use super::*;
     use crate::builder::{Builder, IN, LOC, OUT};
+    use crate::ir::Op;
     use crate::ops::Combiner;
     use crate::DType;
 
