@@ -426,16 +426,16 @@ pub(crate) fn substitute(
     s.dag.outputs = consumer.dag.outputs.clone();
     s.dag.locals = consumer.dag.locals.clone();
     let c_inputs = s.consumer_inputs(consumer, &plan.slot_output);
+    let (kp, kc) = (
+        Kernel::from_validated(&producer.dag),
+        Kernel::from_validated(&consumer.dag),
+    );
     let uses_locals = plan.outputs.iter().any(|o| {
-        producer.dag.expressions[..o.write]
-            .iter()
-            .zip(&o.slice)
-            .any(|(e, &k)| {
-                k && e
-                    .tensor
-                    .as_ref()
-                    .is_some_and(|t| t.kind == TensorKind::Local as i32)
-            })
+        kp.exprs[..o.write].iter().zip(&o.slice).any(|(e, &k)| {
+            k && matches!(&e.inst,
+                Inst::Read { tensor, .. } | Inst::Write { tensor, .. } | Inst::LocalTensor { tensor, .. }
+                    if tensor.kind == TensorKind::Local)
+        })
     });
     let p_local_base = s.dag.locals.len() as u32;
     if uses_locals {
@@ -444,10 +444,6 @@ pub(crate) fn substitute(
     let mut p_inputs: Vec<Option<u32>> = vec![None; producer.inputs.len()];
 
     // Where each read's recomputation goes.
-    let (kp, kc) = (
-        Kernel::from_validated(&producer.dag),
-        Kernel::from_validated(&consumer.dag),
-    );
     let mut hoisted: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
     let mut shares: std::collections::HashMap<usize, usize> = Default::default();
     for inl in &plan.outputs {
