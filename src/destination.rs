@@ -27,7 +27,7 @@ use ovl_core::{DType, HostTensor, Scalar};
 ///     (q, h)
 /// }
 ///
-/// let (q, h) = halves(&Lazy::from(ndarray::array![1, 4, 7]));
+/// let (q, h) = halves(&ndarray::array![1, 4, 7]);
 /// let mut quotients = ndarray::Array1::<i32>::zeros(3);
 /// let mut exact = ndarray::ArrayD::<f64>::zeros(ndarray::IxDyn(&[3]));
 /// let mut dests = [Destination::from(&mut quotients), Destination::from(&mut exact)];

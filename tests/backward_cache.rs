@@ -111,7 +111,7 @@ fn the_lstm_cell_replayed_equals_the_uncached_path() {
             ArrayD::zeros(ndarray::IxDyn(&[b, 4 * h])),
             ArrayD::zeros(ndarray::IxDyn(&[b, h])),
         ];
-        ovl::evaluate_into_all(&[&new_c, &new_h, &dz, &dcp], &mut outs, &interp()).unwrap();
+        ovl::evaluate_into_all([&new_c, &new_h, &dz, &dcp], &mut outs, &interp()).unwrap();
         outs
     };
     let first = cell(1);

@@ -138,7 +138,7 @@ fn outputs_of_mixed_dtypes_go_into_arrays_of_their_dtypes_and_host_tensors() {
     use ovl::{DType, Destination, HostTensor};
     let x = array![1, 4, 7, -3];
     for options in targets() {
-        let (q, h) = halves(&Lazy::from(x.clone()));
+        let (q, h) = halves(&x);
         let mut quotients = Array1::<i32>::from_elem(4, 99);
         let mut exact = ArrayD::<f64>::from_elem(IxDyn(&[4]), f64::NAN);
         let (qp, hp) = (quotients.as_ptr(), exact.as_ptr());
@@ -180,7 +180,7 @@ fn outputs_of_mixed_dtypes_go_into_arrays_of_their_dtypes_and_host_tensors() {
 #[test]
 fn a_destination_of_another_dtype_or_count_is_a_mismatch_and_keeps_its_shape() {
     use ovl::Destination;
-    let (q, h) = halves(&Lazy::from(array![1, 2]));
+    let (q, h) = halves(&array![1, 2]);
     let mut q_dest = ndarray::Array1::<i32>::zeros(2);
     let mut wrong = ndarray::Array1::<f32>::from_elem(2, 5.0);
     let mut dests = [

@@ -226,8 +226,8 @@ pub enum ProgramError {
     Mismatch {
         /// The program.
         program: String,
-        /// What does not fit.
-        problem: ProgramMismatch,
+        /// What does not fit (boxed: it names tensors and types, and errors stay small).
+        problem: Box<ProgramMismatch>,
     },
 }
 
@@ -469,7 +469,7 @@ impl LoadedProgram {
     fn mismatch(&self, problem: impl Into<ProgramMismatch>) -> ProgramError {
         ProgramError::Mismatch {
             program: self.name.clone(),
-            problem: problem.into(),
+            problem: Box::new(problem.into()),
         }
     }
 
