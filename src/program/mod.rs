@@ -128,21 +128,36 @@ pub fn tensor_type_of(t: &ir::TensorType) -> Result<(DType, Vec<usize>), PlanErr
     Sig::from_ir(t).map(|s| (s.dtype, s.shape))
 }
 
-/// The host tensor for constant `c` of `program` (after [`check_program`]).
+/// The host tensor for constant `c` of `program` (after [`check_program`], which makes every
+/// error but running out of memory impossible).
 pub fn constant_tensor(
     program: &ir::Program,
     c: &ir::ProgramConstant,
-) -> Result<HostTensor, String> {
+) -> Result<HostTensor, ProgramError> {
+    use MalformedProgram as M;
+    let input = c.graph_input as usize;
     let t = program
         .graph
         .as_ref()
-        .and_then(|g| g.inputs.get(c.graph_input as usize))
-        .ok_or("a constant names a graph input that does not exist")?;
-    let (dtype, shape) = tensor_type_of(t).map_err(|e| e.to_string())?;
-    let mut h = HostTensor::try_zeros(dtype, &shape).map_err(|e| e.to_string())?;
+        .and_then(|g| g.inputs.get(input))
+        .ok_or_else(|| M::NoSuchInput {
+            what: "a constant".into(),
+            input: c.graph_input,
+        })?;
+    let (dtype, shape) = tensor_type_of(t).map_err(|e| M::Type(e.to_string()))?;
+    let mut h = HostTensor::try_zeros(dtype, &shape)?;
     let len = h.len() * dtype.size();
-    if c.data.len() != len || (dtype == DType::Bool && c.data.iter().any(|&b| b > 1)) {
-        return Err("a constant's bytes do not fit its type".into());
+    if c.data.len() != len {
+        return Err(M::ConstantLength {
+            input,
+            holds: c.data.len(),
+            ty: format!("{dtype}{shape:?}"),
+            needs: len,
+        }
+        .into());
+    }
+    if dtype == DType::Bool && c.data.iter().any(|&b| b > 1) {
+        return Err(M::BoolConstant { input }.into());
     }
     // SAFETY: `h` owns `len` bytes of initialized elements; every byte pattern is a valid
     // value of the numeric dtypes, and bool bytes were checked to be 0 or 1.
@@ -199,9 +214,12 @@ pub enum ProgramError {
     /// before decoding).
     #[error(transparent)]
     Modified(#[from] SealError),
-    /// The bytes are not a valid program, or the program is malformed (its digest matched).
+    /// The program is malformed (its digest matched): what is wrong, and where.
     #[error("the `program` attribute is not a valid ovl program ({0}); re-export the bundle")]
-    Corrupt(String),
+    Corrupt(#[from] MalformedProgram),
+    /// A constant of the program could not be allocated.
+    #[error(transparent)]
+    OutOfMemory(#[from] ovl_core::AllocError),
     /// The program's graph cannot be planned: it is malformed (its digest matched).
     #[error("the `program` attribute is not a valid ovl program ({0}); re-export the bundle")]
     Malformed(#[from] PlanError),
@@ -307,7 +325,7 @@ impl LoadedProgram {
     /// [`crate::TfExport::embed_libraries`]) is loaded from it when it was compiled for this
     /// machine's target (no C++ compiler needed), and compiled otherwise.
     pub fn new(program: ir::Program, options: &Options) -> Result<LoadedProgram, ProgramError> {
-        check_program(&program).map_err(|e| ProgramError::Corrupt(e.to_string()))?;
+        check_program(&program)?;
         let mut sources = vec![None; program.graph.as_ref().map_or(0, |g| g.inputs.len())];
         let mut feeds = Vec::with_capacity(program.feeds.len());
         for (k, f) in program.feeds.iter().enumerate() {
@@ -320,12 +338,13 @@ impl LoadedProgram {
         let mut constants = Vec::with_capacity(program.constants.len());
         for c in &program.constants {
             sources[c.graph_input as usize] = Some(Source::Constant(constants.len()));
-            constants.push(constant_tensor(&program, c).map_err(ProgramError::Corrupt)?);
+            constants.push(constant_tensor(&program, c)?);
         }
         let sources = sources
-            .into_iter()
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| ProgramError::Corrupt("a graph input has no data".into()))?;
+            .iter()
+            .enumerate()
+            .map(|(input, s)| s.ok_or(MalformedProgram::Supplied { input, supplied: 0 }))
+            .collect::<Result<Vec<_>, _>>()?;
         let name = program.name;
         let dag = program.graph.unwrap_or_default();
         let kernels =
@@ -345,7 +364,7 @@ impl LoadedProgram {
             .iter()
             .map(|o| ovl_core::validate::value_type(&dag, o).cloned())
             .collect::<Result<Vec<_>, _>>()
-            .map_err(ProgramError::Corrupt)?;
+            .map_err(MalformedProgram::Invalid)?;
         let outputs = output_types
             .iter()
             .map(Sig::from_ir)
