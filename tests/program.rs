@@ -157,3 +157,43 @@ fn every_single_bit_flip_is_refused_before_decoding() {
         );
     }
 }
+
+/// The error of planning `dag` (which must not plan).
+fn plan_error(dag: ovl_core::ir::OperatorDag) -> ovl::runner::PlanError {
+    match ovl::runner::Plan::new(std::sync::Arc::new(dag)) {
+        Err(e) => e,
+        Ok(_) => panic!("a malformed graph was planned"),
+    }
+}
+
+#[test]
+fn malformed_wiring_is_a_typed_plan_error() {
+    use ovl::runner::{PlanError, Wiring};
+    let program = ovl::program::open_program(&exported(), "the test program").unwrap();
+    let graph = program.graph.unwrap();
+
+    let mut dag = graph.clone();
+    dag.operator_inputs.pop();
+    assert_eq!(plan_error(dag), PlanError::Wiring(Wiring::OperatorCount));
+
+    let mut dag = graph.clone();
+    let takes = dag.operators[1].inputs.len();
+    let first = dag.operator_inputs[1].inputs[0].clone();
+    dag.operator_inputs[1].inputs.push(first);
+    match plan_error(dag) {
+        PlanError::Wiring(Wiring::InputCount {
+            operator: 1,
+            takes: t,
+            wired,
+            ..
+        }) => assert_eq!((t, wired), (takes, takes + 1)),
+        e => panic!("not an input count: {e}"),
+    }
+
+    let mut dag = graph;
+    dag.outputs[0].source = None;
+    assert_eq!(
+        plan_error(dag),
+        PlanError::Wiring(Wiring::NoSource { output: 0 })
+    );
+}
