@@ -42,6 +42,10 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A program given to [`crate::program::run_program`] is malformed, or its feeds do not
+    /// fit it (boxed: a program error may hold an [`Error`]).
+    #[error(transparent)]
+    Program(Box<crate::program::ProgramError>),
     /// Compiling a graph with [`crate::compile`], or feeding the compiled graph, failed (what
     /// was wrong with its placeholders or their data, or the target).
     #[error("compiled graph: {0}")]

@@ -178,7 +178,7 @@ fn malformed_wiring_is_a_typed_plan_error() {
 
     let mut dag = graph.clone();
     let takes = dag.operators[1].inputs.len();
-    let first = dag.operator_inputs[1].inputs[0].clone();
+    let first = dag.operator_inputs[1].inputs[0];
     dag.operator_inputs[1].inputs.push(first);
     match plan_error(dag) {
         PlanError::Wiring(Wiring::InputCount {

@@ -173,20 +173,16 @@ pub fn run_program(
     feeds: Vec<HostTensor>,
     options: &Options,
 ) -> Result<Vec<HostTensor>, Error> {
-    let err = |message: String| Error::Export {
-        name: program.name.clone(),
-        message,
-    };
     let loaded = LoadedProgram::new(program.clone(), options).map_err(|e| match e {
         ProgramError::Compile { source, .. } => *source,
-        e => err(e.to_string()),
+        e => Error::Program(Box::new(e)),
     })?;
     let feeds: Vec<&HostTensor> = feeds.iter().collect();
     loaded
         .run_host(&feeds, options.threads)
         .map_err(|e| match e {
             ProgramError::Run { source, .. } => (*source).into(),
-            e => err(e.to_string()),
+            e => Error::Program(Box::new(e)),
         })
 }
 

@@ -279,8 +279,8 @@ impl Plan {
     /// and passes the values to compiled kernels, which were compiled once from the symbolic
     /// operators of the same graph.
     pub fn specialized(dag: &ir::OperatorDag, symbols: &[u64]) -> Result<Plan, PlanError> {
-        let concrete =
-            ovl_core::symbolic::specialize_graph(dag, symbols).map_err(PlanError::Symbols)?;
+        let concrete = ovl_core::symbolic::specialize_graph(dag, symbols)
+            .map_err(|e| PlanError::Symbols(Box::new(e)))?;
         let mut plan = Plan::new(Arc::new(concrete))?;
         plan.symbols = symbols.to_vec();
         Ok(plan)

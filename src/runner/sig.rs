@@ -23,9 +23,9 @@ pub enum PlanError {
         /// The symbols' names.
         symbols: String,
     },
-    /// The symbol values do not fit the graph.
+    /// The symbol values do not fit the graph (boxed: errors stay small).
     #[error(transparent)]
-    Symbols(#[from] ovl_core::symbolic::SymbolError),
+    Symbols(Box<ovl_core::symbolic::SymbolError>),
     /// The wiring does not match the operators, or names a tensor that does not exist.
     #[error(transparent)]
     Wiring(#[from] Wiring),
