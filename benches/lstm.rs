@@ -463,7 +463,10 @@ fn export_cell(b: usize, h: usize, file: &std::path::Path) -> Result<ovl::Bundle
     let d_new_c = ovl::placeholder::<f32>("d_new_c", &[b, h]);
     let d_new_h = ovl::placeholder::<f32>("d_new_h", &[b, h]);
     let grads = ovl::backward(&[(&new_c, &d_new_c), (&new_h, &d_new_h)], &[&z, &c])?;
-    let missing = || ovl::Error::Internal("the LSTM cell has no gradient".into());
+    let missing = || ovl::Error::Export {
+        name: format!("lstm_{b}x{h}"),
+        message: "the LSTM cell's outputs have no gradient with respect to its inputs".into(),
+    };
     let dz = grads.of(&z).ok_or_else(missing)?;
     let dc = grads.of(&c).ok_or_else(missing)?;
     ovl::as_tensorflow((&z, &c), (&new_c, &new_h))

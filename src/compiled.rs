@@ -27,17 +27,17 @@
 //! }
 //! ```
 
-use crate::error::{CompiledError, Mismatch};
-use crate::evaluate::{run_into_arrays, Evaluate};
+use crate::destination::{self, Destinations};
+use crate::error::{CompiledError, InternalError};
+use crate::evaluate::Evaluate;
 use crate::executor::{self, Prepared};
 use crate::export::feed_slots;
 use crate::options::Options;
 use crate::Error;
-use ndarray::ArrayD;
 use ovl_codegen::cuda::{DeviceError, DeviceTensor};
 use ovl_core::lazy::GraphInput;
 use ovl_core::lazy::Node;
-use ovl_core::{DType, HostTensor, LazyTensor, Scalar};
+use ovl_core::{DType, HostTensor, LazyTensor};
 
 /// A graph fused and compiled once by [`compile`]; [`run_into`](Compiled::run_into) runs it
 /// with new data for its placeholders.
@@ -102,16 +102,19 @@ pub fn compile<I: Evaluate, O: Evaluate>(
 
 impl Compiled {
     /// Runs the graph with `feeds` (host data, one per placeholder, in the order given to
-    /// [`compile`], for example `(&Lazy::from(array), ..)`), writing output `k` into `dests[k]`
-    /// (of the output's dtype and shape, in row-major order; moved in and out, not copied).
+    /// [`compile`], for example `(&Lazy::from(array), ..)`), writing output `k` into destination
+    /// `k` of `dests` (of the output's dtype and shape, in row-major order; moved in and out,
+    /// not copied): arrays of one dtype, [`HostTensor`]s, or [`crate::Destination`]s of any
+    /// dtypes.
     ///
     /// A feed of the wrong dtype or shape, or that is not host data, is an error that names it;
     /// on any error the arrays keep their shapes, with unspecified contents.
-    pub fn run_into<T: Scalar>(
+    pub fn run_into<D: Destinations + ?Sized>(
         &self,
         feeds: impl Evaluate,
-        dests: &mut [ArrayD<T>],
+        dests: &mut D,
     ) -> Result<(), Error> {
+        let mut dests = dests.destinations();
         let given = feeds.tensors();
         if given.len() != self.feeds.len() {
             return Err(CompiledError::FeedCount {
@@ -120,13 +123,6 @@ impl Compiled {
                 placeholders: self.feeds.len(),
             }
             .into());
-        }
-        let outputs = self.prepared.plan().outputs().len();
-        if dests.len() != outputs {
-            return Err(Error::OutputMismatch(Mismatch::OutputCount {
-                outputs,
-                arrays: dests.len(),
-            }));
         }
         let mut fed: Vec<Option<&HostTensor>> = vec![None; self.prepared.inputs.len()];
         for (k, (feed, t)) in self.feeds.iter().zip(given).enumerate() {
@@ -153,7 +149,7 @@ impl Compiled {
                 fed[i] = Some(data);
             }
         }
-        run_into_arrays(&self.prepared, &fed, &self.options, dests)
+        destination::run_into(&self.prepared, &fed, &self.options, &mut dests)
     }
 
     /// Runs the graph on the GPU with device tensors, one per placeholder in the order given to
@@ -231,7 +227,7 @@ impl Compiled {
                         GraphInput::Placeholder { name, .. } => {
                             Error::Placeholder { name: name.clone() }
                         }
-                        GraphInput::Host(_) => Error::Internal("host data not uploaded".into()),
+                        GraphInput::Host(_) => InternalError::NotUploaded { input: i }.into(),
                     })
             })
             .collect::<Result<_, _>>()?;

@@ -42,6 +42,10 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A program given to [`crate::program::run_program`] is malformed, or its feeds do not
+    /// fit it (boxed: a program error may hold an [`Error`]).
+    #[error(transparent)]
+    Program(Box<crate::program::ProgramError>),
     /// Compiling a graph with [`crate::compile`], or feeding the compiled graph, failed (what
     /// was wrong with its placeholders or their data, or the target).
     #[error("compiled graph: {0}")]
@@ -67,9 +71,51 @@ pub enum Error {
     /// An output or intermediate tensor could not be allocated (names its dtype and shape).
     #[error(transparent)]
     OutOfMemory(#[from] ovl_core::AllocError),
-    /// An evaluated tensor did not have the type its handle promised (a bug in ovl).
-    #[error("internal error: {0}")]
-    Internal(String),
+    /// Something ovl guarantees did not hold (a bug in ovl; what, and about which output or
+    /// input).
+    #[error("internal error (a bug in ovl): {0}")]
+    Internal(#[from] InternalError),
+}
+
+/// A broken guarantee of ovl itself, never a user's mistake: what broke and where. Seeing one is
+/// a bug to report.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum InternalError {
+    /// A run returned fewer results than the graph has outputs.
+    #[error("output {output} has no evaluation result")]
+    MissingResult {
+        /// The output's number.
+        output: usize,
+    },
+    /// A result of another dtype than its handle promised.
+    #[error("output {output} has dtype {dtype} where {expected} was expected")]
+    ResultDType {
+        /// The output's number.
+        output: usize,
+        /// The result's dtype.
+        dtype: ovl_core::DType,
+        /// The handle's dtype.
+        expected: ovl_core::DType,
+    },
+    /// A result whose element count is not its shape's.
+    #[error("output {output} has {len} elements, which do not make the shape {shape:?}")]
+    ResultShape {
+        /// The output's number.
+        output: usize,
+        /// Its shape.
+        shape: Vec<usize>,
+        /// Its element count.
+        len: usize,
+    },
+    /// A graph input with host data that a device run did not upload.
+    #[error("graph input {input} holds host data that was not uploaded to the GPU")]
+    NotUploaded {
+        /// The graph input's number.
+        input: usize,
+    },
+    /// The fused graph could not be planned (fusion makes well-formed graphs only).
+    #[error("the fused graph cannot be planned: {0}")]
+    Unplannable(#[source] crate::runner::PlanError),
 }
 
 /// What does not fit when buffers are handed to a graph's run: counts, dtypes and shapes,

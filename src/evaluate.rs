@@ -1,7 +1,7 @@
 //! `evaluate` and `profile`: run the lazy graph behind some handles and return arrays.
 
-use crate::error::Mismatch;
-use crate::executor;
+use crate::destination::{self, Destination, Destinations};
+use crate::error::{InternalError, Mismatch};
 use crate::options::Options;
 use crate::plan_cache;
 use crate::Error;
@@ -10,27 +10,57 @@ use ovl_core::{HostTensor, Lazy, LazyTensor, Scalar};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-/// What can be evaluated: a handle, a tuple of handles, or a slice or `Vec` of handles.
+/// What can be evaluated: a handle, a tuple of handles (of any dtypes), or a slice, `Vec` or
+/// array of handles (or of references to handles) of one dtype, or of untyped handles.
 pub trait Evaluate {
     /// What evaluation returns: arrays in the same arrangement.
     type Output;
     /// The tensors to compute.
     fn tensors(&self) -> Vec<&LazyTensor>;
     /// Converts the computed tensors (in the order of `tensors`) into the output.
-    fn convert(&self, results: &mut std::vec::IntoIter<HostTensor>) -> Result<Self::Output, Error>;
+    fn convert(&self, results: &mut Results) -> Result<Self::Output, Error>;
 }
 
-fn to_array<T: Scalar>(t: Option<HostTensor>) -> Result<ArrayD<T>, Error> {
-    let t = t.ok_or_else(|| Error::Internal("missing evaluation result".into()))?;
-    let shape = t.shape;
-    let data = T::unwrap(t.data).map_err(|d| {
-        Error::Internal(format!(
-            "a result has dtype {} where {} was expected",
-            d.dtype(),
-            T::DTYPE
-        ))
-    })?;
-    ArrayD::from_shape_vec(IxDyn(&shape), data).map_err(|e| Error::Internal(e.to_string()))
+/// The computed tensors handed to [`Evaluate::convert`], in the order of
+/// [`Evaluate::tensors`].
+#[derive(Debug)]
+pub struct Results {
+    tensors: std::vec::IntoIter<HostTensor>,
+    next: usize,
+}
+
+impl Results {
+    pub(crate) fn new(tensors: Vec<HostTensor>) -> Results {
+        Results {
+            tensors: tensors.into_iter(),
+            next: 0,
+        }
+    }
+
+    /// The next computed tensor.
+    pub fn next_tensor(&mut self) -> Result<HostTensor, Error> {
+        let output = self.next;
+        self.next += 1;
+        self.tensors
+            .next()
+            .ok_or_else(|| InternalError::MissingResult { output }.into())
+    }
+
+    /// The next computed tensor as an array of `T` (an error if it has another dtype).
+    pub fn next_array<T: Scalar>(&mut self) -> Result<ArrayD<T>, Error> {
+        let output = self.next;
+        let t = self.next_tensor()?;
+        let dtype = t.dtype();
+        let HostTensor { shape, data } = t;
+        let data = T::unwrap(data).map_err(|_| InternalError::ResultDType {
+            output,
+            dtype,
+            expected: T::DTYPE,
+        })?;
+        let len = data.len();
+        ArrayD::from_shape_vec(IxDyn(&shape), data)
+            .map_err(|_| InternalError::ResultShape { output, shape, len }.into())
+    }
 }
 
 impl<T: Scalar> Evaluate for &Lazy<T> {
@@ -38,8 +68,8 @@ impl<T: Scalar> Evaluate for &Lazy<T> {
     fn tensors(&self) -> Vec<&LazyTensor> {
         vec![self.untyped()]
     }
-    fn convert(&self, results: &mut std::vec::IntoIter<HostTensor>) -> Result<ArrayD<T>, Error> {
-        to_array(results.next())
+    fn convert(&self, results: &mut Results) -> Result<ArrayD<T>, Error> {
+        results.next_array()
     }
 }
 
@@ -48,58 +78,71 @@ impl<T: Scalar> Evaluate for Lazy<T> {
     fn tensors(&self) -> Vec<&LazyTensor> {
         vec![self.untyped()]
     }
-    fn convert(&self, results: &mut std::vec::IntoIter<HostTensor>) -> Result<ArrayD<T>, Error> {
-        to_array(results.next())
+    fn convert(&self, results: &mut Results) -> Result<ArrayD<T>, Error> {
+        results.next_array()
     }
 }
 
-impl<T: Scalar> Evaluate for &[Lazy<T>] {
-    type Output = Vec<ArrayD<T>>;
-    fn tensors(&self) -> Vec<&LazyTensor> {
-        self.iter().map(|l| l.untyped()).collect()
-    }
-    fn convert(&self, results: &mut std::vec::IntoIter<HostTensor>) -> Result<Self::Output, Error> {
-        self.iter().map(|_| to_array(results.next())).collect()
-    }
+/// Slices, `Vec`s and arrays of typed handles, or of references to them.
+macro_rules! typed_list_evaluate {
+    ($($ty:ty),+) => {
+        $(
+            impl<'a, T: Scalar, const N: usize> Evaluate for $ty {
+                type Output = Vec<ArrayD<T>>;
+                fn tensors(&self) -> Vec<&LazyTensor> {
+                    self.iter().map(|l| l.untyped()).collect()
+                }
+                fn convert(&self, results: &mut Results) -> Result<Self::Output, Error> {
+                    self.iter().map(|_| results.next_array()).collect()
+                }
+            }
+        )+
+    };
 }
+typed_list_evaluate!(&[Lazy<T>; N], &[&'a Lazy<T>; N], [&'a Lazy<T>; N]);
 
-impl<T: Scalar> Evaluate for &Vec<Lazy<T>> {
-    type Output = Vec<ArrayD<T>>;
-    fn tensors(&self) -> Vec<&LazyTensor> {
-        self.iter().map(|l| l.untyped()).collect()
-    }
-    fn convert(&self, results: &mut std::vec::IntoIter<HostTensor>) -> Result<Self::Output, Error> {
-        self.iter().map(|_| to_array(results.next())).collect()
-    }
+macro_rules! typed_slice_evaluate {
+    ($($ty:ty),+) => {
+        $(
+            impl<'a, T: Scalar> Evaluate for $ty {
+                type Output = Vec<ArrayD<T>>;
+                fn tensors(&self) -> Vec<&LazyTensor> {
+                    self.iter().map(|l| l.untyped()).collect()
+                }
+                fn convert(&self, results: &mut Results) -> Result<Self::Output, Error> {
+                    self.iter().map(|_| results.next_array()).collect()
+                }
+            }
+        )+
+    };
 }
+typed_slice_evaluate!(&[Lazy<T>], &Vec<Lazy<T>>, &[&'a Lazy<T>], &Vec<&'a Lazy<T>>);
 
 /// Untyped handles (what an untyped [`crate::vmap`] returns) evaluate to host tensors of their
 /// own dtypes.
-impl Evaluate for &[LazyTensor] {
-    type Output = Vec<HostTensor>;
-    fn tensors(&self) -> Vec<&LazyTensor> {
-        self.iter().collect()
-    }
-    fn convert(&self, results: &mut std::vec::IntoIter<HostTensor>) -> Result<Self::Output, Error> {
-        self.iter()
-            .map(|_| {
-                results
-                    .next()
-                    .ok_or_else(|| Error::Internal("missing evaluation result".into()))
-            })
-            .collect()
-    }
+macro_rules! untyped_evaluate {
+    ($($ty:ty),+) => {
+        $(
+            impl<'a> Evaluate for $ty {
+                type Output = Vec<HostTensor>;
+                fn tensors(&self) -> Vec<&LazyTensor> {
+                    self.iter()
+                        .map(|t| <_ as std::borrow::Borrow<LazyTensor>>::borrow(t))
+                        .collect()
+                }
+                fn convert(&self, results: &mut Results) -> Result<Self::Output, Error> {
+                    self.iter().map(|_| results.next_tensor()).collect()
+                }
+            }
+        )+
+    };
 }
-
-impl Evaluate for &Vec<LazyTensor> {
-    type Output = Vec<HostTensor>;
-    fn tensors(&self) -> Vec<&LazyTensor> {
-        self.iter().collect()
-    }
-    fn convert(&self, results: &mut std::vec::IntoIter<HostTensor>) -> Result<Self::Output, Error> {
-        self.as_slice().convert(results)
-    }
-}
+untyped_evaluate!(
+    &[LazyTensor],
+    &Vec<LazyTensor>,
+    &[&'a LazyTensor],
+    &Vec<&'a LazyTensor>
+);
 
 macro_rules! tuple_evaluate {
     ($($name:ident $idx:tt),+) => {
@@ -110,7 +153,7 @@ macro_rules! tuple_evaluate {
                 $(v.extend(self.$idx.tensors());)+
                 v
             }
-            fn convert(&self, results: &mut std::vec::IntoIter<HostTensor>) -> Result<Self::Output, Error> {
+            fn convert(&self, results: &mut Results) -> Result<Self::Output, Error> {
                 Ok(($(self.$idx.convert(results)?,)+))
             }
         }
@@ -148,7 +191,7 @@ pub fn evaluate<O: Evaluate>(outputs: O) -> Result<O::Output, Error> {
 pub fn evaluate_with<O: Evaluate>(outputs: O, options: &Options) -> Result<O::Output, Error> {
     let prepared = plan_cache::prepare(&outputs.tensors(), options)?;
     let results = prepared.run(options, None)?;
-    outputs.convert(&mut results.into_iter())
+    outputs.convert(&mut Results::new(results))
 }
 
 /// Evaluates on the GPU ([`Options::cuda()`]) and returns the outputs as device tensors, in the
@@ -300,102 +343,33 @@ impl fmt::Display for Profile {
 /// ```
 ///
 /// `dest` may have any dimensionality type: an `ArrayD`, or an `Array2` of the output's rank.
-pub fn evaluate_into<T: Scalar, D: ndarray::Dimension>(
+pub fn evaluate_into<T: Scalar, D: ndarray::Dimension + 'static>(
     output: &Lazy<T>,
     dest: &mut ndarray::Array<T, D>,
     options: &Options,
 ) -> Result<(), Error> {
-    // Move the buffer into an `ArrayD` and back: no copy.
-    let empty = ndarray::Array::from_shape_vec(D::zeros(dest.ndim()), Vec::new())
-        .map_err(|e| Error::Internal(e.to_string()))?;
-    let mut dynamic = std::mem::replace(dest, empty).into_dyn();
-    let result = evaluate_into_all(&[output], std::slice::from_mut(&mut dynamic), options);
-    *dest = dynamic
-        .into_dimensionality::<D>()
-        .map_err(|e| Error::Internal(e.to_string()))?;
-    result
+    evaluate_into_all(output, &mut [Destination::from(dest)], options)
 }
 
-/// [`evaluate_into`] for several outputs of one dtype, evaluated (and fused) together:
-/// `outputs[k]` is written into `dests[k]`.
-pub fn evaluate_into_all<T: Scalar>(
-    outputs: &[&Lazy<T>],
-    dests: &mut [ArrayD<T>],
+/// [`evaluate_into`] for several outputs, evaluated (and fused) together: output `k` of
+/// `outputs` (anything [`Evaluate`] takes, e.g. `(&a, &b)` of different dtypes or a slice of
+/// handles) is written into destination `k` of `dests`: a slice, `Vec` or array of arrays of
+/// one dtype, of [`HostTensor`]s, or of [`Destination`]s (arrays of any dtypes).
+pub fn evaluate_into_all<O: Evaluate, D: Destinations + ?Sized>(
+    outputs: O,
+    dests: &mut D,
     options: &Options,
 ) -> Result<(), Error> {
-    if outputs.len() != dests.len() {
+    let mut dests = dests.destinations();
+    let tensors = outputs.tensors();
+    if tensors.len() != dests.len() {
         return Err(Error::OutputMismatch(Mismatch::OutputCount {
-            outputs: outputs.len(),
+            outputs: tensors.len(),
             arrays: dests.len(),
         }));
     }
-    let tensors: Vec<&LazyTensor> = outputs.iter().map(|o| o.untyped()).collect();
     let prepared = plan_cache::prepare(&tensors, options)?;
-    run_into_arrays(&prepared, &[], options, dests)
-}
-
-/// Runs a prepared graph, writing its requested outputs into `dests` (moved in and out, no
-/// copy). On an error the arrays keep their shapes, with unspecified contents.
-pub(crate) fn run_into_arrays<T: Scalar>(
-    prepared: &executor::Prepared,
-    fed: &[Option<&HostTensor>],
-    options: &Options,
-    dests: &mut [ArrayD<T>],
-) -> Result<(), Error> {
-    if dests.iter().any(|d| !d.is_standard_layout()) {
-        return Err(not_row_major());
-    }
-    let shapes: Vec<Vec<usize>> = dests.iter().map(|d| d.shape().to_vec()).collect();
-    let mut buffers = Vec::with_capacity(dests.len());
-    for (k, dest) in dests.iter_mut().enumerate() {
-        match take_buffer(dest) {
-            Ok(b) => buffers.push(Some(b)),
-            Err(e) => {
-                // Give the arrays taken so far back their shapes before reporting.
-                for (d, shape) in dests.iter_mut().zip(&shapes).take(k) {
-                    *d = ArrayD::from_elem(IxDyn(shape), T::default());
-                }
-                return Err(e);
-            }
-        }
-    }
-    let result = prepared.run_into(fed, options, None, buffers);
-    match result {
-        Ok(results) => {
-            let mut results = results.into_iter();
-            for dest in dests.iter_mut() {
-                *dest = to_array(results.next())?;
-            }
-            Ok(())
-        }
-        Err(e) => {
-            for (d, shape) in dests.iter_mut().zip(&shapes) {
-                *d = ArrayD::from_elem(IxDyn(shape), T::default());
-            }
-            Err(e)
-        }
-    }
-}
-
-fn not_row_major() -> Error {
-    Error::OutputMismatch(Mismatch::NotRowMajor)
-}
-
-/// Moves a standard-layout array's buffer into a host tensor (the array is left empty). An array
-/// that owns more than it shows is left as it was (with a copy of its elements) and refused.
-fn take_buffer<T: Scalar>(dest: &mut ArrayD<T>) -> Result<HostTensor, Error> {
-    let shape = dest.shape().to_vec();
-    let len = dest.len();
-    let array = std::mem::replace(dest, ArrayD::from_elem(IxDyn(&[0]), T::default()));
-    let (data, offset) = array.into_raw_vec_and_offset();
-    let offset = offset.unwrap_or(0);
-    if data.len() != len || offset != 0 {
-        *dest = ArrayD::from_shape_vec(IxDyn(&shape), data[offset..offset + len].to_vec())
-            .map_err(|e| Error::Internal(e.to_string()))?;
-        return Err(not_row_major());
-    }
-    HostTensor::from_vec(&shape, data)
-        .ok_or_else(|| Error::Internal("an array's length does not match its shape".into()))
+    destination::run_into(&prepared, &[], options, &mut dests)
 }
 
 /// Evaluates `iterations` times (at least once) and returns the arrays of the last run together
@@ -429,7 +403,7 @@ pub fn profile<O: Evaluate>(
             op.times.push(*t);
         }
     }
-    let arrays = outputs.convert(&mut last.into_iter())?;
+    let arrays = outputs.convert(&mut Results::new(last))?;
     Ok((
         arrays,
         Profile {

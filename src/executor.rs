@@ -3,7 +3,7 @@
 
 use crate::options::{Options, Target};
 use crate::runner::{GemmKernel, Input, Kernel, Output, Plan, RunFailure};
-use crate::Error;
+use crate::{Error, InternalError};
 use ovl_core::ir;
 use ovl_core::lazy::Graph;
 use ovl_core::{GraphInput, HostTensor};
@@ -127,7 +127,7 @@ pub(crate) struct Prepared {
 /// Compiles the kernels of `graph` (already fused) and plans it.
 pub(crate) fn prepare(graph: Graph, options: &Options) -> Result<Prepared, Error> {
     let kernels = kernels(&graph.dag, options)?;
-    let plan = Plan::new(Arc::new(graph.dag)).map_err(|e| Error::Internal(e.to_string()))?;
+    let plan = Plan::new(Arc::new(graph.dag)).map_err(InternalError::Unplannable)?;
     Ok(Prepared {
         planned: Arc::new(Planned { plan, kernels }),
         inputs: graph.inputs,

@@ -84,6 +84,7 @@
 
 mod caches;
 mod compiled;
+mod destination;
 mod error;
 mod evaluate;
 mod executor;
@@ -98,10 +99,11 @@ pub mod runner;
 
 pub use caches::{cache_stats, clear_caches, set_cache_capacity, Cache, CacheCounters, CacheStats};
 pub use compiled::{compile, Compiled};
-pub use error::{CompiledError, Error, Mismatch};
+pub use destination::{Destination, Destinations};
+pub use error::{CompiledError, Error, InternalError, Mismatch};
 pub use evaluate::{
     evaluate, evaluate_device, evaluate_into, evaluate_into_all, evaluate_with, profile, Evaluate,
-    OperatorProfile, Profile,
+    OperatorProfile, Profile, Results,
 };
 pub use export::{as_tensorflow, placeholder, Bundle, TfExport};
 pub use options::{Options, Target};

@@ -105,13 +105,13 @@ fn the_lstm_cell_replayed_equals_the_uncached_path() {
         let new_h = ops::mul(ops::tanh(&new_c), ops::sigmoid(&gates[3]));
         let grads = ovl::backward(&[(&new_c, &dc), (&new_h, &dh)], &[&z, &c]).unwrap();
         let (dz, dcp) = (grads.of(&z).unwrap(), grads.of(&c).unwrap());
-        let mut outs = vec![
+        let mut outs: Vec<ArrayD<f32>> = vec![
             ArrayD::zeros(ndarray::IxDyn(&[b, h])),
             ArrayD::zeros(ndarray::IxDyn(&[b, h])),
             ArrayD::zeros(ndarray::IxDyn(&[b, 4 * h])),
             ArrayD::zeros(ndarray::IxDyn(&[b, h])),
         ];
-        ovl::evaluate_into_all(&[&new_c, &new_h, &dz, &dcp], &mut outs, &interp()).unwrap();
+        ovl::evaluate_into_all([&new_c, &new_h, &dz, &dcp], &mut outs, &interp()).unwrap();
         outs
     };
     let first = cell(1);

@@ -203,3 +203,38 @@ fn running_reports_bad_feeds_and_outputs() {
     step.run_into(&good, &mut out).unwrap();
     assert_eq!(out[0], ndarray::array![-1i32, 2, -3, 0].into_dyn());
 }
+
+/// Two outputs of different dtypes, written into a mixed list of destinations per call.
+#[operator]
+fn scaled_and_rounded(x: Tensor<f32>) -> (Tensor<f32>, Tensor<i64>) {
+    let i = position_in(x.shape())[0];
+    let (s, r) = (output_like(&x), output::<i64>(x.shape()));
+    s[[i]] = x[[i]] * 2.0;
+    r[[i]] = (x[[i]] * 2.0) as i64;
+    (s, r)
+}
+
+#[test]
+fn run_into_writes_outputs_of_mixed_dtypes() {
+    use ovl::Destination;
+    let x = ovl::placeholder::<f32>("x", &[3]);
+    let (s, r) = scaled_and_rounded(&x);
+    let step = ovl::compile(&x, (&s, &r), &Options::interpreter()).unwrap();
+    let mut scaled = ndarray::Array1::<f32>::zeros(3);
+    let mut rounded = ovl::HostTensor::zeros(ovl::DType::I64, &[3]);
+    for k in 0..2 {
+        let xv = Lazy::from(ndarray::array![0.75f32, 1.5, -2.25] * (k + 1) as f32);
+        let mut dests = [
+            Destination::from(&mut scaled),
+            Destination::from(&mut rounded),
+        ];
+        step.run_into(&xv, &mut dests).unwrap();
+        let m = (k + 1) as f32;
+        assert_eq!(scaled, ndarray::array![1.5f32 * m, 3.0 * m, -4.5 * m]);
+        let want: Vec<i64> = [1.5f32 * m, 3.0 * m, -4.5 * m]
+            .iter()
+            .map(|&v| v as i64)
+            .collect();
+        assert_eq!(rounded.as_slice::<i64>(), Some(&want[..]));
+    }
+}

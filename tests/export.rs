@@ -259,6 +259,19 @@ fn corrupt_programs_are_rejected() {
             .contains("holds 7 bytes, its type f32[2] needs 8"),
         "{e}"
     );
+    // A receiver refuses it with the same typed reason.
+    let e = ovl::program::LoadedProgram::new(p, &Options::interpreter()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ovl::program::ProgramError::Corrupt(MalformedProgram::ConstantLength {
+                holds: 7,
+                needs: 8,
+                ..
+            })
+        ),
+        "{e}"
+    );
     let mut p = good.clone();
     p.constants.clear();
     let e = check_program(&p).unwrap_err();

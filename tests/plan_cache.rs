@@ -120,7 +120,7 @@ fn the_same_graph_on_new_host_data_is_a_hit_with_fresh_results() {
     // evaluate_into_all and profile share the plan.
     let x = data(5, 10.0);
     let mut out = vec![ArrayD::<f32>::zeros(IxDyn(&[5]))];
-    ovl::evaluate_into_all(&[&chain(&x, 2.0, 0.5)], &mut out, &interp()).unwrap();
+    ovl::evaluate_into_all([&chain(&x, 2.0, 0.5)], &mut out, &interp()).unwrap();
     assert_eq!(out[0], chain_expected(&x, 2.0, 0.5));
     let x = data(5, 20.0);
     let (y, _) = ovl::profile(&chain(&x, 2.0, 0.5), &interp(), 2).unwrap();

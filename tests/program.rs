@@ -6,7 +6,7 @@ mod cumsum;
 
 use cumsum::cumsum_rows;
 use ovl::prelude::*;
-use ovl::program::{LoadedProgram, ProgramError};
+use ovl::program::{LoadedProgram, ProgramError, ProgramMismatch};
 use ovl_core::{DType, HostTensor};
 use std::ffi::c_void;
 
@@ -37,6 +37,14 @@ const INPUT: [f32; 6] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
 const C1: [f32; 6] = [1.0, 3.0, 6.0, 4.0, 9.0, 15.0];
 const C2: [f32; 6] = [1.0, 4.0, 10.0, 4.0, 13.0, 28.0];
 
+/// What does not fit, for a mismatch error.
+fn problem(e: &ProgramError) -> Option<&ProgramMismatch> {
+    match e {
+        ProgramError::Mismatch { problem, .. } => Some(problem),
+        _ => None,
+    }
+}
+
 #[test]
 fn runs_on_caller_buffers_with_intermediates_copies_and_passthrough() {
     for target in [Options::default(), Options::interpreter()] {
@@ -45,10 +53,22 @@ fn runs_on_caller_buffers_with_intermediates_copies_and_passthrough() {
         assert_eq!(program.outputs.len(), 4);
         program.check_feed(0, DType::F32, &[2, 3]).unwrap();
         let e = program.check_feed(0, DType::F32, &[3, 2]).unwrap_err();
-        assert!(
-            e.to_string().contains(
-                "input 0 (`x`) is float32[3, 2], but the program was exported for float32[2, 3]"
+        match problem(&e) {
+            Some(ProgramMismatch::InputType {
+                input: 0,
+                name,
+                given,
+                exported,
+            }) => assert_eq!(
+                (name.as_str(), given.as_str(), exported.as_str()),
+                ("x", "float32[3, 2]", "float32[2, 3]")
             ),
+            _ => panic!("not an input type mismatch: {e}"),
+        }
+        let e = program.check_feed(1, DType::F32, &[2, 3]).unwrap_err();
+        assert_eq!(
+            problem(&e),
+            Some(&ProgramMismatch::NoSuchInput { input: 1 }),
             "{e}"
         );
         let mut outs = vec![[f32::NAN; 6]; 4];
@@ -78,11 +98,28 @@ fn wrong_feeds_are_mismatch_errors() {
     let program = LoadedProgram::load(&exported(), &options(Options::default())).unwrap();
     let y = HostTensor::from_vec(&[3, 2], INPUT.to_vec()).unwrap();
     let e = program.run_host(&[&y], 0).unwrap_err();
-    assert!(matches!(e, ProgramError::Mismatch { .. }), "{e}");
+    assert!(
+        matches!(
+            problem(&e),
+            Some(ProgramMismatch::InputType { input: 0, .. })
+        ),
+        "{e}"
+    );
     let e = program.run_host(&[], 0).unwrap_err();
+    assert_eq!(
+        problem(&e),
+        Some(&ProgramMismatch::Counts {
+            inputs: 0,
+            outputs: 4,
+            program_inputs: 1,
+            program_outputs: 4
+        }),
+        "{e}"
+    );
+    // The text TensorFlow users read (the Python tests match it).
     assert!(
         e.to_string()
-            .contains("0 inputs and 4 outputs given, the program has 1 and 4"),
+            .ends_with("`: 0 inputs and 4 outputs given, the program has 1 and 4"),
         "{e}"
     );
 }
@@ -119,4 +156,44 @@ fn every_single_bit_flip_is_refused_before_decoding() {
             "bit {bit}: {e}"
         );
     }
+}
+
+/// The error of planning `dag` (which must not plan).
+fn plan_error(dag: ovl_core::ir::OperatorDag) -> ovl::runner::PlanError {
+    match ovl::runner::Plan::new(std::sync::Arc::new(dag)) {
+        Err(e) => e,
+        Ok(_) => panic!("a malformed graph was planned"),
+    }
+}
+
+#[test]
+fn malformed_wiring_is_a_typed_plan_error() {
+    use ovl::runner::{PlanError, Wiring};
+    let program = ovl::program::open_program(&exported(), "the test program").unwrap();
+    let graph = program.graph.unwrap();
+
+    let mut dag = graph.clone();
+    dag.operator_inputs.pop();
+    assert_eq!(plan_error(dag), PlanError::Wiring(Wiring::OperatorCount));
+
+    let mut dag = graph.clone();
+    let takes = dag.operators[1].inputs.len();
+    let first = dag.operator_inputs[1].inputs[0];
+    dag.operator_inputs[1].inputs.push(first);
+    match plan_error(dag) {
+        PlanError::Wiring(Wiring::InputCount {
+            operator: 1,
+            takes: t,
+            wired,
+            ..
+        }) => assert_eq!((t, wired), (takes, takes + 1)),
+        e => panic!("not an input count: {e}"),
+    }
+
+    let mut dag = graph;
+    dag.outputs[0].source = None;
+    assert_eq!(
+        plan_error(dag),
+        PlanError::Wiring(Wiring::NoSource { output: 0 })
+    );
 }

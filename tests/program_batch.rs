@@ -623,6 +623,12 @@ fn an_any_batch_program_batches_over_a_size_known_only_at_run_time() {
         HostTensor::from_vec(&[3, 1, 3], vec![0.5f32; 9]).unwrap(),
     ];
     let e = run_program(&batched.program, feeds, &options(Options::interpreter())).unwrap_err();
+    assert!(
+        matches!(&e, ovl::Error::Program(p) if matches!(&**p,
+            ovl::program::ProgramError::Mismatch { problem, .. }
+                if matches!(**problem, ovl::program::ProgramMismatch::Symbols(_)))),
+        "{e}"
+    );
     assert!(e.to_string().contains("pfor"), "{e}");
 }
 

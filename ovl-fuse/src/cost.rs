@@ -22,8 +22,9 @@
 //! operator ends up computed more than [`MOST_COMPUTED`] times in the fused graph.
 
 use ovl_ir::intervals::Intervals;
-use ovl_ir::ir::{self, Op};
+use ovl_ir::ir::Op;
 use ovl_ir::ops;
+use ovl_ir::typed::{Inst, Kernel};
 
 /// The cost of storing or loading one element, in operation units.
 pub(crate) const MEMORY_UNITS: f64 = 8.0;
@@ -37,43 +38,35 @@ pub(crate) const MEMORY_UNITS: f64 = 8.0;
 pub(crate) const MOST_COMPUTED: u32 = 4;
 
 /// The work of one execution of an expression, in operation units: the op table's
-/// [`ovl_ir::ops::OpInfo::cost`] (1 for an unknown opcode, which validation refuses anyway).
-pub(crate) fn weight(code: i32) -> f64 {
-    ops::info_of_code(code).map_or(1.0, |row| f64::from(row.cost))
+/// [`ovl_ir::ops::OpInfo::cost`].
+pub(crate) fn weight(op: Op) -> f64 {
+    ops::info(op).map_or(1.0, |row| f64::from(row.cost))
 }
 
 /// How many times expression `i` runs per worker: the product of the trip counts of its
 /// enclosing loops (`None` inside a while loop or a loop without a bound).
-pub(crate) fn runs_per_worker(
-    dag: &ir::ExpressionDag,
-    loops: &[Option<usize>],
-    iv: &Intervals,
-    i: usize,
-) -> Option<f64> {
+pub(crate) fn runs_per_worker(kernel: &Kernel, iv: &Intervals, i: usize) -> Option<f64> {
     let mut factor = 1.0f64;
-    let mut at = loops[i];
-    while let Some(l) = at {
-        if dag.expressions[l].code != Op::Range as i32 {
+    for l in kernel.enclosing_loops(i) {
+        if !matches!(kernel.exprs[l as usize].inst, Inst::Range { .. }) {
             return None;
         }
-        factor *= iv.trips(l)? as f64;
-        at = loops[l];
+        factor *= iv.trips(l as usize)? as f64;
     }
     Some(factor)
 }
 
-/// The work of the expressions of `dag` marked in `part`, per worker (`None` when a loop has
-/// no bound).
-pub(crate) fn work(dag: &ir::ExpressionDag, part: &[bool], iv: &Intervals) -> Option<f64> {
-    let loops = ovl_ir::analysis::innermost_loops(dag);
+/// The work of the expressions of `kernel` marked in `part`, per worker (`None` when a loop
+/// has no bound).
+pub(crate) fn work(kernel: &Kernel, part: &[bool], iv: &Intervals) -> Option<f64> {
     let mut total = 0.0;
-    for (i, e) in dag.expressions.iter().enumerate() {
+    for (i, e) in kernel.exprs.iter().enumerate() {
         if !part.get(i).copied().unwrap_or(false) {
             continue;
         }
-        let w = weight(e.code);
+        let w = weight(e.inst.op());
         if w > 0.0 {
-            total += w * runs_per_worker(dag, &loops, iv, i)?;
+            total += w * runs_per_worker(kernel, iv, i)?;
         }
     }
     Some(total)
@@ -132,7 +125,7 @@ mod tests {
         assert!(!Verdict::new(4.0, 9.0, true).accepts());
         // A row maximum of 4096 elements recomputed for each of them.
         assert!(!Verdict::new(4096.0, 2.0 * 4096.0, false).accepts());
-        assert_eq!(weight(Op::Exp as i32), 8.0);
-        assert_eq!(weight(Op::Const as i32), 0.0);
+        assert_eq!(weight(Op::Exp), 8.0);
+        assert_eq!(weight(Op::Const), 0.0);
     }
 }

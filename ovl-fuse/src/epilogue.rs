@@ -19,7 +19,7 @@
 use crate::graph::{Node, Src};
 use crate::merge::{names_of, snapshots, Merged, Part, Splice};
 use ovl_ir::intervals::Intervals;
-use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::ir::{self, TensorKind};
 use ovl_ir::typed::{Expr, Inst, Kernel, TensorId};
 use std::collections::HashMap;
 
@@ -202,7 +202,11 @@ pub(crate) fn merge(
     let input_map_p = s.inputs_of(p);
     // A written variable is copied at the write: later assignments in the iteration must
     // not change what the consumer sees.
-    let snapshot_before = snapshots(&p.dag, [plan.write]);
+    let (kp, kc) = (
+        Kernel::from_validated(&p.dag),
+        Kernel::from_validated(&c.dag),
+    );
+    let snapshot_before = snapshots(&kp, [plan.write]);
     let p_part = Part {
         dag: &p.dag,
         input_map: input_map_p,
@@ -222,14 +226,12 @@ pub(crate) fn merge(
     let map_second = s.outputs_of(c, None);
     let input_map_c = s.consumer_inputs(c, &plan.slot_output);
     let mut replace = HashMap::new();
-    for (i, e) in c.dag.expressions.iter().enumerate() {
-        if e.code == Op::Position as i32 && e.axis as usize == plan.axis {
+    for (i, e) in kc.exprs.iter().enumerate() {
+        if matches!(e.inst, Inst::Position { axis } if axis as usize == plan.axis) {
             replace.insert(i, p_remap[plan.range]);
         }
-        let reads_output = e.tensor.as_ref().is_some_and(|t| {
-            e.code == Op::Read as i32
-                && t.kind == TensorKind::Input as i32
-                && plan.slot_output.get(t.index as usize).copied().flatten() == Some(plan.output)
+        let reads_output = kc.input_read(i).is_some_and(|t| {
+            plan.slot_output.get(t as usize).copied().flatten() == Some(plan.output)
         });
         if reads_output {
             replace.insert(i, handed);

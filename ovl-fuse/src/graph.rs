@@ -4,9 +4,17 @@
 use crate::error::FuseError;
 use ovl_ir::intervals::Intervals;
 use ovl_ir::ir::{self, value_ref::Source};
+use ovl_ir::typed::Kernel;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
+
+/// What the passes read of one node's operator, made together (one decoding).
+#[derive(Clone)]
+struct Analysis {
+    kernel: Rc<Kernel>,
+    intervals: Rc<Intervals>,
+}
 
 /// Where a tensor comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -42,10 +50,10 @@ pub(crate) struct Work {
     /// of the wiring, so that a merge costs time in the size of its neighbourhood, not of the
     /// graph (a chain of thousands of operators fuses in time near-linear in its length).
     consumer_index: Vec<Vec<usize>>,
-    /// The interval analysis of each node's operator, made when first asked for (every pair
-    /// a node takes part in asks again after each merge): forgotten when the node's operator
-    /// changes ([`Work::node_mut`], [`Work::rebase`]) or the node is replaced.
-    intervals: RefCell<HashMap<usize, Rc<Intervals>>>,
+    /// The typed form of each node's operator and its interval analysis, made when first asked
+    /// for (every pair a node takes part in asks again after each merge): forgotten when the
+    /// node's operator changes ([`Work::node_mut`], [`Work::rebase`]) or the node is replaced.
+    analyses: RefCell<HashMap<usize, Analysis>>,
     /// Each live node's place in [`Work::topological_order`], made when a path is first looked
     /// for after a change of the wiring: a path search never looks past its goal's place.
     places: RefCell<Option<Rc<Vec<usize>>>>,
@@ -137,7 +145,7 @@ impl Work {
             nodes,
             outputs,
             consumer_index: Vec::new(),
-            intervals: RefCell::new(HashMap::new()),
+            analyses: RefCell::new(HashMap::new()),
             places: RefCell::new(None),
             changes: Changes::default(),
             computed: vec![1; dag.operators.len()],
@@ -221,24 +229,38 @@ impl Work {
     /// Node `id` to change in place (its wiring stays: only its expression DAG may change, to
     /// one with the same inputs and outputs).
     pub fn node_mut(&mut self, id: usize) -> &mut Node {
-        self.intervals.get_mut().remove(&id);
+        self.analyses.get_mut().remove(&id);
         self.changes.operator.insert(id);
         self.nodes[id].as_mut().expect("a live node")
     }
 
+    /// Node `id`'s operator decoded and analysed, once.
+    fn analysis(&self, id: usize) -> Analysis {
+        if let Some(a) = self.analyses.borrow().get(&id) {
+            return a.clone();
+        }
+        let kernel = Rc::new(Kernel::from_validated(&self.node(id).dag));
+        let a = Analysis {
+            intervals: Rc::new(Intervals::of(&kernel)),
+            kernel,
+        };
+        self.analyses.borrow_mut().insert(id, a.clone());
+        a
+    }
+
+    /// The typed form of node `id`'s operator (`ovl_ir::typed`), decoded once.
+    pub fn kernel(&self, id: usize) -> Rc<Kernel> {
+        self.analysis(id).kernel
+    }
+
     /// The interval analysis of node `id`'s operator (`ovl_ir::intervals`), made once.
     pub fn intervals(&self, id: usize) -> Rc<Intervals> {
-        if let Some(iv) = self.intervals.borrow().get(&id) {
-            return Rc::clone(iv);
-        }
-        let iv = Rc::new(Intervals::analyse(&self.node(id).dag));
-        self.intervals.borrow_mut().insert(id, Rc::clone(&iv));
-        iv
+        self.analysis(id).intervals
     }
 
     /// Marks node `id` replaced.
     fn retire(&mut self, id: usize) {
-        self.intervals.get_mut().remove(&id);
+        self.analyses.get_mut().remove(&id);
         if let Some(node) = self.nodes[id].take() {
             for &m in &node.members {
                 self.computed[m] -= 1;
@@ -425,7 +447,8 @@ impl Work {
         if self.node(id).dag.workgroup_shape == shape {
             return;
         }
-        if let Some(dag) = crate::rebase::rebased(&self.node(id).dag, &shape) {
+        let kernel = self.kernel(id);
+        if let Some(dag) = crate::rebase::rebased(&self.node(id).dag, &kernel, &shape) {
             self.node_mut(id).dag = dag;
         }
     }

@@ -15,8 +15,9 @@
 
 use crate::graph::{Src, Work};
 use crate::report::Reason;
-use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::ir::{self, TensorKind};
 use ovl_ir::pattern::{IndexPattern, PatternAnalysis};
+use ovl_ir::typed::{Inst, Kernel};
 
 /// A producer output that the consumer reads, with what the merge needs to know about it.
 #[derive(Clone, Debug)]
@@ -36,34 +37,14 @@ pub(crate) struct VerticalPlan {
     pub slot_output: Vec<Option<u32>>,
 }
 
-/// The innermost staged region enclosing each expression (`None` at the top level).
-pub(crate) fn enclosing_regions(dag: &ir::ExpressionDag) -> Vec<Option<&'static str>> {
-    let mut stack: Vec<&'static str> = Vec::new();
-    dag.expressions
-        .iter()
-        .map(|e| {
-            let here = stack.last().copied();
-            match Op::try_from(e.code) {
-                Ok(Op::If) => stack.push("branch"),
-                Ok(Op::Range) => stack.push("staged loop"),
-                Ok(Op::WhileBegin) => stack.push("while loop"),
-                Ok(Op::EndIf | Op::EndRange | Op::WhileEnd) => {
-                    stack.pop();
-                    return stack.last().copied();
-                }
-                Ok(Op::Else) => return stack.iter().rev().nth(1).copied(),
-                _ => {}
-            }
-            here
-        })
-        .collect()
-}
-
-pub(crate) fn is_access(e: &ir::Expression, code: Op, kind: TensorKind, index: u32) -> bool {
-    e.code == code as i32
-        && e.tensor
-            .as_ref()
-            .is_some_and(|t| t.kind == kind as i32 && t.index == index)
+/// The innermost staged region enclosing expression `i` (`None` at the top level).
+fn region(kernel: &Kernel, i: usize) -> Option<&'static str> {
+    let opener = kernel.exprs[i].block?;
+    Some(match kernel.exprs[opener as usize].inst {
+        Inst::Range { .. } => "staged loop",
+        Inst::WhileBegin { .. } => "while loop",
+        _ => "branch",
+    })
 }
 
 /// Why a vertical merge (a hand-over in a register) is not possible.
@@ -114,7 +95,7 @@ pub(crate) fn check_writes(
     outputs.sort_unstable();
     outputs.dedup();
 
-    let regions = enclosing_regions(&p.dag);
+    let kp = work.kernel(producer);
     let mut writes_of = PatternAnalysis::new(&p.dag);
     let mut handoffs = Vec::new();
     let mut write_patterns = Vec::new();
@@ -131,23 +112,18 @@ pub(crate) fn check_writes(
                 }
             }
         }
-        let writes: Vec<usize> = p
-            .dag
-            .expressions
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| is_access(e, Op::Write, TensorKind::Output, o))
-            .map(|(i, _)| i)
+        let writes: Vec<usize> = (0..kp.exprs.len())
+            .filter(|&i| {
+                matches!(kp.exprs[i].inst, Inst::Write { tensor, .. }
+                    if tensor.kind == TensorKind::Output && tensor.index == o)
+            })
             .collect();
         let write = match writes.as_slice() {
             [] => return Err(Reason::NeverWritten { output: o }),
             [w] => *w,
             many => {
-                if let Some(&w) = many.iter().find(|&&w| regions[w].is_some()) {
-                    return Err(Reason::WriteInControlFlow {
-                        output: o,
-                        region: regions[w].unwrap_or("branch"),
-                    });
+                if let Some(region) = many.iter().find_map(|&w| region(&kp, w)) {
+                    return Err(Reason::WriteInControlFlow { output: o, region });
                 }
                 return Err(Reason::MultipleWrites {
                     output: o,
@@ -155,7 +131,7 @@ pub(crate) fn check_writes(
                 });
             }
         };
-        if let Some(region) = regions[write] {
+        if let Some(region) = region(&kp, write) {
             return Err(Reason::WriteInControlFlow { output: o, region });
         }
         let pattern = writes_of.access(write);
@@ -201,15 +177,12 @@ fn check_reads(work: &Work, producer: usize, consumer: usize) -> Result<Vertical
     // Every read of a handed-over tensor in the consumer.
     let mut reads_of = PatternAnalysis::new(&c.dag);
     let mut reads = Vec::new();
-    for (i, e) in c.dag.expressions.iter().enumerate() {
-        if e.code != Op::Read as i32 {
+    let kc = work.kernel(consumer);
+    for i in 0..kc.exprs.len() {
+        let Some(slot) = kc.input_read(i) else {
             continue;
-        }
-        let Some(t) = &e.tensor else { continue };
-        if t.kind != TensorKind::Input as i32 {
-            continue;
-        }
-        let Some(Some(o)) = slot_output.get(t.index as usize) else {
+        };
+        let Some(Some(o)) = slot_output.get(slot as usize) else {
             continue;
         };
         let write = write_patterns

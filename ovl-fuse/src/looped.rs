@@ -22,8 +22,10 @@
 //! decision depends on the graph alone, not on the machine, so a graph fuses the same way
 //! everywhere (and batched with `vmap` as it does unbatched).
 
-use ovl_ir::ir::{self, Op};
-use ovl_ir::DType;
+use ovl_ir::intervals::Intervals;
+use ovl_ir::ir;
+use ovl_ir::typed::{Inst, Kernel};
+use ovl_ir::{DType, Literal};
 
 /// How to loop a consumer over workgroup `consumer` inside a producer over `producer`: the
 /// consumer's new workgroup (its shape with the looped axes set to 1, which the producer is
@@ -55,18 +57,14 @@ pub(crate) fn loop_axes(producer: &[u64], consumer: &[u64]) -> Option<(Vec<u64>,
 /// loop would see the previous iteration's).
 pub(crate) fn looped(
     dag: &ir::ExpressionDag,
+    kernel: &Kernel,
     target: &[u64],
     looped: &[usize],
 ) -> Option<ir::ExpressionDag> {
     if dag.symbol_count > 0 || !dag.symbolic_workgroup.is_empty() || !dag.locals.is_empty() {
         return None;
     }
-    let constant = |v: i64| ir::Expression {
-        code: Op::Const as i32,
-        dtype: DType::I64.to_ir() as i32,
-        int_value: v,
-        ..Default::default()
-    };
+    let constant = |v: i64| Inst::Const(Literal::Int(v)).encode(Some(DType::I64));
     let mut out = dag.clone();
     out.workgroup_shape = target.to_vec();
     out.expressions.clear();
@@ -81,18 +79,19 @@ pub(crate) fn looped(
         out.expressions
             .push(constant(i64::try_from(dag.workgroup_shape[a]).ok()?));
         index_of_axis[a] = Some(out.expressions.len() as u32);
-        out.expressions.push(ir::Expression {
-            code: Op::Range as i32,
-            dtype: DType::I64.to_ir() as i32,
-            operands: vec![zero, end, one],
-            ..Default::default()
-        });
+        let range = Inst::Range {
+            start: zero,
+            end,
+            step: one,
+            close: 0,
+        };
+        out.expressions.push(range.encode(Some(DType::I64)));
     }
     // The body, each expression's operands renumbered; a looped axis's position is its loop.
     let mut new_id = Vec::with_capacity(dag.expressions.len());
-    for e in &dag.expressions {
-        if e.code == Op::Position as i32 {
-            if let Some(range) = index_of_axis.get(e.axis as usize).copied().flatten() {
+    for (e, x) in dag.expressions.iter().zip(&kernel.exprs) {
+        if let Inst::Position { axis } = x.inst {
+            if let Some(range) = index_of_axis.get(axis as usize).copied().flatten() {
                 new_id.push(range);
                 continue;
             }
@@ -105,10 +104,8 @@ pub(crate) fn looped(
         out.expressions.push(e);
     }
     for _ in looped {
-        out.expressions.push(ir::Expression {
-            code: Op::EndRange as i32,
-            ..Default::default()
-        });
+        out.expressions
+            .push(Inst::EndRange { range: 0 }.encode(None));
     }
     Some(out)
 }
@@ -116,12 +113,10 @@ pub(crate) fn looped(
 /// Whether each worker of `producer` already runs at least `extent / 2` iterations of some
 /// loop (loops of loops multiply), so that looping a consumer over `extent` elements adds
 /// work of the same order (a maximum seeded with the first element loops `extent - 1` times).
-pub(crate) fn loops_enough(producer: &ir::ExpressionDag, extent: u64) -> bool {
-    let iv = ovl_ir::intervals::Intervals::analyse(producer);
-    let loops = ovl_ir::analysis::innermost_loops(producer);
-    producer.expressions.iter().enumerate().any(|(i, e)| {
-        e.code == Op::Range as i32
-            && crate::cost::runs_per_worker(producer, &loops, &iv, i)
+pub(crate) fn loops_enough(producer: &Kernel, iv: &Intervals, extent: u64) -> bool {
+    producer.exprs.iter().enumerate().any(|(i, e)| {
+        matches!(e.inst, Inst::Range { .. })
+            && crate::cost::runs_per_worker(producer, iv, i)
                 .zip(iv.trips(i))
                 .is_some_and(|(runs, trips)| 2.0 * runs * trips as f64 >= extent as f64)
     })
@@ -130,6 +125,7 @@ pub(crate) fn loops_enough(producer: &ir::ExpressionDag, extent: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ovl_ir::ir::Op;
 
     #[test]
     fn the_axes_a_reduction_lacks_are_looped() {
@@ -157,7 +153,8 @@ mod tests {
         let two = b.f32(2.0);
         let y = b.op(Op::Mul, &[v, two]);
         b.write(OUT, out, &[p0, p1], y);
-        let dag = looped(&b.build(), &[2, 1], &[1]).unwrap();
+        let dag = b.build();
+        let dag = looped(&dag, &Kernel::decode(&dag).unwrap(), &[2, 1], &[1]).unwrap();
         ovl_ir::validate::validate(&dag).unwrap();
         assert_eq!(dag.workgroup_shape, vec![2, 1]);
         let codes: Vec<i32> = dag.expressions.iter().map(|e| e.code).collect();
@@ -183,6 +180,7 @@ mod tests {
         let zero = b.i64(0);
         let v = b.read(ovl_ir::builder::LOC, local, &[zero]);
         b.write(OUT, out, &[p0, p1], v);
-        assert!(looped(&b.build(), &[2, 1], &[1]).is_none());
+        let dag = b.build();
+        assert!(looped(&dag, &Kernel::decode(&dag).unwrap(), &[2, 1], &[1]).is_none());
     }
 }

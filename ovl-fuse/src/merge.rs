@@ -10,6 +10,8 @@
 use crate::graph::{label, Node, Src};
 use crate::legality::VerticalPlan;
 use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::typed::{Inst, Kernel};
+use ovl_ir::DType;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -165,13 +167,10 @@ impl Splice {
             // The value handed over from this write, copied here when it is a variable.
             if let Some(&copied) = part.snapshot_before.get(&i) {
                 let v = remap[copied];
-                let dtype = self.dag.expressions[v as usize].dtype;
-                self.dag.expressions.push(ir::Expression {
-                    code: Op::Cast as i32,
-                    dtype,
-                    operands: vec![v],
-                    ..Default::default()
-                });
+                let dtype = DType::from_ir(self.dag.expressions[v as usize].dtype);
+                self.dag
+                    .expressions
+                    .push(Inst::Cast { value: v }.encode(dtype));
                 part.copies
                     .borrow_mut()
                     .push((i, self.dag.expressions.len() as u32 - 1));
@@ -210,15 +209,18 @@ pub(crate) fn written_value(dag: &ir::ExpressionDag, write: usize) -> usize {
 /// at the write ([`Part::snapshot_before`]), so that later assignments cannot change what the
 /// consumer is handed.
 pub(crate) fn snapshots(
-    dag: &ir::ExpressionDag,
+    kernel: &Kernel,
     writes: impl IntoIterator<Item = usize>,
 ) -> HashMap<usize, usize> {
     writes
         .into_iter()
         .filter_map(|w| {
-            let value = written_value(dag, w);
-            let code = dag.expressions[value].code;
-            (code == Op::Variable as i32 || code == Op::Accumulator as i32).then_some((w, value))
+            let Inst::Write { value, .. } = kernel.exprs[w].inst else {
+                return None;
+            };
+            kernel
+                .is_mutable(value as usize)
+                .then_some((w, value as usize))
         })
         .collect()
 }
@@ -287,7 +289,10 @@ pub(crate) fn merge_vertical(
     // Producer outputs that stay.
     let map_first = s.outputs_of(producer, Some(keep));
     let input_map_p = s.inputs_of(producer);
-    let snapshot_before = snapshots(&producer.dag, plan.handoffs.iter().map(|h| h.write));
+    let snapshot_before = snapshots(
+        &Kernel::from_validated(&producer.dag),
+        plan.handoffs.iter().map(|h| h.write),
+    );
     let p_part = Part {
         dag: &producer.dag,
         input_map: input_map_p,
@@ -310,16 +315,11 @@ pub(crate) fn merge_vertical(
     let map_second = s.outputs_of(consumer, None);
     let input_map_c = s.consumer_inputs(consumer, &plan.slot_output);
     let mut replace = HashMap::new();
-    for (i, e) in consumer.dag.expressions.iter().enumerate() {
-        if e.code != Op::Read as i32 {
-            continue;
-        }
-        if let Some(t) = &e.tensor {
-            if t.kind == TensorKind::Input as i32 {
-                if let Some(Some(o)) = plan.slot_output.get(t.index as usize) {
-                    replace.insert(i, value_of(*o));
-                }
-            }
+    let kc = Kernel::from_validated(&consumer.dag);
+    for i in 0..kc.exprs.len() {
+        let slot = kc.input_read(i).map(|t| plan.slot_output.get(t as usize));
+        if let Some(Some(Some(o))) = slot {
+            replace.insert(i, value_of(*o));
         }
     }
     let c_part = Part {

@@ -4,8 +4,9 @@
 //! (a component of extent 1 is the literal 0) changes nothing it computes or how it faults, and
 //! lets the two hand values over in registers or share a kernel as siblings.
 
-use ovl_ir::ir::{self, Op};
-use ovl_ir::DType;
+use ovl_ir::ir;
+use ovl_ir::typed::{Inst, Kernel};
+use ovl_ir::{DType, Literal};
 
 /// For each axis of `from`: the axis of `to` it becomes (`None` for an axis of extent 1), when
 /// the two shapes list the same extents other than 1, in the same order.
@@ -23,7 +24,11 @@ pub(crate) fn axis_map(from: &[u64], to: &[u64]) -> Option<Vec<Option<usize>>> {
 }
 
 /// `dag` over the workgroup `to` (see [`axis_map`]); `None` when the shapes are not so related.
-pub(crate) fn rebased(dag: &ir::ExpressionDag, to: &[u64]) -> Option<ir::ExpressionDag> {
+pub(crate) fn rebased(
+    dag: &ir::ExpressionDag,
+    kernel: &Kernel,
+    to: &[u64],
+) -> Option<ir::ExpressionDag> {
     if ovl_ir::library::is_library_call(dag) {
         // Its workgroup is its output's shape.
         return None;
@@ -31,19 +36,14 @@ pub(crate) fn rebased(dag: &ir::ExpressionDag, to: &[u64]) -> Option<ir::Express
     let map = axis_map(&dag.workgroup_shape, to)?;
     let mut out = dag.clone();
     out.workgroup_shape = to.to_vec();
-    for e in &mut out.expressions {
-        if e.code != Op::Position as i32 {
+    for (e, x) in out.expressions.iter_mut().zip(&kernel.exprs) {
+        let Inst::Position { axis } = x.inst else {
             continue;
-        }
-        match map.get(e.axis as usize).copied().flatten() {
+        };
+        match map.get(axis as usize).copied().flatten() {
             Some(k) => e.axis = k as u32,
             None => {
-                *e = ir::Expression {
-                    code: Op::Const as i32,
-                    dtype: DType::I64.to_ir() as i32,
-                    int_value: 0,
-                    ..Default::default()
-                }
+                *e = Inst::Const(Literal::Int(0)).encode(Some(DType::I64));
             }
         }
     }

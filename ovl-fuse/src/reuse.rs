@@ -18,8 +18,9 @@
 use crate::cost::{weight, MEMORY_UNITS};
 use crate::report::RowBuffer;
 use crate::RowBudget;
-use ovl_ir::ir::{self, Op, TensorKind};
-use ovl_ir::DType;
+use ovl_ir::ir::{self, TensorKind};
+use ovl_ir::typed::{Inst, Kernel, TensorId};
+use ovl_ir::{DType, Literal};
 use std::collections::HashMap;
 
 /// A top-level loop `for j in 0..n` (step 1): its RANGE expression and `n`.
@@ -49,6 +50,7 @@ fn reuse_once(
     dag: &ir::ExpressionDag,
     budget: RowBudget,
 ) -> Option<(ir::ExpressionDag, RowBuffer)> {
+    let kernel = Kernel::from_validated(dag);
     let depths = ovl_ir::analysis::nesting_depths(dag);
     let inner = ovl_ir::analysis::innermost_loops(dag);
     let loops = counted_top_level_loops(dag, &depths);
@@ -82,6 +84,7 @@ fn reuse_once(
             }
             let mut eq = Equivalence {
                 dag,
+                kernel: &kernel,
                 l1: l1.range,
                 l2: l2.range,
                 in_body: &in_body,
@@ -108,7 +111,7 @@ fn reuse_once(
                 else {
                     continue;
                 };
-                let cost = subtree_cost(dag, e2, l2.range, &in_body);
+                let cost = subtree_cost(&kernel, e2, l2.range, &in_body);
                 if cost > MEMORY_UNITS && best.is_none_or(|b| cost > b.0) {
                     best = Some((cost, e1, e2, l1, l2));
                 }
@@ -158,6 +161,7 @@ fn storable(dag: &ir::ExpressionDag, i: usize, n: u64, room: u64) -> bool {
 /// Whether two expressions of the two loops compute the same value at the same iteration.
 struct Equivalence<'a, F: Fn(usize, usize) -> bool> {
     dag: &'a ir::ExpressionDag,
+    kernel: &'a Kernel,
     l1: usize,
     l2: usize,
     in_body: &'a F,
@@ -186,8 +190,8 @@ impl<F: Fn(usize, usize) -> bool> Equivalence<'_, F> {
         }
         let dag = self.dag;
         let (x, y) = (&dag.expressions[ai], &dag.expressions[bi]);
-        let alike =
-            (crate::merge::is_pure(x.code) || is_input_read(x)) && Fields::of(x) == Fields::of(y);
+        let alike = (crate::merge::is_pure(x.code) || self.kernel.input_read(ai).is_some())
+            && Fields::of(x) == Fields::of(y);
         let same = alike
             && x.operands
                 .iter()
@@ -227,17 +231,10 @@ impl Fields {
     }
 }
 
-fn is_input_read(e: &ir::Expression) -> bool {
-    e.code == Op::Read as i32
-        && e.tensor
-            .as_ref()
-            .is_some_and(|t| t.kind == TensorKind::Input as i32)
-}
-
 /// The work of computing expression `i` in the body of loop `l`: its own and that of the
 /// operands computed there (each counted once).
 fn subtree_cost(
-    dag: &ir::ExpressionDag,
+    kernel: &Kernel,
     i: usize,
     l: usize,
     in_body: &impl Fn(usize, usize) -> bool,
@@ -249,8 +246,8 @@ fn subtree_cost(
         if !in_body(k, l) || !seen.insert(k) {
             continue;
         }
-        total += weight(dag.expressions[k].code);
-        stack.extend(dag.expressions[k].operands.iter().map(|&o| o as usize));
+        total += weight(kernel.exprs[k].inst.op());
+        stack.extend(kernel.operands(k).map(|o| o as usize));
     }
     total
 }
@@ -271,42 +268,46 @@ fn with_buffer(
         shape: vec![l1.n],
         ..Default::default()
     });
-    let buffer = Some(ir::TensorRef {
-        kind: TensorKind::Local as i32,
+    let buffer = TensorId {
+        kind: TensorKind::Local,
         index: out.locals.len() as u32 - 1,
-    });
+    };
+    let value_type = DType::from_ir(dtype);
+    // A worker's locals start zeroed.
+    let zero = match value_type {
+        Some(d) if d.is_float() => Literal::Float(0.0),
+        _ => Literal::Int(0),
+    };
     out.expressions.clear();
     let mut new_id: Vec<u32> = Vec::with_capacity(dag.expressions.len());
     for (i, e) in dag.expressions.iter().enumerate() {
         if i == l1.range {
-            out.expressions.push(ir::Expression {
-                code: Op::LocalTensor as i32,
+            let local = Inst::LocalTensor {
                 tensor: buffer,
-                ..Default::default()
-            });
+                fill: zero,
+            };
+            out.expressions.push(local.encode(None));
         }
         let mut e = e.clone();
         for o in &mut e.operands {
             *o = new_id[*o as usize];
         }
         if i == e2 {
-            e = ir::Expression {
-                code: Op::Read as i32,
-                dtype,
-                operands: vec![new_id[l2.range]],
+            let read = Inst::Read {
                 tensor: buffer,
-                ..Default::default()
+                indices: vec![new_id[l2.range]],
             };
+            e = read.encode(value_type);
         }
         new_id.push(out.expressions.len() as u32);
         out.expressions.push(e);
         if i == e1 {
-            out.expressions.push(ir::Expression {
-                code: Op::Write as i32,
-                operands: vec![new_id[l1.range], new_id[e1]],
+            let write = Inst::Write {
                 tensor: buffer,
-                ..Default::default()
-            });
+                indices: vec![new_id[l1.range]],
+                value: new_id[e1],
+            };
+            out.expressions.push(write.encode(None));
         }
     }
     crate::merge::tidy(&mut out);
@@ -317,6 +318,7 @@ fn with_buffer(
 mod tests {
     use super::*;
     use ovl_ir::builder::{Builder, IN, OUT};
+    use ovl_ir::ir::Op;
 
     /// Softmax of one row per worker as fusion leaves it: the sum of `exp(x - m)`, then
     /// `exp(x - m) / sum` written, `m` from before the loops. With `same` false the second

@@ -159,7 +159,7 @@ impl Strategy for Epilogue {
             return Err(no("the workgroups differ in more than one axis"));
         };
         let producer = graph::Node {
-            dag: rebase::rebased(&pn.dag, &target)
+            dag: rebase::rebased(&pn.dag, &work.kernel(p), &target)
                 .ok_or_else(|| no("the producer cannot run over the consumer's workgroup"))?,
             ..pn.clone()
         };
@@ -260,7 +260,7 @@ impl Strategy for Looped {
                 no("the producer's workgroup is not the consumer's with axes dropped")
             })?;
         let extent: u64 = axes.iter().map(|&a| cn.dag.workgroup_shape[a]).product();
-        if !looped::loops_enough(&pn.dag, extent) {
+        if !looped::loops_enough(&work.kernel(p), &work.intervals(p), extent) {
             return Err(no(
                 "the producer's workers loop less than half as often as the consumer's dropped \
                  axes hold elements (parallelism would drop)",
@@ -271,9 +271,9 @@ impl Strategy for Looped {
         if let Some(why) = work.intervals(c).first_possible_fault(&cn.dag) {
             return Err(no(&format!("the consumer may fault: {why}")));
         }
-        let producer = rebase::rebased(&pn.dag, &target)
+        let producer = rebase::rebased(&pn.dag, &work.kernel(p), &target)
             .ok_or_else(|| no("the producer cannot run over the consumer's workgroup"))?;
-        let consumer = looped::looped(&cn.dag, &target, &axes)
+        let consumer = looped::looped(&cn.dag, &work.kernel(c), &target, &axes)
             .ok_or_else(|| no("the consumer cannot be written as a loop"))?;
         Ok((producer, consumer))
     }

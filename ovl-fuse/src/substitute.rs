@@ -35,9 +35,9 @@ use crate::merge::{names_of, tidy, Splice};
 use crate::report::Reason;
 use ovl_ir::intervals::{Interval, Intervals};
 use ovl_ir::ir::{self, Op, TensorKind};
-use ovl_ir::ops::Block;
 use ovl_ir::pattern::{Affine, IndexPattern, PatternAnalysis};
-use ovl_ir::DType;
+use ovl_ir::typed::{Inst, Kernel};
+use ovl_ir::{DType, Literal};
 
 /// How to compute one component of the producer's position from the read index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,7 +91,7 @@ pub(crate) fn check(
         return Err(Reason::ProducerMayFault { why });
     }
     let c_iv = work.intervals(consumer);
-    let c_loops = ovl_ir::analysis::innermost_loops(&c.dag);
+    let (kp, kc) = (work.kernel(producer), work.kernel(consumer));
     let mut c_patterns = PatternAnalysis::new(&c.dag);
     let p_workers: f64 = p.dag.workgroup_shape.iter().map(|&d| d as f64).product();
     let c_workers: f64 = c.dag.workgroup_shape.iter().map(|&d| d as f64).product();
@@ -136,7 +136,7 @@ pub(crate) fn check(
         // Every read of `o` lands on a written element; count the reads per worker.
         let mut reads_per_worker = 0.0f64;
         let mut first_read: Option<IndexPattern> = None;
-        for (i, at, shared) in read_sites(&c.dag, &plan.slot_output, *o) {
+        for (i, at, shared) in read_sites(&kc, &plan.slot_output, *o) {
             let read = c_patterns.access(i);
             if let Some(axis) = outside_writes(i, maps, &inverse, &c_iv, &p.dag.workgroup_shape) {
                 if read.affine().is_none() {
@@ -155,14 +155,14 @@ pub(crate) fn check(
             if shared.is_none() {
                 // A hoisted recomputation runs as often as the loop it was hoisted out of
                 // opens (a loop's opener is outside the loop).
-                reads_per_worker += cost::runs_per_worker(&c.dag, &c_loops, &c_iv, at)
+                reads_per_worker += cost::runs_per_worker(&kc, &c_iv, at)
                     .ok_or(Reason::UnknownRecomputeCount { output: *o })?;
             }
             first_read.get_or_insert(read);
         }
-        let slice = slice_of(&p.dag, h.write);
-        let work_per_element = cost::work(&p.dag, &slice, &p_iv)
-            .ok_or(Reason::UnknownRecomputeCount { output: *o })?;
+        let slice = slice_of(&kp, h.write);
+        let work_per_element =
+            cost::work(&kp, &slice, &p_iv).ok_or(Reason::UnknownRecomputeCount { output: *o })?;
         let recompute = if p_workers > 0.0 {
             c_workers * reads_per_worker / p_workers
         } else {
@@ -201,65 +201,39 @@ pub(crate) fn check(
 /// (its index operands are all defined before the loop opens), else at the read itself. The
 /// recomputation is then loop-invariant code outside the loop, run once per loop instead of
 /// once per iteration. It never leaves a branch: a guard may be what keeps the index valid.
-fn hoist_point(dag: &ir::ExpressionDag, openers: &[Option<usize>], i: usize) -> usize {
-    let last_operand = dag.expressions[i].operands.iter().copied().max();
+fn hoist_point(kernel: &Kernel, i: usize) -> usize {
+    let last_operand = kernel.operands(i).max();
     let mut at = i;
-    let mut enclosing = openers[i];
+    let mut enclosing = kernel.exprs[i].block;
     while let Some(l) = enclosing {
-        let invariant = last_operand.is_none_or(|x| (x as usize) < l);
-        if dag.expressions[l].code != Op::Range as i32 || !invariant {
+        let invariant = last_operand.is_none_or(|x| x < l);
+        if !matches!(kernel.exprs[l as usize].inst, Inst::Range { .. }) || !invariant {
             break;
         }
-        at = l;
-        enclosing = openers[l];
+        at = l as usize;
+        enclosing = kernel.exprs[l as usize].block;
     }
     at
-}
-
-/// For each expression, the opener of the innermost block enclosing it (a block's own opener,
-/// middle and closer are outside it).
-fn enclosing_openers(dag: &ir::ExpressionDag) -> Vec<Option<usize>> {
-    let mut stack: Vec<usize> = Vec::new();
-    dag.expressions
-        .iter()
-        .enumerate()
-        .map(
-            |(i, e)| match ovl_ir::ops::info_of_code(e.code).map(|r| r.block) {
-                Some(Block::Open) => {
-                    let here = stack.last().copied();
-                    stack.push(i);
-                    here
-                }
-                Some(Block::Middle) => stack.iter().rev().nth(1).copied(),
-                Some(Block::Close) => {
-                    stack.pop();
-                    stack.last().copied()
-                }
-                _ => stack.last().copied(),
-            },
-        )
-        .collect()
 }
 
 /// The reads of producer output `o` in the consumer: (read, hoist point), and whether a read
 /// shares the recomputation of an earlier one (same index operands, same hoist point).
 fn read_sites(
-    dag: &ir::ExpressionDag,
+    kernel: &Kernel,
     slot_output: &[Option<u32>],
     o: u32,
 ) -> Vec<(usize, usize, Option<usize>)> {
-    let openers = enclosing_openers(dag);
     let mut sites: Vec<(usize, usize, Option<usize>)> = Vec::new();
-    for (i, e) in dag.expressions.iter().enumerate() {
-        if !reads_slot_of(e, slot_output, o) {
+    for i in 0..kernel.exprs.len() {
+        if !reads_slot_of(kernel, i, slot_output, o) {
             continue;
         }
-        let at = hoist_point(dag, &openers, i);
+        let at = hoist_point(kernel, i);
         let shared = (at != i)
             .then(|| {
                 sites
                     .iter()
-                    .find(|&&(j, a, _)| a == at && dag.expressions[j].operands == e.operands)
+                    .find(|&&(j, a, _)| a == at && kernel.operands(j).eq(kernel.operands(i)))
             })
             .flatten()
             .map(|&(j, _, _)| j);
@@ -268,13 +242,11 @@ fn read_sites(
     sites
 }
 
-/// Whether `e` reads a consumer input slot that holds producer output `o`.
-fn reads_slot_of(e: &ir::Expression, slot_output: &[Option<u32>], o: u32) -> bool {
-    e.code == Op::Read as i32
-        && e.tensor.as_ref().is_some_and(|t| {
-            t.kind == TensorKind::Input as i32
-                && slot_output.get(t.index as usize).copied().flatten() == Some(o)
-        })
+/// Whether expression `i` reads a consumer input slot that holds producer output `o`.
+fn reads_slot_of(kernel: &Kernel, i: usize, slot_output: &[Option<u32>], o: u32) -> bool {
+    kernel
+        .input_read(i)
+        .is_some_and(|t| slot_output.get(t as usize).copied().flatten() == Some(o))
 }
 
 /// The inverse of a write map over `workgroup`, when every position component of extent > 1
@@ -355,43 +327,46 @@ fn outside_writes(
 /// The expressions before `write` that its value depends on: operands, every assignment of a
 /// variable and accumulation of an accumulator it reads, the initialisation and writes of a
 /// local tensor it reads, and the control flow enclosing any of them.
-fn slice_of(dag: &ir::ExpressionDag, write: usize) -> Vec<bool> {
-    let exprs = &dag.expressions[..write];
+fn slice_of(kernel: &Kernel, write: usize) -> Vec<bool> {
+    let exprs = &kernel.exprs[..write];
     let n = exprs.len();
-    // The block structure: the opener enclosing each expression, and each opener's parts.
-    let mut parent: Vec<Option<usize>> = vec![None; n];
-    let mut parts: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut stack: Vec<usize> = Vec::new();
-    for (i, e) in exprs.iter().enumerate() {
-        match ovl_ir::ops::info_of_code(e.code).map(|r| r.block) {
-            Some(Block::Open) => {
-                parent[i] = stack.last().copied();
-                stack.push(i);
+    // The block structure: the opener enclosing each expression (a closer's is its own
+    // opener), and each opener's parts (its ELSE or WHILE_COND and its closer).
+    let parent = |i: usize| -> Option<usize> {
+        match exprs[i].inst {
+            Inst::EndIf { if_: o } | Inst::EndRange { range: o } | Inst::WhileEnd { begin: o } => {
+                Some(o as usize)
             }
-            Some(Block::Middle) => {
-                parent[i] = stack.last().copied();
-                if let Some(&o) = stack.last() {
-                    parts[o].push(i);
-                }
-            }
-            Some(Block::Close) => {
-                parent[i] = stack.pop();
-                if let Some(o) = parent[i] {
-                    parts[o].push(i);
-                }
-            }
-            _ => parent[i] = stack.last().copied(),
+            _ => exprs[i].block.map(|b| b as usize),
         }
-    }
-    let local_of = |e: &ir::Expression| {
-        e.tensor
-            .as_ref()
-            .filter(|t| t.kind == TensorKind::Local as i32)
-            .map(|t| t.index)
+    };
+    let parts = |i: usize| -> Vec<usize> {
+        match exprs[i].inst {
+            Inst::If { else_, end, .. } => else_.into_iter().chain([end]).collect(),
+            Inst::Range { close, .. } => vec![close],
+            Inst::WhileBegin { cond, end } => vec![cond, end],
+            _ => Vec::new(),
+        }
+        .into_iter()
+        .map(|x| x as usize)
+        .collect()
+    };
+    let local_of = |x: &Inst| match x {
+        Inst::Read { tensor, .. }
+        | Inst::Write { tensor, .. }
+        | Inst::LocalTensor { tensor, .. }
+            if tensor.kind == TensorKind::Local =>
+        {
+            Some(tensor.index)
+        }
+        _ => None,
     };
     let mut needed = vec![false; n];
     let mut todo: Vec<usize> = Vec::new();
-    let value = dag.expressions[write].operands.last().copied().unwrap_or(0) as usize;
+    let value = match kernel.exprs[write].inst {
+        Inst::Write { value, .. } => value as usize,
+        _ => 0,
+    };
     let mark = |i: usize, needed: &mut Vec<bool>, todo: &mut Vec<usize>| {
         if i < n && !needed[i] {
             needed[i] = true;
@@ -400,31 +375,33 @@ fn slice_of(dag: &ir::ExpressionDag, write: usize) -> Vec<bool> {
     };
     mark(value, &mut needed, &mut todo);
     while let Some(i) = todo.pop() {
-        let e = &exprs[i];
-        for &op in &e.operands {
+        for op in kernel.operands(i) {
             mark(op as usize, &mut needed, &mut todo);
         }
-        if let Some(p) = parent[i] {
+        if let Some(p) = parent(i) {
             mark(p, &mut needed, &mut todo);
         }
-        for &part in &parts[i] {
+        for part in parts(i) {
             mark(part, &mut needed, &mut todo);
         }
-        let code = Op::try_from(e.code).ok();
-        match code {
-            Some(Op::Variable | Op::Accumulator) => {
+        match &exprs[i].inst {
+            Inst::Variable { .. } | Inst::Accumulator { .. } => {
                 for (j, x) in exprs.iter().enumerate() {
-                    let updates = x.code == Op::Assign as i32 || x.code == Op::Accumulate as i32;
-                    if updates && x.operands.first() == Some(&(i as u32)) {
+                    let updates = match x.inst {
+                        Inst::Assign { variable: v, .. }
+                        | Inst::Accumulate { accumulator: v, .. } => v as usize == i,
+                        _ => false,
+                    };
+                    if updates {
                         mark(j, &mut needed, &mut todo);
                     }
                 }
             }
-            Some(Op::Read) => {
-                if let Some(t) = local_of(e) {
+            read @ Inst::Read { .. } => {
+                if let Some(t) = local_of(read) {
                     for (j, x) in exprs.iter().enumerate() {
-                        let fills = x.code == Op::LocalTensor as i32 || x.code == Op::Write as i32;
-                        if fills && local_of(x) == Some(t) {
+                        let fills = matches!(x.inst, Inst::LocalTensor { .. } | Inst::Write { .. });
+                        if fills && local_of(&x.inst) == Some(t) {
                             mark(j, &mut needed, &mut todo);
                         }
                     }
@@ -449,16 +426,16 @@ pub(crate) fn substitute(
     s.dag.outputs = consumer.dag.outputs.clone();
     s.dag.locals = consumer.dag.locals.clone();
     let c_inputs = s.consumer_inputs(consumer, &plan.slot_output);
+    let (kp, kc) = (
+        Kernel::from_validated(&producer.dag),
+        Kernel::from_validated(&consumer.dag),
+    );
     let uses_locals = plan.outputs.iter().any(|o| {
-        producer.dag.expressions[..o.write]
-            .iter()
-            .zip(&o.slice)
-            .any(|(e, &k)| {
-                k && e
-                    .tensor
-                    .as_ref()
-                    .is_some_and(|t| t.kind == TensorKind::Local as i32)
-            })
+        kp.exprs[..o.write].iter().zip(&o.slice).any(|(e, &k)| {
+            k && matches!(&e.inst,
+                Inst::Read { tensor, .. } | Inst::Write { tensor, .. } | Inst::LocalTensor { tensor, .. }
+                    if tensor.kind == TensorKind::Local)
+        })
     });
     let p_local_base = s.dag.locals.len() as u32;
     if uses_locals {
@@ -470,7 +447,7 @@ pub(crate) fn substitute(
     let mut hoisted: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
     let mut shares: std::collections::HashMap<usize, usize> = Default::default();
     for inl in &plan.outputs {
-        for (i, at, shared) in read_sites(&consumer.dag, &plan.slot_output, inl.output) {
+        for (i, at, shared) in read_sites(&kc, &plan.slot_output, inl.output) {
             match shared {
                 Some(j) => {
                     shares.insert(i, j);
@@ -481,12 +458,9 @@ pub(crate) fn substitute(
         }
     }
     let mut values: std::collections::HashMap<usize, u32> = Default::default();
-    let plan_of = |e: &ir::Expression| -> Option<&Inlined> {
-        let o = e
-            .tensor
-            .as_ref()
-            .filter(|t| e.code == Op::Read as i32 && t.kind == TensorKind::Input as i32)
-            .and_then(|t| plan.slot_output.get(t.index as usize).copied().flatten())?;
+    let plan_of = |i: usize| -> Option<&Inlined> {
+        let t = kc.input_read(i)?;
+        let o = plan.slot_output.get(t as usize).copied().flatten()?;
         plan.outputs.iter().find(|x| x.output == o)
     };
 
@@ -494,12 +468,20 @@ pub(crate) fn substitute(
     for (k, e) in consumer.dag.expressions.iter().enumerate() {
         for &r in hoisted.get(&k).map(Vec::as_slice).unwrap_or_default() {
             let read = &consumer.dag.expressions[r];
-            let inl = plan_of(read).expect("a hoisted read reads a handed-over output");
+            let inl = plan_of(r).expect("a hoisted read reads a handed-over output");
             let index: Vec<u32> = read.operands.iter().map(|&x| remap[x as usize]).collect();
-            let v = recompute(&mut s, producer, inl, &index, p_local_base, &mut p_inputs);
+            let v = recompute(
+                &mut s,
+                producer,
+                &kp,
+                inl,
+                &index,
+                p_local_base,
+                &mut p_inputs,
+            );
             values.insert(r, v);
         }
-        if let Some(inl) = plan_of(e) {
+        if let Some(inl) = plan_of(k) {
             let value = match values
                 .get(&k)
                 .or_else(|| shares.get(&k).and_then(|j| values.get(j)))
@@ -507,7 +489,15 @@ pub(crate) fn substitute(
                 Some(&v) => v,
                 None => {
                     let index: Vec<u32> = e.operands.iter().map(|&x| remap[x as usize]).collect();
-                    recompute(&mut s, producer, inl, &index, p_local_base, &mut p_inputs)
+                    recompute(
+                        &mut s,
+                        producer,
+                        &kp,
+                        inl,
+                        &index,
+                        p_local_base,
+                        &mut p_inputs,
+                    )
                 }
             };
             remap.push(value);
@@ -548,22 +538,12 @@ fn push(dag: &mut ir::ExpressionDag, e: ir::Expression) -> u32 {
     dag.expressions.len() as u32 - 1
 }
 
-fn i64_expr(code: Op, operands: Vec<u32>) -> ir::Expression {
-    ir::Expression {
-        code: code as i32,
-        dtype: (DType::I64.to_ir() as i32),
-        operands,
-        ..Default::default()
-    }
+fn i64_expr(inst: Inst) -> ir::Expression {
+    inst.encode(Some(DType::I64))
 }
 
 fn i64_const(v: i64) -> ir::Expression {
-    ir::Expression {
-        code: Op::Const as i32,
-        dtype: (DType::I64.to_ir() as i32),
-        int_value: v,
-        ..Default::default()
-    }
+    i64_expr(Inst::Const(Literal::Int(v)))
 }
 
 /// Emits, at the end of `s`, the producer's computation of `inl.output` at the element whose
@@ -571,6 +551,7 @@ fn i64_const(v: i64) -> ir::Expression {
 fn recompute(
     s: &mut Splice,
     producer: &Node,
+    kp: &Kernel,
     inl: &Inlined,
     index: &[u32],
     p_local_base: u32,
@@ -589,14 +570,19 @@ fn recompute(
             } => {
                 let mut g = index[dim];
                 if s.dag.expressions[g as usize].dtype != (DType::I64.to_ir() as i32) {
-                    g = push(&mut s.dag, i64_expr(Op::Cast, vec![g]));
+                    g = push(&mut s.dag, i64_expr(Inst::Cast { value: g }));
                 }
                 if offset != 0 {
                     let c = push(&mut s.dag, i64_const(offset));
-                    g = push(&mut s.dag, i64_expr(Op::Sub, vec![g, c]));
+                    let sub = Inst::Binary {
+                        op: Op::Sub,
+                        a: g,
+                        b: c,
+                    };
+                    g = push(&mut s.dag, i64_expr(sub));
                 }
                 if negate {
-                    g = push(&mut s.dag, i64_expr(Op::Neg, vec![g]));
+                    g = push(&mut s.dag, i64_expr(Inst::Unary { op: Op::Neg, a: g }));
                 }
                 g
             }
@@ -607,8 +593,8 @@ fn recompute(
         if !inl.slice[j] {
             continue;
         }
-        if e.code == Op::Position as i32 {
-            remap[j] = position[e.axis as usize];
+        if let Inst::Position { axis } = kp.exprs[j].inst {
+            remap[j] = position[axis as usize];
             continue;
         }
         let mut e = e.clone();
@@ -629,25 +615,16 @@ fn recompute(
         }
         remap[j] = push(&mut s.dag, e);
     }
-    let value = producer.dag.expressions[inl.write]
-        .operands
-        .last()
-        .copied()
-        .unwrap_or(0) as usize;
-    let v = remap[value];
-    // A variable or an accumulator is copied, as at a vertical merge's hand-over.
-    let code = s.dag.expressions[v as usize].code;
-    if code == Op::Variable as i32 || code == Op::Accumulator as i32 {
-        let dtype = s.dag.expressions[v as usize].dtype;
-        return push(
-            &mut s.dag,
-            ir::Expression {
-                code: Op::Cast as i32,
-                dtype,
-                operands: vec![v],
-                ..Default::default()
-            },
-        );
+    let value = match kp.exprs[inl.write].inst {
+        Inst::Write { value, .. } => value,
+        _ => 0,
+    };
+    let v = remap[value as usize];
+    // A variable or an accumulator (copied into the merged operator as it is) is copied, as
+    // at a vertical merge's hand-over.
+    if kp.is_mutable(value as usize) {
+        let dtype = DType::from_ir(s.dag.expressions[v as usize].dtype);
+        return push(&mut s.dag, Inst::Cast { value: v }.encode(dtype));
     }
     v
 }

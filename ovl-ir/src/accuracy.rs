@@ -29,6 +29,7 @@
 
 use crate::dtype::DType;
 use crate::ir::{self, Op};
+use crate::typed::{Expr, Inst, Kernel, TensorId};
 
 /// A backend whose math functions are not the interpreter's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -143,68 +144,67 @@ pub fn with_function_results(
     dag: &ir::ExpressionDag,
     backend: MathBackend,
 ) -> Option<(ir::ExpressionDag, Vec<Vec<usize>>)> {
-    let depths = crate::analysis::nesting_depths(dag);
+    let kernel = Kernel::decode(dag).ok()?;
     let mut out = dag.clone();
     let mut extra = vec![Vec::new(); dag.outputs.len()];
-    for (w, e) in dag.expressions.iter().enumerate() {
-        if e.code != Op::Write as i32 {
-            continue;
-        }
-        let Some(t) = e
-            .tensor
-            .as_ref()
-            .filter(|t| t.kind == ir::TensorKind::Output as i32)
-        else {
-            continue;
-        };
-        let Some((&value, indices)) = e.operands.split_last() else {
+    for x in &kernel.exprs {
+        let Some((t, indices, value)) = output_write(x) else {
             continue;
         };
         let functions = functions_of(dag, value as usize, backend);
         if functions.is_empty() {
             continue;
         }
-        if depths.get(w) != Some(&0) {
+        if x.block.is_some() {
             return None;
         }
-        let output = dag.outputs.get(t.index as usize)?;
+        let output = dag.outputs.get(t as usize)?;
         for (f, _) in functions {
             let index = out.outputs.len();
             out.outputs.push(ir::TensorType {
                 dtype: dag.expressions[f].dtype,
                 ..output.clone()
             });
-            extra[t.index as usize].push(index);
-            out.expressions.push(ir::Expression {
-                code: Op::Write as i32,
-                tensor: Some(ir::TensorRef {
-                    kind: ir::TensorKind::Output as i32,
+            extra[t as usize].push(index);
+            let write = Inst::Write {
+                tensor: TensorId {
+                    kind: ir::TensorKind::Output,
                     index: index as u32,
-                }),
-                operands: indices.iter().copied().chain([f as u32]).collect(),
-                ..Default::default()
-            });
+                },
+                indices: indices.to_vec(),
+                value: f as u32,
+            };
+            out.expressions.push(write.encode(None));
         }
     }
     crate::validate::validate(&out).ok()?;
     Some((out, extra))
 }
 
-/// For each output of `dag`: the largest [`value_ulps`] of a value written to it on `backend`.
+/// A WRITE of an output: the output, the indices and the value.
+fn output_write(x: &Expr) -> Option<(u32, &[u32], u32)> {
+    match &x.inst {
+        Inst::Write {
+            tensor,
+            indices,
+            value,
+        } if tensor.kind == ir::TensorKind::Output => Some((tensor.index, indices, *value)),
+        _ => None,
+    }
+}
+
+/// For each output of `dag` (a valid operator): the largest [`value_ulps`] of a value written
+/// to it on `backend`.
 pub fn output_ulps(dag: &ir::ExpressionDag, backend: MathBackend) -> Vec<u32> {
     let mut out = vec![0u32; dag.outputs.len()];
-    for e in &dag.expressions {
-        if e.code != Op::Write as i32 {
-            continue;
-        }
-        let Some(t) = &e.tensor else { continue };
-        if t.kind != ir::TensorKind::Output as i32 {
-            continue;
-        }
-        let (Some(slot), Some(&value)) = (out.get_mut(t.index as usize), e.operands.last()) else {
+    let kernel = Kernel::from_validated(dag);
+    for x in &kernel.exprs {
+        let Some((t, _, value)) = output_write(x) else {
             continue;
         };
-        *slot = (*slot).max(value_ulps(dag, value as usize, backend));
+        if let Some(slot) = out.get_mut(t as usize) {
+            *slot = (*slot).max(value_ulps(dag, value as usize, backend));
+        }
     }
     out
 }

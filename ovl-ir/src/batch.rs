@@ -21,8 +21,9 @@
 //! zero in both. A fault is reported for the first faulting worker in row-major order, which is
 //! the first faulting worker of the first faulting example.
 
-use crate::ir::{self, Op, TensorKind};
+use crate::ir::{self, TensorKind};
 use crate::names::{at, defined_at};
+use crate::typed::{Inst, Kernel};
 use thiserror::Error;
 
 /// Why an operator could not be batched.
@@ -118,26 +119,22 @@ pub fn batch_operator(
         return Ok(out);
     }
     // %0: the example's number, visible everywhere (top level, first).
-    out.expressions.push(ir::Expression {
-        code: Op::Position as i32,
-        dtype: ir::Dtype::I64 as i32,
-        axis: 0,
-        ..Default::default()
-    });
+    out.expressions
+        .push(Inst::Position { axis: 0 }.encode(Some(crate::DType::I64)));
     const EXAMPLE: u32 = 0;
-    for e in &dag.expressions {
+    let kernel = Kernel::from_validated(dag);
+    for (e, x) in dag.expressions.iter().zip(&kernel.exprs) {
         let mut e = e.clone();
         for o in &mut e.operands {
             *o += 1;
         }
-        let code = Op::try_from(e.code).unwrap_or(Op::Unspecified);
-        match code {
-            Op::Position => e.axis += 1,
-            Op::Read | Op::Write => {
-                let gains_axis = match &e.tensor {
-                    Some(r) if r.kind == TensorKind::Output as i32 => true,
-                    Some(r) if r.kind == TensorKind::Input as i32 => batched_inputs
-                        .get(r.index as usize)
+        match &x.inst {
+            Inst::Position { axis } => e.axis = axis + 1,
+            Inst::Read { tensor, .. } | Inst::Write { tensor, .. } => {
+                let gains_axis = match tensor.kind {
+                    TensorKind::Output => true,
+                    TensorKind::Input => batched_inputs
+                        .get(tensor.index as usize)
                         .copied()
                         .unwrap_or(false),
                     _ => false,
@@ -188,6 +185,7 @@ pub fn batched_symbolic(dims: &[ir::SymbolicDim]) -> Vec<ir::SymbolicDim> {
 mod tests {
     use super::*;
     use crate::builder::{Builder, IN, LOC, OUT};
+    use crate::ir::Op;
     use crate::ops::Combiner;
     use crate::DType;
 

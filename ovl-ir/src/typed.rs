@@ -41,6 +41,8 @@ use crate::ops::{self, Category, Combiner};
 use crate::symbolic::symbolic_dim;
 use crate::validate::{validate, ValidationError};
 
+mod encode;
+
 /// The number of an expression (its index in the IR), used as an operand.
 pub type ValueId = u32;
 
@@ -366,41 +368,31 @@ impl Kernel {
 
     /// The operands of expression `k`, in the IR's order (no allocation).
     pub fn operands(&self, k: usize) -> impl Iterator<Item = ValueId> + '_ {
-        let none: &[ValueId] = &[];
-        let (head, fixed, n): (&[ValueId], [ValueId; 3], usize) = match &self.exprs[k].inst {
-            Inst::Const(_)
-            | Inst::Position { .. }
-            | Inst::Symbol { .. }
-            | Inst::LocalTensor { .. }
-            | Inst::Else { .. }
-            | Inst::EndIf { .. }
-            | Inst::EndRange { .. }
-            | Inst::WhileBegin { .. }
-            | Inst::WhileEnd { .. } => (none, [0; 3], 0),
-            Inst::Read { indices, .. } => (indices, [0; 3], 0),
-            Inst::Write { indices, value, .. } => (indices, [*value, 0, 0], 1),
-            Inst::Variable { init } | Inst::Accumulator { init, .. } => (none, [*init, 0, 0], 1),
-            Inst::Cast { value } => (none, [*value, 0, 0], 1),
-            Inst::Unary { a, .. } => (none, [*a, 0, 0], 1),
-            Inst::Assign { variable, value } => (none, [*variable, *value, 0], 2),
-            Inst::Accumulate {
-                accumulator, value, ..
-            } => (none, [*accumulator, *value, 0], 2),
-            Inst::Binary { a, b, .. } | Inst::Compare { a, b, .. } => (none, [*a, *b, 0], 2),
-            Inst::Select {
-                condition,
-                if_true,
-                if_false,
-            } => (none, [*condition, *if_true, *if_false], 3),
-            Inst::Fma { a, b, c } => (none, [*a, *b, *c], 3),
-            Inst::If { condition, .. } | Inst::WhileCond { condition, .. } => {
-                (none, [*condition, 0, 0], 1)
-            }
-            Inst::Range {
-                start, end, step, ..
-            } => (none, [*start, *end, *step], 3),
-        };
-        head.iter().copied().chain(fixed.into_iter().take(n))
+        self.exprs[k].inst.operands()
+    }
+
+    /// The input expression `k` reads, if it is a READ of an input.
+    pub fn input_read(&self, k: usize) -> Option<u32> {
+        match self.exprs[k].inst {
+            Inst::Read {
+                tensor:
+                    TensorId {
+                        kind: TensorKind::Input,
+                        index,
+                    },
+                ..
+            } => Some(index),
+            _ => None,
+        }
+    }
+
+    /// Whether expression `k` is a VARIABLE or an ACCUMULATOR: a value that later
+    /// expressions (ASSIGN, ACCUMULATE) change.
+    pub fn is_mutable(&self, k: usize) -> bool {
+        matches!(
+            self.exprs[k].inst,
+            Inst::Variable { .. } | Inst::Accumulator { .. }
+        )
     }
 
     /// The loops (RANGE or WHILE_BEGIN) around expression `k`, innermost first.
@@ -706,6 +698,30 @@ mod tests {
                     "{} %{k}",
                     dag.name
                 );
+            }
+        }
+    }
+
+    /// Encoding every decoded expression gives the IR back (block links and an ACCUMULATE's
+    /// loop are the order of the expressions).
+    #[test]
+    fn every_fixture_encodes_back_to_its_ir() {
+        let mut dags: Vec<ir::ExpressionDag> = fixtures::all().into_iter().map(|f| f.dag).collect();
+        dags.extend(fixtures::symbolic().into_iter().map(|f| f.dag));
+        for dag in dags {
+            let kernel = Kernel::decode(&dag).unwrap();
+            for (k, (e, x)) in dag.expressions.iter().zip(&kernel.exprs).enumerate() {
+                let mut want = e.clone();
+                if x.dtype.is_none() {
+                    // A statement's dtype means nothing.
+                    want.dtype = ir::Dtype::Unspecified as i32;
+                }
+                let mut got = x.inst.encode(x.dtype);
+                // Bit for bit, NaN included.
+                let bits = (got.float_value.to_bits(), want.float_value.to_bits());
+                assert_eq!(bits.0, bits.1, "{} %{k}", dag.name);
+                (got.float_value, want.float_value) = (0.0, 0.0);
+                assert_eq!(got, want, "{} %{k}", dag.name);
             }
         }
     }

@@ -7,10 +7,12 @@
 //! The exporter that makes programs is [`crate::export`].
 
 mod check;
+mod mismatch;
 
 use crate::runner::{Input, Kernel, Output, Plan, PlanError, RunFailure, Sig};
 use crate::{executor, Error, Options};
 pub use check::{check_program, MalformedProgram};
+pub use mismatch::ProgramMismatch;
 use ovl_core::ir;
 use ovl_core::{DType, HostTensor};
 use std::ffi::c_void;
@@ -126,21 +128,36 @@ pub fn tensor_type_of(t: &ir::TensorType) -> Result<(DType, Vec<usize>), PlanErr
     Sig::from_ir(t).map(|s| (s.dtype, s.shape))
 }
 
-/// The host tensor for constant `c` of `program` (after [`check_program`]).
+/// The host tensor for constant `c` of `program` (after [`check_program`], which makes every
+/// error but running out of memory impossible).
 pub fn constant_tensor(
     program: &ir::Program,
     c: &ir::ProgramConstant,
-) -> Result<HostTensor, String> {
+) -> Result<HostTensor, ProgramError> {
+    use MalformedProgram as M;
+    let input = c.graph_input as usize;
     let t = program
         .graph
         .as_ref()
-        .and_then(|g| g.inputs.get(c.graph_input as usize))
-        .ok_or("a constant names a graph input that does not exist")?;
-    let (dtype, shape) = tensor_type_of(t).map_err(|e| e.to_string())?;
-    let mut h = HostTensor::try_zeros(dtype, &shape).map_err(|e| e.to_string())?;
+        .and_then(|g| g.inputs.get(input))
+        .ok_or_else(|| M::NoSuchInput {
+            what: "a constant".into(),
+            input: c.graph_input,
+        })?;
+    let (dtype, shape) = tensor_type_of(t).map_err(|e| M::Type(e.to_string()))?;
+    let mut h = HostTensor::try_zeros(dtype, &shape)?;
     let len = h.len() * dtype.size();
-    if c.data.len() != len || (dtype == DType::Bool && c.data.iter().any(|&b| b > 1)) {
-        return Err("a constant's bytes do not fit its type".into());
+    if c.data.len() != len {
+        return Err(M::ConstantLength {
+            input,
+            holds: c.data.len(),
+            ty: format!("{dtype}{shape:?}"),
+            needs: len,
+        }
+        .into());
+    }
+    if dtype == DType::Bool && c.data.iter().any(|&b| b > 1) {
+        return Err(M::BoolConstant { input }.into());
     }
     // SAFETY: `h` owns `len` bytes of initialized elements; every byte pattern is a valid
     // value of the numeric dtypes, and bool bytes were checked to be 0 or 1.
@@ -156,20 +173,16 @@ pub fn run_program(
     feeds: Vec<HostTensor>,
     options: &Options,
 ) -> Result<Vec<HostTensor>, Error> {
-    let err = |message: String| Error::Export {
-        name: program.name.clone(),
-        message,
-    };
     let loaded = LoadedProgram::new(program.clone(), options).map_err(|e| match e {
         ProgramError::Compile { source, .. } => *source,
-        e => err(e.to_string()),
+        e => Error::Program(Box::new(e)),
     })?;
     let feeds: Vec<&HostTensor> = feeds.iter().collect();
     loaded
         .run_host(&feeds, options.threads)
         .map_err(|e| match e {
             ProgramError::Run { source, .. } => (*source).into(),
-            e => err(e.to_string()),
+            e => Error::Program(Box::new(e)),
         })
 }
 
@@ -197,9 +210,12 @@ pub enum ProgramError {
     /// before decoding).
     #[error(transparent)]
     Modified(#[from] SealError),
-    /// The bytes are not a valid program, or the program is malformed (its digest matched).
+    /// The program is malformed (its digest matched): what is wrong, and where.
     #[error("the `program` attribute is not a valid ovl program ({0}); re-export the bundle")]
-    Corrupt(String),
+    Corrupt(#[from] MalformedProgram),
+    /// A constant of the program could not be allocated.
+    #[error(transparent)]
+    OutOfMemory(#[from] ovl_core::AllocError),
     /// The program's graph cannot be planned: it is malformed (its digest matched).
     #[error("the `program` attribute is not a valid ovl program ({0}); re-export the bundle")]
     Malformed(#[from] PlanError),
@@ -220,12 +236,12 @@ pub enum ProgramError {
         source: Box<RunFailure>,
     },
     /// A tensor passed does not fit the program.
-    #[error("program `{program}`: {message}")]
+    #[error("program `{program}`: {problem}")]
     Mismatch {
         /// The program.
         program: String,
-        /// What does not fit.
-        message: String,
+        /// What does not fit (boxed: it names tensors and types, and errors stay small).
+        problem: Box<ProgramMismatch>,
     },
 }
 
@@ -305,7 +321,7 @@ impl LoadedProgram {
     /// [`crate::TfExport::embed_libraries`]) is loaded from it when it was compiled for this
     /// machine's target (no C++ compiler needed), and compiled otherwise.
     pub fn new(program: ir::Program, options: &Options) -> Result<LoadedProgram, ProgramError> {
-        check_program(&program).map_err(|e| ProgramError::Corrupt(e.to_string()))?;
+        check_program(&program)?;
         let mut sources = vec![None; program.graph.as_ref().map_or(0, |g| g.inputs.len())];
         let mut feeds = Vec::with_capacity(program.feeds.len());
         for (k, f) in program.feeds.iter().enumerate() {
@@ -318,12 +334,13 @@ impl LoadedProgram {
         let mut constants = Vec::with_capacity(program.constants.len());
         for c in &program.constants {
             sources[c.graph_input as usize] = Some(Source::Constant(constants.len()));
-            constants.push(constant_tensor(&program, c).map_err(ProgramError::Corrupt)?);
+            constants.push(constant_tensor(&program, c)?);
         }
         let sources = sources
-            .into_iter()
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| ProgramError::Corrupt("a graph input has no data".into()))?;
+            .iter()
+            .enumerate()
+            .map(|(input, s)| s.ok_or(MalformedProgram::Supplied { input, supplied: 0 }))
+            .collect::<Result<Vec<_>, _>>()?;
         let name = program.name;
         let dag = program.graph.unwrap_or_default();
         let kernels =
@@ -343,7 +360,7 @@ impl LoadedProgram {
             .iter()
             .map(|o| ovl_core::validate::value_type(&dag, o).cloned())
             .collect::<Result<Vec<_>, _>>()
-            .map_err(ProgramError::Corrupt)?;
+            .map_err(MalformedProgram::Invalid)?;
         let outputs = output_types
             .iter()
             .map(Sig::from_ir)
@@ -397,11 +414,10 @@ impl LoadedProgram {
     /// values, compiling nothing: the kernels take the values at run time).
     pub fn bind(&self, shapes: &[&[usize]]) -> Result<Binding, ProgramError> {
         if shapes.len() != self.feeds.len() {
-            return Err(self.mismatch(format!(
-                "{} inputs given, the program has {}",
-                shapes.len(),
-                self.feeds.len()
-            )));
+            return Err(self.mismatch(ProgramMismatch::InputCount {
+                given: shapes.len(),
+                inputs: self.feeds.len(),
+            }));
         }
         if let Some(plan) = &self.plan {
             for (k, shape) in shapes.iter().enumerate() {
@@ -421,15 +437,13 @@ impl LoadedProgram {
         let slices: Vec<&[u64]> = shapes64.iter().map(|s| s.as_slice()).collect();
         let what = |k: usize| format!("input {k} (`{}`)", self.feeds[k].0);
         let symbols = ovl_core::symbolic::solve_symbols(&types, &slices, &self.dag.symbols, &what)
-            .map_err(|e| self.mismatch(e.to_string()))?;
+            .map_err(|e| self.mismatch(e))?;
         let cached = self.plans.lock().ok().and_then(|mut p| p.get(&symbols));
         let plan = match cached {
             Some(plan) => plan,
             None => {
-                let plan = Arc::new(
-                    Plan::specialized(&self.dag, &symbols)
-                        .map_err(|e| self.mismatch(e.to_string()))?,
-                );
+                let plan =
+                    Arc::new(Plan::specialized(&self.dag, &symbols).map_err(|e| self.mismatch(e))?);
                 if let Ok(mut plans) = self.plans.lock() {
                     plans.insert(symbols.clone(), plan.clone());
                 }
@@ -467,10 +481,10 @@ impl LoadedProgram {
         self.kernels.len()
     }
 
-    fn mismatch(&self, message: String) -> ProgramError {
+    fn mismatch(&self, problem: impl Into<ProgramMismatch>) -> ProgramError {
         ProgramError::Mismatch {
             program: self.name.clone(),
-            message,
+            problem: Box::new(problem.into()),
         }
     }
 
@@ -479,7 +493,7 @@ impl LoadedProgram {
         let (name, sig) = self
             .feeds
             .get(k)
-            .ok_or_else(|| self.mismatch(format!("there is no input {k}")))?;
+            .ok_or_else(|| self.mismatch(ProgramMismatch::NoSuchInput { input: k }))?;
         let t = &self.feed_types[k];
         if !t.symbolic.is_empty() {
             // The sizes known at export must match; the others are checked by `bind`.
@@ -490,20 +504,22 @@ impl LoadedProgram {
                     .zip(shape)
                     .all(|(d, &n)| d.is_none_or(|d| d == n));
             if !fits {
-                return Err(self.mismatch(format!(
-                    "input {k} (`{name}`) is {}{shape:?}, but the program was exported for {}",
-                    tensorflow_dtype_name(dtype),
-                    self.type_text(t)
-                )));
+                return Err(self.mismatch(ProgramMismatch::InputType {
+                    input: k,
+                    name: name.clone(),
+                    given: format!("{}{shape:?}", tensorflow_dtype_name(dtype)),
+                    exported: self.type_text(t),
+                }));
             }
             return Ok(());
         }
         if sig.dtype != dtype || sig.shape != shape {
-            return Err(self.mismatch(format!(
-                "input {k} (`{name}`) is {}{shape:?}, but the program was exported for {}",
-                tensorflow_dtype_name(dtype),
-                tensorflow_type_name(sig)
-            )));
+            return Err(self.mismatch(ProgramMismatch::InputType {
+                input: k,
+                name: name.clone(),
+                given: format!("{}{shape:?}", tensorflow_dtype_name(dtype)),
+                exported: tensorflow_type_name(sig),
+            }));
         }
         Ok(())
     }
@@ -520,18 +536,19 @@ impl LoadedProgram {
 
     fn counts(&self, feeds: usize, outputs: usize) -> Result<(), ProgramError> {
         if feeds != self.feeds.len() || outputs != self.outputs.len() {
-            return Err(self.mismatch(format!(
-                "{feeds} inputs and {outputs} outputs given, the program has {} and {}",
-                self.feeds.len(),
-                self.outputs.len()
-            )));
+            return Err(self.mismatch(ProgramMismatch::Counts {
+                inputs: feeds,
+                outputs,
+                program_inputs: self.feeds.len(),
+                program_outputs: self.outputs.len(),
+            }));
         }
         Ok(())
     }
 
     fn run_failure(&self, source: RunFailure) -> ProgramError {
         match source {
-            RunFailure::Mismatch(m) => self.mismatch(m.to_string()),
+            RunFailure::Mismatch(m) => self.mismatch(m),
             source => ProgramError::Run {
                 program: self.name.clone(),
                 source: Box::new(source),
@@ -553,11 +570,9 @@ impl LoadedProgram {
         threads: usize,
     ) -> Result<(), ProgramError> {
         let Some(plan) = &self.plan else {
-            return Err(self.mismatch(format!(
-                "the program has sizes known only at run time ({}): bind the shapes of the \
-                 inputs first (`bind`, then `run_bound`)",
-                self.symbols().join(", ")
-            )));
+            return Err(self.mismatch(ProgramMismatch::NotBound {
+                symbols: self.symbols().to_vec(),
+            }));
         };
         // SAFETY: forwarded to the caller.
         unsafe { self.run_plan(plan, feeds, outputs, threads) }

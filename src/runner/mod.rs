@@ -25,7 +25,7 @@ mod sig;
 
 pub use gemm::GemmKernel;
 use pointers::Pointers;
-pub use sig::{PlanError, Sig};
+pub use sig::{PlanError, Sig, Wiring};
 
 /// One operator, ready to run on a backend.
 pub enum Kernel {
@@ -138,7 +138,6 @@ impl Plan {
     /// source, operators out of topological order, an operator input of another type than
     /// its source (the kernels read raw buffers, so the types must agree exactly).
     pub fn new(dag: Arc<ir::OperatorDag>) -> Result<Plan, PlanError> {
-        let bad_wiring = |m: &str| PlanError::Wiring(m.into());
         if ovl_core::symbolic::is_symbolic_graph(&dag) {
             return Err(PlanError::Symbolic {
                 symbols: dag.symbols.join(", "),
@@ -150,9 +149,7 @@ impl Plan {
             .map(Sig::from_ir)
             .collect::<Result<Vec<_>, _>>()?;
         if dag.operator_inputs.len() != dag.operators.len() {
-            return Err(bad_wiring(
-                "the graph's operator wiring does not match its operators",
-            ));
+            return Err(Wiring::OperatorCount.into());
         }
         // Requested outputs are written in place where possible: the first request of each
         // operator output; other requests (repeats, graph inputs) are copied after the run.
@@ -166,8 +163,9 @@ impl Plan {
         for (k, out) in dag.outputs.iter().enumerate() {
             match &out.source {
                 Some(Source::GraphInput(i)) => {
-                    let sig = inputs.get(*i as usize).ok_or_else(|| {
-                        bad_wiring("an output names a graph input that does not exist")
+                    let sig = inputs.get(*i as usize).ok_or(Wiring::NoSuchGraphInput {
+                        output: k,
+                        input: *i,
                     })?;
                     outputs.push(sig.clone());
                     copies.push((k, Slot::Input(*i as usize)));
@@ -177,8 +175,10 @@ impl Plan {
                         .operators
                         .get(o.operator as usize)
                         .and_then(|op| op.outputs.get(o.output as usize))
-                        .ok_or_else(|| {
-                            bad_wiring("an output names an operator output that does not exist")
+                        .ok_or(Wiring::NoSuchOutput {
+                            output: k,
+                            operator: o.operator,
+                            of: o.output,
                         })?;
                     outputs.push(Sig::from_ir(t)?);
                     let slot = &mut placed[o.operator as usize][o.output as usize];
@@ -187,7 +187,7 @@ impl Plan {
                         Some(s) => copies.push((k, *s)),
                     }
                 }
-                None => return Err(bad_wiring("an output has no source")),
+                None => return Err(Wiring::NoSource { output: k }.into()),
             }
         }
         let mut temps = Vec::new();
@@ -210,14 +210,20 @@ impl Plan {
         let mut temp_last_use = vec![0; temps.len()];
         for (i, wiring) in dag.operator_inputs.iter().enumerate() {
             if wiring.inputs.len() != dag.operators[i].inputs.len() {
-                return Err(PlanError::Wiring(format!(
-                    "operator {i} (`{}`) takes {} inputs but is wired to {}",
-                    dag.operators[i].name,
-                    dag.operators[i].inputs.len(),
-                    wiring.inputs.len()
-                )));
+                return Err(Wiring::InputCount {
+                    operator: i,
+                    name: dag.operators[i].name.clone(),
+                    takes: dag.operators[i].inputs.len(),
+                    wired: wiring.inputs.len(),
+                }
+                .into());
             }
-            for (v, want) in wiring.inputs.iter().zip(&dag.operators[i].inputs) {
+            for (j, (v, want)) in wiring
+                .inputs
+                .iter()
+                .zip(&dag.operators[i].inputs)
+                .enumerate()
+            {
                 let got = match &v.source {
                     Some(Source::OpOutput(o)) if (o.operator as usize) < i => {
                         if let Some(Slot::Temp(t)) =
@@ -228,12 +234,9 @@ impl Plan {
                         dag.operators[o.operator as usize]
                             .outputs
                             .get(o.output as usize)
-                            .ok_or_else(|| {
-                                PlanError::Wiring(
-                                    "an operator input names an operator output that does not \
-                                     exist"
-                                        .into(),
-                                )
+                            .ok_or(Wiring::NoSuchOperatorOutput {
+                                operator: i,
+                                input: j,
                             })?
                     }
                     Some(Source::GraphInput(g)) if (*g as usize) < dag.inputs.len() => {
@@ -277,7 +280,7 @@ impl Plan {
     /// operators of the same graph.
     pub fn specialized(dag: &ir::OperatorDag, symbols: &[u64]) -> Result<Plan, PlanError> {
         let concrete = ovl_core::symbolic::specialize_graph(dag, symbols)
-            .map_err(|e| PlanError::Symbols(e.to_string()))?;
+            .map_err(|e| PlanError::Symbols(Box::new(e)))?;
         let mut plan = Plan::new(Arc::new(concrete))?;
         plan.symbols = symbols.to_vec();
         Ok(plan)
