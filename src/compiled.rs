@@ -227,7 +227,9 @@ impl Compiled {
                         GraphInput::Placeholder { name, .. } => {
                             Error::Placeholder { name: name.clone() }
                         }
-                        GraphInput::Host(_) => InternalError::NotUploaded { input: i }.into(),
+                        GraphInput::Host(_) | GraphInput::Device(_) => {
+                            InternalError::NotUploaded { input: i }.into()
+                        }
                     })
             })
             .collect::<Result<_, _>>()?;
@@ -248,7 +250,8 @@ impl Compiled {
         Ok(())
     }
 
-    /// The graph's own host data on the GPU (uploaded on first use; `None` for placeholders).
+    /// The graph's own data on the GPU (host data uploaded on first use, device data as it is;
+    /// `None` for placeholders).
     fn device_data(&self) -> Result<&[Option<DeviceTensor>], DeviceError> {
         if let Some(d) = self.device_data.get() {
             return Ok(d);
@@ -257,7 +260,11 @@ impl Compiled {
             .prepared
             .inputs
             .iter()
-            .map(|i| i.host().map(|h| DeviceTensor::upload(h)).transpose())
+            .map(|i| match i {
+                GraphInput::Host(h) => DeviceTensor::upload(h).map(Some),
+                GraphInput::Device(d) => crate::runner::on_device(&**d).map(Some),
+                GraphInput::Placeholder { .. } => Ok(None),
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(self.device_data.get_or_init(|| uploaded))
     }

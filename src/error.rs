@@ -122,6 +122,14 @@ pub enum InternalError {
 /// layouts, device placement. Each names the buffer it is about.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum Mismatch {
+    /// A device tensor made into a lazy handle of another element type.
+    #[error("the device tensor is {given}, but a Lazy<{wanted}> holds {wanted} elements")]
+    DeviceDtype {
+        /// The tensor's dtype and shape, e.g. `f32[2, 3]`.
+        given: String,
+        /// The handle's element type.
+        wanted: ovl_core::DType,
+    },
     /// Not as many output arrays as the graph has outputs.
     #[error("{outputs} outputs but {arrays} arrays to write them into")]
     OutputCount {

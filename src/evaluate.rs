@@ -194,6 +194,31 @@ pub fn evaluate_with<O: Evaluate>(outputs: O, options: &Options) -> Result<O::Ou
     outputs.convert(&mut Results::new(results))
 }
 
+/// A lazy handle on a device tensor: operators take it like host data. On the GPU
+/// ([`evaluate_device`], [`evaluate_with`] on [`Options::cuda()`], a graph [`crate::compile`]d
+/// with it as a constant) the kernels read the tensor where it is, without a copy (the handle
+/// shares its memory); a backend that runs on the host copies it there first. An error when
+/// the tensor's dtype is not `T`.
+///
+/// ```no_run
+/// # fn demo(xd: ovl::cuda::DeviceTensor) -> Result<(), ovl::Error> {
+/// let x = ovl::from_device::<f32>(&xd)?;
+/// let y = ovl_stdlib::tanh(&x);
+/// let yd = ovl::evaluate_device(&y, &ovl::Options::cuda())?; // no host copy
+/// # Ok(()) }
+/// ```
+pub fn from_device<T: ovl_core::Scalar>(
+    tensor: &ovl_codegen::cuda::DeviceTensor,
+) -> Result<crate::Lazy<T>, Error> {
+    let handle = ovl_core::LazyTensor::device(std::sync::Arc::new(tensor.clone()));
+    crate::Lazy::<T>::try_from(handle).map_err(|_| {
+        Error::OutputMismatch(crate::Mismatch::DeviceDtype {
+            given: tensor.describe(),
+            wanted: T::DTYPE,
+        })
+    })
+}
+
 /// Evaluates on the GPU ([`Options::cuda()`]) and returns the outputs as device tensors, in the
 /// order of `outputs.tensors()`: no host copy between the kernels of the graph nor of the
 /// results (read them with [`ovl_codegen::cuda::DeviceTensor::to_host`]). The graph's host data
@@ -217,6 +242,7 @@ pub fn evaluate_device<O: Evaluate>(
         .iter()
         .map(|i| match i {
             ovl_core::GraphInput::Host(h) => Ok(DeviceTensor::upload(h)?),
+            ovl_core::GraphInput::Device(d) => Ok(crate::runner::on_device(&**d)?),
             ovl_core::GraphInput::Placeholder { name, .. } => {
                 Err(Error::Placeholder { name: name.clone() })
             }

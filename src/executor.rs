@@ -173,17 +173,34 @@ impl Prepared {
         timings: Option<&mut Vec<Duration>>,
         mut provided: Vec<Option<HostTensor>>,
     ) -> Result<Vec<HostTensor>, Error> {
-        let inputs = self
+        // Device data in the graph is copied to the host for a run there.
+        let downloaded = self
             .inputs
             .iter()
             .enumerate()
             .map(|(i, input)| match (fed.get(i).copied().flatten(), input) {
-                (Some(t), _) => Ok(Input::Host(t)),
-                (None, GraphInput::Host(t)) => Ok(Input::Host(t)),
-                (None, GraphInput::Placeholder { name, .. }) => {
-                    Err(Error::Placeholder { name: name.clone() })
-                }
+                (None, GraphInput::Device(d)) => crate::runner::on_host(&**d).map(Some),
+                _ => Ok(None),
             })
+            .collect::<Result<Vec<_>, _>>()?;
+        let inputs = self
+            .inputs
+            .iter()
+            .zip(&downloaded)
+            .enumerate()
+            .map(
+                |(i, (input, copy))| match (fed.get(i).copied().flatten(), input) {
+                    (Some(t), _) => Ok(Input::Host(t)),
+                    (None, GraphInput::Host(t)) => Ok(Input::Host(t)),
+                    (None, GraphInput::Device(_)) => copy
+                        .as_ref()
+                        .map(Input::Host)
+                        .ok_or(InternalError::NotUploaded { input: i }.into()),
+                    (None, GraphInput::Placeholder { name, .. }) => {
+                        Err(Error::Placeholder { name: name.clone() })
+                    }
+                },
+            )
             .collect::<Result<Vec<_>, _>>()?;
         let plan = self.plan();
         provided.resize_with(plan.outputs().len(), || None);

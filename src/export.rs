@@ -323,12 +323,16 @@ fn pack_program(
         .collect();
     let mut constants = Vec::new();
     for (i, input) in graph.inputs.iter().enumerate() {
-        if let GraphInput::Host(h) = input {
-            constants.push(ir::ProgramConstant {
-                graph_input: i as u32,
-                data: constant_bytes(h).map_err(err)?,
-            });
-        }
+        // Device data becomes a constant of the program like host data (copied to the host).
+        let data = match input {
+            GraphInput::Host(h) => constant_bytes(h).map_err(err)?,
+            GraphInput::Device(d) => constant_bytes(&crate::runner::on_host(&**d)?).map_err(err)?,
+            GraphInput::Placeholder { .. } => continue,
+        };
+        constants.push(ir::ProgramConstant {
+            graph_input: i as u32,
+            data,
+        });
     }
     let program = ir::Program {
         version: ovl_core::IR_VERSION,

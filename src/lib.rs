@@ -102,8 +102,8 @@ pub use compiled::{compile, Compiled};
 pub use destination::{Destination, Destinations};
 pub use error::{CompiledError, Error, InternalError, Mismatch};
 pub use evaluate::{
-    evaluate, evaluate_device, evaluate_into, evaluate_into_all, evaluate_with, profile, Evaluate,
-    OperatorProfile, Profile, Results,
+    evaluate, evaluate_device, evaluate_into, evaluate_into_all, evaluate_with, from_device,
+    profile, Evaluate, OperatorProfile, Profile, Results,
 };
 pub use export::{as_tensorflow, placeholder, Bundle, TfExport};
 pub use options::{Options, Target};
@@ -126,7 +126,8 @@ pub use ovl_core::trace::{Expr, Position, Tensor, Var};
 /// [`ovl_core::vmap`] for how operators, gradients and fusion carry over.
 pub use ovl_core::vmap::{vmap, Batched, Shared, VmapArgs, VmapError, VmapInput, VmapOutputs};
 pub use ovl_core::{
-    gemm, ir, CompareOperand, DType, HostTensor, IntoLazy, Lazy, LazyTensor, Scalar, TraceError,
+    gemm, ir, CompareOperand, DType, DeviceData, HostTensor, IntoLazy, Lazy, LazyTensor, Scalar,
+    TraceError,
 };
 pub use ovl_macros::{helper, operator};
 pub use plan_cache::{clear_plan_cache, plan_cache_stats, set_plan_cache_capacity, PlanCacheStats};

@@ -226,3 +226,103 @@ fn bad_device_input_is_a_clear_error_and_the_runtime_still_works() {
         &[10.0, 37.0, 82.0, 145.0]
     );
 }
+
+/// Data "on a device" that is really in host memory: a graph input of the kind
+/// `ovl::from_device` makes, usable without a GPU.
+#[derive(Debug)]
+struct OnFakeDevice(HostTensor);
+
+impl ovl::DeviceData for OnFakeDevice {
+    fn dtype(&self) -> ovl::DType {
+        self.0.dtype()
+    }
+    fn shape(&self) -> &[usize] {
+        &self.0.shape
+    }
+    fn to_host(&self) -> Result<HostTensor, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(self.0.clone())
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+#[test]
+fn device_data_in_a_lazy_graph_is_copied_to_the_host_for_a_host_backend() {
+    let xs = [1.5f32, -2.0, 0.25, 3.0];
+    let device = ovl::LazyTensor::device(std::sync::Arc::new(OnFakeDevice(host(&xs))));
+    let x: Lazy<f32> = device.clone().try_into().expect("an f32 handle");
+    assert!(Lazy::<i32>::try_from(device).is_err());
+    let y = square_plus_one(&x);
+    let want: Vec<f32> = xs.iter().map(|v| v * v + 1.0).collect();
+    for options in [Options::cpu(), Options::interpreter()] {
+        let got = ovl::evaluate_with(&y, &options).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(got.as_slice().expect("contiguous"), &want[..]);
+    }
+    // Mixed with host data, and twice (the plan cache keys device data apart from host data).
+    let yy = Lazy::from(Array1::from(vec![1.0f32; 4]));
+    for _ in 0..2 {
+        let got = ovl::evaluate(&axpy(&Lazy::from(ndarray::array![2.0f32]), &y, &yy)).unwrap();
+        let want: Vec<f32> = want.iter().map(|v| 2.0 * v + 1.0).collect();
+        assert_eq!(got.as_slice().expect("contiguous"), &want[..]);
+    }
+    if ovl::cuda::gpu_status().is_err() {
+        let err = ovl::evaluate_device(&y, &Options::cuda()).unwrap_err();
+        assert!(
+            matches!(err, ovl::Error::Codegen(_) | ovl::Error::Device(_)),
+            "{err:?}"
+        );
+    }
+}
+
+#[test]
+fn a_lazy_graph_reads_device_tensors_in_place() {
+    if let Err(e) = ovl::cuda::gpu_status() {
+        say(&format!(
+            "device_tensors (from_device): did not run: no GPU ({e})"
+        ));
+        return;
+    }
+    let n = 4096;
+    let xs: Vec<f32> = (0..n).map(|i| i as f32 * 0.01 - 20.0).collect();
+    let ys: Vec<f32> = (0..n).map(|i| (i % 5) as f32).collect();
+    let xd = DeviceTensor::upload(&host(&xs)).expect("upload");
+    let yd = DeviceTensor::upload(&host(&ys)).expect("upload");
+    let x = ovl::from_device::<f32>(&xd).expect("an f32 handle");
+    let y = ovl::from_device::<f32>(&yd).expect("an f32 handle");
+    let a = Lazy::from(ndarray::array![2.0f32]);
+    let out = square_plus_one(axpy(&a, &x, &y));
+    let want: Vec<f32> = xs
+        .iter()
+        .zip(&ys)
+        .map(|(x, y)| {
+            let v = 2.0 * x + y;
+            v * v + 1.0
+        })
+        .collect();
+    // On the GPU, no copy of the inputs: the result is a device tensor.
+    let got = ovl::evaluate_device(&out, &Options::cuda()).unwrap_or_else(|e| panic!("{e}"));
+    let got = got[0].to_host().expect("download");
+    assert_eq!(got.as_slice::<f32>().expect("f32"), &want[..]);
+    // On the host, the device data is copied there first.
+    let got = ovl::evaluate_with(&out, &Options::cpu()).expect("cpu");
+    assert_eq!(got.as_slice().expect("contiguous"), &want[..]);
+    // A device tensor as a constant of a compiled graph, read where it is at every run.
+    let p = ovl::placeholder::<f32>("p", &[n]);
+    let step = ovl::compile(&p, &axpy(&a, &x, &p), &Options::cuda()).expect("compiles");
+    let outs = step.run_device(&[&yd]).expect("runs");
+    let got = outs[0].to_host().expect("download");
+    let want: Vec<f32> = xs.iter().zip(&ys).map(|(x, y)| 2.0 * x + y).collect();
+    assert_eq!(got.as_slice::<f32>().expect("f32"), &want[..]);
+    // The wrong element type is an error that names the tensor's.
+    let err = ovl::from_device::<i32>(&xd).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            ovl::Error::OutputMismatch(ovl::Mismatch::DeviceDtype { wanted, .. })
+                if *wanted == ovl::DType::I32
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("f32[4096]"), "{err}");
+}

@@ -23,4 +23,4 @@ pub use ovl_ir::{
 
 pub use error::TraceError;
 pub use lazy::{GraphInput, IntoLazy, Lazy, LazyTensor};
-pub use ovl_ir::{AllocError, DType, HostTensor, Literal, Scalar, TensorData};
+pub use ovl_ir::{AllocError, DType, DeviceData, HostTensor, Literal, Scalar, TensorData};

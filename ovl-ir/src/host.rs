@@ -276,6 +276,20 @@ overwrite_data!(
     Bool(bool)
 );
 
+/// Tensor data held outside host memory, such as a GPU tensor (`ovl_codegen::cuda::DeviceTensor`
+/// implements it): what a lazy graph needs to take it as an input. A backend that runs where
+/// the data is reads it in place (the CUDA backend); any other copies it to the host first.
+pub trait DeviceData: std::fmt::Debug + Send + Sync + 'static {
+    /// The element type.
+    fn dtype(&self) -> DType;
+    /// The shape.
+    fn shape(&self) -> &[usize];
+    /// A copy in host memory.
+    fn to_host(&self) -> Result<HostTensor, Box<dyn std::error::Error + Send + Sync>>;
+    /// For the backend that holds the data, to reach its own type.
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
 impl HostTensor {
     /// A zero-filled tensor.
     ///

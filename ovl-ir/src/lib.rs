@@ -45,4 +45,4 @@ pub const IR_VERSION: u32 = 2;
 
 pub use dtype::{DType, Literal};
 pub use error::{OutOfBounds, WhileLimit};
-pub use host::{AllocError, HostTensor, Scalar, TensorData};
+pub use host::{AllocError, DeviceData, HostTensor, Scalar, TensorData};

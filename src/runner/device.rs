@@ -2,7 +2,28 @@
 
 use super::{Kernel, Plan, RunFailure, Slot};
 use crate::error::Mismatch;
-use ovl_codegen::cuda::{DeviceTensor, StatusBlock};
+use ovl_codegen::cuda::{DeviceError, DeviceTensor, StatusBlock};
+use ovl_core::{DeviceData, HostTensor};
+
+/// Device data of a lazy graph (`ovl::from_device`) as a device tensor: the tensor itself (it
+/// shares the memory), or, for data some other device holds, a copy through the host.
+pub(crate) fn on_device(data: &dyn DeviceData) -> Result<DeviceTensor, DeviceError> {
+    match data.as_any().downcast_ref::<DeviceTensor>() {
+        Some(t) => Ok(t.clone()),
+        None => DeviceTensor::upload(&on_host(data)?),
+    }
+}
+
+/// Device data of a lazy graph copied to the host, for a backend that runs there.
+pub(crate) fn on_host(data: &dyn DeviceData) -> Result<HostTensor, DeviceError> {
+    match data.as_any().downcast_ref::<DeviceTensor>() {
+        Some(t) => t.to_host(),
+        None => data.to_host().map_err(|e| DeviceError::Driver {
+            action: "copying device data to the host".into(),
+            message: e.to_string(),
+        }),
+    }
+}
 
 impl Plan {
     /// Runs the graph on device tensors ([`crate::Target::Cuda`] kernels): `inputs[i]` is graph

@@ -23,6 +23,7 @@ mod gemm;
 mod pointers;
 mod sig;
 
+pub(crate) use device::{on_device, on_host};
 pub use gemm::GemmKernel;
 use pointers::Pointers;
 pub use sig::{PlanError, Sig, Wiring};

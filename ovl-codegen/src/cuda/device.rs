@@ -326,6 +326,21 @@ fn bound_device() -> Result<&'static Device, DeviceError> {
     Ok(dev)
 }
 
+impl ovl_ir::DeviceData for DeviceTensor {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn to_host(&self) -> Result<HostTensor, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(DeviceTensor::to_host(self)?)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
 impl DeviceTensor {
     /// A tensor from the caching allocator, its elements unspecified (`what` names it in an
     /// out-of-memory error).

@@ -4,7 +4,7 @@
 use super::{LazyTensor, Node};
 use crate::dtype::DType;
 use crate::error::TraceError;
-use crate::host::HostTensor;
+use crate::host::{DeviceData, HostTensor};
 use crate::ir;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,6 +23,8 @@ pub struct Graph {
 pub enum GraphInput {
     /// Host data known when the graph was built.
     Host(Arc<HostTensor>),
+    /// Device data known when the graph was built (see [`Node::Device`]).
+    Device(Arc<dyn DeviceData>),
     /// A placeholder (its [`PlaceholderNode::id`] and name): data supplied at call time.
     Placeholder {
         /// [`PlaceholderNode::id`].
@@ -37,7 +39,7 @@ impl GraphInput {
     pub fn host(&self) -> Option<&Arc<HostTensor>> {
         match self {
             GraphInput::Host(h) => Some(h),
-            GraphInput::Placeholder { .. } => None,
+            GraphInput::Device(_) | GraphInput::Placeholder { .. } => None,
         }
     }
 }
@@ -239,6 +241,23 @@ impl GraphBuilder {
                             symbolic: Vec::new(),
                             dtype: h.dtype().to_ir() as i32,
                             shape: h.shape.iter().map(|&d| d as u64).collect(),
+                        });
+                    }
+                    self.seen.insert(key, Seen::Input(i));
+                    if let Some((inputs, _)) = &mut self.nodes {
+                        inputs.push(node.clone());
+                    }
+                }
+                Node::Device(d) => {
+                    let i = self.inputs.len() as u32;
+                    self.inputs.push(GraphInput::Device(d.clone()));
+                    self.key.update([5u8]);
+                    key_tensor_type(&mut self.key, d.dtype(), d.shape());
+                    if self.build {
+                        self.dag.inputs.push(ir::TensorType {
+                            symbolic: Vec::new(),
+                            dtype: d.dtype().to_ir() as i32,
+                            shape: d.shape().iter().map(|&n| n as u64).collect(),
                         });
                     }
                     self.seen.insert(key, Seen::Input(i));

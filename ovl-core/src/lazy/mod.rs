@@ -4,8 +4,8 @@
 use crate::dtype::DType;
 use crate::error::TraceError;
 use crate::hash::Digest;
-use crate::host::HostTensor;
 use crate::host::Scalar;
+use crate::host::{DeviceData, HostTensor};
 use crate::ir;
 use sha2::Digest as _;
 use std::fmt;
@@ -22,6 +22,9 @@ pub(crate) use graph::{walk_nodes, Walked};
 pub enum Node {
     /// Data supplied by the host.
     Host(Arc<HostTensor>),
+    /// Data held on a device (a GPU tensor): read in place by the backend that holds it,
+    /// copied to the host for any other.
+    Device(Arc<dyn DeviceData>),
     /// A graph input without data: its value is supplied when the exported graph is called
     /// (for example a `tf.Tensor` fed to TensorFlow's `DynamicLib` op).
     Placeholder(PlaceholderNode),
@@ -270,6 +273,18 @@ impl LazyTensor {
         }
     }
 
+    /// A handle on data held on a device (see [`DeviceData`]).
+    pub fn device(data: Arc<dyn DeviceData>) -> LazyTensor {
+        let dtype = data.dtype();
+        let shape: Arc<[usize]> = data.shape().into();
+        LazyTensor {
+            node: Arc::new(Node::Device(data)),
+            output: 0,
+            dtype,
+            shape,
+        }
+    }
+
     /// A handle on a new placeholder: a graph input whose data is supplied at call time.
     pub fn placeholder(name: &str, dtype: DType, shape: &[usize]) -> LazyTensor {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
@@ -291,7 +306,7 @@ impl LazyTensor {
     pub fn operator(&self) -> Option<&OperatorNode> {
         match &*self.node {
             Node::Operator(op) => Some(op),
-            Node::Host(_) | Node::Placeholder(_) => None,
+            Node::Host(_) | Node::Device(_) | Node::Placeholder(_) => None,
         }
     }
 
@@ -327,6 +342,7 @@ impl<T: Scalar> fmt::Debug for Lazy<T> {
             Node::Operator(op) => format!("output {} of `{}`", self.inner.output, op.dag.name),
             Node::Placeholder(p) => format!("placeholder `{}`", p.name),
             Node::Host(_) => "host data".to_string(),
+            Node::Device(_) => "device data".to_string(),
         };
         write!(f, "Lazy<{}>{:?} ({from})", T::DTYPE, self.inner.shape)
     }

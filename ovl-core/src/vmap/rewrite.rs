@@ -96,7 +96,7 @@ impl Batcher {
                 continue;
             }
             let mapped = match &*node {
-                Node::Host(_) | Node::Placeholder(_) => Mapped::Shared,
+                Node::Host(_) | Node::Device(_) | Node::Placeholder(_) => Mapped::Shared,
                 Node::Operator(op) if !expanded => {
                     stack.push((node.clone(), true));
                     for input in op.inputs.iter().rev() {
