@@ -12,7 +12,7 @@
 //!   division or modulo per worker.
 //! - An operator whose workers each reduce a column (reads in a loop whose last index is the
 //!   innermost position, nothing that can fault) also gets a *blocked* program: each row's
-//!   full blocks of `BLOCKED_WORKERS` workers run in lockstep, the loop over the block's
+//!   full blocks of `Emitter::blocked_width` workers (64, fewer with local tensors) run in lockstep, the loop over the block's
 //!   workers innermost, so that their neighbouring reads vectorize (see `shared/emit/blocked.rs`);
 //!   the rest of the row runs worker by worker.
 //! - Local tensors are arrays on the kernel's stack, reused by each worker of the chunk and
@@ -20,7 +20,7 @@
 
 use super::abi::ABI_VERSION;
 use crate::error::{defined_at, CodegenError};
-use crate::shared::emit::{comment_safe, emit, Dialect, Emitter, BLOCKED_WORKERS};
+use crate::shared::emit::{comment_safe, emit, Dialect, Emitter};
 use crate::shared::literal::ctype;
 use crate::shared::prelude::CPP as CPP_PRELUDE;
 use ovl_ir::ir;
@@ -133,9 +133,10 @@ pub(crate) fn cpp_source(e: &Emitter) -> String {
     if let Some(blocked) = &e.blocked_program {
         // Full blocks of workers in lockstep, then the rest one by one.
         let _ = writeln!(s, "    int64_t ovl_p{inner} = ovl_q;");
+        let width = e.blocked_width;
         let _ = writeln!(
             s,
-            "    for (; ovl_p{inner} + {BLOCKED_WORKERS} <= ovl_qend; ovl_p{inner} += {BLOCKED_WORKERS}) {{"
+            "    for (; ovl_p{inner} + {width} <= ovl_qend; ovl_p{inner} += {width}) {{"
         );
         s.push_str(blocked);
         let _ = writeln!(s, "    }}");

@@ -149,6 +149,8 @@ pub(crate) struct Emitter<'a> {
     /// from it (see `blocked`); the frame runs it over each row's full blocks and the worker
     /// program over the rest.
     pub blocked_program: Option<String>,
+    /// Workers per block of [`Emitter::blocked_program`].
+    pub blocked_width: u64,
     /// On the GPU, how a group of threads runs each worker (`ovl_ir::cooperative`), or `None`
     /// for one thread per worker.
     pub coop: Option<ovl_ir::cooperative::Cooperative>,
@@ -214,6 +216,7 @@ pub(crate) fn emit<'a>(
                 .map(|p| p.prelude.clone())
                 .unwrap_or_default();
             let arrays = b.blocked_arrays();
+            e.blocked_width = b.blocked.as_ref().map_or(BLOCKED_WORKERS, |p| p.width);
             let pad = "  ".repeat(3);
             e.blocked_program = Some(format!(
                 "{}{}{}",
@@ -272,6 +275,7 @@ impl<'a> Emitter<'a> {
             blocked: None,
             blocked_range_open: None,
             blocked_program: None,
+            blocked_width: BLOCKED_WORKERS,
             coop: None,
             split_open: None,
             shared: Vec::new(),
