@@ -111,13 +111,13 @@ fn assert_close<A: Copy + Into<f64>, B: Copy + Into<f64>>(
 }
 
 /// The shapes and axes: axis 0 of a matrix and the middle of a 3-d tensor, each with an
-/// innermost extent of full blocks of workers and a partial one; the last has columns of 1100
-/// elements, whose row buffers make the blocks narrower (32 workers).
+/// innermost extent of full blocks of workers and a partial one; the last has columns of 5000
+/// f32, whose row buffers (20000 bytes per worker) narrow the blocks that keep one to 32 workers.
 fn cases() -> Vec<(Vec<usize>, usize)> {
     vec![
         (vec![100, 200], 0),
         (vec![3, 40, 72], 1),
-        (vec![1100, 80], 0),
+        (vec![5000, 72], 0),
     ]
 }
 

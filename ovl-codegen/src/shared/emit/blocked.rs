@@ -26,9 +26,12 @@
 //! are allowed when each is filled by a LOCAL_TENSOR at the top level before any access: the
 //! block keeps one copy per worker, interleaved (`element * width + worker`, so neighbouring
 //! workers touch neighbouring elements), and the fill, run for the whole block between two
-//! segments, is the fill of every worker's copy. The block is then narrower
-//! ([`Blocked::width`]): the copies of all workers fit the C++ backend's budget for locals
-//! (`ovl_ir::limits::CPU_LOCALS_BYTES`), and no block is made below [`MIN_BLOCK`] workers.
+//! segments, is the fill of every worker's copy. The copies live on the heap, allocated once
+//! per run of the kernel (`cpu/frame.rs`; if the allocation fails, every worker runs alone,
+//! with the same results), within [`BLOCK_LOCALS_BYTES`]: a block narrower than [`BLOCK`]
+//! ([`Blocked::width`]) when the copies would exceed it, and none below [`MIN_BLOCK`] workers.
+//! A narrow block reads one cache line per row (and, for rows a power of two of 4 KiB apart,
+//! lines that share a few cache sets), which costs about three times what 64 workers cost.
 
 use super::{ctype, Emitted, Emitter};
 use ovl_ir::ir::{self, Op, TensorKind};
@@ -37,6 +40,9 @@ use std::collections::BTreeSet;
 
 /// Workers per block.
 pub(crate) const BLOCK: u64 = 64;
+
+/// The most bytes a block's copies of the locals take (on the heap): a core's L2 cache.
+pub(crate) const BLOCK_LOCALS_BYTES: u64 = 1 << 20;
 
 /// The narrowest block (an operator whose locals would need a narrower one is not blocked):
 /// 8 f32 workers read 32 contiguous bytes per row, half a cache line.
@@ -65,10 +71,10 @@ pub(super) struct Blocked {
 }
 
 /// The widest block (a power of two from [`MIN_BLOCK`] to [`BLOCK`]) whose copies of the locals,
-/// `bytes` per worker, fit the C++ backend's budget; `None` when even [`MIN_BLOCK`] does not.
+/// `bytes` per worker, fit [`BLOCK_LOCALS_BYTES`]; `None` when even [`MIN_BLOCK`] does not.
 fn width_for_locals(bytes: u64) -> Option<u64> {
     let mut width = BLOCK;
-    while width.checked_mul(bytes)? > ovl_ir::limits::CPU_LOCALS_BYTES {
+    while width.checked_mul(bytes)? > BLOCK_LOCALS_BYTES {
         width /= 2;
         if width < MIN_BLOCK {
             return None;
@@ -429,20 +435,17 @@ impl<'a> Emitter<'a> {
     }
 
     /// Declarations of the arrays that carry values and accumulators across segments, and of
-    /// the block's copies of the locals (shadowing the worker program's).
+    /// the block's copies of the locals (on the heap: [`Emitter::blocked_heap`]), shadowing
+    /// the worker program's.
     pub(super) fn blocked_arrays(&self) -> String {
         let Some(b) = &self.blocked else {
             return String::new();
         };
         let width = b.width;
         let mut s = String::new();
-        for t in &self.locals {
-            let n = t.elements.unwrap_or(0).max(1);
+        for (ty, name, _) in self.blocked_heap() {
             s.push_str(&format!(
-                "alignas(64) {} {}[{n} * {width}];  // local {}, one copy per worker\n",
-                ctype(t.dtype),
-                t.name,
-                t.index
+                "{ty}* const __restrict__ {name} = ovl_b{name};  // one copy per worker\n"
             ));
         }
         let carried: BTreeSet<usize> = b
@@ -457,5 +460,20 @@ impl<'a> Emitter<'a> {
             s.push_str(&format!("{ty} ovl_s{v}[{width}];\n"));
         }
         s
+    }
+
+    /// The block's copies of the locals, allocated on the heap by the frame for a run of the
+    /// kernel: (C++ element type, the local's name, elements for the whole block).
+    pub(crate) fn blocked_heap(&self) -> Vec<(&'static str, String, u64)> {
+        let Some(b) = &self.blocked else {
+            return Vec::new();
+        };
+        self.locals
+            .iter()
+            .map(|t| {
+                let n = t.elements.unwrap_or(0).max(1);
+                (ctype(t.dtype), t.name.clone(), n.saturating_mul(b.width))
+            })
+            .collect()
     }
 }
