@@ -11,24 +11,52 @@
 #   scripts/bench-reductions.sh --peers      also install JAX into .venv-peers first
 #                                            (scripts/peer-env.sh jax); without it JAX runs only
 #                                            when .venv-peers already has it
+#   scripts/bench-reductions.sh --layouts    only the layout cases (issue 34: the kernels along
+#                                            axis 0, and a Fortran-order input against C order),
+#                                            ovl and JAX; they also run at the end of every run.
+#                                            Writes target/reductions-bench/layouts.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode="--quick"
 peers=0
+layouts_only=0
 for arg in "$@"; do
     case "$arg" in
         --full) mode="" ;;
         --peers) peers=1 ;;
+        --layouts) layouts_only=1 ;;
         *)
-            echo "usage: scripts/bench-reductions.sh [--full] [--peers]" >&2
+            echo "usage: scripts/bench-reductions.sh [--full] [--peers] [--layouts]" >&2
             exit 2
             ;;
     esac
 done
 out="$PWD/target/reductions-bench"
 mkdir -p "$out"
-rm -rf "$out/data" "$out/jax.json"
+rm -rf "$out/data" "$out/jax.json" "$out/jax_layouts.json"
+peer_python=""
+if [ "$peers" = 1 ]; then
+    peer_python="$(scripts/peer-env.sh jax)"
+elif [ -x .venv-peers/bin/python ]; then
+    peer_python="$PWD/.venv-peers/bin/python"
+fi
+
+layouts() {
+    echo "== layout cases: ovl"
+    cargo bench --locked --bench reductions_layouts -- $mode --out "$out"
+    echo "== layout cases: JAX"
+    if [ -n "$peer_python" ]; then
+        "$peer_python" benches/reductions_layouts_jax.py $mode --out "$out"
+    else
+        echo "JAX LAYOUT PART DID NOT RUN: no .venv-peers (scripts/bench-reductions.sh --peers installs JAX)"
+    fi
+    python3 benches/reductions_layouts_report.py --out "$out"
+}
+if [ "$layouts_only" = 1 ]; then
+    layouts
+    exit 0
+fi
 
 echo "== Python environment"
 python="$(scripts/python-env.sh)"
@@ -38,12 +66,6 @@ echo "== reductions benchmark: TensorFlow (writes the inputs and reference resul
 echo "== reductions benchmark: ovl (checked against TensorFlow's results)"
 cargo bench --locked --bench reductions -- $mode --out "$out"
 echo "== reductions benchmark: JAX"
-peer_python=""
-if [ "$peers" = 1 ]; then
-    peer_python="$(scripts/peer-env.sh jax)"
-elif [ -x .venv-peers/bin/python ]; then
-    peer_python="$PWD/.venv-peers/bin/python"
-fi
 if [ -n "$peer_python" ]; then
     "$peer_python" benches/reductions_jax.py $mode --out "$out"
 else
@@ -55,3 +77,4 @@ fi
 rm -rf "$out/data"
 echo "== report"
 "$python" benches/reductions_report.py --out "$out"
+layouts

@@ -81,29 +81,60 @@ fn eps() -> Lazy<f32> {
     Lazy::from(ndarray::arr0(EPS))
 }
 
-fn layernorm_ops(x: &Lazy<f32>) -> Lazy<f32> {
-    let mean = ops::mean_keepdim(x, 1);
+fn layernorm_ops(x: &Lazy<f32>, axis: usize) -> Lazy<f32> {
+    let mean = ops::mean_keepdim(x, axis);
     let d = ops::sub(x, &mean);
-    let var = ops::mean_keepdim(ops::mul(&d, &d), 1);
+    let var = ops::mean_keepdim(ops::mul(&d, &d), axis);
     ops::div(&d, ops::sqrt(ops::add(var, eps())))
 }
 
-fn softmax_ops(x: &Lazy<f32>) -> Lazy<f32> {
-    let top = ops::max_keepdim(x, 1);
+fn softmax_ops(x: &Lazy<f32>, axis: usize) -> Lazy<f32> {
+    let top = ops::max_keepdim(x, axis);
     let e = ops::exp(ops::sub(x, &top));
-    let total = ops::sum_keepdim(&e, 1);
+    let total = ops::sum_keepdim(&e, axis);
     ops::div(&e, total)
 }
 
-fn rmsnorm_ops(x: &Lazy<f32>) -> Lazy<f32> {
-    let mean_square = ops::mean_keepdim(ops::mul(x, x), 1);
+fn rmsnorm_ops(x: &Lazy<f32>, axis: usize) -> Lazy<f32> {
+    let mean_square = ops::mean_keepdim(ops::mul(x, x), axis);
     ops::div(x, ops::sqrt(ops::add(mean_square, eps())))
 }
 
-fn logsumexp_ops(x: &Lazy<f32>) -> Lazy<f32> {
-    let top = ops::max_keepdim(x, 1);
-    let total = ops::sum_keepdim(ops::exp(ops::sub(x, &top)), 1);
-    ops::squeeze(ops::add(ops::log(total), top), 1)
+fn logsumexp_ops(x: &Lazy<f32>, axis: usize) -> Lazy<f32> {
+    let top = ops::max_keepdim(x, axis);
+    let total = ops::sum_keepdim(ops::exp(ops::sub(x, &top)), axis);
+    ops::squeeze(ops::add(ops::log(total), top), axis)
+}
+
+/// `kernel` along `axis` of `x` (any rank), composed from stdlib operators with the statistics
+/// kept as size-1 axes (`max_keepdim`, `sum_keepdim`, `mean_keepdim`), as [`Way::Ops`] is along
+/// the last axis.
+pub fn ops_along(kernel: Kernel, x: &Lazy<f32>, axis: usize) -> Lazy<f32> {
+    match kernel {
+        Kernel::LayerNorm => layernorm_ops(x, axis),
+        Kernel::Softmax => softmax_ops(x, axis),
+        Kernel::RmsNorm => rmsnorm_ops(x, axis),
+        Kernel::LogSumExp => logsumexp_ops(x, axis),
+    }
+}
+
+/// [`ops_along`] and, with `dy` (of the output's shape), the gradient with respect to `x` that
+/// `ovl::backward` derives: `[y]` or `[y, dx]`.
+pub fn outputs_along(
+    kernel: Kernel,
+    x: &Lazy<f32>,
+    axis: usize,
+    dy: Option<&Lazy<f32>>,
+) -> Result<Vec<Lazy<f32>>, ovl::Error> {
+    let y = ops_along(kernel, x, axis);
+    let Some(dy) = dy else {
+        return Ok(vec![y]);
+    };
+    let grads = ovl::backward(&[(&y, dy)], &[x])?;
+    let dx = grads
+        .of(x)
+        .ok_or_else(|| ovl::Error::Internal(format!("{} has no gradient for x", kernel.name())))?;
+    Ok(vec![y, dx])
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -296,10 +327,7 @@ pub fn logsumexp_rows_grad(x: Tensor<f32>, y: Tensor<f32>, dy: Tensor<f32>) -> T
 /// The forward output of `kernel` written `way`.
 pub fn forward(kernel: Kernel, way: Way, x: &Lazy<f32>) -> Lazy<f32> {
     match (way, kernel) {
-        (Way::Ops, Kernel::LayerNorm) => layernorm_ops(x),
-        (Way::Ops, Kernel::Softmax) => softmax_ops(x),
-        (Way::Ops, Kernel::RmsNorm) => rmsnorm_ops(x),
-        (Way::Ops, Kernel::LogSumExp) => logsumexp_ops(x),
+        (Way::Ops, _) => ops_along(kernel, x, 1),
         (Way::Operator, Kernel::LayerNorm) => layernorm_rows(x, EPS),
         (Way::Operator, Kernel::Softmax) => softmax_rows(x),
         (Way::Operator, Kernel::RmsNorm) => rmsnorm_rows(x, EPS),
@@ -425,6 +453,13 @@ where
         scale = scale.max(w.abs());
     }
     (err, !nan && err <= 1e-4 * (1.0 + scale))
+}
+
+/// `shape` without axis `axis`.
+pub fn without(shape: &[usize], axis: usize) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    s.remove(axis);
+    s
 }
 
 /// Deterministic pseudo-random values in [-2, 2) (xorshift), the same on every run and machine.

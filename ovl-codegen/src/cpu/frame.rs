@@ -12,15 +12,16 @@
 //!   division or modulo per worker.
 //! - An operator whose workers each reduce a column (reads in a loop whose last index is the
 //!   innermost position, nothing that can fault) also gets a *blocked* program: each row's
-//!   full blocks of `BLOCKED_WORKERS` workers run in lockstep, the loop over the block's
+//!   full blocks of `Emitter::blocked_width` workers (64, fewer with local tensors) run in lockstep, the loop over the block's
 //!   workers innermost, so that their neighbouring reads vectorize (see `shared/emit/blocked.rs`);
-//!   the rest of the row runs worker by worker.
+//!   the rest of the row runs worker by worker. The blocked program's copies of the locals
+//!   are allocated on the heap once per run (a failed allocation leaves every worker alone).
 //! - Local tensors are arrays on the kernel's stack, reused by each worker of the chunk and
 //!   zero-filled per worker where the program could read them before its LOCAL_TENSOR ran.
 
 use super::abi::ABI_VERSION;
 use crate::error::{defined_at, CodegenError};
-use crate::shared::emit::{comment_safe, emit, Dialect, Emitter, BLOCKED_WORKERS};
+use crate::shared::emit::{comment_safe, emit, Dialect, Emitter};
 use crate::shared::literal::ctype;
 use crate::shared::prelude::CPP as CPP_PRELUDE;
 use ovl_ir::ir;
@@ -94,6 +95,17 @@ pub(crate) fn cpp_source(e: &Emitter) -> String {
             t.shape
         );
     }
+    // The blocked program's copies of the locals, once per run; without them (an allocation
+    // that failed) every worker runs alone.
+    let mut heap_ok = Vec::new();
+    for (ty, name, n) in &e.blocked_heap {
+        let _ = writeln!(
+            s,
+            "  {ty}* const ovl_b{name} = static_cast<{ty}*>(__builtin_malloc({n}ULL * sizeof({ty})));"
+        );
+        heap_ok.push(format!("ovl_b{name} != nullptr && "));
+    }
+    let heap_ok = heap_ok.concat();
     let rank = e.workgroup.len();
     let inner = rank - 1;
     let wl = e.sizes[inner].cpp();
@@ -133,9 +145,10 @@ pub(crate) fn cpp_source(e: &Emitter) -> String {
     if let Some(blocked) = &e.blocked_program {
         // Full blocks of workers in lockstep, then the rest one by one.
         let _ = writeln!(s, "    int64_t ovl_p{inner} = ovl_q;");
+        let width = e.blocked_width;
         let _ = writeln!(
             s,
-            "    for (; ovl_p{inner} + {BLOCKED_WORKERS} <= ovl_qend; ovl_p{inner} += {BLOCKED_WORKERS}) {{"
+            "    for (; {heap_ok}ovl_p{inner} + {width} <= ovl_qend; ovl_p{inner} += {width}) {{"
         );
         s.push_str(blocked);
         let _ = writeln!(s, "    }}");
@@ -166,6 +179,9 @@ pub(crate) fn cpp_source(e: &Emitter) -> String {
         let _ = writeln!(s, "    {carry}");
     }
     let _ = writeln!(s, "  }}");
+    for (_, name, _) in &e.blocked_heap {
+        let _ = writeln!(s, "  __builtin_free(ovl_b{name});");
+    }
     let _ = writeln!(s, "}}\n\n}}  // namespace\n");
 
     // The entry points.

@@ -149,6 +149,11 @@ pub(crate) struct Emitter<'a> {
     /// from it (see `blocked`); the frame runs it over each row's full blocks and the worker
     /// program over the rest.
     pub blocked_program: Option<String>,
+    /// Workers per block of [`Emitter::blocked_program`].
+    pub blocked_width: u64,
+    /// The block's copies of the locals the frame allocates on the heap for a run (see
+    /// `blocked`): (C++ element type, the local's name, elements).
+    pub blocked_heap: Vec<(&'static str, String, u64)>,
     /// On the GPU, how a group of threads runs each worker (`ovl_ir::cooperative`), or `None`
     /// for one thread per worker.
     pub coop: Option<ovl_ir::cooperative::Cooperative>,
@@ -250,6 +255,8 @@ pub(crate) fn emit<'a>(
                 .map(|p| p.prelude.clone())
                 .unwrap_or_default();
             let arrays = b.blocked_arrays();
+            e.blocked_width = b.blocked.as_ref().map_or(BLOCKED_WORKERS, |p| p.width);
+            e.blocked_heap = b.blocked_heap();
             let pad = "  ".repeat(3);
             e.blocked_program = Some(format!(
                 "{}{}{}",
@@ -308,6 +315,8 @@ impl<'a> Emitter<'a> {
             blocked: None,
             blocked_range_open: None,
             blocked_program: None,
+            blocked_width: BLOCKED_WORKERS,
+            blocked_heap: Vec::new(),
             coop: None,
             split_open: None,
             shared: Vec::new(),

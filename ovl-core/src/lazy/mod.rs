@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 mod graph;
+pub mod layout;
 pub use graph::{build_graph, graph_key, Graph, GraphInput, GraphKey};
 pub(crate) use graph::{walk_nodes, Walked};
 
@@ -410,21 +411,49 @@ impl<T: Scalar, D: ndarray::Dimension> From<ndarray::Array<T, D>> for Lazy<T> {
     }
 }
 
-/// Moves an ndarray into a host tensor (copying only if it is not in standard layout).
+/// A borrowed array of any layout (`Lazy::from(&x)`): its elements are copied into the graph,
+/// in row-major order, in one pass (no `clone` first).
+impl<T: Scalar, S: ndarray::Data<Elem = T>, D: ndarray::Dimension> From<&ndarray::ArrayBase<S, D>>
+    for Lazy<T>
+{
+    fn from(a: &ndarray::ArrayBase<S, D>) -> Self {
+        Lazy::from_untyped(LazyTensor::host(host_from_view(a.view())))
+    }
+}
+
+/// A view of any layout (`Lazy::from(x.t())`), as a borrowed array.
+impl<T: Scalar, D: ndarray::Dimension> From<ndarray::ArrayView<'_, T, D>> for Lazy<T> {
+    fn from(a: ndarray::ArrayView<'_, T, D>) -> Self {
+        Lazy::from_untyped(LazyTensor::host(host_from_view(a)))
+    }
+}
+
+/// Moves an ndarray into a host tensor (copying only if it is not in standard layout; then
+/// with [`layout::standard_order`], a tiled copy that costs about a plain copy of its bytes).
 pub fn host_from_array<T: Scalar, D: ndarray::Dimension>(a: ndarray::Array<T, D>) -> HostTensor {
+    if !a.is_standard_layout() {
+        return host_from_view(a.view());
+    }
     let shape = a.shape().to_vec();
-    let data = if a.is_standard_layout() {
-        let (v, offset) = a.into_raw_vec_and_offset();
-        match offset {
-            Some(0) | None => v,
-            Some(o) => v[o..].to_vec(),
-        }
-    } else {
-        a.iter().copied().collect()
+    let (v, offset) = a.into_raw_vec_and_offset();
+    let data = match offset {
+        Some(0) | None => v,
+        Some(o) => v[o..].to_vec(),
     };
     HostTensor {
         shape,
         data: T::wrap(data),
+    }
+}
+
+/// Copies a view of any layout into a host tensor in row-major order, in one pass
+/// ([`layout::standard_order`]).
+pub fn host_from_view<T: Scalar, D: ndarray::Dimension>(
+    a: ndarray::ArrayView<'_, T, D>,
+) -> HostTensor {
+    HostTensor {
+        shape: a.shape().to_vec(),
+        data: T::wrap(layout::standard_order(a)),
     }
 }
 
@@ -456,16 +485,16 @@ impl<T: Scalar, D: ndarray::Dimension> IntoLazy<T> for ndarray::Array<T, D> {
 }
 
 /// A view by value (`m.t()`, `x.slice(..)`) works like a reference to the array: its elements
-/// are copied into the graph.
+/// are copied into the graph, in row-major order, in one pass whatever the view's layout.
 impl<T: Scalar, D: ndarray::Dimension> IntoLazy<T> for ndarray::ArrayView<'_, T, D> {
     fn into_lazy(self) -> Lazy<T> {
-        self.to_owned().into()
+        Lazy::from_untyped(LazyTensor::host(host_from_view(self)))
     }
 }
 
 impl<T: Scalar, D: ndarray::Dimension> IntoLazy<T> for ndarray::ArrayViewMut<'_, T, D> {
     fn into_lazy(self) -> Lazy<T> {
-        self.to_owned().into()
+        self.view().into_lazy()
     }
 }
 
@@ -473,7 +502,7 @@ impl<T: Scalar, S: ndarray::Data<Elem = T>, D: ndarray::Dimension> IntoLazy<T>
     for &ndarray::ArrayBase<S, D>
 {
     fn into_lazy(self) -> Lazy<T> {
-        self.to_owned().into()
+        self.view().into_lazy()
     }
 }
 

@@ -106,11 +106,15 @@ impl Emitter<'_> {
                 format!("{idx} * {stride}LL")
             });
         }
-        let linear = if terms.is_empty() {
+        let mut linear = if terms.is_empty() {
             "0".to_string()
         } else {
             terms.join(" + ")
         };
+        if let (TensorKind::Local, Some(b)) = (t.kind, &self.blocked) {
+            // The block keeps the workers' copies interleaved (`blocked`).
+            linear = format!("({linear}) * {} + ovl_j", b.width);
+        }
         Ok((linear, unproven))
     }
 
@@ -260,6 +264,10 @@ impl Emitter<'_> {
         if let Some(c) = &self.coop {
             // A cooperative group's thread holds its share (see `indices`).
             n = c.local_elements.get(t.index as usize).copied().unwrap_or(n);
+        }
+        if let Some(b) = &self.blocked {
+            // Every worker's copy of the block (`blocked`).
+            n = n.saturating_mul(b.width);
         }
         if n > 0 {
             self.line(&format!("ovl::fill({name}, {n}LL, {lit});"));

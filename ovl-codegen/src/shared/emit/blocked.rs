@@ -21,6 +21,17 @@
 //! segment uses is kept in an array of `BLOCK` elements, as is every accumulator and variable
 //! (a variable is reloaded where it is used and stored back where it is assigned: each worker
 //! still sees its own assignments in order).
+//!
+//! Local tensors (a row buffer that row reuse added, `softmax` along axis 0 from operators)
+//! are allowed when each is filled by a LOCAL_TENSOR at the top level before any access: the
+//! block keeps one copy per worker, interleaved (`element * width + worker`, so neighbouring
+//! workers touch neighbouring elements), and the fill, run for the whole block between two
+//! segments, is the fill of every worker's copy. The copies live on the heap, allocated once
+//! per run of the kernel (`cpu/frame.rs`; if the allocation fails, every worker runs alone,
+//! with the same results), within [`BLOCK_LOCALS_BYTES`]: a block narrower than [`BLOCK`]
+//! ([`Blocked::width`]) when the copies would exceed it, and none below [`MIN_BLOCK`] workers.
+//! A narrow block reads one cache line per row (and, for rows a power of two of 4 KiB apart,
+//! lines that share a few cache sets), which costs about three times what 64 workers cost.
 
 use super::{ctype, Emitted, Emitter};
 use ovl_ir::ir::{self, Op, TensorKind};
@@ -29,6 +40,13 @@ use std::collections::BTreeSet;
 
 /// Workers per block.
 pub(crate) const BLOCK: u64 = 64;
+
+/// The most bytes a block's copies of the locals take (on the heap): a core's L2 cache.
+pub(crate) const BLOCK_LOCALS_BYTES: u64 = 1 << 20;
+
+/// The narrowest block (an operator whose locals would need a narrower one is not blocked):
+/// 8 f32 workers read 32 contiguous bytes per row, half a cache line.
+pub(crate) const MIN_BLOCK: u64 = 8;
 
 /// The blocked program's layout: which segment each expression belongs to, and the values
 /// crossing segments.
@@ -48,18 +66,50 @@ pub(super) struct Blocked {
     open: Option<usize>,
     /// CONSTs and array declarations, emitted before the block's loops.
     pub(super) prelude: String,
+    /// Workers per block: [`BLOCK`], or fewer when the operator has local tensors.
+    pub(super) width: u64,
+}
+
+/// The widest block (a power of two from [`MIN_BLOCK`] to [`BLOCK`]) whose copies of the locals,
+/// `bytes` per worker, fit [`BLOCK_LOCALS_BYTES`]; `None` when even [`MIN_BLOCK`] does not.
+fn width_for_locals(bytes: u64) -> Option<u64> {
+    let mut width = BLOCK;
+    while width.checked_mul(bytes)? > BLOCK_LOCALS_BYTES {
+        width /= 2;
+        if width < MIN_BLOCK {
+            return None;
+        }
+    }
+    Some(width)
 }
 
 /// The layout of `dag`'s blocked program, or `None` when it does not have the shape the module
 /// describes (or would not gain from it). `innermost` is the innermost workgroup extent.
 pub(super) fn plan(dag: &ir::ExpressionDag, innermost: Option<u64>) -> Option<Blocked> {
-    if dag.symbol_count > 0
-        || !dag.symbolic_workgroup.is_empty()
-        || !dag.locals.is_empty()
-        || innermost.is_none_or(|n| n < BLOCK)
-    {
+    if dag.symbol_count > 0 || !dag.symbolic_workgroup.is_empty() {
         return None;
     }
+    // Each worker's locals, in bytes (all sized when compiling: `Emitter::new` checked).
+    let mut local_bytes = 0u64;
+    for t in &dag.locals {
+        if !t.symbolic.is_empty() {
+            return None;
+        }
+        let d = ovl_ir::DType::from_ir(t.dtype)?;
+        let elements = t.shape.iter().try_fold(1u64, |n, &s| n.checked_mul(s))?;
+        local_bytes = local_bytes.checked_add(elements.checked_mul(d.size() as u64)?)?;
+    }
+    let width = if dag.locals.is_empty() {
+        BLOCK
+    } else {
+        width_for_locals(local_bytes)?
+    };
+    if innermost.is_none_or(|n| n < width) {
+        return None;
+    }
+    // Every local's first access is its LOCAL_TENSOR at the top level: no worker reads what
+    // another worker's fill left (the block fills every copy at once).
+    let mut filled = vec![false; dag.locals.len()];
     let inner_axis = dag.workgroup_shape.len().checked_sub(1)? as u32;
     let n = dag.expressions.len();
     let code = |i: usize| Op::try_from(dag.expressions[i].code).unwrap_or(Op::Unspecified);
@@ -99,9 +149,27 @@ pub(super) fn plan(dag: &ir::ExpressionDag, innermost: Option<u64>) -> Option<Bl
             Op::Variable => {
                 variables.insert(i);
             }
+            Op::LocalTensor => {
+                // Run for the whole block between two segments.
+                let t = e.tensor.as_ref()?;
+                if in_loop || t.kind != TensorKind::Local as i32 {
+                    return None;
+                }
+                *filled.get_mut(t.index as usize)? = true;
+                current += 1;
+                continue;
+            }
             Op::Read | Op::Write => {
                 let t = e.tensor.as_ref()?;
                 let kind = TensorKind::try_from(t.kind).ok()?;
+                if kind == TensorKind::Local {
+                    // Each worker has its own copy: any index, anywhere.
+                    if !*filled.get(t.index as usize)? {
+                        return None;
+                    }
+                    segment[i] = Some(current);
+                    continue;
+                }
                 if !matches!(kind, TensorKind::Input | TensorKind::Output) {
                     return None;
                 }
@@ -183,6 +251,7 @@ pub(super) fn plan(dag: &ir::ExpressionDag, innermost: Option<u64>) -> Option<Bl
         variables,
         open: None,
         prelude: String::new(),
+        width,
     })
 }
 
@@ -204,6 +273,11 @@ impl<'a> Emitter<'a> {
             Op::Range => {
                 self.close_segment();
                 self.blocked_range(k)
+            }
+            Op::LocalTensor => {
+                // Every worker's copy at once, between segments.
+                self.close_segment();
+                self.local_tensor(k)
             }
             Op::EndRange => {
                 self.close_segment();
@@ -236,8 +310,9 @@ impl<'a> Emitter<'a> {
         }
         self.close_segment();
         self.blocked_state().open = Some(segment);
+        let width = self.blocked_state().width;
         self.line(&format!(
-            "for (int64_t ovl_j = 0; ovl_j < {BLOCK}; ++ovl_j) {{"
+            "for (int64_t ovl_j = 0; ovl_j < {width}; ++ovl_j) {{"
         ));
         self.indent += 1;
         let imports: Vec<usize> = self.blocked_state().imports[segment]
@@ -286,15 +361,16 @@ impl<'a> Emitter<'a> {
         let (s, en, st) = (e.operands[0], e.operands[1], e.operands[2]);
         self.line("{");
         self.indent += 1;
+        let width = self.blocked_state().width;
         for acc in self.reductions.get(&k).cloned().unwrap_or_default() {
             let (combiner, d) = self.accumulator_kind(acc)?;
             let id = self.identity(combiner, d);
             self.line(&format!(
-                "{} ovl_lanes{acc}[{REDUCE_LANES}][{BLOCK}];",
+                "{} ovl_lanes{acc}[{REDUCE_LANES}][{width}];",
                 ctype(d)
             ));
             self.line(&format!(
-                "for (int ovl_t = 0; ovl_t < {REDUCE_LANES}; ++ovl_t) for (int64_t ovl_j = 0; ovl_j < {BLOCK}; ++ovl_j) ovl_lanes{acc}[ovl_t][ovl_j] = {id};"
+                "for (int ovl_t = 0; ovl_t < {REDUCE_LANES}; ++ovl_t) for (int64_t ovl_j = 0; ovl_j < {width}; ++ovl_j) ovl_lanes{acc}[ovl_t][ovl_j] = {id};"
             ));
         }
         self.line(&format!(
@@ -327,13 +403,14 @@ impl<'a> Emitter<'a> {
             .ok_or_else(|| self.err(None, "`end_range` without an open `range`"))?;
         self.indent -= 1;
         self.line("}");
+        let width = self.blocked_state().width;
         for acc in self.reductions.get(&range).cloned().unwrap_or_default() {
             let (combiner, d) = self.accumulator_kind(acc)?;
             let lanes =
                 self.pairwise_fold(combiner, d, |l| format!("ovl_lanes{acc}[{l}][ovl_j]"))?;
             let folded = self.combine(combiner, d, &format!("ovl_s{acc}[ovl_j]"), &lanes)?;
             self.line(&format!(
-                "for (int64_t ovl_j = 0; ovl_j < {BLOCK}; ++ovl_j) ovl_s{acc}[ovl_j] = {folded};"
+                "for (int64_t ovl_j = 0; ovl_j < {width}; ++ovl_j) ovl_s{acc}[ovl_j] = {folded};"
             ));
         }
         self.indent -= 1;
@@ -357,12 +434,20 @@ impl<'a> Emitter<'a> {
         Ok(None)
     }
 
-    /// Declarations of the arrays that carry values and accumulators across segments.
+    /// Declarations of the arrays that carry values and accumulators across segments, and of
+    /// the block's copies of the locals (on the heap: [`Emitter::blocked_heap`]), shadowing
+    /// the worker program's.
     pub(super) fn blocked_arrays(&self) -> String {
         let Some(b) = &self.blocked else {
             return String::new();
         };
+        let width = b.width;
         let mut s = String::new();
+        for (ty, name, _) in self.blocked_heap() {
+            s.push_str(&format!(
+                "{ty}* const __restrict__ {name} = ovl_b{name};  // one copy per worker\n"
+            ));
+        }
         let carried: BTreeSet<usize> = b
             .exports
             .iter()
@@ -372,8 +457,23 @@ impl<'a> Emitter<'a> {
             .collect();
         for v in carried {
             let ty = self.types[v].map(ctype).unwrap_or("int64_t");
-            s.push_str(&format!("{ty} ovl_s{v}[{BLOCK}];\n"));
+            s.push_str(&format!("{ty} ovl_s{v}[{width}];\n"));
         }
         s
+    }
+
+    /// The block's copies of the locals, allocated on the heap by the frame for a run of the
+    /// kernel: (C++ element type, the local's name, elements for the whole block).
+    pub(crate) fn blocked_heap(&self) -> Vec<(&'static str, String, u64)> {
+        let Some(b) = &self.blocked else {
+            return Vec::new();
+        };
+        self.locals
+            .iter()
+            .map(|t| {
+                let n = t.elements.unwrap_or(0).max(1);
+                (ctype(t.dtype), t.name.clone(), n.saturating_mul(b.width))
+            })
+            .collect()
     }
 }

@@ -1,0 +1,83 @@
+"""The table of the reductions benchmark's layout cases: OUT/ovl_layouts.json
+(benches/reductions_layouts.rs) next to OUT/jax_layouts.json (benches/reductions_layouts_jax.py),
+with the ratios the issue's targets name (ovl / JAX jit per case; Fortran order / C order for ovl)
+and the CPU's vector features. Writes OUT/layouts.md and prints it.
+
+    python benches/reductions_layouts_report.py --out target/reductions-bench
+"""
+
+import argparse
+import json
+import platform
+from datetime import date
+from pathlib import Path
+
+
+def cpu():
+    """The CPU's model, core count and vector features (from /proc/cpuinfo)."""
+    model, flags, cores = platform.processor() or "unknown CPU", [], 0
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                cores += 1
+            elif line.startswith("flags") and not flags:
+                flags = line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    vector = [f for f in flags if f.startswith(("sse", "avx", "fma", "amx"))]
+    return model, cores, " ".join(vector) or "unknown"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="target/reductions-bench")
+    args = parser.parse_args()
+    out = Path(args.out)
+    ovl = json.loads((out / "ovl_layouts.json").read_text())
+    jax_path = out / "jax_layouts.json"
+    jax = json.loads(jax_path.read_text()) if jax_path.exists() else {"skipped": "not run"}
+    peer = {(r["kernel"], r["case"]): r for r in jax.get("rows", [])}
+    by = {(r["kernel"], r["case"]): r for r in ovl["rows"]}
+    model, cores, vector = cpu()
+    lines = [
+        f"Machine: {model}, {cores} cores; vector features: {vector}.",
+        f"Date: {date.today().isoformat()}; best of {ovl['repetitions']} calls each; "
+        + (f"JAX {jax['jax']} jit on {jax['device']}." if "rows" in jax
+           else f"JAX did not run: {jax.get('skipped')}."),
+        "",
+        "Per call: the user's array made into the input at every call (ovl `Lazy::from(&x)` into a "
+        "kernel compiled once; JAX jit called on the NumPy array). Fed once: the input already "
+        "made (ovl) or on the device (JAX): the kernel alone.",
+        "",
+        "| kernel | case | ovl per call | JAX jit per call | ovl / JAX | ovl fed once | JAX on device | ovl / JAX |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def ratio(a, b):
+        return f"{a / b:.2f}x" if b else "-"
+
+    for r in ovl["rows"]:
+        j = peer.get((r["kernel"], r["case"]))
+        jp = f"{j['per_call_ms']:.2f} ms" if j else "-"
+        jo = f"{j['fed_once_ms']:.2f} ms" if j else "-"
+        lines.append(
+            f"| {r['kernel']} | {r['case_name']} | {r['per_call_ms']:.2f} ms | {jp} | "
+            f"{ratio(r['per_call_ms'], j['per_call_ms']) if j else '-'} | "
+            f"{r['fed_once_ms']:.2f} ms | {jo} | "
+            f"{ratio(r['fed_once_ms'], j['fed_once_ms']) if j else '-'} |"
+        )
+    lines += ["", "Fortran order / C order (ovl, same kernel, same values):", ""]
+    lines += ["| kernel | per call | fed once |", "|---|---|---|"]
+    for k in ["layernorm", "softmax", "rmsnorm", "logsumexp"]:
+        f, c = by.get((k, "last_fortran")), by.get((k, "last_c"))
+        if f and c:
+            lines.append(f"| {k} | {ratio(f['per_call_ms'], c['per_call_ms'])} | "
+                         f"{ratio(f['fed_once_ms'], c['fed_once_ms'])} |")
+    text = "\n".join(lines) + "\n"
+    (out / "layouts.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

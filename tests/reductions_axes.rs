@@ -1,0 +1,178 @@
+//! The reductions of the reductions benchmark (layer norm, softmax, RMS norm, logsumexp),
+//! composed from stdlib operators with keepdim statistics, along a non-last axis: axis 0 of a
+//! matrix and the middle axis of a 3-d tensor, forward and with the gradient `ovl::backward`
+//! derives. Their fused kernels reduce down columns, so the C++ backend runs them as blocked
+//! workers (neighbouring workers in lockstep, reading rows in memory order), row buffers
+//! included. Values: the C++ backend against the interpreter and both against a plain-Rust f64
+//! reference; kernel counts asserted; and the blocked program is checked to be generated.
+
+#[path = "support/reductions.rs"]
+mod reductions;
+
+use ndarray::{Array2, ArrayD, IxDyn};
+use ovl::prelude::*;
+use reductions::{max_abs_error, outputs_along, reference, Kernel};
+
+/// `x` with `axis` moved last, as a `[rest, n]` matrix (row `r` is one line along `axis`).
+fn lines(x: &ArrayD<f32>, axis: usize) -> Array2<f32> {
+    let n = x.shape()[axis];
+    let mut order: Vec<usize> = (0..x.ndim()).filter(|&a| a != axis).collect();
+    order.push(axis);
+    let moved = x.view().permuted_axes(IxDyn(&order));
+    let flat: Vec<f32> = moved.iter().copied().collect();
+    Array2::from_shape_vec((flat.len() / n.max(1), n), flat).expect("lines")
+}
+
+/// The inverse of [`lines`] for a result of `shape` (`keep`: the axis is still there; else it
+/// was reduced away and `m` is `[rest]` or `[rest, 1]`).
+fn unlines(m: ArrayD<f64>, shape: &[usize], axis: usize, keep: bool) -> ArrayD<f64> {
+    let mut moved: Vec<usize> = shape
+        .iter()
+        .enumerate()
+        .filter(|&(a, _)| a != axis)
+        .map(|(_, &d)| d)
+        .collect();
+    if keep {
+        moved.push(shape[axis]);
+    }
+    let flat: Vec<f64> = m.iter().copied().collect();
+    let a = ArrayD::from_shape_vec(IxDyn(&moved), flat).expect("unlines");
+    if !keep {
+        return a;
+    }
+    // Axis `axis` is last in `a`: move it back.
+    let rank = shape.len();
+    let mut order: Vec<usize> = (0..rank - 1).collect();
+    order.insert(axis, rank - 1);
+    a.permuted_axes(IxDyn(&order))
+        .as_standard_layout()
+        .to_owned()
+}
+
+/// The f64 reference of `kernel` along `axis`: `(y, dx)`.
+fn reference_along(
+    kernel: Kernel,
+    x: &ArrayD<f32>,
+    dy: &ArrayD<f32>,
+    axis: usize,
+) -> (ArrayD<f64>, ArrayD<f64>) {
+    let xm = lines(x, axis);
+    let dym = if kernel.keeps_shape() {
+        lines(dy, axis).into_dyn()
+    } else {
+        let flat: Vec<f32> = dy.iter().copied().collect();
+        ArrayD::from_shape_vec(IxDyn(&[flat.len()]), flat).expect("dy")
+    };
+    let (y, dx) = reference(kernel, &xm, &dym);
+    (
+        unlines(y, x.shape(), axis, kernel.keeps_shape()),
+        unlines(dx, x.shape(), axis, true),
+    )
+}
+
+/// Evaluates `kernel` along `axis` (with `dy`: forward + backward) under `options`; also returns
+/// the fused graph's kernel count and whether every fused kernel that reduces down columns has
+/// a blocked program.
+fn run(
+    kernel: Kernel,
+    x: &ArrayD<f32>,
+    dy: Option<&ArrayD<f32>>,
+    axis: usize,
+    options: &Options,
+) -> (Vec<ArrayD<f32>>, usize, Vec<bool>) {
+    let xl = Lazy::from(x.clone());
+    let dyl = dy.map(|d| Lazy::from(d.clone()));
+    let handles = outputs_along(kernel, &xl, axis, dyl.as_ref()).expect("outputs");
+    let fusion = ovl::fusion_with(handles.as_slice(), options).expect("fusion");
+    let blocked = fusion
+        .after
+        .operators
+        .iter()
+        .map(|op| {
+            let source = ovl_codegen::generate_cpp(op, "test").expect("C++");
+            // The loop over a block's workers (`ovl-codegen`'s `shared/emit/blocked.rs`).
+            source.contains("for (int64_t ovl_j = 0; ovl_j < ")
+        })
+        .collect();
+    let refs: Vec<&Lazy<f32>> = handles.iter().collect();
+    let mut dests: Vec<ArrayD<f32>> = handles.iter().map(|h| ArrayD::zeros(h.shape())).collect();
+    ovl::evaluate_into_all(&refs, &mut dests, options)
+        .unwrap_or_else(|e| panic!("{} along {axis}: {e}", kernel.name()));
+    (dests, fusion.after.operators.len(), blocked)
+}
+
+fn assert_close<A: Copy + Into<f64>, B: Copy + Into<f64>>(
+    got: &ArrayD<A>,
+    want: &ArrayD<B>,
+    what: &str,
+) {
+    let (err, ok) = max_abs_error(got, want);
+    assert!(ok, "{what}: max abs error {err:e}");
+}
+
+/// The shapes and axes: axis 0 of a matrix and the middle of a 3-d tensor, each with an
+/// innermost extent of full blocks of workers and a partial one; the last has columns of 5000
+/// f32, whose row buffers (20000 bytes per worker) narrow the blocks that keep one to 32 workers.
+fn cases() -> Vec<(Vec<usize>, usize)> {
+    vec![
+        (vec![100, 200], 0),
+        (vec![3, 40, 72], 1),
+        (vec![5000, 72], 0),
+    ]
+}
+
+#[test]
+fn reductions_along_axis_0_and_the_middle_axis_match_the_interpreter_and_the_reference() {
+    for (shape, axis) in cases() {
+        let x = reductions::pseudo_random(&shape, 21);
+        for kernel in Kernel::ALL {
+            let out_shape: Vec<usize> = if kernel.keeps_shape() {
+                shape.clone()
+            } else {
+                reductions::without(&shape, axis)
+            };
+            let dy = reductions::pseudo_random(&out_shape, 22);
+            let (y_ref, dx_ref) = reference_along(kernel, &x, &dy, axis);
+            let what = format!("{} along axis {axis} of {shape:?}", kernel.name());
+            let (interp, _, _) = run(kernel, &x, Some(&dy), axis, &Options::interpreter());
+            let (cpu, _, _) = run(kernel, &x, Some(&dy), axis, &Options::cpu());
+            let (fwd, _, _) = run(kernel, &x, None, axis, &Options::cpu());
+            assert_close(&interp[0], &y_ref, &format!("{what}: interpreter y"));
+            assert_close(&interp[1], &dx_ref, &format!("{what}: interpreter dx"));
+            assert_close(
+                &cpu[0],
+                &interp[0],
+                &format!("{what}: C++ y vs interpreter"),
+            );
+            assert_close(
+                &cpu[1],
+                &interp[1],
+                &format!("{what}: C++ dx vs interpreter"),
+            );
+            assert_close(&fwd[0], &interp[0], &format!("{what}: C++ forward alone"));
+            assert_close(&cpu[0], &y_ref, &format!("{what}: C++ y"));
+            assert_close(&cpu[1], &dx_ref, &format!("{what}: C++ dx"));
+        }
+    }
+}
+
+#[test]
+fn fused_kernels_along_a_non_last_axis_are_one_each_and_blocked() {
+    for (shape, axis) in cases() {
+        let x = reductions::pseudo_random(&shape, 31);
+        for kernel in Kernel::ALL {
+            let out_shape: Vec<usize> = if kernel.keeps_shape() {
+                shape.clone()
+            } else {
+                reductions::without(&shape, axis)
+            };
+            let dy = reductions::pseudo_random(&out_shape, 32);
+            for (dy, pass) in [(None, "forward"), (Some(&dy), "forward + backward")] {
+                let what = format!("{} {pass} along axis {axis} of {shape:?}", kernel.name());
+                let (_, count, blocked) = run(kernel, &x, dy, axis, &Options::cpu());
+                assert_eq!(count, 1, "{what}: kernels");
+                assert_eq!(blocked, [true], "{what}: blocked program");
+            }
+        }
+    }
+}
