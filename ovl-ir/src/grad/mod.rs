@@ -1,0 +1,392 @@
+//! Reverse-mode differentiation of an operator's IR into gradient operators in the same IR.
+//!
+//! Given a validated operator, which of its inputs need a gradient and which of its outputs
+//! carry an adjoint, [`derive`] emits operators that compute the gradients. They read the
+//! forward inputs and the outputs' adjoints, never the forward outputs: each recomputes what it
+//! needs (see `sweep`), so it fuses with the forward operator and with other operators like any
+//! operator.
+//!
+//! **What is differentiated.** Float arithmetic and every op of the table with a derivative
+//! rule ([`crate::derivatives`]), casts between floats, `select`, worker-local variables,
+//! `if`/`else` (the backward walk takes the branch the forward took), and reads of inputs at
+//! indices that are affine maps of the worker's position (the worker's own element, broadcasts,
+//! transposes and other permutations, stencils, strided and reversed reads). Integer and bool
+//! values carry no gradient.
+//!
+//! **How adjoints are accumulated.** Without races and deterministically, always as a gather:
+//! - when every read of an input is provably in bounds, one-to-one (no two workers read one
+//!   element) and the reads' maps cover disjoint elements (the worker's element; the four gates
+//!   of an LSTM cell read at `[b, h + k H]`), the input's gradient is written by the forward's
+//!   own workers, each element by the one worker that read it. All such inputs share one
+//!   gradient operator with the forward's workgroup;
+//! - otherwise (a broadcast, a stencil, a read under a guard that may fall outside) the input
+//!   gets its own gradient operator, one worker per input element, which sums over the forward
+//!   workers that read it: the read map is inverted (each position axis that an index names
+//!   alone is solved from it, with its divisibility and range checked; the other axes are
+//!   looped over), each such worker's sweep is recomputed and its adjoint added, in a fixed
+//!   order (map by map in program order, loops in axis order), so the result is the same on
+//!   every run and every backend.
+//!
+//! **What is an error** ([`DeriveError`], naming the operator, its source line and the
+//! construct): loops (`while`, counted `for`), reductions, local tensors, reads of a
+//! differentiated input at a data-dependent index (a gather, whose gradient is a scatter),
+//! writes at a data-dependent index, at an index two workers may share, or twice by one
+//! worker, sizes known only at run time, and library calls. Never a wrong gradient.
+
+mod affine;
+mod check;
+mod sweep;
+
+pub use affine::{affine_of, Affine, IndexMap};
+
+use crate::builder::{Builder, OUT};
+use crate::dtype::Literal;
+use crate::ir::{self, Op};
+use crate::typed::{Kernel, ValueId};
+use affine::{disjoint, in_bounds, injective};
+use thiserror::Error;
+
+/// A construct the pass does not differentiate.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum Construct {
+    /// `while` loops run a data-dependent number of times.
+    #[error("a `while` loop (its trip count depends on data) is not differentiated")]
+    WhileLoop,
+    /// Counted loops are not differentiated yet.
+    #[error("a counted loop (`for`) is not differentiated yet")]
+    CountedLoop,
+    /// Reductions (accumulators) are not differentiated yet.
+    #[error("a reduction (`sum`/`max`/... accumulator) is not differentiated yet")]
+    Reduction,
+    /// Worker-local tensors are not differentiated yet.
+    #[error("a worker-local tensor is not differentiated yet")]
+    LocalTensor,
+    /// An output written at an index computed from data.
+    #[error("output {output} is written at an index that depends on data")]
+    DataDependentWrite {
+        /// The output.
+        output: u32,
+    },
+    /// An output written at an index that two workers may share.
+    #[error("output {output} is written at an index that two workers may share")]
+    SharedWrite {
+        /// The output.
+        output: u32,
+    },
+    /// An output written more than once by a worker (or at two different indices).
+    #[error("output {output} is written more than once by a worker (outside exclusive `if`/`else` branches, or at two index patterns)")]
+    RepeatedWrite {
+        /// The output.
+        output: u32,
+    },
+    /// A differentiated input read at an index computed from data.
+    #[error("input {input} is read at an index that depends on data (a gather, whose gradient is a scatter-add, is not derived)")]
+    DataDependentRead {
+        /// The input.
+        input: u32,
+    },
+    /// Sizes known only at run time.
+    #[error("its sizes are known only at run time (symbolic)")]
+    Symbolic,
+    /// A library call (a GEMM).
+    #[error("it is a library call")]
+    LibraryCall,
+    /// The emitted operator did not validate: a bug of the pass.
+    #[error("the derived gradient operator is invalid (a bug in ovl): {0}")]
+    Internal(String),
+}
+
+/// Why an operator's gradient could not be derived.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("cannot derive the gradient of operator `{operator}`{}: {construct}; attach a gradient with `#[operator(gradient = ..)]` or `set_gradient`", crate::names::at(.defined_at))]
+pub struct DeriveError {
+    /// The operator's name.
+    pub operator: String,
+    /// `file:line` of the operator's source, or empty.
+    pub defined_at: String,
+    /// What stopped the derivation.
+    pub construct: Construct,
+}
+
+/// Where an input of a gradient operator comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GradInput {
+    /// Input `i` of the forward operator.
+    Forward(u32),
+    /// The adjoint of output `o` of the forward operator.
+    Adjoint(u32),
+}
+
+/// One derived gradient operator.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GradOperator {
+    /// The operator (validated).
+    pub dag: ir::ExpressionDag,
+    /// Its inputs, in order: every forward input, then the adjoints of the outputs that have
+    /// one.
+    pub inputs: Vec<GradInput>,
+    /// Its outputs: output `i` is the gradient of forward input `outputs[i]`.
+    pub outputs: Vec<u32>,
+}
+
+/// Derives the gradient operators of `dag` (which passed [`crate::validate::validate`]):
+/// gradients for the inputs where `wanted` holds, from adjoints of the outputs where `seeded`
+/// holds. An input that gets no operator output has a zero gradient (no active read); integer
+/// and bool inputs never get one.
+pub fn derive(
+    dag: &ir::ExpressionDag,
+    wanted: &[bool],
+    seeded: &[bool],
+) -> Result<Vec<GradOperator>, DeriveError> {
+    let fail = |construct| DeriveError {
+        operator: dag.name.clone(),
+        defined_at: crate::names::defined_at(dag),
+        construct,
+    };
+    if crate::library::is_library_call(dag) {
+        return Err(fail(Construct::LibraryCall));
+    }
+    if dag.symbol_count > 0 || !dag.symbolic_workgroup.is_empty() {
+        return Err(fail(Construct::Symbolic));
+    }
+    let k = Kernel::from_validated(dag);
+    let float_in = |i: usize| k.inputs[i].dtype.is_float();
+    let wanted: Vec<bool> = (0..k.inputs.len())
+        .map(|i| wanted.get(i).copied().unwrap_or(false) && float_in(i))
+        .collect();
+    let seeded: Vec<bool> = (0..k.outputs.len())
+        .map(|o| seeded.get(o).copied().unwrap_or(false) && k.outputs[o].dtype.is_float())
+        .collect();
+    let facts = check::analyse(&k, &wanted, &seeded).map_err(fail)?;
+    let w = check::workgroup(&k).map_err(fail)?;
+
+    // The gradient operators' inputs: forward inputs, then the adjoints.
+    let mut inputs: Vec<GradInput> = (0..k.inputs.len() as u32).map(GradInput::Forward).collect();
+    let mut adjoint_inputs = vec![None; k.outputs.len()];
+    for (o, &s) in seeded.iter().enumerate() {
+        if s {
+            adjoint_inputs[o] = Some(inputs.len() as u32);
+            inputs.push(GradInput::Adjoint(o as u32));
+        }
+    }
+    let sweep = sweep::Sweep {
+        dag,
+        k: &k,
+        facts: &facts,
+        adjoint_inputs: &adjoint_inputs,
+    };
+    let shell = |name: String, workgroup: &[u64]| {
+        let mut b = Builder::new(&name, workgroup);
+        b.dag.source = dag.source.clone();
+        for t in &inputs {
+            let ty = match *t {
+                GradInput::Forward(i) => &dag.inputs[i as usize],
+                GradInput::Adjoint(o) => &dag.outputs[o as usize],
+            };
+            b.dag.inputs.push(ty.clone());
+        }
+        b
+    };
+
+    let mut direct = Vec::new();
+    let mut gathered = Vec::new();
+    for (i, reads) in facts.reads.iter().enumerate() {
+        if reads.is_empty() {
+            continue;
+        }
+        let shape = &dag.inputs[i].shape;
+        let maps = distinct_maps(reads);
+        let ok = maps
+            .iter()
+            .all(|m| in_bounds(m, &w, shape) && injective(m, &w))
+            && maps.iter().enumerate().all(|(a, x)| {
+                maps[a + 1..].iter().all(|y| disjoint(x, y, &w))
+            });
+        if ok {
+            direct.push(i);
+        } else {
+            gathered.push(i);
+        }
+    }
+
+    let mut ops = Vec::new();
+    if !direct.is_empty() {
+        let mut b = shell(format!("{}_grad", dag.name), &dag.workgroup_shape);
+        let pos: Vec<ValueId> = (0..w.len() as u32).map(|a| b.position(a)).collect();
+        let adj = sweep.emit(&mut b, &pos);
+        let mut outputs = Vec::new();
+        for &i in &direct {
+            let out = b.output(k.inputs[i].dtype, &dag.inputs[i].shape);
+            for map in distinct_maps(&facts.reads[i]) {
+                let total = sum_of(&mut b, &facts.reads[i], &map, &adj);
+                let idx: Vec<ValueId> = map.iter().map(|a| emit_affine(&mut b, a, &pos)).collect();
+                b.write(OUT, out, &idx, total);
+            }
+            outputs.push(i as u32);
+        }
+        ops.push(finish(b, outputs, &inputs).map_err(fail)?);
+    }
+    for &i in &gathered {
+        let shape = dag.inputs[i].shape.clone();
+        let d = k.inputs[i].dtype;
+        let mut b = shell(format!("{}_grad_{i}", dag.name), &shape);
+        let out = b.output(d, &shape);
+        let q: Vec<ValueId> = (0..shape.len() as u32).map(|a| b.position(a)).collect();
+        let z = b.constant(d, Literal::Float(0.0));
+        let total = b.var(z);
+        for map in distinct_maps(&facts.reads[i]) {
+            gather(&mut b, &sweep, &w, &map, &q, total, &facts.reads[i]);
+        }
+        b.write(OUT, out, &q, total);
+        ops.push(finish(b, vec![i as u32], &inputs).map_err(fail)?);
+    }
+    Ok(ops)
+}
+
+/// The distinct index maps of `reads`, in program order.
+fn distinct_maps(reads: &[(ValueId, IndexMap)]) -> Vec<IndexMap> {
+    let mut maps: Vec<IndexMap> = Vec::new();
+    for (_, m) in reads {
+        if !maps.contains(m) {
+            maps.push(m.clone());
+        }
+    }
+    maps
+}
+
+/// The sum of the adjoints of the reads with map `map`, in program order.
+fn sum_of(
+    b: &mut Builder,
+    reads: &[(ValueId, IndexMap)],
+    map: &IndexMap,
+    adj: &std::collections::HashMap<ValueId, ValueId>,
+) -> ValueId {
+    let mut total: Option<ValueId> = None;
+    for (e, m) in reads {
+        if m != map {
+            continue;
+        }
+        let a = adj[e];
+        total = Some(match total {
+            None => {
+                // A copy of the variable's value here (an operand reads it where it is used).
+                let d = b.dtype(a);
+                let z = b.constant(d, Literal::Float(0.0));
+                b.op(Op::Add, &[a, z])
+            }
+            Some(t) => b.op(Op::Add, &[t, a]),
+        });
+    }
+    total.unwrap_or(0)
+}
+
+/// `a` of the position values `pos`, in i64.
+fn emit_affine(b: &mut Builder, a: &Affine, pos: &[ValueId]) -> ValueId {
+    let mut v = b.i64(a.constant);
+    for (k, &c) in a.coeffs.iter().enumerate() {
+        if c == 0 {
+            continue;
+        }
+        let term = if c == 1 {
+            pos[k]
+        } else {
+            let c = b.i64(c);
+            b.op(Op::Mul, &[pos[k], c])
+        };
+        v = b.op(Op::Add, &[v, term]);
+    }
+    v
+}
+
+/// Adds to `total` the adjoints of the reads with map `map` of every forward worker whose read
+/// lands on element `q`: the axes an index names alone are solved, the others looped over.
+fn gather(
+    b: &mut Builder,
+    sweep: &sweep::Sweep<'_>,
+    w: &[u64],
+    map: &IndexMap,
+    q: &[ValueId],
+    total: ValueId,
+    reads: &[(ValueId, IndexMap)],
+) {
+    let mut p: Vec<Option<ValueId>> = vec![None; w.len()];
+    let mut conds: Vec<ValueId> = Vec::new();
+    let mut solved_by = vec![false; map.len()];
+    let zero = b.i64(0);
+    for (d, a) in map.iter().enumerate() {
+        let Some((axis, c)) = a.single_axis() else {
+            continue;
+        };
+        if p[axis].is_some() {
+            continue;
+        }
+        // q_d = c * p + k  =>  p = (q_d - k) / c, when divisible and inside the workgroup.
+        let k = b.i64(a.constant);
+        let t = b.op(Op::Sub, &[q[d], k]);
+        let v = if c == 1 {
+            t
+        } else {
+            let cc = b.i64(c);
+            let r = b.op(Op::Mod, &[t, cc]);
+            conds.push(b.op(Op::Eq, &[r, zero]));
+            b.op(Op::Div, &[t, cc])
+        };
+        let n = b.i64(w[axis] as i64);
+        conds.push(b.op(Op::Ge, &[v, zero]));
+        conds.push(b.op(Op::Lt, &[v, n]));
+        p[axis] = Some(v);
+        solved_by[d] = true;
+    }
+    // The other axes: loops, in axis order.
+    let one = b.i64(1);
+    let mut loops = 0;
+    for (axis, slot) in p.iter_mut().enumerate() {
+        if slot.is_none() {
+            let n = b.i64(w[axis] as i64);
+            *slot = Some(b.range(zero, n, one));
+            loops += 1;
+        }
+    }
+    let pos: Vec<ValueId> = p.into_iter().map(|v| v.unwrap_or(zero)).collect();
+    // The indices not used to solve must agree too.
+    for (d, a) in map.iter().enumerate() {
+        if !solved_by[d] {
+            let v = emit_affine(b, a, &pos);
+            conds.push(b.op(Op::Eq, &[v, q[d]]));
+        }
+    }
+    let guard = conds
+        .into_iter()
+        .reduce(|x, y| b.op(Op::And, &[x, y]));
+    if let Some(g) = guard {
+        b.if_(g);
+    }
+    let adj = sweep.emit(b, &pos);
+    let s = sum_of(b, reads, map, &adj);
+    let next = b.op(Op::Add, &[total, s]);
+    b.assign(total, next);
+    if guard.is_some() {
+        b.end_if();
+    }
+    for _ in 0..loops {
+        b.end_range();
+    }
+}
+
+/// Validates a built gradient operator.
+fn finish(
+    b: Builder,
+    outputs: Vec<u32>,
+    inputs: &[GradInput],
+) -> Result<GradOperator, Construct> {
+    let dag = b.build();
+    crate::validate::validate(&dag).map_err(|e| Construct::Internal(e.to_string()))?;
+    Ok(GradOperator {
+        dag,
+        inputs: inputs.to_vec(),
+        outputs,
+    })
+}
+
+#[cfg(test)]
+mod tests;

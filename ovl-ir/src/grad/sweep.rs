@@ -1,0 +1,446 @@
+//! One worker's reverse sweep, emitted into a gradient operator: the forward program of the
+//! worker at a given position is recomputed (writes dropped), then walked backwards, each
+//! active value's adjoint kept in a worker-local variable.
+//!
+//! Forward values the backward walk needs are *recomputed*, never stored in a tensor: a value
+//! computed at the top level is used directly; one computed inside an `if` is copied into a
+//! variable declared before the recomputation (its *tape*), and a variable read where the
+//! derivative needs it is copied at that point (a *snapshot*), since it may change afterwards.
+//! The backward walk mirrors the `if`s with the same conditions, so a branch that did not run
+//! contributes nothing (not zero times an infinite derivative).
+
+use super::check::{flows, Facts};
+use crate::builder::{Builder, IN};
+use crate::derivatives::{rule, Partial, Rule};
+use crate::dtype::{DType, Literal};
+use crate::ir::{self, Op};
+use crate::typed::{Inst, Kernel, ValueId};
+use std::collections::HashMap;
+
+/// The sweep's environment: the forward operator and where its pieces live in the gradient
+/// operator.
+pub(super) struct Sweep<'a> {
+    pub dag: &'a ir::ExpressionDag,
+    pub k: &'a Kernel,
+    pub facts: &'a Facts,
+    /// Per forward output: the gradient operator's input holding its adjoint, if it has one.
+    pub adjoint_inputs: &'a [Option<u32>],
+}
+
+/// The emitted sweep of one worker.
+struct State<'s, 'a> {
+    s: &'s Sweep<'a>,
+    b: &'s mut Builder,
+    pos: &'s [ValueId],
+    /// Forward expression -> its recomputed value.
+    fwd: Vec<ValueId>,
+    /// Forward expression -> its tape variable (values inside an `if` the backward walk needs).
+    tape: HashMap<usize, ValueId>,
+    /// (expression, operand slot) -> the snapshot of the variable it reads there.
+    snap: HashMap<(usize, usize), ValueId>,
+    /// Active expression -> its adjoint variable.
+    adj: HashMap<usize, ValueId>,
+}
+
+impl Sweep<'_> {
+    /// Emits the sweep of the worker at `pos` into `b` at its current point; returns the
+    /// adjoint variable of each active read of an input (by the read's expression).
+    pub fn emit(&self, b: &mut Builder, pos: &[ValueId]) -> HashMap<ValueId, ValueId> {
+        let n = self.k.exprs.len();
+        let mut st = State {
+            s: self,
+            b,
+            pos,
+            fwd: vec![0; n],
+            tape: HashMap::new(),
+            snap: HashMap::new(),
+            adj: HashMap::new(),
+        };
+        st.declare();
+        st.forward();
+        st.reverse(0, n);
+        (0..n)
+            .filter(|&e| {
+                self.facts.active[e]
+                    && matches!(self.k.exprs[e].inst, Inst::Read { .. })
+            })
+            .map(|e| (e as ValueId, st.adj[&e]))
+            .collect()
+    }
+
+    /// The operand slots of `e` whose forward values its derivative reads.
+    fn needs(&self, e: usize) -> Vec<usize> {
+        let x = &self.k.exprs[e];
+        match &x.inst {
+            Inst::Unary { op, .. } | Inst::Binary { op, .. } => match rule(*op) {
+                Rule::Partials(ps) => {
+                    let mut slots = Vec::new();
+                    for p in ps {
+                        collect_slots(p, &mut slots);
+                    }
+                    slots
+                }
+                _ => Vec::new(),
+            },
+            Inst::Fma { .. } => vec![0, 1],
+            Inst::Select { .. } => vec![0],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether the derivative of `e` reads its own result.
+    fn needs_result(&self, e: usize) -> bool {
+        match &self.k.exprs[e].inst {
+            Inst::Unary { op, .. } | Inst::Binary { op, .. } => match rule(*op) {
+                Rule::Partials(ps) => ps.iter().any(uses_result),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// A write of an output with an adjoint whose value is active.
+    fn seeded_write(&self, e: usize) -> bool {
+        match &self.k.exprs[e].inst {
+            Inst::Write { tensor, value, .. } => {
+                tensor.kind == ir::TensorKind::Output
+                    && self.adjoint_inputs[tensor.index as usize].is_some()
+                    && self.facts.active[*value as usize]
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the backward walk does anything for expressions `lo..hi`.
+    fn has_work(&self, lo: usize, hi: usize) -> bool {
+        (lo..hi).any(|e| self.facts.active[e] || self.seeded_write(e))
+    }
+}
+
+/// The operand slots a partial reads (A = 0, B = 1, C = 2).
+fn collect_slots(p: &Partial, out: &mut Vec<usize>) {
+    let mut add = |s: usize| {
+        if !out.contains(&s) {
+            out.push(s)
+        }
+    };
+    match p {
+        Partial::A => add(0),
+        Partial::B => add(1),
+        Partial::C => add(2),
+        Partial::R | Partial::K(_) => {}
+        Partial::Un(_, x) => collect_slots(x, out),
+        Partial::Bin(_, x, y) | Partial::Cmp(_, x, y) => {
+            collect_slots(x, out);
+            collect_slots(y, out);
+        }
+        Partial::Sel(c, t, f) => {
+            collect_slots(c, out);
+            collect_slots(t, out);
+            collect_slots(f, out);
+        }
+    }
+}
+
+fn uses_result(p: &Partial) -> bool {
+    match p {
+        Partial::R => true,
+        Partial::A | Partial::B | Partial::C | Partial::K(_) => false,
+        Partial::Un(_, x) => uses_result(x),
+        Partial::Bin(_, x, y) | Partial::Cmp(_, x, y) => uses_result(x) || uses_result(y),
+        Partial::Sel(c, t, f) => uses_result(c) || uses_result(t) || uses_result(f),
+    }
+}
+
+fn zero(b: &mut Builder, d: DType) -> ValueId {
+    let v = if d.is_float() {
+        Literal::Float(0.0)
+    } else if d == DType::Bool {
+        Literal::Bool(false)
+    } else if d.is_unsigned_int() {
+        Literal::UInt(0)
+    } else {
+        Literal::Int(0)
+    };
+    b.constant(d, v)
+}
+
+impl State<'_, '_> {
+    fn dtype(&self, e: usize) -> DType {
+        self.s.k.exprs[e].dtype.unwrap_or(DType::F32)
+    }
+
+    fn operand(&self, e: usize, slot: usize) -> ValueId {
+        self.s.k.operands(e).nth(slot).unwrap_or(0)
+    }
+
+    fn is_variable(&self, v: ValueId) -> bool {
+        matches!(self.s.k.exprs[v as usize].inst, Inst::Variable { .. })
+    }
+
+    /// The values the backward walk reads: (expression, slot) operands and results.
+    fn wanted_values(&self) -> (Vec<usize>, Vec<(usize, usize)>) {
+        let k = self.s.k;
+        let mut values = Vec::new();
+        let mut uses = Vec::new();
+        let mut operand_use = |e: usize, slot: usize, values: &mut Vec<usize>| {
+            uses.push((e, slot));
+            values.push(self.operand(e, slot) as usize);
+        };
+        for e in 0..k.exprs.len() {
+            if self.s.facts.active[e] {
+                for slot in self.s.needs(e) {
+                    operand_use(e, slot, &mut values);
+                }
+                if self.s.needs_result(e) {
+                    values.push(e);
+                }
+            }
+            if self.s.seeded_write(e) {
+                if let Inst::Write { indices, .. } = &k.exprs[e].inst {
+                    for slot in 0..indices.len() {
+                        operand_use(e, slot, &mut values);
+                    }
+                }
+            }
+            if let Inst::If { end, .. } = k.exprs[e].inst {
+                if self.s.has_work(e + 1, end as usize) {
+                    operand_use(e, 0, &mut values);
+                }
+            }
+        }
+        (values, uses)
+    }
+
+    /// Declares tapes, snapshots and adjoints before the recomputation.
+    fn declare(&mut self) {
+        let k = self.s.k;
+        let (values, uses) = self.wanted_values();
+        for (e, slot) in uses {
+            let v = self.operand(e, slot);
+            if self.is_variable(v) && !self.snap.contains_key(&(e, slot)) {
+                let z = zero(self.b, self.dtype(v as usize));
+                let var = self.b.var(z);
+                self.snap.insert((e, slot), var);
+            }
+        }
+        for v in values {
+            let x = &k.exprs[v];
+            let simple = matches!(x.inst, Inst::Const(_) | Inst::Position { .. });
+            if x.block.is_some() && !simple && !self.is_variable(v as ValueId) {
+                if let std::collections::hash_map::Entry::Vacant(slot) = self.tape.entry(v) {
+                    let z = zero(self.b, x.dtype.unwrap_or(DType::F32));
+                    slot.insert(self.b.var(z));
+                }
+            }
+        }
+        for e in 0..k.exprs.len() {
+            if self.s.facts.active[e] {
+                let z = zero(self.b, self.dtype(e));
+                let var = self.b.var(z);
+                self.adj.insert(e, var);
+            }
+        }
+    }
+
+    /// Recomputes the forward program (without its writes), filling tapes and snapshots.
+    fn forward(&mut self) {
+        let k = self.s.k;
+        for e in 0..k.exprs.len() {
+            let snaps: Vec<((usize, usize), ValueId)> = self
+                .snap
+                .iter()
+                .filter(|((x, _), _)| *x == e)
+                .map(|(&key, &v)| (key, v))
+                .collect();
+            for ((_, slot), var) in snaps {
+                let value = self.fwd[self.operand(e, slot) as usize];
+                self.b.assign(var, value);
+            }
+            match &k.exprs[e].inst {
+                Inst::Write { .. } => continue,
+                Inst::Position { axis } => {
+                    self.fwd[e] = self.pos[*axis as usize];
+                    continue;
+                }
+                _ => {}
+            }
+            let mut x = self.s.dag.expressions[e].clone();
+            for o in x.operands.iter_mut() {
+                *o = self.fwd[*o as usize];
+            }
+            self.fwd[e] = self.b.raw(x);
+            if let Some(&t) = self.tape.get(&e) {
+                self.b.assign(t, self.fwd[e]);
+            }
+        }
+    }
+
+    /// The forward value of operand `slot` of `e`, as the backward walk sees it.
+    fn value_at(&mut self, e: usize, slot: usize) -> ValueId {
+        if let Some(&s) = self.snap.get(&(e, slot)) {
+            return s;
+        }
+        self.value_of(self.operand(e, slot) as usize)
+    }
+
+    /// The forward value of (non-variable) expression `v`, as the backward walk sees it.
+    fn value_of(&mut self, v: usize) -> ValueId {
+        let x = &self.s.k.exprs[v];
+        match &x.inst {
+            Inst::Position { axis } => self.pos[*axis as usize],
+            Inst::Const(_) if x.block.is_some() => {
+                let c = self.s.dag.expressions[v].clone();
+                self.b.raw(c)
+            }
+            _ => match self.tape.get(&v) {
+                Some(&t) => t,
+                None => self.fwd[v],
+            },
+        }
+    }
+
+    /// `adj[target] += c`.
+    fn add_adj(&mut self, target: ValueId, c: ValueId) {
+        if let Some(&a) = self.adj.get(&(target as usize)) {
+            let sum = self.b.op(Op::Add, &[a, c]);
+            self.b.assign(a, sum);
+        }
+    }
+
+    fn partial(&mut self, p: &Partial, e: usize, d: DType) -> ValueId {
+        match p {
+            Partial::A => self.value_at(e, 0),
+            Partial::B => self.value_at(e, 1),
+            Partial::C => self.value_at(e, 2),
+            Partial::R => self.value_of(e),
+            Partial::K(f) => self.b.constant(d, Literal::Float(*f)),
+            Partial::Un(op, x) => {
+                let x = self.partial(x, e, d);
+                self.b.op(*op, &[x])
+            }
+            Partial::Bin(op, x, y) | Partial::Cmp(op, x, y) => {
+                let x = self.partial(x, e, d);
+                let y = self.partial(y, e, d);
+                self.b.op(*op, &[x, y])
+            }
+            Partial::Sel(c, t, f) => {
+                let c = self.partial(c, e, d);
+                let t = self.partial(t, e, d);
+                let f = self.partial(f, e, d);
+                self.b.op(Op::Select, &[c, t, f])
+            }
+        }
+    }
+
+    /// The backward walk over expressions `lo..hi` (one block level), last first.
+    fn reverse(&mut self, lo: usize, hi: usize) {
+        let k = self.s.k;
+        let mut e = hi;
+        while e > lo {
+            e -= 1;
+            if let Inst::EndIf { if_ } = k.exprs[e].inst {
+                let i = if_ as usize;
+                if let Inst::If { else_, end, .. } = k.exprs[i].inst {
+                    if self.s.has_work(i + 1, end as usize) {
+                        let c = self.value_at(i, 0);
+                        self.b.if_(c);
+                        let then_end = else_.map_or(end, |x| x) as usize;
+                        self.reverse(i + 1, then_end);
+                        if let Some(el) = else_ {
+                            self.b.else_();
+                            self.reverse(el as usize + 1, end as usize);
+                        }
+                        self.b.end_if();
+                    }
+                }
+                e = i;
+                continue;
+            }
+            self.step(e);
+        }
+    }
+
+    /// The backward step of one straight-line expression.
+    fn step(&mut self, e: usize) {
+        let k = self.s.k;
+        if self.s.seeded_write(e) {
+            let Inst::Write {
+                tensor,
+                indices,
+                value,
+            } = &k.exprs[e].inst
+            else {
+                return;
+            };
+            let input = self.s.adjoint_inputs[tensor.index as usize].unwrap_or(0);
+            let idx: Vec<ValueId> = (0..indices.len()).map(|s| self.value_at(e, s)).collect();
+            let g = self.b.read(IN, input, &idx);
+            self.add_adj(*value, g);
+            return;
+        }
+        if let Inst::Assign { variable, value } = k.exprs[e].inst {
+            if let Some(&a) = self.adj.get(&(variable as usize)) {
+                self.add_adj(value, a);
+                let z = zero(self.b, self.dtype(variable as usize));
+                self.b.assign(a, z);
+            }
+            return;
+        }
+        if !self.s.facts.active[e] {
+            return;
+        }
+        let d = self.dtype(e);
+        let g = self.adj[&e];
+        match &k.exprs[e].inst {
+            Inst::Variable { init } => self.add_adj(*init, g),
+            Inst::Cast { value } => {
+                let to = self.dtype(*value as usize);
+                let c = self.b.cast(g, to);
+                self.add_adj(*value, c);
+            }
+            Inst::Select {
+                if_true, if_false, ..
+            } => {
+                let c = self.value_at(e, 0);
+                let z = zero(self.b, d);
+                if self.s.facts.active[*if_true as usize] {
+                    let t = self.b.op(Op::Select, &[c, g, z]);
+                    self.add_adj(*if_true, t);
+                }
+                if self.s.facts.active[*if_false as usize] {
+                    let f = self.b.op(Op::Select, &[c, z, g]);
+                    self.add_adj(*if_false, f);
+                }
+            }
+            Inst::Unary { op, .. } | Inst::Binary { op, .. } => {
+                if let Rule::Partials(ps) = rule(*op) {
+                    self.through(e, ps, g, d);
+                }
+            }
+            Inst::Fma { .. } => {
+                const FMA: [Partial; 3] = [Partial::B, Partial::A, Partial::K(1.0)];
+                self.through(e, &FMA, g, d);
+            }
+            _ => {}
+        }
+    }
+
+    /// Sends `g` times each partial to the operand it belongs to.
+    fn through(&mut self, e: usize, partials: &[Partial], g: ValueId, d: DType) {
+        for (slot, o) in flows(self.s.k, e) {
+            if !self.s.facts.active[o as usize] {
+                continue;
+            }
+            let c = match partials[slot] {
+                Partial::K(one) if one == 1.0 => g,
+                Partial::K(m) if m == -1.0 => self.b.op(Op::Neg, &[g]),
+                ref p => {
+                    let p = self.partial(p, e, d);
+                    self.b.op(Op::Mul, &[g, p])
+                }
+            };
+            self.add_adj(o, c);
+        }
+    }
+}

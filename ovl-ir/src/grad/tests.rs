@@ -1,0 +1,91 @@
+//! Structural tests of the pass; the values are checked against central differences on the
+//! interpreter and the C++ backend in `tests/autodiff_derived.rs`.
+
+use super::*;
+use crate::builder::{Builder, IN, OUT};
+use crate::DType;
+
+/// out[i, j] = tanh(x[i, j]) * b[j]: x read at the worker's element, b broadcast.
+fn bias_tanh() -> ir::ExpressionDag {
+    let mut b = Builder::new("bias_tanh", &[2, 3]);
+    b.input(DType::F64, &[2, 3]);
+    b.input(DType::F64, &[3]);
+    b.output(DType::F64, &[2, 3]);
+    let (i, j) = (b.position(0), b.position(1));
+    let x = b.read(IN, 0, &[i, j]);
+    let t = b.op(Op::Tanh, &[x]);
+    let bj = b.read(IN, 1, &[j]);
+    let y = b.op(Op::Mul, &[t, bj]);
+    b.write(OUT, 0, &[i, j], y);
+    b.build()
+}
+
+#[test]
+fn elementwise_inputs_share_the_forward_workgroup_and_broadcasts_gather() {
+    let dag = bias_tanh();
+    crate::validate::validate(&dag).unwrap();
+    let ops = derive(&dag, &[true, true], &[true]).unwrap();
+    assert_eq!(ops.len(), 2);
+    assert_eq!(ops[0].outputs, vec![0]);
+    assert_eq!(ops[0].dag.workgroup_shape, vec![2, 3]);
+    assert_eq!(ops[1].outputs, vec![1]);
+    assert_eq!(ops[1].dag.workgroup_shape, vec![3]);
+    assert_eq!(
+        ops[0].inputs,
+        vec![
+            GradInput::Forward(0),
+            GradInput::Forward(1),
+            GradInput::Adjoint(0)
+        ]
+    );
+    // Only what is wanted.
+    let ops = derive(&dag, &[false, true], &[true]).unwrap();
+    assert_eq!(ops.len(), 1);
+    assert_eq!(ops[0].outputs, vec![1]);
+}
+
+#[test]
+fn constructs_that_are_not_differentiated_are_errors_naming_the_operator() {
+    let mut b = Builder::new("looped", &[2]);
+    b.input(DType::F64, &[2]);
+    b.output(DType::F64, &[2]);
+    let i = b.position(0);
+    let x = b.read(IN, 0, &[i]);
+    let v = b.var(x);
+    let (z, n, one) = (b.i64(0), b.i64(3), b.i64(1));
+    b.range(z, n, one);
+    let s = b.op(Op::Mul, &[v, v]);
+    b.assign(v, s);
+    b.end_range();
+    b.write(OUT, 0, &[i], v);
+    let dag = b.build();
+    crate::validate::validate(&dag).unwrap();
+    let e = derive(&dag, &[true], &[true]).unwrap_err();
+    assert_eq!(e.construct, Construct::CountedLoop);
+    assert_eq!(e.operator, "looped");
+    assert!(e.to_string().contains("src/ops.rs:12"), "{e}");
+
+    // A gather: x[idx[i]].
+    let mut b = Builder::new("gather", &[2]);
+    b.input(DType::F64, &[4]);
+    b.input(DType::I64, &[2]);
+    b.output(DType::F64, &[2]);
+    let i = b.position(0);
+    let k = b.read(IN, 1, &[i]);
+    let x = b.read(IN, 0, &[k]);
+    b.write(OUT, 0, &[i], x);
+    let dag = b.build();
+    let e = derive(&dag, &[true, false], &[true]).unwrap_err();
+    assert_eq!(e.construct, Construct::DataDependentRead { input: 0 });
+
+    // Two workers writing one element.
+    let mut b = Builder::new("shared", &[2]);
+    b.input(DType::F64, &[2]);
+    b.output(DType::F64, &[1]);
+    let i = b.position(0);
+    let x = b.read(IN, 0, &[i]);
+    let z = b.i64(0);
+    b.write(OUT, 0, &[z], x);
+    let e = derive(&b.build(), &[true], &[true]).unwrap_err();
+    assert_eq!(e.construct, Construct::SharedWrite { output: 0 });
+}
