@@ -111,6 +111,8 @@ pub use ovl_core::autodiff::{
     BackwardCacheStats, GradError, GradientCall, GradientFn, Gradients,
 };
 pub use ovl_core::broadcast;
+/// Why a gradient could not be derived from an operator's IR (inside [`GradError::Underivable`]).
+pub use ovl_core::grad::{Construct, DeriveError};
 pub use ovl_core::lazy::Graph;
 /// Memoized operator traces: a call with the same input dtypes and shapes and trace-time
 /// arguments reuses its traced IR instead of running the operator's body again (see

@@ -105,11 +105,7 @@ pub fn rule(op: Op) -> Rule {
         Cosh => Rule::Partials(&[Un(Sinh, &A)]),
         Tanh => Rule::Partials(&[Bin(Sub, &K(1.0), &Bin(Mul, &R, &R))]),
         Sigmoid => Rule::Partials(&[Bin(Mul, &R, &Bin(Sub, &K(1.0), &R))]),
-        Erf => Rule::Partials(&[Bin(
-            Mul,
-            &K(TWO_OVER_SQRT_PI),
-            &Un(Exp, &Un(Neg, &A2)),
-        )]),
+        Erf => Rule::Partials(&[Bin(Mul, &K(TWO_OVER_SQRT_PI), &Un(Exp, &Un(Neg, &A2)))]),
         Ceil | Floor | Round => Rule::Zero,
         Isinf | Isfinite | Isnan | Not => Rule::NoFloatResult,
         Add => Rule::Partials(&[K(1.0), K(1.0)]),

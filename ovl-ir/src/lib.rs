@@ -15,11 +15,11 @@ pub mod derivatives;
 pub mod dtype;
 pub mod error;
 pub mod fast_hash;
-pub mod grad;
 /// Hand-built programs the tests of every crate share: only with the feature `testing` (which
 /// the crates' dev-dependencies turn on), never in a build of the library for users.
 #[cfg(any(test, feature = "testing"))]
 pub mod fixtures;
+pub mod grad;
 pub mod hash;
 pub mod host;
 pub mod intervals;

@@ -151,10 +151,10 @@ pub fn injective(map: &IndexMap, w: &[u64]) -> bool {
 /// Whether every worker of `w` accesses an element inside `shape`.
 pub fn in_bounds(map: &IndexMap, w: &[u64], shape: &[u64]) -> bool {
     map.len() == shape.len()
-        && map.iter().zip(shape).all(|(a, &n)| {
-            a.range(w)
-                .is_some_and(|(lo, hi)| lo >= 0 && hi < n as i128)
-        })
+        && map
+            .iter()
+            .zip(shape)
+            .all(|(a, &n)| a.range(w).is_some_and(|(lo, hi)| lo >= 0 && hi < n as i128))
 }
 
 /// Whether two maps never give one element over the workgroup: in some index both have the
@@ -162,9 +162,8 @@ pub fn in_bounds(map: &IndexMap, w: &[u64], shape: &[u64]) -> bool {
 pub fn disjoint(x: &IndexMap, y: &IndexMap, w: &[u64]) -> bool {
     x.iter().zip(y).any(|(a, b)| {
         a.coeffs == b.coeffs
-            && a.range(w).is_some_and(|(lo, hi)| {
-                (a.constant as i128 - b.constant as i128).abs() > hi - lo
-            })
+            && a.range(w)
+                .is_some_and(|(lo, hi)| (a.constant as i128 - b.constant as i128).abs() > hi - lo)
     })
 }
 

@@ -131,7 +131,10 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
     // output, and no worker writes an element twice (several writes only in exclusive branches).
     let mut writes: Vec<Vec<(usize, IndexMap)>> = vec![Vec::new(); k.outputs.len()];
     for (e, x) in k.exprs.iter().enumerate() {
-        let Inst::Write { tensor, indices, .. } = &x.inst else {
+        let Inst::Write {
+            tensor, indices, ..
+        } = &x.inst
+        else {
             continue;
         };
         if tensor.kind != TensorKind::Output || !seeded[tensor.index as usize] {

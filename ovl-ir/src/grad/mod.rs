@@ -199,9 +199,10 @@ pub fn derive(
         let ok = maps
             .iter()
             .all(|m| in_bounds(m, &w, shape) && injective(m, &w))
-            && maps.iter().enumerate().all(|(a, x)| {
-                maps[a + 1..].iter().all(|y| disjoint(x, y, &w))
-            });
+            && maps
+                .iter()
+                .enumerate()
+                .all(|(a, x)| maps[a + 1..].iter().all(|y| disjoint(x, y, &w)));
         if ok {
             direct.push(i);
         } else {
@@ -355,9 +356,7 @@ fn gather(
             conds.push(b.op(Op::Eq, &[v, q[d]]));
         }
     }
-    let guard = conds
-        .into_iter()
-        .reduce(|x, y| b.op(Op::And, &[x, y]));
+    let guard = conds.into_iter().reduce(|x, y| b.op(Op::And, &[x, y]));
     if let Some(g) = guard {
         b.if_(g);
     }
@@ -374,11 +373,7 @@ fn gather(
 }
 
 /// Validates a built gradient operator.
-fn finish(
-    b: Builder,
-    outputs: Vec<u32>,
-    inputs: &[GradInput],
-) -> Result<GradOperator, Construct> {
+fn finish(b: Builder, outputs: Vec<u32>, inputs: &[GradInput]) -> Result<GradOperator, Construct> {
     let dag = b.build();
     crate::validate::validate(&dag).map_err(|e| Construct::Internal(e.to_string()))?;
     Ok(GradOperator {

@@ -60,10 +60,7 @@ impl Sweep<'_> {
         st.forward();
         st.reverse(0, n);
         (0..n)
-            .filter(|&e| {
-                self.facts.active[e]
-                    && matches!(self.k.exprs[e].inst, Inst::Read { .. })
-            })
+            .filter(|&e| self.facts.active[e] && matches!(self.k.exprs[e].inst, Inst::Read { .. }))
             .map(|e| (e as ValueId, st.adj[&e]))
             .collect()
     }
