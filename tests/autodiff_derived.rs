@@ -326,7 +326,7 @@ fn derived_gradients_equal_the_stdlib_hand_written_ones() {
         Lazy::from(b.clone()),
         Lazy::from(seed.clone()),
     );
-    let by_stdlib = ops::mul(&ops::tanh(ops::add(&xl, &bl)), &ops::sqrt(ops::exp(&xl)));
+    let by_stdlib = ops::mul(ops::tanh(ops::add(&xl, &bl)), ops::sqrt(ops::exp(&xl)));
     let derived = tanh_bias(&xl, &bl);
     let hand = ovl::backward(&[(&by_stdlib, &sl)], &[&xl, &bl]).unwrap();
     let auto = ovl::backward(&[(&derived, &sl)], &[&xl, &bl]).unwrap();
@@ -341,7 +341,7 @@ fn derived_gradients_equal_the_stdlib_hand_written_ones() {
 
 /// A written gradient wins over the derived one; `gradient = auto` derives explicitly.
 fn ten_times(_x: Lazy<f64>, dy: Lazy<f64>) -> Lazy<f64> {
-    ops::mul(&dy, &Lazy::from(ArrayD::from_elem(IxDyn(&[3]), 10.0)))
+    ops::mul(&dy, Lazy::from(ArrayD::from_elem(IxDyn(&[3]), 10.0)))
 }
 
 #[operator(gradient = ten_times)]
@@ -451,7 +451,7 @@ fn constructs_that_are_not_differentiated_are_errors_naming_the_operator_and_lin
     let e = underivable(ovl::backward(&[(&y, &seed)], &[&table]).unwrap_err());
     assert_eq!(e.construct, Construct::DataDependentRead { input: 0 });
 
-    let y = scatter(&v, &idx.clone());
+    let y = scatter(&v, &idx);
     let e = underivable(ovl::backward(&[(&y, &seed)], &[&v]).unwrap_err());
     assert_eq!(e.construct, Construct::DataDependentWrite { output: 0 });
 }

@@ -430,8 +430,8 @@ impl State<'_, '_> {
                 continue;
             }
             let c = match partials[slot] {
-                Partial::K(one) if one == 1.0 => g,
-                Partial::K(m) if m == -1.0 => self.b.op(Op::Neg, &[g]),
+                Partial::K(1.0) => g,
+                Partial::K(-1.0) => self.b.op(Op::Neg, &[g]),
                 ref p => {
                     let p = self.partial(p, e, d);
                     self.b.op(Op::Mul, &[g, p])
