@@ -305,6 +305,86 @@ fn lstm_cell_forward_and_derived_backward_fuse_into_one_kernel() {
     }
 }
 
+/// A counted loop summing into a variable: `sum_j sin(x[r, j]) * w[j]`.
+#[operator]
+fn row_sums(x: Tensor<f64>, w: Tensor<f64>) -> Tensor<f64> {
+    let [rows, cols] = x.dims::<2>();
+    let r = position_in([rows])[0];
+    let out = output([rows]);
+    let mut s = variable(0.0f64);
+    for j in 0..cols {
+        s += sin(x[[r, j]]) * w[[j]];
+    }
+    out[[r]] = s * s;
+    out
+}
+
+#[test]
+fn counted_loop_summing_into_a_variable() {
+    check(
+        "row_sums",
+        &|xs| vec![row_sums(&xs[0], &xs[1])],
+        vec![values(&[3, 4], 30, -1.5, 1.5), values(&[4], 31, -1.0, 1.0)],
+    );
+}
+
+/// A row kernel: the mean by a sum accumulator, then a loop writing the row (the pattern of
+/// the standard library's normalisations).
+#[operator]
+fn centered_tanh(x: Tensor<f64>) -> Tensor<f64> {
+    let [rows, cols] = x.dims::<2>();
+    let r = position_in([rows])[0];
+    let out = output([rows, cols]);
+    let mut total = sum_of(0.0f64);
+    for j in 0..cols {
+        total += x[[r, j]] * x[[r, j]];
+    }
+    let mean = total / cols as f64;
+    for j in 0..cols {
+        out[[r, j]] = tanh(x[[r, j]] - mean);
+    }
+    out
+}
+
+#[test]
+fn sum_reduction_and_a_loop_writing_the_row() {
+    check(
+        "centered_tanh",
+        &|xs| vec![centered_tanh(&xs[0])],
+        vec![values(&[3, 5], 32, -1.5, 1.5)],
+    );
+}
+
+/// A valid 1-D convolution: `out[i] = sum_k w[k] * x[i + k]`, read in a loop at the worker's
+/// position plus the loop's index (both gradients gathered), with an `if` inside the loop.
+#[operator]
+fn conv1d(x: Tensor<f64>, w: Tensor<f64>) -> Tensor<f64> {
+    let [n] = x.dims::<1>();
+    let [taps] = w.dims::<1>();
+    let i = position_in([n - taps + 1])[0];
+    let out = output([n - taps + 1]);
+    let mut s = variable(0.0f64);
+    for k in 0..taps {
+        let v = x[[i + k]];
+        if v > 0.0 {
+            s += w[[k]] * v * v;
+        } else {
+            s += w[[k]] * sin(v);
+        }
+    }
+    out[[i]] = tanh(s);
+    out
+}
+
+#[test]
+fn convolution_with_a_branch_in_the_loop() {
+    check(
+        "conv1d",
+        &|xs| vec![conv1d(&xs[0], &xs[1])],
+        vec![values(&[9], 33, -1.5, 1.5), values(&[3], 34, -1.0, 1.0)],
+    );
+}
+
 // ---------------------------------------------------------------- vs hand-written gradients
 
 #[operator]
@@ -377,15 +457,28 @@ fn a_written_gradient_wins_and_auto_derives() {
 // ---------------------------------------------------------------- errors
 
 #[operator]
-fn row_sums(x: Tensor<f64>) -> Tensor<f64> {
+fn row_products(x: Tensor<f64>) -> Tensor<f64> {
     let [rows, cols] = x.dims::<2>();
     let r = position_in([rows])[0];
     let out = output([rows]);
-    let mut s = variable(0.0f64);
+    let mut p = variable(1.0f64);
     for j in 0..cols {
-        s += x[[r, j]];
+        p = p * x[[r, j]];
     }
-    out[[r]] = s;
+    out[[r]] = p;
+    out
+}
+
+#[operator]
+fn row_max(x: Tensor<f64>) -> Tensor<f64> {
+    let [rows, cols] = x.dims::<2>();
+    let r = position_in([rows])[0];
+    let out = output([rows]);
+    let mut m = max_of(x[[r, 0]]);
+    for j in 1..cols {
+        m.update(x[[r, j]]);
+    }
+    out[[r]] = m;
     out
 }
 
@@ -430,15 +523,20 @@ fn underivable(err: GradError) -> ovl::DeriveError {
 fn constructs_that_are_not_differentiated_are_errors_naming_the_operator_and_line() {
     let x = Lazy::from(values(&[3, 4], 20, 0.5, 3.0));
     let seed = Lazy::from(values(&[3], 21, -1.0, 1.0));
-    let y = row_sums(&x);
+    let y = row_products(&x);
     let e = underivable(ovl::backward(&[(&y, &seed)], &[&x]).unwrap_err());
-    assert_eq!(e.construct, Construct::CountedLoop);
-    assert_eq!(e.operator, "row_sums");
+    assert_eq!(e.construct, Construct::LoopCarried);
+    assert_eq!(e.operator, "row_products");
     let msg = e.to_string();
     assert!(
-        msg.contains("row_sums") && msg.contains("autodiff_derived.rs:") && msg.contains("loop"),
+        msg.contains("row_products")
+            && msg.contains("autodiff_derived.rs:")
+            && msg.contains("loop"),
         "{msg}"
     );
+    let y = row_max(&x);
+    let e = underivable(ovl::backward(&[(&y, &seed)], &[&x]).unwrap_err());
+    assert_eq!(e.construct, Construct::Reduction { combiner: "max" });
 
     let v = Lazy::from(values(&[3], 22, 0.5, 3.0));
     let y = halve_until_small(&v);

@@ -5,13 +5,16 @@
 use crate::ir::Op;
 use crate::typed::{Inst, Kernel, ValueId};
 
-/// `constant + sum(coeffs[k] * p_k)` over the forward workgroup's axes.
+/// `constant + sum(coeffs[k] * p_k) + sum(c * index of loop)` over the forward workgroup's
+/// axes and the indices of enclosing counted loops.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Affine {
     /// One coefficient per workgroup axis.
     pub coeffs: Vec<i64>,
     /// The constant term.
     pub constant: i64,
+    /// Coefficients of loop indices (the RANGE expression), sorted by loop, none zero.
+    pub loops: Vec<(ValueId, i64)>,
 }
 
 impl Affine {
@@ -19,6 +22,7 @@ impl Affine {
         Affine {
             coeffs: vec![0; rank],
             constant: c,
+            loops: Vec::new(),
         }
     }
 
@@ -29,15 +33,32 @@ impl Affine {
             .zip(&other.coeffs)
             .map(|(&a, &b)| a.checked_add(b.checked_mul(sign)?))
             .collect::<Option<Vec<_>>>()?;
+        let mut loops = self.loops.clone();
+        for &(l, c) in &other.loops {
+            let c = c.checked_mul(sign)?;
+            match loops.iter_mut().find(|(m, _)| *m == l) {
+                Some(slot) => slot.1 = slot.1.checked_add(c)?,
+                None => loops.push((l, c)),
+            }
+        }
+        loops.retain(|&(_, c)| c != 0);
+        loops.sort_unstable();
         Some(Affine {
             coeffs,
             constant: self
                 .constant
                 .checked_add(other.constant.checked_mul(sign)?)?,
+            loops,
         })
     }
 
     fn scale(&self, k: i64) -> Option<Affine> {
+        let mut loops = self
+            .loops
+            .iter()
+            .map(|&(l, c)| Some((l, c.checked_mul(k)?)))
+            .collect::<Option<Vec<_>>>()?;
+        loops.retain(|&(_, c)| c != 0);
         Some(Affine {
             coeffs: self
                 .coeffs
@@ -45,12 +66,20 @@ impl Affine {
                 .map(|&a| a.checked_mul(k))
                 .collect::<Option<Vec<_>>>()?,
             constant: self.constant.checked_mul(k)?,
+            loops,
         })
     }
 
-    /// The one axis this map depends on, with its coefficient; `None` for a constant or a map
-    /// of several axes.
+    fn is_constant(&self) -> bool {
+        self.loops.is_empty() && self.coeffs.iter().all(|&c| c == 0)
+    }
+
+    /// The one axis this map depends on, with its coefficient; `None` for a constant, a map
+    /// of several axes or one with a loop index.
     pub fn single_axis(&self) -> Option<(usize, i64)> {
+        if !self.loops.is_empty() {
+            return None;
+        }
         let mut found = None;
         for (k, &a) in self.coeffs.iter().enumerate() {
             if a != 0 {
@@ -63,9 +92,12 @@ impl Affine {
         found
     }
 
-    /// The smallest and largest value over the workgroup `w` (`None` on overflow or for an
-    /// empty workgroup).
+    /// The smallest and largest value over the workgroup `w` (`None` on overflow, for an
+    /// empty workgroup or with a loop index).
     pub fn range(&self, w: &[u64]) -> Option<(i128, i128)> {
+        if !self.loops.is_empty() {
+            return None;
+        }
         let mut lo = self.constant as i128;
         let mut hi = lo;
         for (&a, &d) in self.coeffs.iter().zip(w) {
@@ -92,6 +124,11 @@ pub fn affine_of(k: &Kernel, v: ValueId, rank: usize) -> Option<Affine> {
         Inst::Position { axis } => {
             let mut a = Affine::constant(rank, 0);
             *a.coeffs.get_mut(*axis as usize)? = 1;
+            Some(a)
+        }
+        Inst::Range { .. } => {
+            let mut a = Affine::constant(rank, 0);
+            a.loops.push((v, 1));
             Some(a)
         }
         Inst::Const(lit) => {
@@ -123,8 +160,8 @@ pub fn affine_of(k: &Kernel, v: ValueId, rank: usize) -> Option<Affine> {
             match op {
                 Op::Add => x.combine(&y, 1),
                 Op::Sub => x.combine(&y, -1),
-                Op::Mul if y.coeffs.iter().all(|&c| c == 0) => x.scale(y.constant),
-                Op::Mul if x.coeffs.iter().all(|&c| c == 0) => y.scale(x.constant),
+                Op::Mul if y.is_constant() => x.scale(y.constant),
+                Op::Mul if x.is_constant() => y.scale(x.constant),
                 _ => None,
             }
         }
@@ -138,14 +175,34 @@ pub fn index_map(k: &Kernel, indices: &[ValueId], rank: usize) -> Option<IndexMa
 }
 
 /// Whether two workers never share an element: each axis of extent > 1 is alone, with a
-/// non-zero coefficient, in some index.
+/// non-zero coefficient, in some index, and no index names a loop.
 pub fn injective(map: &IndexMap, w: &[u64]) -> bool {
-    w.iter().enumerate().all(|(axis, &n)| {
+    map.iter().all(|a| a.loops.is_empty())
+        && w.iter().enumerate().all(|(axis, &n)| {
+            n <= 1
+                || map
+                    .iter()
+                    .any(|a| matches!(a.single_axis(), Some((k, c)) if k == axis && c != 0))
+        })
+}
+
+/// Whether no element is written twice by a write inside `loops` (innermost first) over the
+/// workgroup `w`: each axis of extent > 1 and each of the loops is alone, with a non-zero
+/// coefficient, in some index.
+pub fn injective_in_loops(map: &IndexMap, w: &[u64], loops: &[ValueId]) -> bool {
+    let alone = |l: ValueId| {
+        map.iter().any(|a| {
+            a.coeffs.iter().all(|&c| c == 0) && matches!(a.loops[..], [(m, c)] if m == l && c != 0)
+        })
+    };
+    let named = map.iter().flat_map(|a| a.loops.iter().map(|&(l, _)| l));
+    let axes = w.iter().enumerate().all(|(axis, &n)| {
         n <= 1
             || map
                 .iter()
                 .any(|a| matches!(a.single_axis(), Some((k, c)) if k == axis && c != 0))
-    })
+    });
+    axes && loops.iter().all(|&l| alone(l)) && named.into_iter().all(alone)
 }
 
 /// Whether every worker of `w` accesses an element inside `shape`.
@@ -176,6 +233,7 @@ mod tests {
             .map(|(c, k)| Affine {
                 coeffs: c.to_vec(),
                 constant: *k,
+                loops: Vec::new(),
             })
             .collect()
     }

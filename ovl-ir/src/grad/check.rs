@@ -3,7 +3,7 @@
 //! a differentiated input and reaches a write of an output that has an adjoint), and the index
 //! maps of the accesses that matter.
 
-use super::affine::{index_map, injective, IndexMap};
+use super::affine::{index_map, injective_in_loops, IndexMap};
 use super::Construct;
 use crate::derivatives::{rule, Rule};
 use crate::ir::TensorKind;
@@ -34,7 +34,7 @@ pub(super) fn flows(k: &Kernel, e: usize) -> Vec<(usize, ValueId)> {
             if_true, if_false, ..
         } => vec![(1, *if_true), (2, *if_false)],
         Inst::Cast { value } if float(*value) => vec![(0, *value)],
-        Inst::Variable { init } => vec![(0, *init)],
+        Inst::Variable { init } | Inst::Accumulator { init, .. } => vec![(0, *init)],
         _ => Vec::new(),
     }
 }
@@ -44,19 +44,21 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
     for x in &k.exprs {
         match x.inst {
             Inst::WhileBegin { .. } => return Err(Construct::WhileLoop),
-            Inst::Range { .. } => return Err(Construct::CountedLoop),
-            Inst::Accumulator { .. } => return Err(Construct::Reduction),
             Inst::LocalTensor { .. } => return Err(Construct::LocalTensor),
             _ => {}
         }
     }
     let n = k.exprs.len();
     let is_float = |e: usize| k.exprs[e].dtype.is_some_and(|d| d.is_float());
-    // Assignments of each variable.
+    // Assignments of each variable, values accumulated into each accumulator.
     let mut assigns: Vec<Vec<ValueId>> = vec![Vec::new(); n];
     for x in &k.exprs {
-        if let Inst::Assign { variable, value } = x.inst {
-            assigns[variable as usize].push(value);
+        match x.inst {
+            Inst::Assign { variable, value } => assigns[variable as usize].push(value),
+            Inst::Accumulate {
+                accumulator, value, ..
+            } => assigns[accumulator as usize].push(value),
+            _ => {}
         }
     }
     // Forward: values that depend on a differentiated read.
@@ -72,7 +74,7 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
                     tensor.kind == TensorKind::Input
                         && wanted.get(tensor.index as usize).copied().unwrap_or(false)
                 }
-                Inst::Variable { .. } => {
+                Inst::Variable { .. } | Inst::Accumulator { .. } => {
                     flows(k, e).iter().any(|&(_, o)| varied[o as usize])
                         || assigns[e].iter().any(|&v| varied[v as usize])
                 }
@@ -111,7 +113,10 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
             for (_, o) in flows(k, e) {
                 mark(o);
             }
-            if matches!(k.exprs[e].inst, Inst::Variable { .. }) {
+            if matches!(
+                k.exprs[e].inst,
+                Inst::Variable { .. } | Inst::Accumulator { .. }
+            ) {
                 for &v in &assigns[e] {
                     mark(v);
                 }
@@ -124,6 +129,16 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
     let active: Vec<bool> = (0..n)
         .map(|e| varied[e] && useful[e] && is_float(e))
         .collect();
+    // Only sums are differentiated among reductions.
+    for (e, x) in k.exprs.iter().enumerate() {
+        if let Inst::Accumulator { combiner, .. } = x.inst {
+            if active[e] && combiner != crate::ops::Combiner::Sum {
+                return Err(Construct::Reduction {
+                    combiner: combiner.name(),
+                });
+            }
+        }
+    }
 
     let w = workgroup(k)?;
     let rank = w.len();
@@ -142,7 +157,8 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
         }
         let output = tensor.index;
         let map = index_map(k, indices, rank).ok_or(Construct::DataDependentWrite { output })?;
-        if !injective(&map, &w) {
+        let loops: Vec<ValueId> = k.enclosing_loops(e).collect();
+        if !injective_in_loops(&map, &w, &loops) {
             return Err(Construct::SharedWrite { output });
         }
         for (other, m) in &writes[output as usize] {

@@ -44,6 +44,7 @@ use crate::dtype::Literal;
 use crate::ir::{self, Op};
 use crate::typed::{Kernel, ValueId};
 use affine::{disjoint, in_bounds, injective};
+use std::collections::HashMap;
 use thiserror::Error;
 
 /// A construct the pass does not differentiate.
@@ -52,12 +53,16 @@ pub enum Construct {
     /// `while` loops run a data-dependent number of times.
     #[error("a `while` loop (its trip count depends on data) is not differentiated")]
     WhileLoop,
-    /// Counted loops are not differentiated yet.
-    #[error("a counted loop (`for`) is not differentiated yet")]
-    CountedLoop,
-    /// Reductions (accumulators) are not differentiated yet.
-    #[error("a reduction (`sum`/`max`/... accumulator) is not differentiated yet")]
-    Reduction,
+    /// A counted loop whose iterations depend on each other other than through sums: a value
+    /// the backward pass needs is computed from a variable the loop updates (`p = p * x`).
+    #[error("a counted loop carries a value from one iteration to the next that the gradient needs (only sums may be carried: `s += f(..)`)")]
+    LoopCarried,
+    /// A product, min or max reduction on a float path.
+    #[error("a `{combiner}` reduction is not differentiated yet (only sums are)")]
+    Reduction {
+        /// `product`, `min` or `max`.
+        combiner: &'static str,
+    },
     /// Worker-local tensors are not differentiated yet.
     #[error("a worker-local tensor is not differentiated yet")]
     LocalTensor,
@@ -175,6 +180,7 @@ pub fn derive(
         facts: &facts,
         adjoint_inputs: &adjoint_inputs,
     };
+    sweep.check_loops().map_err(fail)?;
     let shell = |name: String, workgroup: &[u64]| {
         let mut b = Builder::new(&name, workgroup);
         b.dag.source = dag.source.clone();
@@ -196,9 +202,14 @@ pub fn derive(
         }
         let shape = &dag.inputs[i].shape;
         let maps = distinct_maps(reads);
-        let ok = maps
+        // Written by the reading worker: reads outside loops only (one adjoint per read).
+        let outside_loops = reads
             .iter()
-            .all(|m| in_bounds(m, &w, shape) && injective(m, &w))
+            .all(|&(e, _)| k.enclosing_loops(e as usize).next().is_none());
+        let ok = outside_loops
+            && maps
+                .iter()
+                .all(|m| in_bounds(m, &w, shape) && injective(m, &w))
             && maps
                 .iter()
                 .enumerate()
@@ -214,13 +225,16 @@ pub fn derive(
     if !direct.is_empty() {
         let mut b = shell(format!("{}_grad", dag.name), &dag.workgroup_shape);
         let pos: Vec<ValueId> = (0..w.len() as u32).map(|a| b.position(a)).collect();
-        let adj = sweep.emit(&mut b, &pos);
+        let adj = sweep.emit(&mut b, &pos, &HashMap::new());
         let mut outputs = Vec::new();
         for &i in &direct {
             let out = b.output(k.inputs[i].dtype, &dag.inputs[i].shape);
             for map in distinct_maps(&facts.reads[i]) {
                 let total = sum_of(&mut b, &facts.reads[i], &map, &adj);
-                let idx: Vec<ValueId> = map.iter().map(|a| emit_affine(&mut b, a, &pos)).collect();
+                let idx: Vec<ValueId> = map
+                    .iter()
+                    .map(|a| emit_affine(&mut b, a, &pos, &HashMap::new()))
+                    .collect();
                 b.write(OUT, out, &idx, total);
             }
             outputs.push(i as u32);
@@ -260,7 +274,7 @@ fn sum_of(
     b: &mut Builder,
     reads: &[(ValueId, IndexMap)],
     map: &IndexMap,
-    adj: &std::collections::HashMap<ValueId, ValueId>,
+    adj: &HashMap<ValueId, ValueId>,
 ) -> ValueId {
     let mut total: Option<ValueId> = None;
     for (e, m) in reads {
@@ -281,18 +295,33 @@ fn sum_of(
     total.unwrap_or(0)
 }
 
-/// `a` of the position values `pos`, in i64.
-fn emit_affine(b: &mut Builder, a: &Affine, pos: &[ValueId]) -> ValueId {
+/// `a` of the position values `pos` and loop indices `loops`, in i64.
+fn emit_affine(
+    b: &mut Builder,
+    a: &Affine,
+    pos: &[ValueId],
+    loops: &HashMap<ValueId, ValueId>,
+) -> ValueId {
     let mut v = b.i64(a.constant);
-    for (k, &c) in a.coeffs.iter().enumerate() {
+    let terms = a
+        .coeffs
+        .iter()
+        .enumerate()
+        .map(|(k, &c)| (pos[k], c))
+        .chain(
+            a.loops
+                .iter()
+                .map(|&(l, c)| (loops.get(&l).copied().unwrap_or(l), c)),
+        );
+    for (x, c) in terms.collect::<Vec<_>>() {
         if c == 0 {
             continue;
         }
         let term = if c == 1 {
-            pos[k]
+            x
         } else {
             let c = b.i64(c);
-            b.op(Op::Mul, &[pos[k], c])
+            b.op(Op::Mul, &[x, c])
         };
         v = b.op(Op::Add, &[v, term]);
     }
@@ -349,21 +378,36 @@ fn gather(
         }
     }
     let pos: Vec<ValueId> = p.into_iter().map(|v| v.unwrap_or(zero)).collect();
-    // The indices not used to solve must agree too.
+    // The indices not used to solve must agree too: those of the position alone here, those
+    // naming a loop's index at the read, in the iteration the backward walk is at.
+    let mut checks = Vec::new();
     for (d, a) in map.iter().enumerate() {
-        if !solved_by[d] {
-            let v = emit_affine(b, a, &pos);
+        if solved_by[d] {
+            continue;
+        }
+        if a.loops.is_empty() {
+            let v = emit_affine(b, a, &pos, &HashMap::new());
             conds.push(b.op(Op::Eq, &[v, q[d]]));
+        } else {
+            checks.push((a.clone(), q[d]));
         }
     }
     let guard = conds.into_iter().reduce(|x, y| b.op(Op::And, &[x, y]));
     if let Some(g) = guard {
         b.if_(g);
     }
-    let adj = sweep.emit(b, &pos);
-    let s = sum_of(b, reads, map, &adj);
-    let next = b.op(Op::Add, &[total, s]);
-    b.assign(total, next);
+    let sinks: HashMap<ValueId, sweep::Sink> = reads
+        .iter()
+        .filter(|(_, m)| m == map)
+        .map(|(e, _)| {
+            let sink = sweep::Sink {
+                total,
+                checks: checks.clone(),
+            };
+            (*e, sink)
+        })
+        .collect();
+    sweep.emit(b, &pos, &sinks);
     if guard.is_some() {
         b.end_if();
     }

@@ -8,6 +8,15 @@
 //! derivative needs it is copied at that point (a *snapshot*), since it may change afterwards.
 //! The backward walk mirrors the `if`s with the same conditions, so a branch that did not run
 //! contributes nothing (not zero times an infinite derivative).
+//!
+//! A counted loop is walked backwards by a loop over the same indices in reverse order, whose
+//! body first recomputes the forward body at that index (recompute, not store: no tape tensor
+//! whose size depends on the trip count, and the gradient stays an elementwise-style worker
+//! program that fuses), then walks it backwards. This is exact when every value the backward
+//! walk needs inside the loop is computed from the loop index and values from before the loop:
+//! the state carried from one iteration to the next may only be summed (`s += f(..)`, sum
+//! accumulators), whose derivative does not read it. Anything else is `LoopCarried`, checked by
+//! [`Sweep::check_loops`] before anything is emitted.
 
 use super::check::{flows, Facts};
 use crate::builder::{Builder, IN};
@@ -27,6 +36,14 @@ pub(super) struct Sweep<'a> {
     pub adjoint_inputs: &'a [Option<u32>],
 }
 
+/// Where the adjoint of a read goes when the backward walk reaches it: added to `total` where
+/// every `(index, q)` of `checks` agrees (indices that name a loop's index, evaluated at the
+/// iteration being walked).
+pub(super) struct Sink {
+    pub total: ValueId,
+    pub checks: Vec<(super::Affine, ValueId)>,
+}
+
 /// The emitted sweep of one worker.
 struct State<'s, 'a> {
     s: &'s Sweep<'a>,
@@ -38,14 +55,25 @@ struct State<'s, 'a> {
     tape: HashMap<usize, ValueId>,
     /// (expression, operand slot) -> the snapshot of the variable it reads there.
     snap: HashMap<(usize, usize), ValueId>,
+    /// (loop, variable declared before it) -> the variable's value when the loop started.
+    entry: HashMap<(usize, usize), ValueId>,
     /// Active expression -> its adjoint variable.
     adj: HashMap<usize, ValueId>,
+    /// Loop -> its index in the backward walk's iteration.
+    loop_index: HashMap<ValueId, ValueId>,
+    sinks: &'s HashMap<ValueId, Sink>,
 }
 
 impl Sweep<'_> {
-    /// Emits the sweep of the worker at `pos` into `b` at its current point; returns the
-    /// adjoint variable of each active read of an input (by the read's expression).
-    pub fn emit(&self, b: &mut Builder, pos: &[ValueId]) -> HashMap<ValueId, ValueId> {
+    /// Emits the sweep of the worker at `pos` into `b` at its current point; the adjoint of a
+    /// read with a sink goes there; returns the adjoint variable of each active read of an
+    /// input (by the read's expression), final for reads outside loops.
+    pub fn emit(
+        &self,
+        b: &mut Builder,
+        pos: &[ValueId],
+        sinks: &HashMap<ValueId, Sink>,
+    ) -> HashMap<ValueId, ValueId> {
         let n = self.k.exprs.len();
         let mut st = State {
             s: self,
@@ -54,10 +82,13 @@ impl Sweep<'_> {
             fwd: vec![0; n],
             tape: HashMap::new(),
             snap: HashMap::new(),
+            entry: HashMap::new(),
             adj: HashMap::new(),
+            loop_index: HashMap::new(),
+            sinks,
         };
         st.declare();
-        st.forward();
+        st.recompute(0, n, None);
         st.reverse(0, n);
         (0..n)
             .filter(|&e| self.facts.active[e] && matches!(self.k.exprs[e].inst, Inst::Read { .. }))
@@ -111,6 +142,100 @@ impl Sweep<'_> {
     /// Whether the backward walk does anything for expressions `lo..hi`.
     fn has_work(&self, lo: usize, hi: usize) -> bool {
         (lo..hi).any(|e| self.facts.active[e] || self.seeded_write(e))
+    }
+
+    /// The operand slots of `e` that read a value (not the variable an ASSIGN or ACCUMULATE
+    /// updates).
+    fn read_slots(&self, e: usize) -> impl Iterator<Item = (usize, ValueId)> + '_ {
+        let skip_first = matches!(
+            self.k.exprs[e].inst,
+            Inst::Assign { .. } | Inst::Accumulate { .. }
+        );
+        self.k
+            .operands(e)
+            .enumerate()
+            .filter(move |&(slot, _)| !(skip_first && slot == 0))
+    }
+
+    /// Checks that every loop the backward walk goes through can be recomputed iteration by
+    /// iteration: what the walk reads inside it does not depend on state the loop carries.
+    pub fn check_loops(&self) -> Result<(), super::Construct> {
+        let k = self.k;
+        for (l, x) in k.exprs.iter().enumerate() {
+            let Inst::Range { close, .. } = x.inst else {
+                continue;
+            };
+            let close = close as usize;
+            if !self.has_work(l + 1, close) {
+                continue;
+            }
+            let body = l + 1..close;
+            // Variables and accumulators from before the loop that it updates.
+            let mut carried = vec![false; k.exprs.len()];
+            for e in body.clone() {
+                match k.exprs[e].inst {
+                    Inst::Assign { variable: v, .. } | Inst::Accumulate { accumulator: v, .. }
+                        if (v as usize) < l =>
+                    {
+                        carried[v as usize] = true
+                    }
+                    _ => {}
+                }
+            }
+            // Values of the body computed from carried state.
+            let mut tainted = carried.clone();
+            loop {
+                let mut changed = false;
+                for e in body.clone() {
+                    let from = self.read_slots(e).any(|(_, o)| tainted[o as usize]);
+                    let target = match k.exprs[e].inst {
+                        Inst::Assign { variable, .. } => variable as usize,
+                        _ => e,
+                    };
+                    if from && !tainted[target] && target > l {
+                        tainted[target] = true;
+                        changed = true;
+                    }
+                }
+                if !changed {
+                    break;
+                }
+            }
+            // What the recomputation and the walk read inside the loop.
+            for e in body {
+                let mut read: Vec<ValueId> = Vec::new();
+                if self.facts.active[e] {
+                    read.extend(self.needs(e).into_iter().map(|s| self.operand_of(e, s)));
+                    if self.needs_result(e) {
+                        read.push(e as ValueId);
+                    }
+                }
+                match &k.exprs[e].inst {
+                    Inst::Read { indices, .. } => read.extend(indices),
+                    Inst::Write { indices, .. } if self.seeded_write(e) => read.extend(indices),
+                    Inst::If { condition, end, .. } if self.has_work(e + 1, *end as usize) => {
+                        read.push(*condition)
+                    }
+                    Inst::Range {
+                        start,
+                        end,
+                        step,
+                        close,
+                    } if self.has_work(e + 1, *close as usize) => {
+                        read.extend([*start, *end, *step])
+                    }
+                    _ => {}
+                }
+                if read.iter().any(|&v| tainted[v as usize]) {
+                    return Err(super::Construct::LoopCarried);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn operand_of(&self, e: usize, slot: usize) -> ValueId {
+        self.k.operands(e).nth(slot).unwrap_or(0)
     }
 }
 
@@ -172,7 +297,10 @@ impl State<'_, '_> {
     }
 
     fn is_variable(&self, v: ValueId) -> bool {
-        matches!(self.s.k.exprs[v as usize].inst, Inst::Variable { .. })
+        matches!(
+            self.s.k.exprs[v as usize].inst,
+            Inst::Variable { .. } | Inst::Accumulator { .. }
+        )
     }
 
     /// The values the backward walk reads: (expression, slot) operands and results.
@@ -203,6 +331,13 @@ impl State<'_, '_> {
             if let Inst::If { end, .. } = k.exprs[e].inst {
                 if self.s.has_work(e + 1, end as usize) {
                     operand_use(e, 0, &mut values);
+                }
+            }
+            if let Inst::Range { close, .. } = k.exprs[e].inst {
+                if self.s.has_work(e + 1, close as usize) {
+                    for slot in 0..3 {
+                        operand_use(e, slot, &mut values);
+                    }
                 }
             }
         }
@@ -238,12 +373,38 @@ impl State<'_, '_> {
                 self.adj.insert(e, var);
             }
         }
+        // The variables from before each walked loop that its body reads.
+        for l in 0..k.exprs.len() {
+            let Inst::Range { close, .. } = k.exprs[l].inst else {
+                continue;
+            };
+            if !self.s.has_work(l + 1, close as usize) {
+                continue;
+            }
+            for e in l + 1..close as usize {
+                let outer: Vec<ValueId> = self
+                    .s
+                    .read_slots(e)
+                    .map(|(_, o)| o)
+                    .filter(|&o| (o as usize) < l && self.is_variable(o))
+                    .collect();
+                for v in outer {
+                    if !self.entry.contains_key(&(l, v as usize)) {
+                        let z = zero(self.b, self.dtype(v as usize));
+                        let var = self.b.var(z);
+                        self.entry.insert((l, v as usize), var);
+                    }
+                }
+            }
+        }
     }
 
-    /// Recomputes the forward program (without its writes), filling tapes and snapshots.
-    fn forward(&mut self) {
+    /// Recomputes forward expressions `lo..hi` (without writes), filling tapes and snapshots:
+    /// the whole program (`inside: None`), or the body of loop `inside` at the index the
+    /// backward walk is at, without the updates of state from before the loop.
+    fn recompute(&mut self, lo: usize, hi: usize, inside: Option<usize>) {
         let k = self.s.k;
-        for e in 0..k.exprs.len() {
+        for e in lo..hi {
             let snaps: Vec<((usize, usize), ValueId)> = self
                 .snap
                 .iter()
@@ -251,11 +412,26 @@ impl State<'_, '_> {
                 .map(|(&key, &v)| (key, v))
                 .collect();
             for ((_, slot), var) in snaps {
-                let value = self.fwd[self.operand(e, slot) as usize];
+                let value = self.map_operand(self.operand(e, slot), inside);
+                self.b.assign(var, value);
+            }
+            let entries: Vec<((usize, usize), ValueId)> = self
+                .entry
+                .iter()
+                .filter(|((l, _), _)| *l == e)
+                .map(|(&key, &v)| (key, v))
+                .collect();
+            for ((_, v), var) in entries {
+                let value = self.map_operand(v as ValueId, inside);
                 self.b.assign(var, value);
             }
             match &k.exprs[e].inst {
                 Inst::Write { .. } => continue,
+                Inst::Assign { variable: v, .. } | Inst::Accumulate { accumulator: v, .. }
+                    if inside.is_some_and(|l| (*v as usize) < l) =>
+                {
+                    continue
+                }
                 Inst::Position { axis } => {
                     self.fwd[e] = self.pos[*axis as usize];
                     continue;
@@ -263,13 +439,40 @@ impl State<'_, '_> {
                 _ => {}
             }
             let mut x = self.s.dag.expressions[e].clone();
-            for o in x.operands.iter_mut() {
-                *o = self.fwd[*o as usize];
+            let updates = matches!(
+                k.exprs[e].inst,
+                Inst::Assign { .. } | Inst::Accumulate { .. }
+            );
+            for (slot, o) in x.operands.iter_mut().enumerate() {
+                *o = if updates && slot == 0 {
+                    self.fwd[*o as usize]
+                } else {
+                    self.map_operand(*o, inside)
+                };
             }
             self.fwd[e] = self.b.raw(x);
             if let Some(&t) = self.tape.get(&e) {
                 self.b.assign(t, self.fwd[e]);
             }
+        }
+    }
+
+    /// Operand `o` in a recomputation (see [`State::recompute`]).
+    fn map_operand(&mut self, o: ValueId, inside: Option<usize>) -> ValueId {
+        let Some(l) = inside else {
+            return self.fwd[o as usize];
+        };
+        let o = o as usize;
+        if o == l {
+            self.loop_index[&(l as ValueId)]
+        } else if o > l {
+            self.fwd[o]
+        } else if let Some(&v) = self.entry.get(&(l, o)) {
+            v
+        } else if self.is_variable(o as ValueId) {
+            self.fwd[o]
+        } else {
+            self.value_of(o)
         }
     }
 
@@ -286,6 +489,9 @@ impl State<'_, '_> {
         let x = &self.s.k.exprs[v];
         match &x.inst {
             Inst::Position { axis } => self.pos[*axis as usize],
+            Inst::Range { .. } if self.loop_index.contains_key(&(v as ValueId)) => {
+                self.loop_index[&(v as ValueId)]
+            }
             Inst::Const(_) if x.block.is_some() => {
                 let c = self.s.dag.expressions[v].clone();
                 self.b.raw(c)
@@ -354,12 +560,61 @@ impl State<'_, '_> {
                 e = i;
                 continue;
             }
+            if let Inst::EndRange { range } = k.exprs[e].inst {
+                let l = range as usize;
+                if self.s.has_work(l + 1, e) {
+                    self.reverse_loop(l, e);
+                }
+                e = l;
+                continue;
+            }
             self.step(e);
         }
     }
 
-    /// The backward step of one straight-line expression.
+    /// The backward walk of loop `l` (closed at `close`): its indices in reverse order, each
+    /// iteration recomputing the body, then walking it backwards.
+    fn reverse_loop(&mut self, l: usize, close: usize) {
+        let (start, end, step) = (
+            self.value_at(l, 0),
+            self.value_at(l, 1),
+            self.value_at(l, 2),
+        );
+        let b = &mut *self.b;
+        let (zero, one) = (b.i64(0), b.i64(1));
+        // Trip count: (end - start + step - 1) / step when end > start, else 0 (step > 0: the
+        // forward faulted otherwise).
+        let diff = b.op(Op::Sub, &[end, start]);
+        let up = b.op(Op::Add, &[diff, step]);
+        let num = b.op(Op::Sub, &[up, one]);
+        let count = b.op(Op::Div, &[num, step]);
+        let runs = b.op(Op::Gt, &[end, start]);
+        let trips = b.op(Op::Select, &[runs, count, zero]);
+        let t = b.range(zero, trips, one);
+        let last = b.op(Op::Sub, &[trips, one]);
+        let back = b.op(Op::Sub, &[last, t]);
+        let offset = b.op(Op::Mul, &[back, step]);
+        let index = b.op(Op::Add, &[start, offset]);
+        self.loop_index.insert(l as ValueId, index);
+        self.recompute(l + 1, close, Some(l));
+        self.reverse(l + 1, close);
+        self.loop_index.remove(&(l as ValueId));
+        self.b.end_range();
+    }
+
+    /// The backward step of one straight-line expression; inside a loop, its adjoint is then
+    /// reset for the previous iteration.
     fn step(&mut self, e: usize) {
+        self.step_once(e);
+        if self.s.k.enclosing_loops(e).next().is_some() {
+            if let Some(&a) = self.adj.get(&e) {
+                let z = zero(self.b, self.dtype(e));
+                self.b.assign(a, z);
+            }
+        }
+    }
+
+    fn step_once(&mut self, e: usize) {
         let k = self.s.k;
         if self.s.seeded_write(e) {
             let Inst::Write {
@@ -384,13 +639,24 @@ impl State<'_, '_> {
             }
             return;
         }
+        if let Inst::Accumulate {
+            accumulator, value, ..
+        } = k.exprs[e].inst
+        {
+            // A sum: the value's adjoint is the accumulator's.
+            if let Some(&a) = self.adj.get(&(accumulator as usize)) {
+                self.add_adj(value, a);
+            }
+            return;
+        }
         if !self.s.facts.active[e] {
             return;
         }
         let d = self.dtype(e);
         let g = self.adj[&e];
         match &k.exprs[e].inst {
-            Inst::Variable { init } => self.add_adj(*init, g),
+            Inst::Read { .. } => self.sink(e, g),
+            Inst::Variable { init } | Inst::Accumulator { init, .. } => self.add_adj(*init, g),
             Inst::Cast { value } => {
                 let to = self.dtype(*value as usize);
                 let c = self.b.cast(g, to);
@@ -420,6 +686,31 @@ impl State<'_, '_> {
                 self.through(e, &FMA, g, d);
             }
             _ => {}
+        }
+    }
+
+    /// Adds the adjoint `g` of read `e` to its sink, where the sink's checks hold.
+    fn sink(&mut self, e: usize, g: ValueId) {
+        let sinks = self.sinks;
+        let Some(sink) = sinks.get(&(e as ValueId)) else {
+            return;
+        };
+        let mut guard = None;
+        for (a, q) in &sink.checks {
+            let v = super::emit_affine(self.b, a, self.pos, &self.loop_index);
+            let c = self.b.op(Op::Eq, &[v, *q]);
+            guard = Some(match guard {
+                None => c,
+                Some(x) => self.b.op(Op::And, &[x, c]),
+            });
+        }
+        if let Some(c) = guard {
+            self.b.if_(c);
+        }
+        let next = self.b.op(Op::Add, &[sink.total, g]);
+        self.b.assign(sink.total, next);
+        if guard.is_some() {
+            self.b.end_if();
         }
     }
 

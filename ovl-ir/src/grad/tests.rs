@@ -61,7 +61,7 @@ fn constructs_that_are_not_differentiated_are_errors_naming_the_operator() {
     let dag = b.build();
     crate::validate::validate(&dag).unwrap();
     let e = derive(&dag, &[true], &[true]).unwrap_err();
-    assert_eq!(e.construct, Construct::CountedLoop);
+    assert_eq!(e.construct, Construct::LoopCarried);
     assert_eq!(e.operator, "looped");
     assert!(e.to_string().contains("src/ops.rs:12"), "{e}");
 
