@@ -454,6 +454,106 @@ fn a_written_gradient_wins_and_auto_derives() {
     assert_eq!(g.as_slice().unwrap(), &[2.0, -4.0, 1.0]);
 }
 
+#[operator]
+fn row_sum_op(x: Tensor<f64>) -> Tensor<f64> {
+    let [rows, cols] = x.dims::<2>();
+    let r = position_in([rows])[0];
+    let out = output([rows]);
+    let mut total = sum_of(0.0f64);
+    for j in 0..cols {
+        total += x[[r, j]];
+    }
+    out[[r]] = total;
+    out
+}
+
+#[test]
+fn derived_sum_gradient_equals_the_stdlib_one() {
+    let x = Lazy::from(values(&[3, 6], 40, -1.0, 1.0));
+    let seed = Lazy::from(values(&[3], 41, -1.0, 1.0));
+    let hand = ovl::backward(&[(&ops::sum(&x, 1), &seed)], &[&x]).unwrap();
+    let auto = ovl::backward(&[(&row_sum_op(&x), &seed)], &[&x]).unwrap();
+    for (name, options) in targets() {
+        let h = ovl::evaluate_with(&hand.of(&x).unwrap(), &options).unwrap();
+        let a = ovl::evaluate_with(&auto.of(&x).unwrap(), &options).unwrap();
+        assert_close(&format!("row sum on {name}"), &a, &h, 0.0);
+    }
+}
+
+#[operator]
+fn tanh_op(x: Tensor<f64>) -> Tensor<f64> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = tanh(x[[i]]);
+    out
+}
+
+/// The derived gradient operators are operators like any other: differentiating them again
+/// gives second derivatives.
+#[test]
+fn second_derivatives() {
+    let xv = values(&[5], 42, -1.5, 1.5);
+    let sv = values(&[5], 43, -1.0, 1.0);
+    let (x, seed) = (Lazy::from(xv.clone()), Lazy::from(sv.clone()));
+    let y = tanh_op(&x);
+    let g = ovl::backward(&[(&y, &seed)], &[&x])
+        .unwrap()
+        .of(&x)
+        .unwrap();
+    let ones = Lazy::from(ArrayD::from_elem(IxDyn(&[5]), 1.0));
+    let gg = ovl::backward(&[(&g, &ones)], &[&x, &seed]).unwrap();
+    // g = s (1 - t^2): dg/dx = -2 s t (1 - t^2), dg/ds = 1 - t^2.
+    let t = xv.mapv(f64::tanh);
+    let want_x = (&sv * &t * &t.mapv(|v| 1.0 - v * v)).mapv(|v| -2.0 * v);
+    let want_s = t.mapv(|v| 1.0 - v * v);
+    for (name, options) in targets() {
+        let gx = ovl::evaluate_with(&gg.of(&x).unwrap(), &options).unwrap();
+        let gs = ovl::evaluate_with(&gg.of(&seed).unwrap(), &options).unwrap();
+        assert_close(&format!("d2/dx2 on {name}"), &gx, &want_x, 1e-12);
+        assert_close(&format!("d2/dx ds on {name}"), &gs, &want_s, 1e-12);
+    }
+}
+
+/// The derived gradients of `f` (seeded with fixed values) as a function of the inputs.
+fn gradient_of(f: &'static Forward) -> impl Fn(&[Lazy<f64>]) -> Vec<Lazy<f64>> {
+    move |xs: &[Lazy<f64>]| {
+        let ys = f(xs);
+        let seeds: Vec<Lazy<f64>> = ys
+            .iter()
+            .enumerate()
+            .map(|(o, y)| Lazy::from(values(y.shape(), 200 + o as u64, -1.0, 1.0)))
+            .collect();
+        let pairs: Vec<(&Lazy<f64>, &Lazy<f64>)> = ys.iter().zip(&seeds).collect();
+        let wrt: Vec<&Lazy<f64>> = xs.iter().collect();
+        let g = ovl::backward(&pairs, &wrt).unwrap();
+        xs.iter().map(|x| g.of_or_zeros(x)).collect()
+    }
+}
+
+/// Second derivatives through gathered gradients (broadcast, transpose, stencil) and loops.
+#[test]
+fn second_derivatives_through_gathers_and_loops() {
+    check(
+        "gradient of transpose_bias",
+        &gradient_of(&|xs| vec![transpose_bias(&xs[0], &xs[1], &xs[2])]),
+        vec![
+            values(&[2, 3], 50, -1.0, 1.0),
+            values(&[3, 2], 51, -1.0, 1.0),
+            values(&[3], 52, -1.0, 1.0),
+        ],
+    );
+    check(
+        "gradient of stencil",
+        &gradient_of(&|xs| vec![stencil(&xs[0])]),
+        vec![values(&[6], 53, -1.5, 1.5)],
+    );
+    check(
+        "gradient of centered_tanh",
+        &gradient_of(&|xs| vec![centered_tanh(&xs[0])]),
+        vec![values(&[2, 4], 54, -1.5, 1.5)],
+    );
+}
+
 // ---------------------------------------------------------------- errors
 
 #[operator]

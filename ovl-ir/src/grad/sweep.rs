@@ -87,12 +87,13 @@ impl Sweep<'_> {
             loop_index: HashMap::new(),
             sinks,
         };
-        st.declare();
+        st.declare(None);
         st.recompute(0, n, None);
         st.reverse(0, n);
+        // Adjoints of reads inside loops were per iteration (and are gone).
         (0..n)
-            .filter(|&e| self.facts.active[e] && matches!(self.k.exprs[e].inst, Inst::Read { .. }))
-            .map(|e| (e as ValueId, st.adj[&e]))
+            .filter(|&e| matches!(self.k.exprs[e].inst, Inst::Read { .. }))
+            .filter_map(|e| Some((e as ValueId, *st.adj.get(&e)?)))
             .collect()
     }
 
@@ -344,13 +345,23 @@ impl State<'_, '_> {
         (values, uses)
     }
 
-    /// Declares tapes, snapshots and adjoints before the recomputation.
-    fn declare(&mut self) {
+    /// The innermost loop around `e`: the scope of its tapes, snapshots and adjoint, declared
+    /// where the walk of that loop's iteration starts (fresh for each iteration, so that
+    /// nothing but the forward's own sums carries from one iteration to the next).
+    fn scope_of(&self, e: usize) -> Option<ValueId> {
+        self.s.k.enclosing_loops(e).next()
+    }
+
+    /// Declares the tapes, snapshots and adjoints of scope `scope` (`None`: outside loops).
+    fn declare(&mut self, scope: Option<ValueId>) {
         let k = self.s.k;
         let (values, uses) = self.wanted_values();
         for (e, slot) in uses {
             let v = self.operand(e, slot);
-            if self.is_variable(v) && !self.snap.contains_key(&(e, slot)) {
+            if self.scope_of(e) == scope
+                && self.is_variable(v)
+                && !self.snap.contains_key(&(e, slot))
+            {
                 let z = zero(self.b, self.dtype(v as usize));
                 let var = self.b.var(z);
                 self.snap.insert((e, slot), var);
@@ -359,7 +370,9 @@ impl State<'_, '_> {
         for v in values {
             let x = &k.exprs[v];
             let simple = matches!(x.inst, Inst::Const(_) | Inst::Position { .. });
-            if x.block.is_some() && !simple && !self.is_variable(v as ValueId) {
+            // Inside an `if` (not directly in the loop's body or at the top level).
+            let branched = x.block.is_some() && x.block != self.scope_of(v);
+            if self.scope_of(v) == scope && branched && !simple && !self.is_variable(v as ValueId) {
                 if let std::collections::hash_map::Entry::Vacant(slot) = self.tape.entry(v) {
                     let z = zero(self.b, x.dtype.unwrap_or(DType::F32));
                     slot.insert(self.b.var(z));
@@ -367,7 +380,7 @@ impl State<'_, '_> {
             }
         }
         for e in 0..k.exprs.len() {
-            if self.s.facts.active[e] {
+            if self.s.facts.active[e] && self.scope_of(e) == scope {
                 let z = zero(self.b, self.dtype(e));
                 let var = self.b.var(z);
                 self.adj.insert(e, var);
@@ -378,7 +391,7 @@ impl State<'_, '_> {
             let Inst::Range { close, .. } = k.exprs[l].inst else {
                 continue;
             };
-            if !self.s.has_work(l + 1, close as usize) {
+            if self.scope_of(l) != scope || !self.s.has_work(l + 1, close as usize) {
                 continue;
             }
             for e in l + 1..close as usize {
@@ -397,6 +410,16 @@ impl State<'_, '_> {
                 }
             }
         }
+    }
+
+    /// Forgets the declarations of scope `scope` once its loop is closed.
+    fn forget(&mut self, scope: ValueId) {
+        let k = self.s.k;
+        let inside = |e: usize| k.enclosing_loops(e).next() == Some(scope);
+        self.snap.retain(|&(e, _), _| !inside(e));
+        self.tape.retain(|&v, _| !inside(v));
+        self.adj.retain(|&e, _| !inside(e));
+        self.entry.retain(|&(l, _), _| !inside(l));
     }
 
     /// Recomputes forward expressions `lo..hi` (without writes), filling tapes and snapshots:
@@ -572,9 +595,9 @@ impl State<'_, '_> {
         }
     }
 
-    /// The backward walk of loop `l` (closed at `close`): its indices in reverse order, each
-    /// iteration recomputing the body, then walking it backwards.
-    fn reverse_loop(&mut self, l: usize, close: usize) {
+    /// Opens the loop over the reversed iterations of `l` whose bounds are known when it runs;
+    /// returns the forward index of the iteration.
+    fn reverse_index(&mut self, l: usize) -> ValueId {
         let (start, end, step) = (
             self.value_at(l, 0),
             self.value_at(l, 1),
@@ -594,27 +617,46 @@ impl State<'_, '_> {
         let last = b.op(Op::Sub, &[trips, one]);
         let back = b.op(Op::Sub, &[last, t]);
         let offset = b.op(Op::Mul, &[back, step]);
-        let index = b.op(Op::Add, &[start, offset]);
+        b.op(Op::Add, &[start, offset])
+    }
+
+    /// The backward walk of loop `l` (closed at `close`): its indices in reverse order, each
+    /// iteration recomputing the body, then walking it backwards.
+    fn reverse_loop(&mut self, l: usize, close: usize) {
+        let constant = |v: ValueId| match self.s.k.exprs[v as usize].inst {
+            Inst::Const(Literal::Int(i)) => Some(i),
+            _ => None,
+        };
+        let bounds: Option<Vec<i64>> = self.s.k.operands(l).map(constant).collect();
+        let index = match bounds.as_deref() {
+            // Known bounds: `last - t * step` over `0..trips`, an affine index (so that the
+            // gradient of this gradient can invert reads made with it).
+            Some(&[start, end, step]) if step > 0 && start.checked_sub(end).is_some() => {
+                let (s0, e0, st) = (start as i128, end as i128, step as i128);
+                let trips = if e0 > s0 { (e0 - s0 + st - 1) / st } else { 0 };
+                // In range: the last index is below `end`.
+                let last = (s0 + (trips - 1).max(0) * st) as i64;
+                let trips = trips as i64;
+                let b = &mut *self.b;
+                let (zero, one, n) = (b.i64(0), b.i64(1), b.i64(trips));
+                let t = b.range(zero, n, one);
+                let (last, step) = (b.i64(last), b.i64(step));
+                let offset = b.op(Op::Mul, &[t, step]);
+                b.op(Op::Sub, &[last, offset])
+            }
+            _ => self.reverse_index(l),
+        };
         self.loop_index.insert(l as ValueId, index);
+        self.declare(Some(l as ValueId));
         self.recompute(l + 1, close, Some(l));
         self.reverse(l + 1, close);
+        self.forget(l as ValueId);
         self.loop_index.remove(&(l as ValueId));
         self.b.end_range();
     }
 
-    /// The backward step of one straight-line expression; inside a loop, its adjoint is then
-    /// reset for the previous iteration.
+    /// The backward step of one straight-line expression.
     fn step(&mut self, e: usize) {
-        self.step_once(e);
-        if self.s.k.enclosing_loops(e).next().is_some() {
-            if let Some(&a) = self.adj.get(&e) {
-                let z = zero(self.b, self.dtype(e));
-                self.b.assign(a, z);
-            }
-        }
-    }
-
-    fn step_once(&mut self, e: usize) {
         let k = self.s.k;
         if self.s.seeded_write(e) {
             let Inst::Write {
