@@ -1,18 +1,21 @@
 //! Gradients derived from an operator's IR (`ovl_ir::grad`): operators written without a
 //! gradient, differentiated by `backward`, compared with central differences in f64 (computed
 //! on the interpreter from forward evaluations only) and with the hand-written gradients of the
-//! standard library, on the interpreter and the C++ backend; the constructs that are not
-//! differentiated are errors naming the operator.
+//! standard library, on the interpreter, the C++ backend and CUDA validation (every kernel
+//! compiled by NVRTC and checked by ptxas, then run by the interpreter in the GPU's reduction
+//! order: GPU execution does not run here); the constructs that are not differentiated are
+//! errors naming the operator.
 
 use ndarray::{ArrayD, IxDyn};
 use ovl::prelude::*;
 use ovl::{Construct, GradError};
 use ovl_stdlib as ops;
 
-fn targets() -> [(&'static str, Options); 2] {
+fn targets() -> [(&'static str, Options); 3] {
     [
         ("interpreter", Options::interpreter()),
         ("cpu", Options::cpu()),
+        ("cuda-validate", Options::cuda_validate()),
     ]
 }
 
