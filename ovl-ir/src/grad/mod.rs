@@ -6,31 +6,35 @@
 //! needs (see `sweep`), so it fuses with the forward operator and with other operators like any
 //! operator.
 //!
-//! **What is differentiated.** Float arithmetic and every op of the table with a derivative
-//! rule ([`crate::derivatives`]), casts between floats, `select`, worker-local variables,
-//! `if`/`else` (the backward walk takes the branch the forward took), and reads of inputs at
-//! indices that are affine maps of the worker's position (the worker's own element, broadcasts,
-//! transposes and other permutations, stencils, strided and reversed reads). Integer and bool
-//! values carry no gradient.
+//! **What is differentiated.** Float arithmetic and every op of the table with a derivative rule
+//! ([`crate::derivatives`]), casts between floats, `select`, worker-local variables, `if`/`else`
+//! (the backward walk takes the branch the forward took), counted loops that carry only sums
+//! from one iteration to the next, sum accumulators, and reads of inputs at indices that are
+//! affine maps of the worker's position and of loop indices (the worker's own element,
+//! broadcasts, transposes and other permutations, stencils, strided and reversed reads,
+//! convolutions). Integer and bool values carry no gradient. Forward values are recomputed,
+//! never stored (see `sweep`).
 //!
 //! **How adjoints are accumulated.** Without races and deterministically, always as a gather:
-//! - when every read of an input is provably in bounds, one-to-one (no two workers read one
-//!   element) and the reads' maps cover disjoint elements (the worker's element; the four gates
-//!   of an LSTM cell read at `[b, h + k H]`), the input's gradient is written by the forward's
-//!   own workers, each element by the one worker that read it. All such inputs share one
-//!   gradient operator with the forward's workgroup;
-//! - otherwise (a broadcast, a stencil, a read under a guard that may fall outside) the input
-//!   gets its own gradient operator, one worker per input element, which sums over the forward
-//!   workers that read it: the read map is inverted (each position axis that an index names
-//!   alone is solved from it, with its divisibility and range checked; the other axes are
-//!   looped over), each such worker's sweep is recomputed and its adjoint added, in a fixed
-//!   order (map by map in program order, loops in axis order), so the result is the same on
-//!   every run and every backend.
+//! - when every read of an input is outside loops, provably in bounds, one-to-one (no two
+//!   workers read one element) and the reads' maps cover disjoint elements (the worker's
+//!   element; the four gates of an LSTM cell read at `[b, h + k H]`), the input's gradient is
+//!   written by the forward's own workers, each element by the one worker that read it. All
+//!   such inputs share one gradient operator with the forward's workgroup;
+//! - otherwise (a broadcast, a stencil, a read under a guard that may fall outside, a read in
+//!   a loop) the input gets its own gradient operator, one worker per input element, which sums
+//!   over the forward workers that read it: the read map is inverted (each position axis that
+//!   an index names alone is solved from it, with its divisibility and range checked; the other
+//!   axes are looped over; indices naming a loop's index are compared at the read, in the
+//!   iteration the backward walk is at), each such worker's sweep is recomputed and its
+//!   adjoints added, in a fixed order (map by map in program order, loops in axis order), so
+//!   the result is the same on every run and every backend.
 //!
 //! **What is an error** ([`DeriveError`], naming the operator, its source line and the
-//! construct): loops (`while`, counted `for`), reductions, local tensors, reads of a
-//! differentiated input at a data-dependent index (a gather, whose gradient is a scatter),
-//! writes at a data-dependent index, at an index two workers may share, or twice by one
+//! construct): `while` loops, counted loops carrying more than sums into what the gradient
+//! needs, product/min/max reductions on a float path, local tensors, reads of a differentiated
+//! input at a data-dependent index (a gather, whose gradient is a scatter), writes at a
+//! data-dependent index, at an index two workers or two iterations may share, or twice by one
 //! worker, sizes known only at run time, and library calls. Never a wrong gradient.
 
 mod affine;
