@@ -388,6 +388,51 @@ fn convolution_with_a_branch_in_the_loop() {
     );
 }
 
+/// Derived gradients export to TensorFlow like written ones: the gradient program of the
+/// one-operator LSTM cell is one kernel, and running it (as the TensorFlow kernel does) gives
+/// what `evaluate` gives.
+#[test]
+fn derived_gradients_export_as_the_gradient_program() {
+    let (b, h) = (2usize, 3usize);
+    let z = ovl::placeholder::<f64>("z", &[b, 4 * h]);
+    let c = ovl::placeholder::<f64>("c", &[b, h]);
+    let (nc, nh) = lstm_cell_op(&z, &c, 1.0);
+    let dc = ovl::placeholder::<f64>("dc", &[b, h]);
+    let dh = ovl::placeholder::<f64>("dh", &[b, h]);
+    let grads = ovl::backward(&[(&nc, &dc), (&nh, &dh)], &[&z, &c]).unwrap();
+    let (gz, gc) = (grads.of(&z).unwrap(), grads.of(&c).unwrap());
+    let bundle = ovl::as_tensorflow((&z, &c), (&nc, &nh))
+        .gradient((&dc, &dh), (&gz, &gc))
+        .build()
+        .unwrap();
+    assert_eq!(bundle.gradient_kernel_count(), 1);
+    let data = [
+        values(&[b, 4 * h], 60, -2.0, 2.0),
+        values(&[b, h], 61, -1.0, 1.0),
+        values(&[b, h], 62, -1.0, 1.0),
+        values(&[b, h], 63, -1.0, 1.0),
+    ];
+    let host = |a: &ArrayD<f64>| {
+        ovl::HostTensor::from_vec(a.shape(), a.iter().copied().collect()).unwrap()
+    };
+    let got = ovl::program::run_program(
+        bundle.gradient.as_ref().unwrap(),
+        data.iter().map(host).collect(),
+        &Options::cpu(),
+    )
+    .unwrap();
+    // The same gradients on host data.
+    let zl = Lazy::from(data[0].clone());
+    let cl = Lazy::from(data[1].clone());
+    let (nc, nh) = lstm_cell_op(&zl, &cl, 1.0);
+    let (dcl, dhl) = (Lazy::from(data[2].clone()), Lazy::from(data[3].clone()));
+    let g = ovl::backward(&[(&nc, &dcl), (&nh, &dhl)], &[&zl, &cl]).unwrap();
+    for (k, x) in [&zl, &cl].into_iter().enumerate() {
+        let want = ovl::evaluate_with(&g.of(x).unwrap(), &Options::cpu()).unwrap();
+        assert_eq!(got[k].as_slice::<f64>().unwrap(), want.as_slice().unwrap());
+    }
+}
+
 // ---------------------------------------------------------------- vs hand-written gradients
 
 #[operator]
