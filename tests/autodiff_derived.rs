@@ -358,6 +358,64 @@ fn sum_reduction_and_a_loop_writing_the_row() {
     );
 }
 
+/// A max reduction (the row's first element as the initial value) and a min one.
+#[operator]
+fn row_max_min(x: Tensor<f64>) -> Tensor<f64> {
+    let [rows, cols] = x.dims::<2>();
+    let r = position_in([rows])[0];
+    let out = output([rows]);
+    let mut m = max_of(x[[r, 0]]);
+    let mut n = min_of(0.5f64);
+    for j in 1..cols {
+        m.update(sin(x[[r, j]]) * 2.0);
+        n.update(x[[r, j]] * x[[r, j]]);
+    }
+    out[[r]] = m * n;
+    out
+}
+
+#[test]
+fn max_and_min_reductions() {
+    check(
+        "row_max_min",
+        &|xs| vec![row_max_min(&xs[0])],
+        vec![values(&[4, 5], 35, -1.5, 1.5)],
+    );
+    // Ties: the gradient goes to the last equal value in loop order, then to the initial
+    // value (here the row's first element, read before the loop).
+    let x = Lazy::from(
+        ArrayD::from_shape_vec(
+            IxDyn(&[2, 4]),
+            vec![0.5, 0.25, 0.5, 0.5, 0.75, 0.5, 0.25, 0.1],
+        )
+        .unwrap(),
+    );
+    let ones = Lazy::from(ArrayD::from_elem(IxDyn(&[2]), 1.0));
+    let y = row_max_tie(&x);
+    let g = ovl::backward(&[(&y, &ones)], &[&x]).unwrap();
+    for (name, options) in targets() {
+        let got = ovl::evaluate_with(&g.of(&x).unwrap(), &options).unwrap();
+        assert_eq!(
+            got.as_slice().unwrap(),
+            &[0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0],
+            "{name}"
+        );
+    }
+}
+
+#[operator]
+fn row_max_tie(x: Tensor<f64>) -> Tensor<f64> {
+    let [rows, cols] = x.dims::<2>();
+    let r = position_in([rows])[0];
+    let out = output([rows]);
+    let mut m = max_of(x[[r, 0]]);
+    for j in 1..cols {
+        m.update(x[[r, j]]);
+    }
+    out[[r]] = m;
+    out
+}
+
 /// A valid 1-D convolution: `out[i] = sum_k w[k] * x[i + k]`, read in a loop at the worker's
 /// position plus the loop's index (both gradients gathered), with an `if` inside the loop.
 #[operator]
@@ -618,15 +676,15 @@ fn row_products(x: Tensor<f64>) -> Tensor<f64> {
 }
 
 #[operator]
-fn row_max(x: Tensor<f64>) -> Tensor<f64> {
+fn row_product(x: Tensor<f64>) -> Tensor<f64> {
     let [rows, cols] = x.dims::<2>();
     let r = position_in([rows])[0];
     let out = output([rows]);
-    let mut m = max_of(x[[r, 0]]);
-    for j in 1..cols {
-        m.update(x[[r, j]]);
+    let mut p = product_of(1.0f64);
+    for j in 0..cols {
+        p *= x[[r, j]];
     }
-    out[[r]] = m;
+    out[[r]] = p;
     out
 }
 
@@ -682,9 +740,14 @@ fn constructs_that_are_not_differentiated_are_errors_naming_the_operator_and_lin
             && msg.contains("loop"),
         "{msg}"
     );
-    let y = row_max(&x);
+    let y = row_product(&x);
     let e = underivable(ovl::backward(&[(&y, &seed)], &[&x]).unwrap_err());
-    assert_eq!(e.construct, Construct::Reduction { combiner: "max" });
+    assert_eq!(
+        e.construct,
+        Construct::Reduction {
+            combiner: "product"
+        }
+    );
 
     let v = Lazy::from(values(&[3], 22, 0.5, 3.0));
     let y = halve_until_small(&v);

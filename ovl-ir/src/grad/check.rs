@@ -7,6 +7,7 @@ use super::affine::{index_map, injective_in_loops, IndexMap};
 use super::Construct;
 use crate::derivatives::{rule, Rule};
 use crate::ir::TensorKind;
+use crate::ops::Combiner;
 use crate::typed::{Inst, Kernel, ValueId};
 
 /// The facts the emitter reads.
@@ -129,13 +130,21 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
     let active: Vec<bool> = (0..n)
         .map(|e| varied[e] && useful[e] && is_float(e))
         .collect();
-    // Only sums are differentiated among reductions.
+    // Sums, and min/max reduced by one loop in the accumulator's own scope; not products.
     for (e, x) in k.exprs.iter().enumerate() {
         if let Inst::Accumulator { combiner, .. } = x.inst {
-            if active[e] && combiner != crate::ops::Combiner::Sum {
-                return Err(Construct::Reduction {
-                    combiner: combiner.name(),
-                });
+            if !active[e] || combiner == Combiner::Sum {
+                continue;
+            }
+            let refused = Err(Construct::Reduction {
+                combiner: combiner.name(),
+            });
+            if combiner == Combiner::Product {
+                return refused;
+            }
+            match extremum_loop(k, e) {
+                Some(l) if k.enclosing_loops(l as usize).next() == k.enclosing_loops(e).next() => {}
+                _ => return refused,
             }
         }
     }
@@ -182,6 +191,25 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
         reads[input as usize].push((e as ValueId, map));
     }
     Ok(Facts { active, reads })
+}
+
+/// The one loop that accumulates into accumulator `acc`, if there is exactly one.
+pub(super) fn extremum_loop(k: &Kernel, acc: usize) -> Option<ValueId> {
+    let mut found = None;
+    for x in &k.exprs {
+        if let Inst::Accumulate {
+            accumulator, range, ..
+        } = x.inst
+        {
+            if accumulator as usize == acc {
+                if found.is_some_and(|f| f != range) {
+                    return None;
+                }
+                found = Some(range);
+            }
+        }
+    }
+    found
 }
 
 /// The workgroup's sizes; sizes known only at run time are refused.

@@ -9,7 +9,9 @@
 //! **What is differentiated.** Float arithmetic and every op of the table with a derivative rule
 //! ([`crate::derivatives`]), casts between floats, `select`, worker-local variables, `if`/`else`
 //! (the backward walk takes the branch the forward took), counted loops that carry only sums
-//! from one iteration to the next, sum accumulators, and reads of inputs at indices that are
+//! from one iteration to the next, sum accumulators, min and max accumulators reduced by one
+//! loop (the adjoint goes to the value equal to the result: on a tie the last in loop order,
+//! the initial value only when none equals it), and reads of inputs at indices that are
 //! affine maps of the worker's position and of loop indices (the worker's own element,
 //! broadcasts, transposes and other permutations, stencils, strided and reversed reads,
 //! convolutions). Integer and bool values carry no gradient. Forward values are recomputed,
@@ -32,7 +34,8 @@
 //!
 //! **What is an error** ([`DeriveError`], naming the operator, its source line and the
 //! construct): `while` loops, counted loops carrying more than sums into what the gradient
-//! needs, product/min/max reductions on a float path, local tensors, reads of a differentiated
+//! needs, product reductions on a float path (and min/max ones reduced by several loops), local
+//! tensors, reads of a differentiated
 //! input at a data-dependent index (a gather, whose gradient is a scatter), writes at a
 //! data-dependent index, at an index two workers or two iterations may share, or twice by one
 //! worker, sizes known only at run time, and library calls. Never a wrong gradient.
@@ -61,8 +64,8 @@ pub enum Construct {
     /// the backward pass needs is computed from a variable the loop updates (`p = p * x`).
     #[error("a counted loop carries a value from one iteration to the next that the gradient needs (only sums may be carried: `s += f(..)`)")]
     LoopCarried,
-    /// A product, min or max reduction on a float path.
-    #[error("a `{combiner}` reduction is not differentiated yet (only sums are)")]
+    /// A product reduction on a float path, or a min/max one reduced by several loops.
+    #[error("a `{combiner}` reduction is not differentiated yet (sums are, and min/max reduced by one loop)")]
     Reduction {
         /// `product`, `min` or `max`.
         combiner: &'static str,

@@ -23,6 +23,7 @@ use crate::builder::{Builder, IN};
 use crate::derivatives::{rule, Partial, Rule};
 use crate::dtype::{DType, Literal};
 use crate::ir::{self, Op};
+use crate::ops::Combiner;
 use crate::typed::{Inst, Kernel, ValueId};
 use std::collections::HashMap;
 
@@ -61,6 +62,8 @@ struct State<'s, 'a> {
     adj: HashMap<usize, ValueId>,
     /// Loop -> its index in the backward walk's iteration.
     loop_index: HashMap<ValueId, ValueId>,
+    /// Min/max accumulator -> (its value after its loop, whether its adjoint was given).
+    extremum: HashMap<usize, (ValueId, ValueId)>,
     sinks: &'s HashMap<ValueId, Sink>,
 }
 
@@ -85,6 +88,7 @@ impl Sweep<'_> {
             entry: HashMap::new(),
             adj: HashMap::new(),
             loop_index: HashMap::new(),
+            extremum: HashMap::new(),
             sinks,
         };
         st.declare(None);
@@ -143,6 +147,17 @@ impl Sweep<'_> {
     /// Whether the backward walk does anything for expressions `lo..hi`.
     fn has_work(&self, lo: usize, hi: usize) -> bool {
         (lo..hi).any(|e| self.facts.active[e] || self.seeded_write(e))
+    }
+
+    /// Whether `acc` is an active min or max accumulator: its adjoint goes to one value.
+    fn is_extremum(&self, acc: usize) -> bool {
+        matches!(
+            self.k.exprs[acc].inst,
+            Inst::Accumulator {
+                combiner: Combiner::Min | Combiner::Max,
+                ..
+            }
+        ) && self.facts.active[acc]
     }
 
     /// The operand slots of `e` that read a value (not the variable an ASSIGN or ACCUMULATE
@@ -212,6 +227,9 @@ impl Sweep<'_> {
                     }
                 }
                 match &k.exprs[e].inst {
+                    Inst::Accumulate {
+                        accumulator, value, ..
+                    } if self.is_extremum(*accumulator as usize) => read.push(*value),
                     Inst::Read { indices, .. } => read.extend(indices),
                     Inst::Write { indices, .. } if self.seeded_write(e) => read.extend(indices),
                     Inst::If { condition, end, .. } if self.has_work(e + 1, *end as usize) => {
@@ -341,6 +359,15 @@ impl State<'_, '_> {
                     }
                 }
             }
+            match k.exprs[e].inst {
+                Inst::Accumulate { accumulator, .. }
+                    if self.s.is_extremum(accumulator as usize) =>
+                {
+                    operand_use(e, 1, &mut values)
+                }
+                Inst::Accumulator { .. } if self.s.is_extremum(e) => operand_use(e, 0, &mut values),
+                _ => {}
+            }
         }
         (values, uses)
     }
@@ -386,6 +413,15 @@ impl State<'_, '_> {
                 self.adj.insert(e, var);
             }
         }
+        for e in 0..k.exprs.len() {
+            if self.s.is_extremum(e) && self.scope_of(e) == scope {
+                let z = zero(self.b, self.dtype(e));
+                let last = self.b.var(z);
+                let no = self.b.boolean(false);
+                let given = self.b.var(no);
+                self.extremum.insert(e, (last, given));
+            }
+        }
         // The variables from before each walked loop that its body reads.
         for l in 0..k.exprs.len() {
             let Inst::Range { close, .. } = k.exprs[l].inst else {
@@ -420,6 +456,7 @@ impl State<'_, '_> {
         self.tape.retain(|&v, _| !inside(v));
         self.adj.retain(|&e, _| !inside(e));
         self.entry.retain(|&(l, _), _| !inside(l));
+        self.extremum.retain(|&a, _| !inside(a));
     }
 
     /// Recomputes forward expressions `lo..hi` (without writes), filling tapes and snapshots:
@@ -476,6 +513,18 @@ impl State<'_, '_> {
             self.fwd[e] = self.b.raw(x);
             if let Some(&t) = self.tape.get(&e) {
                 self.b.assign(t, self.fwd[e]);
+            }
+            if let Inst::EndRange { range } = k.exprs[e].inst {
+                // The value of each min/max accumulator this loop reduces, after it.
+                let done: Vec<(usize, ValueId)> = self
+                    .extremum
+                    .iter()
+                    .filter(|(&a, _)| super::check::extremum_loop(k, a) == Some(range))
+                    .map(|(&a, &(last, _))| (a, last))
+                    .collect();
+                for (a, last) in done {
+                    self.b.assign(last, self.fwd[a]);
+                }
             }
         }
     }
@@ -685,9 +734,14 @@ impl State<'_, '_> {
             accumulator, value, ..
         } = k.exprs[e].inst
         {
-            // A sum: the value's adjoint is the accumulator's.
             if let Some(&a) = self.adj.get(&(accumulator as usize)) {
-                self.add_adj(value, a);
+                if self.s.is_extremum(accumulator as usize) {
+                    let v = self.value_at(e, 1);
+                    self.give_extremum(accumulator as usize, value, v, a);
+                } else {
+                    // A sum: the value's adjoint is the accumulator's.
+                    self.add_adj(value, a);
+                }
             }
             return;
         }
@@ -698,6 +752,10 @@ impl State<'_, '_> {
         let g = self.adj[&e];
         match &k.exprs[e].inst {
             Inst::Read { .. } => self.sink(e, g),
+            Inst::Accumulator { init, .. } if self.s.is_extremum(e) => {
+                let v = self.value_at(e, 0);
+                self.give_extremum(e, *init, v, g);
+            }
             Inst::Variable { init } | Inst::Accumulator { init, .. } => self.add_adj(*init, g),
             Inst::Cast { value } => {
                 let to = self.dtype(*value as usize);
@@ -729,6 +787,24 @@ impl State<'_, '_> {
             }
             _ => {}
         }
+    }
+
+    /// The adjoint `g` of min/max accumulator `acc` goes to `target` (forward value `v`) when
+    /// `v` is the result and no value walked before (a later one in loop order) took it: on a
+    /// tie, the last equal value in loop order, then the initial value.
+    fn give_extremum(&mut self, acc: usize, target: ValueId, v: ValueId, g: ValueId) {
+        let Some(&(last, given)) = self.extremum.get(&acc) else {
+            return;
+        };
+        let b = &mut *self.b;
+        let hit = b.op(Op::Eq, &[v, last]);
+        let open = b.op(Op::Not, &[given]);
+        let take = b.op(Op::And, &[hit, open]);
+        b.if_(take);
+        let yes = b.boolean(true);
+        b.assign(given, yes);
+        self.add_adj(target, g);
+        self.b.end_if();
     }
 
     /// Adds the adjoint `g` of read `e` to its sink, where the sink's checks hold.
