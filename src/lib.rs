@@ -34,6 +34,9 @@
 //! a forward graph seen before (same structure, shapes, seeds and gradient functions; any data)
 //! is replayed from a cache bounded like the plan cache ([`backward_cache_stats`]); a gradient
 //! closure that captures values takes part only when attached with [`set_gradient_keyed`].
+//! An operator without a gradient function gets one derived from its IR (reverse mode, see the
+//! README's "Derived gradients"); what cannot be derived is a [`GradError::Underivable`]
+//! naming the operator, its line and the [`Construct`].
 //!
 //! ```
 //! use ovl::prelude::*;
