@@ -229,6 +229,25 @@ fn reversed_and_strided_reads() {
     );
 }
 
+/// Even elements only: the gradient is written by the reading workers; odd ones stay zero.
+#[operator]
+fn evens(x: Tensor<f64>) -> Tensor<f64> {
+    let [n] = x.dims::<1>();
+    let i = position_in([n / 2])[0];
+    let out = output([n / 2]);
+    out[[i]] = exp(x[[2 * i]]);
+    out
+}
+
+#[test]
+fn a_strided_read_leaves_the_other_elements_zero() {
+    check(
+        "evens",
+        &|xs| vec![evens(&xs[0])],
+        vec![values(&[8], 36, -1.0, 1.0)],
+    );
+}
+
 /// `if`/`else` on values, with a variable assigned in both branches, and `select`.
 #[operator]
 fn branches(x: Tensor<f64>, y: Tensor<f64>) -> Tensor<f64> {
@@ -488,6 +507,39 @@ fn derived_gradients_export_as_the_gradient_program() {
     for (k, x) in [&zl, &cl].into_iter().enumerate() {
         let want = ovl::evaluate_with(&g.of(x).unwrap(), &Options::cpu()).unwrap();
         assert_eq!(got[k].as_slice::<f64>().unwrap(), want.as_slice().unwrap());
+    }
+}
+
+/// A graph of several operators without gradients (transposed and broadcast reads, a row
+/// kernel, min/max reductions): the backward graph of derived operators, unfused and fused,
+/// matches central differences.
+#[test]
+fn a_graph_of_derived_gradients_fused_and_unfused() {
+    let f: &Forward = &|xs| {
+        let t = transpose_bias(&xs[0], &xs[1], &xs[2]);
+        let c = centered_tanh(&t);
+        vec![row_max_min(&c), stencil(&xs[2])]
+    };
+    let xs = vec![
+        values(&[3, 4], 70, -1.0, 1.0),
+        values(&[4, 3], 71, -1.0, 1.0),
+        values(&[4], 72, -1.0, 1.0),
+    ];
+    let lazies: Vec<Lazy<f64>> = xs.iter().map(|x| Lazy::from(x.clone())).collect();
+    let seeds: Vec<ArrayD<f64>> = f(&lazies)
+        .iter()
+        .enumerate()
+        .map(|(o, y)| values(y.shape(), 73 + o as u64, -1.0, 1.0))
+        .collect();
+    let want = numeric(f, &xs, &seeds);
+    for (target, options) in targets() {
+        for level in [0u8, 3] {
+            let got = derived(f, &xs, &seeds, &options.clone().with_opt_level(level)).unwrap();
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let what = format!("graph on {target} at opt level {level}, input {i}");
+                assert_close(&what, g, w, 1e-6);
+            }
+        }
     }
 }
 
