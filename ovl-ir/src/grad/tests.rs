@@ -1,5 +1,5 @@
 //! Structural tests of the pass; the values are checked against central differences on the
-//! interpreter and the C++ backend in `tests/autodiff_derived.rs`.
+//! interpreter, C++ and CUDA validation in `tests/autodiff/`.
 
 use super::*;
 use crate::builder::{Builder, IN, OUT};
