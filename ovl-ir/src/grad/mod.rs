@@ -228,8 +228,21 @@ pub fn derive(
         }
     }
 
+    // Each gradient operator differentiates only the paths from its own inputs' reads.
+    let only = |inputs: &[usize]| -> Result<check::Facts, DeriveError> {
+        let mut w = vec![false; wanted.len()];
+        for &i in inputs {
+            w[i] = true;
+        }
+        check::analyse(&k, &w, &seeded).map_err(fail)
+    };
     let mut ops = Vec::new();
     if !direct.is_empty() {
+        let facts = only(&direct)?;
+        let sweep = sweep::Sweep {
+            facts: &facts,
+            ..sweep
+        };
         let mut b = shell(format!("{}_grad", dag.name), &dag.workgroup_shape);
         let pos: Vec<ValueId> = (0..w.len() as u32).map(|a| b.position(a)).collect();
         let adj = sweep.emit(&mut b, &pos, &HashMap::new());
@@ -249,6 +262,11 @@ pub fn derive(
         ops.push(finish(b, outputs, &inputs).map_err(fail)?);
     }
     for &i in &gathered {
+        let facts = only(&[i])?;
+        let sweep = sweep::Sweep {
+            facts: &facts,
+            ..sweep
+        };
         let shape = dag.inputs[i].shape.clone();
         let d = k.inputs[i].dtype;
         let mut b = shell(format!("{}_grad_{i}", dag.name), &shape);
