@@ -187,6 +187,28 @@ fn tanh_op(x: Tensor<f64>) -> Tensor<f64> {
     out
 }
 
+/// Only the outputs that reach the seeds carry an adjoint: the derived operator reads those.
+#[test]
+fn one_output_of_two_seeded() {
+    let x = values(&[5], 44, -1.0, 1.0);
+    let y = values(&[5], 45, 0.5, 1.5);
+    let (xl, yl) = (Lazy::from(x.clone()), Lazy::from(y.clone()));
+    let (a, _b) = every_op(&xl, &yl);
+    let seed = values(&[5], 46, -1.0, 1.0);
+    let g = ovl::backward(&[(&a, &Lazy::from(seed.clone()))], &[&xl, &yl]).unwrap();
+    // The same as seeding the second output with zeros.
+    let (a2, b2) = every_op(&xl, &yl);
+    let zeros = Lazy::from(ArrayD::zeros(IxDyn(&[5])));
+    let both = ovl::backward(&[(&a2, &Lazy::from(seed)), (&b2, &zeros)], &[&xl, &yl]).unwrap();
+    for (name, options) in targets() {
+        for t in [&xl, &yl] {
+            let one = ovl::evaluate_with(&g.of(t).unwrap(), &options).unwrap();
+            let two = ovl::evaluate_with(&both.of(t).unwrap(), &options).unwrap();
+            assert_close(&format!("one seed on {name}"), &one, &two, 1e-12);
+        }
+    }
+}
+
 /// The derived gradient operators are operators like any other: differentiating them again
 /// gives second derivatives.
 #[test]

@@ -4,7 +4,7 @@ use super::*;
 
 /// Every differentiable unary and binary op of the table, in one elementwise operator.
 #[operator]
-fn every_op(x: Tensor<f64>, y: Tensor<f64>) -> (Tensor<f64>, Tensor<f64>) {
+pub fn every_op(x: Tensor<f64>, y: Tensor<f64>) -> (Tensor<f64>, Tensor<f64>) {
     let i = position_in(x.shape())[0];
     let (a, b) = (x[[i]], y[[i]]);
     let out = output_like(&x);

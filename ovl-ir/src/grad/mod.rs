@@ -269,7 +269,13 @@ pub fn derive(
         };
         let shape = dag.inputs[i].shape.clone();
         let d = k.inputs[i].dtype;
-        let mut b = shell(format!("{}_grad_{i}", dag.name), &shape);
+        // A 0-d input: one worker (a workgroup has rank >= 1).
+        let workgroup = if shape.is_empty() {
+            vec![1]
+        } else {
+            shape.clone()
+        };
+        let mut b = shell(format!("{}_grad_{i}", dag.name), &workgroup);
         let out = b.output(d, &shape);
         let q: Vec<ValueId> = (0..shape.len() as u32).map(|a| b.position(a)).collect();
         let z = b.constant(d, Literal::Float(0.0));

@@ -89,3 +89,29 @@ fn constructs_that_are_not_differentiated_are_errors_naming_the_operator() {
     let e = derive(&b.build(), &[true], &[true]).unwrap_err();
     assert_eq!(e.construct, Construct::SharedWrite { output: 0 });
 }
+
+/// A 0-d input read by every worker: its gradient operator has one worker, which loops over
+/// the forward's workers; an empty workgroup gives operators that still validate.
+#[test]
+fn scalar_inputs_and_empty_workgroups() {
+    for n in [3u64, 0] {
+        let mut b = Builder::new("scale", &[n]);
+        b.input(DType::F64, &[n]);
+        b.input(DType::F64, &[]);
+        b.output(DType::F64, &[n]);
+        let i = b.position(0);
+        let x = b.read(IN, 0, &[i]);
+        let s = b.read(IN, 1, &[]);
+        let y = b.op(Op::Mul, &[x, s]);
+        b.write(OUT, 0, &[i], y);
+        let dag = b.build();
+        crate::validate::validate(&dag).unwrap();
+        let ops = derive(&dag, &[true, true], &[true]).unwrap();
+        assert_eq!(ops.len(), 2, "n = {n}");
+        let of_s: Vec<_> = ops.iter().filter(|g| g.outputs == vec![1]).collect();
+        assert_eq!(of_s.len(), 1);
+        // With no forward worker, nothing reads `s`: the forward's (empty) workgroup writes it.
+        let want = if n == 0 { vec![0] } else { vec![1] };
+        assert_eq!(of_s[0].dag.workgroup_shape, want, "n = {n}");
+    }
+}
