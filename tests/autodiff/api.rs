@@ -171,7 +171,17 @@ fn derived_sum_gradient_equals_the_stdlib_one() {
     let x = Lazy::from(values(&[3, 6], 40, -1.0, 1.0));
     let seed = Lazy::from(values(&[3], 41, -1.0, 1.0));
     let hand = ovl::backward(&[(&ops::sum(&x, 1), &seed)], &[&x]).unwrap();
-    let auto = ovl::backward(&[(&row_sum_op(&x), &seed)], &[&x]).unwrap();
+    let y = row_sum_op(&x);
+    let auto = ovl::backward(&[(&y, &seed)], &[&x]).unwrap();
+    // The only read of `x`, in the loop: its gradient is written by the forward's workers, in
+    // the iteration that read it (no gather), so forward and backward run as one kernel.
+    let fusion = ovl::fusion((&y, &auto.of(&x).unwrap()), 3).unwrap();
+    assert_eq!(
+        (fusion.report.kernels_before, fusion.report.kernels_after),
+        (2, 1),
+        "{}",
+        fusion.report
+    );
     for (name, options) in targets() {
         let h = ovl::evaluate_with(&hand.of(&x).unwrap(), &options).unwrap();
         let a = ovl::evaluate_with(&auto.of(&x).unwrap(), &options).unwrap();

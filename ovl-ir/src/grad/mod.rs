@@ -22,7 +22,9 @@
 //!   workers read one element) and the reads' maps cover disjoint elements (the worker's
 //!   element; the four gates of an LSTM cell read at `[b, h + k H]`), the input's gradient is
 //!   written by the forward's own workers, each element by the one worker that read it. All
-//!   such inputs share one gradient operator with the forward's workgroup;
+//!   such inputs share one gradient operator with the forward's workgroup, with the inputs
+//!   read once, inside loops, at elements no other worker or iteration reads, whose adjoint is
+//!   written in the iteration of the backward walk that reaches the read;
 //! - otherwise (a broadcast, a stencil, a read under a guard that may fall outside, a read in
 //!   a loop) the input gets its own gradient operator, one worker per input element, which sums
 //!   over the forward workers that read it: the read map is inverted (each position axis that
@@ -202,6 +204,7 @@ pub fn derive(
     };
 
     let mut direct = Vec::new();
+    let mut looped = Vec::new();
     let mut gathered = Vec::new();
     for (i, reads) in facts.reads.iter().enumerate() {
         if reads.is_empty() {
@@ -221,8 +224,19 @@ pub fn derive(
                 .iter()
                 .enumerate()
                 .all(|(a, x)| maps[a + 1..].iter().all(|y| disjoint(x, y, &w)));
+        // The only read, inside loops, of elements that no other worker or iteration reads:
+        // written by the reading worker in the iteration that read it.
+        let single = match reads.as_slice() {
+            [(e, map)] if !outside_loops => {
+                let loops: Vec<ValueId> = k.enclosing_loops(*e as usize).collect();
+                affine::injective_in_loops(map, &w, &loops)
+            }
+            _ => false,
+        };
         if ok {
             direct.push(i);
+        } else if single {
+            looped.push(i);
         } else {
             gathered.push(i);
         }
@@ -237,16 +251,23 @@ pub fn derive(
         check::analyse(&k, &w, &seeded).map_err(fail)
     };
     let mut ops = Vec::new();
-    if !direct.is_empty() {
-        let facts = only(&direct)?;
+    if !direct.is_empty() || !looped.is_empty() {
+        let facts = only(&[direct.as_slice(), looped.as_slice()].concat())?;
         let sweep = sweep::Sweep {
             facts: &facts,
             ..sweep
         };
         let mut b = shell(format!("{}_grad", dag.name), &dag.workgroup_shape);
         let pos: Vec<ValueId> = (0..w.len() as u32).map(|a| b.position(a)).collect();
-        let adj = sweep.emit(&mut b, &pos, &HashMap::new());
         let mut outputs = Vec::new();
+        let mut sinks = HashMap::new();
+        for &i in &looped {
+            let output = b.output(k.inputs[i].dtype, &dag.inputs[i].shape);
+            let (e, index) = facts.reads[i][0].clone();
+            sinks.insert(e, sweep::Sink::Write { output, index });
+            outputs.push(i as u32);
+        }
+        let adj = sweep.emit(&mut b, &pos, &sinks);
         for &i in &direct {
             let out = b.output(k.inputs[i].dtype, &dag.inputs[i].shape);
             for map in distinct_maps(&facts.reads[i]) {
@@ -431,7 +452,7 @@ fn gather(
         .iter()
         .filter(|(_, m)| m == map)
         .map(|(e, _)| {
-            let sink = sweep::Sink {
+            let sink = sweep::Sink::Add {
                 total,
                 checks: checks.clone(),
             };

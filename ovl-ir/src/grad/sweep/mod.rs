@@ -39,12 +39,17 @@ pub(super) struct Sweep<'a> {
     pub adjoint_inputs: &'a [Option<u32>],
 }
 
-/// Where the adjoint of a read goes when the backward walk reaches it: added to `total` where
-/// every `(index, q)` of `checks` agrees (indices that name a loop's index, evaluated at the
-/// iteration being walked).
-pub(super) struct Sink {
-    pub total: ValueId,
-    pub checks: Vec<(super::Affine, ValueId)>,
+/// Where the adjoint of a read goes when the backward walk reaches it (indices that name a
+/// loop's index are evaluated at the iteration being walked).
+pub(super) enum Sink {
+    /// Gather: added to `total` where every `(index, q)` of `checks` agrees.
+    Add {
+        total: ValueId,
+        checks: Vec<(super::Affine, ValueId)>,
+    },
+    /// The only read of an input, which no other worker or iteration reads: written at once
+    /// to output `output` at the read's index.
+    Write { output: u32, index: super::IndexMap },
 }
 
 /// The emitted sweep of one worker.

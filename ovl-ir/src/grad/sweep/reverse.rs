@@ -2,8 +2,8 @@
 //! indices in reverse order (each iteration recomputed first), each expression's adjoint sent to
 //! its operands through the derivative rules, and the adjoints of reads to their sinks.
 
-use super::{zero, State};
-use crate::builder::IN;
+use super::{zero, Sink, State};
+use crate::builder::{IN, OUT};
 use crate::derivatives::{rule, Partial, Rule};
 use crate::dtype::{DType, Literal};
 use crate::grad::check::flows;
@@ -246,11 +246,20 @@ impl State<'_, '_> {
     /// Adds the adjoint `g` of read `e` to its sink, where the sink's checks hold.
     fn sink(&mut self, e: usize, g: ValueId) {
         let sinks = self.sinks;
-        let Some(sink) = sinks.get(&(e as ValueId)) else {
-            return;
+        let (total, checks) = match sinks.get(&(e as ValueId)) {
+            None => return,
+            Some(Sink::Write { output, index }) => {
+                let idx: Vec<ValueId> = index
+                    .iter()
+                    .map(|a| crate::grad::emit_affine(self.b, a, self.pos, &self.loop_index))
+                    .collect();
+                self.b.write(OUT, *output, &idx, g);
+                return;
+            }
+            Some(Sink::Add { total, checks }) => (*total, checks),
         };
         let mut guard = None;
-        for (a, q) in &sink.checks {
+        for (a, q) in checks {
             let v = crate::grad::emit_affine(self.b, a, self.pos, &self.loop_index);
             let c = self.b.op(Op::Eq, &[v, *q]);
             guard = Some(match guard {
@@ -261,8 +270,8 @@ impl State<'_, '_> {
         if let Some(c) = guard {
             self.b.if_(c);
         }
-        let next = self.b.op(Op::Add, &[sink.total, g]);
-        self.b.assign(sink.total, next);
+        let next = self.b.op(Op::Add, &[total, g]);
+        self.b.assign(total, next);
         if guard.is_some() {
             self.b.end_if();
         }
