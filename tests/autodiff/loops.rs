@@ -4,7 +4,7 @@ use super::*;
 
 /// A counted loop summing into a variable: `sum_j sin(x[r, j]) * w[j]`.
 #[operator]
-fn row_sums(x: Tensor<f64>, w: Tensor<f64>) -> Tensor<f64> {
+pub fn row_sums(x: Tensor<f64>, w: Tensor<f64>) -> Tensor<f64> {
     let [rows, cols] = x.dims::<2>();
     let r = position_in([rows])[0];
     let out = output([rows]);

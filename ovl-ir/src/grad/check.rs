@@ -16,6 +16,8 @@ pub(super) struct Facts {
     pub active: Vec<bool>,
     /// The active reads of each input (expression, index map), in program order.
     pub reads: Vec<Vec<(ValueId, IndexMap)>>,
+    /// Per expression: how many operands name it.
+    pub uses: Vec<u32>,
 }
 
 /// The float operands through which a gradient flows back from expression `e`, by operand slot.
@@ -190,7 +192,17 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
         let map = index_map(k, indices, rank).ok_or(Construct::DataDependentRead { input })?;
         reads[input as usize].push((e as ValueId, map));
     }
-    Ok(Facts { active, reads })
+    let mut uses = vec![0u32; n];
+    for e in 0..n {
+        for o in k.operands(e) {
+            uses[o as usize] += 1;
+        }
+    }
+    Ok(Facts {
+        active,
+        reads,
+        uses,
+    })
 }
 
 /// The one loop that accumulates into accumulator `acc`, if there is exactly one.

@@ -24,7 +24,10 @@
 //!   written by the forward's own workers, each element by the one worker that read it. All
 //!   such inputs share one gradient operator with the forward's workgroup, with the inputs
 //!   read once, inside loops, at elements no other worker or iteration reads, whose adjoint is
-//!   written in the iteration of the backward walk that reaches the read;
+//!   written in the iteration of the backward walk that reaches the read, and the inputs each
+//!   worker owns a slice of (every read indexes them by the worker's position and otherwise by
+//!   loop indices and literals: a row read in several loops), whose adjoints are summed in a
+//!   worker-local buffer (within the GPU's row-buffer budget) written out after the sweep;
 //! - otherwise (a broadcast, a stencil, a read under a guard that may fall outside, a read in
 //!   a loop) the input gets its own gradient operator, one worker per input element, which sums
 //!   over the forward workers that read it: the read map is inverted (each position axis that
@@ -205,6 +208,8 @@ pub fn derive(
 
     let mut direct = Vec::new();
     let mut looped = Vec::new();
+    let mut owned: Vec<(usize, Slice)> = Vec::new();
+    let mut local_bytes = 0u64;
     let mut gathered = Vec::new();
     for (i, reads) in facts.reads.iter().enumerate() {
         if reads.is_empty() {
@@ -233,10 +238,16 @@ pub fn derive(
             }
             _ => false,
         };
+        let slice = owned_slice(&maps, &w, shape).filter(|s| {
+            s.bytes(k.inputs[i].dtype) + local_bytes <= crate::limits::GPU_ROW_BUFFER_BYTES
+        });
         if ok {
             direct.push(i);
         } else if single {
             looped.push(i);
+        } else if let Some(slice) = slice {
+            local_bytes += slice.bytes(k.inputs[i].dtype);
+            owned.push((i, slice));
         } else {
             gathered.push(i);
         }
@@ -251,8 +262,14 @@ pub fn derive(
         check::analyse(&k, &w, &seeded).map_err(fail)
     };
     let mut ops = Vec::new();
-    if !direct.is_empty() || !looped.is_empty() {
-        let facts = only(&[direct.as_slice(), looped.as_slice()].concat())?;
+    if !direct.is_empty() || !looped.is_empty() || !owned.is_empty() {
+        let mine: Vec<usize> = direct
+            .iter()
+            .chain(&looped)
+            .copied()
+            .chain(owned.iter().map(|(i, _)| *i))
+            .collect();
+        let facts = only(&mine)?;
         let sweep = sweep::Sweep {
             facts: &facts,
             ..sweep
@@ -267,7 +284,23 @@ pub fn derive(
             sinks.insert(e, sweep::Sink::Write { output, index });
             outputs.push(i as u32);
         }
+        // Owned slices: a local buffer each, summed into at every read, written out after.
+        let mut buffers = Vec::new();
+        for (i, slice) in &owned {
+            let d = k.inputs[*i].dtype;
+            let local = b.local(d, &slice.sizes, Literal::Float(0.0));
+            for (e, map) in &facts.reads[*i] {
+                let free = slice.free.iter().map(|&c| map[c].clone()).collect();
+                sinks.insert(*e, sweep::Sink::Local { local, free });
+            }
+            buffers.push((*i, local));
+        }
         let adj = sweep.emit(&mut b, &pos, &sinks);
+        for ((i, slice), (_, local)) in owned.iter().zip(&buffers) {
+            let out = b.output(k.inputs[*i].dtype, &dag.inputs[*i].shape);
+            write_slice(&mut b, slice, *local, out, &pos);
+            outputs.push(*i as u32);
+        }
         for &i in &direct {
             let out = b.output(k.inputs[i].dtype, &dag.inputs[i].shape);
             for map in distinct_maps(&facts.reads[i]) {
@@ -464,6 +497,89 @@ fn gather(
         b.end_if();
     }
     for _ in 0..loops {
+        b.end_range();
+    }
+}
+
+/// The elements of an input that one worker owns: the indices that are the worker's position
+/// (`pos[axis]`, the same in every read) and the free ones, which name no position.
+struct Slice {
+    /// Index `d` is position axis `axis`: `(d, axis)`.
+    fixed: Vec<(usize, usize)>,
+    /// The other indices, in order.
+    free: Vec<usize>,
+    /// The input's sizes along the free indices (the local buffer's shape).
+    sizes: Vec<u64>,
+}
+
+impl Slice {
+    fn bytes(&self, d: crate::DType) -> u64 {
+        self.sizes
+            .iter()
+            .try_fold(d.size() as u64, |n, &s| n.checked_mul(s))
+            .unwrap_or(u64::MAX)
+    }
+}
+
+/// The slice each worker owns when every read of an input indexes it by the worker's position
+/// (the same axes, at the same indices) and otherwise by loop indices and literals only, and
+/// every axis of extent > 1 is among those: then no two workers read one element.
+fn owned_slice(maps: &[IndexMap], w: &[u64], shape: &[u64]) -> Option<Slice> {
+    let first = maps.first()?;
+    let kind = |a: &Affine| -> Option<Option<usize>> {
+        if a.coeffs.iter().all(|&c| c == 0) {
+            return Some(None);
+        }
+        match a.single_axis() {
+            Some((axis, 1)) if a.constant == 0 => Some(Some(axis)),
+            _ => None,
+        }
+    };
+    let kinds: Vec<Option<usize>> = first.iter().map(kind).collect::<Option<_>>()?;
+    for m in maps {
+        let k: Vec<Option<usize>> = m.iter().map(kind).collect::<Option<_>>()?;
+        if k != kinds {
+            return None;
+        }
+    }
+    let fixed: Vec<(usize, usize)> = kinds
+        .iter()
+        .enumerate()
+        .filter_map(|(d, k)| k.map(|axis| (d, axis)))
+        .collect();
+    let free: Vec<usize> = (0..kinds.len()).filter(|&d| kinds[d].is_none()).collect();
+    let owns = w
+        .iter()
+        .enumerate()
+        .all(|(axis, &n)| n <= 1 || fixed.iter().any(|&(_, a)| a == axis));
+    // Every worker's slice lies inside the input (the write-out is in bounds).
+    let inside = fixed.iter().all(|&(d, axis)| shape[d] >= w[axis]);
+    if free.is_empty() || !owns || !inside {
+        return None;
+    }
+    let sizes = free.iter().map(|&d| shape[d]).collect();
+    Some(Slice { fixed, free, sizes })
+}
+
+/// Writes the buffer `local` of an owned slice to output `out`, element by element.
+fn write_slice(b: &mut Builder, slice: &Slice, local: u32, out: u32, pos: &[ValueId]) {
+    let (zero, one) = (b.i64(0), b.i64(1));
+    let mut js = Vec::new();
+    for &n in &slice.sizes {
+        let n = b.i64(n as i64);
+        js.push(b.range(zero, n, one));
+    }
+    let v = b.read(crate::builder::LOC, local, &js);
+    let rank = slice.fixed.len() + slice.free.len();
+    let mut idx = vec![zero; rank];
+    for &(d, axis) in &slice.fixed {
+        idx[d] = pos[axis];
+    }
+    for (f, &d) in slice.free.iter().enumerate() {
+        idx[d] = js[f];
+    }
+    b.write(OUT, out, &idx, v);
+    for _ in &slice.sizes {
         b.end_range();
     }
 }

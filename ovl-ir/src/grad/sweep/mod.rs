@@ -24,7 +24,7 @@ mod reverse;
 use crate::builder::Builder;
 use crate::derivatives::{rule, Partial, Rule};
 use crate::dtype::{DType, Literal};
-use crate::ir;
+use crate::ir::{self, Op};
 use crate::ops::Combiner;
 use crate::typed::{Inst, Kernel, ValueId};
 use std::collections::HashMap;
@@ -50,6 +50,11 @@ pub(super) enum Sink {
     /// The only read of an input, which no other worker or iteration reads: written at once
     /// to output `output` at the read's index.
     Write { output: u32, index: super::IndexMap },
+    /// A read of an owned slice: added to element `free` of local tensor `local`.
+    Local {
+        local: u32,
+        free: Vec<super::Affine>,
+    },
 }
 
 /// The emitted sweep of one worker.
@@ -154,6 +159,62 @@ impl Sweep<'_> {
     /// Whether the backward walk does anything for expressions `lo..hi`.
     fn has_work(&self, lo: usize, hi: usize) -> bool {
         (lo..hi).any(|e| self.facts.active[e] || self.seeded_write(e))
+    }
+
+    /// The number of operand uses of `v`.
+    fn uses(&self, v: ValueId) -> u32 {
+        self.facts.uses[v as usize]
+    }
+
+    /// Whether operand `o` reads `variable`: directly, or through a cast to its own dtype used
+    /// only there (the DSL's `v += m` reads `v` so).
+    fn reads_variable(&self, o: ValueId, variable: ValueId) -> bool {
+        o == variable
+            || matches!(self.k.exprs[o as usize].inst, Inst::Cast { value } if value == variable
+                && self.k.exprs[o as usize].dtype == self.k.exprs[variable as usize].dtype
+                && self.uses(o) == 1)
+    }
+
+    /// For `v = v + m`, `v = m + v` or `v = v - m` (ASSIGN `e` whose sum is used by nothing
+    /// else): `m` and whether it is subtracted.
+    pub(super) fn accumulation(&self, e: usize) -> Option<(ValueId, bool)> {
+        let Inst::Assign { variable, value } = self.k.exprs[e].inst else {
+            return None;
+        };
+        if self.uses(value) != 1 {
+            return None;
+        }
+        let reads = |o: ValueId| self.reads_variable(o, variable);
+        match self.k.exprs[value as usize].inst {
+            Inst::Binary { op: Op::Add, a, b } if reads(a) && !reads(b) => Some((b, false)),
+            Inst::Binary { op: Op::Add, a, b } if reads(b) && !reads(a) => Some((a, false)),
+            Inst::Binary { op: Op::Sub, a, b } if reads(a) && !reads(b) => Some((b, true)),
+            _ => None,
+        }
+    }
+
+    /// Whether `e` is the sum of an [`Sweep::accumulation`], or the cast reading its variable:
+    /// its step is the ASSIGN's.
+    pub(super) fn accumulating_sum(&self, e: usize) -> bool {
+        let sum = |x: usize| {
+            x + 1 < self.k.exprs.len()
+                && matches!(self.k.exprs[x + 1].inst, Inst::Assign { value, .. } if value as usize == x)
+                && self.accumulation(x + 1).is_some()
+        };
+        if sum(e) {
+            return true;
+        }
+        if !matches!(self.k.exprs[e].inst, Inst::Cast { .. }) || self.uses(e as ValueId) != 1 {
+            return false;
+        }
+        // Its one user: the sum of an accumulation into the variable it reads.
+        let user =
+            (e + 1..self.k.exprs.len()).find(|&x| self.k.operands(x).any(|o| o as usize == e));
+        user.is_some_and(|x| {
+            sum(x)
+                && matches!(self.k.exprs[x + 1].inst, Inst::Assign { variable, .. }
+                    if self.reads_variable(e as ValueId, variable))
+        })
     }
 
     /// Whether `acc` is an active min or max accumulator: its adjoint goes to one value.

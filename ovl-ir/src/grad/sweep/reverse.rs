@@ -3,7 +3,7 @@
 //! its operands through the derivative rules, and the adjoints of reads to their sinks.
 
 use super::{zero, Sink, State};
-use crate::builder::{IN, OUT};
+use crate::builder::{IN, LOC, OUT};
 use crate::derivatives::{rule, Partial, Rule};
 use crate::dtype::{DType, Literal};
 use crate::grad::check::flows;
@@ -160,6 +160,14 @@ impl State<'_, '_> {
         }
         if let Inst::Assign { variable, value } = k.exprs[e].inst {
             if let Some(&a) = self.adj.get(&(variable as usize)) {
+                // `v = v + m` (`v += m`), `v = m + v`, `v = v - m`: the variable's adjoint goes
+                // to `m` and stays what it is (no reset and re-add), so that a loop summing
+                // into `v` does not update the adjoint in every iteration.
+                if let Some((m, negate)) = self.s.accumulation(e) {
+                    let c = if negate { self.b.op(Op::Neg, &[a]) } else { a };
+                    self.add_adj(m, c);
+                    return;
+                }
                 self.add_adj(value, a);
                 let z = zero(self.b, self.dtype(variable as usize));
                 self.b.assign(a, z);
@@ -181,7 +189,7 @@ impl State<'_, '_> {
             }
             return;
         }
-        if !self.s.facts.active[e] {
+        if !self.s.facts.active[e] || self.s.accumulating_sum(e) {
             return;
         }
         let d = self.dtype(e);
@@ -254,6 +262,16 @@ impl State<'_, '_> {
                     .map(|a| crate::grad::emit_affine(self.b, a, self.pos, &self.loop_index))
                     .collect();
                 self.b.write(OUT, *output, &idx, g);
+                return;
+            }
+            Some(Sink::Local { local, free }) => {
+                let idx: Vec<ValueId> = free
+                    .iter()
+                    .map(|a| crate::grad::emit_affine(self.b, a, self.pos, &self.loop_index))
+                    .collect();
+                let cur = self.b.read(LOC, *local, &idx);
+                let next = self.b.op(Op::Add, &[cur, g]);
+                self.b.write(LOC, *local, &idx, next);
                 return;
             }
             Some(Sink::Add { total, checks }) => (*total, checks),
