@@ -50,6 +50,23 @@ fn sum_reduction_and_a_loop_writing_the_row() {
         &|xs| vec![centered_tanh(&xs[0])],
         vec![values(&[3, 5], 32, -1.5, 1.5)],
     );
+    // Each worker owns its row: the gradient sums it in a local buffer on the forward's
+    // workgroup, so forward and backward fuse.
+    let x = Lazy::from(values(&[3, 5], 37, -1.5, 1.5));
+    let seed = Lazy::from(values(&[3, 5], 38, -1.0, 1.0));
+    let y = centered_tanh(&x);
+    let g = ovl::backward(&[(&y, &seed)], &[&x])
+        .unwrap()
+        .of(&x)
+        .unwrap();
+    let fusion = ovl::fusion((&y, &g), 3).unwrap();
+    println!("{}", fusion.report);
+    assert_eq!(
+        (fusion.report.kernels_before, fusion.report.kernels_after),
+        (2, 1),
+        "{}",
+        fusion.report
+    );
 }
 
 /// A max reduction (the row's first element as the initial value) and a min one.
