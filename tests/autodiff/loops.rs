@@ -156,3 +156,31 @@ fn convolution_with_a_branch_in_the_loop() {
         vec![values(&[9], 33, -1.5, 1.5), values(&[3], 34, -1.0, 1.0)],
     );
 }
+
+/// A softmax whose exponentials live in a worker-local row buffer (`zeros`), written in one
+/// loop and read in the next.
+#[operator]
+fn softmax_local(x: Tensor<f64>) -> Tensor<f64> {
+    let [rows, cols] = x.dims::<2>();
+    let r = position_in([rows])[0];
+    let out = output([rows, cols]);
+    let e = zeros::<f64>([cols]);
+    let mut total = variable(0.0f64);
+    for j in 0..cols {
+        e[[j]] = exp(x[[r, j]]);
+        total += e[[j]];
+    }
+    for j in 0..cols {
+        out[[r, j]] = e[[j]] / total;
+    }
+    out
+}
+
+#[test]
+fn a_local_tensor_written_in_one_loop_and_read_in_the_next() {
+    check(
+        "softmax_local",
+        &|xs| vec![softmax_local(&xs[0])],
+        vec![values(&[3, 5], 39, -1.5, 1.5)],
+    );
+}

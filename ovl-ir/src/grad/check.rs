@@ -18,6 +18,8 @@ pub(super) struct Facts {
     pub reads: Vec<Vec<(ValueId, IndexMap)>>,
     /// Per expression: how many operands name it.
     pub uses: Vec<u32>,
+    /// Per local tensor: whether a gradient flows through it (its adjoint is a local tensor).
+    pub active_locals: Vec<bool>,
 }
 
 /// The float operands through which a gradient flows back from expression `e`, by operand slot.
@@ -47,7 +49,6 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
     for x in &k.exprs {
         match x.inst {
             Inst::WhileBegin { .. } => return Err(Construct::WhileLoop),
-            Inst::LocalTensor { .. } => return Err(Construct::LocalTensor),
             _ => {}
         }
     }
@@ -64,15 +65,34 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
             _ => {}
         }
     }
-    // Forward: values that depend on a differentiated read.
+    // Writes into each local tensor.
+    let mut local_writes: Vec<Vec<ValueId>> = vec![Vec::new(); k.locals.len()];
+    for x in &k.exprs {
+        if let Inst::Write { tensor, value, .. } = &x.inst {
+            if tensor.kind == TensorKind::Local {
+                local_writes[tensor.index as usize].push(*value);
+            }
+        }
+    }
+    // Forward: values that depend on a differentiated read (a local tensor, on a write into it).
     let mut varied = vec![false; n];
+    let mut local_varied = vec![false; k.locals.len()];
     loop {
         let mut changed = false;
+        for (t, writes) in local_writes.iter().enumerate() {
+            if !local_varied[t] && writes.iter().any(|&v| varied[v as usize]) {
+                local_varied[t] = true;
+                changed = true;
+            }
+        }
         for e in 0..n {
             if varied[e] || !is_float(e) {
                 continue;
             }
             let v = match &k.exprs[e].inst {
+                Inst::Read { tensor, .. } if tensor.kind == TensorKind::Local => {
+                    local_varied[tensor.index as usize]
+                }
                 Inst::Read { tensor, .. } => {
                     tensor.kind == TensorKind::Input
                         && wanted.get(tensor.index as usize).copied().unwrap_or(false)
@@ -101,8 +121,21 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
             }
         }
     }
+    let mut local_useful = vec![false; k.locals.len()];
     loop {
         let mut changed = false;
+        for e in 0..n {
+            if let Inst::Read { tensor, .. } = &k.exprs[e].inst {
+                let t = tensor.index as usize;
+                if tensor.kind == TensorKind::Local && useful[e] && !local_useful[t] {
+                    local_useful[t] = true;
+                    for &v in &local_writes[t] {
+                        useful[v as usize] = true;
+                    }
+                    changed = true;
+                }
+            }
+        }
         for e in (0..n).rev() {
             if !useful[e] {
                 continue;
@@ -131,6 +164,9 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
     }
     let active: Vec<bool> = (0..n)
         .map(|e| varied[e] && useful[e] && is_float(e))
+        .collect();
+    let active_locals: Vec<bool> = (0..k.locals.len())
+        .map(|t| local_varied[t] && local_useful[t] && k.locals[t].dtype.is_float())
         .collect();
     // Sums, and min/max reduced by one loop in the accumulator's own scope; not products.
     for (e, x) in k.exprs.iter().enumerate() {
@@ -202,6 +238,7 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
         active,
         reads,
         uses,
+        active_locals,
     })
 }
 

@@ -8,7 +8,8 @@
 //!
 //! **What is differentiated.** Float arithmetic and every op of the table with a derivative rule
 //! ([`crate::derivatives`]), casts between floats, `select`, worker-local variables, `if`/`else`
-//! (the backward walk takes the branch the forward took), counted loops that carry only sums
+//! (the backward walk takes the branch the forward took), worker-local tensors (their adjoint
+//! is a local tensor of the same shape), counted loops that carry only sums
 //! from one iteration to the next, sum accumulators, min and max accumulators reduced by one
 //! loop (the adjoint goes to the value equal to the result: on a tie the last in loop order,
 //! the initial value only when none equals it), and reads of inputs at indices that are
@@ -39,8 +40,8 @@
 //!
 //! **What is an error** ([`DeriveError`], naming the operator, its source line and the
 //! construct): `while` loops, counted loops carrying more than sums into what the gradient
-//! needs, product reductions on a float path (and min/max ones reduced by several loops), local
-//! tensors, reads of a differentiated
+//! needs (a local tensor changed in the loop counts as carried), product reductions on a float
+//! path (and min/max ones reduced by several loops), reads of a differentiated
 //! input at a data-dependent index (a gather, whose gradient is a scatter), writes at a
 //! data-dependent index, at an index two workers or two iterations may share, or twice by one
 //! worker, sizes known only at run time, and library calls. Never a wrong gradient.
@@ -75,9 +76,6 @@ pub enum Construct {
         /// `product`, `min` or `max`.
         combiner: &'static str,
     },
-    /// Worker-local tensors are not differentiated yet.
-    #[error("a worker-local tensor is not differentiated yet")]
-    LocalTensor,
     /// An output written at an index computed from data.
     #[error("output {output} is written at an index that depends on data")]
     DataDependentWrite {
@@ -196,6 +194,9 @@ pub fn derive(
     let shell = |name: String, workgroup: &[u64]| {
         let mut b = Builder::new(&name, workgroup);
         b.dag.source = dag.source.clone();
+        // The forward's local tensors keep their numbers (the sweep copies their accesses);
+        // the gradient's own come after them.
+        b.dag.locals = dag.locals.clone();
         for t in &inputs {
             let ty = match *t {
                 GradInput::Forward(i) => &dag.inputs[i as usize],

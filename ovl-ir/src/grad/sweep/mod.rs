@@ -74,6 +74,8 @@ struct State<'s, 'a> {
     adj: HashMap<usize, ValueId>,
     /// Loop -> its index in the backward walk's iteration.
     loop_index: HashMap<ValueId, ValueId>,
+    /// Local tensor of the forward -> the local tensor holding its adjoint.
+    adj_local: HashMap<u32, u32>,
     /// Min/max accumulator -> (its value after its loop, whether its adjoint was given).
     extremum: HashMap<usize, (ValueId, ValueId)>,
     sinks: &'s HashMap<ValueId, Sink>,
@@ -101,8 +103,16 @@ impl Sweep<'_> {
             adj: HashMap::new(),
             loop_index: HashMap::new(),
             extremum: HashMap::new(),
+            adj_local: HashMap::new(),
             sinks,
         };
+        // A local tensor the forward never fills starts zeroed in each of its workers: so it
+        // does in each recomputed worker.
+        for t in 0..self.k.locals.len() as u32 {
+            if self.local_origin(t) == 0 && !self.local_filled_at_start(t) {
+                st.b.local_fill(t, Literal::Float(0.0));
+            }
+        }
         st.declare(None);
         st.recompute(0, n, None);
         st.reverse(0, n);
@@ -158,7 +168,58 @@ impl Sweep<'_> {
 
     /// Whether the backward walk does anything for expressions `lo..hi`.
     fn has_work(&self, lo: usize, hi: usize) -> bool {
-        (lo..hi).any(|e| self.facts.active[e] || self.seeded_write(e))
+        (lo..hi).any(|e| self.facts.active[e] || self.seeded_write(e) || self.local_work(e))
+    }
+
+    /// The local tensor expression `e` reads, writes or fills, if any.
+    fn local_of(&self, e: usize) -> Option<u32> {
+        match &self.k.exprs[e].inst {
+            Inst::Read { tensor, .. }
+            | Inst::Write { tensor, .. }
+            | Inst::LocalTensor { tensor, .. }
+                if tensor.kind == ir::TensorKind::Local =>
+            {
+                Some(tensor.index)
+            }
+            _ => None,
+        }
+    }
+
+    /// A write into or a fill of a local tensor that carries a gradient.
+    fn local_work(&self, e: usize) -> bool {
+        matches!(
+            self.k.exprs[e].inst,
+            Inst::Write { .. } | Inst::LocalTensor { .. }
+        ) && self
+            .local_of(e)
+            .is_some_and(|t| self.facts.active_locals[t as usize])
+    }
+
+    /// Where local tensor `t` comes to life: its first fill, or the start of the program.
+    fn local_origin(&self, t: u32) -> usize {
+        (0..self.k.exprs.len())
+            .find(|&e| {
+                matches!(self.k.exprs[e].inst, Inst::LocalTensor { .. })
+                    && self.local_of(e) == Some(t)
+            })
+            .unwrap_or(0)
+    }
+
+    /// Whether expression 0 fills local tensor `t`.
+    fn local_filled_at_start(&self, t: u32) -> bool {
+        !self.k.exprs.is_empty()
+            && matches!(self.k.exprs[0].inst, Inst::LocalTensor { .. })
+            && self.local_of(0) == Some(t)
+    }
+
+    /// Whether local tensor `t` is written or filled in `range`.
+    fn local_changed(&self, t: u32, range: std::ops::Range<usize>) -> bool {
+        range.into_iter().any(|e| {
+            matches!(
+                self.k.exprs[e].inst,
+                Inst::Write { .. } | Inst::LocalTensor { .. }
+            ) && self.local_of(e) == Some(t)
+        })
     }
 
     /// The number of operand uses of `v`.
@@ -268,6 +329,17 @@ impl Sweep<'_> {
             }
             // Values of the body computed from carried state.
             let mut tainted = carried.clone();
+            // A local tensor the loop changes (and that lives across it), or that changes after
+            // the loop: its elements differ when the iteration is recomputed.
+            for e in body.clone() {
+                if let (Some(t), Inst::Read { .. }) = (self.local_of(e), &k.exprs[e].inst) {
+                    let carried_local =
+                        self.local_origin(t) < l && self.local_changed(t, body.clone());
+                    if carried_local || self.local_changed(t, close..k.exprs.len()) {
+                        tainted[e] = true;
+                    }
+                }
+            }
             loop {
                 let mut changed = false;
                 for e in body.clone() {
@@ -408,8 +480,9 @@ impl State<'_, '_> {
                     values.push(e);
                 }
             }
-            if self.s.seeded_write(e) {
-                if let Inst::Write { indices, .. } = &k.exprs[e].inst {
+            let local_read = self.s.facts.active[e] && self.s.local_of(e).is_some();
+            if self.s.seeded_write(e) || self.s.local_work(e) || local_read {
+                if let Inst::Write { indices, .. } | Inst::Read { indices, .. } = &k.exprs[e].inst {
                     for slot in 0..indices.len() {
                         operand_use(e, slot, &mut values);
                     }
@@ -447,9 +520,22 @@ impl State<'_, '_> {
         self.s.k.enclosing_loops(e).next()
     }
 
-    /// Declares the tapes, snapshots and adjoints of scope `scope` (`None`: outside loops).
+    /// Declares the tapes, snapshots and adjoints of scope `scope` (`None`: outside loops; the
+    /// adjoint local tensors too, zero-filled).
     fn declare(&mut self, scope: Option<ValueId>) {
         let k = self.s.k;
+        if scope.is_none() {
+            for (t, &active) in self.s.facts.active_locals.iter().enumerate() {
+                if active {
+                    let decl = &k.locals[t];
+                    let shape: Vec<u64> =
+                        decl.shape.iter().map(|d| d.known().unwrap_or(0)).collect();
+                    let a = self.b.declare_local(decl.dtype, &shape);
+                    self.b.local_fill(a, Literal::Float(0.0));
+                    self.adj_local.insert(t as u32, a);
+                }
+            }
+        }
         let (values, uses) = self.wanted_values();
         for (e, slot) in uses {
             let v = self.operand(e, slot);
@@ -554,7 +640,12 @@ impl State<'_, '_> {
                 self.b.assign(var, value);
             }
             match &k.exprs[e].inst {
-                Inst::Write { .. } => continue,
+                Inst::Write { tensor, .. } if tensor.kind == ir::TensorKind::Output => continue,
+                Inst::Write { tensor, .. }
+                    if inside.is_some_and(|l| self.s.local_origin(tensor.index) < l) =>
+                {
+                    continue
+                }
                 Inst::Assign { variable: v, .. } | Inst::Accumulate { accumulator: v, .. }
                     if inside.is_some_and(|l| (*v as usize) < l) =>
                 {

@@ -158,6 +158,37 @@ impl State<'_, '_> {
             self.add_adj(*value, g);
             return;
         }
+        if let Some(t) = self.s.local_of(e) {
+            if let Some(&at) = self.adj_local.get(&t) {
+                match &k.exprs[e].inst {
+                    Inst::LocalTensor { .. } => {
+                        self.b.local_fill(at, Literal::Float(0.0));
+                        return;
+                    }
+                    Inst::Write { indices, value, .. } => {
+                        // The element's adjoint goes to the value written; before the write
+                        // the element had none.
+                        let idx: Vec<ValueId> =
+                            (0..indices.len()).map(|s| self.value_at(e, s)).collect();
+                        let a = self.b.read(LOC, at, &idx);
+                        self.add_adj(*value, a);
+                        let z = zero(self.b, self.dtype(*value as usize));
+                        self.b.write(LOC, at, &idx, z);
+                        return;
+                    }
+                    Inst::Read { indices, .. } if self.s.facts.active[e] => {
+                        let g = self.adj[&e];
+                        let idx: Vec<ValueId> =
+                            (0..indices.len()).map(|s| self.value_at(e, s)).collect();
+                        let cur = self.b.read(LOC, at, &idx);
+                        let next = self.b.op(Op::Add, &[cur, g]);
+                        self.b.write(LOC, at, &idx, next);
+                        return;
+                    }
+                    _ => {}
+                }
+            }
+        }
         if let Inst::Assign { variable, value } = k.exprs[e].inst {
             if let Some(&a) = self.adj.get(&(variable as usize)) {
                 // `v = v + m` (`v += m`), `v = m + v`, `v = v - m`: the variable's adjoint goes
