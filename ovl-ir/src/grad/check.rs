@@ -46,11 +46,11 @@ pub(super) fn flows(k: &Kernel, e: usize) -> Vec<(usize, ValueId)> {
 
 /// Checks `k` (the operator `wanted`/`seeded` describe) and finds its active values.
 pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Facts, Construct> {
-    for x in &k.exprs {
-        match x.inst {
-            Inst::WhileBegin { .. } => return Err(Construct::WhileLoop),
-            _ => {}
-        }
+    if k.exprs
+        .iter()
+        .any(|x| matches!(x.inst, Inst::WhileBegin { .. }))
+    {
+        return Err(Construct::WhileLoop);
     }
     let n = k.exprs.len();
     let is_float = |e: usize| k.exprs[e].dtype.is_some_and(|d| d.is_float());
