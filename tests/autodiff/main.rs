@@ -126,6 +126,9 @@ fn gradient_of(f: &'static Forward) -> impl Fn(&[Lazy<f64>]) -> Vec<Lazy<f64>> {
 }
 
 mod api;
+#[path = "../conformance/mod.rs"]
+mod conformance;
 mod elementwise;
 mod loops;
 mod props;
+mod suite;
