@@ -33,7 +33,8 @@
 //!   a loop) the input gets its own gradient operator, one worker per input element, which sums
 //!   over the forward workers that read it: the read map is inverted (each position axis that
 //!   an index names alone is solved from it, with its divisibility and range checked; the other
-//!   axes are looped over; indices naming a loop's index are compared at the read, in the
+//!   axes are looped over, only over the window `q - loop part` when an index is the axis plus
+//!   terms of loops with known bounds; indices naming a loop's index are compared at the read, in the
 //!   iteration the backward walk is at), each such worker's sweep is recomputed and its
 //!   adjoints added, in a fixed order (map by map in program order, loops in axis order), so
 //!   the result is the same on every run and every backend.
@@ -453,15 +454,44 @@ fn gather(
         p[axis] = Some(v);
         solved_by[d] = true;
     }
-    // The other axes: loops, in axis order.
+    // The other axes: loops, in axis order; over the whole axis, or only over the workers
+    // whose read can land on `q` when an index is `p + loop terms` (a convolution's window).
     let one = b.i64(1);
     let mut loops = 0;
     for (axis, slot) in p.iter_mut().enumerate() {
-        if slot.is_none() {
-            let n = b.i64(w[axis] as i64);
-            *slot = Some(b.range(zero, n, one));
-            loops += 1;
+        if slot.is_some() {
+            continue;
         }
+        let n = b.i64(w[axis] as i64);
+        let window = map.iter().enumerate().find_map(|(d, a)| {
+            let only_axis =
+                a.coeffs
+                    .iter()
+                    .enumerate()
+                    .all(|(k, &c)| if k == axis { c == 1 } else { c == 0 });
+            let (lo, hi) = loop_span(sweep.k, &a.loops)?;
+            (only_axis && !a.loops.is_empty()).then_some((d, a.constant, lo, hi))
+        });
+        let (start, end) = match window {
+            // q_d = p + constant + loop part, loop part in lo..=hi.
+            Some((d, constant, lo, hi)) => {
+                let (from, to) = (constant.checked_add(hi), constant.checked_add(lo));
+                match (from, to) {
+                    (Some(from), Some(to)) => {
+                        let (from, to) = (b.i64(from), b.i64(to));
+                        let first = b.op(Op::Sub, &[q[d], from]);
+                        let last = b.op(Op::Sub, &[q[d], to]);
+                        let after = b.op(Op::Add, &[last, one]);
+                        let low = b.op(Op::Max, &[first, zero]);
+                        (low, b.op(Op::Min, &[after, n]))
+                    }
+                    _ => (zero, n),
+                }
+            }
+            None => (zero, n),
+        };
+        *slot = Some(b.range(start, end, one));
+        loops += 1;
     }
     let pos: Vec<ValueId> = p.into_iter().map(|v| v.unwrap_or(zero)).collect();
     // The indices not used to solve must agree too: those of the position alone here, those
@@ -583,6 +613,34 @@ fn write_slice(b: &mut Builder, slice: &Slice, local: u32, out: u32, pos: &[Valu
     for _ in &slice.sizes {
         b.end_range();
     }
+}
+
+/// The smallest and largest value of `sum(c * index)` over loops with constant bounds that run
+/// at least once; `None` otherwise.
+fn loop_span(k: &Kernel, loops: &[(ValueId, i64)]) -> Option<(i64, i64)> {
+    let (mut lo, mut hi) = (0i64, 0i64);
+    for &(l, c) in loops {
+        let constant = |v: ValueId| match k.exprs[v as usize].inst {
+            crate::typed::Inst::Const(Literal::Int(i)) => Some(i),
+            _ => None,
+        };
+        let bounds: Vec<i64> = k
+            .operands(l as usize)
+            .map(constant)
+            .collect::<Option<_>>()?;
+        let [start, end, step] = bounds[..] else {
+            return None;
+        };
+        if step <= 0 || end <= start {
+            return None;
+        }
+        let trips = (end as i128 - start as i128 + step as i128 - 1) / step as i128;
+        let last = i64::try_from(start as i128 + (trips - 1) * step as i128).ok()?;
+        let (a, z) = (start.checked_mul(c)?, last.checked_mul(c)?);
+        lo = lo.checked_add(a.min(z))?;
+        hi = hi.checked_add(a.max(z))?;
+    }
+    Some((lo, hi))
 }
 
 /// Validates a built gradient operator.
