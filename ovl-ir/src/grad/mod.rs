@@ -34,8 +34,8 @@
 //!   over the forward workers that read it: the read map is inverted (each position axis that
 //!   an index names alone is solved from it, with its divisibility and range checked; the other
 //!   axes are looped over, only over the window `q - loop part` when an index is the axis plus
-//!   terms of loops with known bounds; indices naming a loop's index are compared at the read, in the
-//!   iteration the backward walk is at), each such worker's sweep is recomputed and its
+//!   terms of loops with known bounds; indices naming a loop's index are compared at the read,
+//!   in the iteration the backward walk is at), each such worker's sweep is recomputed and its
 //!   adjoints added, in a fixed order (map by map in program order, loops in axis order), so
 //!   the result is the same on every run and every backend.
 //!
