@@ -34,6 +34,9 @@
 //! a forward graph seen before (same structure, shapes, seeds and gradient functions; any data)
 //! is replayed from a cache bounded like the plan cache ([`backward_cache_stats`]); a gradient
 //! closure that captures values takes part only when attached with [`set_gradient_keyed`].
+//! An operator without a gradient function gets one derived from its IR (reverse mode, see the
+//! README's "Derived gradients"); what cannot be derived is a [`GradError::Underivable`]
+//! naming the operator, its line and the [`Construct`].
 //!
 //! ```
 //! use ovl::prelude::*;
@@ -113,6 +116,8 @@ pub use ovl_core::autodiff::{
     BackwardCacheStats, GradError, GradientCall, GradientFn, Gradients,
 };
 pub use ovl_core::broadcast;
+/// Why a gradient could not be derived from an operator's IR (inside [`GradError::Underivable`]).
+pub use ovl_core::grad::{Construct, DeriveError};
 pub use ovl_core::lazy::Graph;
 /// Memoized operator traces: a call with the same input dtypes and shapes and trace-time
 /// arguments reuses its traced IR instead of running the operator's body again (see

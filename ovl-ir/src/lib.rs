@@ -11,6 +11,7 @@ pub mod batch_ops;
 pub mod builder;
 pub mod cooperative;
 pub mod cost;
+pub mod derivatives;
 pub mod dtype;
 pub mod error;
 pub mod fast_hash;
@@ -18,6 +19,7 @@ pub mod fast_hash;
 /// the crates' dev-dependencies turn on), never in a build of the library for users.
 #[cfg(any(test, feature = "testing"))]
 pub mod fixtures;
+pub mod grad;
 pub mod hash;
 pub mod host;
 pub mod intervals;

@@ -51,9 +51,12 @@ impl Expansion {
 struct OperatorArgs {
     /// `gradient = path`: the function computing the input gradients of every call.
     gradient: Option<syn::ExprPath>,
+    /// `gradient = auto`: the gradient is derived from the traced IR (as without the argument;
+    /// the argument says so explicitly).
+    auto: bool,
 }
 
-/// Parses `#[operator]` / `#[operator(gradient = path)]`.
+/// Parses `#[operator]` / `#[operator(gradient = path)]` / `#[operator(gradient = auto)]`.
 fn parse_operator_args(attr: TokenStream, errors: &mut Errors) -> OperatorArgs {
     let mut args = OperatorArgs::default();
     if attr.is_empty() {
@@ -67,7 +70,13 @@ fn parse_operator_args(attr: TokenStream, errors: &mut Errors) -> OperatorArgs {
                     "expected the path of the gradient function: `#[operator(gradient = my_grad)]`",
                 )
             })?;
-            if args.gradient.replace(path).is_some() {
+            let given = args.gradient.is_some() || args.auto;
+            if path.path.is_ident("auto") {
+                args.auto = true;
+            } else {
+                args.gradient = Some(path);
+            }
+            if given {
                 return Err(meta.error("`gradient` is given twice"));
             }
             Ok(())

@@ -6,8 +6,14 @@
 //! for, applying the chain rule and summing the contributions of a tensor used several times.
 //! The result is an ordinary lazy graph: it is fused and compiled like any other, together with
 //! the forward graph or on its own.
+//!
+//! A call without a gradient function (none attached, none built in) gets one derived from its
+//! IR (`ovl_ir::grad`, recorded by `derived`): gradient operators that recompute what they need
+//! from the call's inputs and read its outputs' adjoints. A written gradient always wins; an
+//! operator whose gradient cannot be derived is a [`GradError::Underivable`] naming it.
 
 mod cache;
+mod derived;
 
 pub use cache::{
     backward_cache_stats, cache as backward_cache, clear_backward_cache,
@@ -107,12 +113,6 @@ pub enum GradError {
         /// The gradient's shape.
         seed_shape: Vec<usize>,
     },
-    /// An operator on the path has no gradient function.
-    #[error(
-        "operator `{0}` lies between the outputs and the tensors to differentiate with respect \
-         to, but has no gradient: attach one with `set_gradient`"
-    )]
-    NoGradient(String),
     /// A gradient function returned the wrong number of gradients, or a gradient of the wrong
     /// dtype or shape.
     #[error("the gradient of operator `{operator}` is wrong: {message}")]
@@ -122,6 +122,12 @@ pub enum GradError {
         /// What was wrong.
         message: String,
     },
+    /// The operator has no gradient function and its gradient cannot be derived from its IR.
+    #[error(transparent)]
+    Underivable(#[from] ovl_ir::grad::DeriveError),
+    /// The operator's trace failed, so it has no IR to differentiate.
+    #[error("cannot derive the gradient of operator `{0}`: its trace failed: {1}")]
+    Trace(String, String),
     /// Gradients flow only through floating-point tensors.
     #[error("cannot differentiate through the {0} tensor of operator `{1}`: gradients are only defined for f32 and f64 tensors")]
     NotFloat(DType, String),
@@ -265,7 +271,19 @@ fn build(
             continue;
         }
         let Some(Gradient { func: gradient, .. }) = op.gradient.get() else {
-            return Err(GradError::NoGradient(op.dag.name.clone()));
+            // No gradient function: derive one from the operator's IR.
+            let wanted: Vec<bool> = op
+                .inputs
+                .iter()
+                .map(|i| leads.contains(&node_id(&i.node)))
+                .collect();
+            let input_grads = derived::gradients(op, &output_grads, &wanted)?;
+            for (input, g) in op.inputs.iter().zip(input_grads) {
+                if let Some(g) = g {
+                    accumulate(&mut grads, input, g, &op.dag.name)?;
+                }
+            }
+            continue;
         };
         let call = GradientCall {
             name: &op.dag.name,

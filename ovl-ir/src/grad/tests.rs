@@ -1,0 +1,117 @@
+//! Structural tests of the pass; the values are checked against central differences on the
+//! interpreter, C++ and CUDA validation in `tests/autodiff/`.
+
+use super::*;
+use crate::builder::{Builder, IN, OUT};
+use crate::DType;
+
+/// out[i, j] = tanh(x[i, j]) * b[j]: x read at the worker's element, b broadcast.
+fn bias_tanh() -> ir::ExpressionDag {
+    let mut b = Builder::new("bias_tanh", &[2, 3]);
+    b.input(DType::F64, &[2, 3]);
+    b.input(DType::F64, &[3]);
+    b.output(DType::F64, &[2, 3]);
+    let (i, j) = (b.position(0), b.position(1));
+    let x = b.read(IN, 0, &[i, j]);
+    let t = b.op(Op::Tanh, &[x]);
+    let bj = b.read(IN, 1, &[j]);
+    let y = b.op(Op::Mul, &[t, bj]);
+    b.write(OUT, 0, &[i, j], y);
+    b.build()
+}
+
+#[test]
+fn elementwise_inputs_share_the_forward_workgroup_and_broadcasts_gather() {
+    let dag = bias_tanh();
+    crate::validate::validate(&dag).unwrap();
+    let ops = derive(&dag, &[true, true], &[true]).unwrap();
+    assert_eq!(ops.len(), 2);
+    assert_eq!(ops[0].outputs, vec![0]);
+    assert_eq!(ops[0].dag.workgroup_shape, vec![2, 3]);
+    assert_eq!(ops[1].outputs, vec![1]);
+    assert_eq!(ops[1].dag.workgroup_shape, vec![3]);
+    assert_eq!(
+        ops[0].inputs,
+        vec![
+            GradInput::Forward(0),
+            GradInput::Forward(1),
+            GradInput::Adjoint(0)
+        ]
+    );
+    // Only what is wanted.
+    let ops = derive(&dag, &[false, true], &[true]).unwrap();
+    assert_eq!(ops.len(), 1);
+    assert_eq!(ops[0].outputs, vec![1]);
+}
+
+#[test]
+fn constructs_that_are_not_differentiated_are_errors_naming_the_operator() {
+    let mut b = Builder::new("looped", &[2]);
+    b.input(DType::F64, &[2]);
+    b.output(DType::F64, &[2]);
+    let i = b.position(0);
+    let x = b.read(IN, 0, &[i]);
+    let v = b.var(x);
+    let (z, n, one) = (b.i64(0), b.i64(3), b.i64(1));
+    b.range(z, n, one);
+    let s = b.op(Op::Mul, &[v, v]);
+    b.assign(v, s);
+    b.end_range();
+    b.write(OUT, 0, &[i], v);
+    let dag = b.build();
+    crate::validate::validate(&dag).unwrap();
+    let e = derive(&dag, &[true], &[true]).unwrap_err();
+    assert_eq!(e.construct, Construct::LoopCarried);
+    assert_eq!(e.operator, "looped");
+    assert!(e.to_string().contains("src/ops.rs:12"), "{e}");
+
+    // A gather: x[idx[i]].
+    let mut b = Builder::new("gather", &[2]);
+    b.input(DType::F64, &[4]);
+    b.input(DType::I64, &[2]);
+    b.output(DType::F64, &[2]);
+    let i = b.position(0);
+    let k = b.read(IN, 1, &[i]);
+    let x = b.read(IN, 0, &[k]);
+    b.write(OUT, 0, &[i], x);
+    let dag = b.build();
+    let e = derive(&dag, &[true, false], &[true]).unwrap_err();
+    assert_eq!(e.construct, Construct::DataDependentRead { input: 0 });
+
+    // Two workers writing one element.
+    let mut b = Builder::new("shared", &[2]);
+    b.input(DType::F64, &[2]);
+    b.output(DType::F64, &[1]);
+    let i = b.position(0);
+    let x = b.read(IN, 0, &[i]);
+    let z = b.i64(0);
+    b.write(OUT, 0, &[z], x);
+    let e = derive(&b.build(), &[true], &[true]).unwrap_err();
+    assert_eq!(e.construct, Construct::SharedWrite { output: 0 });
+}
+
+/// A 0-d input read by every worker: its gradient operator has one worker, which loops over
+/// the forward's workers; an empty workgroup gives operators that still validate.
+#[test]
+fn scalar_inputs_and_empty_workgroups() {
+    for n in [3u64, 0] {
+        let mut b = Builder::new("scale", &[n]);
+        b.input(DType::F64, &[n]);
+        b.input(DType::F64, &[]);
+        b.output(DType::F64, &[n]);
+        let i = b.position(0);
+        let x = b.read(IN, 0, &[i]);
+        let s = b.read(IN, 1, &[]);
+        let y = b.op(Op::Mul, &[x, s]);
+        b.write(OUT, 0, &[i], y);
+        let dag = b.build();
+        crate::validate::validate(&dag).unwrap();
+        let ops = derive(&dag, &[true, true], &[true]).unwrap();
+        assert_eq!(ops.len(), 2, "n = {n}");
+        let of_s: Vec<_> = ops.iter().filter(|g| g.outputs == vec![1]).collect();
+        assert_eq!(of_s.len(), 1);
+        // With no forward worker, nothing reads `s`: the forward's (empty) workgroup writes it.
+        let want = if n == 0 { vec![0] } else { vec![1] };
+        assert_eq!(of_s[0].dag.workgroup_shape, want, "n = {n}");
+    }
+}

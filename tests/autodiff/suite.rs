@@ -1,0 +1,80 @@
+//! The conformance suite's operators with float outputs (`tests/conformance/`), written without
+//! gradients: derived gradients against central differences, at values away from the kinks
+//! (`%`, `min`/`max`, `abs`, `round`) and inside every function's domain.
+
+use super::conformance::{arithmetic, control, math, paper};
+use super::*;
+use ovl::Construct;
+
+fn at(v: &[f64]) -> ArrayD<f64> {
+    ArrayD::from_shape_vec(IxDyn(&[v.len()]), v.to_vec()).unwrap()
+}
+
+#[test]
+fn arithmetic_and_unary_ops() {
+    check(
+        "binary_ops",
+        &|xs| {
+            let o = arithmetic::binary_ops(&xs[0], &xs[1]);
+            vec![o.0, o.1, o.2, o.3, o.4, o.5, o.6]
+        },
+        vec![
+            at(&[0.55, 1.3, 1.9, -0.8, 2.2]),
+            at(&[0.7, -1.1, 0.45, 1.6, 0.9]),
+        ],
+    );
+    check(
+        "unary_ops",
+        &|xs| {
+            let (n, a) = arithmetic::unary_ops(&xs[0]);
+            vec![n, a]
+        },
+        vec![at(&[-1.5, -0.2, 0.3, 2.5])],
+    );
+}
+
+#[test]
+fn every_math_function() {
+    // Inside every domain (sqrt, log, asin, acos) and away from round's jumps at 0.5.
+    check(
+        "unary_all",
+        &|xs| math::unary_all(&xs[0]),
+        vec![at(&[0.15, 0.3, 0.42, 0.63, 0.8])],
+    );
+    check(
+        "binary_all",
+        &|xs| {
+            let o = math::binary_all(&xs[0], &xs[1]);
+            vec![o.0, o.1, o.2]
+        },
+        vec![at(&[0.4, 1.2, 2.1, 0.9]), at(&[1.5, -0.6, 0.8, 2.4])],
+    );
+}
+
+#[test]
+fn the_original_systems_examples() {
+    check(
+        "log1p_expm1",
+        &|xs| {
+            let (l, e) = paper::log1p_expm1(&xs[0]);
+            vec![l, e]
+        },
+        vec![at(&[-0.5, 0.25, 1.5, 3.0])],
+    );
+    // A cumulative sum carries only a sum; a cumulative product carries its product.
+    check(
+        "cumsum",
+        &|xs| vec![control::cumsum_cumprod(&xs[0]).0],
+        vec![values(&[2, 4], 90, -1.0, 1.0)],
+    );
+    let x = Lazy::from(values(&[2, 4], 91, 0.5, 1.5));
+    let seed = Lazy::from(values(&[2, 4], 92, -1.0, 1.0));
+    let (_, prod) = control::cumsum_cumprod(&x);
+    match ovl::backward(&[(&prod, &seed)], &[&x]) {
+        Err(GradError::Underivable(e)) => {
+            assert_eq!(e.construct, Construct::LoopCarried);
+            assert_eq!(e.operator, "cumsum_cumprod");
+        }
+        other => panic!("expected a loop-carried error, got {other:?}"),
+    }
+}
