@@ -7,12 +7,11 @@
 //! The exporter that makes programs is [`crate::export`].
 
 mod check;
-mod mismatch;
 
+pub use crate::error::program::{MalformedProgram, ProgramError, ProgramMismatch, SealError};
 use crate::runner::{Input, Kernel, Output, Plan, PlanError, RunFailure, Sig};
 use crate::{executor, Error, Options};
-pub use check::{check_program, MalformedProgram};
-pub use mismatch::ProgramMismatch;
+pub use check::check_program;
 use ovl_core::ir;
 use ovl_core::{DType, HostTensor};
 use std::ffi::c_void;
@@ -29,53 +28,6 @@ pub const SEALED_PROGRAM_HEADER: &[u8] = b"ovl.ir.Program sha256 v1\n";
 
 /// The length of a SHA-256 digest, in bytes.
 const DIGEST_BYTES: usize = 32;
-
-/// Why sealed program bytes (a bundle's `program` or `gradient`, the `DynamicLib` op's
-/// attributes) were refused before decoding. `what` names them (`bundle "x.json" (program)`,
-/// "the `program` attribute of DynamicLib `node`").
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum SealError {
-    /// The bytes do not start with [`SEALED_PROGRAM_HEADER`].
-    #[error(
-        "{what}: the program was modified or corrupted: it does not start with the header of a \
-         sealed ovl program (or an older ovl exported it); export it again"
-    )]
-    NoHeader {
-        /// The program's origin.
-        what: String,
-    },
-    /// The header is there but the digest is cut short.
-    #[error(
-        "{what}: the program was modified or corrupted: it is truncated ({len} bytes, shorter \
-         than its header and digest); export it again"
-    )]
-    Truncated {
-        /// The program's origin.
-        what: String,
-        /// The length of the bytes.
-        len: usize,
-    },
-    /// The digest does not match the protobuf bytes.
-    #[error(
-        "{what}: the program was modified or corrupted: its SHA-256 digest does not match its \
-         contents; export it again"
-    )]
-    Digest {
-        /// The program's origin.
-        what: String,
-    },
-    /// The digest matches but the bytes are not an `ovl.ir.Program` (an incompatible ovl).
-    #[error(
-        "{what}: the program's digest matches but it does not decode as ovl.ir.Program \
-         ({message}): an incompatible ovl exported it; export it again"
-    )]
-    Decode {
-        /// The program's origin.
-        what: String,
-        /// The decoder's message.
-        message: String,
-    },
-}
 
 /// The program as the bundle file and the `DynamicLib` op carry it:
 /// [`SEALED_PROGRAM_HEADER`], the SHA-256 digest of the protobuf bytes of `program`, then those
@@ -201,48 +153,6 @@ pub fn tensorflow_dtype_name(dtype: DType) -> &'static str {
         DType::U64 => "uint64",
         DType::Bool => "bool",
     }
-}
-
-/// Why a program could not be loaded or run.
-#[derive(Debug, thiserror::Error)]
-pub enum ProgramError {
-    /// The sealed program was modified or corrupted: its digest does not match (checked
-    /// before decoding).
-    #[error(transparent)]
-    Modified(#[from] SealError),
-    /// The program is malformed (its digest matched): what is wrong, and where.
-    #[error("the `program` attribute is not a valid ovl program ({0}); re-export the bundle")]
-    Corrupt(#[from] MalformedProgram),
-    /// A constant of the program could not be allocated.
-    #[error(transparent)]
-    OutOfMemory(#[from] ovl_core::AllocError),
-    /// The program's graph cannot be planned: it is malformed (its digest matched).
-    #[error("the `program` attribute is not a valid ovl program ({0}); re-export the bundle")]
-    Malformed(#[from] PlanError),
-    /// Generating, compiling or loading an operator failed.
-    #[error("program `{program}`: {source}")]
-    Compile {
-        /// The program.
-        program: String,
-        /// The cause (carries the compiler log and the source path).
-        source: Box<crate::Error>,
-    },
-    /// Running an operator failed (for example an index out of bounds).
-    #[error("program `{program}`: {source}")]
-    Run {
-        /// The program.
-        program: String,
-        /// The cause.
-        source: Box<RunFailure>,
-    },
-    /// A tensor passed does not fit the program.
-    #[error("program `{program}`: {problem}")]
-    Mismatch {
-        /// The program.
-        program: String,
-        /// What does not fit (boxed: it names tensors and types, and errors stay small).
-        problem: Box<ProgramMismatch>,
-    },
 }
 
 /// Where the data of one graph input comes from.

@@ -23,10 +23,11 @@ mod gemm;
 mod pointers;
 mod sig;
 
+pub use crate::error::run::{PlanError, RunFailure, Wiring};
 pub(crate) use device::{on_device, on_host};
 pub use gemm::GemmKernel;
 use pointers::Pointers;
-pub use sig::{PlanError, Sig, Wiring};
+pub use sig::Sig;
 
 /// One operator, ready to run on a backend.
 pub enum Kernel {
@@ -68,26 +69,6 @@ pub enum Output<'a> {
     },
     /// Memory the caller owns, writable for the output's size (see [`Plan::run`]).
     Raw(*mut c_void),
-}
-
-/// Why a run failed.
-#[derive(Debug, thiserror::Error)]
-pub enum RunFailure {
-    /// A buffer does not fit the graph (count, dtype or shape).
-    #[error(transparent)]
-    Mismatch(#[from] crate::error::Mismatch),
-    /// The interpreter failed (for example an index out of bounds).
-    #[error(transparent)]
-    Interpreter(#[from] interp::InterpError),
-    /// A compiled kernel failed (for example an index out of bounds).
-    #[error(transparent)]
-    Run(#[from] ovl_codegen::RunError),
-    /// A device tensor could not be allocated, copied, or has another type than expected.
-    #[error(transparent)]
-    Device(#[from] ovl_codegen::cuda::DeviceError),
-    /// An intermediate or output buffer could not be allocated.
-    #[error(transparent)]
-    OutOfMemory(#[from] ovl_core::AllocError),
 }
 
 /// Where a value lives during a run.

@@ -1,5 +1,8 @@
 //! The error type of the `ovl` facade.
 
+pub mod program;
+pub mod run;
+
 use thiserror::Error;
 
 /// Everything that can go wrong between calling operators and getting arrays back.
@@ -45,7 +48,7 @@ pub enum Error {
     /// A program given to [`crate::program::run_program`] is malformed, or its feeds do not
     /// fit it (boxed: a program error may hold an [`Error`]).
     #[error(transparent)]
-    Program(Box<crate::program::ProgramError>),
+    Program(Box<program::ProgramError>),
     /// Compiling a graph with [`crate::compile`], or feeding the compiled graph, failed (what
     /// was wrong with its placeholders or their data, or the target).
     #[error("compiled graph: {0}")]
@@ -115,7 +118,7 @@ pub enum InternalError {
     },
     /// The fused graph could not be planned (fusion makes well-formed graphs only).
     #[error("the fused graph cannot be planned: {0}")]
-    Unplannable(#[source] crate::runner::PlanError),
+    Unplannable(#[source] run::PlanError),
 }
 
 /// What does not fit when buffers are handed to a graph's run: counts, dtypes and shapes,
