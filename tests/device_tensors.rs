@@ -262,7 +262,7 @@ fn device_data_in_a_lazy_graph_is_copied_to_the_host_for_a_host_backend() {
     // Mixed with host data, and twice (the plan cache keys device data apart from host data).
     let yy = Lazy::from(Array1::from(vec![1.0f32; 4]));
     for _ in 0..2 {
-        let got = ovl::evaluate(&axpy(&Lazy::from(ndarray::array![2.0f32]), &y, &yy)).unwrap();
+        let got = ovl::evaluate(&axpy(Lazy::from(ndarray::array![2.0f32]), &y, &yy)).unwrap();
         let want: Vec<f32> = want.iter().map(|v| 2.0 * v + 1.0).collect();
         assert_eq!(got.as_slice().expect("contiguous"), &want[..]);
     }
@@ -309,7 +309,7 @@ fn a_lazy_graph_reads_device_tensors_in_place() {
     assert_eq!(got.as_slice().expect("contiguous"), &want[..]);
     // A device tensor as a constant of a compiled graph, read where it is at every run.
     let p = ovl::placeholder::<f32>("p", &[n]);
-    let step = ovl::compile(&p, &axpy(&a, &x, &p), &Options::cuda()).expect("compiles");
+    let step = ovl::compile(&p, axpy(&a, &x, &p), &Options::cuda()).expect("compiles");
     let outs = step.run_device(&[&yd]).expect("runs");
     let got = outs[0].to_host().expect("download");
     let want: Vec<f32> = xs.iter().zip(&ys).map(|(x, y)| 2.0 * x + y).collect();

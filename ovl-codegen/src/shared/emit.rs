@@ -339,9 +339,9 @@ impl<'a> Emitter<'a> {
                     .ok_or_else(|| e.err(None, "the workgroup has more than 2^63 workers"))?,
             );
         }
-        e.inputs = e.tensors(TensorKind::Input, &dag.inputs, "in")?;
-        e.outputs = e.tensors(TensorKind::Output, &dag.outputs, "out")?;
-        e.locals = e.tensors(TensorKind::Local, &dag.locals, "loc")?;
+        e.inputs = e.tensors(TensorKind::Input, &dag.inputs)?;
+        e.outputs = e.tensors(TensorKind::Output, &dag.outputs)?;
+        e.locals = e.tensors(TensorKind::Local, &dag.locals)?;
         let mut total = 0u64;
         let limit = match dialect {
             Dialect::Cpp => CPU_LOCALS_BYTES,
@@ -379,7 +379,6 @@ impl<'a> Emitter<'a> {
         &self,
         kind: TensorKind,
         list: &[ir::TensorType],
-        prefix: &str,
     ) -> Result<Vec<TensorInfo>, CodegenError> {
         list.iter()
             .enumerate()
@@ -429,7 +428,7 @@ impl<'a> Emitter<'a> {
                     sizes,
                     strides,
                     elements,
-                    name: format!("{prefix}{i}"),
+                    name: tensor_name(kind, i),
                 })
             })
             .collect()
@@ -604,6 +603,16 @@ impl<'a> Emitter<'a> {
         }
         need
     }
+}
+
+/// The C++ name of tensor `index` of a kind in generated code: `in0`, `out1`, `loc2`.
+pub(crate) fn tensor_name(kind: TensorKind, index: usize) -> String {
+    let prefix = match kind {
+        TensorKind::Input => "in",
+        TensorKind::Output => "out",
+        _ => "loc",
+    };
+    format!("{prefix}{index}")
 }
 
 fn list_kind(kind: i32) -> TensorKind {

@@ -35,7 +35,7 @@
 //! lane never ends early. The frame runs the lane program when every tensor it accesses by
 //! vectors is 16-byte aligned (device blocks are), else the worker program.
 
-use super::{ctype, Emitter};
+use super::{ctype, tensor_name, Emitter};
 use ovl_ir::analysis::nesting_depths;
 use ovl_ir::ir::{self, Op, TensorKind};
 use ovl_ir::pattern::{IndexPattern, PatternAnalysis};
@@ -125,7 +125,8 @@ pub(crate) fn plan(dag: &ir::ExpressionDag) -> Option<Plan> {
                 };
                 if vectorizable(k, &t) {
                     plan.reads.insert(k, DType::from_ir(t.dtype)?);
-                    plan.tensors.insert(format!("in{}", r.index));
+                    plan.tensors
+                        .insert(tensor_name(TensorKind::Input, r.index as usize));
                 }
             }
             (Ok(Op::Write), Ok(TensorKind::Output)) => {
@@ -147,7 +148,7 @@ pub(crate) fn plan(dag: &ir::ExpressionDag) -> Option<Plan> {
         let ks = w.writes;
         let (dtype, name) = (
             DType::from_ir(dag.outputs[output as usize].dtype)?,
-            format!("out{output}"),
+            tensor_name(TensorKind::Output, output as usize),
         );
         for k in ks {
             plan.writes.insert(k, (dtype, name.clone()));
