@@ -40,6 +40,29 @@ def load_jax():
     return jax, None
 
 
+def start(reps=None):
+    """Loads the peers, says which did not run and why, and measures the copy bandwidth (with
+    PyTorch): (torch or None, jax or None, the JSON document's head with an empty "rows")."""
+    torch, torch_why = load_torch()
+    jax, jax_why = load_jax()
+    skipped = {k: v for k, v in (("pytorch", torch_why), ("jax", jax_why)) if v}
+    for peer, why in skipped.items():
+        print(f"{peer.upper()} GPU PART DID NOT RUN: {why}")
+    doc = {"skipped_peers": skipped, "rows": []}
+    if reps is not None:
+        doc["repetitions"] = reps
+    if torch is not None:
+        doc["torch"] = torch.__version__
+        doc["device"] = torch.cuda.get_device_name(0)
+        doc["copy_gb_per_s"] = copy_bandwidth(torch) / 1e9
+        print(f"PyTorch {torch.__version__} on {doc['device']}: device-to-device copy "
+              f"{doc['copy_gb_per_s']:.0f} GB/s")
+    if jax is not None:
+        doc["jax"] = jax.__version__
+        doc.setdefault("device", str(jax.devices()[0]))
+    return torch, jax, doc
+
+
 def best_and_median(times):
     return min(times), statistics.median(times)
 

@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_peers_common import (  # noqa: E402
-    copy_bandwidth, describe, load_jax, load_torch, row, time_jax, time_torch)
+from gpu_peers_common import describe, row, start, time_jax, time_torch  # noqa: E402
 
 FORGET_BIAS = 1.0
 # benches/lstm.rs measures the same sizes.
@@ -35,22 +34,8 @@ def main():
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    torch, torch_why = load_torch()
-    jax, jax_why = load_jax()
-    skipped = {k: v for k, v in (("pytorch", torch_why), ("jax", jax_why)) if v}
-    for peer, why in skipped.items():
-        print(f"{peer.upper()} GPU PART DID NOT RUN: {why}")
-    doc = {"skipped_peers": skipped, "rows": []}
-    if torch is not None:
-        doc["torch"] = torch.__version__
-        doc["device"] = torch.cuda.get_device_name(0)
-        doc["copy_gb_per_s"] = copy_bandwidth(torch) / 1e9
-        print(f"PyTorch {torch.__version__} on {doc['device']}: device-to-device copy "
-              f"{doc['copy_gb_per_s']:.0f} GB/s")
-    if jax is not None:
-        doc["jax"] = jax.__version__
-        doc.setdefault("device", str(jax.devices()[0]))
     reps = 10 if args.quick else 30
+    torch, jax, doc = start(reps)
     for b, h in QUICK if args.quick else FULL:
         data = inputs(b, h)
         for backward in (False, True):

@@ -18,8 +18,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_peers_common import (  # noqa: E402
-    copy_bandwidth, describe, load_jax, load_torch, row, time_jax, time_torch)
+from gpu_peers_common import describe, row, start, time_jax, time_torch  # noqa: E402
 from reductions_common import EPS, KERNELS, bytes_moved, inputs  # noqa: E402
 
 # The sizes `cargo bench --bench reductions -- --gpu` measures (benches/reductions.rs).
@@ -33,22 +32,8 @@ def main():
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    torch, torch_why = load_torch()
-    jax, jax_why = load_jax()
-    skipped = {k: v for k, v in (("pytorch", torch_why), ("jax", jax_why)) if v}
-    for peer, why in skipped.items():
-        print(f"{peer.upper()} GPU PART DID NOT RUN: {why}")
     reps = 20 if args.quick else 100
-    doc = {"skipped_peers": skipped, "repetitions": reps, "rows": []}
-    if torch is not None:
-        doc["torch"] = torch.__version__
-        doc["device"] = torch.cuda.get_device_name(0)
-        doc["copy_gb_per_s"] = copy_bandwidth(torch) / 1e9
-        print(f"PyTorch {torch.__version__} on {doc['device']}: device-to-device copy "
-              f"{doc['copy_gb_per_s']:.0f} GB/s")
-    if jax is not None:
-        doc["jax"] = jax.__version__
-        doc.setdefault("device", str(jax.devices()[0]))
+    torch, jax, doc = start(reps)
     for r, c in GPU_SIZES:
         x_np, dy_np, dy_row_np = inputs(r, c)
         for kernel in KERNELS:

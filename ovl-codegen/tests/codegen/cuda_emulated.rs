@@ -234,6 +234,21 @@ pub(crate) fn emulate_launch(
         .iter_mut()
         .map(|t| t.data.as_mut_ptr() as *mut c_void)
         .collect();
+    let status = call(emulated, &ins, &outs, symbols, grid, block, together);
+    (outputs, status)
+}
+
+/// Calls the emulated kernel's entry point on tensors at `ins` and `outs` (each holding its
+/// tensor's bytes); returns the fault status.
+fn call(
+    emulated: &Emulated,
+    ins: &[*mut c_void],
+    outs: &[*mut c_void],
+    symbols: &[i64],
+    grid: u32,
+    block: u32,
+    together: bool,
+) -> Status {
     let mut status = Status::default();
     // SAFETY: the entry point is the one `build` wrote; the pointers match the operator's
     // declared tensors (the tests pass tensors of those types).
@@ -253,7 +268,7 @@ pub(crate) fn emulate_launch(
         );
     }
     assert_eq!(status.lock, 0, "the status lock was released");
-    (outputs, status)
+    status
 }
 
 fn position(workgroup: &[u64], worker: i64) -> Vec<u64> {
@@ -657,23 +672,7 @@ fn emulate_at_offset(
     let at = |b: &mut Vec<u128>| unsafe { (b.as_mut_ptr() as *mut u8).add(offset) as *mut c_void };
     let in_ptrs: Vec<*mut c_void> = ins.iter_mut().map(at).collect();
     let out_ptrs: Vec<*mut c_void> = outs.iter_mut().map(at).collect();
-    let mut status = Status::default();
-    // SAFETY: the entry point is the one `build` wrote; each pointer holds its tensor's bytes.
-    unsafe {
-        let f = *emulated
-            .lib
-            .get::<Emulate>(b"ovl_emulate\0")
-            .expect("symbol");
-        f(
-            in_ptrs.as_ptr(),
-            out_ptrs.as_ptr(),
-            std::ptr::null(),
-            &mut status,
-            grid,
-            block,
-            0,
-        );
-    }
+    let status = call(emulated, &in_ptrs, &out_ptrs, &[], grid, block, false);
     assert_eq!(status.code, 0, "{}: unexpected fault {status:?}", dag.name);
     for (t, b) in outputs.iter_mut().zip(&outs) {
         let n = t.data.len() * t.dtype().size();
