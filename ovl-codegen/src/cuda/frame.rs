@@ -164,11 +164,7 @@ pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codeg
             );
         }
     }
-    let innermost = e.sizes.last().map(|z| match z.known() {
-        Some(n) => format!("{n}"),
-        None => format!("(uint64_t){}", z.cpp()),
-    });
-    decompose(&mut s, &e, "ovl_w", "ovl_p", innermost.unwrap_or_default());
+    decompose(&mut s, &e, "ovl_w", "ovl_p", None);
     for (i, (t, zero)) in e.locals.iter().zip(e.locals_needing_zero()).enumerate() {
         if zero {
             let _ = writeln!(s, "    ovl::zero({}, {}LL);", t.name, local_elements(i, t));
@@ -190,9 +186,16 @@ pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codeg
 
 /// Writes the decomposition of the flattened index `w` over the workgroup into `ovl_p0`, ... :
 /// the innermost component into `<innermost_var><rank-1>` (`ovl_p` for a worker, `ovl_q` for a
-/// group of lanes), with `innermost` the innermost extent as C++. 32-bit arithmetic when the
-/// workgroup has fewer than 2^32 workers.
-fn decompose(s: &mut String, e: &Emitter<'_>, w: &str, innermost_var: &str, innermost: String) {
+/// group of lanes), over `innermost` positions when given (a group of lanes covers several),
+/// else the workgroup's innermost extent. 32-bit arithmetic when the workgroup has fewer than
+/// 2^32 workers.
+fn decompose(
+    s: &mut String,
+    e: &Emitter<'_>,
+    w: &str,
+    innermost_var: &str,
+    innermost: Option<u64>,
+) {
     let rank = e.workgroup.len();
     let last = rank - 1;
     let name = |a: usize| {
@@ -213,16 +216,14 @@ fn decompose(s: &mut String, e: &Emitter<'_>, w: &str, innermost_var: &str, inne
     };
     let _ = writeln!(s, "    {ut} ovl_r = ({ut}){w};");
     for a in (1..rank).rev() {
-        let size = if a == last {
-            match innermost.parse::<u64>() {
-                Ok(n) => format!("{n}{suffix}"),
-                Err(_) => innermost.clone(),
-            }
+        let known = if a == last {
+            innermost.or(e.sizes[a].known())
         } else {
-            match e.sizes[a].known() {
-                Some(n) => format!("{n}{suffix}"),
-                None => format!("(uint64_t){}", e.sizes[a].cpp()),
-            }
+            e.sizes[a].known()
+        };
+        let size = match known {
+            Some(n) => format!("{n}{suffix}"),
+            None => format!("(uint64_t){}", e.sizes[a].cpp()),
         };
         let _ = writeln!(
             s,
@@ -261,7 +262,7 @@ fn lane_loop(s: &mut String, e: &Emitter<'_>, lp: &LaneProgram) {
         "  for (int64_t ovl_g = (int64_t)blockIdx.x * (int64_t)blockDim.x + (int64_t)threadIdx.x; \
          ovl_g < {groups}LL; ovl_g += ovl_stride) {{"
     );
-    decompose(s, e, "ovl_g", "ovl_q", innermost.to_string());
+    decompose(s, e, "ovl_g", "ovl_q", Some(innermost));
     for d in lp.plan.declarations() {
         let _ = writeln!(s, "    {d}");
     }
