@@ -166,7 +166,7 @@ fn main() -> Result<(), BoxError> {
             .outputs;
         for (way, m) in &results {
             let diff = difference(&m.outputs, reference);
-            if !(diff <= 1e-4) {
+            if diff.is_nan() || diff > 1e-4 {
                 return Err(format!(
                     "{what} {size} {}: differs from the hand-written gradient by {diff:e}",
                     way.name()
