@@ -5,8 +5,9 @@
 #
 # Runs, each under its own timeout within SECONDS in all (default 600):
 #   1. benches/lstm.rs --gpu-only: the fused LSTM cell's kernel time (ovl::profile) and its
-#      wall time per call compiled once on device tensors (Compiled::run_device_into,
-#      synchronized), forward and forward + backward;
+#      time per call compiled once on device tensors (Compiled::run_device_into: the GPU's
+#      time from CUDA events, and the wall time with a synchronization), forward and
+#      forward + backward;
 #   2. benches/reductions.rs --gpu: softmax, layer norm, RMS norm and logsumexp likewise;
 #   3. the peers on the same GPU, inputs already there, checked against NumPy first:
 #      benches/lstm_gpu_peers.py and benches/reductions_gpu_peers.py (PyTorch eager,
