@@ -134,20 +134,7 @@ impl<T: Scalar, D: Dimension> Buffer for Array<T, D> {
     }
 
     fn put(&mut self, tensor: HostTensor, output: usize) -> Result<(), Error> {
-        let dtype = tensor.dtype();
-        let HostTensor { shape, data } = tensor;
-        let data = T::unwrap(data).map_err(|_| InternalError::ResultDType {
-            output,
-            dtype,
-            expected: T::DTYPE,
-        })?;
-        let len = data.len();
-        if D::NDIM.is_some_and(|n| n != shape.len()) {
-            return Err(shape_error(output, &shape, len));
-        }
-        let mut dim = D::zeros(shape.len());
-        dim.slice_mut().copy_from_slice(&shape);
-        *self = Array::from_shape_vec(dim, data).map_err(|_| shape_error(output, &shape, len))?;
+        *self = into_array(tensor, output)?;
         Ok(())
     }
 }
@@ -162,6 +149,28 @@ impl Buffer for HostTensor {
         *self = tensor;
         Ok(())
     }
+}
+
+/// Computed output `output` as an array of `T` and dimensionality `D`, its buffer moved (an
+/// internal error if it has another dtype or rank).
+pub(crate) fn into_array<T: Scalar, D: Dimension>(
+    tensor: HostTensor,
+    output: usize,
+) -> Result<Array<T, D>, Error> {
+    let dtype = tensor.dtype();
+    let HostTensor { shape, data } = tensor;
+    let data = T::unwrap(data).map_err(|_| InternalError::ResultDType {
+        output,
+        dtype,
+        expected: T::DTYPE,
+    })?;
+    let len = data.len();
+    if D::NDIM.is_some_and(|n| n != shape.len()) {
+        return Err(shape_error(output, &shape, len));
+    }
+    let mut dim = D::zeros(shape.len());
+    dim.slice_mut().copy_from_slice(&shape);
+    Array::from_shape_vec(dim, data).map_err(|_| shape_error(output, &shape, len))
 }
 
 fn shape_error(output: usize, shape: &[usize], len: usize) -> Error {

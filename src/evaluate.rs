@@ -5,7 +5,7 @@ use crate::error::{InternalError, Mismatch};
 use crate::options::Options;
 use crate::plan_cache;
 use crate::Error;
-use ndarray::{ArrayD, IxDyn};
+use ndarray::ArrayD;
 use ovl_core::{HostTensor, Lazy, LazyTensor, Scalar};
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -49,17 +49,7 @@ impl Results {
     /// The next computed tensor as an array of `T` (an error if it has another dtype).
     pub fn next_array<T: Scalar>(&mut self) -> Result<ArrayD<T>, Error> {
         let output = self.next;
-        let t = self.next_tensor()?;
-        let dtype = t.dtype();
-        let HostTensor { shape, data } = t;
-        let data = T::unwrap(data).map_err(|_| InternalError::ResultDType {
-            output,
-            dtype,
-            expected: T::DTYPE,
-        })?;
-        let len = data.len();
-        ArrayD::from_shape_vec(IxDyn(&shape), data)
-            .map_err(|_| InternalError::ResultShape { output, shape, len }.into())
+        destination::into_array(self.next_tensor()?, output)
     }
 }
 
