@@ -389,7 +389,9 @@ fn emit_affine(
     pos: &[ValueId],
     loops: &HashMap<ValueId, ValueId>,
 ) -> ValueId {
-    let mut v = b.i64(a.constant);
+    // `None` until a term or a nonzero constant: an index that is one loop index or position
+    // stays that value (what the GPU's cooperative rows recognise).
+    let mut v = (a.constant != 0).then(|| b.i64(a.constant));
     let terms = a
         .coeffs
         .iter()
@@ -410,9 +412,12 @@ fn emit_affine(
             let c = b.i64(c);
             b.op(Op::Mul, &[x, c])
         };
-        v = b.op(Op::Add, &[v, term]);
+        v = Some(match v {
+            None => term,
+            Some(v) => b.op(Op::Add, &[v, term]),
+        });
     }
-    v
+    v.unwrap_or_else(|| b.i64(0))
 }
 
 /// Adds to `total` the adjoints of the reads with map `map` of every forward worker whose read

@@ -115,3 +115,65 @@ fn scalar_inputs_and_empty_workgroups() {
         assert_eq!(of_s[0].dag.workgroup_shape, want, "n = {n}");
     }
 }
+
+/// `y[r, k] = e[k] / sum(e)` with `e = exp(x[r, :])` kept in a local row buffer (softmax
+/// without its max, as row reuse writes it).
+fn exp_norm_buffered(rows: u64, cols: u64) -> ir::ExpressionDag {
+    let mut b = Builder::new("exp_norm_buffered", &[rows]);
+    b.input(DType::F32, &[rows, cols]);
+    b.output(DType::F32, &[rows, cols]);
+    b.declare_local(DType::F32, &[cols]);
+    let r = b.position(0);
+    let (start, end, one) = (b.i64(0), b.i64(cols as i64), b.i64(1));
+    b.local_fill(0, crate::dtype::Literal::Float(0.0));
+    let zero = b.f32(0.0);
+    let total = b.accumulator(crate::ops::Combiner::Sum, zero);
+    let k = b.range(start, end, one);
+    let x = b.read(IN, 0, &[r, k]);
+    let e = b.op(Op::Exp, &[x]);
+    b.write(crate::builder::LOC, 0, &[k], e);
+    b.accumulate(total, e);
+    b.end_range();
+    let k = b.range(start, end, one);
+    let e = b.read(crate::builder::LOC, 0, &[k]);
+    let y = b.op(Op::Div, &[e, total]);
+    b.write(OUT, 0, &[r, k], y);
+    b.end_range();
+    b.build()
+}
+
+/// Row kernels (a normalization, a softmax-like kernel with a row buffer): the backward walk
+/// visits each loop in forward order and sums the adjoints of the row's statistics in
+/// accumulators, so the gradient reads the row as the forward does, vectorizes on the CPU, and
+/// runs with a group of threads per row on a GPU (`cooperative::plan` accepts it). (A max
+/// reduction's loop is still walked last first: its adjoint goes to the last equal value.)
+#[test]
+fn row_gradients_walk_forward_and_sum_in_accumulators() {
+    for (dag, seeded) in [
+        (crate::fixtures::norm_rows(4, 1024), &[true, true][..]),
+        (exp_norm_buffered(4, 1024), &[true][..]),
+    ] {
+        crate::validate::validate(&dag).unwrap();
+        let wanted = vec![true; dag.inputs.len()];
+        let ops = derive(&dag, &wanted, seeded).unwrap();
+        let of_x = ops.iter().find(|g| g.outputs == vec![0]).unwrap();
+        let k = Kernel::from_validated(&of_x.dag);
+        // Every loop starts at 0 and counts up by 1: no reversed walk.
+        for x in &k.exprs {
+            if let crate::typed::Inst::Range { start, step, .. } = x.inst {
+                let int = |v: u32| match k.exprs[v as usize].inst {
+                    crate::typed::Inst::Const(crate::dtype::Literal::Int(i)) => Some(i),
+                    _ => None,
+                };
+                assert_eq!((int(start), int(step)), (Some(0), Some(1)), "{}", dag.name);
+            }
+        }
+        let plan = crate::cooperative::plan(&of_x.dag);
+        assert!(
+            plan.is_some(),
+            "{}: {}",
+            dag.name,
+            crate::text::to_text(&of_x.dag)
+        );
+    }
+}

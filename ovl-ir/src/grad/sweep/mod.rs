@@ -20,6 +20,7 @@
 
 use super::check::Facts;
 
+mod loops;
 mod reverse;
 use crate::builder::Builder;
 use crate::derivatives::{rule, Partial, Rule};
@@ -78,6 +79,10 @@ struct State<'s, 'a> {
     adj_local: HashMap<u32, u32>,
     /// Min/max accumulator -> (its value after its loop, whether its adjoint was given).
     extremum: HashMap<usize, (ValueId, ValueId)>,
+    /// Per loop being walked, innermost last: the sum accumulator that collects, over its
+    /// iterations, the adjoint of each value from before the loop that the loop reads and does
+    /// not update (added to the adjoint once the loop is done).
+    sums: Vec<Vec<(usize, ValueId)>>,
     sinks: &'s HashMap<ValueId, Sink>,
 }
 
@@ -104,6 +109,7 @@ impl Sweep<'_> {
             loop_index: HashMap::new(),
             extremum: HashMap::new(),
             adj_local: HashMap::new(),
+            sums: Vec::new(),
             sinks,
         };
         // A local tensor the forward never fills starts zeroed in each of its workers: so it
@@ -300,97 +306,6 @@ impl Sweep<'_> {
             .operands(e)
             .enumerate()
             .filter(move |&(slot, _)| !(skip_first && slot == 0))
-    }
-
-    /// Checks that every loop the backward walk goes through can be recomputed iteration by
-    /// iteration: what the walk reads inside it does not depend on state the loop carries.
-    pub fn check_loops(&self) -> Result<(), super::Construct> {
-        let k = self.k;
-        for (l, x) in k.exprs.iter().enumerate() {
-            let Inst::Range { close, .. } = x.inst else {
-                continue;
-            };
-            let close = close as usize;
-            if !self.has_work(l + 1, close) {
-                continue;
-            }
-            let body = l + 1..close;
-            // Variables and accumulators from before the loop that it updates.
-            let mut carried = vec![false; k.exprs.len()];
-            for e in body.clone() {
-                match k.exprs[e].inst {
-                    Inst::Assign { variable: v, .. } | Inst::Accumulate { accumulator: v, .. }
-                        if (v as usize) < l =>
-                    {
-                        carried[v as usize] = true
-                    }
-                    _ => {}
-                }
-            }
-            // Values of the body computed from carried state.
-            let mut tainted = carried.clone();
-            // A local tensor the loop changes (and that lives across it), or that changes after
-            // the loop: its elements differ when the iteration is recomputed.
-            for e in body.clone() {
-                if let (Some(t), Inst::Read { .. }) = (self.local_of(e), &k.exprs[e].inst) {
-                    let carried_local =
-                        self.local_origin(t) < l && self.local_changed(t, body.clone());
-                    if carried_local || self.local_changed(t, close..k.exprs.len()) {
-                        tainted[e] = true;
-                    }
-                }
-            }
-            loop {
-                let mut changed = false;
-                for e in body.clone() {
-                    let from = self.read_slots(e).any(|(_, o)| tainted[o as usize]);
-                    let target = match k.exprs[e].inst {
-                        Inst::Assign { variable, .. } => variable as usize,
-                        _ => e,
-                    };
-                    if from && !tainted[target] && target > l {
-                        tainted[target] = true;
-                        changed = true;
-                    }
-                }
-                if !changed {
-                    break;
-                }
-            }
-            // What the recomputation and the walk read inside the loop.
-            for e in body {
-                let mut read: Vec<ValueId> = Vec::new();
-                if self.facts.active[e] {
-                    read.extend(self.needs(e).into_iter().map(|s| self.operand_of(e, s)));
-                    if self.needs_result(e) {
-                        read.push(e as ValueId);
-                    }
-                }
-                match &k.exprs[e].inst {
-                    Inst::Accumulate {
-                        accumulator, value, ..
-                    } if self.is_extremum(*accumulator as usize) => read.push(*value),
-                    Inst::Read { indices, .. } => read.extend(indices),
-                    Inst::Write { indices, .. } if self.seeded_write(e) => read.extend(indices),
-                    Inst::If { condition, end, .. } if self.has_work(e + 1, *end as usize) => {
-                        read.push(*condition)
-                    }
-                    Inst::Range {
-                        start,
-                        end,
-                        step,
-                        close,
-                    } if self.has_work(e + 1, *close as usize) => {
-                        read.extend([*start, *end, *step])
-                    }
-                    _ => {}
-                }
-                if read.iter().any(|&v| tainted[v as usize]) {
-                    return Err(super::Construct::LoopCarried);
-                }
-            }
-        }
-        Ok(())
     }
 
     fn operand_of(&self, e: usize, slot: usize) -> ValueId {
@@ -618,7 +533,10 @@ impl State<'_, '_> {
     /// backward walk is at, without the updates of state from before the loop.
     fn recompute(&mut self, lo: usize, hi: usize, inside: Option<usize>) {
         let k = self.s.k;
-        for e in lo..hi {
+        let mut next = lo;
+        while next < hi {
+            let e = next;
+            next += 1;
             let snaps: Vec<((usize, usize), ValueId)> = self
                 .snap
                 .iter()
@@ -640,6 +558,10 @@ impl State<'_, '_> {
                 self.b.assign(var, value);
             }
             match &k.exprs[e].inst {
+                Inst::Range { close, .. } if self.s.recomputes_nothing(e, *close as usize) => {
+                    next = *close as usize + 1;
+                    continue;
+                }
                 Inst::Write { tensor, .. } if tensor.kind == ir::TensorKind::Output => continue,
                 Inst::Write { tensor, .. }
                     if inside.is_some_and(|l| self.s.local_origin(tensor.index) < l) =>

@@ -8,11 +8,22 @@ use crate::derivatives::{rule, Partial, Rule};
 use crate::dtype::{DType, Literal};
 use crate::grad::check::flows;
 use crate::ir::Op;
+use crate::ops::Combiner;
 use crate::typed::{Inst, ValueId};
 
 impl State<'_, '_> {
-    /// `adj[target] += c`.
+    /// `adj[target] += c`: through the innermost walked loop's accumulator for `target` if it
+    /// has one.
     fn add_adj(&mut self, target: ValueId, c: ValueId) {
+        let sum = self.sums.last().and_then(|sums| {
+            sums.iter()
+                .find(|&&(t, _)| t == target as usize)
+                .map(|&(_, acc)| acc)
+        });
+        if let Some(acc) = sum {
+            self.b.accumulate(acc, c);
+            return;
+        }
         if let Some(&a) = self.adj.get(&(target as usize)) {
             let sum = self.b.op(Op::Add, &[a, c]);
             self.b.assign(a, sum);
@@ -105,15 +116,75 @@ impl State<'_, '_> {
         b.op(Op::Add, &[start, offset])
     }
 
-    /// The backward walk of loop `l` (closed at `close`): its indices in reverse order, each
-    /// iteration recomputing the body, then walking it backwards.
+    /// The backward walk of loop `l` (closed at `close`): over its indices in reverse order, or
+    /// in forward order where that gives the same result ([`super::Sweep::order_free`]), each
+    /// iteration recomputing the body, then walking it backwards. The adjoints of values from
+    /// before the loop that its body reads (and does not update) are summed over the iterations
+    /// in accumulators (whose lanes vectorize), added to the adjoints after the loop.
     fn reverse_loop(&mut self, l: usize, close: usize) {
+        let sums = self.loop_sums(l, close);
+        let index = if self.s.order_free(l, close) {
+            let (start, end, step) = (
+                self.value_at(l, 0),
+                self.value_at(l, 1),
+                self.value_at(l, 2),
+            );
+            self.b.range(start, end, step)
+        } else {
+            self.reverse_range(l)
+        };
+        self.sums.push(sums);
+        self.loop_index.insert(l as ValueId, index);
+        self.declare(Some(l as ValueId));
+        self.recompute(l + 1, close, Some(l));
+        self.reverse(l + 1, close);
+        self.forget(l as ValueId);
+        self.loop_index.remove(&(l as ValueId));
+        self.b.end_range();
+        for (target, acc) in self.sums.pop().unwrap_or_default() {
+            self.add_adj(target as ValueId, acc);
+        }
+    }
+
+    /// Declares, before the walk of loop `l`, a sum accumulator per value from before the loop
+    /// whose adjoint the body may add to: read in the body, not updated there.
+    fn loop_sums(&mut self, l: usize, close: usize) -> Vec<(usize, ValueId)> {
+        let k = self.s.k;
+        let body = l + 1..close;
+        let updated: Vec<usize> = body
+            .clone()
+            .filter_map(|e| match k.exprs[e].inst {
+                Inst::Assign { variable: v, .. } | Inst::Accumulate { accumulator: v, .. } => {
+                    Some(v as usize)
+                }
+                _ => None,
+            })
+            .collect();
+        let mut targets: Vec<usize> = body
+            .flat_map(|e| k.operands(e))
+            .map(|o| o as usize)
+            .filter(|&o| o < l && self.adj.contains_key(&o) && !updated.contains(&o))
+            .collect();
+        targets.sort_unstable();
+        targets.dedup();
+        targets
+            .into_iter()
+            .map(|t| {
+                let z = zero(self.b, self.dtype(t));
+                (t, self.b.accumulator(Combiner::Sum, z))
+            })
+            .collect()
+    }
+
+    /// Opens the loop over the reversed iterations of `l`; returns the forward index of the
+    /// iteration.
+    fn reverse_range(&mut self, l: usize) -> ValueId {
         let constant = |v: ValueId| match self.s.k.exprs[v as usize].inst {
             Inst::Const(Literal::Int(i)) => Some(i),
             _ => None,
         };
         let bounds: Option<Vec<i64>> = self.s.k.operands(l).map(constant).collect();
-        let index = match bounds.as_deref() {
+        match bounds.as_deref() {
             // Known bounds: `last - t * step` over `0..trips`, an affine index (so that the
             // gradient of this gradient can invert reads made with it).
             Some(&[start, end, step]) if step > 0 && start.checked_sub(end).is_some() => {
@@ -130,14 +201,7 @@ impl State<'_, '_> {
                 b.op(Op::Sub, &[last, offset])
             }
             _ => self.reverse_index(l),
-        };
-        self.loop_index.insert(l as ValueId, index);
-        self.declare(Some(l as ValueId));
-        self.recompute(l + 1, close, Some(l));
-        self.reverse(l + 1, close);
-        self.forget(l as ValueId);
-        self.loop_index.remove(&(l as ValueId));
-        self.b.end_range();
+        }
     }
 
     /// The backward step of one straight-line expression.
