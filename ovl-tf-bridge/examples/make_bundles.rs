@@ -48,6 +48,46 @@ fn mul(x: Tensor<f32>, y: Tensor<f32>) -> Tensor<f32> {
     out
 }
 
+/// Layer norm of each row, `(x - mean) / sqrt(var + 1e-5)`, written with no gradient: its
+/// gradient is derived from its IR (`ovl::backward`).
+#[operator(gradient = auto)]
+fn layernorm_rows(x: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = x.dims::<2>();
+    let r = position_in([rows])[0];
+    let y = output_like(&x);
+    let mut s = sum_of(0.0f32);
+    let mut sq = sum_of(0.0f32);
+    for j in 0..cols {
+        let v = x[[r, j]];
+        s += v;
+        sq += v * v;
+    }
+    let mean = s / cols as f32;
+    let inv = rsqrt(sq / cols as f32 - mean * mean + 1e-5);
+    for j in 0..cols {
+        y[[r, j]] = (x[[r, j]] - mean) * inv;
+    }
+    y
+}
+
+/// A three-point stencil with weights `w`, zero outside the row, written with no gradient:
+/// the derived gradient of `x` gathers from the neighbours, that of `w` sums over the row.
+#[operator(gradient = auto)]
+fn stencil3(x: Tensor<f32>, w: Tensor<f32>) -> Tensor<f32> {
+    let n = x.dims::<1>()[0];
+    let i = position_in([n])[0];
+    let y = output_like(&x);
+    let mut acc = variable(w[[1]] * x[[i]]);
+    if i > 0 {
+        acc += w[[0]] * x[[i - 1]];
+    }
+    if i < n - 1 {
+        acc += w[[2]] * x[[i + 1]];
+    }
+    y[[i]] = acc;
+    y
+}
+
 /// Elementwise minimum and maximum: one operator, two outputs.
 #[operator]
 fn min_max(a: Tensor<f32>, b: Tensor<f32>) -> (Tensor<f32>, Tensor<f32>) {
@@ -244,6 +284,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &dir,
         "square_no_grad.json",
         ovl::as_tensorflow(&x, square(&x)),
+    )?;
+
+    // Derived gradients (operators written without one).
+    let x = ovl::placeholder::<f32>("x", &[6, 33]);
+    let dy = ovl::placeholder::<f32>("dy", &[6, 33]);
+    let y = layernorm_rows(&x);
+    let dx = ovl::backward(&[(&y, &dy)], &[&x])?
+        .of(&x)
+        .ok_or("layernorm_rows: x has no gradient")?;
+    write(
+        &dir,
+        "layernorm_derived.json",
+        ovl::as_tensorflow(&x, &y).gradient(&dy, &dx),
+    )?;
+    let (x, w) = (
+        ovl::placeholder::<f32>("x", &[17]),
+        ovl::placeholder::<f32>("w", &[3]),
+    );
+    let dy = ovl::placeholder::<f32>("dy", &[17]);
+    let y = stencil3(&x, &w);
+    let grads = ovl::backward(&[(&y, &dy)], &[&x, &w])?;
+    let (dx, dw) = (
+        grads.of(&x).ok_or("stencil3: x has no gradient")?,
+        grads.of(&w).ok_or("stencil3: w has no gradient")?,
+    );
+    write(
+        &dir,
+        "stencil_derived.json",
+        ovl::as_tensorflow((&x, &w), &y).gradient(&dy, (&dx, &dw)),
     )?;
 
     // Several outputs.

@@ -1,5 +1,6 @@
 """tf.GradientTape through DynamicLib, with gradient programs written in Rust
-(`square_grad` and `mul` in make_bundles.rs), compared with TensorFlow's own gradients."""
+(`square_grad` and `mul` in make_bundles.rs) or derived from an operator's IR
+(`layernorm_rows`, `stencil3`), compared with TensorFlow's own gradients."""
 
 import numpy as np
 import pytest
@@ -69,3 +70,53 @@ def test_program_without_gradient_is_an_error(bundle):
         loss = tf.reduce_sum(f(x))
     with pytest.raises(LookupError, match="has no gradient"):
         tape.gradient(loss, x)
+
+
+def _layernorm(x):
+    mean = tf.reduce_mean(x, axis=1, keepdims=True)
+    var = tf.reduce_mean(tf.square(x - mean), axis=1, keepdims=True)
+    return (x - mean) * tf.math.rsqrt(var + 1e-5)
+
+
+def test_derived_gradient_of_a_row_kernel(bundle):
+    # layernorm_rows has no written gradient: the bundle's gradient program was derived from
+    # its IR by ovl::backward (two loops over the row, sums, a row buffer).
+    f = bundle("layernorm_derived")
+    assert f.has_gradient
+    x = tf.Variable(RNG.standard_normal((6, 33)).astype(np.float32))
+    seed = tf.constant(RNG.standard_normal((6, 33)).astype(np.float32))
+
+    @tf.function
+    def grad(fn):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(fn(x) * seed)
+        return tape.gradient(loss, x)
+
+    np.testing.assert_allclose(
+        f(x).numpy(), _layernorm(x).numpy(), rtol=1e-5, atol=1e-5
+    )
+    for got in [grad(f), _eager_grad(f, x, seed)]:
+        np.testing.assert_allclose(got.numpy(), grad(_layernorm).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def _eager_grad(fn, x, seed):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(fn(x) * seed)
+    return tape.gradient(loss, x)
+
+
+def test_derived_gradient_of_a_stencil_for_both_inputs(bundle):
+    f = bundle("stencil_derived")
+    x = tf.Variable(RNG.standard_normal(17).astype(np.float32))
+    w = tf.Variable(RNG.standard_normal(3).astype(np.float32))
+    seed = tf.constant(RNG.standard_normal(17).astype(np.float32))
+
+    def reference(x, w):
+        padded = tf.pad(x, [[1, 1]])
+        return w[0] * padded[:-2] + w[1] * padded[1:-1] + w[2] * padded[2:]
+
+    with tf.GradientTape(persistent=True) as tape:
+        loss = tf.reduce_sum(f(x, w) * seed)
+        ref = tf.reduce_sum(reference(x, w) * seed)
+    for got, want in zip(tape.gradient(loss, [x, w]), tape.gradient(ref, [x, w])):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
