@@ -40,7 +40,10 @@ fn interpreted(
 /// The emulated cooperative kernel equals the interpreter in the CUDA order, bit for bit, on
 /// grids of 1, 2 and 3 blocks (fewer blocks than rows: the grid-stride loop). Returns the
 /// interpreter's outputs.
-fn emulated_as_interpreted(dag: &ExpressionDag, inputs: &[&HostTensor]) -> Vec<HostTensor> {
+pub(crate) fn emulated_as_interpreted(
+    dag: &ExpressionDag,
+    inputs: &[&HostTensor],
+) -> Vec<HostTensor> {
     let plan = cooperative::plan(dag).unwrap_or_else(|| panic!("{} does not cooperate", dag.name));
     let expected = interpreted(dag, inputs, ReductionOrder::Cuda);
     let emulated = build(dag);

@@ -27,7 +27,10 @@ fn interpreted(f: &Fixture) -> Vec<HostTensor> {
 }
 
 /// [`interpreted`] with reductions in `order` (the CUDA backend's for a GPU's results).
-fn interpreted_in(f: &Fixture, order: ovl_ir::cooperative::ReductionOrder) -> Vec<HostTensor> {
+pub(crate) fn interpreted_in(
+    f: &Fixture,
+    order: ovl_ir::cooperative::ReductionOrder,
+) -> Vec<HostTensor> {
     let inputs: Vec<&HostTensor> = f.inputs.iter().collect();
     let mut out = zero_outputs(&f.dag);
     ovl_core::interp::interpret_with(
@@ -47,7 +50,7 @@ fn interpreted_in(f: &Fixture, order: ovl_ir::cooperative::ReductionOrder) -> Ve
 /// Asserts that `got` equals the interpreter's `expected` exactly, except that a float output
 /// may be off by the math contract's bound for it on `math` (`ovl_ir::accuracy::output_ulps`)
 /// or by the fixture's own `f32_ulps`, whichever is larger (see the module docs).
-fn assert_same(
+pub(crate) fn assert_same(
     f: &Fixture,
     backend: &str,
     math: MathBackend,

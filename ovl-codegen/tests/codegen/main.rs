@@ -7,6 +7,7 @@ mod common;
 
 mod cooperative;
 mod cuda_emulated;
+mod derived;
 mod fixtures;
 mod golden;
 mod ops;
