@@ -370,11 +370,14 @@ fn constructs_that_are_not_differentiated_are_errors_naming_the_operator_and_lin
     let e = underivable(ovl::backward(&[(&y, &seed)], &[&v]).unwrap_err());
     assert_eq!(e.construct, Construct::WhileLoop);
 
-    let table = Lazy::from(values(&[5], 23, -1.0, 1.0));
+    // A gather whose scatter-add would need more than a worker's local memory: 20,000 f64
+    // along the gathered axis.
+    let table = Lazy::from(values(&[20_000], 23, -1.0, 1.0));
     let idx = Lazy::from(ndarray::array![4i64, 0, 2].into_dyn());
     let y = gather_rows(&table, &idx);
     let e = underivable(ovl::backward(&[(&y, &seed)], &[&table]).unwrap_err());
     assert_eq!(e.construct, Construct::DataDependentRead { input: 0 });
+    assert!(e.to_string().contains("64 KiB"), "{e}");
 
     let y = scatter(&v, &idx);
     let e = underivable(ovl::backward(&[(&y, &seed)], &[&v]).unwrap_err());

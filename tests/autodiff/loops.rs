@@ -184,3 +184,98 @@ fn a_local_tensor_written_in_one_loop_and_read_in_the_next() {
         vec![values(&[3, 5], 39, -1.5, 1.5)],
     );
 }
+
+/// An embedding lookup: row `idx[i]` of `table`, through `tanh`.
+#[operator]
+fn embed(table: Tensor<f64>, idx: Tensor<i64>) -> Tensor<f64> {
+    let [n] = idx.dims::<1>();
+    let [_, width] = table.dims::<2>();
+    let p = position_in([n, width]);
+    let out = output([n, width]);
+    out[[p[0], p[1]]] = tanh(table[[idx[[p[0]]], p[1]]]);
+    out
+}
+
+/// A 1-D gather read twice per worker, once at a data index and once at the worker's own
+/// element: `x[idx[i]] * x[i]`.
+#[operator]
+fn gather_times_own(x: Tensor<f64>, idx: Tensor<i64>) -> Tensor<f64> {
+    let [n] = idx.dims::<1>();
+    let i = position_in([n])[0];
+    let out = output([n]);
+    out[[i]] = x[[idx[[i]]]] * x[[i]];
+    out
+}
+
+/// A gather inside a loop: `sum_j w[j] * x[idx[i, j]]`.
+#[operator]
+fn gathered_sums(x: Tensor<f64>, idx: Tensor<i64>, w: Tensor<f64>) -> Tensor<f64> {
+    let [n, k] = idx.dims::<2>();
+    let i = position_in([n])[0];
+    let out = output([n]);
+    let mut s = sum_of(0.0f64);
+    for j in 0..k {
+        s += w[[j]] * x[[idx[[i, j]]]];
+    }
+    out[[i]] = s;
+    out
+}
+
+/// Gathers (reads at indices computed from data) get their gradient by a scatter-add in a
+/// defined order: repeated indices sum, elements never read get 0, the same on every backend
+/// and within rounding of a scatter-add computed here.
+#[test]
+fn gathers_are_differentiated_by_a_scatter_add() {
+    let table = values(&[6, 5], 60, -1.5, 1.5);
+    let rows = ndarray::array![4i64, 0, 4, 2, 4, 0, 1];
+    let seed = values(&[7, 5], 61, -1.0, 1.0);
+    let mut want = ArrayD::<f64>::zeros(IxDyn(&[6, 5]));
+    for (i, &r) in rows.iter().enumerate() {
+        for j in 0..5 {
+            let t = table[[r as usize, j]].tanh();
+            want[[r as usize, j]] += seed[[i, j]] * (1.0 - t * t);
+        }
+    }
+    let (t, s) = (Lazy::from(table.clone()), Lazy::from(seed.clone()));
+    let y = embed(&t, &Lazy::from(rows.clone().into_dyn()));
+    let g = ovl::backward(&[(&y, &s)], &[&t]).unwrap();
+    let mut results = Vec::new();
+    for (name, options) in targets() {
+        let got = ovl::evaluate_with(&g.of(&t).unwrap(), &options).unwrap();
+        assert_close(&format!("embed on {name}"), &got, &want, 1e-12);
+        assert_eq!(got[[3, 2]], 0.0, "row 3 is never read");
+        results.push(got);
+    }
+    for r in &results[1..] {
+        assert_eq!(r, &results[0], "every backend sums in the same order");
+    }
+
+    // Two reads of one input, one gathered.
+    let x = values(&[6], 62, -1.0, 1.0);
+    let idx = ndarray::array![5i64, 5, 0, 3, 5, 1];
+    let seed = values(&[6], 63, -1.0, 1.0);
+    let mut want = ArrayD::<f64>::zeros(IxDyn(&[6]));
+    for (i, &k) in idx.iter().enumerate() {
+        want[[k as usize]] += seed[[i]] * x[[i]];
+        want[[i]] += seed[[i]] * x[[k as usize]];
+    }
+    let (xl, sl) = (Lazy::from(x.clone()), Lazy::from(seed.clone()));
+    let y = gather_times_own(&xl, &Lazy::from(idx.into_dyn()));
+    let g = ovl::backward(&[(&y, &sl)], &[&xl]).unwrap();
+    for (name, options) in targets() {
+        let got = ovl::evaluate_with(&g.of(&xl).unwrap(), &options).unwrap();
+        assert_close(&format!("gather_times_own on {name}"), &got, &want, 1e-12);
+    }
+
+    // A gather in a loop, and the loop's weights (read at affine indices) beside it.
+    check(
+        "gathered_sums",
+        &|xs| {
+            let idx = Lazy::from(
+                ndarray::array![[1i64, 3, 3], [0, 2, 1], [3, 3, 3], [2, 0, 1]].into_dyn(),
+            );
+            vec![gathered_sums(&xs[0], &idx, &xs[1])]
+        },
+        vec![values(&[4], 64, -1.0, 1.0), values(&[3], 65, -1.0, 1.0)],
+    );
+}

@@ -3,7 +3,7 @@
 //! a differentiated input and reaches a write of an output that has an adjoint), and the index
 //! maps of the accesses that matter.
 
-use super::affine::{index_map, injective_in_loops, IndexMap};
+use super::affine::{affine_of, index_map, injective_in_loops, Affine, IndexMap};
 use super::Construct;
 use crate::derivatives::{rule, Rule};
 use crate::ir::TensorKind;
@@ -14,8 +14,13 @@ use crate::typed::{Inst, Kernel, ValueId};
 pub(super) struct Facts {
     /// Per expression: a float value that carries a gradient.
     pub active: Vec<bool>,
-    /// The active reads of each input (expression, index map), in program order.
+    /// The active reads of each input (expression, index map), in program order, for the inputs
+    /// read only at affine indices.
     pub reads: Vec<Vec<(ValueId, IndexMap)>>,
+    /// The active reads of each input some read of which indexes it by data (a gather): every
+    /// index of each read, affine or `None` (computed from data), in program order. Their
+    /// adjoints are scattered, in a defined order (`super::scatter`).
+    pub scattered: Vec<Vec<(ValueId, Vec<Option<Affine>>)>>,
     /// Per expression: how many operands name it.
     pub uses: Vec<u32>,
     /// Per local tensor: whether a gradient flows through it (its adjoint is a local tensor).
@@ -215,8 +220,10 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
         }
         writes[output as usize].push((e, map));
     }
-    // Reads of differentiated inputs that carry a gradient: at affine indices.
+    // Reads of differentiated inputs that carry a gradient: at affine indices, or at indices
+    // computed from data (then every read of that input is scattered).
     let mut reads = vec![Vec::new(); k.inputs.len()];
+    let mut scattered: Vec<Vec<(ValueId, Vec<Option<Affine>>)>> = vec![Vec::new(); k.inputs.len()];
     for (e, x) in k.exprs.iter().enumerate() {
         let Inst::Read { tensor, indices } = &x.inst else {
             continue;
@@ -224,9 +231,19 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
         if tensor.kind != TensorKind::Input || !active[e] {
             continue;
         }
-        let input = tensor.index;
-        let map = index_map(k, indices, rank).ok_or(Construct::DataDependentRead { input })?;
-        reads[input as usize].push((e as ValueId, map));
+        let input = tensor.index as usize;
+        let parts: Vec<Option<Affine>> = indices.iter().map(|&v| affine_of(k, v, rank)).collect();
+        scattered[input].push((e as ValueId, parts));
+        if let Some(map) = index_map(k, indices, rank) {
+            reads[input].push((e as ValueId, map));
+        }
+    }
+    for (input, s) in scattered.iter_mut().enumerate() {
+        if s.len() == reads[input].len() {
+            s.clear();
+        } else {
+            reads[input].clear();
+        }
     }
     let mut uses = vec![0u32; n];
     for e in 0..n {
@@ -237,6 +254,7 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
     Ok(Facts {
         active,
         reads,
+        scattered,
         uses,
         active_locals,
     })

@@ -15,10 +15,10 @@
 //! the initial value only when none equals it), and reads of inputs at indices that are
 //! affine maps of the worker's position and of loop indices (the worker's own element,
 //! broadcasts, transposes and other permutations, stencils, strided and reversed reads,
-//! convolutions). Integer and bool values carry no gradient. Forward values are recomputed,
+//! convolutions), and at indices computed from data. Integer and bool values carry no gradient. Forward values are recomputed,
 //! never stored (see `sweep`).
 //!
-//! **How adjoints are accumulated.** Without races and deterministically, always as a gather:
+//! **How adjoints are accumulated.** Without races and deterministically:
 //! - when every read of an input is outside loops, provably in bounds, one-to-one (no two
 //!   workers read one element) and the reads' maps cover disjoint elements (the worker's
 //!   element; the four gates of an LSTM cell read at `[b, h + k H]`), the input's gradient is
@@ -37,18 +37,22 @@
 //!   terms of loops with known bounds; indices naming a loop's index are compared at the read,
 //!   in the iteration the backward walk is at), each such worker's sweep is recomputed and its
 //!   adjoints added, in a fixed order (map by map in program order, loops in axis order), so
-//!   the result is the same on every run and every backend.
+//!   the result is the same on every run and every backend;
+//! - an input read at an index computed from data (a gather) gets a scatter-add in a defined
+//!   order (`scatter`): one worker per slice of the gradient, summing in a local buffer in
+//!   forward-worker order.
 //!
 //! **What is an error** ([`DeriveError`], naming the operator, its source line and the
 //! construct): `while` loops, counted loops carrying more than sums into what the gradient
 //! needs (a local tensor changed in the loop counts as carried), product reductions on a float
-//! path (and min/max ones reduced by several loops), reads of a differentiated
-//! input at a data-dependent index (a gather, whose gradient is a scatter), writes at a
+//! path (and min/max ones reduced by several loops), a gather whose scatter-add buffer would
+//! pass the local-memory limit per worker, writes at a
 //! data-dependent index, at an index two workers or two iterations may share, or twice by one
 //! worker, sizes known only at run time, and library calls. Never a wrong gradient.
 
 mod affine;
 mod check;
+mod scatter;
 mod sweep;
 
 pub use affine::{affine_of, Affine, IndexMap};
@@ -95,8 +99,9 @@ pub enum Construct {
         /// The output.
         output: u32,
     },
-    /// A differentiated input read at an index computed from data.
-    #[error("input {input} is read at an index that depends on data (a gather, whose gradient is a scatter-add, is not derived)")]
+    /// A differentiated input read at an index computed from data, whose scatter-add would
+    /// need a buffer past the local-memory limit per worker.
+    #[error("input {input} is read at an index that depends on data (a gather), and the scatter-add of its gradient would keep more than {} KiB per worker (the elements of the input along the indices that are not the forward worker's position)", crate::limits::PORTABLE_LOCAL_BYTES / 1024)]
     DataDependentRead {
         /// The input.
         input: u32,
@@ -316,6 +321,27 @@ pub fn derive(
             outputs.push(i as u32);
         }
         ops.push(finish(b, outputs, &inputs).map_err(fail)?);
+    }
+    // Inputs read at indices computed from data: a scatter-add in a defined order.
+    for (i, reads) in facts.scattered.iter().enumerate() {
+        if reads.is_empty() {
+            continue;
+        }
+        let facts = only(&[i])?;
+        let sweep = sweep::Sweep {
+            facts: &facts,
+            ..sweep
+        };
+        let (d, shape) = (k.inputs[i].dtype, &dag.inputs[i].shape);
+        let reads = &facts.scattered[i];
+        let plan = scatter::Plan::new(reads, &w, shape);
+        if plan.buffer_bytes(d) > crate::limits::PORTABLE_LOCAL_BYTES {
+            return Err(fail(Construct::DataDependentRead { input: i as u32 }));
+        }
+        let mut b = shell(format!("{}_grad_{i}", dag.name), &plan.workgroup);
+        let out = b.output(d, shape);
+        scatter::emit(&mut b, &sweep, &plan, &w, reads, d, out);
+        ops.push(finish(b, vec![i as u32], &inputs).map_err(fail)?);
     }
     for &i in &gathered {
         let facts = only(&[i])?;

@@ -65,17 +65,25 @@ fn constructs_that_are_not_differentiated_are_errors_naming_the_operator() {
     assert_eq!(e.operator, "looped");
     assert!(e.to_string().contains("src/ops.rs:12"), "{e}");
 
-    // A gather: x[idx[i]].
-    let mut b = Builder::new("gather", &[2]);
-    b.input(DType::F64, &[4]);
-    b.input(DType::I64, &[2]);
-    b.output(DType::F64, &[2]);
-    let i = b.position(0);
-    let k = b.read(IN, 1, &[i]);
-    let x = b.read(IN, 0, &[k]);
-    b.write(OUT, 0, &[i], x);
-    let dag = b.build();
-    let e = derive(&dag, &[true, false], &[true]).unwrap_err();
+    // A gather, x[idx[i]]: a scatter-add by one worker holding all of x in a buffer, so
+    // refused when x is past the local-memory limit.
+    let gather = |n: u64| {
+        let mut b = Builder::new("gather", &[2]);
+        b.input(DType::F64, &[n]);
+        b.input(DType::I64, &[2]);
+        b.output(DType::F64, &[2]);
+        let i = b.position(0);
+        let k = b.read(IN, 1, &[i]);
+        let x = b.read(IN, 0, &[k]);
+        b.write(OUT, 0, &[i], x);
+        b.build()
+    };
+    let ops = derive(&gather(4), &[true, false], &[true]).unwrap();
+    assert_eq!(ops.len(), 1);
+    assert_eq!(ops[0].dag.workgroup_shape, vec![1]);
+    let limit = crate::limits::PORTABLE_LOCAL_BYTES / 8;
+    assert!(derive(&gather(limit), &[true, false], &[true]).is_ok());
+    let e = derive(&gather(limit + 1), &[true, false], &[true]).unwrap_err();
     assert_eq!(e.construct, Construct::DataDependentRead { input: 0 });
 
     // Two workers writing one element.

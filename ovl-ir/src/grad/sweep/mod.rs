@@ -56,6 +56,20 @@ pub(super) enum Sink {
         local: u32,
         free: Vec<super::Affine>,
     },
+    /// A read at indices computed from data: added to element `index` of local tensor `local`
+    /// (a scatter-add, in the order the backward walk reaches the reads).
+    Scatter {
+        local: u32,
+        index: Vec<ScatterIndex>,
+    },
+}
+
+/// An index of a [`Sink::Scatter`].
+pub(super) enum ScatterIndex {
+    /// Affine in the position and loop indices.
+    Affine(super::Affine),
+    /// The forward value of the read's index operand in this slot (computed from data).
+    Operand(usize),
 }
 
 /// The emitted sweep of one worker.
@@ -393,6 +407,13 @@ impl State<'_, '_> {
                 }
                 if self.s.needs_result(e) {
                     values.push(e);
+                }
+            }
+            if let Some(Sink::Scatter { index, .. }) = self.sinks.get(&(e as ValueId)) {
+                for part in index {
+                    if let ScatterIndex::Operand(slot) = part {
+                        operand_use(e, *slot, &mut values);
+                    }
                 }
             }
             let local_read = self.s.facts.active[e] && self.s.local_of(e).is_some();

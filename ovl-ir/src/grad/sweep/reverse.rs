@@ -2,7 +2,7 @@
 //! indices in reverse order (each iteration recomputed first), each expression's adjoint sent to
 //! its operands through the derivative rules, and the adjoints of reads to their sinks.
 
-use super::{zero, Sink, State};
+use super::{zero, ScatterIndex, Sink, State};
 use crate::builder::{IN, LOC, OUT};
 use crate::derivatives::{rule, Partial, Rule};
 use crate::dtype::{DType, Literal};
@@ -364,9 +364,20 @@ impl State<'_, '_> {
                     .iter()
                     .map(|a| crate::grad::emit_affine(self.b, a, self.pos, &self.loop_index))
                     .collect();
-                let cur = self.b.read(LOC, *local, &idx);
-                let next = self.b.op(Op::Add, &[cur, g]);
-                self.b.write(LOC, *local, &idx, next);
+                self.add_to_local(*local, &idx, g);
+                return;
+            }
+            Some(Sink::Scatter { local, index }) => {
+                let idx: Vec<ValueId> = index
+                    .iter()
+                    .map(|part| match part {
+                        ScatterIndex::Affine(a) => {
+                            crate::grad::emit_affine(self.b, a, self.pos, &self.loop_index)
+                        }
+                        ScatterIndex::Operand(slot) => self.value_at(e, *slot),
+                    })
+                    .collect();
+                self.add_to_local(*local, &idx, g);
                 return;
             }
             Some(Sink::Add { total, checks }) => (*total, checks),
@@ -388,6 +399,13 @@ impl State<'_, '_> {
         if guard.is_some() {
             self.b.end_if();
         }
+    }
+
+    /// `local[idx] += g`.
+    fn add_to_local(&mut self, local: u32, idx: &[ValueId], g: ValueId) {
+        let cur = self.b.read(LOC, local, idx);
+        let next = self.b.op(Op::Add, &[cur, g]);
+        self.b.write(LOC, local, idx, next);
     }
 
     /// Sends `g` times each partial to the operand it belongs to.
