@@ -78,3 +78,40 @@ fn the_original_systems_examples() {
         other => panic!("expected a loop-carried error, got {other:?}"),
     }
 }
+
+/// The original system's f32 1-D convolution (zero padding, guarded taps): the derived
+/// gradients of `x` (a gather over the taps that read each element) and of `w` (a sum over the
+/// row) against the correlation computed here in f64, on every backend.
+#[test]
+fn the_original_systems_f32_convolution() {
+    let (n, taps, r) = (37usize, 5usize, 2i64);
+    let x: Vec<f32> = (0..n).map(|i| ((i * 7) % 11) as f32 * 0.2 - 1.0).collect();
+    let w: Vec<f32> = vec![0.25, -0.5, 1.0, 0.5, 0.125];
+    let seed: Vec<f32> = (0..n).map(|i| ((i * 5) % 13) as f32 * 0.1 - 0.6).collect();
+    let (mut dx, mut dw) = (vec![0.0f64; n], vec![0.0f64; taps]);
+    for i in 0..n as i64 {
+        for k in 0..taps as i64 {
+            let j = i + k - r;
+            if (0..n as i64).contains(&j) {
+                dx[j as usize] += f64::from(seed[i as usize]) * f64::from(w[k as usize]);
+                dw[k as usize] += f64::from(seed[i as usize]) * f64::from(x[j as usize]);
+            }
+        }
+    }
+    let lazy =
+        |v: &[f32]| Lazy::from(ArrayD::from_shape_vec(IxDyn(&[v.len()]), v.to_vec()).unwrap());
+    let (xl, wl, sl) = (lazy(&x), lazy(&w), lazy(&seed));
+    let y = paper::conv1d(&xl, &wl);
+    let g = ovl::backward(&[(&y, &sl)], &[&xl, &wl]).unwrap();
+    for (name, options) in targets() {
+        for (what, got, want) in [("x", &xl, &dx), ("w", &wl, &dw)] {
+            let got = ovl::evaluate_with(&g.of(got).unwrap(), &options).unwrap();
+            for (i, (&a, &b)) in got.iter().zip(want.iter()).enumerate() {
+                assert!(
+                    (f64::from(a) - b).abs() <= 1e-5 * b.abs().max(1.0),
+                    "conv1d d{what}[{i}] on {name}: {a} vs {b}"
+                );
+            }
+        }
+    }
+}
