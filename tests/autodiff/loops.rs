@@ -237,7 +237,7 @@ fn gathers_are_differentiated_by_a_scatter_add() {
         }
     }
     let (t, s) = (Lazy::from(table.clone()), Lazy::from(seed.clone()));
-    let y = embed(&t, &Lazy::from(rows.clone().into_dyn()));
+    let y = embed(&t, Lazy::from(rows.clone().into_dyn()));
     let g = ovl::backward(&[(&y, &s)], &[&t]).unwrap();
     let mut results = Vec::new();
     for (name, options) in targets() {
@@ -260,7 +260,7 @@ fn gathers_are_differentiated_by_a_scatter_add() {
         want[[i]] += seed[[i]] * x[[k as usize]];
     }
     let (xl, sl) = (Lazy::from(x.clone()), Lazy::from(seed.clone()));
-    let y = gather_times_own(&xl, &Lazy::from(idx.into_dyn()));
+    let y = gather_times_own(&xl, Lazy::from(idx.into_dyn()));
     let g = ovl::backward(&[(&y, &sl)], &[&xl]).unwrap();
     for (name, options) in targets() {
         let got = ovl::evaluate_with(&g.of(&xl).unwrap(), &options).unwrap();
