@@ -221,6 +221,17 @@ fn gathered_sums(x: Tensor<f64>, idx: Tensor<i64>, w: Tensor<f64>) -> Tensor<f64
     out
 }
 
+/// Nearest-neighbour upsampling by 2, `sin(x[i / 2])`: an index that is not affine (a
+/// division), so the gradient is a scatter-add too.
+#[operator]
+fn upsample2(x: Tensor<f64>) -> Tensor<f64> {
+    let [n] = x.dims::<1>();
+    let i = position_in([2 * n])[0];
+    let out = output([2 * n]);
+    out[[i]] = sin(x[[i / 2]]);
+    out
+}
+
 /// Gathers (reads at indices computed from data) get their gradient by a scatter-add in a
 /// defined order: repeated indices sum, elements never read get 0, the same on every backend
 /// and within rounding of a scatter-add computed here.
@@ -266,6 +277,13 @@ fn gathers_are_differentiated_by_a_scatter_add() {
         let got = ovl::evaluate_with(&g.of(&xl).unwrap(), &options).unwrap();
         assert_close(&format!("gather_times_own on {name}"), &got, &want, 1e-12);
     }
+
+    // An index computed by a division.
+    check(
+        "upsample2",
+        &|xs| vec![upsample2(&xs[0])],
+        vec![values(&[5], 66, -1.0, 1.0)],
+    );
 
     // A gather in a loop, and the loop's weights (read at affine indices) beside it.
     check(
