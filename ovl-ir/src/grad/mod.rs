@@ -305,7 +305,9 @@ pub fn derive(
         let adj = sweep.emit(&mut b, &pos, &sinks);
         for ((i, slice), (_, local)) in owned.iter().zip(&buffers) {
             let out = b.output(k.inputs[*i].dtype, &dag.inputs[*i].shape);
-            write_slice(&mut b, slice, *local, out, &pos);
+            if !write_out_in_last_loop(&mut b, slice, *local, out, &pos) {
+                write_slice(&mut b, slice, *local, out, &pos);
+            }
             outputs.push(*i as u32);
         }
         for &i in &direct {
@@ -644,6 +646,94 @@ fn write_slice(b: &mut Builder, slice: &Slice, local: u32, out: u32, pos: &[Valu
     for _ in &slice.sizes {
         b.end_range();
     }
+}
+
+/// Writes a one-axis slice's buffer out where the sweep makes its last change to it, when that
+/// is a write at the index of a top-level loop over the whole slice (`0..n`, step 1), made in
+/// every iteration (not under an `if`), with no access to the buffer in that loop at another
+/// index: the write goes to output `out` instead (at the slice's element), and no loop copying
+/// the buffer out is needed. (The last walk of a row kernel's first loop, a layer norm's.)
+/// Returns whether it did.
+fn write_out_in_last_loop(
+    b: &mut Builder,
+    slice: &Slice,
+    local: u32,
+    out: u32,
+    pos: &[ValueId],
+) -> bool {
+    let (&[free], &[n]) = (slice.free.as_slice(), slice.sizes.as_slice()) else {
+        return false;
+    };
+    let exprs = &b.dag.expressions;
+    let code = |i: usize| Op::try_from(exprs[i].code).unwrap_or(Op::Unspecified);
+    let on_local = |i: usize| {
+        exprs[i]
+            .tensor
+            .as_ref()
+            .is_some_and(|t| t.kind == ir::TensorKind::Local as i32 && t.index == local)
+    };
+    let depth_change = |i: usize| match code(i) {
+        Op::Range | Op::If | Op::WhileBegin => 1,
+        Op::EndRange | Op::EndIf | Op::WhileEnd => -1,
+        _ => 0,
+    };
+    let Some(last) = (0..exprs.len()).rev().find(|&i| on_local(i)) else {
+        return false;
+    };
+    // The loops and branches around `last`, and the top-level loop it is directly in.
+    let mut open: Vec<usize> = Vec::new();
+    for i in 0..last {
+        match depth_change(i) {
+            1 => open.push(i),
+            -1 => {
+                open.pop();
+            }
+            _ => {}
+        }
+    }
+    let [l] = open[..] else {
+        return false;
+    };
+    let int = |v: u32| {
+        let e = &exprs[v as usize];
+        (code(v as usize) == Op::Const).then_some(e.int_value)
+    };
+    let bounds: Vec<Option<i64>> = exprs[l].operands.iter().map(|&v| int(v)).collect();
+    if code(l) != Op::Range
+        || code(last) != Op::Write
+        || bounds != [Some(0), Some(n as i64), Some(1)]
+        || exprs[last].operands.first() != Some(&(l as u32))
+    {
+        return false;
+    }
+    // Every access to the buffer in the loop is at the loop's own element.
+    let mut depth = 1;
+    let mut end = l + 1;
+    while end < exprs.len() {
+        depth += depth_change(end);
+        if depth == 0 {
+            break;
+        }
+        end += 1;
+    }
+    if (l + 1..end).any(|i| on_local(i) && exprs[i].operands.first() != Some(&(l as u32))) {
+        return false;
+    }
+    let value = exprs[last].operands[1];
+    let rank = slice.fixed.len() + 1;
+    let mut idx = vec![0u32; rank];
+    for &(d, axis) in &slice.fixed {
+        idx[d] = pos[axis];
+    }
+    idx[free] = l as u32;
+    idx.push(value);
+    let w = &mut b.dag.expressions[last];
+    w.tensor = Some(ir::TensorRef {
+        kind: ir::TensorKind::Output as i32,
+        index: out,
+    });
+    w.operands = idx;
+    true
 }
 
 /// The smallest and largest value of `sum(c * index)` over loops with constant bounds that run

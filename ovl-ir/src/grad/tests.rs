@@ -183,5 +183,15 @@ fn row_gradients_walk_forward_and_sum_in_accumulators() {
             dag.name,
             crate::text::to_text(&of_x.dag)
         );
+        if dag.name == "norm_rows" {
+            // The statistics recomputed, the walks of the output loop and of the statistics
+            // loop, which writes the row's gradient out itself: no loop copying the buffer.
+            let loops = k
+                .exprs
+                .iter()
+                .filter(|x| matches!(x.inst, crate::typed::Inst::Range { .. }))
+                .count();
+            assert_eq!(loops, 3, "{}", crate::text::to_text(&of_x.dag));
+        }
     }
 }
