@@ -10,7 +10,8 @@
 //!
 //! `cargo bench --bench reductions -- [--quick] [--out DIR]` prints a line per measurement and
 //! writes `DIR/ovl.json` (default `target/reductions-bench`); with `--gpu` it measures the
-//! kernels' GPU time instead (see `gpu`; `scripts/gpu-check.sh` runs it) and writes
+//! kernels' GPU time instead (see `gpu`; `scripts/gpu-check.sh` runs it), the same kernels
+//! along axis 0 and a sum over axis 0 too (`reductions/columns.rs`), and writes
 //! `DIR/ovl_gpu.json`. Before timing, every variant's
 //! outputs are checked against TensorFlow's (the files `benches/reductions_tf.py` leaves in
 //! `DIR/data`, same inputs) and against a plain-Rust f64 reference; a variant outside the
@@ -23,6 +24,8 @@
 //! row). Recomputation and re-reads inside a kernel are not counted: the figure is the least
 //! traffic any implementation needs.
 
+#[path = "reductions/columns.rs"]
+mod columns;
 mod common;
 #[path = "../tests/support/reductions.rs"]
 mod reductions;
@@ -416,6 +419,8 @@ fn gpu(args: &Args) -> Result<(), BoxError> {
             }
         }
     }
+    // Reductions down columns (along axis 0), same measurements.
+    columns::measure(reps, copy, &mut rows)?;
     std::fs::create_dir_all(&args.out_dir)?;
     let path = args.out_dir.join("ovl_gpu.json");
     let doc = json!({
