@@ -321,6 +321,8 @@ fn gpu(args: &Args) -> Result<(), BoxError> {
         Err(e) => {
             let why = e.to_string().lines().next().unwrap_or_default().to_string();
             println!("reductions --gpu: GPU EXECUTION DID NOT RUN: {why}");
+            let n = columns::check_without_gpu(&Options::cpu())?;
+            println!("reductions --gpu: the {n} column kernels checked on the CPU instead");
             std::fs::create_dir_all(&args.out_dir)?;
             let doc = json!({ "machine": machine(), "skipped": why });
             std::fs::write(

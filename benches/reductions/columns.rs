@@ -100,6 +100,42 @@ impl Column {
     }
 }
 
+/// Without a GPU: every column kernel and pass at a small size with a partial block of
+/// columns, evaluated with `options` (the C++ backend), checked against the same f64 reference
+/// the GPU run uses, so that a dry run finds a wrong reference before a GPU run would stop on
+/// it. Returns how many were checked.
+pub fn check_without_gpu(options: &Options) -> Result<usize, BoxError> {
+    let (r, c) = (300, 37);
+    let x_host = pseudo_random(&[r, c], 5);
+    let x = Lazy::from(x_host.clone());
+    let mut checked = 0;
+    for kernel in Column::all() {
+        let dy_host = if kernel.keeps_shape() {
+            pseudo_random(&[r, c], 6)
+        } else {
+            pseudo_random(&[c], 6)
+        };
+        let expected = Expected {
+            tensorflow: None,
+            f64: kernel.reference(&x_host, &dy_host),
+        };
+        let dy = Lazy::from(dy_host);
+        for &backward in kernel.passes() {
+            let handles = kernel.outputs(&x, backward.then_some(&dy))?;
+            let refs: Vec<&Lazy<f32>> = handles.iter().collect();
+            let mut got: Vec<ArrayD<f32>> = handles
+                .iter()
+                .map(|h| ArrayD::zeros(ndarray::IxDyn(h.shape())))
+                .collect();
+            ovl::evaluate_into_all(&refs, &mut got, options)?;
+            let what = format!("{} {r}x{c} backward {backward}", kernel.name());
+            check(&got, &expected, &what)?;
+            checked += 1;
+        }
+    }
+    Ok(checked)
+}
+
 /// Measures every column kernel at [`SIZES`] on the GPU, appending a JSON row per kernel and
 /// pass to `rows`; `copy` is the device-to-device copy bandwidth (bytes/s).
 pub fn measure(reps: usize, copy: f64, rows: &mut Vec<Value>) -> Result<(), BoxError> {

@@ -4,8 +4,9 @@
 //! The worker program is written by the shared emitter (`crate::shared::emit`) in its CUDA dialect, so
 //! both backends give every IR construct the same meaning. What differs is the frame around it:
 //!
-//! - One GPU thread per worker (or, for an operator whose workers walk rows, a group of threads
-//!   per worker: `ovl_ir::cooperative`, `shared::emit::cooperative`), in a grid-stride loop over
+//! - One GPU thread per worker (or, for an operator whose workers walk rows or columns, a group
+//!   of threads per worker: `ovl_ir::cooperative`, `shared::emit::cooperative`; a column block's
+//!   loop, `column_loop`, is the same for all its threads), in a grid-stride loop over
 //!   the row-major flattened workgroup
 //!   (`ovl_w`, 64-bit), so any grid size covers any workgroup. A multi-dimensional position is
 //!   decomposed from `ovl_w` by division by compile-time constants, in 32 bits when the
