@@ -280,3 +280,51 @@ fn the_fused_column_kernels_are_pinned_for_the_cuda_emulation() {
     assert!(names.len() >= 16, "{names:?}");
     ovl_testkit::golden::assert_only_files(dir, &names);
 }
+
+/// `sum(x, 0)` through `Options::cuda_validate()` (the interpreter in the CUDA order) is the
+/// documented column order, computed here on its own: per column, 32 lanes (300 rows, 37
+/// columns: `ovl_ir::cooperative::column_layout`), row `t` into lane `t % 32`, the lanes folded
+/// pairwise, then 0 + the fold; the interpreter's own order (8 lanes) differs somewhere.
+#[test]
+fn a_column_sum_on_the_gpu_path_reduces_in_the_column_order() {
+    fn lanes_sum(column: &[f32], width: usize) -> f32 {
+        let mut lanes = vec![0.0f32; width];
+        for (t, &v) in column.iter().enumerate() {
+            lanes[t % width] += v;
+        }
+        while lanes.len() > 1 {
+            lanes = lanes.chunks(2).map(|p| p[0] + p[1]).collect();
+        }
+        0.0 + lanes[0]
+    }
+    let (rows, cols) = (300usize, 37usize);
+    let x = reductions::pseudo_random(&[rows, cols], 51);
+    let sum = |o: &Options| -> ArrayD<f32> {
+        ovl::evaluate_with(&ovl_stdlib::sum(Lazy::from(x.clone()), 0), o)
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let gpu = match ovl::cuda::nvrtc_status() {
+        Ok(_) => sum(&Options::cuda_validate()),
+        Err(e) => {
+            eprintln!("reductions_axes: the CUDA column order check DID NOT RUN (no NVRTC): {e}");
+            return;
+        }
+    };
+    let interp = sum(&Options::interpreter());
+    let mut differ = 0;
+    for c in 0..cols {
+        let column: Vec<f32> = (0..rows).map(|r| x[[r, c]]).collect();
+        assert_eq!(
+            gpu[[c]].to_bits(),
+            lanes_sum(&column, 32).to_bits(),
+            "column {c}"
+        );
+        assert_eq!(
+            interp[[c]].to_bits(),
+            lanes_sum(&column, 8).to_bits(),
+            "column {c}"
+        );
+        differ += usize::from(gpu[[c]] != interp[[c]]);
+    }
+    assert!(differ > 0, "the data does not tell the orders apart");
+}
