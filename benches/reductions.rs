@@ -421,21 +421,26 @@ fn gpu(args: &Args) -> Result<(), BoxError> {
             }
         }
     }
+    // The rows are written first: a run stopped during the column part keeps them.
+    let save = |rows: &[serde_json::Value]| -> Result<(), BoxError> {
+        std::fs::create_dir_all(&args.out_dir)?;
+        let path = args.out_dir.join("ovl_gpu.json");
+        let doc = json!({
+            "machine": machine(),
+            "device": format!("{} (sm_{}, {} SMs)", info.name, info.arch, info.multiprocessors),
+            "copy_gb_per_s": copy / 1e9,
+            "timing": "best_us/median_us: sum of the kernels' GPU times (CUDA events, ovl::profile); call_best_us/call_median_us: wall time of Compiled::run_device_into on device tensors plus ovl::cuda::synchronize; call_gpu_*: CUDA events around that call (ovl::cuda::gpu_time)",
+            "repetitions": reps,
+            "rows": rows,
+        });
+        std::fs::write(&path, serde_json::to_string_pretty(&doc)?)?;
+        println!("wrote {}", path.display());
+        Ok(())
+    };
+    save(&rows)?;
     // Reductions down columns (along axis 0), same measurements.
     columns::measure(reps, copy, &mut rows)?;
-    std::fs::create_dir_all(&args.out_dir)?;
-    let path = args.out_dir.join("ovl_gpu.json");
-    let doc = json!({
-        "machine": machine(),
-        "device": format!("{} (sm_{}, {} SMs)", info.name, info.arch, info.multiprocessors),
-        "copy_gb_per_s": copy / 1e9,
-        "timing": "best_us/median_us: sum of the kernels' GPU times (CUDA events, ovl::profile); call_best_us/call_median_us: wall time of Compiled::run_device_into on device tensors plus ovl::cuda::synchronize; call_gpu_*: CUDA events around that call (ovl::cuda::gpu_time)",
-        "repetitions": reps,
-        "rows": rows,
-    });
-    std::fs::write(&path, serde_json::to_string_pretty(&doc)?)?;
-    println!("wrote {}", path.display());
-    Ok(())
+    save(&rows)
 }
 
 fn main() -> Result<(), BoxError> {

@@ -82,8 +82,9 @@ def main():
                     doc["rows"].append(row(name, timings, nbytes, kernel=kernel, rows=r,
                                            cols=c, **{"pass": pass_name},
                                            max_abs_error_vs_f64=err))
-    columns(torch, jax, doc, reps)
+    # Written after each part: a run stopped during the column part keeps the rows.
     (out / "gpu_peers.json").write_text(json.dumps(doc, indent=2))
+    columns(torch, jax, doc, reps, out)
     print(f"wrote {out / 'gpu_peers.json'}")
 
 
@@ -92,8 +93,9 @@ def column_dy(kernel, dy):
     return dy[0] if kernel in ("sum", "logsumexp") else dy
 
 
-def columns(torch, jax, doc, reps):
-    """The column kernels: each along axis 0, forward and (but the sum) forward + backward."""
+def columns(torch, jax, doc, reps, out):
+    """The column kernels: each along axis 0, forward and (but the sum) forward + backward;
+    OUT/gpu_peers.json is written again after each kernel."""
     for r, c in COLUMN_SIZES:
         x_np, dy_np, _ = inputs(r, c)
         for kernel in COLUMN_KERNELS:
@@ -125,6 +127,7 @@ def columns(torch, jax, doc, reps):
                     doc["rows"].append(row(name, timings, nbytes, kernel=name_k, rows=r,
                                            cols=c, **{"pass": pass_name},
                                            max_abs_error_vs_f64=err))
+            (out / "gpu_peers.json").write_text(json.dumps(doc, indent=2))
 
 
 def column_reference(kernel, x, dy):
