@@ -210,7 +210,7 @@ fn reducing_gpu_operators(
 /// On the GPU each kernel's reductions down columns run cooperatively
 /// (`ovl_ir::cooperative::Layout::Columns`: a block of neighbouring columns times row-threads),
 /// forward and backward, at the GPU benchmark's sizes along axis 0 and along a middle axis;
-/// with 2^17 columns and more, one thread per column.
+/// with more than 2^16 columns, one thread per column.
 #[test]
 fn every_kernel_reduces_its_columns_cooperatively_on_the_gpu() {
     use ovl_core::cooperative::{plan, Layout};

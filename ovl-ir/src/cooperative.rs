@@ -126,8 +126,8 @@ pub const MIN_COLUMN_WORKERS: u32 = 8;
 /// one per multiprocessor of a large GPU (an H100 has 132).
 pub const COLUMN_BLOCKS: u64 = 128;
 /// The threads a column operator should run in all: about what a large GPU holds at once
-/// (132 multiprocessors of 1,024 threads and more). Operators with this many workers and more
-/// keep one thread per worker.
+/// (132 multiprocessors of 1,024 threads and more). Operators with more than half this many
+/// workers keep one thread per worker.
 pub const COLUMN_THREADS: u64 = 1 << 17;
 
 /// The most shared memory a column block's folds take (a block may have 48 KiB of static
