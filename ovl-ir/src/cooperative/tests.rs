@@ -206,3 +206,30 @@ fn the_column_programs_are_valid() {
         );
     }
 }
+
+#[test]
+fn a_column_operator_that_may_fault_or_is_sized_at_run_time_keeps_one_thread() {
+    // y[c] = sum_k x[idx[k, c], c]: a data-dependent row may be out of range.
+    let (rows, cols) = (64u64, 40u64);
+    let mut b = Builder::new("gathered_column_sum", &[cols]);
+    b.input(DType::F32, &[rows, cols]);
+    b.input(DType::I64, &[rows, cols]);
+    b.output(DType::F32, &[cols]);
+    let c = b.position(0);
+    let zero = b.f32(0.0);
+    let acc = b.accumulator(Combiner::Sum, zero);
+    let (s, e, one) = (b.i64(0), b.i64(rows as i64), b.i64(1));
+    let k = b.range(s, e, one);
+    let at = b.read(IN, 1, &[k, c]);
+    let x = b.read(IN, 0, &[at, c]);
+    b.accumulate(acc, x);
+    b.end_range();
+    b.write(OUT, 0, &[c], acc);
+    assert_eq!(plan(&b.build()), None);
+    // The same column sum as `sum_columns`, but with a symbolic size: the launch shape is fixed
+    // when compiling, so it keeps one thread per worker.
+    let mut sized = sum_columns(rows, cols);
+    assert!(plan(&sized).is_some());
+    sized.symbol_count = 1;
+    assert_eq!(plan(&sized), None);
+}
