@@ -112,28 +112,41 @@ def lstm(d):
         copy, ["B x H", "pass"]) + [""]
 
 
+# The reductions' ovl variants with a table each: (title, variant in ovl_gpu.json).
+REDUCTION_TABLES = [
+    ("Row reductions (stdlib functions, f32)", "ovl stdlib function CUDA"),
+    ("Column reductions (along axis 0, from stdlib operators, f32)",
+     "ovl stdlib ops along axis 0 CUDA"),
+]
+
+
 def reductions(d):
     ovl = load(d / "ovl_gpu.json")
     if "rows" not in ovl:
         why = ovl.get("skipped", "no rows in ovl_gpu.json").splitlines()[0]
-        return ["### Row reductions", "", f"Not measured: {why}", ""]
+        return ["### Row and column reductions", "", f"Not measured: {why}", ""]
     peers = load(d / "gpu_peers.json")
     copy = ovl.get("copy_gb_per_s")
     key = lambda r: (r["kernel"], r["rows"], r["cols"], r["pass"])  # noqa: E731
-    mine = [r for r in ovl["rows"] if r["variant"] == "ovl stdlib function CUDA"]
-    kernel = {key(r): r for r in mine}
-    call = {key(r): {"best_us": r["call_best_us"], "gpu_best_us": r.get("call_gpu_best_us")}
-            for r in mine if "call_best_us" in r}
     peer_rows = {(key(r), r["variant"]): r for r in peers.get("rows", [])}
-    by_key = {key(r): r for r in mine}
+    lines = []
+    for title, variant in REDUCTION_TABLES:
+        mine = [r for r in ovl["rows"] if r["variant"] == variant]
+        if not mine:
+            continue
+        kernel = {key(r): r for r in mine}
+        call = {key(r): {"best_us": r["call_best_us"], "gpu_best_us": r.get("call_gpu_best_us")}
+                for r in mine if "call_best_us" in r}
 
-    def bytes_of(k):
-        r = by_key[k]
-        return r["gb_per_s"] * 1e9 * r["best_us"] * 1e-6
+        def bytes_of(k, by_key=kernel):
+            r = by_key[k]
+            return r["gb_per_s"] * 1e9 * r["best_us"] * 1e-6
 
-    cases = [(k, [k[0], f"{k[1]}x{k[2]}", k[3]]) for k in kernel]
-    return header("Row reductions (stdlib functions, f32)", ovl, peers, copy) + table(
-        cases, kernel, call, peer_rows, bytes_of, copy, ["kernel", "rows x cols", "pass"]) + [""]
+        cases = [(k, [k[0], f"{k[1]}x{k[2]}", k[3]]) for k in kernel]
+        lines += header(title, ovl, peers, copy) + table(
+            cases, kernel, call, peer_rows, bytes_of, copy,
+            ["kernel", "rows x cols", "pass"]) + [""]
+    return lines
 
 
 if __name__ == "__main__":

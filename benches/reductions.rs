@@ -10,7 +10,8 @@
 //!
 //! `cargo bench --bench reductions -- [--quick] [--out DIR]` prints a line per measurement and
 //! writes `DIR/ovl.json` (default `target/reductions-bench`); with `--gpu` it measures the
-//! kernels' GPU time instead (see `gpu`; `scripts/gpu-check.sh` runs it) and writes
+//! kernels' GPU time instead (see `gpu`; `scripts/gpu-check.sh` runs it), the same kernels
+//! along axis 0 and a sum over axis 0 too (`reductions/columns.rs`), and writes
 //! `DIR/ovl_gpu.json`. Before timing, every variant's
 //! outputs are checked against TensorFlow's (the files `benches/reductions_tf.py` leaves in
 //! `DIR/data`, same inputs) and against a plain-Rust f64 reference; a variant outside the
@@ -23,6 +24,8 @@
 //! row). Recomputation and re-reads inside a kernel are not counted: the figure is the least
 //! traffic any implementation needs.
 
+#[path = "reductions/columns.rs"]
+mod columns;
 mod common;
 #[path = "../tests/support/reductions.rs"]
 mod reductions;
@@ -318,6 +321,8 @@ fn gpu(args: &Args) -> Result<(), BoxError> {
         Err(e) => {
             let why = e.to_string().lines().next().unwrap_or_default().to_string();
             println!("reductions --gpu: GPU EXECUTION DID NOT RUN: {why}");
+            let n = columns::check_without_gpu(&Options::cpu())?;
+            println!("reductions --gpu: the {n} column kernels checked on the CPU instead");
             std::fs::create_dir_all(&args.out_dir)?;
             let doc = json!({ "machine": machine(), "skipped": why });
             std::fs::write(
@@ -416,19 +421,26 @@ fn gpu(args: &Args) -> Result<(), BoxError> {
             }
         }
     }
-    std::fs::create_dir_all(&args.out_dir)?;
-    let path = args.out_dir.join("ovl_gpu.json");
-    let doc = json!({
-        "machine": machine(),
-        "device": format!("{} (sm_{}, {} SMs)", info.name, info.arch, info.multiprocessors),
-        "copy_gb_per_s": copy / 1e9,
-        "timing": "best_us/median_us: sum of the kernels' GPU times (CUDA events, ovl::profile); call_best_us/call_median_us: wall time of Compiled::run_device_into on device tensors plus ovl::cuda::synchronize; call_gpu_*: CUDA events around that call (ovl::cuda::gpu_time)",
-        "repetitions": reps,
-        "rows": rows,
-    });
-    std::fs::write(&path, serde_json::to_string_pretty(&doc)?)?;
-    println!("wrote {}", path.display());
-    Ok(())
+    // The rows are written first: a run stopped during the column part keeps them.
+    let save = |rows: &[serde_json::Value]| -> Result<(), BoxError> {
+        std::fs::create_dir_all(&args.out_dir)?;
+        let path = args.out_dir.join("ovl_gpu.json");
+        let doc = json!({
+            "machine": machine(),
+            "device": format!("{} (sm_{}, {} SMs)", info.name, info.arch, info.multiprocessors),
+            "copy_gb_per_s": copy / 1e9,
+            "timing": "best_us/median_us: sum of the kernels' GPU times (CUDA events, ovl::profile); call_best_us/call_median_us: wall time of Compiled::run_device_into on device tensors plus ovl::cuda::synchronize; call_gpu_*: CUDA events around that call (ovl::cuda::gpu_time)",
+            "repetitions": reps,
+            "rows": rows,
+        });
+        std::fs::write(&path, serde_json::to_string_pretty(&doc)?)?;
+        println!("wrote {}", path.display());
+        Ok(())
+    };
+    save(&rows)?;
+    // Reductions down columns (along axis 0), same measurements.
+    columns::measure(reps, copy, &mut rows)?;
+    save(&rows)
 }
 
 fn main() -> Result<(), BoxError> {

@@ -8,7 +8,9 @@
 #      time per call compiled once on device tensors (Compiled::run_device_into: the GPU's
 #      time from CUDA events, and the wall time with a synchronization), forward and
 #      forward + backward;
-#   2. benches/reductions.rs --gpu: softmax, layer norm, RMS norm and logsumexp likewise;
+#   2. benches/reductions.rs --gpu: softmax, layer norm, RMS norm and logsumexp likewise,
+#      along the last axis and along axis 0 (down the columns, with a sum over axis 0:
+#      benches/reductions/columns.rs);
 #   3. the peers on the same GPU, inputs already there, checked against NumPy first:
 #      benches/lstm_gpu_peers.py and benches/reductions_gpu_peers.py (PyTorch eager,
 #      torch.compile, JAX jit; whichever the Python has: $PYTHON, else python3);

@@ -176,3 +176,155 @@ fn fused_kernels_along_a_non_last_axis_are_one_each_and_blocked() {
         }
     }
 }
+
+/// The fused operators of `kernel` along `axis` of a tensor of `shape` as fused for the GPU
+/// (`Options::cuda_validate`), forward or forward + backward, that reduce.
+fn reducing_gpu_operators(
+    kernel: Kernel,
+    shape: &[usize],
+    axis: usize,
+    backward: bool,
+    seed: u64,
+) -> Vec<ovl_core::ir::ExpressionDag> {
+    let x = Lazy::from(reductions::pseudo_random(shape, seed));
+    let out_shape: Vec<usize> = if kernel.keeps_shape() {
+        shape.to_vec()
+    } else {
+        reductions::without(shape, axis)
+    };
+    let dy = Lazy::from(reductions::pseudo_random(&out_shape, seed + 1));
+    let handles = outputs_along(kernel, &x, axis, backward.then_some(&dy)).expect("outputs");
+    ovl::fusion_with(handles.as_slice(), &Options::cuda_validate())
+        .expect("fusion")
+        .after
+        .operators
+        .into_iter()
+        .filter(|op| {
+            op.expressions
+                .iter()
+                .any(|e| e.code == ovl_core::ir::Op::Accumulate as i32)
+        })
+        .collect()
+}
+
+/// On the GPU each kernel's reductions down columns run cooperatively
+/// (`ovl_ir::cooperative::Layout::Columns`: a block of neighbouring columns times row-threads),
+/// forward and backward, at the GPU benchmark's sizes along axis 0 and along a middle axis;
+/// with more than 2^16 columns, one thread per column.
+#[test]
+fn every_kernel_reduces_its_columns_cooperatively_on_the_gpu() {
+    use ovl_core::cooperative::{plan, Layout};
+    // (shape, axis, (width, workers per block)).
+    for (shape, axis, layout) in [
+        (vec![8192usize, 1024usize], 0usize, Some((128u32, 8u32))),
+        (vec![1024, 4096], 0, Some((32, 32))),
+        (vec![4, 300, 64], 1, Some((32, 8))),
+        (vec![64, 1 << 17], 0, None),
+    ] {
+        for kernel in Kernel::ALL {
+            for backward in [false, true] {
+                let what = format!(
+                    "{} along {axis} of {shape:?} backward {backward}",
+                    kernel.name()
+                );
+                let ops = reducing_gpu_operators(kernel, &shape, axis, backward, 41);
+                assert!(!ops.is_empty(), "{what}: no reduction");
+                for op in ops {
+                    let got = plan(&op).map(|p| {
+                        assert_eq!(p.layout, Layout::Columns, "{what}");
+                        (p.width, p.workers_per_block)
+                    });
+                    assert_eq!(got, layout, "{what}: operator {}", op.name);
+                }
+            }
+        }
+    }
+}
+
+/// The fused column kernels as the GPU runs them (from stdlib operators, forward and backward,
+/// along axis 0 and a middle axis), pinned as golden files: each operator that cooperates, its
+/// IR as protobuf bytes in hex, which `ovl-codegen/tests/codegen/columns.rs` runs under the
+/// CUDA emulation against the interpreter in the CUDA order. `OVL_BLESS=1` rewrites them.
+#[test]
+fn the_fused_column_kernels_are_pinned_for_the_cuda_emulation() {
+    let dir = "ovl-codegen/tests/golden/column_kernels";
+    let mut names = Vec::new();
+    for (shape, axis) in [(vec![70usize, 37usize], 0usize), (vec![2, 45, 12], 1)] {
+        for kernel in Kernel::ALL {
+            for backward in [false, true] {
+                let ops = reducing_gpu_operators(kernel, &shape, axis, backward, 7);
+                let pass = if backward { "backward" } else { "forward" };
+                for (k, op) in ops.iter().enumerate() {
+                    if ovl_core::cooperative::plan(op).is_none() {
+                        continue;
+                    }
+                    let hex: String = ovl::ir_tools::to_bytes(op)
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<Vec<_>>()
+                        .chunks(48)
+                        .map(|line| line.concat() + "\n")
+                        .collect();
+                    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+                    let name = format!(
+                        "{}_{pass}_{}_axis{axis}_{k}.hex",
+                        kernel.name(),
+                        dims.join("x")
+                    );
+                    ovl_testkit::golden::assert_golden(format!("{dir}/{name}"), &hex);
+                    names.push(name);
+                }
+            }
+        }
+    }
+    assert!(names.len() >= 16, "{names:?}");
+    ovl_testkit::golden::assert_only_files(dir, &names);
+}
+
+/// `sum(x, 0)` through `Options::cuda_validate()` (the interpreter in the CUDA order) is the
+/// documented column order, computed here on its own: per column, 32 lanes (300 rows, 37
+/// columns: `ovl_ir::cooperative::column_layout`), row `t` into lane `t % 32`, the lanes folded
+/// pairwise, then 0 + the fold; the interpreter's own order (8 lanes) differs somewhere.
+#[test]
+fn a_column_sum_on_the_gpu_path_reduces_in_the_column_order() {
+    fn lanes_sum(column: &[f32], width: usize) -> f32 {
+        let mut lanes = vec![0.0f32; width];
+        for (t, &v) in column.iter().enumerate() {
+            lanes[t % width] += v;
+        }
+        while lanes.len() > 1 {
+            lanes = lanes.chunks(2).map(|p| p[0] + p[1]).collect();
+        }
+        0.0 + lanes[0]
+    }
+    let (rows, cols) = (300usize, 37usize);
+    let x = reductions::pseudo_random(&[rows, cols], 51);
+    let sum = |o: &Options| -> ArrayD<f32> {
+        ovl::evaluate_with(&ovl_stdlib::sum(Lazy::from(x.clone()), 0), o)
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let gpu = match ovl::cuda::nvrtc_status() {
+        Ok(_) => sum(&Options::cuda_validate()),
+        Err(e) => {
+            eprintln!("reductions_axes: the CUDA column order check DID NOT RUN (no NVRTC): {e}");
+            return;
+        }
+    };
+    let interp = sum(&Options::interpreter());
+    let mut differ = 0;
+    for c in 0..cols {
+        let column: Vec<f32> = (0..rows).map(|r| x[[r, c]]).collect();
+        assert_eq!(
+            gpu[[c]].to_bits(),
+            lanes_sum(&column, 32).to_bits(),
+            "column {c}"
+        );
+        assert_eq!(
+            interp[[c]].to_bits(),
+            lanes_sum(&column, 8).to_bits(),
+            "column {c}"
+        );
+        differ += usize::from(gpu[[c]] != interp[[c]]);
+    }
+    assert!(differ > 0, "the data does not tell the orders apart");
+}

@@ -13,9 +13,11 @@
 //! [`crate::validate::validate`] (checked by the tests of this module). Changing a program here
 //! changes golden files: rerun the tests with `OVL_BLESS=1` and review the diff.
 
+mod columns;
 mod programs;
 mod rows;
 mod symbolic;
+pub use columns::{norm_columns, softmax_columns, sum_columns, sum_middle};
 pub use programs::{
     add_2d, branches, casts, collatz, column_stats, cumsum, fma, gather, int_arith,
     literals_and_control, math_f32, math_f32_prelude, math_f64, matmul, reductions, reverse_rows,
@@ -77,6 +79,18 @@ pub fn row_programs() -> Vec<(&'static str, ir::ExpressionDag)> {
         ("softmax_rows_buffered", softmax_rows(5, 300, true)),
         ("norm_rows", norm_rows(9, 100)),
         ("int_rows", int_rows(3, 40)),
+    ]
+}
+
+/// Column kernels that a GPU runs with a block of neighbouring workers times a few row-threads
+/// (`crate::cooperative::Layout::Columns`), by name: for golden files and the cooperative
+/// tests, which make their own inputs (they run at several sizes).
+pub fn column_programs() -> Vec<(&'static str, ir::ExpressionDag)> {
+    vec![
+        ("sum_columns", sum_columns(300, 40)),
+        ("softmax_columns_buffered", softmax_columns(100, 20, true)),
+        ("norm_columns", norm_columns(64, 40)),
+        ("sum_middle", sum_middle(3, 50, 20)),
     ]
 }
 

@@ -4,8 +4,9 @@
 //! The worker program is written by the shared emitter (`crate::shared::emit`) in its CUDA dialect, so
 //! both backends give every IR construct the same meaning. What differs is the frame around it:
 //!
-//! - One GPU thread per worker (or, for an operator whose workers walk rows, a group of threads
-//!   per worker: `ovl_ir::cooperative`, `shared::emit::cooperative`), in a grid-stride loop over
+//! - One GPU thread per worker (or, for an operator whose workers walk rows or columns, a group
+//!   of threads per worker: `ovl_ir::cooperative`, `shared::emit::cooperative`; a column block's
+//!   loop, `column_loop`, is the same for all its threads), in a grid-stride loop over
 //!   the row-major flattened workgroup
 //!   (`ovl_w`, 64-bit), so any grid size covers any workgroup. A multi-dimensional position is
 //!   decomposed from `ovl_w` by division by compile-time constants, in 32 bits when the
@@ -33,6 +34,7 @@ use crate::error::{defined_at, CodegenError};
 use crate::shared::emit::{comment_safe, emit, lanes, Dialect, Emitter, LaneProgram};
 use crate::shared::literal::ctype;
 use crate::shared::prelude::CUDA as PRELUDE;
+use ovl_ir::cooperative::{Cooperative, Layout};
 use ovl_ir::ir;
 use std::fmt::Write as _;
 
@@ -135,6 +137,7 @@ pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codeg
                  ovl_w < {workers}; ovl_w += ovl_stride) {{"
             );
         }
+        Some(c) if c.layout == Layout::Columns => column_loop(&mut s, c, &workers),
         Some(c) => {
             let _ = writeln!(
                 s,
@@ -171,7 +174,9 @@ pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codeg
         }
     }
     s.push_str(&program);
-    if coop.is_some_and(|c| !e.shared.is_empty() && c.workers_per_block == 1) {
+    if coop.is_some_and(|c| {
+        !e.shared.is_empty() && c.workers_per_block == 1 && c.layout == Layout::Rows
+    }) {
         // The next worker's folds reuse the shared arrays.
         let _ = writeln!(s, "    __syncthreads();");
     }
@@ -182,6 +187,46 @@ pub fn generate_cuda(dag: &ir::ExpressionDag, key: &str) -> Result<String, Codeg
     let _ = writeln!(s, "  if (ovl_ls.code != 0) ovl::report(ovl_gst, &ovl_ls);");
     let _ = writeln!(s, "}}");
     Ok(s)
+}
+
+/// The worker loop of a column block (`ovl_ir::cooperative::Layout::Columns`): thread
+/// `threadIdx.x` runs worker `ovl_col = threadIdx.x % workers_per_block` of the block's run of
+/// neighbouring workers as its lane `ovl_lane = threadIdx.x / workers_per_block`. The loop is
+/// the same for every thread of the block (its folds have barriers): a thread past the last
+/// worker runs the last worker again, `ovl_active` false, and writes nothing.
+fn column_loop(s: &mut String, c: &Cooperative, workers: &str) {
+    let cols = c.workers_per_block;
+    let _ = writeln!(
+        s,
+        "  // Columns: {cols} neighbouring workers times {} threads per block of {}; thread \
+         ovl_lane of a worker runs iterations ovl_lane, ovl_lane + {}, ... of its top-level loops.",
+        c.width,
+        c.block(),
+        c.width
+    );
+    let _ = writeln!(
+        s,
+        "  const uint32_t ovl_lane = threadIdx.x >> {};",
+        c.workers_log2()
+    );
+    let _ = writeln!(s, "  const uint32_t ovl_col = threadIdx.x & {}u;", cols - 1);
+    let _ = writeln!(
+        s,
+        "  const int64_t ovl_stride = (int64_t)gridDim.x * {cols}LL;"
+    );
+    let _ = writeln!(
+        s,
+        "  for (int64_t ovl_base = (int64_t)blockIdx.x * {cols}LL; ovl_base < {workers}; \
+         ovl_base += ovl_stride) {{"
+    );
+    let _ = writeln!(
+        s,
+        "    const bool ovl_active = ovl_base + (int64_t)ovl_col < {workers};"
+    );
+    let _ = writeln!(
+        s,
+        "    const int64_t ovl_w = ovl_active ? ovl_base + (int64_t)ovl_col : {workers} - 1LL;"
+    );
 }
 
 /// Writes the decomposition of the flattened index `w` over the workgroup into `ovl_p0`, ... :

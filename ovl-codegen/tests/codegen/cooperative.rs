@@ -17,7 +17,7 @@ use ovl_ir::ops::Combiner;
 use ovl_ir::{DType, HostTensor};
 
 /// The interpreter's outputs in `order` (one thread: row-major).
-fn interpreted(
+pub(crate) fn interpreted(
     dag: &ExpressionDag,
     inputs: &[&HostTensor],
     order: ReductionOrder,
@@ -71,7 +71,7 @@ pub(crate) fn emulated_as_interpreted(
 /// one), infinities (row 2), signed zeros and ties (row 0 starts with equal values, then -0.0
 /// and 0.0; row 3 is all zeros of both signs, so its maximum is a tie of -0.0 and 0.0), and
 /// values whose sums round differently in different orders.
-fn rows_f32(rows: usize, cols: usize) -> HostTensor {
+pub(crate) fn rows_f32(rows: usize, cols: usize) -> HostTensor {
     let v: Vec<f32> = (0..rows * cols)
         .map(|i| {
             let (r, c) = (i / cols, i % cols);
@@ -147,7 +147,7 @@ fn integer_and_f64_rows_shuffle_every_width() {
 
 /// The documented CUDA order, computed here on its own: `width` lanes, iteration `t` into lane
 /// `t % width` in order, the lanes folded pairwise, the accumulator (0.0) ⊕ the fold.
-fn sum_in_lanes(row: &[f32], width: usize) -> f32 {
+pub(crate) fn sum_in_lanes(row: &[f32], width: usize) -> f32 {
     let mut lanes = vec![0.0f32; width];
     for (t, &x) in row.iter().enumerate() {
         lanes[t % width] += x;
@@ -228,7 +228,7 @@ fn an_operator_that_may_fault_keeps_one_thread_and_reports_its_first_fault() {
 
 /// Whether `got` is within `ulps` of `want` element by element (any NaN matching any NaN);
 /// non-f32 tensors bit for bit.
-fn within(got: &HostTensor, want: &HostTensor, ulps: u32) -> Result<(), String> {
+pub(crate) fn within(got: &HostTensor, want: &HostTensor, ulps: u32) -> Result<(), String> {
     if let (Some(g), Some(w)) = (got.as_slice::<f32>(), want.as_slice::<f32>()) {
         for (i, (x, y)) in g.iter().zip(w).enumerate() {
             let apart = (x.to_bits() as i64 - y.to_bits() as i64).unsigned_abs();

@@ -31,6 +31,7 @@ fn programs() -> Vec<(&'static str, ovl_ir::ir::ExpressionDag)> {
         .collect();
     all.extend(fixtures::symbolic().into_iter().map(|f| (f.name, f.dag)));
     all.extend(fixtures::row_programs());
+    all.extend(fixtures::column_programs());
     all
 }
 

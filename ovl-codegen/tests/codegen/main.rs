@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod columns;
 mod cooperative;
 mod cuda_emulated;
 mod derived;

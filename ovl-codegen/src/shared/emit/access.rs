@@ -232,11 +232,7 @@ impl Emitter<'_> {
             return Ok(None);
         }
         // Outside its split loops, a cooperative group writes from its thread 0 only.
-        let only_first = if self.coop.is_some() && self.split_open.is_none() {
-            "if (ovl_lane == 0u) "
-        } else {
-            ""
-        };
+        let only_first = self.write_guard(t.kind == TensorKind::Output);
         if unproven.is_empty() {
             self.line(&format!("{only_first}{name}[{linear}] = v{value};"));
         } else {

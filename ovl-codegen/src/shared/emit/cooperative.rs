@@ -1,12 +1,14 @@
-//! Cooperative rows on the GPU (`ovl_ir::cooperative`): a worker's top-level loops split over
-//! the `width` threads of its group, each accumulator a per-thread chain folded across the group
-//! after the loop (warp shuffles, then shared memory across the warps), in the order
-//! `proto/ovl.proto` defines for the CUDA backend ("Accumulators").
+//! Cooperative rows and columns on the GPU (`ovl_ir::cooperative`): a worker's top-level loops
+//! split over the `width` threads of its group, each accumulator a per-thread chain folded
+//! across the group after the loop, in the order `proto/ovl.proto` defines for the CUDA backend
+//! ("Accumulators"): for rows by warp shuffles, then shared memory across the warps; for
+//! columns by a pairwise tree in shared memory.
 
 use super::{DType, Emitted, Emitter, Frame};
 use crate::error::CodegenError;
 use crate::shared::literal::ctype;
-use ovl_ir::cooperative::WARP;
+use ovl_ir::cooperative::{Layout, WARP};
+use std::collections::BTreeMap;
 
 impl Emitter<'_> {
     /// Whether RANGE `k` is a top-level loop split over a cooperative group.
@@ -57,6 +59,13 @@ impl Emitter<'_> {
     /// thread folds the warps' pairwise; the accumulator becomes accumulator ⊕ fold, the same
     /// in every thread.
     pub(super) fn fold_split(&mut self, range: usize) -> Result<(), CodegenError> {
+        if self
+            .coop
+            .as_ref()
+            .is_some_and(|c| c.layout == Layout::Columns)
+        {
+            return self.fold_columns(range);
+        }
         let width = self.coop.as_ref().map_or(1, |c| c.width);
         let warps = (width / WARP) as usize;
         let accs = self.reductions.get(&range).cloned().unwrap_or_default();
@@ -98,6 +107,123 @@ impl Emitter<'_> {
         }
         for &(acc, combiner, d) in &kinds {
             let c = self.combine(combiner, d, &format!("v{acc}"), &format!("ovl_t{acc}"))?;
+            self.line(&format!("v{acc} = {c};"));
+        }
+        Ok(())
+    }
+}
+
+impl Emitter<'_> {
+    /// The guard of a WRITE to a tensor of `output` kind (else a local) in a cooperative
+    /// kernel: outside its split loops a group writes from its thread 0 only, and in a column
+    /// block a thread past the last worker (`ovl_active` false) writes no output.
+    pub(super) fn write_guard(&self, output: bool) -> &'static str {
+        let columns = match &self.coop {
+            None => return "",
+            Some(c) => c.layout == Layout::Columns,
+        };
+        match (self.split_open.is_some(), columns && output) {
+            (true, false) => "",
+            (true, true) => "if (ovl_active) ",
+            (false, false) => "if (ovl_lane == 0u) ",
+            (false, true) => "if (ovl_active && ovl_lane == 0u) ",
+        }
+    }
+
+    /// A column block's fold buffers: per accumulator dtype, one slot of a block's threads for
+    /// each accumulator of that dtype that one split loop reduces, at most. Returns the slot of
+    /// each accumulator of RANGE `range`, with its buffer's name.
+    fn column_slots(&mut self, range: usize) -> Result<Vec<(usize, String)>, CodegenError> {
+        let Some(c) = self.coop.clone() else {
+            return Ok(Vec::new());
+        };
+        let mut most: BTreeMap<DType, usize> = BTreeMap::new();
+        let mut slots = Vec::new();
+        for &k in &c.loops {
+            let mut here: BTreeMap<DType, usize> = BTreeMap::new();
+            for acc in self.reductions.get(&k).cloned().unwrap_or_default() {
+                let (_, d) = self.accumulator_kind(acc)?;
+                let n = here.entry(d).or_default();
+                if k == range {
+                    slots.push((*n, format!("ovl_red_{d}")));
+                }
+                *n += 1;
+            }
+            for (d, n) in here {
+                let m = most.entry(d).or_default();
+                *m = (*m).max(n);
+            }
+        }
+        for (d, n) in most {
+            let decl = format!(
+                "__shared__ {} ovl_red_{d}[{}];",
+                ctype(d),
+                n * c.block() as usize
+            );
+            if !self.shared.contains(&decl) {
+                self.shared.push(decl);
+            }
+        }
+        Ok(slots)
+    }
+
+    /// After a split loop of a column block (every thread of the block is here): each thread
+    /// stores its chain at its lane and column of the accumulator's slot, and the lanes fold
+    /// pairwise in place, level by level (lane `j` takes lane `j + s` where `j` is a multiple
+    /// of `2s`), a barrier after each level; the accumulator becomes accumulator ⊕ lane 0's
+    /// fold, the same in every thread of the column. A barrier first: the previous fold's
+    /// results may still be being read.
+    fn fold_columns(&mut self, range: usize) -> Result<(), CodegenError> {
+        let Some(c) = self.coop.clone() else {
+            return Ok(());
+        };
+        let (block, cols) = (c.block(), c.workers_per_block);
+        let accs = self.reductions.get(&range).cloned().unwrap_or_default();
+        let slots = self.column_slots(range)?;
+        let mut kinds = Vec::new();
+        for (&acc, (slot, buffer)) in accs.iter().zip(&slots) {
+            let (combiner, d) = self.accumulator_kind(acc)?;
+            let at = |lane: &str| {
+                format!(
+                    "{buffer}[{}u + ({lane}) * {cols}u + ovl_col]",
+                    slot * block as usize
+                )
+            };
+            kinds.push((
+                acc,
+                combiner,
+                d,
+                at("ovl_lane"),
+                at("ovl_lane + ovl_s"),
+                at("0u"),
+            ));
+        }
+        if kinds.is_empty() {
+            return Ok(());
+        }
+        self.line("__syncthreads();");
+        for (acc, _, _, mine, _, _) in &kinds {
+            self.line(&format!("{mine} = ovl_c{acc};"));
+        }
+        self.line("__syncthreads();");
+        self.line(&format!(
+            "for (uint32_t ovl_s = 1u; ovl_s < {}u; ovl_s <<= 1) {{",
+            c.width
+        ));
+        self.indent += 1;
+        self.line("if ((ovl_lane & (2u * ovl_s - 1u)) == 0u) {");
+        self.indent += 1;
+        for (_, combiner, d, mine, next, _) in &kinds {
+            let folded = self.combine(*combiner, *d, mine, next)?;
+            self.line(&format!("{mine} = {folded};"));
+        }
+        self.indent -= 1;
+        self.line("}");
+        self.line("__syncthreads();");
+        self.indent -= 1;
+        self.line("}");
+        for (acc, combiner, d, _, _, first) in &kinds {
+            let c = self.combine(*combiner, *d, &format!("v{acc}"), first)?;
             self.line(&format!("v{acc} = {c};"));
         }
         Ok(())
