@@ -206,7 +206,7 @@ pub(crate) fn check(
         match loop_.inst {
             Inst::Range { close, .. }
                 if loop_.block.is_none()
-                    && ovl_ir::analysis::counted_range(pd, b as usize) == Some((0, n)) =>
+                    && ovl_ir::analysis::counted_loop(&kp, b as usize) == Some((0, n)) =>
             {
                 Some((b, close))
             }
