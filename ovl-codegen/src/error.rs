@@ -79,8 +79,8 @@ pub enum CodegenError {
     EmbeddedLibraryUnusable {
         /// The operator.
         operator: String,
-        /// Why the embedded library was not used.
-        reason: NotEmbedded,
+        /// Why the embedded library was not used (boxed: errors stay small).
+        reason: Box<NotEmbedded>,
         /// Why compiling failed.
         source: Box<CodegenError>,
     },

@@ -682,7 +682,7 @@ fn an_embedded_library_for_another_machine_is_compiled_or_a_clear_error() {
     };
     assert_eq!(operator, "scale");
     assert!(
-        matches!(reason, ovl_codegen::NotEmbedded::OtherTarget { target, .. }
+        matches!(&**reason, ovl_codegen::NotEmbedded::OtherTarget { target, .. }
             if target.starts_with("riscv64-unknown-linux-gnu")),
         "{reason}"
     );

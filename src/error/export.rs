@@ -67,6 +67,13 @@ pub enum ExportError {
         /// The sizes it was traced at.
         sizes: Vec<usize>,
     },
+    /// The outputs have no gradient with respect to an input the exported gradient needs
+    /// (`ovl::backward` gave none: nothing flows from it to the outputs).
+    #[error("the outputs have no gradient with respect to input `{input}`")]
+    NoGradient {
+        /// The input's name.
+        input: String,
+    },
     /// A polymorphic export gives a gradient at some traced sizes only.
     #[error("the export function gives a gradient at some sizes only")]
     GradientAtSomeSizes,

@@ -338,7 +338,7 @@ pub fn compile_embedded(
         .map(|(op, _)| op)
         .map_err(|source| CodegenError::EmbeddedLibraryUnusable {
             operator: dag.name.clone(),
-            reason,
+            reason: Box::new(reason),
             source: Box::new(source),
         })
 }
