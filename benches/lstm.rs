@@ -418,12 +418,14 @@ fn export_cell(b: usize, h: usize, file: &std::path::Path) -> Result<ovl::Bundle
     let d_new_c = ovl::placeholder::<f32>("d_new_c", &[b, h]);
     let d_new_h = ovl::placeholder::<f32>("d_new_h", &[b, h]);
     let grads = ovl::backward(&[(&new_c, &d_new_c), (&new_h, &d_new_h)], &[&z, &c])?;
-    let missing = || ovl::Error::Export {
+    let missing = |input: &str| ovl::Error::Export {
         name: format!("lstm_{b}x{h}"),
-        message: "the LSTM cell's outputs have no gradient with respect to its inputs".into(),
+        why: Box::new(ovl::ExportError::NoGradient {
+            input: input.to_string(),
+        }),
     };
-    let dz = grads.of(&z).ok_or_else(missing)?;
-    let dc = grads.of(&c).ok_or_else(missing)?;
+    let dz = grads.of(&z).ok_or_else(|| missing("z"))?;
+    let dc = grads.of(&c).ok_or_else(|| missing("c"))?;
     ovl::as_tensorflow((&z, &c), (&new_c, &new_h))
         .name(&format!("lstm_{b}x{h}"))
         .gradient((&d_new_c, &d_new_h), (&dz, &dc))

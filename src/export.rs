@@ -31,6 +31,7 @@
 //! assert_eq!(out[0], ovl::HostTensor::from_vec(&[2, 3], vec![3.0f32; 6]).unwrap());
 //! ```
 
+use crate::error::export::ExportError;
 use crate::error::CompiledError;
 use crate::options::{Options, Target};
 use crate::program::{check_program, seal_program, tensor_type_of, tensorflow_dtype_name};
@@ -155,19 +156,18 @@ impl TfExport {
         if self.embed_libraries && self.options.target != Target::Cpu {
             return Err(Error::Export {
                 name,
-                message: format!(
-                    "embedding compiled libraries needs Target::Cpu, the options say {:?}",
-                    self.options.target
-                ),
+                why: Box::new(ExportError::EmbedNeedsCpu {
+                    target: self.options.target,
+                }),
             });
         }
         let program = pack_program(&name, &self.inputs, &self.outputs, &self.options, reuse)?;
         let gradient = match &self.gradient {
             None => None,
             Some((upstream, input_gradients)) => {
-                let err = |message: String| Error::Export {
+                let err = |why: ExportError| Error::Export {
                     name: name.clone(),
-                    message,
+                    why: Box::new(why),
                 };
                 check_types("upstream gradient", upstream, "output", &self.outputs).map_err(err)?;
                 check_types("input gradient", input_gradients, "input", &self.inputs)
@@ -222,25 +222,28 @@ fn type_name(t: &LazyTensor) -> String {
 }
 
 fn check_types(
-    what: &str,
+    what: &'static str,
     given: &[LazyTensor],
-    of: &str,
+    of: &'static str,
     expected: &[LazyTensor],
-) -> Result<(), String> {
+) -> Result<(), ExportError> {
     if given.len() != expected.len() {
-        return Err(format!(
-            "{} {what}(s) given for {} {of}(s); give one per {of}",
-            given.len(),
-            expected.len()
-        ));
+        return Err(ExportError::GradientCount {
+            what,
+            given: given.len(),
+            of,
+            expected: expected.len(),
+        });
     }
     for (k, (g, e)) in given.iter().zip(expected).enumerate() {
         if g.dtype != e.dtype || g.shape != e.shape {
-            return Err(format!(
-                "{what} {k} is {}, but {of} {k} is {}",
-                type_name(g),
-                type_name(e)
-            ));
+            return Err(ExportError::GradientType {
+                what,
+                index: k,
+                given: type_name(g),
+                of,
+                expected: type_name(e),
+            });
         }
     }
     Ok(())
@@ -298,16 +301,16 @@ fn pack_program(
     options: &Options,
     reuse: ovl_fuse::RowReuse,
 ) -> Result<ir::Program, Error> {
-    let err = |message: String| Error::Export {
+    let err = |why: ExportError| Error::Export {
         name: name.to_string(),
-        message,
+        why: Box::new(why),
     };
     if outputs.is_empty() {
-        return Err(err("there is no output to export".into()));
+        return Err(err(ExportError::NoOutput));
     }
     let graph = ovl_core::lazy::build_graph(&outputs.iter().collect::<Vec<_>>())?;
     let graph = fuse_for_export(graph, options, reuse)?;
-    let slots = feed_slots(inputs, &graph).map_err(|e| err(e.to_string()))?;
+    let slots = feed_slots(inputs, &graph).map_err(|e| err(ExportError::Inputs(e)))?;
 
     let feeds: Vec<ir::ProgramFeed> = inputs
         .iter()
@@ -342,7 +345,7 @@ fn pack_program(
         constants,
         libraries: Vec::new(),
     };
-    check_program(&program).map_err(|e| err(e.to_string()))?;
+    check_program(&program).map_err(|e| err(ExportError::Malformed(Box::new(e))))?;
     Ok(program)
 }
 
@@ -380,9 +383,9 @@ fn tensor_type(dtype: DType, shape: &[usize]) -> ir::TensorType {
 }
 
 /// The little-endian bytes of a host tensor's elements.
-fn constant_bytes(h: &HostTensor) -> Result<Vec<u8>, String> {
+fn constant_bytes(h: &HostTensor) -> Result<Vec<u8>, ExportError> {
     if cfg!(target_endian = "big") {
-        return Err("exporting constants is only supported on little-endian machines".into());
+        return Err(ExportError::BigEndian);
     }
     let len = h.len() * h.dtype().size();
     // SAFETY: `as_ptr` points to `h.len()` initialized elements of `h.dtype()`, i.e. `len`

@@ -103,6 +103,7 @@ pub mod runner;
 pub use caches::{cache_stats, clear_caches, set_cache_capacity, Cache, CacheCounters, CacheStats};
 pub use compiled::{compile, Compiled};
 pub use destination::{Destination, Destinations};
+pub use error::export::{ExportError, UnifyProgramError};
 pub use error::{CompiledError, Error, InternalError, Mismatch};
 pub use evaluate::{
     evaluate, evaluate_device, evaluate_into, evaluate_into_all, evaluate_with, from_device,

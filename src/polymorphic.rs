@@ -6,6 +6,7 @@
 //! ([`ovl_core::unify`]), and compiles that program once: its kernels take the symbol's value
 //! at run time ([`crate::program::LoadedProgram::bind`]).
 
+use crate::error::export::{ExportError, UnifyProgramError};
 use crate::export::{Bundle, TfExport};
 use crate::program::check_program;
 use crate::Error;
@@ -79,7 +80,7 @@ impl<E: std::fmt::Display> IntoExport for Result<TfExport, E> {
     fn into_export(self) -> Result<TfExport, Error> {
         self.map_err(|e| Error::Export {
             name: String::new(),
-            message: format!("the export function failed: {e}"),
+            why: Box::new(ExportError::ExportFunction(e.to_string())),
         })
     }
 }
@@ -108,10 +109,11 @@ impl<F: Fn(usize) -> R, R: IntoExport> PolymorphicExport<F> {
             .map(|&n| (self.export)(n).into_export())
             .collect::<Result<_, _>>()?;
         let name = exports[0].resolved_name();
-        let err = |message: String| Error::Export {
+        let err = |why: ExportError| Error::Export {
             name: name.clone(),
-            message,
+            why: Box::new(why),
         };
+        let unify = |gradient: bool| move |why| err(ExportError::Unify { gradient, why });
         let mut forward = Vec::new();
         let mut gradients = Vec::new();
         // Row buffers are added after unifying: a loop whose length is the traced size becomes
@@ -122,30 +124,23 @@ impl<F: Fn(usize) -> R, R: IntoExport> PolymorphicExport<F> {
             gradients.push(g);
         }
         let sizes: Vec<u64> = TRACE_SIZES.iter().map(|&n| n as u64).collect();
-        let mut program = unify_programs(&sizes, &forward, &self.symbol).map_err(&err)?;
+        let mut program = unify_programs(&sizes, &forward, &self.symbol).map_err(unify(false))?;
         exports[0].reuse_rows(&mut program);
         let depends = |p: &ir::Program| p.graph.as_ref().is_some_and(|g| !g.symbols.is_empty());
         if !depends(&program) {
-            return Err(err(format!(
-                "nothing in the program depends on the size passed to the export function \
-                 (traced at {TRACE_SIZES:?}); give the placeholders a dimension of that size, or \
-                 export with `ovl::as_tensorflow`"
-            )));
+            return Err(err(ExportError::SizeIndependent {
+                sizes: TRACE_SIZES.to_vec(),
+            }));
         }
         let gradient = match gradients.iter().filter(|g| g.is_some()).count() {
             0 => None,
             n if n == gradients.len() => {
                 let g: Vec<ir::Program> = gradients.into_iter().flatten().collect();
-                let mut gradient = unify_programs(&sizes, &g, &self.symbol)
-                    .map_err(|m| err(format!("the gradient program: {m}")))?;
+                let mut gradient = unify_programs(&sizes, &g, &self.symbol).map_err(unify(true))?;
                 exports[0].reuse_rows(&mut gradient);
                 Some(gradient)
             }
-            _ => {
-                return Err(err(
-                    "the export function gives a gradient at some sizes only".into(),
-                ))
-            }
+            _ => return Err(err(ExportError::GradientAtSomeSizes)),
         };
         exports[0].compile(program, gradient)
     }
@@ -166,17 +161,18 @@ pub fn unify_programs(
     sizes: &[u64],
     programs: &[ir::Program],
     symbol: &str,
-) -> Result<ir::Program, String> {
+) -> Result<ir::Program, UnifyProgramError> {
+    use UnifyProgramError as U;
     let first = &programs[0];
     let graphs: Vec<&ir::OperatorDag> = programs
         .iter()
-        .map(|p| p.graph.as_ref().ok_or("a trace has no graph"))
+        .map(|p| p.graph.as_ref().ok_or(U::NoGraph))
         .collect::<Result<_, _>>()?;
-    let graph = unify_graphs(sizes, &graphs, symbol).map_err(|e| e.to_string())?;
+    let graph = unify_graphs(sizes, &graphs, symbol)?;
     // The new symbol's number (see `unify_graphs`).
     let index = graphs[0].symbols.len() as u32;
     if programs.iter().any(|p| p.feeds.len() != first.feeds.len()) {
-        return Err("the number of inputs depends on the size".into());
+        return Err(U::InputCount);
     }
     let mut feeds = Vec::with_capacity(first.feeds.len());
     for (k, f) in first.feeds.iter().enumerate() {
@@ -185,27 +181,29 @@ pub fn unify_programs(
             .iter()
             .any(|g| g.name != f.name || g.graph_input != f.graph_input)
         {
-            return Err(format!(
-                "input {k} (`{}`) differs between the traces",
-                f.name
-            ));
+            return Err(U::InputDiffers {
+                input: k,
+                name: f.name.clone(),
+            });
         }
         let types: Vec<&ir::TensorType> = all
             .iter()
-            .map(|g| g.r#type.as_ref().ok_or("a feed has no type"))
+            .map(|g| g.r#type.as_ref().ok_or(U::UntypedFeed))
             .collect::<Result<_, _>>()?;
-        let t = unify_type(sizes, &types, index)
-            .map_err(|m| format!("input {k} (`{}`): {m}", f.name))?;
+        let t = unify_type(sizes, &types, index).map_err(|why| U::InputType {
+            input: k,
+            name: f.name.clone(),
+            why,
+        })?;
         feeds.push(ir::ProgramFeed {
             r#type: Some(t),
             ..f.clone()
         });
     }
     if programs.iter().any(|p| p.constants != first.constants) {
-        return Err(format!(
-            "a constant (a tensor made from host data) differs between the sizes {sizes:?}; a \
-             program sized at run time can only bake in data of fixed size: pass it as an input"
-        ));
+        return Err(U::ConstantDiffers {
+            sizes: sizes.to_vec(),
+        });
     }
     let program = ir::Program {
         version: first.version,
@@ -215,6 +213,6 @@ pub fn unify_programs(
         constants: first.constants.clone(),
         libraries: Vec::new(),
     };
-    check_program(&program).map_err(|e| e.to_string())?;
+    check_program(&program).map_err(|e| U::Malformed(Box::new(e)))?;
     Ok(program)
 }

@@ -425,12 +425,12 @@ fn at_run_time(
         .collect::<Result<Vec<_>, _>>()?;
     let symbol = pfor_symbol(program);
     let mut unified =
-        crate::polymorphic::unify_programs(&sizes, &traces, &symbol).map_err(|message| {
+        crate::polymorphic::unify_programs(&sizes, &traces, &symbol).map_err(|why| {
             BatchProgramError::Unsupported {
                 program: program.name.clone(),
                 message: format!(
                     "batching it over a loop whose length is known only at run time needs the \
-                 batched programs at sizes {sizes:?} to differ only in that size, but {message}"
+                 batched programs at sizes {sizes:?} to differ only in that size, but {why}"
                 ),
             }
         })?;

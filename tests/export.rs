@@ -5,7 +5,7 @@ use ovl::prelude::*;
 use ovl::program::{
     check_program, open_program, run_program, seal_program, MalformedProgram, SealError,
 };
-use ovl::{Error, HostTensor};
+use ovl::{Error, ExportError, HostTensor};
 
 #[operator]
 fn axpy(x: Tensor<f32>, y: Tensor<f32>) -> Tensor<f32> {
@@ -286,12 +286,67 @@ fn corrupt_programs_are_rejected() {
         check_program(&p).unwrap_err(),
         MalformedProgram::Version { found: 99, .. }
     ));
-    let mut p = good;
+    let mut p = good.clone();
     p.feeds[0].graph_input = Some(7);
     assert!(matches!(
         check_program(&p).unwrap_err(),
         MalformedProgram::NoSuchInput { input: 7, .. }
     ));
+    // A graph output naming an operator that does not exist: the validator's typed error.
+    let mut p = good;
+    let graph = p.graph.as_mut().unwrap();
+    let operators = graph.operators.len();
+    graph.outputs[0].source = Some(ovl::ir::value_ref::Source::OpOutput(
+        ovl::ir::OperatorOutput {
+            operator: operators as u32,
+            output: 0,
+        },
+    ));
+    let e = check_program(&p).unwrap_err();
+    assert!(
+        matches!(&e, MalformedProgram::Invalid(v)
+            if matches!(**v, ovl_core::validate::ValidationError::Graph { .. })),
+        "{e}"
+    );
+}
+
+/// The reasons an export fails are typed: a gradient tensor too many, or of another type.
+#[test]
+fn export_errors_are_typed() {
+    let x = ovl::placeholder::<f32>("x", &[2]);
+    let why = |r: Result<ovl::Bundle, Error>| match r {
+        Err(Error::Export { why, .. }) => *why,
+        other => panic!("expected an export error, got {other:?}"),
+    };
+    let dy = ovl::placeholder::<f32>("dy", &[2]);
+    let e = why(ovl::as_tensorflow(&x, negate(&x))
+        .gradient(&dy, (negate(&dy), negate(&dy)))
+        .options(&Options::interpreter())
+        .build());
+    assert_eq!(
+        e,
+        ExportError::GradientCount {
+            what: "input gradient",
+            given: 2,
+            of: "input",
+            expected: 1
+        }
+    );
+    let dy = ovl::placeholder::<f32>("dy", &[3]);
+    let e = why(ovl::as_tensorflow(&x, negate(&x))
+        .gradient(&dy, negate(&dy))
+        .options(&Options::interpreter())
+        .build());
+    assert!(
+        matches!(&e, ExportError::GradientType { what: "upstream gradient", index: 0, given, expected, .. }
+            if given == "f32[3]" && expected == "f32[2]"),
+        "{e}"
+    );
+    let none: &[Lazy<f32>] = &[];
+    let e = why(ovl::as_tensorflow(&x, none)
+        .options(&Options::interpreter())
+        .build());
+    assert_eq!(e, ExportError::NoOutput);
 }
 
 /// Standard base64 with padding (the bundle's encoding), decoded.
@@ -466,5 +521,10 @@ fn embedded_libraries_run_without_compiling_fall_back_and_are_sealed() {
         .embed_libraries(true)
         .build()
         .unwrap_err();
-    assert!(e.to_string().contains("needs Target::Cpu"), "{e}");
+    assert!(
+        matches!(&e, Error::Export { why, .. } if **why == ExportError::EmbedNeedsCpu {
+            target: ovl::Target::Interpreter,
+        }),
+        "{e}"
+    );
 }

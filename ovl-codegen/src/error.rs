@@ -79,8 +79,8 @@ pub enum CodegenError {
     EmbeddedLibraryUnusable {
         /// The operator.
         operator: String,
-        /// Why the embedded library was not used.
-        reason: String,
+        /// Why the embedded library was not used (boxed: errors stay small).
+        reason: Box<NotEmbedded>,
         /// Why compiling failed.
         source: Box<CodegenError>,
     },
@@ -195,14 +195,14 @@ pub enum CodegenError {
         message: String,
     },
     /// A freshly compiled library could not be loaded.
-    #[error("operator `{operator}`: cannot load the compiled library {}: {message}", .path.display())]
+    #[error("operator `{operator}`: cannot load the compiled library {}: {why}", .path.display())]
     Load {
         /// The operator's name.
         operator: String,
         /// The shared library.
         path: PathBuf,
-        /// What the dynamic loader (or the ABI check) reported.
-        message: String,
+        /// What the dynamic loader (or the check of the library) reported.
+        why: LoadError,
     },
 }
 
@@ -360,4 +360,83 @@ pub enum RunError {
         /// What went wrong.
         message: String,
     },
+}
+
+/// Why a library was not loaded as the operator's (a cache entry's, a fresh build's or an
+/// exported program's): what the dynamic loader or the check of its exported facts found.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The operator's tensors or workgroup cannot be run.
+    #[error(transparent)]
+    Geometry(#[from] crate::shared::symbols::GeometryError),
+    /// The dynamic loader failed (opening the library or finding a symbol).
+    #[error(transparent)]
+    Library(#[from] libloading::Error),
+    /// Built for another ABI version of generated code.
+    #[error("ABI version {found}, expected {expected}")]
+    Abi {
+        /// The library's.
+        found: u32,
+        /// This build's.
+        expected: u32,
+    },
+    /// Built for another operator (its cache key).
+    #[error("built for cache key {found}, expected {expected}")]
+    CacheKey {
+        /// The library's.
+        found: String,
+        /// The operator's.
+        expected: String,
+    },
+    /// Built for another number of symbol values.
+    #[error("built for {found} symbol value(s), expected {expected}")]
+    SymbolCount {
+        /// The library's.
+        found: u32,
+        /// The operator's.
+        expected: u32,
+    },
+    /// Built for another workgroup (its worker count for probe symbol values).
+    #[error("built for {found} workers, expected {expected}")]
+    Workers {
+        /// The library's.
+        found: i64,
+        /// The operator's.
+        expected: u64,
+    },
+}
+
+/// Why the library an exported program carries for an operator was not used
+/// ([`crate::cpu::cache::load_embedded`]).
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum NotEmbedded {
+    /// `OVL_FORCE_RECOMPILE` or the options ask for a compilation.
+    #[error("recompilation was forced")]
+    Forced,
+    /// Compiled for another target.
+    #[error(
+        "it was compiled for {target} with target key {target_key}; this machine, {here}, has \
+         target key {here_key} (another target, CPU features, compiler flags or ovl version)"
+    )]
+    OtherTarget {
+        /// The exporter's target (triple and features).
+        target: String,
+        /// The exporter's target key.
+        target_key: String,
+        /// This machine's target.
+        here: String,
+        /// This machine's target key.
+        here_key: String,
+    },
+    /// A cache key that is not one (it names the entry's directory).
+    #[error("its cache key {key:?} is not 32 hex digits")]
+    BadCacheKey {
+        /// The key the program carries.
+        key: String,
+    },
+    /// The library could not be put into the cache or loaded from it.
+    #[error(transparent)]
+    Cache(Box<CodegenError>),
 }

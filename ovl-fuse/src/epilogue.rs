@@ -20,7 +20,7 @@ use crate::graph::{Node, Src};
 use crate::merge::{names_of, snapshots, Merged, Part, Splice};
 use ovl_ir::intervals::Intervals;
 use ovl_ir::ir::{self, TensorKind};
-use ovl_ir::typed::{Expr, Inst, Kernel, TensorId};
+use ovl_ir::typed::{Expr, Inst, Kernel, TensorId, ValueId};
 use std::collections::HashMap;
 
 /// What an epilogue merge needs: the producer's output the consumer reads, its only write,
@@ -40,32 +40,87 @@ pub(crate) struct EpiloguePlan {
     pub slot_output: Vec<Option<u32>>,
 }
 
+/// Which rule of the module an epilogue breaks ([`crate::Reason::NoEpilogue`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotEpilogue {
+    /// The producer's workgroup is not the consumer's with some axes dropped.
+    #[error("the producer's workgroup is not the consumer's with axes dropped")]
+    AxesDropped,
+    /// The workgroups differ in more than one axis.
+    #[error("the workgroups differ in more than one axis")]
+    SeveralAxes,
+    /// The producer cannot be rebased onto the consumer's workgroup.
+    #[error("the producer cannot run over the consumer's workgroup")]
+    NotRebased,
+    /// An operator has sizes given at run time.
+    #[error("a size is given at run time")]
+    Symbolic,
+    /// The consumer has a local tensor.
+    #[error("the consumer has a local tensor")]
+    ConsumerLocal,
+    /// The loop's axis is not an axis of the consumer's workgroup.
+    #[error("the loop's axis is outside the consumer's workgroup")]
+    AxisOutside,
+    /// The producer's workgroup is not the consumer's with the loop's axis of extent 1.
+    #[error("the producer's workgroup is not the consumer's without the loop's axis")]
+    Workgroup,
+    /// The consumer reads several outputs of the producer.
+    #[error("the consumer reads more than one output of the producer")]
+    SeveralOutputs,
+    /// The consumer reads an output the producer does not have.
+    #[error("the consumer reads an output the producer lacks")]
+    NoSuchOutput,
+    /// The output is not of the consumer's workgroup's shape.
+    #[error("the output's shape is not the consumer's workgroup")]
+    OutputShape,
+    /// The consumer has a loop or a branch.
+    #[error("the consumer has a loop or a branch")]
+    ConsumerControlFlow,
+    /// The consumer may fault (the first access the interval analysis cannot prove).
+    #[error("the consumer may fault: {0}")]
+    ConsumerMayFault(String),
+    /// The consumer reads the output elsewhere than at its own position.
+    #[error("the consumer reads the output elsewhere than at its own position")]
+    ReadElsewhere,
+    /// The producer writes the output more than once.
+    #[error("the producer writes the output more than once")]
+    SeveralWrites,
+    /// The producer does not write the output in a top-level loop `0..n`.
+    #[error("the producer does not write the output in a top-level loop `0..{n}`")]
+    NotInRowLoop {
+        /// The loop's extent.
+        n: u64,
+    },
+    /// The producer's write is not at its position and the loop's index.
+    #[error("the producer's write is not at its position and the loop's index")]
+    WriteIndex,
+    /// The producer writes an accumulator inside its loop.
+    #[error("the producer writes an accumulator inside its loop")]
+    WritesAccumulator,
+}
+
 /// The plan for running consumer `c` in the loop of producer `p` (already over the consumer's
-/// workgroup with `axis` of extent 1), or which rule of the module does not hold, in words.
+/// workgroup with `axis` of extent 1), or which rule of the module does not hold.
 pub(crate) fn check(
     p: &Node,
     c: &Node,
     producer_id: usize,
     axis: usize,
-) -> Result<EpiloguePlan, String> {
+) -> Result<EpiloguePlan, NotEpilogue> {
+    use NotEpilogue as No;
     let (pd, cd) = (&p.dag, &c.dag);
     let no_symbols = |d: &ir::ExpressionDag| d.symbol_count == 0 && d.symbolic_workgroup.is_empty();
     if !no_symbols(pd) || !no_symbols(cd) {
-        return Err("a size is given at run time".into());
+        return Err(No::Symbolic);
     }
     if !cd.locals.is_empty() {
-        return Err("the consumer has a local tensor".into());
+        return Err(No::ConsumerLocal);
     }
-    let n = *cd
-        .workgroup_shape
-        .get(axis)
-        .ok_or("the loop's axis is outside the consumer's workgroup")?;
+    let n = *cd.workgroup_shape.get(axis).ok_or(No::AxisOutside)?;
     let mut wanted = cd.workgroup_shape.clone();
     wanted[axis] = 1;
     if pd.workgroup_shape != wanted {
-        return Err(
-            "the producer's workgroup is not the consumer's without the loop's axis".into(),
-        );
+        return Err(No::Workgroup);
     }
     // The consumer reads one output of the producer.
     let slot_output: Vec<Option<u32>> = c
@@ -80,14 +135,11 @@ pub(crate) fn check(
     outputs.sort_unstable();
     outputs.dedup();
     let [output] = outputs[..] else {
-        return Err("the consumer reads more than one output of the producer".into());
+        return Err(No::SeveralOutputs);
     };
-    let out_type = pd
-        .outputs
-        .get(output as usize)
-        .ok_or("the consumer reads an output the producer lacks")?;
+    let out_type = pd.outputs.get(output as usize).ok_or(No::NoSuchOutput)?;
     if out_type.shape != cd.workgroup_shape {
-        return Err("the output's shape is not the consumer's workgroup".into());
+        return Err(No::OutputShape);
     }
     // Straight-line code that cannot fault, reading the output at its own position only.
     let (kp, kc) = (Kernel::from_validated(pd), Kernel::from_validated(cd));
@@ -98,10 +150,10 @@ pub(crate) fn check(
         )
     };
     if kc.exprs.iter().any(opens_a_block) {
-        return Err("the consumer has a loop or a branch".into());
+        return Err(No::ConsumerControlFlow);
     }
     if let Some(why) = Intervals::of(&kc).first_possible_fault(cd) {
-        return Err(format!("the consumer may fault: {why}"));
+        return Err(No::ConsumerMayFault(why));
     }
     let is_position = |k: &Kernel, id: u32, a: usize| {
         k.exprs
@@ -124,33 +176,45 @@ pub(crate) fn check(
                 .enumerate()
                 .all(|(a, &id)| is_position(&kc, id, a));
         if reads_output && !at_own_position {
-            return Err("the consumer reads the output elsewhere than at its own position".into());
+            return Err(No::ReadElsewhere);
         }
     }
     // The producer writes the output once, directly in a loop `0..n` at the top level, at
     // its position and the loop's index.
-    let writes: Vec<usize> = (0..kp.exprs.len())
-        .filter(|&i| {
-            matches!(kp.exprs[i].inst, Inst::Write { tensor, .. }
-                if tensor == TensorId { kind: TensorKind::Output, index: output })
+    let target = TensorId {
+        kind: TensorKind::Output,
+        index: output,
+    };
+    let writes: Vec<(usize, &[ValueId], ValueId)> = kp
+        .exprs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, x)| match &x.inst {
+            Inst::Write {
+                tensor,
+                indices,
+                value,
+            } if *tensor == target => Some((i, &indices[..], *value)),
+            _ => None,
         })
         .collect();
-    let [write] = writes[..] else {
-        return Err("the producer writes the output more than once".into());
+    let [(write, indices, value)] = writes[..] else {
+        return Err(No::SeveralWrites);
     };
-    let in_row_loop = kp.exprs[write].block.filter(|&b| {
+    let in_row_loop = kp.exprs[write].block.and_then(|b| {
         let loop_ = &kp.exprs[b as usize];
-        loop_.block.is_none()
-            && matches!(loop_.inst, Inst::Range { .. })
-            && ovl_ir::analysis::counted_range(pd, b as usize) == Some((0, n))
+        match loop_.inst {
+            Inst::Range { close, .. }
+                if loop_.block.is_none()
+                    && ovl_ir::analysis::counted_loop(&kp, b as usize) == Some((0, n)) =>
+            {
+                Some((b, close))
+            }
+            _ => None,
+        }
     });
-    let Some(range) = in_row_loop else {
-        return Err(format!(
-            "the producer does not write the output in a top-level loop `0..{n}`"
-        ));
-    };
-    let Inst::Write { indices, value, .. } = &kp.exprs[write].inst else {
-        return Err("the producer's write is not a write".into());
+    let Some((range, close)) = in_row_loop else {
+        return Err(No::NotInRowLoop { n });
     };
     let index_ok = indices.len() == pd.workgroup_shape.len()
         && indices.iter().enumerate().all(|(a, &id)| {
@@ -163,17 +227,14 @@ pub(crate) fn check(
     // An accumulator is read after its loop, not in it.
     let value_ok = kp
         .exprs
-        .get(*value as usize)
+        .get(value as usize)
         .is_some_and(|x| !matches!(x.inst, Inst::Accumulator { .. }));
     if !index_ok {
-        return Err("the producer's write is not at its position and the loop's index".into());
+        return Err(No::WriteIndex);
     }
     if !value_ok {
-        return Err("the producer writes an accumulator inside its loop".into());
+        return Err(No::WritesAccumulator);
     }
-    let Inst::Range { close, .. } = kp.exprs[range as usize].inst else {
-        return Err("the producer's loop is not a range".into());
-    };
     let (range, end_range) = (range as usize, close as usize);
     Ok(EpiloguePlan {
         output,

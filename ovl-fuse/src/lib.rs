@@ -56,6 +56,7 @@ mod substitute;
 
 pub use cache::{cache as fusion_cache, FUSION_VERSION};
 pub use dot::{render_dot, render_dot_bytes, to_dot, to_dot_pair, ImageFormat};
+pub use epilogue::NotEpilogue;
 pub use error::FuseError;
 pub use ovl_ir::pattern::{Affine, IndexPattern};
 pub use report::{FusionReport, Merge, MergeKind, Reason, Refusal, RowBuffer};

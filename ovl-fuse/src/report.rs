@@ -151,7 +151,7 @@ pub enum Reason {
     /// The consumer cannot run inside the producer's row loop as an epilogue.
     NoEpilogue {
         /// Which rule does not hold.
-        why: String,
+        why: crate::epilogue::NotEpilogue,
     },
     /// The consumer cannot run as a loop inside the workers of the reduction that feeds it.
     NotLoopable {

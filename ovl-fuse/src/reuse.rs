@@ -53,7 +53,7 @@ fn reuse_once(
     let kernel = Kernel::from_validated(dag);
     let depths = ovl_ir::analysis::nesting_depths(dag);
     let inner = ovl_ir::analysis::innermost_loops(dag);
-    let loops = counted_top_level_loops(dag, &depths);
+    let loops = counted_top_level_loops(&kernel);
     let used: Option<usize> = dag.locals.iter().try_fold(0usize, |total, t| {
         let elements = ovl_ir::shape::element_count(&t.shape)?;
         total.checked_add(DType::from_ir(t.dtype)?.size().checked_mul(elements)?)
@@ -137,10 +137,10 @@ fn reuse_once(
 }
 
 /// The top-level RANGE loops over `0..n` (constant, `n > 0`, step 1).
-fn counted_top_level_loops(dag: &ir::ExpressionDag, depths: &[u32]) -> Vec<Loop> {
-    (0..dag.expressions.len())
-        .filter(|&i| depths[i] == 0)
-        .filter_map(|i| match ovl_ir::analysis::counted_range(dag, i)? {
+fn counted_top_level_loops(kernel: &Kernel) -> Vec<Loop> {
+    (0..kernel.exprs.len())
+        .filter(|&i| kernel.exprs[i].block.is_none())
+        .filter_map(|i| match ovl_ir::analysis::counted_loop(kernel, i)? {
             (0, n) => Some(Loop { range: i, n }),
             _ => None,
         })

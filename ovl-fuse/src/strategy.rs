@@ -9,6 +9,7 @@
 //! - [`Looped`]: the consumer run as a loop inside the producer's workers (`looped`), then a
 //!   hand-over in a register.
 
+use crate::epilogue::NotEpilogue;
 use crate::graph::{self, Src, Work};
 use crate::legality::{self, NotVertical};
 use crate::report::{Merge, MergeKind, Reason};
@@ -144,7 +145,7 @@ impl Strategy for Epilogue {
     const MIN_LEVEL: u8 = 3;
 
     fn plan(&self, work: &Work, p: usize, c: usize) -> Result<Self::Plan, Reason> {
-        let no = |why: &str| Reason::NoEpilogue { why: why.into() };
+        let no = |why: NotEpilogue| Reason::NoEpilogue { why };
         if let Some(through) = work.other_path(p, c) {
             return Err(Reason::WouldCreateCycle {
                 through: work.node(through).label.clone(),
@@ -152,18 +153,16 @@ impl Strategy for Epilogue {
         }
         let (pn, cn) = (work.node(p), work.node(c));
         let (target, axes) = looped::loop_axes(&pn.dag.workgroup_shape, &cn.dag.workgroup_shape)
-            .ok_or_else(|| {
-                no("the producer's workgroup is not the consumer's with axes dropped")
-            })?;
+            .ok_or(no(NotEpilogue::AxesDropped))?;
         let [axis] = axes[..] else {
-            return Err(no("the workgroups differ in more than one axis"));
+            return Err(no(NotEpilogue::SeveralAxes));
         };
         let producer = graph::Node {
             dag: rebase::rebased(&pn.dag, &work.kernel(p), &target)
-                .ok_or_else(|| no("the producer cannot run over the consumer's workgroup"))?,
+                .ok_or(no(NotEpilogue::NotRebased))?,
             ..pn.clone()
         };
-        let plan = epilogue::check(&producer, cn, p, axis).map_err(|why| no(&why))?;
+        let plan = epilogue::check(&producer, cn, p, axis).map_err(no)?;
         Ok((producer, plan))
     }
 

@@ -1,7 +1,9 @@
 //! Facts about an operator that the runtime and the optimizer use.
 
+use crate::dtype::{DType, Literal};
 use crate::ir::{self, Op};
 use crate::ops::{self, Block};
+use crate::typed::{Dim, Expr, Inst, Kernel, TensorId, ValueId};
 
 /// The control-flow nesting depth at each expression (0 = straight-line code of the worker).
 /// The opening expression (IF, RANGE, WHILE_BEGIN) sits at the outer depth, its body one deeper;
@@ -45,42 +47,52 @@ pub fn written_everywhere(dag: &ir::ExpressionDag) -> Vec<bool> {
         // A library call writes every element of its output (`proto/ovl.proto`).
         return vec![true; dag.outputs.len()];
     }
-    let loops = enclosing_full_ranges(dag);
-    let is_position = |id: u32, axis: usize| {
-        dag.expressions
-            .get(id as usize)
-            .is_some_and(|e| e.code == Op::Position as i32 && e.axis as usize == axis)
+    written_everywhere_in(&Kernel::from_validated(dag))
+}
+
+/// [`written_everywhere`] of an operator that is not a library call, on its typed form.
+pub fn written_everywhere_in(kernel: &Kernel) -> Vec<bool> {
+    let workgroup: Option<Vec<u64>> = kernel.workgroup.iter().map(|d| d.known()).collect();
+    let is_position = |id: ValueId, axis: usize| {
+        kernel.exprs[id as usize].inst == Inst::Position { axis: axis as u32 }
     };
-    let mut full = vec![false; dag.outputs.len()];
-    let mut boxes: Vec<Vec<Vec<(u64, u64)>>> = vec![Vec::new(); dag.outputs.len()];
-    for (i, e) in dag.expressions.iter().enumerate() {
-        let Some(t) = &e.tensor else { continue };
-        if e.code != Op::Write as i32 || t.kind != ir::TensorKind::Output as i32 {
-            continue;
-        }
-        let Some(ranges) = &loops[i] else { continue };
-        let Some(out) = dag.outputs.get(t.index as usize) else {
+    let mut full = vec![false; kernel.outputs.len()];
+    let mut boxes: Vec<Vec<Vec<(u64, u64)>>> = vec![Vec::new(); kernel.outputs.len()];
+    for (i, x) in kernel.exprs.iter().enumerate() {
+        let Inst::Write {
+            tensor:
+                TensorId {
+                    kind: ir::TensorKind::Output,
+                    index,
+                },
+            indices,
+            ..
+        } = &x.inst
+        else {
             continue;
         };
-        let rank = out.shape.len();
-        if e.operands.len() != rank + 1 {
+        let Some(ranges) = enclosing_full_ranges(kernel, i) else {
             continue;
-        }
+        };
+        let out = &kernel.outputs[*index as usize];
         if ranges.is_empty()
-            && out.shape == dag.workgroup_shape
-            && (0..rank).all(|axis| is_position(e.operands[axis], axis))
+            && out.shape == kernel.workgroup
+            && (0..indices.len()).all(|axis| is_position(indices[axis], axis))
         {
-            full[t.index as usize] = true;
-        } else if let Some(b) = write_box(dag, ranges, &e.operands[..rank], &out.shape) {
-            boxes[t.index as usize].push(b);
+            full[*index as usize] = true;
+        } else if let (Some(wg), Some(shape)) = (&workgroup, known(&out.shape)) {
+            if let Some(b) = write_box(kernel, wg, &ranges, indices, &shape) {
+                boxes[*index as usize].push(b);
+            }
         }
     }
     // With a zero-sized workgroup no worker runs (and no box is written).
-    let skip = !dag.symbolic_workgroup.is_empty()
-        || dag.symbol_count > 0
-        || dag.workgroup_shape.contains(&0);
-    for (k, out) in dag.outputs.iter().enumerate() {
-        if full[k] || skip || !out.symbolic.is_empty() || boxes[k].is_empty() {
+    let skip = kernel.symbol_count > 0 || workgroup.as_ref().is_none_or(|w| w.contains(&0));
+    for (k, out) in kernel.outputs.iter().enumerate() {
+        let Some(shape) = known(&out.shape) else {
+            continue;
+        };
+        if full[k] || skip || boxes[k].is_empty() {
             continue;
         }
         let volume = |b: &[(u64, u64)]| {
@@ -88,7 +100,7 @@ pub fn written_everywhere(dag: &ir::ExpressionDag) -> Vec<bool> {
                 .map(|&(lo, hi)| hi - lo)
                 .try_fold(1u64, u64::checked_mul)
         };
-        let total = out.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+        let total = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
         let sum = boxes[k]
             .iter()
             .try_fold(0u64, |n, b| volume(b).and_then(|v| n.checked_add(v)));
@@ -102,8 +114,14 @@ pub fn written_everywhere(dag: &ir::ExpressionDag) -> Vec<bool> {
     full
 }
 
+/// A shape whose every size is known when compiled.
+fn known(shape: &[Dim]) -> Option<Vec<u64>> {
+    shape.iter().map(|d| d.known()).collect()
+}
+
 /// The bounds `(start, end)` of expression `i` when it is a RANGE that runs every iteration of
-/// `start..end` one by one: integer constants `0 <= start < end` and step 1.
+/// `start..end` one by one: integer constants `0 <= start < end` and step 1. On the protobuf
+/// form, for `crate::cooperative`'s plan; passes on the typed form use [`counted_loop`].
 pub fn counted_range(dag: &ir::ExpressionDag, i: usize) -> Option<(u64, u64)> {
     let constant = |id: u32| -> Option<i64> {
         let e = dag.expressions.get(id as usize)?;
@@ -118,17 +136,40 @@ pub fn counted_range(dag: &ir::ExpressionDag, i: usize) -> Option<(u64, u64)> {
         .then_some((start as u64, end as u64))
 }
 
-/// For each expression: the loops around it when it runs once per iteration of each of them
-/// and at every run of the worker, i.e. it is nested in nothing but [`counted_range`] loops,
-/// as `(RANGE index, start, end)`, outermost first; `None` inside an `if`, a `while` or any
-/// other loop.
-fn enclosing_full_ranges(dag: &ir::ExpressionDag) -> Vec<Option<Vec<(u32, u64, u64)>>> {
-    // Each open block: Some(loop) for a counted RANGE, None for anything else.
-    per_enclosing_blocks(
-        dag,
-        |i, _| counted_range(dag, i).map(|(start, end)| (i as u32, start, end)),
-        |open| open.iter().copied().collect(),
-    )
+/// [`counted_range`] on the typed form.
+pub fn counted_loop(kernel: &Kernel, i: usize) -> Option<(u64, u64)> {
+    let constant = |id: ValueId| match kernel.exprs[id as usize] {
+        Expr {
+            inst: Inst::Const(Literal::Int(v)),
+            dtype: Some(DType::I64),
+            ..
+        } => Some(v),
+        _ => None,
+    };
+    let Inst::Range {
+        start, end, step, ..
+    } = kernel.exprs.get(i)?.inst
+    else {
+        return None;
+    };
+    let (start, end) = (constant(start)?, constant(end)?);
+    (constant(step)? == 1 && 0 <= start && start < end).then_some((start as u64, end as u64))
+}
+
+/// The loops around expression `i` when it runs once per iteration of each of them and at
+/// every run of the worker, i.e. it is nested in nothing but [`counted_loop`] loops, as
+/// `(RANGE index, start, end)`, outermost first; `None` inside an `if`, a `while` or any other
+/// loop.
+fn enclosing_full_ranges(kernel: &Kernel, i: usize) -> Option<Vec<(u32, u64, u64)>> {
+    let mut loops = Vec::new();
+    let mut block = kernel.exprs[i].block;
+    while let Some(b) = block {
+        let (start, end) = counted_loop(kernel, b as usize)?;
+        loops.push((b, start, end));
+        block = kernel.exprs[b as usize].block;
+    }
+    loops.reverse();
+    Some(loops)
 }
 
 /// For each expression, `at` of the blocks enclosing it, outermost first, each described by
@@ -160,40 +201,35 @@ fn per_enclosing_blocks<B: Copy, R>(
 /// The box of output elements one write covers (per dimension `[lo, hi)`), when each index is
 /// `position(a)`, the index of one of the enclosing counted `loops` (see
 /// [`enclosing_full_ranges`]), either plus a constant `c >= 0` (either order), or a constant
-/// `c >= 0`; no axis or loop is used twice, and the box lies inside `shape`.
+/// `c >= 0`; no axis or loop is used twice, and the box lies inside `shape`. `workgroup` is the
+/// operator's (known) workgroup.
 fn write_box(
-    dag: &ir::ExpressionDag,
+    kernel: &Kernel,
+    workgroup: &[u64],
     loops: &[(u32, u64, u64)],
-    index: &[u32],
+    index: &[ValueId],
     shape: &[u64],
 ) -> Option<Vec<(u64, u64)>> {
-    let expr = |id: u32| dag.expressions.get(id as usize);
-    let constant = |id: u32| -> Option<u64> {
-        let e = expr(id)?;
-        let dtype = crate::DType::from_ir(e.dtype)?;
-        if e.code != Op::Const as i32 || dtype.is_float() || dtype == crate::DType::Bool {
-            return None;
-        }
-        if dtype.is_unsigned_int() {
-            Some(e.uint_value)
-        } else {
-            u64::try_from(e.int_value).ok()
+    let expr = |id: ValueId| kernel.exprs.get(id as usize);
+    let constant = |id: ValueId| -> Option<u64> {
+        match expr(id)?.inst {
+            Inst::Const(Literal::Int(v)) => u64::try_from(v).ok(),
+            Inst::Const(Literal::UInt(v)) => Some(v),
+            _ => None,
         }
     };
     // What an index ranges over: a workgroup axis or an enclosing loop (its slot in `used`).
-    let n_axes = dag.workgroup_shape.len();
-    let ranged = |id: u32| -> Option<usize> {
-        let e = expr(id)?;
-        if e.code == Op::Position as i32 {
-            Some(e.axis as usize).filter(|&a| a < n_axes)
-        } else {
-            loops.iter().position(|l| l.0 == id).map(|k| n_axes + k)
+    let n_axes = workgroup.len();
+    let ranged = |id: ValueId| -> Option<usize> {
+        match expr(id)?.inst {
+            Inst::Position { axis } => Some(axis as usize).filter(|&a| a < n_axes),
+            _ => loops.iter().position(|l| l.0 == id).map(|k| n_axes + k),
         }
     };
     // Where each slot's index starts and how many values it takes.
     let span = |slot: usize| -> (u64, u64) {
         match slot.checked_sub(n_axes) {
-            None => (0, dag.workgroup_shape[slot]),
+            None => (0, workgroup[slot]),
             Some(k) => (loops[k].1, loops[k].2 - loops[k].1),
         }
     };
@@ -205,11 +241,14 @@ fn write_box(
         } else if let Some(a) = ranged(id) {
             (Some(a), 0)
         } else {
-            let e = expr(id)?;
-            if e.code != Op::Add as i32 || e.operands.len() != 2 {
+            let Inst::Binary {
+                op: Op::Add,
+                a: x,
+                b: y,
+            } = expr(id)?.inst
+            else {
                 return None;
-            }
-            let (x, y) = (e.operands[0], e.operands[1]);
+            };
             match (ranged(x), constant(y), ranged(y), constant(x)) {
                 (Some(a), Some(c), _, _) | (_, _, Some(a), Some(c)) => (Some(a), c),
                 _ => return None,

@@ -98,54 +98,101 @@ fn describe_value_ref(dag: &ir::OperatorDag, v: &ir::ValueRef) -> String {
     }
 }
 
-/// Resolves a value reference of the graph, visible to a consumer at operator index `before`
-/// (graph outputs pass `operators.len()`), to its tensor type.
+/// Why a value reference of an operator graph names no tensor (a consumer's input or a graph
+/// output; the caller says which).
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum BadValueRef {
+    /// Neither a graph input nor an operator output.
+    #[error("the reference is empty (neither a graph input nor an operator output)")]
+    Empty,
+    /// A graph input past the graph's inputs.
+    #[error("it refers to graph input {input}, but the graph has {inputs} input(s)")]
+    NoSuchInput {
+        /// The input named.
+        input: u32,
+        /// The graph's inputs.
+        inputs: usize,
+    },
+    /// An operator that is not listed before the consumer.
+    #[error(
+        "it refers to operator {operator}, which does not come before it; operators must be \
+         listed in a topological order"
+    )]
+    NotBefore {
+        /// The operator named.
+        operator: usize,
+    },
+    /// An operator past the graph's operators.
+    #[error("it refers to operator {operator}, but the graph has {operators} operator(s)")]
+    NoSuchOperator {
+        /// The operator named.
+        operator: usize,
+        /// The graph's operators.
+        operators: usize,
+    },
+    /// An output past the operator's outputs.
+    #[error(
+        "it refers to output {output} of operator {operator} (`{name}`), which has {outputs} \
+         output(s)"
+    )]
+    NoSuchOutput {
+        /// The operator.
+        operator: usize,
+        /// Its name.
+        name: String,
+        /// The output named.
+        output: u32,
+        /// The operator's outputs.
+        outputs: usize,
+    },
+}
+
 /// The type of the value `v` names in `dag` (a graph input or an operator output), or why it
 /// names none.
 pub fn value_type<'a>(
     dag: &'a ir::OperatorDag,
     v: &ir::ValueRef,
-) -> Result<&'a ir::TensorType, String> {
+) -> Result<&'a ir::TensorType, BadValueRef> {
     resolve(dag, v, dag.operators.len())
 }
 
+/// Resolves a value reference of the graph, visible to a consumer at operator index `before`
+/// (graph outputs pass `operators.len()`), to its tensor type.
 fn resolve<'a>(
     dag: &'a ir::OperatorDag,
     v: &ir::ValueRef,
     before: usize,
-) -> Result<&'a ir::TensorType, String> {
+) -> Result<&'a ir::TensorType, BadValueRef> {
     match &v.source {
-        None => Err("the reference is empty (neither a graph input nor an operator output)".into()),
-        Some(Source::GraphInput(k)) => dag.inputs.get(*k as usize).ok_or_else(|| {
-            format!(
-                "it refers to graph input {k}, but the graph has {} input(s)",
-                dag.inputs.len()
-            )
-        }),
+        None => Err(BadValueRef::Empty),
+        Some(Source::GraphInput(k)) => {
+            dag.inputs.get(*k as usize).ok_or(BadValueRef::NoSuchInput {
+                input: *k,
+                inputs: dag.inputs.len(),
+            })
+        }
         Some(Source::OpOutput(o)) => {
             let p = o.operator as usize;
             if p >= before {
                 return Err(if p < dag.operators.len() {
-                    format!(
-                        "it refers to operator {p}, which does not come before it; operators \
-                         must be listed in a topological order"
-                    )
+                    BadValueRef::NotBefore { operator: p }
                 } else {
-                    format!(
-                        "it refers to operator {p}, but the graph has {} operator(s)",
-                        dag.operators.len()
-                    )
+                    BadValueRef::NoSuchOperator {
+                        operator: p,
+                        operators: dag.operators.len(),
+                    }
                 });
             }
             let producer = &dag.operators[p];
-            producer.outputs.get(o.output as usize).ok_or_else(|| {
-                format!(
-                    "it refers to output {} of operator {p} (`{}`), which has {} output(s)",
-                    o.output,
-                    producer.name,
-                    producer.outputs.len()
-                )
-            })
+            producer
+                .outputs
+                .get(o.output as usize)
+                .ok_or_else(|| BadValueRef::NoSuchOutput {
+                    operator: p,
+                    name: producer.name.clone(),
+                    output: o.output,
+                    outputs: producer.outputs.len(),
+                })
         }
     }
 }

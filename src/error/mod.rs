@@ -1,5 +1,6 @@
 //! The error type of the `ovl` facade.
 
+pub mod export;
 pub mod program;
 pub mod run;
 
@@ -38,12 +39,12 @@ pub enum Error {
         name: String,
     },
     /// Exporting a graph failed (what was wrong with the inputs, outputs or gradient).
-    #[error("cannot export `{name}`: {message}")]
+    #[error("cannot export `{name}`: {why}")]
     Export {
         /// The exported program's name.
         name: String,
-        /// What is wrong.
-        message: String,
+        /// What is wrong (boxed: errors stay small).
+        why: Box<export::ExportError>,
     },
     /// A program given to [`crate::program::run_program`] is malformed, or its feeds do not
     /// fit it (boxed: a program error may hold an [`Error`]).

@@ -5,6 +5,7 @@
 
 use super::run::{PlanError, RunFailure};
 use ovl_core::symbolic::SymbolError;
+use ovl_core::validate::{BadValueRef, ValidationError};
 
 /// Why sealed program bytes (a bundle's `program` or `gradient`, the `DynamicLib` op's
 /// attributes) were refused before decoding. `what` names them (`bundle "x.json" (program)`,
@@ -115,9 +116,9 @@ pub enum MalformedProgram {
         /// The feed's number.
         feed: usize,
     },
-    /// A tensor type ovl does not support (the reason).
-    #[error("{0}")]
-    Type(String),
+    /// A tensor type ovl does not support.
+    #[error(transparent)]
+    Type(PlanError),
     /// A feed or constant naming a graph input that does not exist.
     #[error("{what} names graph input {input}, which does not exist")]
     NoSuchInput {
@@ -196,9 +197,17 @@ pub enum MalformedProgram {
     /// Operator wiring not parallel to the operators.
     #[error("the graph's operator wiring does not match its operators")]
     Wiring,
-    /// The operator graph fails validation (the validator's message).
-    #[error("{0}")]
-    Invalid(String),
+    /// The operator graph fails validation (boxed: errors stay small).
+    #[error(transparent)]
+    Invalid(Box<ValidationError>),
+    /// A graph output names no tensor.
+    #[error("graph output {output}: {why}")]
+    Output {
+        /// The output's number.
+        output: usize,
+        /// What its reference names instead.
+        why: BadValueRef,
+    },
 }
 
 /// Why the tensors given to a [`crate::program::LoadedProgram`] do not fit it (the program's name is in

@@ -19,7 +19,7 @@ pub fn check_program(program: &ir::Program) -> Result<(), MalformedProgram> {
     let mut source = vec![0u32; graph.inputs.len()];
     for (k, feed) in program.feeds.iter().enumerate() {
         let t = feed.r#type.as_ref().ok_or(M::UntypedFeed { feed: k })?;
-        tensor_type_of(t).map_err(|e| M::Type(e.to_string()))?;
+        tensor_type_of(t).map_err(M::Type)?;
         if let Some(i) = feed.graph_input {
             let slot = source.get_mut(i as usize).ok_or_else(|| M::NoSuchInput {
                 what: format!("feed {k}"),
@@ -41,7 +41,7 @@ pub fn check_program(program: &ir::Program) -> Result<(), MalformedProgram> {
         if !t.symbolic.is_empty() {
             return Err(M::SymbolicConstant { input: i });
         }
-        let (dtype, shape) = tensor_type_of(t).map_err(|e| M::Type(e.to_string()))?;
+        let (dtype, shape) = tensor_type_of(t).map_err(M::Type)?;
         let len = shape
             .iter()
             .try_fold(1usize, |n, &d| n.checked_mul(d))
@@ -81,5 +81,5 @@ pub fn check_program(program: &ir::Program) -> Result<(), MalformedProgram> {
     if graph.operator_inputs.len() != graph.operators.len() {
         return Err(M::Wiring);
     }
-    ovl_core::validate::validate_operator_dag(graph).map_err(|e| M::Invalid(e.to_string()))
+    ovl_core::validate::validate_operator_dag(graph).map_err(|e| M::Invalid(Box::new(e)))
 }

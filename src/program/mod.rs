@@ -96,7 +96,7 @@ pub fn constant_tensor(
             what: "a constant".into(),
             input: c.graph_input,
         })?;
-    let (dtype, shape) = tensor_type_of(t).map_err(|e| M::Type(e.to_string()))?;
+    let (dtype, shape) = tensor_type_of(t).map_err(M::Type)?;
     let mut h = HostTensor::try_zeros(dtype, &shape)?;
     let len = h.len() * dtype.size();
     if c.data.len() != len {
@@ -268,9 +268,13 @@ impl LoadedProgram {
         let output_types = dag
             .outputs
             .iter()
-            .map(|o| ovl_core::validate::value_type(&dag, o).cloned())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(MalformedProgram::Invalid)?;
+            .enumerate()
+            .map(|(output, o)| {
+                ovl_core::validate::value_type(&dag, o)
+                    .cloned()
+                    .map_err(|why| MalformedProgram::Output { output, why })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let outputs = output_types
             .iter()
             .map(Sig::from_ir)

@@ -28,7 +28,7 @@
 use super::frame::generate_cpp;
 use crate::cpu::compiler::{compiler_flags, cpu_target, Toolchain, LINK_FLAGS};
 use crate::cpu::runtime::{CacheOutcome, CompiledOperator, Origin};
-use crate::error::{defined_at, CodegenError};
+use crate::error::{defined_at, CodegenError, NotEmbedded};
 use crate::options::CompileOptions;
 use crate::shared::cache_entry::{get_or_build, Backend, Check, Entry, Writer};
 use ovl_ir::ir;
@@ -139,10 +139,10 @@ pub fn compile_with_outcome(
         // it with its `meta`.
         let mut op =
             CompiledOperator::load(dag, key, &tmp_lib, source_path.clone(), Origin::Compiled)
-                .map_err(|message| CodegenError::Load {
+                .map_err(|why| CodegenError::Load {
                     operator: dag.name.clone(),
                     path: tmp_lib.to_path_buf(),
-                    message,
+                    why,
                 })?;
         let description = format!(
             "operator: {}\ndefined at: {}\ncanonical hash: {}\ncodegen version: {}\n\
@@ -251,21 +251,21 @@ pub fn load_embedded(
     dag: &ir::ExpressionDag,
     embedded: &ir::CompiledLibrary,
     options: &CompileOptions,
-) -> Result<Arc<CompiledOperator>, String> {
+) -> Result<Arc<CompiledOperator>, NotEmbedded> {
     let here = target_key(dag, options);
     if embedded.target_key != here {
-        return Err(format!(
-            "it was compiled for {} with target key {}; this machine, {}, has target key {} \
-             (another target, CPU features, compiler flags or ovl version)",
-            embedded.target,
-            embedded.target_key,
-            target_name(),
-            here
-        ));
+        return Err(NotEmbedded::OtherTarget {
+            target: embedded.target.clone(),
+            target_key: embedded.target_key.clone(),
+            here: target_name(),
+            here_key: here,
+        });
     }
     let key = embedded.cache_key.as_str();
     if key.len() != 32 || !key.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-        return Err(format!("its cache key {key:?} is not 32 hex digits"));
+        return Err(NotEmbedded::BadCacheKey {
+            key: key.to_string(),
+        });
     }
     let root = options.cache_dir.clone().unwrap_or_else(cache_dir);
     let memory_key = (root, key.to_string());
@@ -289,10 +289,10 @@ pub fn load_embedded(
             source,
         })?;
         let mut op = CompiledOperator::load(dag, key, &tmp, source_path.clone(), Origin::Embedded)
-            .map_err(|message| CodegenError::Load {
+            .map_err(|why| CodegenError::Load {
                 operator: dag.name.clone(),
                 path: tmp.to_path_buf(),
-                message,
+                why,
             })?;
         let description = format!(
             "operator: {}\ndefined at: {}\ncanonical hash: {}\ncodegen version: {}\n\
@@ -309,7 +309,8 @@ pub fn load_embedded(
         op.set_library_path(writer.publish_file(tmp, &description)?);
         Ok(op)
     };
-    let (op, _) = get_or_build(&entry, false, accept, build).map_err(|e| e.to_string())?;
+    let (op, _) =
+        get_or_build(&entry, false, accept, build).map_err(|e| NotEmbedded::Cache(Box::new(e)))?;
     let op = Arc::new(op);
     memory().insert(memory_key, op.clone());
     Ok(op)
@@ -326,7 +327,7 @@ pub fn compile_embedded(
     options: &CompileOptions,
 ) -> Result<Arc<CompiledOperator>, CodegenError> {
     let reason = if options.force_recompile || env_flag("OVL_FORCE_RECOMPILE") {
-        "recompilation was forced".to_string()
+        NotEmbedded::Forced
     } else {
         match load_embedded(dag, embedded, options) {
             Ok(op) => return Ok(op),
@@ -337,7 +338,7 @@ pub fn compile_embedded(
         .map(|(op, _)| op)
         .map_err(|source| CodegenError::EmbeddedLibraryUnusable {
             operator: dag.name.clone(),
-            reason,
+            reason: Box::new(reason),
             source: Box::new(source),
         })
 }

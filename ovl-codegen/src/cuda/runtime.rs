@@ -265,7 +265,7 @@ pub fn load(
     Ok(Arc::new(CudaOperator {
         function,
         defined_at: defined_at(dag),
-        geometry: Geometry::of(dag).map_err(|why| unsupported(&why))?,
+        geometry: Geometry::of(dag).map_err(|why| unsupported(&why.to_string()))?,
         writes: dag
             .expressions
             .iter()

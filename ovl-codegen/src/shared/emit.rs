@@ -22,10 +22,11 @@ use super::literal::{ctype, cuda_literal, literal};
 use super::sizes::{self, Size};
 use crate::error::{defined_at, CodegenError};
 use ovl_ir::intervals::Intervals;
-use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::ir::{self, TensorKind};
 use ovl_ir::names::kind_word;
-use ovl_ir::typed::Kernel;
-use ovl_ir::DType;
+use ovl_ir::typed::{Inst, Kernel, TensorId, ValueId};
+use ovl_ir::{DType, Literal};
+use std::sync::Arc;
 
 use ovl_ir::limits::{CPU_LOCALS_BYTES, CUDA_LOCAL_BYTES};
 
@@ -80,18 +81,18 @@ impl TensorInfo {
     }
 }
 
-/// What emitting one expression gives: its value dtype (None for a statement).
+/// What emitting one expression gives: its value dtype (None for a statement), as validation
+/// proved it.
 type Emitted = Result<Option<DType>, CodegenError>;
 
 /// The index operands that need a bounds check: (axis, C++ variable, the dimension's size as a
 /// C++ `uint64_t` expression).
 type Unproven = Vec<(usize, String, String)>;
 
+/// An open RANGE loop, as its END_RANGE closes it (the blocks of `if` and `while` close with
+/// one brace each: they need no frame, and validation proved every block well nested).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Frame {
-    If {
-        else_seen: bool,
-    },
     /// A RANGE loop closed by this many braces; a reduction loop folds its accumulators'
     /// lanes after the first `inner` of them, and its block loop starts at `block` in the body.
     Range {
@@ -100,15 +101,14 @@ enum Frame {
         inner: usize,
         block: Option<usize>,
     },
-    /// A `while` loop before its condition: its WHILE_BEGIN.
-    WhileCond(usize),
-    WhileBody,
 }
 
 /// The state of one emission; after [`emit`], `body` holds the worker program. A backend's
 /// frame (`crate::cpu::frame`, `crate::cuda::frame`) wraps it into a translation unit.
 pub(crate) struct Emitter<'a> {
     pub dag: &'a ir::ExpressionDag,
+    /// The operator, decoded once ([`ovl_ir::typed`]): what the handlers match on.
+    kernel: Arc<Kernel>,
     pub key: &'a str,
     dialect: Dialect,
     pub inputs: Vec<TensorInfo>,
@@ -122,16 +122,10 @@ pub(crate) struct Emitter<'a> {
     pub workers: Option<u64>,
     /// The number of symbol values the kernel takes (`ovl_S0`, `ovl_S1`, ...).
     pub symbol_count: u32,
-    /// Value dtype of each expression (None: a statement).
-    types: Vec<Option<DType>>,
-    ops: Vec<Op>,
     /// The integer ranges and symbolic bounds of the operator's values (`ovl_ir::intervals`).
     intervals: Intervals,
-    /// The value of each integer CONST.
-    consts: Vec<Option<i128>>,
+    /// The RANGE loops open where the emission is.
     frames: Vec<Frame>,
-    /// The innermost loop around each expression (`ovl_ir::analysis::innermost_loops`).
-    loops: Vec<Option<usize>>,
     /// Each reduction loop's accumulators (`ovl_ir::analysis::reduction_loops`).
     reductions: std::collections::BTreeMap<usize, Vec<usize>>,
     /// Where the block loop of the reduction loop being opened starts in `body`.
@@ -195,37 +189,29 @@ pub(crate) fn emit<'a>(
     key: &'a str,
     dialect: Dialect,
 ) -> Result<Emitter<'a>, CodegenError> {
-    let kernel = Kernel::decode(dag)?;
+    let kernel = Arc::new(Kernel::decode(dag)?);
     let intervals = Intervals::of(&kernel);
-    let mut e = Emitter::new(dag, key, dialect, intervals.clone())?;
+    let mut e = Emitter::new(dag, &kernel, key, dialect, intervals.clone())?;
     if dialect == Dialect::Cuda {
         e.coop = ovl_ir::cooperative::plan(dag);
     }
     for k in 0..dag.expressions.len() {
-        let ty = e.expression(k)?;
-        e.types.push(ty);
-    }
-    if let Some(f) = e.frames.last() {
-        return Err(e.err(
-            None,
-            format!("control flow is not closed at the end ({f:?})"),
-        ));
+        e.expression(k)?;
     }
     // On the GPU, workers in vector lanes, where the operator has the shape for it and cannot
     // fault.
     if dialect == Dialect::Cuda && e.coop.is_none() && !e.stops.get() {
-        if let Some(plan) = lanes::plan(dag) {
+        if let Some(plan) = lanes::plan(dag, &kernel) {
             let mut bodies = Vec::new();
             for lane in 0..lanes::WIDTH {
-                let mut l = Emitter::new(dag, key, dialect, intervals.clone())?;
+                let mut l = Emitter::new(dag, &kernel, key, dialect, intervals.clone())?;
                 l.lanes = Some(lanes::Lane {
                     lane,
                     plan: plan.clone(),
                 });
                 l.indent = 4;
                 for k in 0..dag.expressions.len() {
-                    let ty = l.expression(k)?;
-                    l.types.push(ty);
+                    l.expression(k)?;
                 }
                 bodies.push(l.body);
             }
@@ -241,12 +227,11 @@ pub(crate) fn emit<'a>(
         Size::Symbolic { .. } => None,
     });
     if dialect == Dialect::Cpp && !e.stops.get() {
-        if let Some(plan) = blocked::plan(dag, innermost) {
-            let mut b = Emitter::new(dag, key, dialect, intervals)?;
+        if let Some(plan) = blocked::plan(&kernel, innermost) {
+            let mut b = Emitter::new(dag, &kernel, key, dialect, intervals)?;
             b.blocked = Some(plan);
             for k in 0..dag.expressions.len() {
-                let ty = b.expression(k)?;
-                b.types.push(ty);
+                b.expression(k)?;
             }
             b.close_segment();
             let layout = b
@@ -286,12 +271,14 @@ impl<'a> Emitter<'a> {
 
     fn new(
         dag: &'a ir::ExpressionDag,
+        kernel: &Arc<Kernel>,
         key: &'a str,
         dialect: Dialect,
         intervals: Intervals,
     ) -> Result<Emitter<'a>, CodegenError> {
         let mut e = Emitter {
             dag,
+            kernel: Arc::clone(kernel),
             key,
             dialect,
             inputs: Vec::new(),
@@ -301,12 +288,8 @@ impl<'a> Emitter<'a> {
             sizes: sizes::sizes(&dag.workgroup_shape, &dag.symbolic_workgroup),
             workers: None,
             symbol_count: dag.symbol_count,
-            types: Vec::with_capacity(dag.expressions.len()),
-            ops: Vec::with_capacity(dag.expressions.len()),
             intervals,
-            consts: Vec::with_capacity(dag.expressions.len()),
             frames: Vec::new(),
-            loops: ovl_ir::analysis::innermost_loops(dag),
             reductions: ovl_ir::analysis::reduction_loops(dag),
             block_mark: None,
             body: String::new(),
@@ -490,32 +473,43 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    /// Operand `j` of expression `k`: an earlier value-producing expression.
-    fn operand(&self, k: usize, j: usize) -> Result<(usize, DType), CodegenError> {
-        let e = &self.dag.expressions[k];
-        let o = *e
-            .operands
-            .get(j)
-            .ok_or_else(|| self.err(Some(k), format!("operand {j} is missing")))?
-            as usize;
-        if o >= k {
-            return Err(self.err(
-                Some(k),
-                format!("operand {j} (%{o}) is not an earlier expression"),
-            ));
-        }
-        match self.types[o] {
-            Some(d) => Ok((o, d)),
-            None => Err(self.err(
-                Some(k),
-                format!("operand {j} (%{o}) is a statement, not a value"),
-            )),
+    /// A typed literal of dtype `d` in this dialect.
+    fn typed_literal(&self, d: DType, lit: Literal) -> String {
+        let (f, i, u) = literal_parts(lit);
+        self.literal(d, f, i, u)
+    }
+
+    /// Value `v` (an operand: validation proved it an earlier value) and its dtype.
+    fn value(&self, v: ValueId) -> (usize, DType) {
+        let v = v as usize;
+        (v, self.dtype(v))
+    }
+
+    /// The dtype of value `v` (validation proved it one; an `i64` for a statement, never read).
+    fn dtype(&self, v: usize) -> DType {
+        self.kernel.exprs[v].dtype.unwrap_or(DType::I64)
+    }
+
+    /// The value of `v` if it is an integer or bool CONST.
+    fn const_int(&self, v: usize) -> Option<i128> {
+        let x = &self.kernel.exprs[v];
+        match (&x.inst, x.dtype) {
+            (&Inst::Const(lit), Some(d)) => {
+                let (_, i, u) = literal_parts(lit);
+                d.int_literal(i, u)
+            }
+            _ => None,
         }
     }
 
-    fn declared(&self, k: usize) -> Result<DType, CodegenError> {
-        let d = self.dag.expressions[k].dtype;
-        DType::from_ir(d).ok_or_else(|| self.err(Some(k), format!("unsupported result dtype {d}")))
+    /// The geometry of a tensor of the operator.
+    fn tensor_info(&self, t: TensorId) -> &TensorInfo {
+        let list = match t.kind {
+            TensorKind::Input => &self.inputs,
+            TensorKind::Output => &self.outputs,
+            _ => &self.locals,
+        };
+        &list[t.index as usize]
     }
 
     /// The worker program as the frames place it, once per worker at `indent` levels. When it
@@ -538,16 +532,10 @@ impl<'a> Emitter<'a> {
 
     /// Emits expression `k`; returns its value dtype (None for statements).
     fn expression(&mut self, k: usize) -> Emitted {
-        let dag = self.dag;
-        let e = &dag.expressions[k];
-        let op = Op::try_from(e.code)
-            .map_err(|_| self.err(Some(k), format!("unknown opcode {}", e.code)))?;
-        self.ops.push(op);
-        self.consts.push(None);
         if self.blocked.is_some() {
             return self.blocked_expression(k);
         }
-        self.scalar_expression(k, op)
+        self.scalar_expression(k)
     }
 
     /// The kernel parameters that carry the symbol values: `int64_t ovl_S0, ...` (none for an
@@ -581,24 +569,20 @@ impl<'a> Emitter<'a> {
     pub(crate) fn locals_needing_zero(&self) -> Vec<bool> {
         let mut need = vec![true; self.locals.len()];
         let mut decided = vec![false; self.locals.len()];
-        let mut depth = 0usize;
-        for e in &self.dag.expressions {
-            let op = Op::try_from(e.code).unwrap_or(Op::Unspecified);
-            match op {
-                Op::If | Op::Range | Op::WhileBegin => depth += 1,
-                Op::EndIf | Op::EndRange | Op::WhileEnd => depth = depth.saturating_sub(1),
-                Op::LocalTensor | Op::Read | Op::Write => {
-                    let Some(r) = &e.tensor else { continue };
-                    if r.kind != TensorKind::Local as i32 {
-                        continue;
-                    }
-                    let l = r.index as usize;
-                    if l < need.len() && !decided[l] {
-                        decided[l] = true;
-                        need[l] = !(op == Op::LocalTensor && depth == 0);
-                    }
-                }
-                _ => {}
+        for x in &self.kernel.exprs {
+            let (t, fill) = match &x.inst {
+                Inst::LocalTensor { tensor, .. } => (tensor, true),
+                Inst::Read { tensor, .. } | Inst::Write { tensor, .. } => (tensor, false),
+                _ => continue,
+            };
+            if t.kind != TensorKind::Local {
+                continue;
+            }
+            let l = t.index as usize;
+            if l < need.len() && !decided[l] {
+                decided[l] = true;
+                // Filled at the top level, outside every block.
+                need[l] = !(fill && x.block.is_none());
             }
         }
         need
@@ -615,8 +599,14 @@ pub(crate) fn tensor_name(kind: TensorKind, index: usize) -> String {
     format!("{prefix}{index}")
 }
 
-fn list_kind(kind: i32) -> TensorKind {
-    TensorKind::try_from(kind).unwrap_or(TensorKind::Unspecified)
+/// A literal's `(float_value, int_value, uint_value)`, as the IR stores it.
+fn literal_parts(lit: Literal) -> (f64, i64, u64) {
+    match lit {
+        Literal::Float(f) => (f, 0, 0),
+        Literal::Int(i) => (0.0, i, 0),
+        Literal::UInt(u) => (0.0, 0, u),
+        Literal::Bool(b) => (0.0, i64::from(b), 0),
+    }
 }
 
 /// `text` made safe for a `//` or `/* */` comment of generated code: printable ASCII only, no

@@ -38,6 +38,20 @@ impl TensorSig {
     }
 }
 
+/// What in an operator's tensors or workgroup cannot be run.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GeometryError {
+    /// A tensor type without a supported dtype.
+    #[error("an {what} type is not supported")]
+    UnsupportedType {
+        /// "input" or "output".
+        what: &'static str,
+    },
+    /// More than 2^63 - 1 workers.
+    #[error("the workgroup is too large")]
+    WorkgroupTooLarge,
+}
+
 /// The tensor types, the workgroup and the symbol count of an operator.
 #[derive(Clone, Debug)]
 pub(crate) struct Geometry {
@@ -52,12 +66,12 @@ pub(crate) struct Geometry {
 
 impl Geometry {
     /// The geometry of `dag`; `Err` says what is not supported.
-    pub fn of(dag: &ir::ExpressionDag) -> Result<Geometry, String> {
-        let list = |l: &[ir::TensorType], what: &str| {
+    pub fn of(dag: &ir::ExpressionDag) -> Result<Geometry, GeometryError> {
+        let list = |l: &[ir::TensorType], what: &'static str| {
             l.iter()
                 .map(TensorSig::of)
                 .collect::<Option<Vec<_>>>()
-                .ok_or(format!("an {what} type is not supported"))
+                .ok_or(GeometryError::UnsupportedType { what })
         };
         let known_workgroup = if dag.symbolic_workgroup.is_empty() {
             let shape = dag.workgroup_shape.clone();
@@ -65,7 +79,7 @@ impl Geometry {
                 .iter()
                 .try_fold(1u64, |n, &d| n.checked_mul(d))
                 .filter(|&n| n <= i64::MAX as u64)
-                .ok_or("the workgroup is too large")?;
+                .ok_or(GeometryError::WorkgroupTooLarge)?;
             Some(shape)
         } else {
             None

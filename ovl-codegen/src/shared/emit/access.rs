@@ -2,55 +2,29 @@
 //! them inside), reads, writes, variables, local tensors, and the chain that records a fault and
 //! ends the worker.
 
-use super::{list_kind, Dialect, Emitted, Emitter, TensorInfo, Unproven, STOP};
-use crate::error::CodegenError;
+use super::{Dialect, Emitted, Emitter, TensorInfo, Unproven, STOP};
 use crate::shared::literal::ctype;
 use crate::shared::sizes::Size;
-use ovl_ir::ir::{self, Op, TensorKind};
-use ovl_ir::names::kind_word;
-use ovl_ir::DType;
+use ovl_ir::ir::TensorKind;
+use ovl_ir::typed::{TensorId, ValueId};
+use ovl_ir::{DType, Literal};
 use std::fmt::Write as _;
 
 impl Emitter<'_> {
-    pub(super) fn tensor(
-        &self,
-        k: usize,
-        r: &Option<ir::TensorRef>,
-    ) -> Result<&TensorInfo, CodegenError> {
-        let r = r
-            .as_ref()
-            .ok_or_else(|| self.err(Some(k), "the expression names no tensor"))?;
-        let list = match TensorKind::try_from(r.kind) {
-            Ok(TensorKind::Input) => &self.inputs,
-            Ok(TensorKind::Output) => &self.outputs,
-            Ok(TensorKind::Local) => &self.locals,
-            _ => return Err(self.err(Some(k), format!("unknown tensor kind {}", r.kind))),
-        };
-        list.get(r.index as usize).ok_or_else(|| {
-            self.err(
-                Some(k),
-                format!(
-                    "{} {} does not exist",
-                    kind_word(list_kind(r.kind)),
-                    r.index
-                ),
-            )
-        })
-    }
-
-    /// Index operands `0..rank` of a READ/WRITE: (C++ linear index, the unproven axes as
-    /// `(axis, variable, size)`).
+    /// The indices of READ/WRITE `k` of `t` (integers, one per dimension, as validation
+    /// proved): (C++ linear index, the unproven axes as `(axis, variable, size)`).
     pub(super) fn indices(
         &self,
         k: usize,
         t: &TensorInfo,
-    ) -> Result<(String, Unproven), CodegenError> {
+        indices: &[ValueId],
+    ) -> (String, Unproven) {
         if let (TensorKind::Local, Some(c)) = (t.kind, &self.coop) {
             // A cooperative group's thread holds element `i` of a local (one axis, indexed by
             // a split loop from 0: `ovl_ir::cooperative::plan`) at `i / width`.
-            let (o, _) = self.operand(k, 0)?;
+            let o = indices[0];
             let linear = format!("(int32_t)((uint64_t)v{o} >> {})", c.width_log2());
-            return Ok((linear, Vec::new()));
+            return (linear, Vec::new());
         }
         let mut terms = Vec::new();
         let mut unproven = Vec::new();
@@ -59,11 +33,8 @@ impl Emitter<'_> {
         // A tensor sized at run time is indexed in 64 bits.
         let narrow =
             self.dialect == Dialect::Cuda && t.elements.is_some_and(|n| n <= i32::MAX as u64);
-        for axis in 0..t.shape.len() {
-            let (o, d) = self.operand(k, axis)?;
-            if !d.is_int() {
-                return Err(self.err(Some(k), format!("index operand {axis} has dtype {d}")));
-            }
+        for (axis, &index) in indices.iter().enumerate() {
+            let (o, d) = self.value(index);
             let v = format!("v{o}");
             let size = t.sizes[axis];
             if !self.proven_inside((k, axis, o), size) {
@@ -115,7 +86,7 @@ impl Emitter<'_> {
             // The block keeps the workers' copies interleaved (`blocked`).
             linear = format!("({linear}) * {} + ovl_j", b.width);
         }
-        Ok((linear, unproven))
+        (linear, unproven)
     }
 
     pub(super) fn bounds_condition(unproven: &[(usize, String, String)]) -> String {
@@ -177,14 +148,9 @@ impl Emitter<'_> {
     }
 
     /// A READ of an input or local tensor (bounds-checked where not proven).
-    pub(super) fn read(&mut self, k: usize) -> Emitted {
-        let dag = self.dag;
-        let e = &dag.expressions[k];
-        let t = self.tensor(k, &e.tensor)?;
-        if !matches!(t.kind, TensorKind::Input | TensorKind::Local) {
-            return Err(self.err(Some(k), "a read must read an input or a local tensor"));
-        }
-        let (linear, unproven) = self.indices(k, t)?;
+    pub(super) fn read(&mut self, k: usize, tensor: TensorId, indices: &[ValueId]) -> Emitted {
+        let t = self.tensor_info(tensor);
+        let (linear, unproven) = self.indices(k, t, indices);
         let (d, name) = (t.dtype, t.name.clone());
         let ct = ctype(d);
         if let Some(lines) = self
@@ -206,23 +172,17 @@ impl Emitter<'_> {
         Ok(Some(d))
     }
 
-    /// A WRITE to an output or local tensor (bounds-checked where not proven).
-    pub(super) fn write(&mut self, k: usize) -> Emitted {
-        let dag = self.dag;
-        let e = &dag.expressions[k];
-        let t = self.tensor(k, &e.tensor)?;
-        if !matches!(t.kind, TensorKind::Output | TensorKind::Local) {
-            return Err(self.err(Some(k), "a write must write an output or a local tensor"));
-        }
-        let rank = t.shape.len();
-        let (value, vd) = self.operand(k, rank)?;
-        if vd != t.dtype {
-            return Err(self.err(
-                Some(k),
-                format!("writes a {vd} value into a {} tensor", t.dtype),
-            ));
-        }
-        let (linear, unproven) = self.indices(k, t)?;
+    /// A WRITE of `value` to an output or local tensor (bounds-checked where not proven).
+    pub(super) fn write(
+        &mut self,
+        k: usize,
+        tensor: TensorId,
+        indices: &[ValueId],
+        value: ValueId,
+    ) -> Emitted {
+        let t = self.tensor_info(tensor);
+        let value = value as usize;
+        let (linear, unproven) = self.indices(k, t, indices);
         let name = t.name.clone();
         if let Some(lines) = self
             .lane_write(k, &linear, value)
@@ -246,15 +206,10 @@ impl Emitter<'_> {
         Ok(None)
     }
 
-    /// LOCAL_TENSOR: (re)fills a local tensor.
-    pub(super) fn local_tensor(&mut self, k: usize) -> Emitted {
-        let dag = self.dag;
-        let e = &dag.expressions[k];
-        let t = self.tensor(k, &e.tensor)?;
-        if t.kind != TensorKind::Local {
-            return Err(self.err(Some(k), "local_tensor must name a local tensor"));
-        }
-        let lit = self.literal(t.dtype, e.float_value, e.int_value, e.uint_value);
+    /// LOCAL_TENSOR: (re)fills a local tensor with `fill`.
+    pub(super) fn local_tensor(&mut self, tensor: TensorId, fill: Literal) -> Emitted {
+        let t = self.tensor_info(tensor);
+        let lit = self.typed_literal(t.dtype, fill);
         // Locals have known sizes (checked in `Emitter::new`).
         let (name, mut n) = (t.name.clone(), t.elements.unwrap_or(0));
         if let Some(c) = &self.coop {
@@ -272,26 +227,15 @@ impl Emitter<'_> {
     }
 
     /// A worker-local VARIABLE.
-    pub(super) fn variable(&mut self, k: usize) -> Emitted {
-        let (init, d) = self.operand(k, 0)?;
+    pub(super) fn variable(&mut self, k: usize, init: ValueId) -> Emitted {
+        let (init, d) = self.value(init);
         self.line(&format!("{} v{k} = v{init};", ctype(d)));
         Ok(Some(d))
     }
 
-    /// An ASSIGN to a variable.
-    pub(super) fn assign(&mut self, k: usize) -> Emitted {
-        let (var, vd) = self.operand(k, 0)?;
-        let (value, d) = self.operand(k, 1)?;
-        if self.ops[var] != Op::Variable {
-            return Err(self.err(
-                Some(k),
-                format!("assigns to %{var}, which is not a variable"),
-            ));
-        }
-        if vd != d {
-            return Err(self.err(Some(k), format!("assigns a {d} value to a {vd} variable")));
-        }
-        self.line(&format!("v{var} = v{value};"));
+    /// An ASSIGN of `value` to a VARIABLE.
+    pub(super) fn assign(&mut self, variable: ValueId, value: ValueId) -> Emitted {
+        self.line(&format!("v{variable} = v{value};"));
         Ok(None)
     }
 }

@@ -34,8 +34,10 @@
 //! lines that share a few cache sets), which costs about three times what 64 workers cost.
 
 use super::{ctype, Emitted, Emitter};
-use ovl_ir::ir::{self, Op, TensorKind};
-use ovl_ir::ops::{Category, REDUCE_LANES};
+use ovl_ir::ir::TensorKind;
+use ovl_ir::ops::REDUCE_LANES;
+use ovl_ir::typed::{Inst, Kernel, ValueId};
+use ovl_ir::Literal;
 use std::collections::BTreeSet;
 
 /// Workers per block.
@@ -83,23 +85,22 @@ fn width_for_locals(bytes: u64) -> Option<u64> {
     Some(width)
 }
 
-/// The layout of `dag`'s blocked program, or `None` when it does not have the shape the module
-/// describes (or would not gain from it). `innermost` is the innermost workgroup extent.
-pub(super) fn plan(dag: &ir::ExpressionDag, innermost: Option<u64>) -> Option<Blocked> {
-    if dag.symbol_count > 0 || !dag.symbolic_workgroup.is_empty() {
+/// The layout of `kernel`'s blocked program, or `None` when it does not have the shape the
+/// module describes (or would not gain from it). `innermost` is the innermost workgroup extent.
+pub(super) fn plan(kernel: &Kernel, innermost: Option<u64>) -> Option<Blocked> {
+    if kernel.symbol_count > 0 || kernel.workgroup.iter().any(|d| d.known().is_none()) {
         return None;
     }
     // Each worker's locals, in bytes (all sized when compiling: `Emitter::new` checked).
     let mut local_bytes = 0u64;
-    for t in &dag.locals {
-        if !t.symbolic.is_empty() {
-            return None;
-        }
-        let d = ovl_ir::DType::from_ir(t.dtype)?;
-        let elements = t.shape.iter().try_fold(1u64, |n, &s| n.checked_mul(s))?;
-        local_bytes = local_bytes.checked_add(elements.checked_mul(d.size() as u64)?)?;
+    for t in &kernel.locals {
+        let elements = t
+            .shape
+            .iter()
+            .try_fold(1u64, |n, s| n.checked_mul(s.known()?))?;
+        local_bytes = local_bytes.checked_add(elements.checked_mul(t.dtype.size() as u64)?)?;
     }
-    let width = if dag.locals.is_empty() {
+    let width = if kernel.locals.is_empty() {
         BLOCK
     } else {
         width_for_locals(local_bytes)?
@@ -109,101 +110,98 @@ pub(super) fn plan(dag: &ir::ExpressionDag, innermost: Option<u64>) -> Option<Bl
     }
     // Every local's first access is its LOCAL_TENSOR at the top level: no worker reads what
     // another worker's fill left (the block fills every copy at once).
-    let mut filled = vec![false; dag.locals.len()];
-    let inner_axis = dag.workgroup_shape.len().checked_sub(1)? as u32;
-    let n = dag.expressions.len();
-    let code = |i: usize| Op::try_from(dag.expressions[i].code).unwrap_or(Op::Unspecified);
-    let is_const = |i: u32| code(i as usize) == Op::Const;
-    let is_inner_position = |i: u32| {
-        let e = &dag.expressions[i as usize];
-        e.code == Op::Position as i32 && e.axis == inner_axis
-    };
-    let mut segment = vec![None; n];
+    let mut filled = vec![false; kernel.locals.len()];
+    let inner_axis = kernel.workgroup.len().checked_sub(1)? as u32;
+    let inst = |i: ValueId| &kernel.exprs[i as usize].inst;
+    let is_const = |i: ValueId| matches!(inst(i), Inst::Const(_));
+    let is_inner_position =
+        |i: ValueId| matches!(inst(i), &Inst::Position { axis } if axis == inner_axis);
+    let mut segment = vec![None; kernel.exprs.len()];
     let mut current = 0usize;
     let mut in_loop = false;
     let mut strided_in_loop = false;
     let mut accumulators = BTreeSet::new();
     let mut variables = BTreeSet::new();
-    for (i, e) in dag.expressions.iter().enumerate() {
-        let op = code(i);
-        match op {
-            Op::Const => continue,
-            Op::Range => {
+    for (i, x) in kernel.exprs.iter().enumerate() {
+        match &x.inst {
+            Inst::Const(_) => continue,
+            &Inst::Range {
+                start, end, step, ..
+            } => {
                 // Loops at the top level with constant bounds and a positive step.
-                let step_ok = dag.expressions[e.operands[2] as usize].int_value > 0;
-                if in_loop || !e.operands.iter().all(|&o| is_const(o)) || !step_ok {
+                let step_ok = matches!(inst(step), Inst::Const(Literal::Int(n)) if *n > 0);
+                if in_loop || ![start, end, step].into_iter().all(is_const) || !step_ok {
                     return None;
                 }
                 in_loop = true;
                 current += 1;
                 continue;
             }
-            Op::EndRange => {
+            Inst::EndRange { .. } => {
                 in_loop = false;
                 current += 1;
                 continue;
             }
-            Op::Accumulator => {
+            Inst::Accumulator { .. } => {
                 accumulators.insert(i);
             }
-            Op::Variable => {
+            Inst::Variable { .. } => {
                 variables.insert(i);
             }
-            Op::LocalTensor => {
+            Inst::LocalTensor { tensor, .. } => {
                 // Run for the whole block between two segments.
-                let t = e.tensor.as_ref()?;
-                if in_loop || t.kind != TensorKind::Local as i32 {
+                if in_loop || tensor.kind != TensorKind::Local {
                     return None;
                 }
-                *filled.get_mut(t.index as usize)? = true;
+                *filled.get_mut(tensor.index as usize)? = true;
                 current += 1;
                 continue;
             }
-            Op::Read | Op::Write => {
-                let t = e.tensor.as_ref()?;
-                let kind = TensorKind::try_from(t.kind).ok()?;
-                if kind == TensorKind::Local {
+            Inst::Read { tensor, indices }
+            | Inst::Write {
+                tensor, indices, ..
+            } => {
+                let write = matches!(x.inst, Inst::Write { .. });
+                if tensor.kind == TensorKind::Local {
                     // Each worker has its own copy: any index, anywhere.
-                    if !*filled.get(t.index as usize)? {
+                    if !*filled.get(tensor.index as usize)? {
                         return None;
                     }
                     segment[i] = Some(current);
                     continue;
                 }
-                if !matches!(kind, TensorKind::Input | TensorKind::Output) {
-                    return None;
-                }
-                // A write's last operand is its value.
-                let rank = e.operands.len() - usize::from(op == Op::Write);
-                let index = &e.operands[..rank];
                 // Every write indexed last by the worker's own position: the lanes of a block
                 // never write the same element, so interleaving them changes no result.
-                if op == Op::Write && !index.last().is_some_and(|&o| is_inner_position(o)) {
+                if write && !indices.last().is_some_and(|&o| is_inner_position(o)) {
                     return None;
                 }
                 if in_loop {
                     // The innermost position anywhere but last: neighbouring workers would
                     // read far apart.
-                    if index.iter().rev().skip(1).any(|&o| is_inner_position(o)) {
+                    if indices.iter().rev().skip(1).any(|&o| is_inner_position(o)) {
                         return None;
                     }
-                    if op == Op::Read && index.last().is_some_and(|&o| is_inner_position(o)) {
+                    if !write && indices.last().is_some_and(|&o| is_inner_position(o)) {
                         strided_in_loop = true;
                     }
                 }
             }
-            Op::Position | Op::Cast | Op::Select | Op::Fma | Op::Accumulate | Op::Assign => {}
-            _ => {
-                let pure_op = ovl_ir::ops::info(op).is_some_and(|row| {
-                    matches!(
-                        row.category,
-                        Category::Unary | Category::Binary | Category::Compare
-                    )
-                });
-                if !pure_op {
-                    return None;
-                }
-            }
+            Inst::Position { .. }
+            | Inst::Cast { .. }
+            | Inst::Select { .. }
+            | Inst::Fma { .. }
+            | Inst::Accumulate { .. }
+            | Inst::Assign { .. }
+            | Inst::Unary { .. }
+            | Inst::Binary { .. }
+            | Inst::Compare { .. } => {}
+            Inst::Symbol { .. }
+            | Inst::If { .. }
+            | Inst::Else { .. }
+            | Inst::EndIf { .. }
+            | Inst::WhileBegin { .. }
+            | Inst::WhileCond { .. }
+            | Inst::WhileEnd { .. } => return None,
         }
         segment[i] = Some(current);
     }
@@ -213,31 +211,30 @@ pub(super) fn plan(dag: &ir::ExpressionDag, innermost: Option<u64>) -> Option<Bl
     let segments = current + 1;
     let mut imports = vec![BTreeSet::new(); segments];
     let mut exports = vec![BTreeSet::new(); segments];
-    for (i, e) in dag.expressions.iter().enumerate() {
+    for (i, x) in kernel.exprs.iter().enumerate() {
         let Some(s) = segment[i] else { continue };
         // A variable is stored back by every segment that declares or assigns it.
-        match code(i) {
-            Op::Variable => {
+        match x.inst {
+            Inst::Variable { .. } => {
                 exports[s].insert(i);
             }
-            Op::Assign => {
-                exports[s].insert(e.operands[0] as usize);
+            Inst::Assign { variable, .. } => {
+                exports[s].insert(variable as usize);
             }
             _ => {}
         }
-        let operands: &[u32] = if code(i) == Op::Accumulate {
-            &e.operands[1..] // the accumulator itself is its lanes
-        } else {
-            &e.operands
-        };
-        for &o in operands {
+        // The accumulator of an ACCUMULATE (its operand 0) is its lanes, not a value it reads.
+        let accumulate = matches!(x.inst, Inst::Accumulate { .. });
+        for o in kernel.operands(i).skip(usize::from(accumulate)) {
             let o = o as usize;
             let Some(so) = segment[o] else { continue };
             if so != s {
                 imports[s].insert(o);
                 // A position is recomputed where it is used (an array would hide from the
                 // compiler that neighbouring workers read neighbouring elements).
-                if !accumulators.contains(&o) && code(o) != Op::Position {
+                if !accumulators.contains(&o)
+                    && !matches!(inst(o as ValueId), Inst::Position { .. })
+                {
                     exports[so].insert(o);
                 }
             }
@@ -258,45 +255,55 @@ pub(super) fn plan(dag: &ir::ExpressionDag, innermost: Option<u64>) -> Option<Bl
 impl<'a> Emitter<'a> {
     /// Emits expression `k` of the blocked program (see the module).
     pub(super) fn blocked_expression(&mut self, k: usize) -> Emitted {
-        let op = self.ops[k];
-        match op {
-            Op::Const => {
+        match self.kernel.exprs[k].inst {
+            Inst::Const(lit) => {
                 // Once, before the block's loops, visible to all of them.
                 let body = std::mem::take(&mut self.body);
                 let indent = std::mem::replace(&mut self.indent, 0);
-                let r = self.constant(k);
+                let r = self.constant(k, lit);
                 self.indent = indent;
                 let text = std::mem::replace(&mut self.body, body);
                 self.blocked_state().prelude.push_str(&text);
                 r
             }
-            Op::Range => {
+            Inst::Range {
+                start, end, step, ..
+            } => {
                 self.close_segment();
-                self.blocked_range(k)
+                self.blocked_range(k, (start, end, step))
             }
-            Op::LocalTensor => {
+            Inst::LocalTensor { tensor, fill } => {
                 // Every worker's copy at once, between segments.
                 self.close_segment();
-                self.local_tensor(k)
+                self.local_tensor(tensor, fill)
             }
-            Op::EndRange => {
+            Inst::EndRange { .. } => {
                 self.close_segment();
-                self.blocked_end_range(k)
+                self.blocked_end_range()
+            }
+            Inst::Accumulator { init, .. } => {
+                self.open_expression_segment(k);
+                let r = self.accumulator(k, init)?;
+                self.line(&format!("ovl_s{k}[ovl_j] = v{k};"));
+                Ok(r)
+            }
+            Inst::Accumulate {
+                accumulator, value, ..
+            } => {
+                self.open_expression_segment(k);
+                self.blocked_accumulate(k, accumulator, value)
             }
             _ => {
-                let segment = self.blocked_state().segment[k].unwrap_or(0);
-                self.open_segment(segment);
-                match op {
-                    Op::Accumulator => {
-                        let r = self.accumulator(k)?;
-                        self.line(&format!("ovl_s{k}[ovl_j] = v{k};"));
-                        Ok(r)
-                    }
-                    Op::Accumulate => self.blocked_accumulate(k),
-                    _ => self.scalar_expression(k, op),
-                }
+                self.open_expression_segment(k);
+                self.scalar_expression(k)
             }
         }
+    }
+
+    /// Opens the segment of expression `k`.
+    fn open_expression_segment(&mut self, k: usize) {
+        let segment = self.blocked_state().segment[k].unwrap_or(0);
+        self.open_segment(segment);
     }
 
     fn blocked_state(&mut self) -> &mut Blocked {
@@ -321,14 +328,13 @@ impl<'a> Emitter<'a> {
             .collect();
         let inner = self.workgroup.len() - 1;
         for v in imports {
-            let e = &self.dag.expressions[v];
-            if e.code == Op::Position as i32 {
-                let axis = e.axis as usize;
+            if let Inst::Position { axis } = self.kernel.exprs[v].inst {
+                let axis = axis as usize;
                 let lane = if axis == inner { " + ovl_j" } else { "" };
                 self.line(&format!("const int64_t v{v} = ovl_p{axis}{lane};"));
                 continue;
             }
-            let ty = self.types[v].map(ctype).unwrap_or("int64_t");
+            let ty = ctype(self.dtype(v));
             let constness = if self.blocked_state().variables.contains(&v) {
                 ""
             } else {
@@ -356,9 +362,7 @@ impl<'a> Emitter<'a> {
 
     /// A loop over the whole block: each accumulator's lanes per worker (a reduction loop),
     /// iteration `i` combining into lane `i % REDUCE_LANES`, as a worker alone does.
-    fn blocked_range(&mut self, k: usize) -> Emitted {
-        let e = &self.dag.expressions[k];
-        let (s, en, st) = (e.operands[0], e.operands[1], e.operands[2]);
+    fn blocked_range(&mut self, k: usize, (s, en, st): (ValueId, ValueId, ValueId)) -> Emitted {
         self.line("{");
         self.indent += 1;
         let width = self.blocked_state().width;
@@ -396,7 +400,7 @@ impl<'a> Emitter<'a> {
     }
 
     /// Closes a blocked reduction loop and folds each worker's lanes into its accumulator.
-    fn blocked_end_range(&mut self, _k: usize) -> Emitted {
+    fn blocked_end_range(&mut self) -> Emitted {
         let range = self
             .blocked_range_open
             .take()
@@ -421,9 +425,8 @@ impl<'a> Emitter<'a> {
     }
 
     /// An ACCUMULATE in a blocked loop: into this worker's lane of the iteration.
-    fn blocked_accumulate(&mut self, k: usize) -> Emitted {
-        let e = &self.dag.expressions[k];
-        let (acc, value) = (e.operands[0] as usize, e.operands[1] as usize);
+    fn blocked_accumulate(&mut self, k: usize, acc: ValueId, value: ValueId) -> Emitted {
+        let acc = acc as usize;
         let range = self
             .blocked_range_open
             .ok_or_else(|| self.err(Some(k), "an accumulate outside a reduction loop"))?;
@@ -456,7 +459,7 @@ impl<'a> Emitter<'a> {
             .copied()
             .collect();
         for v in carried {
-            let ty = self.types[v].map(ctype).unwrap_or("int64_t");
+            let ty = ctype(self.dtype(v));
             s.push_str(&format!("{ty} ovl_s{v}[{width}];\n"));
         }
         s

@@ -3,24 +3,19 @@
 
 use super::{Dialect, Emitted, Emitter, Frame, STOP};
 use ovl_ir::ops::REDUCE_LANES;
+use ovl_ir::typed::ValueId;
 use ovl_ir::DType;
 
 impl Emitter<'_> {
     /// IF: opens a block.
-    pub(super) fn if_(&mut self, k: usize) -> Emitted {
-        let (c, _) = self.operand(k, 0)?;
-        self.line(&format!("if (v{c}) {{"));
+    pub(super) fn if_(&mut self, condition: ValueId) -> Emitted {
+        self.line(&format!("if (v{condition}) {{"));
         self.indent += 1;
-        self.frames.push(Frame::If { else_seen: false });
         Ok(None)
     }
 
     /// ELSE.
-    pub(super) fn else_(&mut self, k: usize) -> Emitted {
-        match self.frames.last_mut() {
-            Some(Frame::If { else_seen }) if !*else_seen => *else_seen = true,
-            _ => return Err(self.err(Some(k), "`else` without an open `if`")),
-        }
+    pub(super) fn else_(&mut self) -> Emitted {
         self.indent -= 1;
         self.line("} else {");
         self.indent += 1;
@@ -28,24 +23,20 @@ impl Emitter<'_> {
     }
 
     /// END_IF.
-    pub(super) fn end_if(&mut self, k: usize) -> Emitted {
-        if !matches!(self.frames.last(), Some(Frame::If { .. })) {
-            return Err(self.err(Some(k), "`end_if` without an open `if`"));
-        }
-        self.frames.pop();
+    pub(super) fn end_if(&mut self) -> Emitted {
         self.indent -= 1;
         self.line("}");
         Ok(None)
     }
 
-    pub(super) fn range(&mut self, k: usize) -> Emitted {
-        let (s, sd) = self.operand(k, 0)?;
-        let (e, ed) = self.operand(k, 1)?;
-        let (st, std) = self.operand(k, 2)?;
-        if sd != DType::I64 || ed != DType::I64 || std != DType::I64 {
-            return Err(self.err(Some(k), "range bounds and step must be i64"));
-        }
-        let step = self.consts[st];
+    /// RANGE `start..end` by `step` (all i64, as validation proved).
+    pub(super) fn range(
+        &mut self,
+        k: usize,
+        (start, end, step): (ValueId, ValueId, ValueId),
+    ) -> Emitted {
+        let (s, e, st) = (start as usize, end as usize, step as usize);
+        let step = self.const_int(st);
         if self.is_split(k) {
             return self.split_range(k, (s, e, st), step);
         }
@@ -120,22 +111,12 @@ impl Emitter<'_> {
         self.line(&format!("uint64_t ovl_it{k} = 0;"));
         self.line("while (true) {");
         self.indent += 1;
-        self.frames.push(Frame::WhileCond(k));
         Ok(None)
     }
 
-    /// WHILE_COND: `if (!c) break;`.
-    pub(super) fn while_cond(&mut self, k: usize) -> Emitted {
-        let (c, cd) = self.operand(k, 0)?;
-        let Some(&Frame::WhileCond(begin)) = self.frames.last().filter(|_| cd == DType::Bool)
-        else {
-            return Err(self.err(
-                Some(k),
-                "`while_cond` needs an open `while_begin` and a bool",
-            ));
-        };
-        *self.frames.last_mut().expect("checked") = Frame::WhileBody;
-        self.line(&format!("if (!v{c}) break;"));
+    /// WHILE_COND of the loop `begin` opened: `if (!c) break;`.
+    pub(super) fn while_cond(&mut self, condition: ValueId, begin: ValueId) -> Emitted {
+        self.line(&format!("if (!v{condition}) break;"));
         // One increment and compare per iteration; past the bound, a fault ends the worker.
         let w = self.worker_expr();
         self.stops.set(true);
@@ -146,11 +127,7 @@ impl Emitter<'_> {
     }
 
     /// WHILE_END.
-    pub(super) fn while_end(&mut self, k: usize) -> Emitted {
-        if self.frames.last() != Some(&Frame::WhileBody) {
-            return Err(self.err(Some(k), "`while_end` without an open `while_cond`"));
-        }
-        self.frames.pop();
+    pub(super) fn while_end(&mut self) -> Emitted {
         self.indent -= 1;
         self.line("}");
         Ok(None)

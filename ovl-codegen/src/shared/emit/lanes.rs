@@ -36,9 +36,9 @@
 //! vectors is 16-byte aligned (device blocks are), else the worker program.
 
 use super::{ctype, tensor_name, Emitter};
-use ovl_ir::analysis::nesting_depths;
-use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::ir::{self, TensorKind};
 use ovl_ir::pattern::{IndexPattern, PatternAnalysis};
+use ovl_ir::typed::{Inst, Kernel, TensorId};
 use ovl_ir::DType;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -64,8 +64,9 @@ pub(super) struct Lane {
     pub plan: Plan,
 }
 
-/// The vector accesses of `dag`, or `None` when it has none or has not the shape for lanes.
-pub(crate) fn plan(dag: &ir::ExpressionDag) -> Option<Plan> {
+/// The vector accesses of `dag` (decoded: `kernel`), or `None` when it has none or has not the
+/// shape for lanes.
+pub(crate) fn plan(dag: &ir::ExpressionDag, kernel: &Kernel) -> Option<Plan> {
     let workgroup = &dag.workgroup_shape;
     let innermost = *workgroup.last()?;
     if dag.symbol_count > 0
@@ -77,12 +78,11 @@ pub(crate) fn plan(dag: &ir::ExpressionDag) -> Option<Plan> {
         return None;
     }
     let last = workgroup.len() - 1;
-    let depths = nesting_depths(dag);
     let mut patterns = PatternAnalysis::new(dag);
     // Whether lanes can share one vector access for access `k` of tensor `t` (see the module
     // documentation).
     let mut vectorizable = |k: usize, t: &ir::TensorType| -> bool {
-        if depths[k] != 0
+        if kernel.exprs[k].block.is_some()
             || DType::from_ir(t.dtype).is_none_or(|d| d.size() != 4)
             || !t.symbolic.is_empty()
         {
@@ -115,28 +115,38 @@ pub(crate) fn plan(dag: &ir::ExpressionDag) -> Option<Plan> {
     };
     let mut plan = Plan::default();
     let mut writes: BTreeMap<u32, OutputWrites> = BTreeMap::new();
-    for (k, e) in dag.expressions.iter().enumerate() {
-        let Some(r) = &e.tensor else { continue };
-        let tensor = |list: &[ir::TensorType]| list.get(r.index as usize).cloned();
-        match (Op::try_from(e.code), TensorKind::try_from(r.kind)) {
-            (Ok(Op::Read), Ok(TensorKind::Input)) => {
-                let Some(t) = tensor(&dag.inputs) else {
-                    continue;
-                };
-                if vectorizable(k, &t) {
-                    plan.reads.insert(k, DType::from_ir(t.dtype)?);
+    for (k, x) in kernel.exprs.iter().enumerate() {
+        match x.inst {
+            Inst::Read {
+                tensor:
+                    TensorId {
+                        kind: TensorKind::Input,
+                        index,
+                    },
+                ..
+            } => {
+                let t = &dag.inputs[index as usize];
+                if vectorizable(k, t) {
+                    plan.reads.insert(k, kernel.inputs[index as usize].dtype);
                     plan.tensors
-                        .insert(tensor_name(TensorKind::Input, r.index as usize));
+                        .insert(tensor_name(TensorKind::Input, index as usize));
                 }
             }
-            (Ok(Op::Write), Ok(TensorKind::Output)) => {
-                let t = tensor(&dag.outputs)?;
-                let entry = writes.entry(r.index).or_insert(OutputWrites {
+            Inst::Write {
+                tensor:
+                    TensorId {
+                        kind: TensorKind::Output,
+                        index,
+                    },
+                ..
+            } => {
+                let t = &dag.outputs[index as usize];
+                let entry = writes.entry(index).or_insert(OutputWrites {
                     writes: Vec::new(),
                     vectors: true,
                 });
                 entry.writes.push(k);
-                entry.vectors &= vectorizable(k, &t);
+                entry.vectors &= vectorizable(k, t);
             }
             _ => {}
         }
@@ -147,7 +157,7 @@ pub(crate) fn plan(dag: &ir::ExpressionDag) -> Option<Plan> {
         }
         let ks = w.writes;
         let (dtype, name) = (
-            DType::from_ir(dag.outputs[output as usize].dtype)?,
+            kernel.outputs[output as usize].dtype,
             tensor_name(TensorKind::Output, output as usize),
         );
         for k in ks {

@@ -4,8 +4,8 @@
 use super::{Emitted, Emitter};
 use crate::error::CodegenError;
 use crate::shared::literal::ctype;
-use ovl_ir::ir::Op;
 use ovl_ir::ops::{self, Combiner, REDUCE_LANES};
+use ovl_ir::typed::{Expr, Inst, ValueId};
 use ovl_ir::DType;
 
 impl Emitter<'_> {
@@ -80,36 +80,37 @@ impl Emitter<'_> {
 
     /// The combiner and dtype of accumulator `acc`.
     pub(super) fn accumulator_kind(&self, acc: usize) -> Result<(Combiner, DType), CodegenError> {
-        let e = &self.dag.expressions[acc];
-        let combiner = Combiner::from_code(e.int_value)
-            .ok_or_else(|| self.err(Some(acc), format!("unknown combiner {}", e.int_value)))?;
-        let d = DType::from_ir(e.dtype)
-            .ok_or_else(|| self.err(Some(acc), "an accumulator without a dtype"))?;
-        Ok((combiner, d))
+        match self.kernel.exprs[acc] {
+            Expr {
+                inst: Inst::Accumulator { combiner, .. },
+                dtype: Some(d),
+                ..
+            } => Ok((combiner, d)),
+            _ => Err(self.err(Some(acc), "not an accumulator")),
+        }
     }
 
     /// An ACCUMULATOR: a mutable local like a VARIABLE (its lanes live with its reduction loop).
-    pub(super) fn accumulator(&mut self, k: usize) -> Emitted {
-        let (init, d) = self.operand(k, 0)?;
-        self.accumulator_kind(k)?;
+    pub(super) fn accumulator(&mut self, k: usize, init: ValueId) -> Emitted {
+        let (init, d) = self.value(init);
         self.line(&format!("{} v{k} = v{init};", ctype(d)));
         Ok(Some(d))
     }
 
-    /// An ACCUMULATE: combines the value into the lane of the current iteration.
-    pub(super) fn accumulate(&mut self, k: usize) -> Emitted {
-        let (acc, ad) = self.operand(k, 0)?;
-        let (value, d) = self.operand(k, 1)?;
-        if ad != d || self.ops[acc] != Op::Accumulator {
-            return Err(self.err(
-                Some(k),
-                "accumulates a value into a non-accumulator or of another dtype",
-            ));
-        }
-        let Some(range) = self.loops[k].filter(|r| self.reductions.contains_key(r)) else {
+    /// An ACCUMULATE of `value` into `acc` at the current iteration of `range` (the innermost
+    /// loop around it, as validation proved): into the lane of the iteration.
+    pub(super) fn accumulate(
+        &mut self,
+        k: usize,
+        acc: ValueId,
+        value: ValueId,
+        range: ValueId,
+    ) -> Emitted {
+        let (acc, range) = (acc as usize, range as usize);
+        if !self.reductions.contains_key(&range) {
             return Err(self.err(Some(k), "an accumulate outside a reduction loop"));
-        };
-        let (combiner, _) = self.accumulator_kind(acc)?;
+        }
+        let (combiner, d) = self.accumulator_kind(acc)?;
         if self.is_split(range) {
             // The thread's own chain (see `cooperative`).
             let chain = format!("ovl_c{acc}");

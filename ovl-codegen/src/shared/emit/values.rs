@@ -4,66 +4,71 @@
 use super::{Emitted, Emitter};
 use crate::shared::literal::ctype;
 use ovl_ir::ir::Op;
-use ovl_ir::ops::{self, Category, OpInfo, ResultRule};
-use ovl_ir::DType;
+use ovl_ir::ops::{self, ResultRule};
+use ovl_ir::typed::{Inst, ValueId};
+use ovl_ir::{DType, Literal};
+use std::sync::Arc;
 
 impl Emitter<'_> {
-    /// Emits expression `k`, of opcode `op`, as one worker runs it.
-    pub(super) fn scalar_expression(&mut self, k: usize, op: Op) -> Emitted {
-        let Some(row) = ops::info(op) else {
-            return Err(self.err(Some(k), "unspecified opcode"));
-        };
-        match row.category {
-            Category::Unary => return self.unary(k, row),
-            Category::Binary | Category::Compare => return self.binary(k, row),
-            _ => {}
-        }
-        match op {
-            Op::Const => self.constant(k),
-            Op::Position => self.position(k),
-            Op::Symbol => self.symbol(k),
-            Op::Read => self.read(k),
-            Op::Write => self.write(k),
-            Op::Variable => self.variable(k),
-            Op::Assign => self.assign(k),
-            Op::LocalTensor => self.local_tensor(k),
-            Op::Cast => self.cast(k),
-            Op::Select => self.select(k),
-            Op::Fma => self.fma(k, row),
-            Op::If => self.if_(k),
-            Op::Else => self.else_(k),
-            Op::EndIf => self.end_if(k),
-            Op::Range => self.range(k),
-            Op::EndRange => self.end_range(k),
-            Op::WhileBegin => self.while_begin(k),
-            Op::WhileCond => self.while_cond(k),
-            Op::WhileEnd => self.while_end(k),
-            Op::Accumulator => self.accumulator(k),
-            Op::Accumulate => self.accumulate(k),
-            _ => Err(self.err(Some(k), format!("{} is not emitted here", row.name))),
+    /// Emits expression `k` as one worker runs it, by its typed instruction.
+    pub(super) fn scalar_expression(&mut self, k: usize) -> Emitted {
+        let kernel = Arc::clone(&self.kernel);
+        match &kernel.exprs[k].inst {
+            &Inst::Const(lit) => self.constant(k, lit),
+            &Inst::Position { axis } => self.position(k, axis),
+            &Inst::Symbol { symbol } => self.symbol(k, symbol),
+            Inst::Read { tensor, indices } => self.read(k, *tensor, indices),
+            Inst::Write {
+                tensor,
+                indices,
+                value,
+            } => self.write(k, *tensor, indices, *value),
+            &Inst::LocalTensor { tensor, fill } => self.local_tensor(tensor, fill),
+            &Inst::Variable { init } => self.variable(k, init),
+            &Inst::Assign { variable, value } => self.assign(variable, value),
+            &Inst::Cast { value } => self.cast(k, value),
+            &Inst::Select {
+                condition,
+                if_true,
+                if_false,
+            } => self.select(k, condition, if_true, if_false),
+            &Inst::Fma { a, b, c } => self.fma(k, [a, b, c]),
+            &Inst::Unary { op, a } => self.elementwise(k, op, &[a]),
+            &Inst::Binary { op, a, b } | &Inst::Compare { op, a, b } => {
+                self.elementwise(k, op, &[a, b])
+            }
+            &Inst::If { condition, .. } => self.if_(condition),
+            Inst::Else { .. } => self.else_(),
+            Inst::EndIf { .. } => self.end_if(),
+            &Inst::Range {
+                start, end, step, ..
+            } => self.range(k, (start, end, step)),
+            Inst::EndRange { .. } => self.end_range(k),
+            Inst::WhileBegin { .. } => self.while_begin(k),
+            &Inst::WhileCond {
+                condition, begin, ..
+            } => self.while_cond(condition, begin),
+            Inst::WhileEnd { .. } => self.while_end(),
+            &Inst::Accumulator { init, .. } => self.accumulator(k, init),
+            &Inst::Accumulate {
+                accumulator,
+                value,
+                range,
+            } => self.accumulate(k, accumulator, value, range),
         }
     }
 
     /// The literal of a CONST.
-    pub(super) fn constant(&mut self, k: usize) -> Emitted {
-        let dag = self.dag;
-        let e = &dag.expressions[k];
-        let d = self.declared(k)?;
-        let lit = self.literal(d, e.float_value, e.int_value, e.uint_value);
-        self.line(&format!("const {} v{k} = {lit};", ctype(d)));
-        let value = d.int_literal(e.int_value, e.uint_value);
-        self.consts[k] = value;
+    pub(super) fn constant(&mut self, k: usize, lit: Literal) -> Emitted {
+        let d = self.dtype(k);
+        let text = self.typed_literal(d, lit);
+        self.line(&format!("const {} v{k} = {text};", ctype(d)));
         Ok(Some(d))
     }
 
     /// A component of the worker position.
-    pub(super) fn position(&mut self, k: usize) -> Emitted {
-        let dag = self.dag;
-        let e = &dag.expressions[k];
-        let axis = e.axis as usize;
-        if axis >= self.sizes.len() {
-            return Err(self.err(Some(k), format!("axis {axis} is outside the workgroup")));
-        }
+    pub(super) fn position(&mut self, k: usize, axis: u32) -> Emitted {
+        let axis = axis as usize;
         if self.blocked.is_some() && axis + 1 == self.workgroup.len() {
             // The worker of this lane of the block.
             self.line(&format!("const int64_t v{k} = ovl_p{axis} + ovl_j;"));
@@ -73,26 +78,16 @@ impl Emitter<'_> {
         Ok(Some(DType::I64))
     }
 
-    /// SYMBOL: the value of symbol `axis` the operator runs with (a kernel parameter).
-    pub(super) fn symbol(&mut self, k: usize) -> Emitted {
-        let symbol = self.dag.expressions[k].axis;
-        if symbol >= self.symbol_count {
-            return Err(self.err(
-                Some(k),
-                format!(
-                    "reads symbol {symbol} but the operator takes {} symbol value(s)",
-                    self.symbol_count
-                ),
-            ));
-        }
+    /// SYMBOL: the value of a symbol the operator runs with (a kernel parameter).
+    pub(super) fn symbol(&mut self, k: usize, symbol: u32) -> Emitted {
         self.line(&format!("const int64_t v{k} = ovl_S{symbol};"));
         Ok(Some(DType::I64))
     }
 
     /// A CAST (saturating float-to-integer, `!= 0` to bool).
-    pub(super) fn cast(&mut self, k: usize) -> Emitted {
-        let (a, from) = self.operand(k, 0)?;
-        let to = self.declared(k)?;
+    pub(super) fn cast(&mut self, k: usize, value: ValueId) -> Emitted {
+        let (a, from) = self.value(value);
+        let to = self.dtype(k);
         let ct = ctype(to);
         let x = format!("v{a}");
         let expr = if to == DType::Bool {
@@ -111,10 +106,14 @@ impl Emitter<'_> {
     }
 
     /// SELECT: `c ? a : b` (`ovl::pick(c, a, b)` for floats).
-    pub(super) fn select(&mut self, k: usize) -> Emitted {
-        let (c, _) = self.operand(k, 0)?;
-        let (a, d) = self.operand(k, 1)?;
-        let (b, _) = self.operand(k, 2)?;
+    pub(super) fn select(
+        &mut self,
+        k: usize,
+        condition: ValueId,
+        if_true: ValueId,
+        if_false: ValueId,
+    ) -> Emitted {
+        let (c, (a, d), b) = (condition, self.value(if_true), if_false);
         // Floats through `ovl::pick`, which GCC if-converts (ARCHITECTURE.md, ovl-codegen).
         let value = if d.is_float() {
             format!("ovl::pick(v{c}, v{a}, v{b})")
@@ -125,42 +124,21 @@ impl Emitter<'_> {
         Ok(Some(d))
     }
 
-    /// FMA, spelled as the op table says.
-    pub(super) fn fma(&mut self, k: usize, row: &OpInfo) -> Emitted {
-        let (a, d) = self.operand(k, 0)?;
-        let (b, _) = self.operand(k, 1)?;
-        let (c, _) = self.operand(k, 2)?;
-        let args = [format!("v{a}"), format!("v{b}"), format!("v{c}")];
+    /// FMA `a * b + c`, spelled as the op table says.
+    pub(super) fn fma(&mut self, k: usize, operands: [ValueId; 3]) -> Emitted {
+        self.elementwise(k, Op::Fma, &operands)
+    }
+
+    /// A unary, binary or comparison op or an FMA, spelled as the op table says for the
+    /// operands' dtype; the result is that dtype or bool, as the table's row says.
+    pub(super) fn elementwise(&mut self, k: usize, op: Op, operands: &[ValueId]) -> Emitted {
+        let Some(row) = ops::info(op) else {
+            return Err(self.err(Some(k), "unspecified opcode"));
+        };
+        let d = self.dtype(operands[0] as usize);
+        let args: Vec<String> = operands.iter().map(|v| format!("v{v}")).collect();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let Some(expr) = row.spelling.for_dtype(d).apply(&args) else {
-            return Err(self.err(Some(k), format!("fma does not take {d} operands")));
-        };
-        self.line(&format!("const {} v{k} = {expr};", ctype(d)));
-        Ok(Some(d))
-    }
-
-    /// A unary op, spelled as the op table says for the operand's dtype.
-    pub(super) fn unary(&mut self, k: usize, row: &OpInfo) -> Emitted {
-        let (a, d) = self.operand(k, 0)?;
-        let x = format!("v{a}");
-        let Some(expr) = row.spelling.for_dtype(d).apply(&[&x]) else {
-            return Err(self.err(Some(k), format!("{} does not take a {d} operand", row.name)));
-        };
-        let rd = if row.result == ResultRule::Bool {
-            DType::Bool
-        } else {
-            d
-        };
-        self.line(&format!("const {} v{k} = {expr};", ctype(rd)));
-        Ok(Some(rd))
-    }
-
-    /// A binary or comparison op, spelled as the op table says for the operands' dtype.
-    pub(super) fn binary(&mut self, k: usize, row: &OpInfo) -> Emitted {
-        let (a, d) = self.operand(k, 0)?;
-        let (b, _) = self.operand(k, 1)?;
-        let (x, y) = (format!("v{a}"), format!("v{b}"));
-        let Some(expr) = row.spelling.for_dtype(d).apply(&[&x, &y]) else {
             return Err(self.err(Some(k), format!("{} does not take {d} operands", row.name)));
         };
         let rd = if row.result == ResultRule::Bool {
