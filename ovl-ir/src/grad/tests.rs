@@ -195,3 +195,50 @@ fn row_gradients_walk_forward_and_sum_in_accumulators() {
         }
     }
 }
+
+/// Deriving an operator again gives the same IR, bit for bit (each `HashMap` gets its own
+/// random order, so an emission that followed one would differ from call to call, and the
+/// gradient's cache key with it). Min/max ties, snapshots and loop entries included; the
+/// gradients of the gradients too.
+#[test]
+fn derived_gradients_are_deterministic() {
+    use prost::Message;
+    let mut programs: Vec<ir::ExpressionDag> =
+        crate::fixtures::all().into_iter().map(|f| f.dag).collect();
+    programs.push(crate::fixtures::norm_rows(3, 40));
+    programs.push(crate::fixtures::softmax_rows(3, 40, true));
+    programs.push(exp_norm_buffered(3, 40));
+    let derive_all = |dag: &ir::ExpressionDag| -> Vec<ir::ExpressionDag> {
+        let float = |t: &ir::TensorType| DType::from_ir(t.dtype).is_some_and(|d| d.is_float());
+        let wanted: Vec<bool> = dag.inputs.iter().map(float).collect();
+        let seeded: Vec<bool> = dag.outputs.iter().map(float).collect();
+        derive(dag, &wanted, &seeded).map_or_else(
+            |_| Vec::new(),
+            |ops| ops.into_iter().map(|g| g.dag).collect(),
+        )
+    };
+    let mut derived = 0;
+    for dag in &programs {
+        let first = derive_all(dag);
+        let mut second_order = Vec::new();
+        for g in &first {
+            second_order.extend(derive_all(g));
+        }
+        for _ in 0..4 {
+            let again = derive_all(dag);
+            assert_eq!(again.len(), first.len(), "{}", dag.name);
+            for (a, b) in again.iter().zip(&first) {
+                assert_eq!(a.encode_to_vec(), b.encode_to_vec(), "{}", a.name);
+            }
+            let again: Vec<_> = first.iter().flat_map(derive_all).collect();
+            for (a, b) in again.iter().zip(&second_order) {
+                assert_eq!(a.encode_to_vec(), b.encode_to_vec(), "{}", a.name);
+            }
+        }
+        derived += first.len() + second_order.len();
+    }
+    assert!(
+        derived > 20,
+        "only {derived} gradient operators were derived"
+    );
+}

@@ -28,7 +28,7 @@ use crate::dtype::{DType, Literal};
 use crate::ir::{self, Op};
 use crate::ops::Combiner;
 use crate::typed::{Inst, Kernel, ValueId};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// The sweep's environment: the forward operator and where its pieces live in the gradient
 /// operator.
@@ -79,12 +79,14 @@ struct State<'s, 'a> {
     pos: &'s [ValueId],
     /// Forward expression -> its recomputed value.
     fwd: Vec<ValueId>,
+    /// (The maps the emission iterates over are ordered: the same operator must give the same
+    /// gradient IR in every run, or its cache key changes.)
     /// Forward expression -> its tape variable (values inside an `if` the backward walk needs).
     tape: HashMap<usize, ValueId>,
     /// (expression, operand slot) -> the snapshot of the variable it reads there.
-    snap: HashMap<(usize, usize), ValueId>,
+    snap: BTreeMap<(usize, usize), ValueId>,
     /// (loop, variable declared before it) -> the variable's value when the loop started.
-    entry: HashMap<(usize, usize), ValueId>,
+    entry: BTreeMap<(usize, usize), ValueId>,
     /// Active expression -> its adjoint variable.
     adj: HashMap<usize, ValueId>,
     /// Loop -> its index in the backward walk's iteration.
@@ -92,7 +94,7 @@ struct State<'s, 'a> {
     /// Local tensor of the forward -> the local tensor holding its adjoint.
     adj_local: HashMap<u32, u32>,
     /// Min/max accumulator -> (its value after its loop, whether its adjoint was given).
-    extremum: HashMap<usize, (ValueId, ValueId)>,
+    extremum: BTreeMap<usize, (ValueId, ValueId)>,
     /// Per loop being walked, innermost last: the sum accumulator that collects, over its
     /// iterations, the adjoint of each value from before the loop that the loop reads and does
     /// not update (added to the adjoint once the loop is done).
@@ -117,11 +119,11 @@ impl Sweep<'_> {
             pos,
             fwd: vec![0; n],
             tape: HashMap::new(),
-            snap: HashMap::new(),
-            entry: HashMap::new(),
+            snap: BTreeMap::new(),
+            entry: BTreeMap::new(),
             adj: HashMap::new(),
             loop_index: HashMap::new(),
-            extremum: HashMap::new(),
+            extremum: BTreeMap::new(),
             adj_local: HashMap::new(),
             sums: Vec::new(),
             sinks,
