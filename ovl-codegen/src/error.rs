@@ -369,7 +369,7 @@ pub enum RunError {
 pub enum LoadError {
     /// The operator's tensors or workgroup cannot be run.
     #[error(transparent)]
-    Geometry(#[from] crate::shared::symbols::GeometryError),
+    Geometry(#[from] GeometryError),
     /// The dynamic loader failed (opening the library or finding a symbol).
     #[error(transparent)]
     Library(#[from] libloading::Error),
@@ -439,4 +439,18 @@ pub enum NotEmbedded {
     /// The library could not be put into the cache or loaded from it.
     #[error(transparent)]
     Cache(Box<CodegenError>),
+}
+
+/// What in an operator's tensors or workgroup cannot be run.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GeometryError {
+    /// A tensor type without a supported dtype.
+    #[error("an {what} type is not supported")]
+    UnsupportedType {
+        /// "input" or "output".
+        what: &'static str,
+    },
+    /// More than 2^63 - 1 workers.
+    #[error("the workgroup is too large")]
+    WorkgroupTooLarge,
 }

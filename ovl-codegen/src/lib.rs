@@ -39,15 +39,14 @@ pub use cpu::compiler::{compiler_flags, compiler_invocations};
 pub use cpu::generate_cpp;
 pub use cpu::runtime::{cpu_count, CompiledOperator, Origin, PARALLEL_MIN_WORK};
 pub use error::{
-    Access, CodegenError, CompileFailure, CudaCompileFailure, LoadError, NotEmbedded, OutOfBounds,
-    RunError,
+    Access, CodegenError, CompileFailure, CudaCompileFailure, GeometryError, LoadError,
+    NotEmbedded, OutOfBounds, RunError,
 };
 pub use options::CompileOptions;
 pub use shared::cache_entry::CacheOutcome;
 /// The fixed preludes of generated C++ and CUDA (one source, two dialects), for tools and
 /// golden tests that show generated code without them.
 pub use shared::prelude::{CPP as CPP_PRELUDE, CUDA as CUDA_PRELUDE};
-pub use shared::symbols::GeometryError;
 
 use ovl_ir::ir;
 use std::sync::Arc;

@@ -18,6 +18,7 @@
 
 use crate::graph::{Node, Src};
 use crate::merge::{names_of, snapshots, Merged, Part, Splice};
+use crate::report::NotEpilogue;
 use ovl_ir::intervals::Intervals;
 use ovl_ir::ir::{self, TensorKind};
 use ovl_ir::typed::{Expr, Inst, Kernel, TensorId, ValueId};
@@ -38,65 +39,6 @@ pub(crate) struct EpiloguePlan {
     pub axis: usize,
     /// For each consumer input slot: the producer output it reads, if any.
     pub slot_output: Vec<Option<u32>>,
-}
-
-/// Which rule of the module an epilogue breaks ([`crate::Reason::NoEpilogue`]).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum NotEpilogue {
-    /// The producer's workgroup is not the consumer's with some axes dropped.
-    #[error("the producer's workgroup is not the consumer's with axes dropped")]
-    AxesDropped,
-    /// The workgroups differ in more than one axis.
-    #[error("the workgroups differ in more than one axis")]
-    SeveralAxes,
-    /// The producer cannot be rebased onto the consumer's workgroup.
-    #[error("the producer cannot run over the consumer's workgroup")]
-    NotRebased,
-    /// An operator has sizes given at run time.
-    #[error("a size is given at run time")]
-    Symbolic,
-    /// The consumer has a local tensor.
-    #[error("the consumer has a local tensor")]
-    ConsumerLocal,
-    /// The loop's axis is not an axis of the consumer's workgroup.
-    #[error("the loop's axis is outside the consumer's workgroup")]
-    AxisOutside,
-    /// The producer's workgroup is not the consumer's with the loop's axis of extent 1.
-    #[error("the producer's workgroup is not the consumer's without the loop's axis")]
-    Workgroup,
-    /// The consumer reads several outputs of the producer.
-    #[error("the consumer reads more than one output of the producer")]
-    SeveralOutputs,
-    /// The consumer reads an output the producer does not have.
-    #[error("the consumer reads an output the producer lacks")]
-    NoSuchOutput,
-    /// The output is not of the consumer's workgroup's shape.
-    #[error("the output's shape is not the consumer's workgroup")]
-    OutputShape,
-    /// The consumer has a loop or a branch.
-    #[error("the consumer has a loop or a branch")]
-    ConsumerControlFlow,
-    /// The consumer may fault (the first access the interval analysis cannot prove).
-    #[error("the consumer may fault: {0}")]
-    ConsumerMayFault(String),
-    /// The consumer reads the output elsewhere than at its own position.
-    #[error("the consumer reads the output elsewhere than at its own position")]
-    ReadElsewhere,
-    /// The producer writes the output more than once.
-    #[error("the producer writes the output more than once")]
-    SeveralWrites,
-    /// The producer does not write the output in a top-level loop `0..n`.
-    #[error("the producer does not write the output in a top-level loop `0..{n}`")]
-    NotInRowLoop {
-        /// The loop's extent.
-        n: u64,
-    },
-    /// The producer's write is not at its position and the loop's index.
-    #[error("the producer's write is not at its position and the loop's index")]
-    WriteIndex,
-    /// The producer writes an accumulator inside its loop.
-    #[error("the producer writes an accumulator inside its loop")]
-    WritesAccumulator,
 }
 
 /// The plan for running consumer `c` in the loop of producer `p` (already over the consumer's
@@ -205,8 +147,7 @@ pub(crate) fn check(
         let loop_ = &kp.exprs[b as usize];
         match loop_.inst {
             Inst::Range { close, .. }
-                if loop_.block.is_none()
-                    && ovl_ir::analysis::counted_loop(&kp, b as usize) == Some((0, n)) =>
+                if loop_.block.is_none() && kp.counted_loop(b as usize) == Some((0, n)) =>
             {
                 Some((b, close))
             }

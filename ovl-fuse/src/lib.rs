@@ -56,9 +56,9 @@ mod substitute;
 
 pub use cache::{cache as fusion_cache, FUSION_VERSION};
 pub use dot::{render_dot, render_dot_bytes, to_dot, to_dot_pair, ImageFormat};
-pub use epilogue::NotEpilogue;
 pub use error::FuseError;
 pub use ovl_ir::pattern::{Affine, IndexPattern};
+pub use report::NotEpilogue;
 pub use report::{FusionReport, Merge, MergeKind, Reason, Refusal, RowBuffer};
 
 use graph::{Src, Work};

@@ -166,7 +166,7 @@ mod tests {
             1
         );
         // The row is written at every column: no zero-fill is needed.
-        assert_eq!(ovl_ir::analysis::written_everywhere(&dag), vec![true]);
+        assert_eq!(ovl_ir::written::written_everywhere(&dag), vec![true]);
     }
 
     #[test]

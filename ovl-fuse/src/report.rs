@@ -151,7 +151,7 @@ pub enum Reason {
     /// The consumer cannot run inside the producer's row loop as an epilogue.
     NoEpilogue {
         /// Which rule does not hold.
-        why: crate::epilogue::NotEpilogue,
+        why: NotEpilogue,
     },
     /// The consumer cannot run as a loop inside the workers of the reduction that feeds it.
     NotLoopable {
@@ -460,4 +460,63 @@ impl fmt::Display for FusionReport {
         }
         Ok(())
     }
+}
+
+/// Which rule of epilogue fusion (`crate::epilogue`) a merge breaks ([`Reason::NoEpilogue`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotEpilogue {
+    /// The producer's workgroup is not the consumer's with some axes dropped.
+    #[error("the producer's workgroup is not the consumer's with axes dropped")]
+    AxesDropped,
+    /// The workgroups differ in more than one axis.
+    #[error("the workgroups differ in more than one axis")]
+    SeveralAxes,
+    /// The producer cannot be rebased onto the consumer's workgroup.
+    #[error("the producer cannot run over the consumer's workgroup")]
+    NotRebased,
+    /// An operator has sizes given at run time.
+    #[error("a size is given at run time")]
+    Symbolic,
+    /// The consumer has a local tensor.
+    #[error("the consumer has a local tensor")]
+    ConsumerLocal,
+    /// The loop's axis is not an axis of the consumer's workgroup.
+    #[error("the loop's axis is outside the consumer's workgroup")]
+    AxisOutside,
+    /// The producer's workgroup is not the consumer's with the loop's axis of extent 1.
+    #[error("the producer's workgroup is not the consumer's without the loop's axis")]
+    Workgroup,
+    /// The consumer reads several outputs of the producer.
+    #[error("the consumer reads more than one output of the producer")]
+    SeveralOutputs,
+    /// The consumer reads an output the producer does not have.
+    #[error("the consumer reads an output the producer lacks")]
+    NoSuchOutput,
+    /// The output is not of the consumer's workgroup's shape.
+    #[error("the output's shape is not the consumer's workgroup")]
+    OutputShape,
+    /// The consumer has a loop or a branch.
+    #[error("the consumer has a loop or a branch")]
+    ConsumerControlFlow,
+    /// The consumer may fault (the first access the interval analysis cannot prove).
+    #[error("the consumer may fault: {0}")]
+    ConsumerMayFault(String),
+    /// The consumer reads the output elsewhere than at its own position.
+    #[error("the consumer reads the output elsewhere than at its own position")]
+    ReadElsewhere,
+    /// The producer writes the output more than once.
+    #[error("the producer writes the output more than once")]
+    SeveralWrites,
+    /// The producer does not write the output in a top-level loop `0..n`.
+    #[error("the producer does not write the output in a top-level loop `0..{n}`")]
+    NotInRowLoop {
+        /// The loop's extent.
+        n: u64,
+    },
+    /// The producer's write is not at its position and the loop's index.
+    #[error("the producer's write is not at its position and the loop's index")]
+    WriteIndex,
+    /// The producer writes an accumulator inside its loop.
+    #[error("the producer writes an accumulator inside its loop")]
+    WritesAccumulator,
 }

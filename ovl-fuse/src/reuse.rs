@@ -140,7 +140,7 @@ fn reuse_once(
 fn counted_top_level_loops(kernel: &Kernel) -> Vec<Loop> {
     (0..kernel.exprs.len())
         .filter(|&i| kernel.exprs[i].block.is_none())
-        .filter_map(|i| match ovl_ir::analysis::counted_loop(kernel, i)? {
+        .filter_map(|i| match kernel.counted_loop(i)? {
             (0, n) => Some(Loop { range: i, n }),
             _ => None,
         })

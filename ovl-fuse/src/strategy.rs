@@ -9,9 +9,9 @@
 //! - [`Looped`]: the consumer run as a loop inside the producer's workers (`looped`), then a
 //!   hand-over in a register.
 
-use crate::epilogue::NotEpilogue;
 use crate::graph::{self, Src, Work};
 use crate::legality::{self, NotVertical};
+use crate::report::NotEpilogue;
 use crate::report::{Merge, MergeKind, Reason};
 use crate::{epilogue, looped, merge, rebase, substitute};
 use ovl_ir::ir;

@@ -343,6 +343,28 @@ pub struct Kernel {
 }
 
 impl Kernel {
+    /// The bounds `(start, end)` of expression `i` when it is a RANGE that runs every iteration
+    /// of `start..end` one by one: integer constants `0 <= start < end` and step 1
+    /// ([`crate::analysis::counted_range`] on the protobuf form).
+    pub fn counted_loop(&self, i: usize) -> Option<(u64, u64)> {
+        let constant = |id: ValueId| match self.exprs[id as usize] {
+            Expr {
+                inst: Inst::Const(Literal::Int(v)),
+                dtype: Some(DType::I64),
+                ..
+            } => Some(v),
+            _ => None,
+        };
+        let Inst::Range {
+            start, end, step, ..
+        } = self.exprs.get(i)?.inst
+        else {
+            return None;
+        };
+        let (start, end) = (constant(start)?, constant(end)?);
+        (constant(step)? == 1 && 0 <= start && start < end).then_some((start as u64, end as u64))
+    }
+
     /// Validates `dag` and decodes it.
     pub fn decode(dag: &ir::ExpressionDag) -> Result<Kernel, ValidationError> {
         validate(dag)?;

@@ -301,7 +301,7 @@ impl Plan {
                 // No worker runs: nothing is written.
                 vec![false; op.outputs.len()]
             } else {
-                ovl_core::analysis::written_everywhere(op)
+                ovl_core::written::written_everywhere(op)
             }
         })
     }

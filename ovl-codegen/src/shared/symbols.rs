@@ -3,7 +3,7 @@
 //! (the sizes are resolved by `ovl_ir::symbolic`).
 
 use super::sizes;
-use crate::error::RunError;
+use crate::error::{GeometryError, RunError};
 use ovl_ir::ir;
 use ovl_ir::symbolic::{resolve_shape, shape_text, SymbolError};
 use ovl_ir::{DType, HostTensor};
@@ -36,20 +36,6 @@ impl TensorSig {
             shape_text(&self.ty.shape, &self.ty.symbolic, &[])
         )
     }
-}
-
-/// What in an operator's tensors or workgroup cannot be run.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum GeometryError {
-    /// A tensor type without a supported dtype.
-    #[error("an {what} type is not supported")]
-    UnsupportedType {
-        /// "input" or "output".
-        what: &'static str,
-    },
-    /// More than 2^63 - 1 workers.
-    #[error("the workgroup is too large")]
-    WorkgroupTooLarge,
 }
 
 /// The tensor types, the workgroup and the symbol count of an operator.
