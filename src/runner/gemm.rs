@@ -100,20 +100,33 @@ unsafe fn gemm_batched<T: Element>(
     };
     for batch in 0..dims.batch as usize {
         // SAFETY: each batch's matrices lie inside the buffers; C's are disjoint from A's and
-        // B's. `read_dst = false`: C is overwritten (`beta`, the product's factor, is 1).
+        // B's.
+        let (a, b, c) = unsafe {
+            (
+                a.add(batch * m * k),
+                b.add(batch * k * n),
+                c.add(batch * m * n),
+            )
+        };
+        let (a_strides, b_strides) = ((a_rs, a_cs), (b_rs, b_cs));
+        if unsafe { T::few_rows((m, n, k), (a, a_strides), (b, b_strides), c, threads) } {
+            continue;
+        }
+        // SAFETY: as above. `read_dst = false`: C is overwritten (`beta`, the product's factor,
+        // is 1).
         unsafe {
             gemm::gemm(
                 m,
                 n,
                 k,
-                c.add(batch * m * n),
+                c,
                 1,
                 n as isize,
                 false,
-                a.add(batch * m * k),
+                a,
                 a_cs as isize,
                 a_rs as isize,
-                b.add(batch * k * n),
+                b,
                 b_cs as isize,
                 b_rs as isize,
                 T::ZERO,
@@ -127,15 +140,66 @@ unsafe fn gemm_batched<T: Element>(
     }
 }
 
+/// Row and column strides of a matrix operand, in elements.
+type Strides = (usize, usize);
+
 /// The element types the library multiplies.
 trait Element: Copy + 'static {
     const ZERO: Self;
     const ONE: Self;
+
+    /// Computes one `C[m, n] = op(A) · op(B)` (C row-major) with this crate's kernels for
+    /// products with few rows (`gemm_small`) when they apply to the sizes, layout, element
+    /// type and CPU; `false`: not computed.
+    ///
+    /// # Safety
+    /// As [`GemmKernel::run`], for one batch's matrices; `k > 0`.
+    unsafe fn few_rows(
+        _dims: (usize, usize, usize),
+        _a: (*const Self, Strides),
+        _b: (*const Self, Strides),
+        _c: *mut Self,
+        _threads: usize,
+    ) -> bool {
+        false
+    }
 }
 
 impl Element for f32 {
     const ZERO: f32 = 0.0;
     const ONE: f32 = 1.0;
+
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn few_rows(
+        (m, n, k): (usize, usize, usize),
+        (a, a_strides): (*const f32, Strides),
+        (b, b_strides): (*const f32, Strides),
+        c: *mut f32,
+        threads: usize,
+    ) -> bool {
+        use super::gemm_small;
+        if m > gemm_small::MAX_ROWS || !gemm_small::available() {
+            return false;
+        }
+        // Small products are not worth waking threads for (as for the crate above).
+        let threads = if m * n * k >= 64 * 64 * 64 {
+            threads
+        } else {
+            1
+        };
+        // SAFETY: the caller's contract, with the layouts each kernel requires checked here.
+        unsafe {
+            if b_strides == (n, 1) {
+                gemm_small::gemm_nn((m, n, k), a, a_strides, b, c, threads);
+                true
+            } else if b_strides == (1, k) && a_strides == (k, 1) {
+                gemm_small::gemm_nt((m, n, k), a, b, c, threads);
+                true
+            } else {
+                false
+            }
+        }
+    }
 }
 
 impl Element for f64 {
