@@ -178,7 +178,11 @@ impl Element for f32 {
         threads: usize,
     ) -> bool {
         use super::gemm_small;
-        if m > gemm_small::MAX_ROWS || !gemm_small::available() {
+        // Few rows: the weight B is streamed, not packed. A short sum (few rows of B, as in a
+        // weight gradient `x_tᵀ · dz_t` of one step): B's strip stays in L1 while every block
+        // of rows passes over it; the crate's packing would dominate.
+        let (few_rows, short_sum) = (m <= gemm_small::MAX_ROWS, k <= gemm_small::MAX_ROWS);
+        if !(few_rows || short_sum) || !gemm_small::available() {
             return false;
         }
         // Small products are not worth waking threads for (as for the crate above).
@@ -192,7 +196,7 @@ impl Element for f32 {
             if b_strides == (n, 1) {
                 gemm_small::gemm_nn((m, n, k), a, a_strides, b, c, threads);
                 true
-            } else if b_strides == (1, k) && a_strides == (k, 1) {
+            } else if few_rows && b_strides == (1, k) && a_strides == (k, 1) {
                 gemm_small::gemm_nt((m, n, k), a, b, c, threads);
                 true
             } else {

@@ -12,7 +12,8 @@
 
 use std::arch::x86_64::*;
 
-/// The most rows of C these kernels take; larger products go to the `gemm` crate.
+/// The most rows of C (or, for `C = A · B`, terms of each sum) these kernels take; larger
+/// products go to the `gemm` crate.
 pub(super) const MAX_ROWS: usize = 64;
 
 /// Whether this CPU runs the kernels of this module.
@@ -57,23 +58,16 @@ fn row_blocks(m: usize, max: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// Runs `work(task)` for every task in `0..tasks`, on up to `threads` threads of rayon's pool.
-fn for_each_task(tasks: usize, threads: usize, work: impl Fn(usize) + Sync + Send) {
-    use rayon::prelude::*;
-    if threads <= 1 || tasks <= 1 {
-        (0..tasks).for_each(work);
-    } else {
-        let per_thread = tasks.div_ceil(threads);
-        (0..tasks)
-            .into_par_iter()
-            .with_min_len(per_thread.min(4))
-            .for_each(work);
-    }
+/// Runs `work(task)` for every task in `0..tasks`, on up to `threads` threads of the pool the
+/// generated kernels run on (`ovl_codegen::for_each_parallel`: one pool for every kernel).
+fn for_each_task(tasks: usize, threads: usize, work: impl Fn(usize) + Sync) {
+    ovl_codegen::for_each_parallel(tasks, threads, &work);
 }
 
 /// `C[m, n] = op(A)[m, k] · B[k, n]`: C row-major (row stride `n`), B row-major (row stride
-/// `n`), op(A)'s element `(i, l)` at `a + i * a_rs + l * a_cs`. Requires `m <= MAX_ROWS`,
-/// `k > 0` and [`available`].
+/// `n`), op(A)'s element `(i, l)` at `a + i * a_rs + l * a_cs`. Requires `k > 0` and
+/// [`available`]; fast where `m <= MAX_ROWS` (B streamed once from memory) or
+/// `k <= MAX_ROWS` (each strip of B stays in L1 while every block of rows passes over it).
 ///
 /// # Safety
 /// The pointers hold the elements described; C overlaps neither input.
@@ -86,7 +80,7 @@ pub(super) unsafe fn gemm_nn(
     c: *mut f32,
     threads: usize,
 ) {
-    debug_assert!(m <= MAX_ROWS && k > 0 && available());
+    debug_assert!(k > 0 && available());
     let blocks = row_blocks(m, NN_ROWS);
     // A packed block by block, each `[k][rows]`, so that a step over `k` reads adjacent values.
     let mut packed = vec![0f32; m * k];
@@ -105,7 +99,8 @@ pub(super) unsafe fn gemm_nn(
         c,
     };
     let strips = n.div_ceil(NN_COLS);
-    for_each_task(strips, threads, |strip| {
+    // One block of rows by one strip of columns.
+    let block = |(first, rows): (usize, usize), strip: usize| {
         let shared = shared;
         let first_col = strip * NN_COLS;
         let cols = NN_COLS.min(n - first_col);
@@ -113,24 +108,35 @@ pub(super) unsafe fn gemm_nn(
             let valid = cols.saturating_sub(16 * q).min(16);
             ((1u32 << valid) - 1) as u16
         });
-        for &(first, rows) in &blocks {
-            // SAFETY: the block's packed A, the strip's columns of B and the block's part of C
-            // lie inside the buffers (the caller's contract); strips are disjoint in C.
-            unsafe {
-                let ap = shared.a.add(first * k);
-                let bp = shared.b.add(first_col);
-                let cp = shared.c.add(first * n + first_col);
-                match rows {
-                    1 => nn_block::<1>(k, ap, bp, n, cp, masks),
-                    2 => nn_block::<2>(k, ap, bp, n, cp, masks),
-                    3 => nn_block::<3>(k, ap, bp, n, cp, masks),
-                    4 => nn_block::<4>(k, ap, bp, n, cp, masks),
-                    5 => nn_block::<5>(k, ap, bp, n, cp, masks),
-                    _ => nn_block::<6>(k, ap, bp, n, cp, masks),
-                }
+        // SAFETY: the block's packed A, the strip's columns of B and the block's part of C lie
+        // inside the buffers (the caller's contract); tasks below are disjoint in C.
+        unsafe {
+            let ap = shared.a.add(first * k);
+            let bp = shared.b.add(first_col);
+            let cp = shared.c.add(first * n + first_col);
+            match rows {
+                1 => nn_block::<1>(k, ap, bp, n, cp, masks),
+                2 => nn_block::<2>(k, ap, bp, n, cp, masks),
+                3 => nn_block::<3>(k, ap, bp, n, cp, masks),
+                4 => nn_block::<4>(k, ap, bp, n, cp, masks),
+                5 => nn_block::<5>(k, ap, bp, n, cp, masks),
+                _ => nn_block::<6>(k, ap, bp, n, cp, masks),
             }
         }
-    });
+    };
+    if m <= MAX_ROWS {
+        // Few rows: a task per strip of B, read once from memory, then from L2 for the other
+        // blocks of rows.
+        for_each_task(strips, threads, |strip| {
+            blocks.iter().for_each(|&rows| block(rows, strip))
+        });
+    } else {
+        // Many rows (a short sum, B small): a task per block of rows, writing whole rows of C
+        // (strips of C's rows would leave cache lines half written).
+        for_each_task(blocks.len(), threads, |i| {
+            (0..strips).for_each(|strip| block(blocks[i], strip))
+        });
+    }
 }
 
 /// One register block of `C = A · B`: `R` rows by up to 64 columns (the lanes in `masks`).
@@ -354,7 +360,7 @@ mod tests {
                     check(&c, &reference(m, n, k, &a, ta, &b, false), k);
                 }
             }
-            for threads in [1, 2] {
+            for threads in [1, 2].into_iter().filter(|_| m <= MAX_ROWS) {
                 let mut c = vec![f32::NAN; m * n];
                 // SAFETY: as above, B read as `[n, k]`.
                 unsafe { gemm_nt((m, n, k), a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), threads) };

@@ -81,6 +81,38 @@ pub fn cpu_count() -> usize {
     *N.get_or_init(|| num_cpus::get().max(1))
 }
 
+/// Runs `work(i)` for every `i` in `0..tasks` on the calling thread and up to `threads - 1`
+/// threads (0: one per core) of the pool the generated kernels run on, each taking the next
+/// task until none is left. Library kernels (the facade's GEMM) use this so that one pool of
+/// threads serves every kernel of a run: two pools on the same cores would each keep threads
+/// awake after their kernels end and take the cores from the other's next kernel.
+pub fn for_each_parallel(tasks: usize, threads: usize, work: &(dyn Fn(usize) + Sync)) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let threads = match threads {
+        0 => cpu_count(),
+        t => t,
+    }
+    .min(tasks);
+    let pool = (threads > 1).then(pool).flatten();
+    let next = AtomicUsize::new(0);
+    let drain = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= tasks {
+            break;
+        }
+        work(i);
+    };
+    match pool {
+        Some(pool) => pool.in_place_scope(|s| {
+            for _ in 1..threads {
+                s.spawn(|_| drain());
+            }
+            drain();
+        }),
+        None => drain(),
+    }
+}
+
 fn pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     POOL.get_or_init(|| {
