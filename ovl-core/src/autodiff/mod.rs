@@ -379,11 +379,24 @@ fn accumulate(
 ) -> Result<(), GradError> {
     let sum = match grads.remove(&key(t)) {
         None => g,
-        Some(prev) => match t.dtype {
-            DType::F32 => (&Lazy::<f32>::from_untyped(prev) + &Lazy::<f32>::from_untyped(g)).inner,
-            DType::F64 => (&Lazy::<f64>::from_untyped(prev) + &Lazy::<f64>::from_untyped(g)).inner,
-            other => return Err(GradError::NotFloat(other, operator.to_string())),
-        },
+        Some(prev) => {
+            // Contributions that are all matrix products: one call summing them.
+            let merged = match t.dtype {
+                DType::F32 => crate::lazy_ops::gemm::merge_sum::<f32>(&prev, &g),
+                DType::F64 => crate::lazy_ops::gemm::merge_sum::<f64>(&prev, &g),
+                _ => None,
+            };
+            match (merged, t.dtype) {
+                (Some(sum), _) => sum,
+                (None, DType::F32) => {
+                    (&Lazy::<f32>::from_untyped(prev) + &Lazy::<f32>::from_untyped(g)).inner
+                }
+                (None, DType::F64) => {
+                    (&Lazy::<f64>::from_untyped(prev) + &Lazy::<f64>::from_untyped(g)).inner
+                }
+                (None, other) => return Err(GradError::NotFloat(other, operator.to_string())),
+            }
+        }
     };
     grads.insert(key(t), sum);
     Ok(())
