@@ -406,6 +406,26 @@ mod tests {
     }
 
     #[test]
+    fn a_sum_of_products_has_two_inputs_per_term_shaped_alike() {
+        let dag = gemm_sum_operator("mm", DType::F32, &[4, 3], &[4, 5], (true, false), 3).unwrap();
+        assert_eq!(dag.inputs.len(), 6);
+        let dims = gemm_dims(&dag).unwrap();
+        assert_eq!((dims.m, dims.n, dims.k, dims.terms), (3, 5, 4, 3));
+        assert_eq!(describe(&dag), "gemm(aᵀ) sum of 3");
+        crate::validate::validate(&expand(&dag)).unwrap();
+        let mut odd = dag.clone();
+        odd.inputs[4] = tensor_type(DType::F32, &[2, 3]);
+        assert_eq!(gemm_dims(&odd), Err(LibraryCallError::Terms));
+        let mut short = dag;
+        short.inputs.pop();
+        let err = gemm_dims(&short).unwrap_err();
+        assert!(
+            err.to_string().contains("3 term(s) reads 6 inputs"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn the_reference_program_validates() {
         for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
             let a = if ta { [2, 0, 3] } else { [2, 3, 0] };
