@@ -25,6 +25,9 @@ pub(super) fn available() -> bool {
 const NN_ROWS: usize = 6;
 /// Columns of C per register block of `C = A · B` (4 registers of 16 lanes).
 const NN_COLS: usize = 64;
+/// How many rows of B ahead the first block of rows of a strip prefetches (about a memory
+/// latency's worth of steps over `k`).
+const PREFETCH_ROWS: usize = 16;
 /// Rows of A (of C) per register block of `C = A · Bᵀ`.
 const NT_ROWS: usize = 4;
 /// Rows of B (columns of C) per register block of `C = A · Bᵀ` (4 x 6 = 24 registers).
@@ -100,7 +103,7 @@ pub(super) unsafe fn gemm_nn(
     };
     let strips = n.div_ceil(NN_COLS);
     // One block of rows by one strip of columns.
-    let block = |(first, rows): (usize, usize), strip: usize| {
+    let block = |(first, rows): (usize, usize), strip: usize, prefetch: bool| {
         let shared = shared;
         let first_col = strip * NN_COLS;
         let cols = NN_COLS.min(n - first_col);
@@ -115,26 +118,30 @@ pub(super) unsafe fn gemm_nn(
             let bp = shared.b.add(first_col);
             let cp = shared.c.add(first * n + first_col);
             match rows {
-                1 => nn_block::<1>(k, ap, bp, n, cp, masks),
-                2 => nn_block::<2>(k, ap, bp, n, cp, masks),
-                3 => nn_block::<3>(k, ap, bp, n, cp, masks),
-                4 => nn_block::<4>(k, ap, bp, n, cp, masks),
-                5 => nn_block::<5>(k, ap, bp, n, cp, masks),
-                _ => nn_block::<6>(k, ap, bp, n, cp, masks),
+                1 => nn_block::<1>(k, ap, bp, n, cp, masks, prefetch),
+                2 => nn_block::<2>(k, ap, bp, n, cp, masks, prefetch),
+                3 => nn_block::<3>(k, ap, bp, n, cp, masks, prefetch),
+                4 => nn_block::<4>(k, ap, bp, n, cp, masks, prefetch),
+                5 => nn_block::<5>(k, ap, bp, n, cp, masks, prefetch),
+                _ => nn_block::<6>(k, ap, bp, n, cp, masks, prefetch),
             }
         }
     };
     if m <= MAX_ROWS {
         // Few rows: a task per strip of B, read once from memory, then from L2 for the other
         // blocks of rows.
+        // The first block prefetches the strip's rows ahead: each row of a strip lies in
+        // another page, where the hardware's prefetcher stops.
         for_each_task(strips, threads, |strip| {
-            blocks.iter().for_each(|&rows| block(rows, strip))
+            for (i, &rows) in blocks.iter().enumerate() {
+                block(rows, strip, i == 0);
+            }
         });
     } else {
         // Many rows (a short sum, B small): a task per block of rows, writing whole rows of C
         // (strips of C's rows would leave cache lines half written).
         for_each_task(blocks.len(), threads, |i| {
-            (0..strips).for_each(|strip| block(blocks[i], strip))
+            (0..strips).for_each(|strip| block(blocks[i], strip, false))
         });
     }
 }
@@ -143,7 +150,8 @@ pub(super) unsafe fn gemm_nn(
 ///
 /// # Safety
 /// `ap` holds `k * R` packed values; `b` rows `0..k` (stride `ldb`) and `c` rows `0..R`
-/// (stride `ldb`) hold the masked lanes; AVX-512F is available.
+/// (stride `ldb`) hold the masked lanes; AVX-512F is available. `prefetch`: fetch rows of B
+/// ahead into the cache.
 #[target_feature(enable = "avx512f")]
 unsafe fn nn_block<const R: usize>(
     k: usize,
@@ -152,6 +160,7 @@ unsafe fn nn_block<const R: usize>(
     ldb: usize,
     c: *mut f32,
     masks: [u16; 4],
+    prefetch: bool,
 ) {
     let mut acc = [[_mm512_setzero_ps(); 4]; R];
     let full = masks == [u16::MAX; 4];
@@ -160,6 +169,12 @@ unsafe fn nn_block<const R: usize>(
     unsafe {
         for l in 0..k {
             let row = b.add(l * ldb);
+            if prefetch && l + PREFETCH_ROWS < k {
+                let ahead = row.add(PREFETCH_ROWS * ldb).cast::<i8>();
+                for q in 0..4 {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.add(64 * q));
+                }
+            }
             let mut bv = [_mm512_setzero_ps(); 4];
             if full {
                 for q in 0..4 {
