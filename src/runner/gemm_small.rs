@@ -46,6 +46,20 @@ struct Shared {
 unsafe impl Send for Shared {}
 unsafe impl Sync for Shared {}
 
+// Closures call these (not the fields), so that they capture the whole `Shared` (`Sync`), not
+// its raw pointer fields.
+impl Shared {
+    fn a(&self) -> *const f32 {
+        self.a
+    }
+    fn b(&self) -> *const f32 {
+        self.b
+    }
+    fn c(&self) -> *mut f32 {
+        self.c
+    }
+}
+
 /// Splits `m` rows into `ceil(m / max)` blocks of nearly equal sizes: `(first row, rows)`.
 fn row_blocks(m: usize, max: usize) -> Vec<(usize, usize)> {
     let count = m.div_ceil(max);
@@ -104,7 +118,6 @@ pub(super) unsafe fn gemm_nn(
     let strips = n.div_ceil(NN_COLS);
     // One block of rows by one strip of columns.
     let block = |(first, rows): (usize, usize), strip: usize, prefetch: bool| {
-        let shared = shared;
         let first_col = strip * NN_COLS;
         let cols = NN_COLS.min(n - first_col);
         let masks: [u16; 4] = std::array::from_fn(|q| {
@@ -114,9 +127,9 @@ pub(super) unsafe fn gemm_nn(
         // SAFETY: the block's packed A, the strip's columns of B and the block's part of C lie
         // inside the buffers (the caller's contract); tasks below are disjoint in C.
         unsafe {
-            let ap = shared.a.add(first * k);
-            let bp = shared.b.add(first_col);
-            let cp = shared.c.add(first * n + first_col);
+            let ap = shared.a().add(first * k);
+            let bp = shared.b().add(first_col);
+            let cp = shared.c().add(first * n + first_col);
             match rows {
                 1 => nn_block::<1>(k, ap, bp, n, cp, masks, prefetch),
                 2 => nn_block::<2>(k, ap, bp, n, cp, masks, prefetch),
@@ -152,6 +165,8 @@ pub(super) unsafe fn gemm_nn(
 /// `ap` holds `k * R` packed values; `b` rows `0..k` (stride `ldb`) and `c` rows `0..R`
 /// (stride `ldb`) hold the masked lanes; AVX-512F is available. `prefetch`: fetch rows of B
 /// ahead into the cache.
+// Indexed loops over the register arrays: fixed trip counts the compiler unrolls into registers.
+#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f")]
 unsafe fn nn_block<const R: usize>(
     k: usize,
@@ -217,16 +232,15 @@ pub(super) unsafe fn gemm_nt(
     let shared = Shared { a, b, c };
     let groups = n.div_ceil(NT_COLS);
     for_each_task(groups, threads, |group| {
-        let shared = shared;
         let first_col = group * NT_COLS;
         let cols = NT_COLS.min(n - first_col);
         for &(first, rows) in &blocks {
             // SAFETY: the block's rows of A, the group's rows of B and the block's part of C
             // lie inside the buffers; groups are disjoint in C.
             unsafe {
-                let ap = shared.a.add(first * k);
-                let bp = shared.b.add(first_col * k);
-                let cp = shared.c.add(first * n + first_col);
+                let ap = shared.a().add(first * k);
+                let bp = shared.b().add(first_col * k);
+                let cp = shared.c().add(first * n + first_col);
                 match rows {
                     1 => nt_block::<1>(k, ap, bp, cols, cp, n),
                     2 => nt_block::<2>(k, ap, bp, cols, cp, n),
@@ -244,6 +258,7 @@ pub(super) unsafe fn gemm_nt(
 /// # Safety
 /// `a` holds `R` rows and `b` `cols` rows of `k` values (row stride `k`); `c` rows `0..R`
 /// (stride `ldc`) hold `cols` values; AVX-512F is available.
+#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f")]
 unsafe fn nt_block<const R: usize>(
     k: usize,
