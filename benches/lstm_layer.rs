@@ -18,6 +18,10 @@
 //! `benches/lstm_layer_peers.py` checks against its NumPy reference before any peer runs;
 //! the inputs come from the formula both sides share (`input`). `scripts/bench-lstm-layer.sh`
 //! runs everything and writes the table.
+//!
+//! `-- --profile [--backward] [--hoist] [--iterations N] [--size T,B,H]` lists each kernel's
+//! best time over N runs (5 unless told) of the forward (or forward + backward) pass of one
+//! size, then the sums per operator name: where the layer's time goes.
 
 mod common;
 
