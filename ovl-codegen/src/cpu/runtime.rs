@@ -457,3 +457,27 @@ unsafe fn call(run_fn: RunFn, p: Pointers, lo: u64, hi: u64, st: &mut Status) {
         run_fn(p.inputs, p.outputs, p.symbols, lo as i64, hi as i64, st);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::for_each_parallel;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Every task runs exactly once, whatever the thread count (0: one per core) and however
+    /// many tasks there are (none included).
+    #[test]
+    fn for_each_parallel_runs_every_task_once() {
+        for threads in [0, 1, 2, 7] {
+            for tasks in [0, 1, 3, 100] {
+                let counts: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+                for_each_parallel(tasks, threads, &|i| {
+                    counts[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(
+                    counts.iter().all(|c| c.load(Ordering::Relaxed) == 1),
+                    "{tasks} tasks on {threads} threads"
+                );
+            }
+        }
+    }
+}
