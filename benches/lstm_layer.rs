@@ -18,6 +18,10 @@
 //! `benches/lstm_layer_peers.py` checks against its NumPy reference before any peer runs;
 //! the inputs come from the formula both sides share (`input`). `scripts/bench-lstm-layer.sh`
 //! runs everything and writes the table.
+//!
+//! `-- --profile [--backward] [--hoist] [--iterations N] [--size T,B,H]` lists each kernel's
+//! best time over N runs (5 unless told) of the forward (or forward + backward) pass of one
+//! size, then the sums per operator name: where the layer's time goes.
 
 mod common;
 
@@ -231,18 +235,47 @@ fn main() {
     if args.flag("--profile") {
         // Each kernel's best time in the forward pass of the first size, from host data.
         let (t, b, h) = sizes[0];
-        let [xv, wv, uv, bv, _] = inputs(t, b, h);
-        let hs = layer(
-            &Lazy::from(xv),
-            &Lazy::from(wv),
-            &Lazy::from(uv),
-            &Lazy::from(bv),
-            args.flag("--hoist"),
-        );
+        let [xv, wv, uv, bv, gv] = inputs(t, b, h);
+        let [x, w, u, bias, g] = [xv, wv, uv, bv, gv].map(Lazy::from);
+        let hs = layer(&x, &w, &u, &bias, args.flag("--hoist"));
+        let outs: Vec<Lazy<f32>> = if args.flag("--backward") {
+            let seeds: Vec<Lazy<f32>> = ops::split(&g, 0, t)
+                .iter()
+                .map(|g| ops::reshape(g, &[b, h]))
+                .collect();
+            let pairs: Vec<(&Lazy<f32>, &Lazy<f32>)> = hs.iter().zip(&seeds).collect();
+            let grads = ovl::backward(&pairs, &[&x, &w, &u, &bias]).expect("backward");
+            [&x, &w, &u, &bias]
+                .iter()
+                .map(|v| grads.of_or_zeros(v))
+                .collect()
+        } else {
+            hs
+        };
         let options = Options::cpu().with_opt_level(opt_level());
-        let (_, profile) = ovl::profile(&hs[..], &options, 5).expect("profile");
+        let iterations = all
+            .iter()
+            .position(|a| a == "--iterations")
+            .and_then(|i| all.get(i + 1))
+            .map_or(5, |s| s.parse().expect("--iterations N"));
+        let (_, profile) = ovl::profile(&outs[..], &options, iterations).expect("profile");
+        // Each kernel's best time, then the sum per operator name.
+        let mut sums: Vec<(String, f64, usize)> = Vec::new();
         for op in &profile.operators {
-            println!("{:>10.3} ms  {}", op.min().as_secs_f64() * 1e3, op.name);
+            let ms = op.min().as_secs_f64() * 1e3;
+            println!("{ms:>10.3} ms  {}", op.name);
+            match sums.iter_mut().find(|s| s.0 == op.name) {
+                Some(s) => {
+                    s.1 += ms;
+                    s.2 += 1;
+                }
+                None => sums.push((op.name.clone(), ms, 1)),
+            }
+        }
+        sums.sort_by(|a, b| b.1.total_cmp(&a.1));
+        println!("-- per name (sum of best times, kernels)");
+        for (name, ms, n) in sums {
+            println!("{ms:>10.3} ms  {n:>4}  {name}");
         }
         return;
     }

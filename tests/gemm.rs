@@ -563,7 +563,14 @@ fn vmap_of_a_product_of_batched_operands_stays_a_call() {
 /// against the reference.
 #[test]
 fn few_rows_many_columns_in_every_form() {
-    for &(m, k, n) in &[(20, 300, 700), (32, 37, 1030), (33, 64, 300)] {
+    // The last two: many rows and a short sum (a step's weight gradient), a k tail.
+    for &(m, k, n) in &[
+        (20, 300, 700),
+        (32, 37, 1030),
+        (33, 64, 300),
+        (130, 20, 300),
+        (7, 3, 65),
+    ] {
         for (ta, tb) in FORMS {
             let [sa, sb] = shapes(&[], (m, k, n), ta, tb);
             let (a, b) = (values(&sa, 7), values(&sb, 8));
@@ -586,6 +593,121 @@ fn few_rows_many_columns_in_every_form() {
                 1e-6,
                 &format!("f32 {sa:?} x {sb:?}"),
             );
+        }
+    }
+}
+
+/// The GEMM calls of the graph before fusion: how many products each sums.
+fn gemm_terms(graph: &ovl::ir::OperatorDag) -> Vec<u32> {
+    graph
+        .operators
+        .iter()
+        .filter_map(|op| match op.library_call.as_ref()?.call.as_ref()? {
+            ovl::ir::library_call::Call::Gemm(g) => Some(g.terms.max(1)),
+        })
+        .collect()
+}
+
+/// A weight used in T products (`op(x_t) · op(W)`, the input products of T steps): its
+/// gradient is one call summing T products (not T calls and T - 1 additions), in every
+/// transposed form, equal to the reference sum and to central differences; the gradients of the
+/// `x_t` stay single products.
+#[test]
+fn a_weight_used_in_several_products_gets_one_call_summing_them() {
+    let (steps, (m, k, n)) = (5, (3, 7, 6));
+    for (ta, tb) in FORMS {
+        let [sa, sb] = shapes(&[], (m, k, n), ta, tb);
+        let xs: Vec<ArrayD<f64>> = (0..steps).map(|t| values(&sa, 20 + t as u64)).collect();
+        let w = values(&sb, 30);
+        let gs: Vec<ArrayD<f64>> = (0..steps).map(|t| values(&[m, n], 40 + t as u64)).collect();
+        let lw = Lazy::from(w.clone());
+        let lxs: Vec<Lazy<f64>> = xs.iter().map(|x| Lazy::from(x.clone())).collect();
+        let ys: Vec<Lazy<f64>> = lxs
+            .iter()
+            .map(|x| ovl_stdlib::matmul_t(x, &lw, ta, tb))
+            .collect();
+        let lgs: Vec<Lazy<f64>> = gs.iter().map(|g| Lazy::from(g.clone())).collect();
+        let pairs: Vec<(&Lazy<f64>, &Lazy<f64>)> = ys.iter().zip(&lgs).collect();
+        let mut wrt: Vec<&Lazy<f64>> = vec![&lw];
+        wrt.extend(&lxs);
+        let grads = ovl::backward(&pairs, &wrt).unwrap();
+        let dw = grads.of(&lw).unwrap();
+        let graph = ovl::fusion(&dw, 0).unwrap();
+        assert_eq!(
+            gemm_terms(&graph.before),
+            vec![steps as u32],
+            "({ta}, {tb}): {}",
+            ovl::ir_tools::operator_dag_to_text(&graph.before)
+        );
+        let dx0 = grads.of(&lxs[0]).unwrap();
+        assert_eq!(gemm_terms(&ovl::fusion(&dx0, 0).unwrap().before), vec![1]);
+        let total =
+            |w: &ArrayD<f64>| -> f64 { (0..steps).map(|t| loss(&xs[t], w, &gs[t], ta, tb)).sum() };
+        for o in [Options::interpreter(), Options::cpu()] {
+            let got = eval(&dw, &o);
+            for idx in 0..w.len() {
+                let h = 1e-5;
+                let bumped = |d: f64| {
+                    let mut w2 = w.clone();
+                    w2.as_slice_mut().unwrap()[idx] += d;
+                    total(&w2)
+                };
+                let numeric = (bumped(h) - bumped(-h)) / (2.0 * h);
+                let g = got.as_slice().unwrap()[idx];
+                assert!(
+                    (g - numeric).abs() <= 1e-7 * numeric.abs().max(1.0),
+                    "dW[{idx}] ({ta}, {tb}, {:?}): {g} vs {numeric}",
+                    o.target
+                );
+            }
+        }
+        // f32 on the CPU (its library path joins the terms along k) against the f64 result.
+        let want = eval(&dw, &Options::interpreter());
+        let w32 = Lazy::from(w.mapv(|v| v as f32));
+        let x32: Vec<Lazy<f32>> = xs
+            .iter()
+            .map(|x| Lazy::from(x.mapv(|v| v as f32)))
+            .collect();
+        let g32: Vec<Lazy<f32>> = gs
+            .iter()
+            .map(|g| Lazy::from(g.mapv(|v| v as f32)))
+            .collect();
+        let y32: Vec<Lazy<f32>> = x32
+            .iter()
+            .map(|x| ovl_stdlib::matmul_t(x, &w32, ta, tb))
+            .collect();
+        let pairs: Vec<(&Lazy<f32>, &Lazy<f32>)> = y32.iter().zip(&g32).collect();
+        let dw32 = ovl::backward(&pairs, &[&w32]).unwrap().of(&w32).unwrap();
+        let got = eval(&dw32, &Options::cpu());
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (f64::from(*g) - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                "{g} vs {w}"
+            );
+        }
+    }
+}
+
+/// A weight whose gradient contributions are a product and something else (here `W * W`):
+/// added as before, the product a single call.
+#[test]
+fn a_weight_used_in_a_product_and_elementwise_is_added_as_before() {
+    let (x, w) = (values(&[4, 4], 50), values(&[4, 4], 51));
+    let (lx, lw) = (Lazy::from(x.clone()), Lazy::from(w.clone()));
+    let y = ovl_stdlib::add(ovl_stdlib::matmul(&lx, &lw), ovl_stdlib::mul(&lw, &lw));
+    let g = values(&[4, 4], 52);
+    let dw = ovl::backward(&[(&y, &Lazy::from(g.clone()))], &[&lw])
+        .unwrap()
+        .of(&lw)
+        .unwrap();
+    assert_eq!(gemm_terms(&ovl::fusion(&dw, 0).unwrap().before), vec![1]);
+    // dW = xᵀ g + 2 W ∘ g.
+    let (xtg, _) = reference(&x, &g, true, false);
+    let want = &xtg + &(&w * &g * 2.0);
+    for o in [Options::interpreter(), Options::cpu()] {
+        let got = eval(&dw, &o);
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-12 * (1.0 + b.abs()), "{a} vs {b}");
         }
     }
 }

@@ -37,7 +37,7 @@ pub use cache::{cache_dir, clear_cache, clear_cache_at, memory_caches, CACHE_LAY
 pub use cpu::cache::compile_with_outcome;
 pub use cpu::compiler::{compiler_flags, compiler_invocations};
 pub use cpu::generate_cpp;
-pub use cpu::runtime::{cpu_count, CompiledOperator, Origin, PARALLEL_MIN_WORK};
+pub use cpu::runtime::{cpu_count, for_each_parallel, CompiledOperator, Origin, PARALLEL_MIN_WORK};
 pub use error::{
     Access, CodegenError, CompileFailure, CudaCompileFailure, GeometryError, LoadError,
     NotEmbedded, OutOfBounds, RunError,

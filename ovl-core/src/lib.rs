@@ -7,6 +7,7 @@
 
 pub mod autodiff;
 pub mod broadcast;
+mod builtin_gradient;
 pub mod error;
 pub mod interp;
 pub mod lazy;

@@ -21,6 +21,13 @@ pub struct GemmDims {
     pub transpose_a: bool,
     pub transpose_b: bool,
     pub dtype: DType,
+    /// Products summed (`Gemm.terms`, at least 1): inputs `2 * terms`, pairs shaped alike.
+    pub terms: u64,
+}
+
+/// The number of products a GEMM call sums (`Gemm.terms`, 0 read as 1).
+pub fn gemm_terms(g: &ir::Gemm) -> usize {
+    (g.terms as usize).max(1)
 }
 
 /// The call of `dag`, when it is a library call.
@@ -36,12 +43,18 @@ pub fn is_library_call(dag: &ir::ExpressionDag) -> bool {
 /// A short name of the call, for reports: `gemm`, `gemm(aᵀ)`, `gemm(bᵀ)`, `gemm(aᵀ, bᵀ)`.
 pub fn describe(dag: &ir::ExpressionDag) -> String {
     match call(dag) {
-        Some(ir::library_call::Call::Gemm(g)) => match (g.transpose_a, g.transpose_b) {
-            (false, false) => "gemm".into(),
-            (true, false) => "gemm(aᵀ)".into(),
-            (false, true) => "gemm(bᵀ)".into(),
-            (true, true) => "gemm(aᵀ, bᵀ)".into(),
-        },
+        Some(ir::library_call::Call::Gemm(g)) => {
+            let form = match (g.transpose_a, g.transpose_b) {
+                (false, false) => "gemm",
+                (true, false) => "gemm(aᵀ)",
+                (false, true) => "gemm(bᵀ)",
+                (true, true) => "gemm(aᵀ, bᵀ)",
+            };
+            match gemm_terms(g) {
+                1 => form.into(),
+                t => format!("{form} sum of {t}"),
+            }
+        }
         None => "an unknown library call".into(),
     }
 }
@@ -68,14 +81,22 @@ pub enum LibraryCallError {
     /// A call with a worker program or local tensors.
     #[error("a library call has no expressions and no local tensors")]
     HasBody,
-    /// A GEMM without exactly 2 inputs and 1 output.
-    #[error("a GEMM reads 2 inputs and writes 1 output, not {inputs} and {outputs}")]
+    /// A GEMM without exactly 2 inputs per term and 1 output.
+    #[error(
+        "a GEMM of {terms} term(s) reads {} inputs and writes 1 output, not {inputs} and {outputs}",
+        2 * *.terms
+    )]
     Arity {
+        /// Products summed.
+        terms: usize,
         /// Inputs declared.
         inputs: usize,
         /// Outputs declared.
         outputs: usize,
     },
+    /// A sum of products whose pairs are not shaped alike.
+    #[error("the terms of a GEMM sum of products have operands of different types")]
+    Terms,
     /// Operands and result not of one numeric dtype.
     #[error(
         "a GEMM multiplies numbers of one dtype: the operands and result are {a}, {b} and {c}"
@@ -131,8 +152,10 @@ pub fn gemm_dims(dag: &ir::ExpressionDag) -> Result<GemmDims, LibraryCallError> 
     if !dag.expressions.is_empty() || !dag.locals.is_empty() {
         return Err(E::HasBody);
     }
-    if dag.inputs.len() != 2 || dag.outputs.len() != 1 {
+    let terms = gemm_terms(g);
+    if dag.inputs.len() != 2 * terms || dag.outputs.len() != 1 {
         return Err(E::Arity {
+            terms,
             inputs: dag.inputs.len(),
             outputs: dag.outputs.len(),
         });
@@ -160,6 +183,13 @@ pub fn gemm_dims(dag: &ir::ExpressionDag) -> Result<GemmDims, LibraryCallError> 
     };
     if r < 2 || sb.len() != r || sc.len() != r || sa[..r - 2] != sb[..r - 2] {
         return Err(mismatch(false));
+    }
+    // Every later pair: the first pair's types (shapes, run-time sizes, dtype).
+    if dag.inputs[2..]
+        .chunks(2)
+        .any(|pair| pair[0] != *a || pair[1] != *b)
+    {
+        return Err(E::Terms);
     }
     let (m, ka) = if g.transpose_a {
         (sa[r - 1], sa[r - 2])
@@ -214,6 +244,7 @@ pub fn gemm_dims(dag: &ir::ExpressionDag) -> Result<GemmDims, LibraryCallError> 
         transpose_a: g.transpose_a,
         transpose_b: g.transpose_b,
         dtype,
+        terms: terms as u64,
     })
 }
 
@@ -227,6 +258,19 @@ pub fn gemm_operator(
     transpose_a: bool,
     transpose_b: bool,
 ) -> Result<ir::ExpressionDag, LibraryCallError> {
+    gemm_sum_operator(name, dtype, a, b, (transpose_a, transpose_b), 1)
+}
+
+/// The operator of a GEMM call summing `terms` products, each of operands shaped `a` and `b`
+/// (inputs `[A_1, B_1, ..., A_terms, B_terms]`, as `proto/ovl.proto` says).
+pub fn gemm_sum_operator(
+    name: &str,
+    dtype: DType,
+    a: &[u64],
+    b: &[u64],
+    (transpose_a, transpose_b): (bool, bool),
+    terms: usize,
+) -> Result<ir::ExpressionDag, LibraryCallError> {
     let r = a.len();
     let c: Vec<u64> = if r >= 2 && b.len() == r {
         let m = if transpose_a { a[r - 1] } else { a[r - 2] };
@@ -239,12 +283,15 @@ pub fn gemm_operator(
         version: crate::IR_VERSION,
         name: name.into(),
         workgroup_shape: c.clone(),
-        inputs: vec![tensor_type(dtype, a), tensor_type(dtype, b)],
+        inputs: (0..terms.max(1))
+            .flat_map(|_| [tensor_type(dtype, a), tensor_type(dtype, b)])
+            .collect(),
         outputs: vec![tensor_type(dtype, &c)],
         library_call: Some(ir::LibraryCall {
             call: Some(ir::library_call::Call::Gemm(ir::Gemm {
                 transpose_a,
                 transpose_b,
+                terms: if terms > 1 { terms as u32 } else { 0 },
             })),
         }),
         ..Default::default()
@@ -305,28 +352,30 @@ pub fn expand(dag: &ir::ExpressionDag) -> Cow<'_, ir::ExpressionDag> {
         },
     );
     let acc = b.var(zero);
-    let start = b.i64(0);
-    let k = size_expr(&mut b, &a_type, if g.transpose_a { r - 2 } else { r - 1 });
-    let step = b.i64(1);
-    let t = b.range(start, k, step);
-    let (i, j) = (pos[r - 2], pos[r - 1]);
-    let batch = &pos[..r - 2];
-    let a_at: Vec<u32> = batch
-        .iter()
-        .copied()
-        .chain(if g.transpose_a { [t, i] } else { [i, t] })
-        .collect();
-    let b_at: Vec<u32> = batch
-        .iter()
-        .copied()
-        .chain(if g.transpose_b { [j, t] } else { [t, j] })
-        .collect();
-    let x = b.read(IN, 0, &a_at);
-    let y = b.read(IN, 1, &b_at);
-    let product = b.op(Op::Mul, &[x, y]);
-    let sum = b.op(Op::Add, &[acc, product]);
-    b.assign(acc, sum);
-    b.end_range();
+    for term in 0..gemm_terms(g) as u32 {
+        let start = b.i64(0);
+        let k = size_expr(&mut b, &a_type, if g.transpose_a { r - 2 } else { r - 1 });
+        let step = b.i64(1);
+        let t = b.range(start, k, step);
+        let (i, j) = (pos[r - 2], pos[r - 1]);
+        let batch = &pos[..r - 2];
+        let a_at: Vec<u32> = batch
+            .iter()
+            .copied()
+            .chain(if g.transpose_a { [t, i] } else { [i, t] })
+            .collect();
+        let b_at: Vec<u32> = batch
+            .iter()
+            .copied()
+            .chain(if g.transpose_b { [j, t] } else { [t, j] })
+            .collect();
+        let x = b.read(IN, 2 * term, &a_at);
+        let y = b.read(IN, 2 * term + 1, &b_at);
+        let product = b.op(Op::Mul, &[x, y]);
+        let sum = b.op(Op::Add, &[acc, product]);
+        b.assign(acc, sum);
+        b.end_range();
+    }
     b.write(OUT, 0, &pos, acc);
     Cow::Owned(b.build())
 }
@@ -354,6 +403,26 @@ mod tests {
         let bad = gemm_operator("mm", DType::Bool, &[3, 5], &[5, 7], false, false).unwrap_err();
         assert!(matches!(bad, LibraryCallError::DTypes { .. }), "{bad}");
         assert!(bad.to_string().contains("bool"), "{bad}");
+    }
+
+    #[test]
+    fn a_sum_of_products_has_two_inputs_per_term_shaped_alike() {
+        let dag = gemm_sum_operator("mm", DType::F32, &[4, 3], &[4, 5], (true, false), 3).unwrap();
+        assert_eq!(dag.inputs.len(), 6);
+        let dims = gemm_dims(&dag).unwrap();
+        assert_eq!((dims.m, dims.n, dims.k, dims.terms), (3, 5, 4, 3));
+        assert_eq!(describe(&dag), "gemm(aᵀ) sum of 3");
+        crate::validate::validate(&expand(&dag)).unwrap();
+        let mut odd = dag.clone();
+        odd.inputs[4] = tensor_type(DType::F32, &[2, 3]);
+        assert_eq!(gemm_dims(&odd), Err(LibraryCallError::Terms));
+        let mut short = dag;
+        short.inputs.pop();
+        let err = gemm_dims(&short).unwrap_err();
+        assert!(
+            err.to_string().contains("3 term(s) reads 6 inputs"),
+            "{err}"
+        );
     }
 
     #[test]

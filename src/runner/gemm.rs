@@ -41,24 +41,98 @@ impl GemmKernel {
             })
         };
         let dims = gemm_dims(op).map_err(|m| mismatch(m.to_string()))?;
-        let output = match (inputs.len(), outputs) {
-            (2, &[output]) if dims.dtype == self.dtype => output,
+        let terms = dims.terms as usize;
+        let output = match outputs {
+            &[output] if inputs.len() == 2 * terms && dims.dtype == self.dtype => output,
             _ => {
                 return Err(mismatch(format!(
-                    "the kernel was prepared for {}, 2 inputs and 1 output",
-                    self.dtype
+                    "the kernel was prepared for {}, {} inputs and 1 output",
+                    self.dtype,
+                    2 * terms
                 )))
             }
         };
         // SAFETY: the caller's contract, with the sizes of `op`'s types.
         unsafe {
             match self.dtype {
-                DType::F64 => gemm_batched::<f64>(&dims, inputs[0], inputs[1], output, threads),
-                _ => gemm_batched::<f32>(&dims, inputs[0], inputs[1], output, threads),
+                DType::F64 => gemm_sum::<f64>(&dims, inputs, output, threads),
+                _ => gemm_sum::<f32>(&dims, inputs, output, threads),
             }
         }
         Ok(())
     }
+}
+
+/// `C[b] = Σ_t op(A_t[b]) · op(B_t[b])` over the `dims.terms` pairs of `inputs`: one product
+/// whose `k` axis concatenates the terms' (each batch's operands copied side by side first:
+/// a copy of the operands is cheap next to the product, and one product writes C once where
+/// `terms` products and their sum would write it `2 * terms - 1` times).
+///
+/// # Safety
+/// As [`GemmKernel::run`]: `inputs` holds `2 * dims.terms` buffers of the operands' types.
+unsafe fn gemm_sum<T: Element>(
+    dims: &GemmDims,
+    inputs: &[*const c_void],
+    c: *mut c_void,
+    threads: usize,
+) {
+    let terms = dims.terms as usize;
+    if terms <= 1 {
+        // SAFETY: the caller's contract.
+        return unsafe { gemm_batched::<T>(dims, inputs[0], inputs[1], c, threads) };
+    }
+    let (m, n, k) = (dims.m as usize, dims.n as usize, dims.k as usize);
+    let joined = GemmDims {
+        batch: 1,
+        k: dims.k * dims.terms,
+        terms: 1,
+        ..*dims
+    };
+    for batch in 0..dims.batch as usize {
+        // op(A) [m, k]: stored [k, m] (k its rows) when transposed, else [m, k] (k its columns).
+        // SAFETY: each input holds `batch` matrices of these sizes.
+        let a = unsafe { join_along_k::<T>(inputs, 0, batch, (m, k), dims.transpose_a) };
+        let b = unsafe { join_along_k::<T>(inputs, 1, batch, (n, k), !dims.transpose_b) };
+        // SAFETY: the joined operands hold the joined sizes; C's batch lies inside C.
+        unsafe {
+            let c = c.cast::<T>().add(batch * m * n).cast::<c_void>();
+            gemm_batched::<T>(&joined, a.as_ptr().cast(), b.as_ptr().cast(), c, threads);
+        }
+    }
+}
+
+/// Operand `which` (0: A, 1: B) of every term, batch `batch`, joined along `k`: a matrix of
+/// `other` rows (or columns) by `k` per term, stored with `k` as its rows (`k_rows`: `[k, other]`
+/// each, joined into `[terms * k, other]`) or as its columns (`[other, k]` into
+/// `[other, terms * k]`).
+///
+/// # Safety
+/// Every `inputs[2 t + which]` holds at least `batch + 1` matrices of `other * k` elements.
+unsafe fn join_along_k<T: Element>(
+    inputs: &[*const c_void],
+    which: usize,
+    batch: usize,
+    (other, k): (usize, usize),
+    k_rows: bool,
+) -> Vec<T> {
+    let size = other * k;
+    // SAFETY: the caller's contract.
+    let parts: Vec<&[T]> = inputs[which..]
+        .iter()
+        .step_by(2)
+        .map(|&p| unsafe { std::slice::from_raw_parts(p.cast::<T>().add(batch * size), size) })
+        .collect();
+    let mut joined = Vec::with_capacity(parts.len() * size);
+    if k_rows {
+        parts.iter().for_each(|p| joined.extend_from_slice(p));
+    } else {
+        for row in 0..other {
+            parts
+                .iter()
+                .for_each(|p| joined.extend_from_slice(&p[row * k..(row + 1) * k]));
+        }
+    }
+    joined
 }
 
 /// `C[b] = op(A[b]) · op(B[b])` for every batch `b`, row-major buffers.
@@ -100,20 +174,33 @@ unsafe fn gemm_batched<T: Element>(
     };
     for batch in 0..dims.batch as usize {
         // SAFETY: each batch's matrices lie inside the buffers; C's are disjoint from A's and
-        // B's. `read_dst = false`: C is overwritten (`beta`, the product's factor, is 1).
+        // B's.
+        let (a, b, c) = unsafe {
+            (
+                a.add(batch * m * k),
+                b.add(batch * k * n),
+                c.add(batch * m * n),
+            )
+        };
+        let (a_strides, b_strides) = ((a_rs, a_cs), (b_rs, b_cs));
+        if unsafe { T::few_rows((m, n, k), (a, a_strides), (b, b_strides), c, threads) } {
+            continue;
+        }
+        // SAFETY: as above. `read_dst = false`: C is overwritten (`beta`, the product's factor,
+        // is 1).
         unsafe {
             gemm::gemm(
                 m,
                 n,
                 k,
-                c.add(batch * m * n),
+                c,
                 1,
                 n as isize,
                 false,
-                a.add(batch * m * k),
+                a,
                 a_cs as isize,
                 a_rs as isize,
-                b.add(batch * k * n),
+                b,
                 b_cs as isize,
                 b_rs as isize,
                 T::ZERO,
@@ -127,15 +214,70 @@ unsafe fn gemm_batched<T: Element>(
     }
 }
 
+/// Row and column strides of a matrix operand, in elements.
+type Strides = (usize, usize);
+
 /// The element types the library multiplies.
 trait Element: Copy + 'static {
     const ZERO: Self;
     const ONE: Self;
+
+    /// Computes one `C[m, n] = op(A) · op(B)` (C row-major) with this crate's kernels for
+    /// products with few rows (`gemm_small`) when they apply to the sizes, layout, element
+    /// type and CPU; `false`: not computed.
+    ///
+    /// # Safety
+    /// As [`GemmKernel::run`], for one batch's matrices; `k > 0`.
+    unsafe fn few_rows(
+        _dims: (usize, usize, usize),
+        _a: (*const Self, Strides),
+        _b: (*const Self, Strides),
+        _c: *mut Self,
+        _threads: usize,
+    ) -> bool {
+        false
+    }
 }
 
 impl Element for f32 {
     const ZERO: f32 = 0.0;
     const ONE: f32 = 1.0;
+
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn few_rows(
+        (m, n, k): (usize, usize, usize),
+        (a, a_strides): (*const f32, Strides),
+        (b, b_strides): (*const f32, Strides),
+        c: *mut f32,
+        threads: usize,
+    ) -> bool {
+        use super::gemm_small;
+        // Few rows: the weight B is streamed, not packed. A short sum (few rows of B, as in a
+        // weight gradient `x_tᵀ · dz_t` of one step): B's strip stays in L1 while every block
+        // of rows passes over it; the crate's packing would dominate.
+        let (few_rows, short_sum) = (m <= gemm_small::MAX_ROWS, k <= gemm_small::MAX_ROWS);
+        if !(few_rows || short_sum) || !gemm_small::available() {
+            return false;
+        }
+        // Small products are not worth waking threads for (as for the crate above).
+        let threads = if m * n * k >= 64 * 64 * 64 {
+            threads
+        } else {
+            1
+        };
+        // SAFETY: the caller's contract, with the layouts each kernel requires checked here.
+        unsafe {
+            if b_strides == (n, 1) {
+                gemm_small::gemm_nn((m, n, k), a, a_strides, b, c, threads);
+                true
+            } else if few_rows && b_strides == (1, k) && a_strides == (k, 1) {
+                gemm_small::gemm_nt((m, n, k), a, b, c, threads);
+                true
+            } else {
+                false
+            }
+        }
+    }
 }
 
 impl Element for f64 {

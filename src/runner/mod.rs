@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 mod device;
 mod gemm;
+#[cfg(target_arch = "x86_64")]
+mod gemm_small;
 mod pointers;
 mod sig;
 

@@ -81,6 +81,38 @@ pub fn cpu_count() -> usize {
     *N.get_or_init(|| num_cpus::get().max(1))
 }
 
+/// Runs `work(i)` for every `i` in `0..tasks` on the calling thread and up to `threads - 1`
+/// threads (0: one per core) of the pool the generated kernels run on, each taking the next
+/// task until none is left. Library kernels (the facade's GEMM) use this so that one pool of
+/// threads serves every kernel of a run: two pools on the same cores would each keep threads
+/// awake after their kernels end and take the cores from the other's next kernel.
+pub fn for_each_parallel(tasks: usize, threads: usize, work: &(dyn Fn(usize) + Sync)) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let threads = match threads {
+        0 => cpu_count(),
+        t => t,
+    }
+    .min(tasks);
+    let pool = (threads > 1).then(pool).flatten();
+    let next = AtomicUsize::new(0);
+    let drain = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= tasks {
+            break;
+        }
+        work(i);
+    };
+    match pool {
+        Some(pool) => pool.in_place_scope(|s| {
+            for _ in 1..threads {
+                s.spawn(|_| drain());
+            }
+            drain();
+        }),
+        None => drain(),
+    }
+}
+
 fn pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     POOL.get_or_init(|| {
@@ -420,5 +452,29 @@ unsafe fn call(run_fn: RunFn, p: Pointers, lo: u64, hi: u64, st: &mut Status) {
     // SAFETY: forwarded to the caller.
     unsafe {
         run_fn(p.inputs, p.outputs, p.symbols, lo as i64, hi as i64, st);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::for_each_parallel;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Every task runs exactly once, whatever the thread count (0: one per core) and however
+    /// many tasks there are (none included).
+    #[test]
+    fn for_each_parallel_runs_every_task_once() {
+        for threads in [0, 1, 2, 7] {
+            for tasks in [0, 1, 3, 100] {
+                let counts: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+                for_each_parallel(tasks, threads, &|i| {
+                    counts[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(
+                    counts.iter().all(|c| c.load(Ordering::Relaxed) == 1),
+                    "{tasks} tasks on {threads} threads"
+                );
+            }
+        }
     }
 }

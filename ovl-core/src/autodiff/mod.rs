@@ -73,21 +73,6 @@ pub fn set_gradient_keyed<T, K: TraceArg + ?Sized>(
     set(output, Gradient::new(gradient, Some(k.into_bytes())))
 }
 
-/// Sets the built-in gradient of an arithmetic call on handles (`lazy_ops`), keyed like
-/// [`set_gradient_keyed`]; a gradient the user attaches replaces it.
-pub(crate) fn set_builtin_gradient_keyed<T, K: TraceArg + ?Sized>(
-    output: &Lazy<T>,
-    key: &K,
-    gradient: impl Fn(&GradientCall) -> Vec<Option<LazyTensor>> + Send + Sync + 'static,
-) {
-    let mut k = TraceKey::new();
-    key.write_key(&mut k);
-    if let Node::Operator(op) = &*output.inner.node {
-        op.gradient
-            .set_builtin(Gradient::new(gradient, Some(k.into_bytes())));
-    }
-}
-
 fn set<T>(output: &Lazy<T>, gradient: Gradient) -> bool {
     match &*output.inner.node {
         Node::Operator(op) => op.gradient.set(gradient),
@@ -379,11 +364,24 @@ fn accumulate(
 ) -> Result<(), GradError> {
     let sum = match grads.remove(&key(t)) {
         None => g,
-        Some(prev) => match t.dtype {
-            DType::F32 => (&Lazy::<f32>::from_untyped(prev) + &Lazy::<f32>::from_untyped(g)).inner,
-            DType::F64 => (&Lazy::<f64>::from_untyped(prev) + &Lazy::<f64>::from_untyped(g)).inner,
-            other => return Err(GradError::NotFloat(other, operator.to_string())),
-        },
+        Some(prev) => {
+            // Contributions that are all matrix products: one call summing them.
+            let merged = match t.dtype {
+                DType::F32 => crate::lazy_ops::gemm::merge_sum::<f32>(&prev, &g),
+                DType::F64 => crate::lazy_ops::gemm::merge_sum::<f64>(&prev, &g),
+                _ => None,
+            };
+            match (merged, t.dtype) {
+                (Some(sum), _) => sum,
+                (None, DType::F32) => {
+                    (&Lazy::<f32>::from_untyped(prev) + &Lazy::<f32>::from_untyped(g)).inner
+                }
+                (None, DType::F64) => {
+                    (&Lazy::<f64>::from_untyped(prev) + &Lazy::<f64>::from_untyped(g)).inner
+                }
+                (None, other) => return Err(GradError::NotFloat(other, operator.to_string())),
+            }
+        }
     };
     grads.insert(key(t), sum);
     Ok(())

@@ -2,7 +2,7 @@
 //! calls"; `ovl_ir::library`), which the CPU runs through a tuned GEMM and fusion never merges.
 //! Its gradient is two more calls, with transposed operands instead of transposed copies.
 
-use crate::autodiff::set_builtin_gradient_keyed;
+use crate::builtin_gradient::set_builtin_gradient_keyed;
 use crate::error::TraceError;
 use crate::host::Scalar;
 use crate::lazy::{GradientCall, Lazy, LazyTensor, Node, OperatorNode};
@@ -108,6 +108,71 @@ fn guess_shape(a: &[usize], b: &[usize], transpose_a: bool, transpose_b: bool) -
     a[..ra - 2].iter().copied().chain([m, n]).collect()
 }
 
+/// The transposes and the input pairs of `t` when it is the result of a GEMM call recorded
+/// without a trace error (one product or a sum of products).
+fn terms_of(t: &LazyTensor) -> Option<((bool, bool), &[LazyTensor])> {
+    let Node::Operator(op) = &*t.node else {
+        return None;
+    };
+    match ovl_ir::library::call(&op.dag) {
+        Some(crate::ir::library_call::Call::Gemm(g)) if op.error.is_none() && t.output == 0 => {
+            Some(((g.transpose_a, g.transpose_b), &op.inputs))
+        }
+        _ => None,
+    }
+}
+
+/// `x + y` as one GEMM call summing the products of both, when both are results of GEMM calls
+/// with the same transposes and operand shapes (`proto/ovl.proto`, `Gemm.terms`); `None`
+/// otherwise. The backward pass adds a weight's gradient contributions so: for a weight used in
+/// T products (`x_t W` in T steps of a recurrence), `Σ_t x_tᵀ · dz_t` becomes one product over
+/// the steps instead of T products and T - 1 additions of weight-sized tensors.
+pub(crate) fn merge_sum<T: Scalar>(x: &LazyTensor, y: &LazyTensor) -> Option<LazyTensor> {
+    let (flags, xs) = terms_of(x)?;
+    let (flags_y, ys) = terms_of(y)?;
+    let alike = |a: &LazyTensor, b: &LazyTensor| a.shape == b.shape && a.dtype == b.dtype;
+    if flags != flags_y
+        || x.dtype != T::DTYPE
+        || !alike(x, y)
+        || !alike(&xs[0], &ys[0])
+        || !alike(&xs[1], &ys[1])
+    {
+        return None;
+    }
+    let inputs: Vec<LazyTensor> = xs.iter().chain(ys).cloned().collect();
+    let terms = inputs.len() / 2;
+    let wide = |s: &[usize]| s.iter().map(|&d| d as u64).collect::<Vec<u64>>();
+    let dag = ovl_ir::library::gemm_sum_operator(
+        NAME,
+        T::DTYPE,
+        &wide(&xs[0].shape),
+        &wide(&xs[1].shape),
+        flags,
+        terms,
+    )
+    .ok()?;
+    let node = OperatorNode::new(Arc::new(dag), inputs, None);
+    let sum = Lazy::<T>::from_untyped(LazyTensor {
+        node: Arc::new(Node::Operator(node)),
+        output: 0,
+        dtype: T::DTYPE,
+        shape: x.shape.clone(),
+    });
+    let key = format!(
+        "gemm-sum:{}:{}:{}:{terms}",
+        T::DTYPE.name(),
+        flags.0,
+        flags.1
+    );
+    let at = Location::caller();
+    set_builtin_gradient_keyed(&sum, key.as_str(), move |c: &GradientCall| {
+        (0..terms)
+            .flat_map(|term| term_gradient::<T>(c, term, flags, at))
+            .collect()
+    });
+    Some(sum.inner)
+}
+
 /// With `C = op(A) · op(B)`: `dA = dC · op(B)ᵀ` (or its transpose `op(B) · dCᵀ` when A was
 /// transposed), `dB = op(A)ᵀ · dC` (or `dCᵀ · op(A)` when B was), each a call whose flags say
 /// which operand is read transposed.
@@ -117,7 +182,19 @@ fn gradient<T: Scalar>(
     transpose_b: bool,
     at: &'static Location<'static>,
 ) -> Vec<Option<LazyTensor>> {
-    let (a, b, dc) = (c.input::<T>(0), c.input::<T>(1), c.output_grad::<T>(0));
+    term_gradient::<T>(c, 0, (transpose_a, transpose_b), at).to_vec()
+}
+
+/// The gradients of the operands of product `term` of a call (inputs `2 term` and `2 term + 1`),
+/// as [`gradient`] says.
+fn term_gradient<T: Scalar>(
+    c: &GradientCall,
+    term: usize,
+    (transpose_a, transpose_b): (bool, bool),
+    at: &'static Location<'static>,
+) -> [Option<LazyTensor>; 2] {
+    let (a, b) = (c.input::<T>(2 * term), c.input::<T>(2 * term + 1));
+    let dc = c.output_grad::<T>(0);
     let da = if transpose_a {
         gemm_at(&b, &dc, transpose_b, true, at)
     } else {
@@ -128,5 +205,5 @@ fn gradient<T: Scalar>(
     } else {
         gemm_at(&a, &dc, !transpose_a, false, at)
     };
-    vec![Some(da.into_untyped()), Some(db.into_untyped())]
+    [Some(da.into_untyped()), Some(db.into_untyped())]
 }

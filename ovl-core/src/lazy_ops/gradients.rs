@@ -31,9 +31,11 @@ pub(super) fn attach<T: Scalar>(
     }
     // What the closure captures: the op and the literals (a float's bits exactly).
     let key = format!("{}:{op:?}:{pattern:?}", T::DTYPE.name());
-    crate::autodiff::set_builtin_gradient_keyed(y, key.as_str(), move |c: &GradientCall| {
-        gradient::<T>(c, op, &pattern, at)
-    });
+    crate::builtin_gradient::set_builtin_gradient_keyed(
+        y,
+        key.as_str(),
+        move |c: &GradientCall| gradient::<T>(c, op, &pattern, at),
+    );
 }
 
 /// One elementwise operator of the gradient, at the forward call's line.

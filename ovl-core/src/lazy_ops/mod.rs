@@ -52,7 +52,7 @@ fn constant(dtype: DType, lit: Literal) -> ir::Expression {
     e
 }
 
-mod gemm;
+pub(crate) mod gemm;
 mod gradients;
 
 pub use gemm::gemm;

@@ -1,0 +1,401 @@
+//! `f32` products with few rows (`m <= MAX_ROWS`, the LSTM layer's per-step products: 20 or 64
+//! rows against a `[I, 4H]` weight) on CPUs with AVX-512, without packing the large operand.
+//!
+//! The `gemm` crate packs both operands into its own layout on every call. With 20 rows, packing
+//! the `[k, n]` weight costs as much memory traffic as the product itself (it reads the weight
+//! and writes a copy that the kernel reads again), and the crate's kernels use AVX2 on stable
+//! Rust. Here only the small operand (A, `m x k`) is packed; the weight is streamed once from
+//! memory in column strips (`C = A · B`) or row groups (`C = A · Bᵀ`), each strip staying in the
+//! core's L2 cache while every block of rows of A passes over it, with the block's results in
+//! AVX-512 registers for the whole sum over `k`. Column strips (row groups) are split between
+//! the threads.
+
+use std::arch::x86_64::*;
+
+/// The most rows of C (or, for `C = A · B`, terms of each sum) these kernels take; larger
+/// products go to the `gemm` crate.
+pub(super) const MAX_ROWS: usize = 64;
+
+/// Whether this CPU runs the kernels of this module.
+pub(super) fn available() -> bool {
+    is_x86_feature_detected!("avx512f")
+}
+
+/// Rows of C per register block of `C = A · B` (6 rows x 64 columns: 24 of the 32 registers).
+const NN_ROWS: usize = 6;
+/// Columns of C per register block of `C = A · B` (4 registers of 16 lanes).
+const NN_COLS: usize = 64;
+/// How many rows of B ahead the first block of rows of a strip prefetches (about a memory
+/// latency's worth of steps over `k`).
+const PREFETCH_ROWS: usize = 16;
+/// Rows of A (of C) per register block of `C = A · Bᵀ`.
+const NT_ROWS: usize = 4;
+/// Rows of B (columns of C) per register block of `C = A · Bᵀ` (4 x 6 = 24 registers).
+const NT_COLS: usize = 6;
+
+/// Raw pointers shared by the worker threads of one call (each writes a disjoint part of C).
+#[derive(Clone, Copy)]
+struct Shared {
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+}
+
+// SAFETY: the pointers are only dereferenced inside one call, whose contract makes every
+// thread's writes disjoint and the inputs unchanged while it runs.
+unsafe impl Send for Shared {}
+unsafe impl Sync for Shared {}
+
+// Closures call these (not the fields), so that they capture the whole `Shared` (`Sync`), not
+// its raw pointer fields.
+impl Shared {
+    fn a(&self) -> *const f32 {
+        self.a
+    }
+    fn b(&self) -> *const f32 {
+        self.b
+    }
+    fn c(&self) -> *mut f32 {
+        self.c
+    }
+}
+
+/// Splits `m` rows into `ceil(m / max)` blocks of nearly equal sizes: `(first row, rows)`.
+fn row_blocks(m: usize, max: usize) -> Vec<(usize, usize)> {
+    let count = m.div_ceil(max);
+    let (base, extra) = (m / count, m % count);
+    let mut first = 0;
+    (0..count)
+        .map(|i| {
+            let rows = base + usize::from(i < extra);
+            let block = (first, rows);
+            first += rows;
+            block
+        })
+        .collect()
+}
+
+/// Runs `work(task)` for every task in `0..tasks`, on up to `threads` threads of the pool the
+/// generated kernels run on (`ovl_codegen::for_each_parallel`: one pool for every kernel).
+fn for_each_task(tasks: usize, threads: usize, work: impl Fn(usize) + Sync) {
+    ovl_codegen::for_each_parallel(tasks, threads, &work);
+}
+
+/// `C[m, n] = op(A)[m, k] · B[k, n]`: C row-major (row stride `n`), B row-major (row stride
+/// `n`), op(A)'s element `(i, l)` at `a + i * a_rs + l * a_cs`. Requires `k > 0` and
+/// [`available`]; fast where `m <= MAX_ROWS` (B streamed once from memory) or
+/// `k <= MAX_ROWS` (each strip of B stays in L1 while every block of rows passes over it).
+///
+/// # Safety
+/// The pointers hold the elements described; C overlaps neither input.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm_nn(
+    (m, n, k): (usize, usize, usize),
+    a: *const f32,
+    (a_rs, a_cs): (usize, usize),
+    b: *const f32,
+    c: *mut f32,
+    threads: usize,
+) {
+    debug_assert!(k > 0 && available());
+    let blocks = row_blocks(m, NN_ROWS);
+    // A packed block by block, each `[k][rows]`, so that a step over `k` reads adjacent values.
+    let mut packed = vec![0f32; m * k];
+    for &(first, rows) in &blocks {
+        let block = &mut packed[first * k..(first + rows) * k];
+        for l in 0..k {
+            for i in 0..rows {
+                // SAFETY: (first + i, l) is an element of op(A).
+                block[l * rows + i] = unsafe { *a.add((first + i) * a_rs + l * a_cs) };
+            }
+        }
+    }
+    let shared = Shared {
+        a: packed.as_ptr(),
+        b,
+        c,
+    };
+    let strips = n.div_ceil(NN_COLS);
+    // One block of rows by one strip of columns.
+    let block = |(first, rows): (usize, usize), strip: usize, prefetch: bool| {
+        let first_col = strip * NN_COLS;
+        let cols = NN_COLS.min(n - first_col);
+        let masks: [u16; 4] = std::array::from_fn(|q| {
+            let valid = cols.saturating_sub(16 * q).min(16);
+            ((1u32 << valid) - 1) as u16
+        });
+        // SAFETY: the block's packed A, the strip's columns of B and the block's part of C lie
+        // inside the buffers (the caller's contract); tasks below are disjoint in C.
+        unsafe {
+            let ap = shared.a().add(first * k);
+            let bp = shared.b().add(first_col);
+            let cp = shared.c().add(first * n + first_col);
+            match rows {
+                1 => nn_block::<1>(k, ap, bp, n, cp, masks, prefetch),
+                2 => nn_block::<2>(k, ap, bp, n, cp, masks, prefetch),
+                3 => nn_block::<3>(k, ap, bp, n, cp, masks, prefetch),
+                4 => nn_block::<4>(k, ap, bp, n, cp, masks, prefetch),
+                5 => nn_block::<5>(k, ap, bp, n, cp, masks, prefetch),
+                _ => nn_block::<6>(k, ap, bp, n, cp, masks, prefetch),
+            }
+        }
+    };
+    if m <= MAX_ROWS {
+        // Few rows: a task per strip of B, read once from memory, then from L2 for the other
+        // blocks of rows.
+        // The first block prefetches the strip's rows ahead: each row of a strip lies in
+        // another page, where the hardware's prefetcher stops.
+        for_each_task(strips, threads, |strip| {
+            for (i, &rows) in blocks.iter().enumerate() {
+                block(rows, strip, i == 0);
+            }
+        });
+    } else {
+        // Many rows (a short sum, B small): a task per block of rows, writing whole rows of C
+        // (strips of C's rows would leave cache lines half written).
+        for_each_task(blocks.len(), threads, |i| {
+            (0..strips).for_each(|strip| block(blocks[i], strip, false))
+        });
+    }
+}
+
+/// One register block of `C = A · B`: `R` rows by up to 64 columns (the lanes in `masks`).
+///
+/// # Safety
+/// `ap` holds `k * R` packed values; `b` rows `0..k` (stride `ldb`) and `c` rows `0..R`
+/// (stride `ldb`) hold the masked lanes; AVX-512F is available. `prefetch`: fetch rows of B
+/// ahead into the cache.
+// Indexed loops over the register arrays: fixed trip counts the compiler unrolls into registers.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx512f")]
+unsafe fn nn_block<const R: usize>(
+    k: usize,
+    ap: *const f32,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    masks: [u16; 4],
+    prefetch: bool,
+) {
+    let mut acc = [[_mm512_setzero_ps(); 4]; R];
+    let full = masks == [u16::MAX; 4];
+    // SAFETY (all loads and stores): inside the buffers by the contract; masked-off lanes are
+    // neither read nor written. (No closures here: every intrinsic inlines into this function.)
+    unsafe {
+        for l in 0..k {
+            let row = b.add(l * ldb);
+            if prefetch && l + PREFETCH_ROWS < k {
+                let ahead = row.add(PREFETCH_ROWS * ldb).cast::<i8>();
+                for q in 0..4 {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.add(64 * q));
+                }
+            }
+            let mut bv = [_mm512_setzero_ps(); 4];
+            if full {
+                for q in 0..4 {
+                    bv[q] = _mm512_loadu_ps(row.add(16 * q));
+                }
+            } else {
+                for q in 0..4 {
+                    bv[q] = _mm512_maskz_loadu_ps(masks[q], row.add(16 * q));
+                }
+            }
+            for i in 0..R {
+                let av = _mm512_set1_ps(*ap.add(l * R + i));
+                for q in 0..4 {
+                    acc[i][q] = _mm512_fmadd_ps(av, bv[q], acc[i][q]);
+                }
+            }
+        }
+        for (i, acc) in acc.iter().enumerate() {
+            for q in 0..4 {
+                _mm512_mask_storeu_ps(c.add(i * ldb + 16 * q), masks[q], acc[q]);
+            }
+        }
+    }
+}
+
+/// `C[m, n] = A[m, k] · B[n, k]ᵀ`: C row-major (row stride `n`), A and B row-major with row
+/// strides `k`. Requires `m <= MAX_ROWS`, `k > 0` and [`available`].
+///
+/// # Safety
+/// The pointers hold the elements described; C overlaps neither input.
+pub(super) unsafe fn gemm_nt(
+    (m, n, k): (usize, usize, usize),
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    threads: usize,
+) {
+    debug_assert!(m <= MAX_ROWS && k > 0 && available());
+    let blocks = row_blocks(m, NT_ROWS);
+    let shared = Shared { a, b, c };
+    let groups = n.div_ceil(NT_COLS);
+    for_each_task(groups, threads, |group| {
+        let first_col = group * NT_COLS;
+        let cols = NT_COLS.min(n - first_col);
+        for &(first, rows) in &blocks {
+            // SAFETY: the block's rows of A, the group's rows of B and the block's part of C
+            // lie inside the buffers; groups are disjoint in C.
+            unsafe {
+                let ap = shared.a().add(first * k);
+                let bp = shared.b().add(first_col * k);
+                let cp = shared.c().add(first * n + first_col);
+                match rows {
+                    1 => nt_block::<1>(k, ap, bp, cols, cp, n),
+                    2 => nt_block::<2>(k, ap, bp, cols, cp, n),
+                    3 => nt_block::<3>(k, ap, bp, cols, cp, n),
+                    _ => nt_block::<4>(k, ap, bp, cols, cp, n),
+                }
+            }
+        }
+    });
+}
+
+/// One register block of `C = A · Bᵀ`: `R` rows of A by `cols <= NT_COLS` rows of B, each
+/// result a sum over `k` in 16 lanes, added across the lanes at the end.
+///
+/// # Safety
+/// `a` holds `R` rows and `b` `cols` rows of `k` values (row stride `k`); `c` rows `0..R`
+/// (stride `ldc`) hold `cols` values; AVX-512F is available.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx512f")]
+unsafe fn nt_block<const R: usize>(
+    k: usize,
+    a: *const f32,
+    b: *const f32,
+    cols: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    // Rows of B past `cols` repeat the last one (their sums are computed and dropped).
+    let mut brows = [b; NT_COLS];
+    for (j, row) in brows.iter_mut().enumerate() {
+        // SAFETY: row min(j, cols - 1) of B is inside the buffer.
+        *row = unsafe { b.add(j.min(cols - 1) * k) };
+    }
+    let mut acc = [[_mm512_setzero_ps(); NT_COLS]; R];
+    // SAFETY (all loads and stores): inside the rows by the contract; masked-off lanes are not
+    // read. (No closures here: every intrinsic inlines into this function.)
+    unsafe {
+        for offset in (0..k).step_by(16) {
+            let mask = if k - offset >= 16 {
+                u16::MAX
+            } else {
+                ((1u32 << (k - offset)) - 1) as u16
+            };
+            let mut bv = [_mm512_setzero_ps(); NT_COLS];
+            for j in 0..NT_COLS {
+                bv[j] = _mm512_maskz_loadu_ps(mask, brows[j].add(offset));
+            }
+            for i in 0..R {
+                let av = _mm512_maskz_loadu_ps(mask, a.add(i * k + offset));
+                for j in 0..NT_COLS {
+                    acc[i][j] = _mm512_fmadd_ps(av, bv[j], acc[i][j]);
+                }
+            }
+        }
+        for (i, acc) in acc.iter().enumerate() {
+            for (j, sum) in acc.iter().enumerate().take(cols) {
+                *c.add(i * ldc + j) = _mm512_reduce_add_ps(*sum);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `op(A) · op(B)` in f64 from row-major A `[m, k]` (or `[k, m]` with `ta`) and B `[k, n]`
+    /// (or `[n, k]` with `tb`).
+    fn reference(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        ta: bool,
+        b: &[f32],
+        tb: bool,
+    ) -> Vec<f64> {
+        let mut c = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k)
+                    .map(|l| {
+                        let x = if ta { a[l * m + i] } else { a[i * k + l] };
+                        let y = if tb { b[j * k + l] } else { b[l * n + j] };
+                        f64::from(x) * f64::from(y)
+                    })
+                    .sum();
+            }
+        }
+        c
+    }
+
+    fn values(len: usize, seed: f64) -> Vec<f32> {
+        (0..len)
+            .map(|i| ((i as f64) * 0.37 + seed).sin() as f32)
+            .collect()
+    }
+
+    fn check(c: &[f32], expected: &[f64], k: usize) {
+        for (x, e) in c.iter().zip(expected) {
+            assert!(
+                (f64::from(*x) - e).abs() <= 1e-5 * (k as f64).sqrt() * (1.0 + e.abs()),
+                "{x} against {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn row_blocks_cover_the_rows_in_nearly_equal_parts() {
+        assert_eq!(row_blocks(20, 6), vec![(0, 5), (5, 5), (10, 5), (15, 5)]);
+        assert_eq!(row_blocks(7, 6), vec![(0, 4), (4, 3)]);
+        assert_eq!(row_blocks(1, 4), vec![(0, 1)]);
+    }
+
+    /// Odd sizes (partial strips, partial row blocks, a `k` tail), transposed A, one and two
+    /// threads, against an f64 reference.
+    #[test]
+    fn small_row_products_match_the_reference() {
+        if !available() {
+            eprintln!("DID NOT RUN: this CPU has no AVX-512F");
+            return;
+        }
+        for &(m, n, k) in &[
+            (1, 1, 1),
+            (5, 17, 3),
+            (20, 130, 33),
+            (7, 64, 16),
+            (64, 71, 129),
+        ] {
+            let a = values(m * k, 0.1);
+            let b = values(k * n, 0.2);
+            for ta in [false, true] {
+                for threads in [1, 2] {
+                    let mut c = vec![f32::NAN; m * n];
+                    let strides = if ta { (1, m) } else { (k, 1) };
+                    // SAFETY: the buffers hold the sizes given.
+                    unsafe {
+                        gemm_nn(
+                            (m, n, k),
+                            a.as_ptr(),
+                            strides,
+                            b.as_ptr(),
+                            c.as_mut_ptr(),
+                            threads,
+                        )
+                    };
+                    check(&c, &reference(m, n, k, &a, ta, &b, false), k);
+                }
+            }
+            for threads in [1, 2].into_iter().filter(|_| m <= MAX_ROWS) {
+                let mut c = vec![f32::NAN; m * n];
+                // SAFETY: as above, B read as `[n, k]`.
+                unsafe { gemm_nt((m, n, k), a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), threads) };
+                check(&c, &reference(m, n, k, &a, false, &b, true), k);
+            }
+        }
+    }
+}
