@@ -249,24 +249,6 @@ pub(crate) fn within(got: &HostTensor, want: &HostTensor, ulps: u32) -> Result<(
 
 #[test]
 fn row_kernels_on_a_gpu_if_there_is_one() {
-    use ovl_codegen::cuda::{self, CudaCompileOptions};
-    use std::io::Write as _;
-    let say = |s: &str| {
-        let _ = writeln!(std::io::stderr(), "{s}");
-    };
-    let gpu = match cuda::gpu_status() {
-        Ok(gpu) => gpu,
-        Err(e) => {
-            say(&format!(
-                "cooperative.rs: GPU EXECUTION DID NOT RUN (no GPU: {}); the row kernels ran \
-                 under the host emulation instead",
-                e.to_string().lines().next().unwrap_or_default()
-            ));
-            return;
-        }
-    };
-    let cache = tempfile::tempdir().expect("a temporary directory");
-    let options = CudaCompileOptions::default().with_cache_dir(cache.path());
     // (program, inputs, f32 ulps): exact where the kernel uses only +, *, /, sqrt; softmax's
     // `exp` is the GPU's own (issue 29, item 2), a few ulps from the host's.
     let mut cases: Vec<(ExpressionDag, Vec<HostTensor>, u32)> = Vec::new();
@@ -289,7 +271,36 @@ fn row_kernels_on_a_gpu_if_there_is_one() {
         let x = HostTensor::from_vec(&[rows, cols], x).unwrap();
         cases.push((int_rows(rows as u64, cols as u64), vec![x], 0));
     }
-    for (dag, inputs, ulps) in &cases {
+    on_a_gpu_if_there_is_one("cooperative.rs", "row kernels", &cases);
+}
+
+/// Runs each case (program, inputs, f32 ulps) on the GPU, if there is one, with the launch
+/// shape `cooperative::plan` gives it, against the interpreter in the CUDA order; prints what
+/// ran, or that nothing did (`file`: the test module, `what`: the kernels, plural).
+pub(crate) fn on_a_gpu_if_there_is_one(
+    file: &str,
+    what: &str,
+    cases: &[(ExpressionDag, Vec<HostTensor>, u32)],
+) {
+    use ovl_codegen::cuda::{self, CudaCompileOptions};
+    use std::io::Write as _;
+    let say = |s: &str| {
+        let _ = writeln!(std::io::stderr(), "{s}");
+    };
+    let gpu = match cuda::gpu_status() {
+        Ok(gpu) => gpu,
+        Err(e) => {
+            say(&format!(
+                "{file}: GPU EXECUTION DID NOT RUN (no GPU: {}); the {what} ran under the host \
+                 emulation instead",
+                e.to_string().lines().next().unwrap_or_default()
+            ));
+            return;
+        }
+    };
+    let cache = tempfile::tempdir().expect("a temporary directory");
+    let options = CudaCompileOptions::default().with_cache_dir(cache.path());
+    for (dag, inputs, ulps) in cases {
         let refs: Vec<&HostTensor> = inputs.iter().collect();
         let op = cuda::load(dag, &options).unwrap_or_else(|e| panic!("{}: {e}", dag.name));
         let plan = cooperative::plan(dag).expect("cooperative");
@@ -308,8 +319,8 @@ fn row_kernels_on_a_gpu_if_there_is_one() {
         }
     }
     say(&format!(
-        "cooperative.rs: {} row kernels ran on the GPU {} (sm_{}) and matched the interpreter in \
-         the CUDA order",
+        "{file}: {} {what} ran on the GPU {} (sm_{}) and matched the interpreter in the CUDA \
+         order",
         cases.len(),
         gpu.name,
         gpu.arch
