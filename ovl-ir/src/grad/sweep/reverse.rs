@@ -1,6 +1,7 @@
 //! The backward walk of a sweep: statements last first, `if`s mirrored, loops walked over their
-//! indices in reverse order (each iteration recomputed first), each expression's adjoint sent to
-//! its operands through the derivative rules, and the adjoints of reads to their sinks.
+//! indices (in reverse order unless the iterations are independent, each iteration recomputed
+//! first), each expression's adjoint sent to its operands through the derivative rules, and the
+//! adjoints of reads to their sinks.
 
 use super::{zero, ScatterIndex, Sink, State};
 use crate::builder::{IN, LOC, OUT};
