@@ -8,7 +8,8 @@
 //! for sm_80 and sm_90.
 
 use crate::cooperative::{
-    emulated_as_interpreted, interpreted, on_a_gpu_if_there_is_one, rows_f32, sum_in_lanes,
+    compile_for_sm_80_and_sm_90, emulated_as_interpreted, interpreted, on_a_gpu_if_there_is_one,
+    rows_f32, sum_in_lanes,
 };
 use ovl_ir::cooperative::{self, Layout, ReductionOrder};
 use ovl_ir::fixtures::{norm_columns, softmax_columns, sum_columns, sum_middle};
@@ -162,18 +163,6 @@ fn column_kernels_on_a_gpu_if_there_is_one() {
 
 #[test]
 fn column_kernels_compile_for_sm_80_and_sm_90() {
-    use ovl_codegen::cuda::{self, CudaCompileOptions};
-    use std::io::Write as _;
-    if let Err(e) = cuda::nvrtc_status().and_then(|_| cuda::ptxas_path()) {
-        let _ = writeln!(
-            std::io::stderr(),
-            "columns.rs: CUDA compilation DID NOT RUN: NVRTC or ptxas not found: {}",
-            e.to_string().lines().next().unwrap_or_default()
-        );
-        return;
-    }
-    let cache = tempfile::tempdir().expect("a temporary directory");
-    let options = CudaCompileOptions::default().with_cache_dir(cache.path());
     let mut programs = ovl_ir::fixtures::column_programs();
     // Every block shape: 8 workers x 2 .. 128 threads, 32 x 32.
     for (rows, cols) in [(17u64, 3u64), (8192, 1024), (1024, 4096)] {
@@ -183,18 +172,13 @@ fn column_kernels_compile_for_sm_80_and_sm_90() {
         ));
         programs.push(("norm_columns", norm_columns(rows, cols)));
     }
-    for (name, dag) in programs {
-        columns(&dag);
-        for arch in [80, 90] {
-            let a = cuda::validate(&dag, arch, &options)
-                .unwrap_or_else(|e| panic!("{name} for sm_{arch}: {e}"));
-            let ptx = String::from_utf8_lossy(a.bytes());
-            assert!(
-                ptx.contains("bar.sync") && ptx.contains(".shared"),
-                "{name}: no barrier or shared memory in\n{ptx}"
-            );
-        }
-    }
+    compile_for_sm_80_and_sm_90("columns.rs", programs, |name, dag, ptx| {
+        columns(dag);
+        assert!(
+            ptx.contains("bar.sync") && ptx.contains(".shared"),
+            "{name}: no barrier or shared memory in\n{ptx}"
+        );
+    });
 }
 
 #[test]

@@ -329,32 +329,44 @@ pub(crate) fn on_a_gpu_if_there_is_one(
 
 #[test]
 fn row_kernels_compile_for_sm_80_and_sm_90() {
+    let mut programs = ovl_ir::fixtures::row_programs();
+    // Every width class: a warp (several rows per block) up to a block of 1024.
+    for cols in [16u64, 300, 1000, 2100, 4096, 9000] {
+        programs.push(("softmax_rows", softmax_rows(4, cols, cols % 2 == 0)));
+    }
+    compile_for_sm_80_and_sm_90("cooperative.rs", programs, |name, _, ptx| {
+        assert!(
+            ptx.contains("shfl.sync.down"),
+            "{name}: no warp shuffle in\n{ptx}"
+        );
+    });
+}
+
+/// Compiles each program with NVRTC and ptxas for sm_80 and sm_90 and hands `check` its name,
+/// the program and the PTX; prints that nothing ran when NVRTC or ptxas is missing (`file`:
+/// the test module).
+pub(crate) fn compile_for_sm_80_and_sm_90(
+    file: &str,
+    programs: Vec<(&str, ExpressionDag)>,
+    check: impl Fn(&str, &ExpressionDag, &str),
+) {
     use ovl_codegen::cuda::{self, CudaCompileOptions};
     use std::io::Write as _;
     if let Err(e) = cuda::nvrtc_status().and_then(|_| cuda::ptxas_path()) {
         let _ = writeln!(
             std::io::stderr(),
-            "cooperative.rs: CUDA compilation DID NOT RUN: NVRTC or ptxas not found: {}",
+            "{file}: CUDA compilation DID NOT RUN: NVRTC or ptxas not found: {}",
             e.to_string().lines().next().unwrap_or_default()
         );
         return;
     }
     let cache = tempfile::tempdir().expect("a temporary directory");
     let options = CudaCompileOptions::default().with_cache_dir(cache.path());
-    let mut programs = ovl_ir::fixtures::row_programs();
-    // Every width class: a warp (several rows per block) up to a block of 1024.
-    for cols in [16u64, 300, 1000, 2100, 4096, 9000] {
-        programs.push(("softmax_rows", softmax_rows(4, cols, cols % 2 == 0)));
-    }
     for (name, dag) in programs {
         for arch in [80, 90] {
             let a = cuda::validate(&dag, arch, &options)
                 .unwrap_or_else(|e| panic!("{name} for sm_{arch}: {e}"));
-            let ptx = String::from_utf8_lossy(a.bytes());
-            assert!(
-                ptx.contains("shfl.sync.down"),
-                "{name}: no warp shuffle in\n{ptx}"
-            );
+            check(name, &dag, &String::from_utf8_lossy(a.bytes()));
         }
     }
 }
