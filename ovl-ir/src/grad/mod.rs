@@ -665,57 +665,31 @@ fn write_out_in_last_loop(
         return false;
     };
     let exprs = &b.dag.expressions;
-    let code = |i: usize| Op::try_from(exprs[i].code).unwrap_or(Op::Unspecified);
     let on_local = |i: usize| {
         exprs[i]
             .tensor
             .as_ref()
             .is_some_and(|t| t.kind == ir::TensorKind::Local as i32 && t.index == local)
     };
-    let depth_change = |i: usize| match code(i) {
-        Op::Range | Op::If | Op::WhileBegin => 1,
-        Op::EndRange | Op::EndIf | Op::WhileEnd => -1,
-        _ => 0,
-    };
     let Some(last) = (0..exprs.len()).rev().find(|&i| on_local(i)) else {
         return false;
     };
-    // The loops and branches around `last`, and the top-level loop it is directly in.
-    let mut open: Vec<usize> = Vec::new();
-    for i in 0..last {
-        match depth_change(i) {
-            1 => open.push(i),
-            -1 => {
-                open.pop();
-            }
-            _ => {}
-        }
-    }
-    let [l] = open[..] else {
+    // `last` directly in the body of a top-level loop `l` (not under an `if`).
+    let depths = crate::analysis::nesting_depths(&b.dag);
+    let Some(l) = crate::analysis::innermost_loops(&b.dag)[last] else {
         return false;
     };
-    let int = |v: u32| {
-        let e = &exprs[v as usize];
-        (code(v as usize) == Op::Const).then_some(e.int_value)
-    };
-    let bounds: Vec<Option<i64>> = exprs[l].operands.iter().map(|&v| int(v)).collect();
-    if code(l) != Op::Range
-        || code(last) != Op::Write
-        || bounds != [Some(0), Some(n as i64), Some(1)]
+    if depths[last] != 1
+        || exprs[last].code != Op::Write as i32
+        || crate::analysis::counted_range(&b.dag, l) != Some((0, n))
         || exprs[last].operands.first() != Some(&(l as u32))
     {
         return false;
     }
     // Every access to the buffer in the loop is at the loop's own element.
-    let mut depth = 1;
-    let mut end = l + 1;
-    while end < exprs.len() {
-        depth += depth_change(end);
-        if depth == 0 {
-            break;
-        }
-        end += 1;
-    }
+    let end = (l + 1..exprs.len())
+        .find(|&i| depths[i] == 0)
+        .unwrap_or(exprs.len());
     if (l + 1..end).any(|i| on_local(i) && exprs[i].operands.first() != Some(&(l as u32))) {
         return false;
     }

@@ -245,9 +245,7 @@ impl State<'_, '_> {
                         let g = self.adj[&e];
                         let idx: Vec<ValueId> =
                             (0..indices.len()).map(|s| self.value_at(e, s)).collect();
-                        let cur = self.b.read(LOC, at, &idx);
-                        let next = self.b.op(Op::Add, &[cur, g]);
-                        self.b.write(LOC, at, &idx, next);
+                        self.add_to_local(at, &idx, g);
                         return;
                     }
                     _ => {}
