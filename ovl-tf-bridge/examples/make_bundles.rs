@@ -11,6 +11,11 @@
 use ovl::prelude::*;
 use std::path::{Path, PathBuf};
 
+/// Hand-written row kernels (`layernorm_rows` is exported below, written with no gradient: its
+/// gradient is derived from its IR).
+#[path = "../../tests/support/reductions.rs"]
+mod reductions;
+
 /// `2 x + b`, with `b` a constant baked into the program.
 #[operator]
 fn scale_add(x: Tensor<f32>, b: Tensor<f32>) -> Tensor<f32> {
@@ -46,28 +51,6 @@ fn mul(x: Tensor<f32>, y: Tensor<f32>) -> Tensor<f32> {
     let out = output_like(&x);
     out[[i]] = x[[i]] * y[[i]];
     out
-}
-
-/// Layer norm of each row, `(x - mean) / sqrt(var + 1e-5)`, written with no gradient: its
-/// gradient is derived from its IR (`ovl::backward`).
-#[operator(gradient = auto)]
-fn layernorm_rows(x: Tensor<f32>) -> Tensor<f32> {
-    let [rows, cols] = x.dims::<2>();
-    let r = position_in([rows])[0];
-    let y = output_like(&x);
-    let mut s = sum_of(0.0f32);
-    let mut sq = sum_of(0.0f32);
-    for j in 0..cols {
-        let v = x[[r, j]];
-        s += v;
-        sq += v * v;
-    }
-    let mean = s / cols as f32;
-    let inv = rsqrt(sq / cols as f32 - mean * mean + 1e-5);
-    for j in 0..cols {
-        y[[r, j]] = (x[[r, j]] - mean) * inv;
-    }
-    y
 }
 
 /// A three-point stencil with weights `w`, zero outside the row, written with no gradient:
@@ -289,7 +272,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Derived gradients (operators written without one).
     let x = ovl::placeholder::<f32>("x", &[6, 33]);
     let dy = ovl::placeholder::<f32>("dy", &[6, 33]);
-    let y = layernorm_rows(&x);
+    let y = reductions::layernorm_rows(&x, 1e-5);
     let dx = ovl::backward(&[(&y, &dy)], &[&x])?
         .of(&x)
         .ok_or("layernorm_rows: x has no gradient")?;
