@@ -1,7 +1,8 @@
 //! Does fusion ever make a graph slower? (Issue 32, item 4.) A menu of the merges the fusion
 //! search makes — elementwise chains, a row statistic fused with its consumers (last axis and
 //! axis 0), an epilogue after a library call, index substitution through a transpose, the
-//! LSTM cell from small operators and one LSTM step with its two products — each
+//! LSTM cell from small operators, one LSTM step with its two products, and the gates of a step
+//! whose product is written as an operator (a worker per element) — each
 //! evaluated on the CPU unfused (`opt_level` 0: one kernel per operator) and fused (3), on
 //! sizes large enough to measure. For each: the kernels, the sum of the kernels' best times
 //! (`ovl::profile`), the best wall time of a whole evaluation, and fused / unfused for both;
@@ -30,6 +31,22 @@ fn data(shape: &[usize], seed: usize) -> Lazy<f32> {
         .map(|i| ((i * 7919 + seed * 104_729) % 1013) as f32 / 1013.0 * 3.0 - 1.5)
         .collect();
     Lazy::from(ArrayD::from_shape_vec(IxDyn(shape), v).expect("shape"))
+}
+
+/// A matrix product as a user writes it without the library: a worker per element of the
+/// result, a fold over `k` (index substitution recomputes it inside its consumers).
+#[operator]
+fn product_per_element(a: Tensor<f32>, b: Tensor<f32>) -> Tensor<f32> {
+    let [m, k] = a.dims::<2>();
+    let [_, n] = b.dims::<2>();
+    let p = position_in([m, n]);
+    let out = output([m, n]);
+    let mut acc = variable(0.0f32);
+    for t in 0..k {
+        acc += a[[p[0], t]] * b[[t, p[1]]];
+    }
+    out[[p[0], p[1]]] = acc;
+    out
 }
 
 /// One case of the menu: its name, what it merges, and its outputs.
@@ -83,6 +100,8 @@ fn menu() -> Vec<Case> {
     );
     let step_z = ops::add(ops::add(ops::matmul(&xs, &wx), ops::matmul(&hs, &wh)), &b4);
     let (step_c, step_h) = lstm_small_ops::lstm_cell(&step_z, &data(&[64, 1024], 17), 1.0);
+    let user_z = product_per_element(&xs, &wx);
+    let (user_c, user_h) = lstm_small_ops::lstm_cell(&user_z, &data(&[64, 1024], 18), 1.0);
     vec![
         Case {
             name: "elementwise chain 2048x2048",
@@ -123,6 +142,11 @@ fn menu() -> Vec<Case> {
             name: "LSTM step 64x1024 (two products + cell)",
             merges: "bias and cell after two library calls",
             outputs: vec![step_c, step_h],
+        },
+        Case {
+            name: "LSTM gates 64x1024, product per element",
+            merges: "a user-written product substituted into the cell (its four gates' sums)",
+            outputs: vec![user_c, user_h],
         },
     ]
 }

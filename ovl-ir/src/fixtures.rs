@@ -19,7 +19,7 @@ mod rows;
 mod symbolic;
 pub use columns::{norm_columns, softmax_columns, sum_columns, sum_middle};
 pub use programs::{
-    add_2d, branches, casts, collatz, column_stats, cumsum, fma, gather, int_arith,
+    add_2d, branches, casts, collatz, column_stats, cumsum, fma, gate_products, gather, int_arith,
     literals_and_control, math_f32, math_f32_prelude, math_f64, matmul, reductions, reverse_rows,
     runtime_range, select_logic, stencil,
 };
@@ -271,6 +271,16 @@ pub fn all() -> Vec<Fixture> {
             vec![
                 tensor(&[3, 4], |k| k as f64),
                 tensor(&[4, 2], |k| 1.0 + k as f64),
+            ],
+        ),
+        fixture(
+            "gate_products",
+            "four f32 products folded into variables at column offsets c + g * h, combined \
+             (C++: blocks of 64 workers in lockstep recomputing the offset columns)",
+            gate_products(3, 5, 70),
+            vec![
+                tensor(&[3, 5], |k| ((k * 13) % 11) as f32 * 0.25 - 1.0),
+                tensor(&[5, 280], |k| ((k * 29) % 37) as f32 * 0.0625 - 1.0),
             ],
         ),
         fixture(

@@ -149,6 +149,7 @@ const DERIVED: &[&str] = &[
     "stencil",
     "cumsum",
     "matmul",
+    "gate_products",
     "reverse_rows",
     "gather",
 ];
