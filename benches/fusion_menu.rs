@@ -2,7 +2,8 @@
 //! search makes — elementwise chains, a row statistic fused with its consumers (last axis and
 //! axis 0), an epilogue after a library call, index substitution through a transpose, the
 //! LSTM cell from small operators, one LSTM step with its two products, and the gates of a step
-//! whose product is written as an operator (a worker per element) — each
+//! whose product is written as an operator (a worker per element) and such a product read
+//! through a transpose — each
 //! evaluated on the CPU unfused (`opt_level` 0: one kernel per operator) and fused (3), on
 //! sizes large enough to measure. For each: the kernels, the sum of the kernels' best times
 //! (`ovl::profile`), the best wall time of a whole evaluation, and fused / unfused for both;
@@ -100,6 +101,11 @@ fn menu() -> Vec<Case> {
     );
     let step_z = ops::add(ops::add(ops::matmul(&xs, &wx), ops::matmul(&hs, &wh)), &b4);
     let (step_c, step_h) = lstm_small_ops::lstm_cell(&step_z, &data(&[64, 1024], 17), 1.0);
+    let user_t = {
+        let z = product_per_element(data(&[256, 256], 19), data(&[256, 256], 20));
+        let zt = ops::transpose(&z, &[1, 0]);
+        ops::mul(&zt, &zt)
+    };
     let user_z = product_per_element(&xs, &wx);
     let (user_c, user_h) = lstm_small_ops::lstm_cell(&user_z, &data(&[64, 1024], 18), 1.0);
     vec![
@@ -142,6 +148,11 @@ fn menu() -> Vec<Case> {
             name: "LSTM step 64x1024 (two products + cell)",
             merges: "bias and cell after two library calls",
             outputs: vec![step_c, step_h],
+        },
+        Case {
+            name: "product per element, transposed, 256^3",
+            merges: "a user-written product read through a transpose (refused: strided)",
+            outputs: vec![user_t],
         },
         Case {
             name: "LSTM gates 64x1024, product per element",

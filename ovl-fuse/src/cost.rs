@@ -16,6 +16,15 @@
 //!   loads of the element, plus, when the producer disappears (no other reader), its work `W`
 //!   and its store.
 //!
+//! - memory access: a producer's reads inside loops that neighbouring workers make at
+//!   neighbouring elements (`x[k, p1]`: a column reduction, a product's `b[k, j]`) cost an
+//!   element each where it runs alone. When a read of the consumer does not move the producer's
+//!   innermost position with its own (a transpose: the consumer's `[p1, p0]`), neighbouring
+//!   workers of the fused kernel recompute producer workers far apart, and each of those reads
+//!   costs a cache line ([`LINE_ELEMENTS`] elements) instead: added to the work after, this
+//!   refuses even an element computed once (a product read through a transpose ran 16x
+//!   slower fused than unfused).
+//!
 //! So a cheap producer read by a few workers (a squared bias vector broadcast over 4 rows, a
 //! 3-point stencil) is inlined, and a row reduction read by every element of its row (a row
 //! maximum recomputed 4096 times per row) is not. Whatever the model says, no original
@@ -24,10 +33,17 @@
 use ovl_ir::intervals::Intervals;
 use ovl_ir::ir::Op;
 use ovl_ir::ops;
+use ovl_ir::pattern::PatternAnalysis;
 use ovl_ir::typed::{Inst, Kernel};
 
 /// The cost of storing or loading one element, in operation units.
 pub(crate) const MEMORY_UNITS: f64 = 8.0;
+
+/// Elements per cache line (64 bytes of f32). A read that neighbouring workers make at
+/// neighbouring elements (`x[k, p1]` in a loop over `k`) costs an element's load for each of
+/// them: the CPU runs such workers in lockstep, vectorized, and a GPU coalesces their loads.
+/// Made by workers that are not neighbours, each such read costs a whole line.
+pub(crate) const LINE_ELEMENTS: f64 = 16.0;
 
 /// The most times index substitution lets the fused graph compute an original operator (each
 /// copy into a consumer while the producer stays for another reader adds one). Copies that
@@ -72,6 +88,51 @@ pub(crate) fn work(kernel: &Kernel, part: &[bool], iv: &Intervals) -> Option<f64
     Some(total)
 }
 
+/// The innermost workgroup axis with more than one worker (neighbouring workers, in the
+/// order workers are numbered, differ in it); `None` when there is none.
+pub(crate) fn innermost_axis(kernel: &Kernel) -> Option<usize> {
+    kernel
+        .workgroup
+        .iter()
+        .rposition(|d| d.known().is_none_or(|n| n > 1))
+}
+
+/// The reads inside loops, among the expressions of `kernel` marked in `part`, that
+/// neighbouring workers make at neighbouring elements: the last index moves with the innermost
+/// position ([`innermost_axis`]) by ±1 and no other index depends on it. Per worker, loop trips
+/// multiplied (`None` when a loop has no bound); 0 for a single worker.
+pub(crate) fn lockstep_reads(
+    kernel: &Kernel,
+    patterns: &mut PatternAnalysis,
+    part: &[bool],
+    iv: &Intervals,
+) -> Option<f64> {
+    let Some(inner) = innermost_axis(kernel) else {
+        return Some(0.0);
+    };
+    let mut total = 0.0;
+    for i in 0..kernel.exprs.len() {
+        if !part.get(i).copied().unwrap_or(false)
+            || kernel.input_read(i).is_none()
+            || kernel.enclosing_loops(i).next().is_none()
+        {
+            continue;
+        }
+        let maps = patterns.operand_maps(i);
+        let Some((last, others)) = maps.split_last() else {
+            continue;
+        };
+        let follows = last.as_ref().is_some_and(|m| m.coeffs[inner].abs() == 1);
+        let others_free = others
+            .iter()
+            .all(|m| m.as_ref().is_none_or(|m| m.coeffs[inner] == 0));
+        if follows && others_free {
+            total += runs_per_worker(kernel, iv, i)?;
+        }
+    }
+    Some(total)
+}
+
 /// The verdict of the cost model for one handed-over output.
 #[derive(Clone, Debug)]
 pub(crate) struct Verdict {
@@ -84,6 +145,8 @@ pub(crate) struct Verdict {
     /// The cost per element it replaces: the loads of the element (`recompute` of them), and
     /// when the producer goes away its work and its store.
     pub unfused: f64,
+    /// Whether `fused` includes reads made a cache line apart ([`Verdict::strided`]).
+    pub strided: bool,
 }
 
 impl Verdict {
@@ -101,12 +164,24 @@ impl Verdict {
             work,
             fused: recompute * work,
             unfused,
+            strided: false,
         }
+    }
+
+    /// The verdict when the recomputation, unlike the producer, makes its `reads` lockstep
+    /// reads per element ([`lockstep_reads`]) from workers that are not neighbours: each costs
+    /// a cache line instead of an element.
+    pub fn strided(mut self, reads: f64) -> Verdict {
+        if reads > 0.0 {
+            self.fused += self.recompute * reads * MEMORY_UNITS * (LINE_ELEMENTS - 1.0);
+            self.strided = true;
+        }
+        self
     }
 
     /// Whether inlining pays.
     pub fn accepts(&self) -> bool {
-        self.recompute <= 1.0 + 1e-9 || self.fused <= self.unfused
+        (self.recompute <= 1.0 + 1e-9 && !self.strided) || self.fused <= self.unfused
     }
 }
 
@@ -127,5 +202,38 @@ mod tests {
         assert!(!Verdict::new(4096.0, 2.0 * 4096.0, false).accepts());
         assert_eq!(weight(Op::Exp), 8.0);
         assert_eq!(weight(Op::Const), 0.0);
+    }
+
+    #[test]
+    fn strided_loop_reads_refuse_even_an_element_computed_once() {
+        // A product's element (64 multiply-adds, 64 reads of `b[k, j]`) read once, transposed.
+        let once = Verdict::new(1.0, 3.0 * 64.0, false);
+        assert!(once.accepts());
+        assert!(!once.clone().strided(64.0).accepts());
+        // Without lockstep reads (an elementwise producer) a transpose costs nothing more.
+        assert!(once.strided(0.0).accepts());
+    }
+
+    #[test]
+    fn lockstep_reads_count_loop_reads_that_follow_the_innermost_position() {
+        use ovl_ir::fixtures;
+        // `gate_products`: per worker 4 loops of 5 iterations, each reading `a[i, q]` (not
+        // moving with the innermost position p1) and `w[q, p1 + g * h]` (moving with it).
+        let dag = fixtures::gate_products(3, 5, 70);
+        let kernel = Kernel::decode(&dag).unwrap();
+        let iv = Intervals::of(&kernel);
+        let all = vec![true; kernel.exprs.len()];
+        let mut patterns = PatternAnalysis::new(&dag);
+        assert_eq!(
+            lockstep_reads(&kernel, &mut patterns, &all, &iv),
+            Some(20.0)
+        );
+        // `matmul` over [3, 2] workers: 4 iterations reading `b[q, j]`.
+        let dag = fixtures::matmul(3, 4, 2);
+        let kernel = Kernel::decode(&dag).unwrap();
+        let iv = Intervals::of(&kernel);
+        let all = vec![true; kernel.exprs.len()];
+        let mut patterns = PatternAnalysis::new(&dag);
+        assert_eq!(lockstep_reads(&kernel, &mut patterns, &all, &iv), Some(4.0));
     }
 }

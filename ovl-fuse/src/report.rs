@@ -125,6 +125,21 @@ pub enum Reason {
         /// The producer's work per element, in operation units, rounded.
         work: u64,
     },
+    /// The cost model refuses: the producer's loops read elements that are neighbours for
+    /// neighbouring producer workers (`x[k, p1]`), which the CPU runs in lockstep and the GPU
+    /// coalesces; at the consumer's reads neighbouring workers would recompute producer
+    /// workers that are not neighbours, so each such read would cost a cache line instead of
+    /// an element (see the cost model in `ovl-fuse`'s `cost` module).
+    StridedRecompute {
+        /// The producer's output index.
+        output: u32,
+        /// The write pattern.
+        write: IndexPattern,
+        /// The read whose innermost position does not follow the producer's.
+        read: IndexPattern,
+        /// The producer's reads per element that are contiguous across its workers, rounded.
+        reads: u64,
+    },
     /// The producer stays for another reader and its operators are already computed as often
     /// as fusion allows (`ovl-fuse`'s `cost::MOST_COMPUTED`): another copy is refused.
     ComputedTooOften {
@@ -241,6 +256,17 @@ impl fmt::Display for Reason {
                 "recomputing output {output} (written {write}) at every read {read} costs \
                  ~{recompute}x its work of ~{work} operation(s) per element, more than storing and \
                  loading it"
+            ),
+            Reason::StridedRecompute {
+                output,
+                write,
+                read,
+                reads,
+            } => write!(
+                f,
+                "recomputing output {output} (written {write}) at the read {read} would make its \
+                 ~{reads} loop read(s) per element, contiguous across neighbouring workers where it \
+                 is written, a cache line apart each; more than storing and loading it"
             ),
             Reason::ComputedTooOften { times } => write!(
                 f,

@@ -123,6 +123,7 @@ pub(crate) fn check(
         })
         .collect();
 
+    let mut p_patterns = PatternAnalysis::new(&p.dag);
     let mut outputs = Vec::new();
     let mut recompute_max = 0.0f64;
     for (h, (o, write_pattern)) in plan.handoffs.iter().zip(&write_patterns) {
@@ -136,8 +137,14 @@ pub(crate) fn check(
         // Every read of `o` lands on a written element; count the reads per worker.
         let mut reads_per_worker = 0.0f64;
         let mut first_read: Option<IndexPattern> = None;
+        let mut strided_read: Option<IndexPattern> = None;
         for (i, at, shared) in read_sites(&kc, &plan.slot_output, *o) {
             let read = c_patterns.access(i);
+            if strided_read.is_none()
+                && !follows_innermost(&read, &inverse, &kp, cost::innermost_axis(&kc))
+            {
+                strided_read = Some(read.clone());
+            }
             if let Some(axis) = outside_writes(i, maps, &inverse, &c_iv, &p.dag.workgroup_shape) {
                 if read.affine().is_none() {
                     return Err(Reason::OpaqueRead {
@@ -179,6 +186,18 @@ pub(crate) fn check(
                 recompute: verdict.recompute.round() as u64,
                 work: verdict.work.round() as u64,
             });
+        }
+        if let Some(read) = strided_read {
+            let reads = cost::lockstep_reads(&kp, &mut p_patterns, &slice, &p_iv)
+                .ok_or(Reason::UnknownRecomputeCount { output: *o })?;
+            if !verdict.strided(reads).accepts() {
+                return Err(Reason::StridedRecompute {
+                    output: *o,
+                    write: write_pattern.clone(),
+                    read,
+                    reads: reads.round() as u64,
+                });
+            }
         }
         recompute_max = recompute_max.max(recompute);
         outputs.push(Inlined {
@@ -247,6 +266,29 @@ fn reads_slot_of(kernel: &Kernel, i: usize, slot_output: &[Option<u32>], o: u32)
     kernel
         .input_read(i)
         .is_some_and(|t| slot_output.get(t as usize).copied().flatten() == Some(o))
+}
+
+/// Whether the consumer's read `read` moves the producer's innermost position (through the
+/// write's `inverse`) by ±1 with the consumer's innermost position (`consumer_inner`, see
+/// [`cost::innermost_axis`]), so that neighbouring consumer workers recompute neighbouring
+/// producer workers. A producer with a single worker has no neighbours to keep.
+fn follows_innermost(
+    read: &IndexPattern,
+    inverse: &[Component],
+    producer: &Kernel,
+    consumer_inner: Option<usize>,
+) -> bool {
+    let Some(p_inner) = cost::innermost_axis(producer) else {
+        return true;
+    };
+    let Some(&Component::FromIndex { dim, .. }) = inverse.get(p_inner) else {
+        return true;
+    };
+    let (Some(maps), Some(inner)) = (read.affine(), consumer_inner) else {
+        return false;
+    };
+    maps.get(dim)
+        .is_some_and(|m| m.coeffs.get(inner).is_some_and(|c| c.abs() == 1))
 }
 
 /// The inverse of a write map over `workgroup`, when every position component of extent > 1

@@ -1,0 +1,131 @@
+//! The fusion cost model sees memory access: a producer whose loops read elements that are
+//! neighbours for neighbouring workers (a product written as one worker per element, reading
+//! `b[k, j]`) is not recomputed where neighbouring consumer workers would recompute producer
+//! workers far apart (a transpose), and still is where they stay neighbours (the LSTM cell's
+//! gates at column offsets). Outcomes only: what merged, what was refused and why, values.
+
+#[path = "support/lstm_small_ops.rs"]
+mod lstm_small_ops;
+
+use lstm_small_ops::{lstm_cell, pseudo_random};
+use ndarray::{Array2, ArrayD};
+use ovl::prelude::*;
+use ovl::{MergeKind, Reason};
+
+/// A matrix product as a user writes it without the library: a worker per element of the
+/// result, a fold over `k`.
+#[operator]
+fn product_per_element(a: Tensor<f32>, b: Tensor<f32>) -> Tensor<f32> {
+    let [m, k] = a.dims::<2>();
+    let [_, n] = b.dims::<2>();
+    let p = position_in([m, n]);
+    let out = output([m, n]);
+    let mut acc = variable(0.0f32);
+    for t in 0..k {
+        acc += a[[p[0], t]] * b[[t, p[1]]];
+    }
+    out[[p[0], p[1]]] = acc;
+    out
+}
+
+/// `a · b` in f64, summed in the operator's order, rounded to f32 at each step like it.
+fn product(a: &Array2<f32>, b: &Array2<f32>) -> Array2<f32> {
+    Array2::from_shape_fn((a.nrows(), b.ncols()), |(i, j)| {
+        (0..a.ncols()).fold(0.0f32, |acc, t| acc + a[[i, t]] * b[[t, j]])
+    })
+}
+
+fn assert_close(got: &ArrayD<f32>, want: &ArrayD<f32>, what: &str) {
+    assert_eq!(got.shape(), want.shape(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want.iter()).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+            "{what}: element {i}: got {g}, expected {w}"
+        );
+    }
+}
+
+#[test]
+fn a_product_read_through_a_transpose_is_not_recomputed() {
+    let a = pseudo_random((9, 40), 1);
+    let b = pseudo_random((40, 70), 2);
+    let z = product_per_element(&a, &b);
+    let zt = ovl_stdlib::transpose(&z, &[1, 0]);
+    let y = ovl_stdlib::mul(&zt, &zt);
+    let fusion = ovl::fusion(&y, 3).unwrap();
+    println!("{}", fusion.report);
+    // The transpose and the square merge; the product stays a kernel of its own.
+    assert_eq!(fusion.report.kernels_before, 3);
+    assert_eq!(fusion.report.kernels_after, 2, "{}", fusion.report);
+    let refusal = fusion
+        .report
+        .refusals
+        .iter()
+        .find(|r| r.producer.contains("product_per_element"))
+        .unwrap_or_else(|| panic!("no refusal of the product: {}", fusion.report));
+    match &refusal.reason {
+        Reason::StridedRecompute { read, reads, .. } => {
+            assert_eq!(read.to_string(), "[p1, p0]");
+            assert_eq!(*reads, 40, "one read of b per iteration of the loop over k");
+        }
+        other => panic!("expected the strided-read refusal, got {other}"),
+    }
+    let want = product(&a, &b).t().mapv(|v| v * v).into_dyn();
+    for options in [Options::interpreter(), Options::cpu()] {
+        for level in [0u8, 3] {
+            let got = ovl::evaluate_with(&y, &options.clone().with_opt_level(level)).unwrap();
+            assert_close(&got, &want, &format!("opt_level {level}"));
+        }
+    }
+}
+
+#[test]
+fn a_product_read_at_column_offsets_is_still_recomputed() {
+    // The LSTM cell reads its four gates at [p0, p1 + g * h]: neighbouring cell workers
+    // recompute neighbouring product workers, so the product is substituted into the cell.
+    let (m, k, h) = (5, 24, 70);
+    let a = pseudo_random((m, k), 3);
+    let w = pseudo_random((k, 4 * h), 4);
+    let c = pseudo_random((m, h), 5);
+    let z = product_per_element(&a, &w);
+    let (new_c, new_h) = lstm_cell(&z, &Lazy::from(c.clone().into_dyn()), 1.0);
+    let fusion = ovl::fusion((&new_c, &new_h), 3).unwrap();
+    println!("{}", fusion.report);
+    assert_eq!(fusion.report.kernels_after, 1, "{}", fusion.report);
+    assert!(fusion
+        .report
+        .merges
+        .iter()
+        .any(|m| m.kind == MergeKind::Inlined && m.first.contains("product_per_element")));
+    let zf = product(&a, &w);
+    let sigmoid = |v: f32| 1.0 / (1.0 + (-v).exp());
+    let gate = |i: usize, j: usize, g: usize| zf[[i, g * h + j]];
+    let want_c = Array2::from_shape_fn((m, h), |(i, j)| {
+        c[[i, j]] * sigmoid(gate(i, j, 2) + 1.0) + sigmoid(gate(i, j, 0)) * gate(i, j, 1).tanh()
+    });
+    let want_h = Array2::from_shape_fn((m, h), |(i, j)| {
+        want_c[[i, j]].tanh() * sigmoid(gate(i, j, 3))
+    });
+    for options in [Options::interpreter(), Options::cpu()] {
+        for level in [0u8, 3] {
+            let opts = options.clone().with_opt_level(level);
+            let got_c = ovl::evaluate_with(&new_c, &opts).unwrap();
+            let got_h = ovl::evaluate_with(&new_h, &opts).unwrap();
+            assert_close(&got_c, &want_c.clone().into_dyn(), "new c");
+            assert_close(&got_h, &want_h.clone().into_dyn(), "new h");
+        }
+    }
+}
+
+#[test]
+fn an_elementwise_producer_read_through_a_transpose_is_still_recomputed() {
+    // No loop reads: nothing to lose by reading it transposed.
+    let x = pseudo_random((33, 65), 6);
+    let t = ovl_stdlib::tanh(Lazy::from(x.clone().into_dyn()));
+    let y = ovl_stdlib::transpose(&t, &[1, 0]);
+    let fusion = ovl::fusion(&y, 3).unwrap();
+    assert_eq!(fusion.report.kernels_after, 1, "{}", fusion.report);
+    let got = ovl::evaluate(&y).unwrap();
+    let want = x.t().mapv(f32::tanh).into_dyn();
+    assert_close(&got, &want, "tanh transposed");
+}
