@@ -10,11 +10,18 @@
 //! a ratio above 1 is a merge that lost. The two evaluations' results are compared first.
 //!
 //! `cargo bench --bench fusion_menu -- [--quick]` prints the table and writes
-//! `target/fusion-menu-bench/fusion_menu.json`.
+//! `target/fusion-menu-bench/fusion_menu.json`. `-- --random N [--seed S]` runs N random
+//! graphs instead (`fusion_menu/random.rs`: chains of elementwise operators, transposes,
+//! statistics, softmax along either axis and a product per element on 512 x 512 matrices),
+//! the property "no graph is slower fused" checked on graphs nobody chose
+//! (`fusion_menu_random.json`). `--explain` prints the fusion report and the fused kernels'
+//! times of every case that came out slower.
 
 mod common;
 #[path = "../tests/support/lstm_small_ops.rs"]
 mod lstm_small_ops;
+#[path = "fusion_menu/random.rs"]
+mod random;
 
 use common::machine;
 use ndarray::{ArrayD, IxDyn};
@@ -52,7 +59,7 @@ fn product_per_element(a: Tensor<f32>, b: Tensor<f32>) -> Tensor<f32> {
 
 /// One case of the menu: its name, what it merges, and its outputs.
 struct Case {
-    name: &'static str,
+    name: String,
     merges: &'static str,
     outputs: Vec<Lazy<f32>>,
 }
@@ -110,52 +117,52 @@ fn menu() -> Vec<Case> {
     let (user_c, user_h) = lstm_small_ops::lstm_cell(&user_z, &data(&[64, 1024], 18), 1.0);
     vec![
         Case {
-            name: "elementwise chain 2048x2048",
+            name: "elementwise chain 2048x2048".into(),
             merges: "13 elementwise operators, vertical",
             outputs: vec![chain],
         },
         Case {
-            name: "softmax from ops 1024x4096",
+            name: "softmax from ops 1024x4096".into(),
             merges: "row max and sum with their consumers (row buffer)",
             outputs: vec![softmax_ops],
         },
         Case {
-            name: "layer norm * gamma + beta 1024x4096",
+            name: "layer norm * gamma + beta 1024x4096".into(),
             merges: "epilogue after a row kernel",
             outputs: vec![layernorm_affine],
         },
         Case {
-            name: "softmax along axis 0, 4096x1024",
+            name: "softmax along axis 0, 4096x1024".into(),
             merges: "column statistics with their consumers (blocked workers)",
             outputs: vec![softmax_axis0],
         },
         Case {
-            name: "dense + bias + relu 256x1024x1024",
+            name: "dense + bias + relu 256x1024x1024".into(),
             merges: "elementwise after a library call (the call stays a boundary)",
             outputs: vec![dense_relu],
         },
         Case {
-            name: "transpose * 2 + y 2048x2048",
+            name: "transpose * 2 + y 2048x2048".into(),
             merges: "index substitution through a transpose",
             outputs: vec![transposed],
         },
         Case {
-            name: "LSTM cell from small ops 1024x1024",
+            name: "LSTM cell from small ops 1024x1024".into(),
             merges: "split, sigmoid, tanh, mul, add: 11 operators",
             outputs: vec![cell_c, cell_h],
         },
         Case {
-            name: "LSTM step 64x1024 (two products + cell)",
+            name: "LSTM step 64x1024 (two products + cell)".into(),
             merges: "bias and cell after two library calls",
             outputs: vec![step_c, step_h],
         },
         Case {
-            name: "product per element, transposed, 256^3",
+            name: "product per element, transposed, 256^3".into(),
             merges: "a user-written product read through a transpose (refused: strided)",
             outputs: vec![user_t],
         },
         Case {
-            name: "LSTM gates 64x1024, product per element",
+            name: "LSTM gates 64x1024, product per element".into(),
             merges: "a user-written product substituted into the cell (its four gates' sums)",
             outputs: vec![user_c, user_h],
         },
@@ -187,9 +194,30 @@ fn kernels(
     Ok((time, profile.kernel_count(), results))
 }
 
+/// The value after `flag` on the command line, parsed.
+fn arg<T: std::str::FromStr>(flag: &str) -> Option<T> {
+    let args: Vec<String> = std::env::args().collect();
+    let i = args.iter().position(|a| a == flag)?;
+    args.get(i + 1)?.parse().ok()
+}
+
 fn main() -> Result<(), BoxError> {
     let quick = std::env::args().any(|a| a == "--quick");
     let reps = if quick { 3 } else { 10 };
+    let random: Option<usize> = arg("--random");
+    let explain = std::env::args().any(|a| a == "--explain");
+    let cases = match random {
+        None => menu(),
+        Some(count) => random::graphs(count, 512, arg("--seed").unwrap_or(1), data)
+            .into_iter()
+            .enumerate()
+            .map(|(k, g)| Case {
+                name: format!("random {k}: {}", g.name),
+                merges: "whatever fusion finds",
+                outputs: vec![g.output],
+            })
+            .collect(),
+    };
     let unfused = Options::cpu().with_opt_level(0);
     let fused = Options::cpu().with_opt_level(3);
     println!("fusion menu, f32, CPU ({}), best of {reps}", machine());
@@ -198,7 +226,7 @@ fn main() -> Result<(), BoxError> {
         "case", "kernels", "kernel time u / f", "wall u / f", "kernels", "wall"
     );
     let mut rows = Vec::new();
-    for case in menu() {
+    for case in cases {
         let (ku, nu, ru) = kernels(&case.outputs, &unfused, reps)?;
         let (kf, nf, rf) = kernels(&case.outputs, &fused, reps)?;
         for (u, f) in ru.iter().zip(&rf) {
@@ -241,6 +269,13 @@ fn main() -> Result<(), BoxError> {
                 ""
             }
         );
+        if explain && (rk > 1.0 || rw > 1.0) {
+            println!("{}", ovl::fusion(refs.as_slice(), 3)?.report);
+            let (_, profile) = ovl::profile(refs.as_slice(), &fused, reps)?;
+            for o in &profile.operators {
+                println!("    {:>10.3?}  {}", o.min(), o.name);
+            }
+        }
         rows.push(json!({
             "case": case.name,
             "merges": case.merges,
@@ -255,9 +290,11 @@ fn main() -> Result<(), BoxError> {
     let dir = std::path::Path::new("target/fusion-menu-bench");
     std::fs::create_dir_all(dir)?;
     let doc = json!({ "machine": machine(), "repetitions": reps, "rows": rows });
-    std::fs::write(
-        dir.join("fusion_menu.json"),
-        serde_json::to_string_pretty(&doc)?,
-    )?;
+    let file = if random.is_some() {
+        "fusion_menu_random.json"
+    } else {
+        "fusion_menu.json"
+    };
+    std::fs::write(dir.join(file), serde_json::to_string_pretty(&doc)?)?;
     Ok(())
 }

@@ -2,7 +2,9 @@
 //! neighbours for neighbouring workers (a product written as one worker per element, reading
 //! `b[k, j]`) is not recomputed where neighbouring consumer workers would recompute producer
 //! workers far apart (a transpose), and still is where they stay neighbours (the LSTM cell's
-//! gates at column offsets). Outcomes only: what merged, what was refused and why, values.
+//! gates at column offsets); and a merge whose whole kernel is predicted slower than the
+//! kernels it replaces (a transposed operand substituted into such a product) is refused.
+//! Outcomes only: what merged, what was refused and why, values.
 
 #[path = "support/lstm_small_ops.rs"]
 mod lstm_small_ops;
@@ -113,6 +115,36 @@ fn a_product_read_at_column_offsets_is_still_recomputed() {
             let got_h = ovl::evaluate_with(&new_h, &opts).unwrap();
             assert_close(&got_c, &want_c.clone().into_dyn(), "new c");
             assert_close(&got_h, &want_h.clone().into_dyn(), "new h");
+        }
+    }
+}
+
+#[test]
+fn a_transposed_operand_is_not_recomputed_inside_a_product() {
+    // Substituted into the product, `b[t, j] = y[j, t]` would move with the workers' own
+    // position in its first index: the product's workers could no longer run in lockstep,
+    // and its loop, a sequential fold, would run one worker at a time (about 10x slower).
+    let (m, k, n) = (8, 32, 96);
+    let x = pseudo_random((m, k), 7);
+    let y = pseudo_random((n, k), 8);
+    let b = ovl_stdlib::transpose(Lazy::from(y.clone().into_dyn()), &[1, 0]);
+    let z = product_per_element(&x, &b);
+    let fusion = ovl::fusion(&z, 3).unwrap();
+    println!("{}", fusion.report);
+    assert_eq!(fusion.report.kernels_after, 2, "{}", fusion.report);
+    let refusal = &fusion.report.refusals[0];
+    let slower = std::iter::once(&refusal.reason)
+        .chain(refusal.also.iter().map(|(_, r)| r))
+        .find(|r| matches!(r, Reason::SlowerFused { .. }));
+    match slower {
+        Some(Reason::SlowerFused { fused, unfused }) => assert!(fused > unfused),
+        _ => panic!("expected the whole-kernel refusal: {refusal}"),
+    }
+    let want = product(&x, &y.t().to_owned()).into_dyn();
+    for options in [Options::interpreter(), Options::cpu()] {
+        for level in [0u8, 3] {
+            let got = ovl::evaluate_with(&z, &options.clone().with_opt_level(level)).unwrap();
+            assert_close(&got, &want, &format!("opt_level {level}"));
         }
     }
 }

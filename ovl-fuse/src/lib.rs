@@ -46,6 +46,7 @@ mod graph;
 mod horizontal;
 mod legality;
 mod looped;
+mod memory;
 mod merge;
 mod rebase;
 pub mod report;

@@ -140,6 +140,14 @@ pub enum Reason {
         /// The producer's reads per element that are contiguous across its workers, rounded.
         reads: u64,
     },
+    /// The graph after the merge is predicted to cost more than before it (`ovl-fuse`'s
+    /// `memory` module: work and memory access of whole kernels).
+    SlowerFused {
+        /// The predicted cost after the merge, in operation units, rounded.
+        fused: u64,
+        /// Before it.
+        unfused: u64,
+    },
     /// The producer stays for another reader and its operators are already computed as often
     /// as fusion allows (`ovl-fuse`'s `cost::MOST_COMPUTED`): another copy is refused.
     ComputedTooOften {
@@ -267,6 +275,12 @@ impl fmt::Display for Reason {
                 "recomputing output {output} (written {write}) at the read {read} would make its \
                  ~{reads} loop read(s) per element, contiguous across neighbouring workers where it \
                  is written, a cache line apart each; more than storing and loading it"
+            ),
+            Reason::SlowerFused { fused, unfused } => write!(
+                f,
+                "the merged operator is predicted to cost ~{fused} operation units against ~{unfused} \
+                 for the operators it replaces (their work and memory access: strided loops, \
+                 workers no longer in lockstep)"
             ),
             Reason::ComputedTooOften { times } => write!(
                 f,

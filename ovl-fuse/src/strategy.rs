@@ -13,7 +13,7 @@ use crate::graph::{self, Src, Work};
 use crate::legality::{self, NotVertical};
 use crate::report::NotEpilogue;
 use crate::report::{Merge, MergeKind, Reason};
-use crate::{epilogue, looped, merge, rebase, substitute};
+use crate::{epilogue, looped, memory, merge, rebase, substitute};
 use ovl_ir::ir;
 
 /// One way to merge producer `p` into consumer `c` (see the module's documentation).
@@ -222,6 +222,7 @@ impl Strategy for Substitution {
         let (pn, cn) = (work.node(p), work.node(c));
         let node = substitute::substitute(pn, cn, &plan, originals);
         valid(&node.dag)?;
+        memory::not_slower(work, p, c, &node.dag, !plan.kept.is_empty())?;
         let mut through: Vec<u32> = plan.slot_output.iter().flatten().copied().collect();
         through.sort_unstable();
         through.dedup();

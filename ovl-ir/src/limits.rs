@@ -37,3 +37,9 @@ pub fn while_iterations_from_env() -> u64 {
             .unwrap_or(WHILE_ITERATIONS)
     })
 }
+
+/// Neighbouring workers the C++ backend runs in lockstep (its blocked workers: a loop over
+/// them innermost, so reads they make at neighbouring elements vectorize); a kernel needs at
+/// least this many along its innermost axis for it. Fusion's cost model prices such kernels
+/// accordingly.
+pub const LOCKSTEP_WORKERS: u64 = 64;

@@ -46,7 +46,7 @@ use ovl_ir::Literal;
 use std::collections::BTreeSet;
 
 /// Workers per block.
-pub(crate) const BLOCK: u64 = 64;
+pub(crate) const BLOCK: u64 = ovl_ir::limits::LOCKSTEP_WORKERS;
 
 /// The most bytes a block's copies of the locals take (on the heap): a core's L2 cache.
 pub(crate) const BLOCK_LOCALS_BYTES: u64 = 1 << 20;

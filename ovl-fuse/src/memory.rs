@@ -1,0 +1,412 @@
+//! The predicted time of a whole kernel, memory access and vectorization included, and the
+//! rule that no merge makes a graph slower: a merge is kept only when the graph after it is
+//! predicted to cost at most [`SLACK`] times the graph before it ([`not_slower`]).
+//!
+//! The other checks of fusion judge one hand-over at a time (`cost`: how often an element is
+//! recomputed, whether a substitution makes a producer's reads strided). A merge can still lose
+//! in ways they do not see: a transposed producer substituted into a row reduction makes the
+//! reduction's loop walk a column (a cache line per element); a transposed operand substituted
+//! into a product (a worker per element) keeps its workers from running in lockstep, so its
+//! loop, a sequential fold, no longer runs in vector lanes (10x slower); a chain of statistics
+//! recomputed inside a loop multiplies its work. So the search (`strategy`) prices the
+//! operators before and after each index substitution with one model, from the IR alone
+//! (never the machine), and refuses it ([`crate::report::Reason::SlowerFused`]) when it loses.
+//! (Register hand-overs, epilogues and looped consumers are not priced: with this model's
+//! crude view of vectorization, pricing them refused merges measured to pay, e.g. layer norm's
+//! backward from operators along axis 0, which is one kernel and faster than its parts.)
+//!
+//! The model, per worker then times the workers, in operation units (the op table's cost
+//! column; `cost::MEMORY_UNITS` per element loaded or stored), each expression counted once
+//! per run of its enclosing loops:
+//! - arithmetic: its cost;
+//! - a read or write of an input or output: an element when consecutive runs touch
+//!   neighbouring elements (the last index moves by ±1 with the innermost loop, and no other
+//!   index does), or neighbouring workers do and they run side by side (at the top level; in a
+//!   loop only when the kernel runs its workers in lockstep); once per loop when the index does
+//!   not move with the loop (it stays in cache); otherwise a cache line
+//!   (`cost::LINE_ELEMENTS` elements) in a loop, and a quarter of one at the top level
+//!   (neighbouring workers along another axis reuse the line);
+//! - divided by [`VECTOR_LANES`] where the compiler runs it in vector lanes: everything, in a
+//!   kernel whose workers run in lockstep (`ovl-codegen`'s blocked workers: [`lockstep_shape`])
+//!   or that is straight-line code (the loop over workers vectorizes); in a loop without a
+//!   branch, a nested loop or an assignment (accumulators vectorize, a fold into a variable
+//!   does not).
+//!
+//! The model ranks kernels; it does not time them. When an operator involved has a size known
+//! only at run time or a while loop, the merge is not judged (the other checks decide).
+
+use crate::cost::{self, LINE_ELEMENTS, MEMORY_UNITS};
+use crate::graph::Work;
+use crate::report::Reason;
+use ovl_ir::intervals::Intervals;
+use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::limits::LOCKSTEP_WORKERS;
+use ovl_ir::typed::{Inst, Kernel, ValueId};
+use ovl_ir::Literal;
+use std::collections::HashMap;
+
+/// How much more than the graph before it the graph after a merge may cost: the model's
+/// tolerance (it counts, it does not time). The losses it exists for were predicted at 4x and
+/// more (and measured at 10x); a guarded stencil's substitution, which pays, at 1.6x.
+pub(crate) const SLACK: f64 = 2.0;
+
+/// How many operations a vector instruction does (f32 in 256 bits): arithmetic the compiler
+/// vectorizes costs this much less.
+pub(crate) const VECTOR_LANES: f64 = 8.0;
+
+/// Refuses the merge of producer `p` into consumer `c` when the graph after it, with
+/// `merged` in their place (and `p` still there when `producer_stays`), is predicted to cost
+/// more than [`SLACK`] times the graph before it.
+pub(crate) fn not_slower(
+    work: &Work,
+    p: usize,
+    c: usize,
+    merged: &ir::ExpressionDag,
+    producer_stays: bool,
+) -> Result<(), Reason> {
+    let priced = |id: usize| kernel_cost(&work.kernel(id), &work.intervals(id));
+    let kernel = Kernel::from_validated(merged);
+    let (Some(fused), Some(producer), Some(consumer)) = (
+        kernel_cost(&kernel, &Intervals::of(&kernel)),
+        priced(p),
+        priced(c),
+    ) else {
+        return Ok(());
+    };
+    let before = producer + consumer;
+    let after = fused + if producer_stays { producer } else { 0.0 };
+    if after > SLACK * before {
+        return Err(Reason::SlowerFused {
+            fused: after.round() as u64,
+            unfused: before.round() as u64,
+        });
+    }
+    Ok(())
+}
+
+/// The predicted cost of `kernel` (see the module).
+pub(crate) fn kernel_cost(kernel: &Kernel, iv: &Intervals) -> Option<f64> {
+    let mut workers = 1.0f64;
+    for d in &kernel.workgroup {
+        workers *= d.known()? as f64;
+    }
+    let inner = cost::innermost_axis(kernel);
+    let mut moves = Moves::new(kernel);
+    let lockstep = lockstep_shape(kernel, &mut moves);
+    let scalar = scalar_loops(kernel);
+    let straight = !kernel.exprs.iter().any(|x| {
+        matches!(
+            x.inst,
+            Inst::Range { .. } | Inst::If { .. } | Inst::WhileBegin { .. }
+        )
+    });
+    let mut per_worker = 0.0;
+    for (i, x) in kernel.exprs.iter().enumerate() {
+        let runs = cost::runs_per_worker(kernel, iv, i)?;
+        let loop_ = kernel.enclosing_loops(i).next();
+        let vectorized = lockstep
+            || match loop_ {
+                None => straight,
+                Some(l) => !scalar[l as usize],
+            };
+        let units = match &x.inst {
+            Inst::Read { tensor, indices }
+            | Inst::Write {
+                tensor, indices, ..
+            } if tensor.kind != TensorKind::Local => {
+                let trips = match loop_ {
+                    Some(l) => iv.trips(l as usize)? as f64,
+                    None => 1.0,
+                };
+                MEMORY_UNITS * moves.access(indices, loop_, inner, lockstep, trips)
+            }
+            Inst::WhileBegin { .. } => return None,
+            inst => cost::weight(inst.op()),
+        };
+        per_worker += units * runs / if vectorized { VECTOR_LANES } else { 1.0 };
+    }
+    Some(per_worker * workers)
+}
+
+/// The loops whose iterations the compiler cannot run in vector lanes: those with a branch, a
+/// loop, or an assignment inside (a fold into a variable is sequential; accumulators are not).
+fn scalar_loops(kernel: &Kernel) -> Vec<bool> {
+    let mut scalar = vec![false; kernel.exprs.len()];
+    for (i, x) in kernel.exprs.iter().enumerate() {
+        if matches!(
+            x.inst,
+            Inst::Assign { .. } | Inst::If { .. } | Inst::Range { .. } | Inst::WhileBegin { .. }
+        ) {
+            for l in kernel.enclosing_loops(i) {
+                scalar[l as usize] = true;
+            }
+        }
+    }
+    scalar
+}
+
+/// Whether `kernel` runs its workers in lockstep blocks on the CPU (`ovl-codegen`'s blocked
+/// workers; this is the part of its rule that decides, from the IR, whether it gains): sizes
+/// known, at least [`LOCKSTEP_WORKERS`] workers along the innermost axis, no branch or while
+/// loop, loops only at the top level with constant bounds, every write of an output indexed
+/// last by the innermost position, no read in a loop whose other indices move with it, and
+/// one read in a loop whose last index does (the reason to run in lockstep).
+fn lockstep_shape(kernel: &Kernel, moves: &mut Moves) -> bool {
+    if kernel.symbol_count > 0 {
+        return false;
+    }
+    let Some(inner) = kernel.workgroup.len().checked_sub(1) else {
+        return false;
+    };
+    if kernel.workgroup[inner]
+        .known()
+        .is_none_or(|n| n < LOCKSTEP_WORKERS)
+    {
+        return false;
+    }
+    let var = Var::Position(inner);
+    let is_const = |v: ValueId| matches!(kernel.exprs[v as usize].inst, Inst::Const(_));
+    let mut gains = false;
+    for (i, x) in kernel.exprs.iter().enumerate() {
+        match &x.inst {
+            Inst::If { .. } | Inst::WhileBegin { .. } | Inst::Symbol { .. } => return false,
+            &Inst::Range {
+                start, end, step, ..
+            } if x.block.is_some() || ![start, end, step].into_iter().all(is_const) => {
+                return false
+            }
+            Inst::Write {
+                tensor, indices, ..
+            } if tensor.kind != TensorKind::Local => {
+                let own = indices.last().is_some_and(|&o| {
+                    matches!(kernel.exprs[o as usize].inst,
+                        Inst::Position { axis } if axis as usize == inner)
+                });
+                if !own {
+                    return false;
+                }
+            }
+            Inst::Read { tensor, indices }
+                if tensor.kind != TensorKind::Local
+                    && kernel.enclosing_loops(i).next().is_some() =>
+            {
+                let Some((&last, others)) = indices.split_last() else {
+                    continue;
+                };
+                if others
+                    .iter()
+                    .any(|&o| moves.coefficient(o, var) != Coefficient::Fixed)
+                {
+                    return false;
+                }
+                gains |= matches!(moves.coefficient(last, var), Coefficient::By(1 | -1));
+            }
+            _ => {}
+        }
+    }
+    gains
+}
+
+/// What an index moves with, by how much.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Coefficient {
+    /// It does not move.
+    Fixed,
+    /// It moves by this much per step.
+    By(i64),
+    /// It moves in a way the model does not follow.
+    Unknown,
+}
+
+/// The variable an index may move with: a loop's index or a position axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Var {
+    Loop(ValueId),
+    Position(usize),
+}
+
+/// How index expressions move with loop indices and positions (memoized).
+struct Moves<'a> {
+    kernel: &'a Kernel,
+    memo: HashMap<(ValueId, Var), Coefficient>,
+}
+
+impl<'a> Moves<'a> {
+    fn new(kernel: &'a Kernel) -> Moves<'a> {
+        Moves {
+            kernel,
+            memo: HashMap::new(),
+        }
+    }
+
+    /// The cost of one access at `indices`, in elements (see the module): `loop_` is its
+    /// innermost enclosing loop, of `trips` iterations, `inner` the innermost position axis.
+    fn access(
+        &mut self,
+        indices: &[ValueId],
+        loop_: Option<ValueId>,
+        inner: Option<usize>,
+        lockstep: bool,
+        trips: f64,
+    ) -> f64 {
+        let unit = |c: Coefficient| matches!(c, Coefficient::By(1 | -1));
+        let Some((&last, others)) = indices.split_last() else {
+            return 1.0;
+        };
+        let follows = |this: &mut Self, var: Var| {
+            unit(this.coefficient(last, var))
+                && others
+                    .iter()
+                    .all(|&o| this.coefficient(o, var) == Coefficient::Fixed)
+        };
+        let neighbours = inner.is_some_and(|a| follows(self, Var::Position(a)));
+        match loop_ {
+            Some(l) => {
+                if indices
+                    .iter()
+                    .all(|&o| self.coefficient(o, Var::Loop(l)) == Coefficient::Fixed)
+                {
+                    1.0 / trips.max(1.0)
+                } else if follows(self, Var::Loop(l)) || (lockstep && neighbours) {
+                    1.0
+                } else {
+                    LINE_ELEMENTS
+                }
+            }
+            None => {
+                let fixed = inner.is_none_or(|a| {
+                    indices
+                        .iter()
+                        .all(|&o| self.coefficient(o, Var::Position(a)) == Coefficient::Fixed)
+                });
+                if fixed || neighbours {
+                    1.0
+                } else {
+                    LINE_ELEMENTS / 4.0
+                }
+            }
+        }
+    }
+
+    /// How value `v` moves with `var`.
+    fn coefficient(&mut self, v: ValueId, var: Var) -> Coefficient {
+        if let Some(&c) = self.memo.get(&(v, var)) {
+            return c;
+        }
+        let c = self.compute(v, var);
+        self.memo.insert((v, var), c);
+        c
+    }
+
+    fn compute(&mut self, v: ValueId, var: Var) -> Coefficient {
+        use Coefficient::{By, Fixed, Unknown};
+        let x = &self.kernel.exprs[v as usize];
+        match x.inst {
+            Inst::Const(_) | Inst::Symbol { .. } => Fixed,
+            Inst::Position { axis } => {
+                if var == Var::Position(axis as usize) {
+                    By(1)
+                } else {
+                    Fixed
+                }
+            }
+            Inst::Range { .. } => {
+                if var == Var::Loop(v) {
+                    By(1)
+                } else {
+                    Fixed
+                }
+            }
+            Inst::Cast { value } if x.dtype.is_some_and(|d| d.is_int()) => {
+                self.coefficient(value, var)
+            }
+            Inst::Binary {
+                op: op @ (Op::Add | Op::Sub),
+                a,
+                b,
+            } => {
+                let sign = if op == Op::Add { 1 } else { -1 };
+                match (self.coefficient(a, var), self.coefficient(b, var)) {
+                    (Fixed, Fixed) => Fixed,
+                    (By(p), Fixed) => By(p),
+                    (Fixed, By(q)) => By(sign * q),
+                    (By(p), By(q)) => match p.checked_add(sign * q) {
+                        Some(0) => Fixed,
+                        Some(r) => By(r),
+                        None => Unknown,
+                    },
+                    _ => Unknown,
+                }
+            }
+            Inst::Binary { op: Op::Mul, a, b } => {
+                let constant = |w: ValueId| match self.kernel.exprs[w as usize].inst {
+                    Inst::Const(Literal::Int(n)) => Some(n),
+                    Inst::Const(Literal::UInt(n)) => i64::try_from(n).ok(),
+                    _ => None,
+                };
+                match (self.coefficient(a, var), self.coefficient(b, var)) {
+                    (Fixed, Fixed) => Fixed,
+                    (By(p), Fixed) => constant(b)
+                        .and_then(|c| p.checked_mul(c))
+                        .map_or(Unknown, By),
+                    (Fixed, By(q)) => constant(a)
+                        .and_then(|c| q.checked_mul(c))
+                        .map_or(Unknown, By),
+                    _ => Unknown,
+                }
+            }
+            // A variable or an accumulator changes as the program runs: whether it moves with
+            // `var` is not followed.
+            Inst::Variable { .. } | Inst::Accumulator { .. } => Unknown,
+            _ => {
+                let operands: Vec<ValueId> = self.kernel.operands(v as usize).collect();
+                if operands
+                    .into_iter()
+                    .all(|o| self.coefficient(o, var) == Fixed)
+                {
+                    Fixed
+                } else {
+                    Unknown
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ovl_ir::fixtures;
+
+    fn priced(dag: &ir::ExpressionDag) -> (bool, f64) {
+        let kernel = Kernel::decode(dag).unwrap();
+        let iv = Intervals::of(&kernel);
+        let lockstep = lockstep_shape(&kernel, &mut Moves::new(&kernel));
+        (lockstep, kernel_cost(&kernel, &iv).unwrap())
+    }
+
+    #[test]
+    fn products_per_element_run_in_lockstep_and_column_reductions_too() {
+        // 70 workers along the innermost axis: enough for a block of 64.
+        assert!(priced(&fixtures::gate_products(3, 5, 70)).0);
+        // 2 are not.
+        assert!(!priced(&fixtures::matmul(3, 4, 2)).0);
+        // A column fold with a branchless body (`column_stats`, 150 columns).
+        assert!(priced(&fixtures::column_stats(7, 150)).0);
+        // Row kernels read along their loop, not across workers: no gain.
+        assert!(!priced(&fixtures::norm_rows(4, 100)).0);
+    }
+
+    #[test]
+    fn a_column_walked_without_lockstep_costs_a_line_per_element() {
+        // Column sums, a worker per column: with 64 columns the workers run in lockstep and
+        // each read down a column costs an element (vectorized); with 40 they do not, and
+        // each read costs a cache line.
+        let per_column = |cols: u64| priced(&fixtures::sum_columns(100, cols)).1 / cols as f64;
+        let ratio = per_column(40) / per_column(64);
+        assert!(ratio > LINE_ELEMENTS / 2.0, "{ratio}");
+        // Twice the rows, twice the cost.
+        let tall = priced(&fixtures::sum_columns(200, 64)).1 / 64.0;
+        assert!((1.9..2.1).contains(&(tall / per_column(64))));
+    }
+}
