@@ -64,17 +64,30 @@ pub(crate) fn not_slower(
     merged: &ir::ExpressionDag,
     producer_stays: bool,
 ) -> Result<(), Reason> {
-    let priced = |id: usize| kernel_cost(&work.kernel(id), &work.intervals(id));
-    let kernel = Kernel::from_validated(merged);
-    let (Some(fused), Some(producer), Some(consumer)) = (
-        kernel_cost(&kernel, &Intervals::of(&kernel)),
-        priced(p),
-        priced(c),
-    ) else {
+    let (Some(producer), Some(consumer)) = (node_cost(work, p), node_cost(work, c)) else {
         return Ok(());
     };
-    let before = producer + consumer;
-    let after = fused + if producer_stays { producer } else { 0.0 };
+    let stays = if producer_stays { producer } else { 0.0 };
+    not_slower_than(merged, stays, producer + consumer)
+}
+
+/// The predicted cost of node `id`'s operator (`None` when it cannot be priced).
+pub(crate) fn node_cost(work: &Work, id: usize) -> Option<f64> {
+    kernel_cost(&work.kernel(id), &work.intervals(id))
+}
+
+/// Refuses `merged` when it, plus `beside` (what stays of the graph it changes), costs more
+/// than [`SLACK`] times `before`.
+pub(crate) fn not_slower_than(
+    merged: &ir::ExpressionDag,
+    beside: f64,
+    before: f64,
+) -> Result<(), Reason> {
+    let kernel = Kernel::from_validated(merged);
+    let Some(fused) = kernel_cost(&kernel, &Intervals::of(&kernel)) else {
+        return Ok(());
+    };
+    let after = fused + beside;
     if after > SLACK * before {
         return Err(Reason::SlowerFused {
             fused: after.round() as u64,
