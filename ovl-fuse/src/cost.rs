@@ -11,7 +11,8 @@
 //! consumer's workers times its reads of the intermediate per worker, loop trip counts
 //! included, divided by the producer's workers) and `W` the producer's work per element:
 //! - `R <= 1` (each element computed at most once, e.g. an elementwise producer, a transpose):
-//!   always inline;
+//!   always inline, unless the producer stays for another reader and `W` is more than
+//!   [`DUPLICATE_WORK`] (then it is weighed like the rest);
 //! - otherwise inline when the work after, `R * W`, is at most the cost it replaces: the `R`
 //!   loads of the element, plus, when the producer disappears (no other reader), its work `W`
 //!   and its store.
@@ -52,6 +53,11 @@ pub(crate) const LINE_ELEMENTS: f64 = 16.0;
 /// (an unrolled LSTM's forward values, read by two kernels each step) grew with its length:
 /// quadratic work, kernels and fusion time.
 pub(crate) const MOST_COMPUTED: u32 = 4;
+
+/// The most work per element (operation units) that an element computed once may repeat in a
+/// consumer while its producer stays for another reader: a few operations, not a loop (a
+/// product's element of 512 multiply-adds computed in two kernels doubled the graph's time).
+pub(crate) const DUPLICATE_WORK: f64 = 64.0;
 
 /// The work of one execution of an expression, in operation units: the op table's
 /// [`ovl_ir::ops::OpInfo::cost`].
@@ -147,6 +153,8 @@ pub(crate) struct Verdict {
     pub unfused: f64,
     /// Whether `fused` includes reads made a cache line apart ([`Verdict::strided`]).
     pub strided: bool,
+    /// Whether the producer stays for another reader (its work is then done twice).
+    pub stays: bool,
 }
 
 impl Verdict {
@@ -165,6 +173,7 @@ impl Verdict {
             fused: recompute * work,
             unfused,
             strided: false,
+            stays: producer_stays,
         }
     }
 
@@ -181,7 +190,10 @@ impl Verdict {
 
     /// Whether inlining pays.
     pub fn accepts(&self) -> bool {
-        (self.recompute <= 1.0 + 1e-9 && !self.strided) || self.fused <= self.unfused
+        let once = self.recompute <= 1.0 + 1e-9
+            && !self.strided
+            && (!self.stays || self.work <= DUPLICATE_WORK);
+        once || self.fused <= self.unfused
     }
 }
 
@@ -191,7 +203,10 @@ mod tests {
 
     #[test]
     fn elementwise_always_and_row_reductions_never() {
-        assert!(Verdict::new(1.0, 100.0, true).accepts());
+        assert!(Verdict::new(1.0, 100.0, false).accepts());
+        // Computed once more beside a producer that stays: a few operations, not a loop.
+        assert!(Verdict::new(1.0, 20.0, true).accepts());
+        assert!(!Verdict::new(1.0, 3.0 * 512.0, true).accepts());
         // A squared vector broadcast over 4 rows: 4 reads and multiplications per element
         // against a store and 4 loads.
         assert!(Verdict::new(4.0, 2.0, false).accepts());
