@@ -15,8 +15,7 @@
 //!   [`DUPLICATE_WORK`] (then it is weighed like the rest);
 //! - otherwise inline when the work after, `R * W`, is at most the cost it replaces: the `R`
 //!   loads of the element, plus, when the producer disappears (no other reader), its work `W`
-//!   and its store.
-//!
+//!   and its store;
 //! - memory access: a producer's reads inside loops that neighbouring workers make at
 //!   neighbouring elements (`x[k, p1]`: a column reduction, a product's `b[k, j]`) cost an
 //!   element each where it runs alone. When a read of the consumer does not move the producer's
