@@ -41,21 +41,9 @@ fn data(shape: &[usize], seed: usize) -> Lazy<f32> {
     Lazy::from(ArrayD::from_shape_vec(IxDyn(shape), v).expect("shape"))
 }
 
-/// A matrix product as a user writes it without the library: a worker per element of the
-/// result, a fold over `k` (index substitution recomputes it inside its consumers).
-#[operator]
-fn product_per_element(a: Tensor<f32>, b: Tensor<f32>) -> Tensor<f32> {
-    let [m, k] = a.dims::<2>();
-    let [_, n] = b.dims::<2>();
-    let p = position_in([m, n]);
-    let out = output([m, n]);
-    let mut acc = variable(0.0f32);
-    for t in 0..k {
-        acc += a[[p[0], t]] * b[[t, p[1]]];
-    }
-    out[[p[0], p[1]]] = acc;
-    out
-}
+#[path = "../tests/support/product_per_element.rs"]
+mod product_per_element;
+use product_per_element::product_per_element;
 
 /// One case of the menu: its name, what it merges, and its outputs.
 struct Case {

@@ -14,21 +14,9 @@ use ndarray::{Array2, ArrayD};
 use ovl::prelude::*;
 use ovl::{MergeKind, Reason};
 
-/// A matrix product as a user writes it without the library: a worker per element of the
-/// result, a fold over `k`.
-#[operator]
-fn product_per_element(a: Tensor<f32>, b: Tensor<f32>) -> Tensor<f32> {
-    let [m, k] = a.dims::<2>();
-    let [_, n] = b.dims::<2>();
-    let p = position_in([m, n]);
-    let out = output([m, n]);
-    let mut acc = variable(0.0f32);
-    for t in 0..k {
-        acc += a[[p[0], t]] * b[[t, p[1]]];
-    }
-    out[[p[0], p[1]]] = acc;
-    out
-}
+#[path = "support/product_per_element.rs"]
+mod product_per_element;
+use product_per_element::product_per_element;
 
 /// `a · b` in f64, summed in the operator's order, rounded to f32 at each step like it.
 fn product(a: &Array2<f32>, b: &Array2<f32>) -> Array2<f32> {
