@@ -71,6 +71,7 @@ __all__ = [
     "Program",
     "dynamic_lib",
     "enable_xla",
+    "kernel_kind",
     "library_path",
     "load",
     "load_library",
@@ -79,10 +80,12 @@ __all__ = [
 
 # The package by concern: `_library` (finding and loading the bridge library, the raw op),
 # `_bundle` (the bundle schema, `Program`, `load`), `_sealed` (the sealed program format),
-# `_gradient` (the op's gradient), `_pfor` (its pfor converter), `_keras` (`Layer`).
+# `_kernel` (the C++ CPU kernel), `_gradient` (the op's gradient), `_pfor` (its pfor
+# converter), `_keras` (`Layer`).
 from ._bundle import BUNDLE_FORMAT, BundleError, Program, load  # noqa: E402
 from ._gradient import _register_gradient  # noqa: E402
 from ._library import _library_file, dynamic_lib, library_path, load_library  # noqa: E402
+from ._kernel import kernel_kind  # noqa: E402
 from ._xla import enable_xla, xla_enabled  # noqa: E402
 
 # The public names say they are the package's, as before it was split (tracebacks, pickling,
