@@ -21,6 +21,13 @@ program as usual.
 pfor converter that runs one ``DynamicLib`` on the program batched over the loop (see
 ``ovl_tf._pfor``; a loop length known only at run time works too).
 
+Loading the bridge library also compiles (once per TensorFlow version and compiler, into the
+operator cache) and loads a C++ CPU kernel of ``DynamicLib`` that TensorFlow picks over the
+bridge's C-API kernel, because it costs less per call (see ``ovl_tf._kernel``); without a C++
+compiler the C-API kernel runs, with a ``RuntimeWarning``. ``$OVL_TF_KERNEL`` (``auto``,
+``c++``, ``c-api``) chooses, ``ovl_tf.kernel_kind()`` says which one runs; a bad value is a
+``ValueError``, and ``c++`` without a working compiler a ``RuntimeError``.
+
 ``ovl_tf.enable_xla()`` lets the op run inside ``tf.function(jit_compile=True)`` on the CPU: it
 compiles (once per TensorFlow version, into the operator cache) and loads an XLA kernel that
 lowers ``DynamicLib`` to an XLA custom call (see ``ovl_tf._xla``). Without it, a ``DynamicLib``
