@@ -114,8 +114,9 @@ LM_SIZES = [(200, 10), (200, 35), (650, 10), (650, 35)]
 def language_model(steps, bundle_dir, hidden, seq):
     """A one-layer LSTM language model on synthetic tokens (a noisy repeating pattern), batch
     20, `seq` steps unrolled in one tf.function (forward, backward, SGD), trained with
-    TensorFlow's cell and with the ovl cell from the same initial weights. The two models'
-    steps alternate, so the machine's load falls on both alike."""
+    TensorFlow's cell and with the ovl cell from the same initial weights, and the same step
+    with no cell (two slices of the gates instead: what replacing the cell can at best reach).
+    The models' steps alternate, so the machine's load falls on all alike."""
     batch, vocab = 20, 50
     bundle = bundle_dir / f"lstm_{batch}x{hidden}.json"
     if not bundle.exists():
@@ -162,7 +163,13 @@ def language_model(steps, bundle_dir, hidden, seq):
 
         return step
 
-    steps_of = {"tensorflow": model(tf_cell), "ovl": model(ovl_cell)}
+    def no_cell(z, c):
+        # The Amdahl bound: the same step with the cell replaced by two slices of `z` (the
+        # step's products, lookups, softmax and SGD remain), i.e. the step of a cell that
+        # costs nothing.
+        return z[:, :hidden], z[:, hidden : 2 * hidden]
+
+    steps_of = {"tensorflow": model(tf_cell), "ovl": model(ovl_cell), "no cell": model(no_cell)}
     losses = {k: [] for k in steps_of}
     times = {k: [] for k in steps_of}
     for s in range(steps):
@@ -172,14 +179,17 @@ def language_model(steps, bundle_dir, hidden, seq):
             start = time.perf_counter()
             losses[name].append(float(step(x, y)))
             times[name].append(time.perf_counter() - start)
-    tf_step, ovl_step = (statistics.median(times[k][2:]) for k in ("tensorflow", "ovl"))
+    tf_step, ovl_step, free_step = (
+        statistics.median(times[k][2:]) for k in ("tensorflow", "ovl", "no cell")
+    )
     tf_losses, ovl_losses = losses["tensorflow"], losses["ovl"]
     gap = max(abs(a - b) for a, b in zip(tf_losses, ovl_losses))
     print(
         f"language model, hidden {hidden}, {seq} steps unrolled, {steps} training steps: loss "
         f"{tf_losses[0]:.3f} -> {tf_losses[-1]:.3f} (tensorflow cell) vs {ovl_losses[0]:.3f} -> "
         f"{ovl_losses[-1]:.3f} (ovl cell), largest difference {gap:.2e}; median step "
-        f"{tf_step * 1e3:.2f} ms vs {ovl_step * 1e3:.2f} ms ({ovl_step / tf_step:.2f}x)",
+        f"{tf_step * 1e3:.2f} ms vs {ovl_step * 1e3:.2f} ms ({ovl_step / tf_step:.2f}x); "
+        f"without a cell {free_step * 1e3:.2f} ms (the bound: {free_step / tf_step:.2f}x)",
         flush=True,
     )
     return {
@@ -192,6 +202,7 @@ def language_model(steps, bundle_dir, hidden, seq):
         "largest_loss_difference": gap,
         "tensorflow_step_ms": tf_step * 1e3,
         "ovl_step_ms": ovl_step * 1e3,
+        "no_cell_step_ms": free_step * 1e3,
     }
 
 

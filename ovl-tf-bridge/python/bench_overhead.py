@@ -15,7 +15,9 @@ Cases:
   chain: gradients of the last ``c`` and of the sum of every ``h`` with respect to ``z`` and
   the first ``c``).
 
-Every pair is checked to compute the same values first.
+Every pair is checked to compute the same values first. DynamicLib runs its C++ kernel (the
+default); `OVL_TF_KERNEL=c-api` measures the C-API kernel instead (TensorFlow picks one kernel
+per process, so that is another run).
 
     cargo build --release -p ovl-tf-bridge
     cargo run --release -p ovl-tf-bridge --example make_bundles -- target/ovl-tf-bundles
@@ -182,7 +184,8 @@ def main():
     print(
         f"TensorFlow {tf.__version__}, {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs; per call in a chain of {CHAIN} inside one tf.function "
-        f"(a loop of {ITERATIONS} chains; best of {REPEATS})",
+        f"(a loop of {ITERATIONS} chains; best of {REPEATS}); DynamicLib's "
+        f"{ovl_tf.kernel_kind()} kernel",
         flush=True,
     )
     rows = []
@@ -193,7 +196,8 @@ def main():
               f"call  ({iteration * 1e6:8.1f} us per chain of {CHAIN})")
     if args.json:
         Path(args.json).write_text(json.dumps({"tensorflow": tf.__version__, "chain": CHAIN,
-                                               "rows": rows}, indent=2))
+                                               "kernel": ovl_tf.kernel_kind(), "rows": rows},
+                                              indent=2))
 
 
 if __name__ == "__main__":

@@ -86,32 +86,45 @@ pub fn parallel_min_work() -> u64 {
 }
 
 /// The binding a kernel instance made last (shared by the calls of one node, which TensorFlow
-/// may run concurrently).
+/// may run concurrently), or its fixed one.
 #[derive(Default)]
-pub(crate) struct LastBinding(Mutex<Option<Arc<Bound>>>);
+pub(crate) struct LastBinding {
+    /// The binding of a program with fixed shapes, made when the kernel is constructed: read
+    /// without a lock.
+    fixed: Option<Arc<Bound>>,
+    last: Mutex<Option<Arc<Bound>>>,
+}
 
 impl LastBinding {
     /// Binds the program's own feed shapes now when they are all known (a program with fixed
     /// shapes), so that no call binds.
     pub(crate) fn for_program(program: &LoadedProgram) -> LastBinding {
-        let last = LastBinding::default();
+        let mut last = LastBinding::default();
         if program.symbols().is_empty() {
             let shapes: Vec<Vec<usize>> =
                 program.feeds.iter().map(|(_, s)| s.shape.clone()).collect();
             let slices: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
             if let Ok(binding) = program.bind(&slices) {
-                last.store(Arc::new(Bound::new(program, shapes, binding)));
+                last.fixed = Some(Arc::new(Bound::new(program, shapes, binding)));
             }
         }
         last
     }
 
+    /// The fixed binding, if the program has fixed shapes.
+    fn fixed(&self) -> Option<&Bound> {
+        self.fixed.as_deref()
+    }
+
     fn get(&self) -> Option<Arc<Bound>> {
-        self.0.lock().ok().and_then(|b| b.clone())
+        if let Some(fixed) = &self.fixed {
+            return Some(fixed.clone());
+        }
+        self.last.lock().ok().and_then(|b| b.clone())
     }
 
     fn store(&self, bound: Arc<Bound>) {
-        if let Ok(mut b) = self.0.lock() {
+        if let Ok(mut b) = self.last.lock() {
             *b = Some(bound);
         }
     }
@@ -261,6 +274,185 @@ fn run_with(
     .map_err(|e| fail(TF_INVALID_ARGUMENT, e.to_string()))
 }
 
+/// One input as the C++ kernel (`python/ovl_tf/kernel/dynamic_lib_kernel.cc`) hands it over:
+/// TensorFlow's buffer, its dimensions and its dtype (TensorFlow's enum).
+#[repr(C)]
+pub struct RawInput {
+    pub data: *const c_void,
+    pub dims: *const i64,
+    pub rank: c_int,
+    pub dtype: c_int,
+}
+
+/// The C++ kernel's allocator of output `k` with `rank` dimensions `dims`: 0 and the buffer in
+/// `data`, or non-zero when TensorFlow refused (its status is then set on the context).
+pub type Allocate = unsafe extern "C" fn(
+    ctx: *mut c_void,
+    k: c_int,
+    dims: *const i64,
+    rank: c_int,
+    data: *mut *mut c_void,
+) -> c_int;
+
+impl Kernel {
+    /// Whether every call runs on TensorFlow's thread without a large kernel (a program with
+    /// fixed shapes below [`parallel_min_work`]): TensorFlow's executor may then run it inline
+    /// like its own cheap ops. A program with sizes given at run time does not know yet.
+    pub(crate) fn is_small(&self) -> bool {
+        self.last.get().is_some_and(|b| b.threads == 1)
+    }
+}
+
+/// Runs one call of `kernel` on raw buffers (the C++ kernel's path): the same checks, binding
+/// and run as [`run`], without TensorFlow's C-API tensor wrappers.
+///
+/// # Safety
+/// Each input's `data` must hold a tensor of `dims` (`rank` entries) of `dtype`, alive during
+/// the call; `allocate(ctx, ..)` must return buffers of the requested shape and the output
+/// dtypes the kernel was constructed with, distinct from the inputs.
+pub(crate) unsafe fn run_raw(
+    kernel: &Kernel,
+    inputs: &[RawInput],
+    n_out: usize,
+    allocate: Allocate,
+    ctx: *mut c_void,
+) -> Result<(), Failure> {
+    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+        // SAFETY: forwarded.
+        Ok(mut scratch) => unsafe {
+            run_raw_with(kernel, inputs, n_out, allocate, ctx, &mut scratch)
+        },
+        // SAFETY: forwarded.
+        Err(_) => unsafe {
+            run_raw_with(
+                kernel,
+                inputs,
+                n_out,
+                allocate,
+                ctx,
+                &mut Scratch::default(),
+            )
+        },
+    })
+}
+
+unsafe fn run_raw_with(
+    kernel: &Kernel,
+    inputs: &[RawInput],
+    n_out: usize,
+    allocate: Allocate,
+    ctx: *mut c_void,
+    scratch: &mut Scratch,
+) -> Result<(), Failure> {
+    let program = &kernel.program;
+    let fail = |code, message: String| (code, format!("DynamicLib `{}`: {message}", kernel.node));
+    if inputs.len() != program.feeds.len() || n_out != program.outputs.len() {
+        return Err(fail(
+            TF_INVALID_ARGUMENT,
+            format!("called with {} inputs and {n_out} outputs", inputs.len()),
+        ));
+    }
+    let call = CallTensors(scratch);
+    // A program with fixed shapes: its binding, by reference (no lock, no reference count).
+    let fixed = kernel.last.fixed();
+    let mut same_shapes = fixed.is_some();
+    for (k, input) in inputs.iter().enumerate() {
+        if input.dtype != tf_dtype(program.feeds[k].1.dtype) {
+            return Err(fail(
+                TF_INVALID_ARGUMENT,
+                format!("input {k} has {}", tf_dtype_name(input.dtype)),
+            ));
+        }
+        if let Some(bound) = fixed {
+            // SAFETY: dims holds rank entries (the caller's contract).
+            same_shapes = same_shapes && same_dims(unsafe { raw_dims(input) }, &bound.shapes[k]);
+        }
+        call.0.feeds.push(input.data);
+    }
+    let held: Arc<Bound>;
+    let bound: &Bound = match fixed {
+        Some(bound) if same_shapes => bound,
+        _ => {
+            // SAFETY: forwarded.
+            held = unsafe { raw_binding(kernel, inputs) }.map_err(|(code, m)| fail(code, m))?;
+            &held
+        }
+    };
+    for (k, dims) in bound.out_dims.iter().enumerate() {
+        let mut data: *mut c_void = std::ptr::null_mut();
+        // SAFETY: the caller's contract; dims holds len() entries.
+        if unsafe {
+            allocate(
+                ctx,
+                k as c_int,
+                dims.as_ptr(),
+                dims.len() as c_int,
+                &mut data,
+            )
+        } != 0
+        {
+            return Err(fail(TF_INTERNAL, format!("cannot allocate output {k}")));
+        }
+        call.0.outputs.push(data);
+    }
+    // SAFETY: the feeds have the program's dtypes and the shapes of the binding; the outputs
+    // were allocated by TensorFlow with the binding's shapes and the program's output types.
+    unsafe {
+        program.run_bound(
+            &bound.binding,
+            &call.0.feeds,
+            &call.0.outputs,
+            bound.threads,
+        )
+    }
+    .map_err(|e| fail(TF_INVALID_ARGUMENT, e.to_string()))
+}
+
+/// The binding of raw inputs whose shapes are not the fixed ones: the kernel's last one when
+/// the shapes are its, else a new one (kept as the last one).
+///
+/// # Safety
+/// Each input's `dims` must hold `rank` entries.
+unsafe fn raw_binding(kernel: &Kernel, inputs: &[RawInput]) -> Result<Arc<Bound>, Failure> {
+    if let Some(last) = kernel.last.get() {
+        // SAFETY: forwarded.
+        if (inputs.iter().zip(&last.shapes)).all(|(i, s)| same_dims(unsafe { raw_dims(i) }, s)) {
+            return Ok(last);
+        }
+    }
+    let shapes = inputs
+        .iter()
+        // SAFETY: forwarded.
+        .map(|i| {
+            unsafe { raw_dims(i) }
+                .iter()
+                .map(|&d| d.max(0) as usize)
+                .collect()
+        })
+        .collect();
+    let bound = Arc::new(bind_shapes(&kernel.program, shapes)?);
+    kernel.last.store(bound.clone());
+    Ok(bound)
+}
+
+/// The dimensions of a raw input, as TensorFlow's signed sizes.
+///
+/// # Safety
+/// `input.dims` must hold `input.rank` entries (or `rank` be 0).
+unsafe fn raw_dims(input: &RawInput) -> &[i64] {
+    if input.rank <= 0 || input.dims.is_null() {
+        &[]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(input.dims, input.rank as usize) }
+    }
+}
+
+/// Whether TensorFlow's dimensions `dims` are `shape`.
+fn same_dims(dims: &[i64], shape: &[usize]) -> bool {
+    dims.len() == shape.len() && dims.iter().zip(shape).all(|(&d, &n)| d == n as i64)
+}
+
 /// Whether tensor `t` has shape `shape`.
 ///
 /// # Safety
@@ -278,18 +470,29 @@ unsafe fn has_shape(t: *const TF_Tensor, shape: &[usize]) -> bool {
 
 /// Checks the inputs' shapes against the program and binds them (the slow path: new shapes).
 fn bind(program: &LoadedProgram, inputs: &[*mut TF_Tensor]) -> Result<Bound, Failure> {
-    let mut shapes = Vec::with_capacity(inputs.len());
-    for (k, &t) in inputs.iter().enumerate() {
-        // SAFETY: t is a live tensor.
-        let shape: Vec<usize> = unsafe {
-            (0..TF_NumDims(t))
-                .map(|d| TF_Dim(t, d).max(0) as usize)
-                .collect()
-        };
+    let shapes = inputs
+        .iter()
+        .map(|&t| {
+            // SAFETY: t is a live tensor.
+            unsafe {
+                (0..TF_NumDims(t))
+                    .map(|d| TF_Dim(t, d).max(0) as usize)
+                    .collect()
+            }
+        })
+        .collect();
+    bind_shapes(program, shapes)
+}
+
+/// Checks the feeds' shapes against the program and binds them.
+pub(crate) fn bind_shapes(
+    program: &LoadedProgram,
+    shapes: Vec<Vec<usize>>,
+) -> Result<Bound, Failure> {
+    for (k, shape) in shapes.iter().enumerate() {
         program
-            .check_feed(k, program.feeds[k].1.dtype, &shape)
+            .check_feed(k, program.feeds[k].1.dtype, shape)
             .map_err(|e| (TF_INVALID_ARGUMENT, e.to_string()))?;
-        shapes.push(shape);
     }
     let slices: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
     let binding = program

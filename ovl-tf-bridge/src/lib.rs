@@ -30,6 +30,12 @@
 //! anything, so an edited or corrupted attribute is an error that says so, never another
 //! program.
 //!
+//! The C-API kernel is the fallback: `ovl_tf` also compiles a C++ CPU kernel of `DynamicLib`
+//! against TensorFlow's own headers (`python/ovl_tf/kernel/dynamic_lib_kernel.cc`, registered
+//! at a higher priority, so TensorFlow picks it) that calls this library's [`cc_kernel`]
+//! functions with TensorFlow's raw buffers and dimensions, and tells TensorFlow's executor that
+//! a small program is cheap (what a call costs: docs/benchmarks.md, "Per-call cost").
+//!
 //! For TensorFlow's pfor (`tf.vectorized_map`, `GradientTape.jacobian` and `batch_jacobian`),
 //! the library also exports two C functions, `ovl_tf_batch_program` and `ovl_tf_free_batch`
 //! ([`batch`]), which the Python package calls through `ctypes`: they batch an op's programs
@@ -49,6 +55,8 @@
 //! (`Options::cuda()`) is the way to run ovl operators on a GPU today.
 
 pub mod batch;
+#[cfg(not(test))]
+pub mod cc_kernel;
 #[cfg(not(test))]
 mod ffi;
 pub mod nodedef;

@@ -84,8 +84,7 @@ unsafe extern "C" fn infer_shapes(ctx: *mut TF_ShapeInferenceContext, status: *m
     });
 }
 
-/// Reads the attributes, checks them against the program, and compiles the program into the
-/// operator cache (or finds it there).
+/// The kernel of the node TensorFlow constructs (see [`construct_from_node_def`]).
 fn construct(ctx: *mut TF_OpKernelConstruction) -> Result<Kernel, (TF_Code, String)> {
     let status = Status::new();
     // SAFETY: ctx comes from TensorFlow for this call; the buffer is deleted below.
@@ -108,7 +107,14 @@ fn construct(ctx: *mut TF_OpKernelConstruction) -> Result<Kernel, (TF_Code, Stri
         TF_DeleteBuffer(buffer);
         bytes
     };
-    let attrs = Attrs::decode(&bytes).map_err(|e| (TF_INVALID_ARGUMENT, e.to_string()))?;
+    construct_from_node_def(&bytes)
+}
+
+/// The kernel of a node, from its serialized `NodeDef` (the C-API kernel reads it from the
+/// construction context, the C++ kernel serializes its own): reads the attributes, checks them
+/// against the program, and compiles the program into the operator cache (or finds it there).
+pub(crate) fn construct_from_node_def(bytes: &[u8]) -> Result<Kernel, (TF_Code, String)> {
+    let attrs = Attrs::decode(bytes).map_err(|e| (TF_INVALID_ARGUMENT, e.to_string()))?;
     let node = attrs.node.clone();
     let fail = |code, message: String| (code, format!("DynamicLib `{node}`: {message}"));
     // The gradient program runs in another op (built by the Python gradient function, which
@@ -255,7 +261,7 @@ unsafe extern "C" fn delete(kernel: *mut c_void) {
     }));
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

@@ -21,6 +21,13 @@ program as usual.
 pfor converter that runs one ``DynamicLib`` on the program batched over the loop (see
 ``ovl_tf._pfor``; a loop length known only at run time works too).
 
+Loading the bridge library also compiles (once per TensorFlow version and compiler, into the
+operator cache) and loads a C++ CPU kernel of ``DynamicLib`` that TensorFlow picks over the
+bridge's C-API kernel, because it costs less per call (see ``ovl_tf._kernel``); without a C++
+compiler the C-API kernel runs, with a ``RuntimeWarning``. ``$OVL_TF_KERNEL`` (``auto``,
+``c++``, ``c-api``) chooses, ``ovl_tf.kernel_kind()`` says which one runs; a bad value is a
+``ValueError``, and ``c++`` without a working compiler a ``RuntimeError``.
+
 ``ovl_tf.enable_xla()`` lets the op run inside ``tf.function(jit_compile=True)`` on the CPU: it
 compiles (once per TensorFlow version, into the operator cache) and loads an XLA kernel that
 lowers ``DynamicLib`` to an XLA custom call (see ``ovl_tf._xla``). Without it, a ``DynamicLib``
@@ -71,6 +78,7 @@ __all__ = [
     "Program",
     "dynamic_lib",
     "enable_xla",
+    "kernel_kind",
     "library_path",
     "load",
     "load_library",
@@ -79,10 +87,12 @@ __all__ = [
 
 # The package by concern: `_library` (finding and loading the bridge library, the raw op),
 # `_bundle` (the bundle schema, `Program`, `load`), `_sealed` (the sealed program format),
-# `_gradient` (the op's gradient), `_pfor` (its pfor converter), `_keras` (`Layer`).
+# `_kernel` (the C++ CPU kernel), `_gradient` (the op's gradient), `_pfor` (its pfor
+# converter), `_keras` (`Layer`).
 from ._bundle import BUNDLE_FORMAT, BundleError, Program, load  # noqa: E402
 from ._gradient import _register_gradient  # noqa: E402
 from ._library import _library_file, dynamic_lib, library_path, load_library  # noqa: E402
+from ._kernel import kernel_kind  # noqa: E402
 from ._xla import enable_xla, xla_enabled  # noqa: E402
 
 # The public names say they are the package's, as before it was split (tracebacks, pickling,

@@ -66,13 +66,18 @@ def library_path() -> Path:
 
 def load_library(path: Optional[os.PathLike] = None):
     """Loads the bridge library (once per process) with ``tf.load_op_library``, which
-    registers the ``DynamicLib`` op and its kernel, and registers the op's gradient. Returns the
+    registers the ``DynamicLib`` op and its C-API kernel, then the C++ kernel that replaces it
+    when it compiles (``_kernel``, ``$OVL_TF_KERNEL``), and registers the op's gradient. Returns the
     op module (its ``dynamic_lib`` function is the raw op)."""
     global _module, _module_path
     with _lock:
         if _module is None:
             file = str(path or library_path())
-            _module = tf.load_op_library(file)
+            module = tf.load_op_library(file)
+            from ._kernel import _enable
+
+            _enable(file)
+            _module = module
             _module_path = file
             from ._gradient import _register_gradient
 

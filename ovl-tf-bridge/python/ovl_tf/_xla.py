@@ -46,13 +46,14 @@ def _cache_root() -> Path:
     return Path(given) if given else Path.home() / ".cache" / "ovl"
 
 
-def _compiler() -> str:
+def _compiler(what: str = "ovl_tf.enable_xla: the XLA kernel of DynamicLib") -> str:
+    """The C++ compiler (``$CXX``, else ``c++``, ``g++``, ``clang++``) that builds ``what``."""
     for name in [os.environ.get("CXX"), "c++", "g++", "clang++"]:
         if name and shutil.which(name):
             return shutil.which(name)
     raise RuntimeError(
-        "ovl_tf.enable_xla: no C++ compiler found (set CXX, or install g++ or clang++); it "
-        "compiles the XLA kernel of DynamicLib once per TensorFlow version"
+        f"{what}: no C++ compiler found (set CXX, or install g++ or clang++); it is compiled "
+        "once per TensorFlow version"
     )
 
 

@@ -2,8 +2,9 @@
 as `python installed_check.py BUNDLE_DIR` from a directory outside the repository, without
 OVL_TF_LIBRARY. Not a pytest module: it must not see the repository's copy of the package.
 
-It checks that ovl_tf and its bridge library come from the installed package, then runs a
-bundle forward and through tf.GradientTape and compares with TensorFlow's own arithmetic."""
+It checks that ovl_tf and its bridge library come from the installed package, that it runs
+the C++ kernel (its source is package data), then runs a bundle forward and through
+tf.GradientTape and compares with TensorFlow's own arithmetic."""
 
 import os
 import sys
@@ -33,7 +34,10 @@ def main() -> int:
     dx = tape.gradient(loss, x)
     np.testing.assert_array_equal(y.numpy(), (x * x).numpy())
     np.testing.assert_allclose(dx.numpy(), (2.0 * x * tf.range(1.0, 7.0)).numpy(), rtol=1e-6)
-    print(f"installed ovl_tf OK: {package}, library {library.name}")
+    # The package carries the C++ kernel's source, and it compiles here (a C++ compiler is
+    # on the test machines).
+    assert ovl_tf.kernel_kind() == "c++", ovl_tf.kernel_kind()
+    print(f"installed ovl_tf OK: {package}, library {library.name}, {ovl_tf.kernel_kind()} kernel")
     return 0
 
 
