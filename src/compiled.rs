@@ -28,11 +28,13 @@
 //! ```
 
 use crate::destination::{self, Destinations};
-use crate::error::{CompiledError, InternalError};
+use crate::error::{CompiledError, InternalError, Mismatch};
 use crate::evaluate::Evaluate;
 use crate::executor::{self, Prepared};
 use crate::export::feed_slots;
 use crate::options::Options;
+use crate::runner::{Input, Output};
+use crate::views::{FeedData, FeedView, OutputView};
 use crate::Error;
 use ovl_codegen::cuda::{DeviceError, DeviceTensor};
 use ovl_core::lazy::GraphInput;
@@ -150,6 +152,110 @@ impl Compiled {
             }
         }
         destination::run_into(&self.prepared, &fed, &self.options, &mut dests)
+    }
+
+    /// Runs the graph with borrowed data: `feeds[i]` for placeholder `i` (in the order given to
+    /// [`compile`]) and output `k` written into `outputs[k]`, each an array or view of any
+    /// layout (see [`crate::views`]). A row-major contiguous feed is read where it lies and a
+    /// row-major contiguous output written where it lies: no copy, the borrows keep them alive
+    /// and untouched by anything else until the call returns. Other layouts were copied when
+    /// their [`FeedView`] was made (feeds) or are copied into after the run (outputs).
+    ///
+    /// Errors name the buffer: a count, dtype or shape that does not match; on an error the
+    /// outputs hold unspecified values.
+    pub fn run_views(
+        &self,
+        feeds: &[FeedView<'_>],
+        outputs: &mut [OutputView<'_>],
+    ) -> Result<(), Error> {
+        if feeds.len() != self.feeds.len() {
+            return Err(CompiledError::FeedCount {
+                device: false,
+                given: feeds.len(),
+                placeholders: self.feeds.len(),
+            }
+            .into());
+        }
+        let mut fed: Vec<Option<Input<'_>>> = vec![None; self.prepared.inputs.len()];
+        for (k, (feed, given)) in self.feeds.iter().zip(feeds).enumerate() {
+            if given.dtype != feed.dtype || given.shape != feed.shape {
+                return Err(CompiledError::FeedType {
+                    index: k,
+                    name: feed.name.clone(),
+                    given: given.describe(),
+                    wanted: format!("{}{:?}", feed.dtype, feed.shape),
+                }
+                .into());
+            }
+            if let Some(i) = feed.graph_input {
+                fed[i] = Some(match &given.data {
+                    FeedData::InPlace(p, _) => Input::Raw(*p),
+                    FeedData::Copied(t) => Input::Host(t),
+                });
+            }
+        }
+        let sigs = self.prepared.plan().outputs();
+        if outputs.len() != sigs.len() {
+            return Err(Error::OutputMismatch(Mismatch::OutputCount {
+                outputs: sigs.len(),
+                arrays: outputs.len(),
+            }));
+        }
+        for (k, (out, sig)) in outputs.iter().zip(sigs).enumerate() {
+            if out.dtype != sig.dtype || out.shape != sig.shape {
+                return Err(Error::OutputMismatch(Mismatch::Output {
+                    output: k,
+                    given: out.describe(),
+                    wanted: sig.to_string(),
+                }));
+            }
+        }
+        // Outputs that are not row-major contiguous go through a buffer of the run.
+        let mut buffers: Vec<Option<HostTensor>> = Vec::with_capacity(outputs.len());
+        let mut raw: Vec<Option<*mut std::ffi::c_void>> = Vec::with_capacity(outputs.len());
+        for (out, sig) in outputs.iter_mut().zip(sigs) {
+            let p = out.target.row_major_ptr();
+            raw.push(p);
+            buffers.push(match p {
+                Some(_) => None,
+                None => Some(HostTensor::try_zeros(sig.dtype, &sig.shape)?),
+            });
+        }
+        let mut run_outputs: Vec<Output<'_>> = raw
+            .iter()
+            .zip(buffers.iter_mut())
+            .map(|(p, b)| match (p, b) {
+                (Some(p), _) => Output::Raw(*p),
+                (None, Some(tensor)) => Output::Host {
+                    tensor,
+                    zeroed: true,
+                },
+                (None, None) => unreachable!("a buffer for every output not written in place"),
+            })
+            .collect();
+        // SAFETY: a raw input is the row-major contiguous elements of a view of the
+        // placeholder's dtype and shape (checked above), borrowed for this call; a raw output
+        // is a mutable view's row-major contiguous elements of the output's dtype and shape,
+        // exclusively borrowed, so it overlaps no other buffer of the run (a shared view of the
+        // same memory cannot exist at the same time).
+        unsafe {
+            self.prepared
+                .run_in_place(&fed, &self.options, &mut run_outputs)?;
+        }
+        drop(run_outputs);
+        for (k, (out, b)) in outputs.iter_mut().zip(&buffers).enumerate() {
+            if let Some(t) = b {
+                if !out.target.assign_from(t) {
+                    return Err(InternalError::ResultShape {
+                        output: k,
+                        shape: out.shape.clone(),
+                        len: t.len(),
+                    }
+                    .into());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Runs the graph on the GPU with device tensors, one per placeholder in the order given to
