@@ -28,12 +28,12 @@
 //! ```
 
 use crate::destination::{self, Destinations};
-use crate::error::{CompiledError, InternalError, Mismatch};
+use crate::error::{CompiledError, InternalError};
 use crate::evaluate::Evaluate;
 use crate::executor::{self, Prepared};
 use crate::export::feed_slots;
 use crate::options::Options;
-use crate::runner::{Input, Output};
+use crate::runner::Input;
 use crate::views::{FeedData, FeedView, OutputView};
 use crate::Error;
 use ovl_codegen::cuda::{DeviceError, DeviceTensor};
@@ -194,68 +194,7 @@ impl Compiled {
                 });
             }
         }
-        let sigs = self.prepared.plan().outputs();
-        if outputs.len() != sigs.len() {
-            return Err(Error::OutputMismatch(Mismatch::OutputCount {
-                outputs: sigs.len(),
-                arrays: outputs.len(),
-            }));
-        }
-        for (k, (out, sig)) in outputs.iter().zip(sigs).enumerate() {
-            if out.dtype != sig.dtype || out.shape != sig.shape {
-                return Err(Error::OutputMismatch(Mismatch::Output {
-                    output: k,
-                    given: out.describe(),
-                    wanted: sig.to_string(),
-                }));
-            }
-        }
-        // Outputs that are not row-major contiguous go through a buffer of the run.
-        let mut buffers: Vec<Option<HostTensor>> = Vec::with_capacity(outputs.len());
-        let mut raw: Vec<Option<*mut std::ffi::c_void>> = Vec::with_capacity(outputs.len());
-        for (out, sig) in outputs.iter_mut().zip(sigs) {
-            let p = out.target.row_major_ptr();
-            raw.push(p);
-            buffers.push(match p {
-                Some(_) => None,
-                None => Some(HostTensor::try_zeros(sig.dtype, &sig.shape)?),
-            });
-        }
-        let mut run_outputs: Vec<Output<'_>> = raw
-            .iter()
-            .zip(buffers.iter_mut())
-            .map(|(p, b)| match (p, b) {
-                (Some(p), _) => Output::Raw(*p),
-                (None, Some(tensor)) => Output::Host {
-                    tensor,
-                    zeroed: true,
-                },
-                (None, None) => unreachable!("a buffer for every output not written in place"),
-            })
-            .collect();
-        // SAFETY: a raw input is the row-major contiguous elements of a view of the
-        // placeholder's dtype and shape (checked above), borrowed for this call; a raw output
-        // is a mutable view's row-major contiguous elements of the output's dtype and shape,
-        // exclusively borrowed, so it overlaps no other buffer of the run (a shared view of the
-        // same memory cannot exist at the same time).
-        unsafe {
-            self.prepared
-                .run_in_place(&fed, &self.options, &mut run_outputs)?;
-        }
-        drop(run_outputs);
-        for (k, (out, b)) in outputs.iter_mut().zip(&buffers).enumerate() {
-            if let Some(t) = b {
-                if !out.target.assign_from(t) {
-                    return Err(InternalError::ResultShape {
-                        output: k,
-                        shape: out.shape.clone(),
-                        len: t.len(),
-                    }
-                    .into());
-                }
-            }
-        }
-        Ok(())
+        crate::views::run_into_views(&self.prepared, &fed, &self.options, outputs)
     }
 
     /// Runs the graph on the GPU with device tensors, one per placeholder in the order given to

@@ -107,8 +107,8 @@ pub use destination::{Destination, Destinations};
 pub use error::export::{ExportError, UnifyProgramError};
 pub use error::{CompiledError, Error, InternalError, Mismatch};
 pub use evaluate::{
-    evaluate, evaluate_device, evaluate_into, evaluate_into_all, evaluate_with, from_device,
-    profile, Evaluate, OperatorProfile, Profile, Results,
+    evaluate, evaluate_device, evaluate_into, evaluate_into_all, evaluate_into_views,
+    evaluate_with, from_device, profile, Evaluate, OperatorProfile, Profile, Results,
 };
 pub use export::{as_tensorflow, placeholder, Bundle, TfExport};
 pub use options::{Options, Target};

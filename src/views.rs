@@ -24,6 +24,11 @@
 //! assert!((y[[1, 0]] - 1.0 / 3.0).abs() < 1e-6);
 //! ```
 
+use crate::error::{InternalError, Mismatch};
+use crate::executor::Prepared;
+use crate::options::Options;
+use crate::runner::{Input, Output};
+use crate::Error;
 use ndarray::{ArrayBase, ArrayView, ArrayViewMut, Data, DataMut, Dimension};
 use ovl_core::lazy::layout::standard_order;
 use ovl_core::{DType, HostTensor, Scalar};
@@ -200,4 +205,74 @@ impl<T: Scalar, D: Dimension> ViewTarget for ArrayViewMut<'_, T, D> {
         self.assign(&src);
         true
     }
+}
+
+/// Runs `prepared` with graph inputs `fed` (see [`Prepared::run_in_place`]; raw ones are
+/// [`FeedView`]s' row-major elements) and its requested output `k` written into `outputs[k]`:
+/// in place when row-major contiguous, else through a buffer copied into the view.
+pub(crate) fn run_into_views(
+    prepared: &Prepared,
+    fed: &[Option<Input<'_>>],
+    options: &Options,
+    outputs: &mut [OutputView<'_>],
+) -> Result<(), Error> {
+    let sigs = prepared.plan().outputs();
+    if outputs.len() != sigs.len() {
+        return Err(Error::OutputMismatch(Mismatch::OutputCount {
+            outputs: sigs.len(),
+            arrays: outputs.len(),
+        }));
+    }
+    for (k, (out, sig)) in outputs.iter().zip(sigs).enumerate() {
+        if out.dtype != sig.dtype || out.shape != sig.shape {
+            return Err(Error::OutputMismatch(Mismatch::Output {
+                output: k,
+                given: out.describe(),
+                wanted: sig.to_string(),
+            }));
+        }
+    }
+    // Outputs that are not row-major contiguous go through a buffer of the run.
+    let mut buffers: Vec<Option<HostTensor>> = Vec::with_capacity(outputs.len());
+    let mut raw: Vec<Option<*mut c_void>> = Vec::with_capacity(outputs.len());
+    for (out, sig) in outputs.iter_mut().zip(sigs) {
+        let p = out.target.row_major_ptr();
+        raw.push(p);
+        buffers.push(match p {
+            Some(_) => None,
+            None => Some(HostTensor::try_zeros(sig.dtype, &sig.shape)?),
+        });
+    }
+    let mut run_outputs: Vec<Output<'_>> = raw
+        .iter()
+        .zip(buffers.iter_mut())
+        .filter_map(|(p, b)| match (p, b) {
+            (Some(p), _) => Some(Output::Raw(*p)),
+            (None, Some(tensor)) => Some(Output::Host {
+                tensor,
+                zeroed: true,
+            }),
+            (None, None) => None,
+        })
+        .collect();
+    // SAFETY: a raw input is the row-major contiguous elements of a FeedView of the graph
+    // input's dtype and shape (checked by the caller), borrowed for this call; a raw output is
+    // a mutable view's row-major contiguous elements of the output's dtype and shape (checked
+    // above), exclusively borrowed, so it overlaps no other buffer of the run (no shared view
+    // of the same memory can exist at the same time).
+    unsafe { prepared.run_in_place(fed, options, &mut run_outputs)? };
+    drop(run_outputs);
+    for (k, (out, b)) in outputs.iter_mut().zip(&buffers).enumerate() {
+        if let Some(t) = b {
+            if !out.target.assign_from(t) {
+                return Err(InternalError::ResultShape {
+                    output: k,
+                    shape: out.shape.clone(),
+                    len: t.len(),
+                }
+                .into());
+            }
+        }
+    }
+    Ok(())
 }

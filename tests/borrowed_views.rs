@@ -271,3 +271,30 @@ fn feeds_and_outputs_that_do_not_match_are_errors_naming_them() {
     );
     assert!(e.contains('2') && e.contains('1'), "{e}");
 }
+
+#[test]
+fn evaluate_into_views_writes_lazy_results_into_views() {
+    let x = Array2::from_shape_fn((40, 30), |(i, j)| ((i * 5 + j) % 13) as f32 * 0.5 - 3.0);
+    let lazy = ovl_stdlib::softmax(&x);
+    let want: ArrayD<f32> = ovl::evaluate_with(&lazy, &Options::interpreter()).expect("interp");
+    for options in [Options::cpu(), Options::interpreter()] {
+        let mut block = Array2::<f32>::from_elem((50, 30), -1.0);
+        let mut fortran = Array2::<f32>::zeros((40, 30).f());
+        {
+            let mut dests = [OutputView::from(block.slice_mut(s![5..45, ..]))];
+            assert!(dests[0].in_place());
+            ovl::evaluate_into_views(&lazy, &mut dests, &options).expect("evaluate");
+            let mut dests = [OutputView::from(&mut fortran)];
+            assert!(!dests[0].in_place());
+            ovl::evaluate_into_views(&lazy, &mut dests, &options).expect("evaluate");
+        }
+        close(
+            &block.slice(s![5..45, ..]).to_owned().into_dyn(),
+            &want,
+            "rows 5..45",
+        );
+        close(&fortran.clone().into_dyn(), &want, "Fortran order");
+        assert!(block.slice(s![..5, ..]).iter().all(|&v| v == -1.0));
+        assert!(block.slice(s![45.., ..]).iter().all(|&v| v == -1.0));
+    }
+}
