@@ -3,8 +3,11 @@
 //! from stdlib ops with keepdim statistics (1 kernel each, blocked column workers), and the
 //! stdlib functions along the last axis of a `[1024, 4096]` matrix held in C order and in
 //! Fortran order (`x.t().to_owned()` of a C-order `[4096, 1024]`). Each is compiled once
-//! (`ovl::compile` on a placeholder) and timed two ways: the user's array made into a `Lazy` at
-//! every call (`Lazy::from(&x)`, as a new user writes it), and fed once (the kernel alone).
+//! (`ovl::compile` on a placeholder) and timed three ways: the user's array made into a `Lazy`
+//! at every call (`Lazy::from(&x)`, as a new user writes it), borrowed at every call
+//! (`Compiled::run_views` with `FeedView::from(&x)`: read in place in C order, a tiled copy in
+//! Fortran order; the result written into the destination in place), and fed once (the kernel
+//! alone).
 //! Every result is checked against a plain-Rust f64 reference before timing.
 //!
 //! `cargo bench --bench reductions_layouts -- [--quick] [--out DIR]` writes
@@ -19,6 +22,7 @@ mod reductions;
 use common::{machine, time_calls, Args};
 use ndarray::{Array2, ArrayD, Ix2};
 use ovl::prelude::*;
+use ovl::{FeedView, OutputView};
 use reductions::{max_abs_error, ops_along, reference, Kernel};
 use serde_json::json;
 
@@ -120,14 +124,29 @@ fn main() -> Result<(), BoxError> {
                 .into());
             }
             let per_call = time_calls(3, reps, || step.run_into(&[Lazy::from(x)][..], &mut dest))?;
+            // Borrowed: the array read where it lies when in C order (a tiled copy per call
+            // for Fortran order), the result written into `dest` in place.
+            let borrowed = time_calls(3, reps, || {
+                step.run_views(&[FeedView::from(x)], &mut [OutputView::from(&mut dest[0])])
+            })?;
+            let (err_b, ok_b) = max_abs_error(&dest[0], &expected(kernel, case, x));
+            if !ok_b {
+                return Err(format!(
+                    "{} {} (borrowed): max abs error {err_b:e} vs the f64 reference",
+                    kernel.name(),
+                    case.name()
+                )
+                .into());
+            }
             let fed = [Lazy::from(x)];
             let once = time_calls(3, reps, || step.run_into(&fed[..], &mut dest))?;
             let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
             println!(
-                "{:<10} {:<52} per call {:7.3} ms   fed once {:7.3} ms   max err {err:.1e}",
+                "{:<10} {:<52} per call {:7.3} ms   borrowed {:7.3} ms   fed once {:7.3} ms   max err {err:.1e}",
                 kernel.name(),
                 case.name(),
                 ms(per_call.best),
+                ms(borrowed.best),
                 ms(once.best)
             );
             rows.push(json!({
@@ -135,6 +154,7 @@ fn main() -> Result<(), BoxError> {
                 "case": case.key(),
                 "case_name": case.name(),
                 "per_call_ms": ms(per_call.best),
+                "borrowed_ms": ms(borrowed.best),
                 "fed_once_ms": ms(once.best),
                 "max_abs_error": err,
             }));

@@ -33,6 +33,8 @@ use crate::evaluate::Evaluate;
 use crate::executor::{self, Prepared};
 use crate::export::feed_slots;
 use crate::options::Options;
+use crate::runner::Input;
+use crate::views::{FeedData, FeedView, OutputView};
 use crate::Error;
 use ovl_codegen::cuda::{DeviceError, DeviceTensor};
 use ovl_core::lazy::GraphInput;
@@ -150,6 +152,49 @@ impl Compiled {
             }
         }
         destination::run_into(&self.prepared, &fed, &self.options, &mut dests)
+    }
+
+    /// Runs the graph with borrowed data: `feeds[i]` for placeholder `i` (in the order given to
+    /// [`compile`]) and output `k` written into `outputs[k]`, each an array or view of any
+    /// layout (see [`crate::views`]). A row-major contiguous feed is read where it lies and a
+    /// row-major contiguous output written where it lies: no copy, the borrows keep them alive
+    /// and untouched by anything else until the call returns. Other layouts were copied when
+    /// their [`FeedView`] was made (feeds) or are copied into after the run (outputs).
+    ///
+    /// Errors name the buffer: a count, dtype or shape that does not match; on an error the
+    /// outputs hold unspecified values.
+    pub fn run_views(
+        &self,
+        feeds: &[FeedView<'_>],
+        outputs: &mut [OutputView<'_>],
+    ) -> Result<(), Error> {
+        if feeds.len() != self.feeds.len() {
+            return Err(CompiledError::FeedCount {
+                device: false,
+                given: feeds.len(),
+                placeholders: self.feeds.len(),
+            }
+            .into());
+        }
+        let mut fed: Vec<Option<Input<'_>>> = vec![None; self.prepared.inputs.len()];
+        for (k, (feed, given)) in self.feeds.iter().zip(feeds).enumerate() {
+            if given.dtype != feed.dtype || given.shape != feed.shape {
+                return Err(CompiledError::FeedType {
+                    index: k,
+                    name: feed.name.clone(),
+                    given: given.describe(),
+                    wanted: format!("{}{:?}", feed.dtype, feed.shape),
+                }
+                .into());
+            }
+            if let Some(i) = feed.graph_input {
+                fed[i] = Some(match &given.data {
+                    FeedData::InPlace(p, _) => Input::Raw(*p),
+                    FeedData::Copied(t) => Input::Host(t),
+                });
+            }
+        }
+        crate::views::run_into_views(&self.prepared, &fed, &self.options, outputs)
     }
 
     /// Runs the graph on the GPU with device tensors, one per placeholder in the order given to

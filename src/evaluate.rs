@@ -4,6 +4,7 @@ use crate::destination::{self, Destination, Destinations};
 use crate::error::{InternalError, Mismatch};
 use crate::options::Options;
 use crate::plan_cache;
+use crate::views::OutputView;
 use crate::Error;
 use ndarray::ArrayD;
 use ovl_core::{HostTensor, Lazy, LazyTensor, Scalar};
@@ -386,6 +387,26 @@ pub fn evaluate_into_all<O: Evaluate, D: Destinations + ?Sized>(
     }
     let prepared = plan_cache::prepare(&tensors, options)?;
     destination::run_into(&prepared, &[], options, &mut dests)
+}
+
+/// [`evaluate_into_all`] into borrowed arrays or views of any layout ([`OutputView`]): output
+/// `k` of `outputs` is written into `dests[k]`, where it lies when that view is row-major
+/// contiguous (for example a block of whole rows of a larger array), else through a buffer
+/// copied into it (a Fortran-order array, every other column).
+pub fn evaluate_into_views<O: Evaluate>(
+    outputs: O,
+    dests: &mut [OutputView<'_>],
+    options: &Options,
+) -> Result<(), Error> {
+    let tensors = outputs.tensors();
+    if tensors.len() != dests.len() {
+        return Err(Error::OutputMismatch(Mismatch::OutputCount {
+            outputs: tensors.len(),
+            arrays: dests.len(),
+        }));
+    }
+    let prepared = plan_cache::prepare(&tensors, options)?;
+    crate::views::run_into_views(&prepared, &[], options, dests)
 }
 
 /// Evaluates `iterations` times (at least once) and returns the arrays of the last run together

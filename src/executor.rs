@@ -162,6 +162,61 @@ impl Prepared {
         self.run_into(&[], options, timings, Vec::new())
     }
 
+    /// Runs the graph once on the CPU or the interpreter with graph input `i` read from
+    /// `fed[i]` when given (else the graph's own data) and requested output `k` written into
+    /// `outputs[k]`; raw buffers are read and written where they lie.
+    ///
+    /// # Safety
+    /// As for [`Plan::run`]: every [`Input::Raw`] points to the row-major elements of its graph
+    /// input's type, readable for the call, and every [`Output::Raw`] to a writable buffer of its
+    /// output's size that overlaps no other buffer passed.
+    pub unsafe fn run_in_place(
+        &self,
+        fed: &[Option<Input<'_>>],
+        options: &Options,
+        outputs: &mut [Output<'_>],
+    ) -> Result<(), Error> {
+        let downloaded = self
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| match (fed.get(i).copied().flatten(), input) {
+                (None, GraphInput::Device(d)) => crate::runner::on_host(&**d).map(Some),
+                _ => Ok(None),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let inputs = self
+            .inputs
+            .iter()
+            .zip(&downloaded)
+            .enumerate()
+            .map(
+                |(i, (input, copy))| match (fed.get(i).copied().flatten(), input) {
+                    (Some(given), _) => Ok(given),
+                    (None, GraphInput::Host(t)) => Ok(Input::Host(t)),
+                    (None, GraphInput::Device(_)) => copy
+                        .as_ref()
+                        .map(Input::Host)
+                        .ok_or(InternalError::NotUploaded { input: i }.into()),
+                    (None, GraphInput::Placeholder { name, .. }) => {
+                        Err(Error::Placeholder { name: name.clone() })
+                    }
+                },
+            )
+            .collect::<Result<Vec<_>, Error>>()?;
+        // SAFETY: forwarded to the caller; host tensors are checked by the plan.
+        unsafe {
+            self.plan().run(
+                &self.planned.kernels,
+                &inputs,
+                outputs,
+                options.threads,
+                None,
+            )?;
+        }
+        Ok(())
+    }
+
     /// [`Prepared::run`], writing requested output `k` into `provided[k]` when that buffer is
     /// given (it must have the output's dtype and shape). The buffers come back in the result,
     /// in place. Graph input `i` reads `fed[i]` when that is given (data for a placeholder),

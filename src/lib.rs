@@ -99,6 +99,7 @@ pub mod polymorphic;
 pub mod program;
 pub mod program_batch;
 pub mod runner;
+pub mod views;
 
 pub use caches::{cache_stats, clear_caches, set_cache_capacity, Cache, CacheCounters, CacheStats};
 pub use compiled::{compile, Compiled};
@@ -106,8 +107,8 @@ pub use destination::{Destination, Destinations};
 pub use error::export::{ExportError, UnifyProgramError};
 pub use error::{CompiledError, Error, InternalError, Mismatch};
 pub use evaluate::{
-    evaluate, evaluate_device, evaluate_into, evaluate_into_all, evaluate_with, from_device,
-    profile, Evaluate, OperatorProfile, Profile, Results,
+    evaluate, evaluate_device, evaluate_into, evaluate_into_all, evaluate_into_views,
+    evaluate_with, from_device, profile, Evaluate, OperatorProfile, Profile, Results,
 };
 pub use export::{as_tensorflow, placeholder, Bundle, TfExport};
 pub use options::{Options, Target};
@@ -138,6 +139,7 @@ pub use ovl_core::{
 pub use ovl_macros::{helper, operator};
 pub use plan_cache::{clear_plan_cache, plan_cache_stats, set_plan_cache_capacity, PlanCacheStats};
 pub use polymorphic::{as_tensorflow_polymorphic, IntoExport, PolymorphicExport};
+pub use views::{FeedView, OutputView};
 
 pub use fusion::{fusion, fusion_with};
 /// The operator merger: fusion reports, refusal reasons, index patterns, Graphviz output.

@@ -81,6 +81,30 @@ pub fn cpu_count() -> usize {
     *N.get_or_init(|| num_cpus::get().max(1))
 }
 
+/// Chunks a parallel run takes per thread (at most): enough that a thread slowed down by another
+/// process on its core leaves its share to the others, few enough that each chunk is long.
+const CHUNKS_PER_THREAD: u64 = 4;
+
+/// How a parallel run of `workers` workers of cost `cost` each on `threads` threads is cut:
+/// `(size, count)`, chunks of `size` consecutive workers (the last may be shorter). Up to
+/// [`CHUNKS_PER_THREAD`] per thread, each at least a quarter of [`PARALLEL_MIN_WORK`]; a chunk
+/// of more than [`BLOCKED_WORKERS`](crate::shared::emit::BLOCKED_WORKERS) workers is a multiple
+/// of it, so that blocked programs run whole blocks.
+fn chunking(workers: u64, cost: u64, threads: u64) -> (u64, u64) {
+    let work = workers.saturating_mul(cost.max(1));
+    let by_work = (work / (PARALLEL_MIN_WORK / 4)).max(1);
+    let count = (threads * CHUNKS_PER_THREAD)
+        .min(by_work)
+        .max(threads)
+        .min(workers);
+    let mut size = workers.div_ceil(count.max(1));
+    let block = crate::shared::emit::BLOCKED_WORKERS;
+    if size > block {
+        size = size.div_ceil(block) * block;
+    }
+    (size, workers.div_ceil(size))
+}
+
 /// Runs `work(i)` for every `i` in `0..tasks` on the calling thread and up to `threads - 1`
 /// threads (0: one per core) of the pool the generated kernels run on, each taking the next
 /// task until none is left. Library kernels (the facade's GEMM) use this so that one pool of
@@ -399,28 +423,43 @@ impl CompiledOperator {
         // whose runs all stay on the calling thread starts no thread.
         let first = match (threads > 1).then(pool).flatten() {
             Some(pool) => {
-                let chunks = (threads as u64).min(workers);
-                let size = workers.div_ceil(chunks);
-                let chunks = workers.div_ceil(size);
-                let mut statuses = vec![Status::default(); chunks as usize];
+                let (size, chunks) = chunking(workers, cost, threads as u64);
+                let next = std::sync::atomic::AtomicU64::new(0);
+                let faults = std::sync::Mutex::new(Vec::<(u64, Status)>::new());
                 let run_fn = self.run_fn;
+                // Each thread takes the next chunk until none is left, so that a thread slowed
+                // down (another process on its core) takes fewer chunks instead of holding the
+                // whole run up.
+                let drain = || loop {
+                    let c = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if c >= chunks {
+                        break;
+                    }
+                    let (lo, hi) = (c * size, ((c + 1) * size).min(workers));
+                    let mut st = Status::default();
+                    // SAFETY: see `call`.
+                    unsafe { call(run_fn, ptrs, lo, hi, &mut st) };
+                    if st.code != 0 {
+                        faults
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push((c, st));
+                    }
+                };
                 pool.in_place_scope(|s| {
-                    let mut rest = statuses.iter_mut().enumerate();
-                    let first = rest.next();
-                    for (c, st) in rest {
-                        s.spawn(move |_| {
-                            let p = ptrs;
-                            let (lo, hi) = (c as u64 * size, ((c as u64 + 1) * size).min(workers));
-                            // SAFETY: see `call`.
-                            unsafe { call(run_fn, p, lo, hi, st) };
-                        });
+                    for _ in 1..threads.min(chunks as usize) {
+                        s.spawn(|_| drain());
                     }
-                    if let Some((_, st)) = first {
-                        // SAFETY: see `call`.
-                        unsafe { call(run_fn, ptrs, 0, size.min(workers), st) };
-                    }
+                    drain();
                 });
-                statuses.into_iter().find(|s| s.code != 0)
+                // The fault of the first chunk that faulted: the first worker in order that
+                // faulted, whichever thread ran it (as on one thread).
+                faults
+                    .into_inner()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .into_iter()
+                    .min_by_key(|(c, _)| *c)
+                    .map(|(_, st)| st)
             }
             _ => {
                 let mut st = Status::default();
@@ -457,7 +496,34 @@ unsafe fn call(run_fn: RunFn, p: Pointers, lo: u64, hi: u64, st: &mut Status) {
 
 #[cfg(test)]
 mod tests {
-    use super::for_each_parallel;
+    use super::{chunking, for_each_parallel, CHUNKS_PER_THREAD, PARALLEL_MIN_WORK};
+
+    /// The chunks of a parallel run cover the workers once, at least one per thread, at most
+    /// [`CHUNKS_PER_THREAD`] per thread, and whole blocks of 64 when longer than one.
+    #[test]
+    fn chunks_cover_the_workers_in_whole_blocks() {
+        for workers in [1u64, 2, 3, 63, 64, 65, 100, 1000, 1024, 4096, 100_003] {
+            for cost in [1u64, 40, 10_000, 1 << 20] {
+                for threads in [2u64, 3, 16] {
+                    let (size, count) = chunking(workers, cost, threads);
+                    assert!(size >= 1 && count >= 1, "{workers} {cost} {threads}");
+                    assert!((count - 1) * size < workers && count * size >= workers);
+                    assert!(count <= (threads * CHUNKS_PER_THREAD).max(1));
+                    if size > 64 {
+                        assert_eq!(size % 64, 0, "{workers} {cost} {threads}");
+                    }
+                    if workers * cost >= PARALLEL_MIN_WORK * threads {
+                        assert!(
+                            count >= threads.min(workers.div_ceil(64)),
+                            "{workers} {cost}"
+                        );
+                    }
+                }
+            }
+        }
+        // Softmax rows of [1024, 4096] on 2 threads: 8 chunks of 128 rows.
+        assert_eq!(chunking(1024, 40_000, 2), (128, 8));
+    }
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Every task runs exactly once, whatever the thread count (0: one per core) and however

@@ -11,5 +11,6 @@ mod cuda_emulated;
 mod derived;
 mod fixtures;
 mod golden;
+mod lanes_min_max;
 mod ops;
 mod symbolic;

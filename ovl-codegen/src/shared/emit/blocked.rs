@@ -527,7 +527,7 @@ impl<'a> Emitter<'a> {
             .ok_or_else(|| self.err(Some(k), "an accumulate outside a reduction loop"))?;
         let (combiner, d) = self.accumulator_kind(acc)?;
         let lane = format!("ovl_lanes{acc}[ovl_t{range}][ovl_j]");
-        let combined = self.combine(combiner, d, &lane, &format!("v{value}"))?;
+        let combined = self.lane_update(combiner, d, &lane, &format!("v{value}"))?;
         self.line(&format!("{lane} = {combined};"));
         Ok(None)
     }

@@ -78,6 +78,30 @@ impl Emitter<'_> {
             .ok_or_else(|| self.err(None, format!("{} does not take {d}", row.name)))
     }
 
+    /// `lane ⊕ value`, the update of a reduction lane in its loop: [`Emitter::combine`], except
+    /// that a float MIN/MAX uses `ovl::lane_min`/`ovl::lane_max`, equal to `ovl::fmin`/`fmax`
+    /// for a lane that is not NaN. A lane never is: it starts at the identity (+-inf) and
+    /// takes a value only when that value compares smaller (larger), which NaN never does.
+    /// (The fold of the lanes and the accumulator's own value keep the full NaN test: an
+    /// accumulator may start at NaN.)
+    pub(super) fn lane_update(
+        &self,
+        combiner: Combiner,
+        d: DType,
+        lane: &str,
+        value: &str,
+    ) -> Result<String, CodegenError> {
+        match (combiner, d) {
+            (Combiner::Min, DType::F32 | DType::F64) => {
+                Ok(format!("ovl::lane_min({lane}, {value})"))
+            }
+            (Combiner::Max, DType::F32 | DType::F64) => {
+                Ok(format!("ovl::lane_max({lane}, {value})"))
+            }
+            _ => self.combine(combiner, d, lane, value),
+        }
+    }
+
     /// The combiner and dtype of accumulator `acc`.
     pub(super) fn accumulator_kind(&self, acc: usize) -> Result<(Combiner, DType), CodegenError> {
         match self.kernel.exprs[acc] {
@@ -119,7 +143,7 @@ impl Emitter<'_> {
             return Ok(None);
         }
         let lane = format!("ovl_lanes{acc}[ovl_l{range}]");
-        let combined = self.combine(combiner, d, &lane, &format!("v{value}"))?;
+        let combined = self.lane_update(combiner, d, &lane, &format!("v{value}"))?;
         self.line(&format!("{lane} = {combined};"));
         Ok(None)
     }

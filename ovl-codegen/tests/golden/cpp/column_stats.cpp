@@ -55,7 +55,7 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, const i
               const int64_t v0 = ovl_p0 + ovl_j;
               const float v12 = in0[v11 * 150LL + v0];
               ovl_lanes6[ovl_t11][ovl_j] = ovl_lanes6[ovl_t11][ovl_j] + v12;
-              ovl_lanes8[ovl_t11][ovl_j] = ovl::fmax(ovl_lanes8[ovl_t11][ovl_j], v12);
+              ovl_lanes8[ovl_t11][ovl_j] = ovl::lane_max(ovl_lanes8[ovl_t11][ovl_j], v12);
             }
           }
           for (int64_t ovl_j = 0; ovl_j < 64; ++ovl_j) ovl_s6[ovl_j] = ovl_s6[ovl_j] + (((ovl_lanes6[0][ovl_j] + ovl_lanes6[1][ovl_j]) + (ovl_lanes6[2][ovl_j] + ovl_lanes6[3][ovl_j])) + ((ovl_lanes6[4][ovl_j] + ovl_lanes6[5][ovl_j]) + (ovl_lanes6[6][ovl_j] + ovl_lanes6[7][ovl_j])));
@@ -158,7 +158,7 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, const i
               const int64_t v11 = (int64_t)((uint64_t)ovl_start11 + (ovl_b11 + ovl_l11) * (uint64_t)ovl_step11);
               const float v12 = in0[v11 * 150LL + v0];
               ovl_lanes6[ovl_l11] = ovl_lanes6[ovl_l11] + v12;
-              ovl_lanes8[ovl_l11] = ovl::fmax(ovl_lanes8[ovl_l11], v12);
+              ovl_lanes8[ovl_l11] = ovl::lane_max(ovl_lanes8[ovl_l11], v12);
             }
           }
           if (ovl_b11 < ovl_n11) {
@@ -167,7 +167,7 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, const i
               const int64_t v11 = (int64_t)((uint64_t)ovl_start11 + (ovl_b11 + ovl_l11) * (uint64_t)ovl_step11);
               const float v12 = in0[v11 * 150LL + v0];
               ovl_lanes6[ovl_l11] = ovl_lanes6[ovl_l11] + v12;
-              ovl_lanes8[ovl_l11] = ovl::fmax(ovl_lanes8[ovl_l11], v12);
+              ovl_lanes8[ovl_l11] = ovl::lane_max(ovl_lanes8[ovl_l11], v12);
             }
           }
           v6 = v6 + (((ovl_lanes6[0] + ovl_lanes6[1]) + (ovl_lanes6[2] + ovl_lanes6[3])) + ((ovl_lanes6[4] + ovl_lanes6[5]) + (ovl_lanes6[6] + ovl_lanes6[7])));

@@ -65,7 +65,7 @@ __attribute__((noinline)) void ovl_kernel(const int32_t* __restrict__ in0, int32
               const bool v33 = v29 == v30;
               const double v34 = ovl::f64_bits(0x7ff8000000000000ull);
               const double v35 = ovl::pick(v33, v34, v32);
-              ovl_lanes12[ovl_l16] = ovl::fmax(ovl_lanes12[ovl_l16], v35);
+              ovl_lanes12[ovl_l16] = ovl::lane_max(ovl_lanes12[ovl_l16], v35);
             }
           }
           if (ovl_b16 < ovl_n16) {
@@ -91,7 +91,7 @@ __attribute__((noinline)) void ovl_kernel(const int32_t* __restrict__ in0, int32
               const bool v33 = v29 == v30;
               const double v34 = ovl::f64_bits(0x7ff8000000000000ull);
               const double v35 = ovl::pick(v33, v34, v32);
-              ovl_lanes12[ovl_l16] = ovl::fmax(ovl_lanes12[ovl_l16], v35);
+              ovl_lanes12[ovl_l16] = ovl::lane_max(ovl_lanes12[ovl_l16], v35);
             }
           }
           v2 = ovl::add(v2, (ovl::add((ovl::add((ovl::add(ovl_lanes2[0], ovl_lanes2[1])), (ovl::add(ovl_lanes2[2], ovl_lanes2[3])))), (ovl::add((ovl::add(ovl_lanes2[4], ovl_lanes2[5])), (ovl::add(ovl_lanes2[6], ovl_lanes2[7])))))));

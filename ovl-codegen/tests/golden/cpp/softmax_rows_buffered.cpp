@@ -34,7 +34,7 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, float* 
             for (uint64_t ovl_l7 = 0; ovl_l7 < 8; ++ovl_l7) {
               const int64_t v7 = (int64_t)((uint64_t)ovl_start7 + (ovl_b7 + ovl_l7) * (uint64_t)ovl_step7);
               const float v8 = in0[v0 * 300LL + v7];
-              ovl_lanes6[ovl_l7] = ovl::fmax(ovl_lanes6[ovl_l7], v8);
+              ovl_lanes6[ovl_l7] = ovl::lane_max(ovl_lanes6[ovl_l7], v8);
             }
           }
           if (ovl_b7 < ovl_n7) {
@@ -42,7 +42,7 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, float* 
             for (uint64_t ovl_l7 = 0; ovl_l7 < ovl_m7; ++ovl_l7) {
               const int64_t v7 = (int64_t)((uint64_t)ovl_start7 + (ovl_b7 + ovl_l7) * (uint64_t)ovl_step7);
               const float v8 = in0[v0 * 300LL + v7];
-              ovl_lanes6[ovl_l7] = ovl::fmax(ovl_lanes6[ovl_l7], v8);
+              ovl_lanes6[ovl_l7] = ovl::lane_max(ovl_lanes6[ovl_l7], v8);
             }
           }
           v6 = ovl::fmax(v6, (ovl::fmax((ovl::fmax((ovl::fmax(ovl_lanes6[0], ovl_lanes6[1])), (ovl::fmax(ovl_lanes6[2], ovl_lanes6[3])))), (ovl::fmax((ovl::fmax(ovl_lanes6[4], ovl_lanes6[5])), (ovl::fmax(ovl_lanes6[6], ovl_lanes6[7])))))));

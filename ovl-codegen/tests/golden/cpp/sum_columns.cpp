@@ -36,7 +36,7 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, float* 
               const int64_t v8 = (int64_t)((uint64_t)ovl_start8 + (ovl_b8 + ovl_l8) * (uint64_t)ovl_step8);
               const float v9 = in0[v8 * 40LL + v0];
               ovl_lanes2[ovl_l8] = ovl_lanes2[ovl_l8] + v9;
-              ovl_lanes4[ovl_l8] = ovl::fmax(ovl_lanes4[ovl_l8], v9);
+              ovl_lanes4[ovl_l8] = ovl::lane_max(ovl_lanes4[ovl_l8], v9);
             }
           }
           if (ovl_b8 < ovl_n8) {
@@ -45,7 +45,7 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, float* 
               const int64_t v8 = (int64_t)((uint64_t)ovl_start8 + (ovl_b8 + ovl_l8) * (uint64_t)ovl_step8);
               const float v9 = in0[v8 * 40LL + v0];
               ovl_lanes2[ovl_l8] = ovl_lanes2[ovl_l8] + v9;
-              ovl_lanes4[ovl_l8] = ovl::fmax(ovl_lanes4[ovl_l8], v9);
+              ovl_lanes4[ovl_l8] = ovl::lane_max(ovl_lanes4[ovl_l8], v9);
             }
           }
           v2 = v2 + (((ovl_lanes2[0] + ovl_lanes2[1]) + (ovl_lanes2[2] + ovl_lanes2[3])) + ((ovl_lanes2[4] + ovl_lanes2[5]) + (ovl_lanes2[6] + ovl_lanes2[7])));

@@ -34,7 +34,7 @@ extern "C" __global__ void ovl_kernel(const float* __restrict__ in0, const int32
               const int64_t v11 = (int64_t)((uint64_t)ovl_start11 + (ovl_b11 + ovl_l11) * (uint64_t)ovl_step11);
               const float v12 = in0[(int32_t)v11 * 150 + (int32_t)v0];
               ovl_lanes6[ovl_l11] = ovl_lanes6[ovl_l11] + v12;
-              ovl_lanes8[ovl_l11] = ovl::fmax(ovl_lanes8[ovl_l11], v12);
+              ovl_lanes8[ovl_l11] = ovl::lane_max(ovl_lanes8[ovl_l11], v12);
             }
           }
           if (ovl_b11 < ovl_n11) {
@@ -43,7 +43,7 @@ extern "C" __global__ void ovl_kernel(const float* __restrict__ in0, const int32
               const int64_t v11 = (int64_t)((uint64_t)ovl_start11 + (ovl_b11 + ovl_l11) * (uint64_t)ovl_step11);
               const float v12 = in0[(int32_t)v11 * 150 + (int32_t)v0];
               ovl_lanes6[ovl_l11] = ovl_lanes6[ovl_l11] + v12;
-              ovl_lanes8[ovl_l11] = ovl::fmax(ovl_lanes8[ovl_l11], v12);
+              ovl_lanes8[ovl_l11] = ovl::lane_max(ovl_lanes8[ovl_l11], v12);
             }
           }
           v6 = v6 + (((ovl_lanes6[0] + ovl_lanes6[1]) + (ovl_lanes6[2] + ovl_lanes6[3])) + ((ovl_lanes6[4] + ovl_lanes6[5]) + (ovl_lanes6[6] + ovl_lanes6[7])));
