@@ -19,8 +19,9 @@ pub const CAPACITY: usize = 512;
 /// fuse differently (2: index substitution and its cost model; 3: consumers looped inside
 /// reductions; 4: elementwise consumers run in the loop that writes a row; 5: library calls are
 /// boundaries; 6: register hand-overs made in sweeps, so merges group differently with the same
-/// kernel counts, and no operator computed more than 4 times).
-pub const FUSION_VERSION: u32 = 6;
+/// kernel counts, and no operator computed more than 4 times; 7: products sharing an operand
+/// stacked into one).
+pub const FUSION_VERSION: u32 = 7;
 
 /// The key: the rules' version, the unfused graph's canonical hash, the level, row reuse.
 type Key = (u32, Digest, u8, crate::RowReuse);
