@@ -97,6 +97,8 @@ struct Measured {
     compile_cold: Duration,
     /// The same after `ovl::clear_caches` (in-memory caches empty, compiled operators on disk).
     compile_warm: Duration,
+    /// C++ compiler runs of the cold compile (one per distinct kernel): where its time goes.
+    compiler_runs: u64,
     timing: Timing,
 }
 
@@ -160,9 +162,11 @@ fn run(
             (c, vec![ArrayD::zeros(IxDyn(&[b, h])); t])
         }
     };
+    let runs = ovl::compiler_invocations();
     let start = Instant::now();
     drop(build());
     let compile_cold = start.elapsed();
+    let compiler_runs = ovl::compiler_invocations() - runs;
     let start = Instant::now();
     let (compiled, mut dests) = build();
     let compile_warm = start.elapsed();
@@ -191,6 +195,7 @@ fn run(
     Measured {
         compile_cold,
         compile_warm,
+        compiler_runs,
         timing,
     }
 }
@@ -284,7 +289,7 @@ fn main() {
         println!(
             "T={t} B={b} H=I={h}: forward {:.2} ms (median {:.2}), forward + backward {:.2} ms \
              (median {:.2}); compile (cold / warm operator cache) {:.2} / {:.2} s and \
-             {:.2} / {:.2} s",
+             {:.2} / {:.2} s; C++ compiler runs (cold) {} and {}",
             fwd.timing.best.as_secs_f64() * 1e3,
             fwd.timing.median.as_secs_f64() * 1e3,
             fb.timing.best.as_secs_f64() * 1e3,
@@ -293,6 +298,8 @@ fn main() {
             fwd.compile_warm.as_secs_f64(),
             fb.compile_cold.as_secs_f64(),
             fb.compile_warm.as_secs_f64(),
+            fwd.compiler_runs,
+            fb.compiler_runs,
         );
         rows.push(json!({
             "t": t, "b": b, "h": h,
@@ -304,6 +311,8 @@ fn main() {
             "compile_forward_warm_s": fwd.compile_warm.as_secs_f64(),
             "compile_backward_cold_s": fb.compile_cold.as_secs_f64(),
             "compile_backward_warm_s": fb.compile_warm.as_secs_f64(),
+            "compiler_runs_forward": fwd.compiler_runs,
+            "compiler_runs_backward": fb.compiler_runs,
         }));
     }
     let report = json!({

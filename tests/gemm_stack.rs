@@ -115,6 +115,37 @@ fn independent_products_sharing_an_operand_stack_in_every_form() {
 }
 
 #[test]
+fn batched_products_stack_and_their_results_can_be_graph_outputs() {
+    // [2, m, k] x [2, n, k]ᵀ, the products' results requested as they are.
+    let (s, batch, m, k, n) = (3, 2, 2, 5, 3);
+    let xs = values(&[s, batch, m, k], 21);
+    let ws = values(&[batch, n, k], 22);
+    let (x, w) = (Lazy::from(xs.clone()), Lazy::from(ws.clone()));
+    let ys: Vec<Lazy<f64>> = slices(&x, s)
+        .iter()
+        .map(|x_t| ops::matmul_t(x_t, &w, false, true))
+        .collect();
+    let f = ovl::fusion_with(&ys, &options(Options::cpu(), 1)).unwrap();
+    assert_eq!(f.report.stacked.len(), 1, "{}", f.report);
+    assert_eq!(
+        f.report.stacked[0].stacked_shape,
+        [batch as u64, (s * m) as u64, k as u64]
+    );
+    for o in [Options::interpreter(), Options::cpu()] {
+        let got = ovl::evaluate_with(&ys, &options(o.clone(), 1)).unwrap();
+        for (t, y) in got.iter().enumerate() {
+            for p in 0..batch {
+                let a = xs.slice(ndarray::s![t, p, .., ..]).to_owned().into_dyn();
+                let b = ws.slice(ndarray::s![p, .., ..]).to_owned().into_dyn();
+                let want = product(&a, &b, false, true);
+                let got = y.slice(ndarray::s![p, .., ..]).to_owned().into_dyn();
+                close(&got, &want, 1e-12, &format!("y_{t}[{p}] ({:?})", o.target));
+            }
+        }
+    }
+}
+
+#[test]
 fn a_product_whose_operand_depends_on_another_is_not_stacked() {
     // h_{t+1} = tanh(h_t U), with U shared: each product reads the last one's result.
     let (b, h) = (3, 5);
