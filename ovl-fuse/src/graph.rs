@@ -454,6 +454,14 @@ impl Work {
         id
     }
 
+    /// Replaces node `old`, of one output, by output `output` of the live node `new`, which
+    /// must not read `old` (its readers and the graph outputs it gave now read `new`).
+    pub fn replace_by_output(&mut self, old: usize, new: usize, output: u32) {
+        self.unlink(old);
+        self.redirect(old, new, &[Some(output)]);
+        self.retire(old);
+    }
+
     /// Rewrites node `id` over node `to`'s workgroup when the two differ only by axes of
     /// extent 1 (`crate::rebase`); nothing it computes changes.
     pub fn rebase(&mut self, id: usize, to: usize) {

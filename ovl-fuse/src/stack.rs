@@ -10,9 +10,11 @@
 //! `[.., k, m]` read transposed): a copy operator over `A_i`'s shape writing each `A_i` at its
 //! place in the stacked operand (`[.., s m, k]`, or `[.., k, s m]`: the copy is fusion's to
 //! merge with the operators that write the `A_i`, which the search does like any other pair);
-//! the product over it; one slice operator per original product (`[.., m, n]`, reading rows
-//! `i m ..` of the stacked result), which takes the product's place, so its readers fuse with
-//! it as with any copy.
+//! the product over it; one operator over the products' result shape (`[.., m, n]`) with an
+//! output per original product (output `i` reads rows `i m ..` of the stacked result), which
+//! takes the products' places. One operator, not a slice each: a slice's offset would be
+//! substituted into its readers, and T steps that were the same kernel would become T kernels
+//! differing by a constant, each compiled on its own.
 //!
 //! When the copy pays: stacking copies `s |A|` elements and saves reading the shared operand
 //! `s - 1` times (a product over few rows reads all of `B` for each call); a group is stacked
@@ -22,7 +24,7 @@
 use crate::graph::{Node, Src, Work};
 use crate::report::{NotStacked, NotStackedReason, Stacked};
 use crate::FuseError;
-use ovl_ir::builder::{tensor_type, Builder, IN, OUT};
+use ovl_ir::builder::{Builder, IN, OUT};
 use ovl_ir::dtype::DType;
 use ovl_ir::ir::{self, Op};
 use ovl_ir::library::{self, GemmDims};
@@ -255,36 +257,56 @@ fn stack(
         source_of: first.source_of,
     });
 
-    // Each product's place: a slice of the stacked result.
+    // Each product's place: an output of one operator cutting the stacked result into the
+    // products' results (one operator, so that the readers of each read their own tensor at
+    // their own position, and T identical steps stay T identical kernels after fusion).
     let result = work.node(product_node).dag.outputs[0].clone();
-    for (i, g) in group.iter().enumerate() {
-        let old = work.node(g.node).clone();
-        let c = old.dag.outputs[0].shape.clone();
-        let r = c.len();
-        let mut b = Builder::new(&old.dag.name, &c);
-        b.input(dtype, &result.shape);
+    let c = group[0].node;
+    let c = work.node(c).dag.outputs[0].shape.clone();
+    let r = c.len();
+    let names: Vec<(usize, String)> = group
+        .iter()
+        .flat_map(|g| work.node(g.node).members.clone())
+        .map(|m| (m, originals[m].clone()))
+        .collect();
+    let mut b = Builder::new("unstack_rows", &c);
+    b.input(dtype, &result.shape);
+    let pos: Vec<u32> = (0..r as u32).map(|d| b.position(d)).collect();
+    for i in 0..group.len() as u32 {
         b.output(dtype, &c);
-        let pos: Vec<u32> = (0..r as u32).map(|d| b.position(d)).collect();
         let mut at = pos.clone();
         let offset = b.i64((i as u64 * c[r - 2]) as i64);
         at[r - 2] = b.op(Op::Add, &[pos[r - 2], offset]);
         let v = b.read(IN, 0, &at);
-        b.write(OUT, 0, &pos, v);
-        let mut slice = b.build();
-        slice.source = old.dag.source.clone();
-        debug_assert_eq!(slice.outputs[0], tensor_type(dtype, &c));
-        ovl_ir::validate::validate(&slice).map_err(|e| invalid("slice", e.to_string()))?;
-        work.replace_one(
-            g.node,
-            Node {
-                dag: slice,
-                inputs: vec![Src::Op {
-                    node: product_node,
-                    output: 0,
-                }],
-                ..old
-            },
-        );
+        b.write(OUT, i, &pos, v);
+    }
+    let mut cut = b.build();
+    cut.source = source.clone();
+    if let Some(g) = group
+        .iter()
+        .find(|g| work.node(g.node).dag.outputs[0] != cut.outputs[0])
+    {
+        return Err(invalid(
+            "slices",
+            format!("{} writes another type", work.node(g.node).label),
+        ));
+    }
+    ovl_ir::validate::validate(&cut).map_err(|e| invalid("slices", e.to_string()))?;
+    let mut members: Vec<usize> = names.iter().map(|(m, _)| *m).collect();
+    members.sort_unstable();
+    let refs: Vec<(usize, &str)> = names.iter().map(|(m, n)| (*m, n.as_str())).collect();
+    let cut_node = work.add(Node {
+        label: crate::graph::label(&refs),
+        dag: cut,
+        inputs: vec![Src::Op {
+            node: product_node,
+            output: 0,
+        }],
+        members,
+        source_of: first.source_of,
+    });
+    for (i, g) in group.iter().enumerate() {
+        work.replace_by_output(g.node, cut_node, i as u32);
     }
     Ok((
         Stacked {
