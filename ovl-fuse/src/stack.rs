@@ -104,9 +104,15 @@ pub(crate) fn stack_products(
         let shared = work.describe(shared_src);
         // The other product each one last could not join, and whether it depends on it.
         let mut conflict: BTreeMap<usize, (usize, bool)> = BTreeMap::new();
+        // Paths between the products, found again only after a stack changed the graph.
+        let mut paths: Option<Paths> = None;
         while !pending.is_empty() {
-            let desc = work.descendants()?;
-            let reaches = |a: usize, b: usize| desc[a][b / 64] >> (b % 64) & 1 == 1;
+            if paths.is_none() {
+                let nodes: Vec<usize> = pending.iter().map(|c| c.node).collect();
+                paths = Some(Paths::new(work, &nodes)?);
+            }
+            let found = paths.as_ref().expect("made above");
+            let reaches = |a: usize, b: usize| found.reaches(a, b);
             let mut group: Vec<Candidate> = Vec::new();
             let mut rest = Vec::new();
             for c in pending {
@@ -157,9 +163,49 @@ pub(crate) fn stack_products(
             }
             out.stacks
                 .push(stack(work, originals, &group, shared_src, &shared)?);
+            paths = None;
         }
     }
     Ok(out)
+}
+
+/// Which of some nodes (the products of one group) each node leads to, as bits over those
+/// nodes only: memory in the graph's size times the group's, not the graph's size squared.
+struct Paths {
+    /// The bit of each of the nodes.
+    bit: BTreeMap<usize, usize>,
+    /// For each node of the graph, the nodes among them reachable by a path of length >= 1.
+    below: Vec<Vec<u64>>,
+}
+
+impl Paths {
+    fn new(work: &Work, nodes: &[usize]) -> Result<Paths, FuseError> {
+        let bit: BTreeMap<usize, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        let words = nodes.len().div_ceil(64);
+        let mut below = vec![Vec::new(); work.nodes.len()];
+        for n in work.topological_order()?.into_iter().rev() {
+            let mut bits = vec![0u64; words];
+            for c in work.consumers(n) {
+                if let Some(&i) = bit.get(&c) {
+                    bits[i / 64] |= 1 << (i % 64);
+                }
+                for (b, d) in bits.iter_mut().zip(&below[c]) {
+                    *b |= d;
+                }
+            }
+            below[n] = bits;
+        }
+        Ok(Paths { bit, below })
+    }
+
+    /// Whether a path leads from `a` to `b` (`b` one of the nodes).
+    fn reaches(&self, a: usize, b: usize) -> bool {
+        self.bit.get(&b).is_some_and(|&i| {
+            self.below[a]
+                .get(i / 64)
+                .is_some_and(|w| w >> (i % 64) & 1 == 1)
+        })
+    }
 }
 
 /// The axis of the first operand along which the products' rows lie.
