@@ -4,8 +4,9 @@
 //! written the natural way with `ovl_stdlib` (T steps unrolled in one lazy graph), recorded once
 //! on placeholders and compiled once (`ovl::compile`, f32, CPU). Forward returns every `h`;
 //! forward + backward returns the gradients of `sum(h * g)` for `x`, `W`, `U` and `b`
-//! (`ovl::backward`). A second variant computes `x W` for every step in one product first (the
-//! "hoisted" rows). Compile time (recording, fusing, compiling) is measured too.
+//! (`ovl::backward`). Fusion stacks the T input products `x_t W` into one `[T B, I] x [I, 4H]`
+//! product (and, in the backward, the `dz_t Wᵀ`), as cuDNN computes them: `ovl-fuse`'s
+//! `stack.rs`, no rewriting by hand. Compile time (recording, fusing, compiling) is measured too.
 //!
 //! Fusion runs at opt_level 1 unless `--opt N` says otherwise (the table in docs/benchmarks.md
 //! was measured so): the products are library calls at every level and each step's cell fuses
@@ -19,7 +20,7 @@
 //! the inputs come from the formula both sides share (`input`). `scripts/bench-lstm-layer.sh`
 //! runs everything and writes the table.
 //!
-//! `-- --profile [--backward] [--hoist] [--iterations N] [--size T,B,H]` lists each kernel's
+//! `-- --profile [--backward] [--iterations N] [--size T,B,H]` lists each kernel's
 //! best time over N runs (5 unless told) of the forward (or forward + backward) pass of one
 //! size, then the sums per operator name: where the layer's time goes.
 
@@ -71,32 +72,17 @@ fn cell(z: &Lazy<f32>, c: &Lazy<f32>) -> (Lazy<f32>, Lazy<f32>) {
     (new_c, new_h)
 }
 
-/// Every step's `h`, from the placeholders. With `hoist`, the input's product for every step is
-/// one product (`[T B, I] x [I, 4H]`, as cuDNN and hand-written layers do) split into steps;
-/// without, each step multiplies its own `x_t` (the natural way).
-fn layer(
-    x: &Lazy<f32>,
-    w: &Lazy<f32>,
-    u: &Lazy<f32>,
-    bias: &Lazy<f32>,
-    hoist: bool,
-) -> Vec<Lazy<f32>> {
+/// Every step's `h`, from the placeholders: each step multiplies its own `x_t` (the natural
+/// way; fusion stacks these products into one).
+fn layer(x: &Lazy<f32>, w: &Lazy<f32>, u: &Lazy<f32>, bias: &Lazy<f32>) -> Vec<Lazy<f32>> {
     let (t, b) = (x.shape()[0], x.shape()[1]);
     let (i, h) = (x.shape()[2], u.shape()[0]);
     let zeros = || Lazy::from(ArrayD::<f32>::zeros(IxDyn(&[b, h])));
     let (mut hs, mut h_t, mut c_t) = (Vec::with_capacity(t), zeros(), zeros());
-    let projected: Vec<Lazy<f32>> = if hoist {
-        let all = ops::matmul(ops::reshape(x, &[t * b, i]), w);
-        ops::split(ops::reshape(&all, &[t, b, 4 * h]), 0, t)
-            .iter()
-            .map(|p| ops::reshape(p, &[b, 4 * h]))
-            .collect()
-    } else {
-        ops::split(x, 0, t)
-            .iter()
-            .map(|x_t| ops::matmul(ops::reshape(x_t, &[b, i]), w))
-            .collect()
-    };
+    let projected: Vec<Lazy<f32>> = ops::split(x, 0, t)
+        .iter()
+        .map(|x_t| ops::matmul(ops::reshape(x_t, &[b, i]), w))
+        .collect();
     for xw in projected {
         let z = ops::add(ops::add(xw, ops::matmul(&h_t, u)), bias);
         let (c, h) = cell(&z, &c_t);
@@ -111,6 +97,8 @@ struct Measured {
     compile_cold: Duration,
     /// The same after `ovl::clear_caches` (in-memory caches empty, compiled operators on disk).
     compile_warm: Duration,
+    /// C++ compiler runs of the cold compile (one per distinct kernel): where its time goes.
+    compiler_runs: u64,
     timing: Timing,
 }
 
@@ -135,7 +123,7 @@ fn write_f32(path: &std::path::Path, arrays: &[&ArrayD<f32>]) {
 
 fn run(
     (t, b, h): (usize, usize, usize),
-    (backward, hoist): (bool, bool),
+    backward: bool,
     reps: usize,
     out: &std::path::Path,
 ) -> Measured {
@@ -153,7 +141,7 @@ fn run(
         let u = ovl::placeholder::<f32>("u", &[h, 4 * h]);
         let bias = ovl::placeholder::<f32>("b", &[4 * h]);
         let g = ovl::placeholder::<f32>("g", &[t, b, h]);
-        let hs = layer(&x, &w, &u, &bias, hoist);
+        let hs = layer(&x, &w, &u, &bias);
         if backward {
             let gs = ops::split(&g, 0, t);
             let seeds: Vec<Lazy<f32>> = gs.iter().map(|g| ops::reshape(g, &[b, h])).collect();
@@ -174,9 +162,11 @@ fn run(
             (c, vec![ArrayD::zeros(IxDyn(&[b, h])); t])
         }
     };
+    let runs = ovl::compiler_invocations();
     let start = Instant::now();
     drop(build());
     let compile_cold = start.elapsed();
+    let compiler_runs = ovl::compiler_invocations() - runs;
     let start = Instant::now();
     let (compiled, mut dests) = build();
     let compile_warm = start.elapsed();
@@ -192,7 +182,7 @@ fn run(
         }
     };
     call(&mut dests).expect("first run");
-    let name = format!("ovl_{t}x{b}x{h}{}", if hoist { "_hoisted" } else { "" });
+    let name = format!("ovl_{t}x{b}x{h}");
     if backward {
         for (k, which) in ["dx", "dw", "du", "db"].iter().enumerate() {
             write_f32(&out.join(format!("{name}_{which}.f32")), &[&dests[k]]);
@@ -205,6 +195,7 @@ fn run(
     Measured {
         compile_cold,
         compile_warm,
+        compiler_runs,
         timing,
     }
 }
@@ -237,7 +228,7 @@ fn main() {
         let (t, b, h) = sizes[0];
         let [xv, wv, uv, bv, gv] = inputs(t, b, h);
         let [x, w, u, bias, g] = [xv, wv, uv, bv, gv].map(Lazy::from);
-        let hs = layer(&x, &w, &u, &bias, args.flag("--hoist"));
+        let hs = layer(&x, &w, &u, &bias);
         let outs: Vec<Lazy<f32>> = if args.flag("--backward") {
             let seeds: Vec<Lazy<f32>> = ops::split(&g, 0, t)
                 .iter()
@@ -282,7 +273,7 @@ fn main() {
     println!("LSTM layer, ovl (CPU, f32), {}", machine());
     let mut rows = Vec::new();
     for &(t, b, h) in &sizes {
-        let fwd = run((t, b, h), (false, false), reps, &args.out_dir);
+        let fwd = run((t, b, h), false, reps, &args.out_dir);
         if forward_only {
             println!(
                 "T={t} B={b} H=I={h}: forward {:.2} ms (median {:.2}); compile (cold / warm \
@@ -294,12 +285,11 @@ fn main() {
             );
             continue;
         }
-        let fb = run((t, b, h), (true, false), reps, &args.out_dir);
-        let hoisted = [false, true].map(|bw| run((t, b, h), (bw, true), reps, &args.out_dir));
+        let fb = run((t, b, h), true, reps, &args.out_dir);
         println!(
             "T={t} B={b} H=I={h}: forward {:.2} ms (median {:.2}), forward + backward {:.2} ms \
              (median {:.2}); compile (cold / warm operator cache) {:.2} / {:.2} s and \
-             {:.2} / {:.2} s",
+             {:.2} / {:.2} s; C++ compiler runs (cold) {} and {}",
             fwd.timing.best.as_secs_f64() * 1e3,
             fwd.timing.median.as_secs_f64() * 1e3,
             fb.timing.best.as_secs_f64() * 1e3,
@@ -308,11 +298,8 @@ fn main() {
             fwd.compile_warm.as_secs_f64(),
             fb.compile_cold.as_secs_f64(),
             fb.compile_warm.as_secs_f64(),
-        );
-        println!(
-            "  x W for all steps in one product: forward {:.2} ms, forward + backward {:.2} ms",
-            hoisted[0].timing.best.as_secs_f64() * 1e3,
-            hoisted[1].timing.best.as_secs_f64() * 1e3,
+            fwd.compiler_runs,
+            fb.compiler_runs,
         );
         rows.push(json!({
             "t": t, "b": b, "h": h,
@@ -324,8 +311,8 @@ fn main() {
             "compile_forward_warm_s": fwd.compile_warm.as_secs_f64(),
             "compile_backward_cold_s": fb.compile_cold.as_secs_f64(),
             "compile_backward_warm_s": fb.compile_warm.as_secs_f64(),
-            "hoisted_forward_ms": hoisted[0].timing.best.as_secs_f64() * 1e3,
-            "hoisted_backward_ms": hoisted[1].timing.best.as_secs_f64() * 1e3,
+            "compiler_runs_forward": fwd.compiler_runs,
+            "compiler_runs_backward": fb.compiler_runs,
         }));
     }
     let report = json!({

@@ -5,10 +5,11 @@ order (i, f, g, o), c = sig(f) c + sig(i) tanh(g), h = sig(o) tanh(c), from h = 
 returns every h, forward + backward the gradients of sum(h * g) for x, W, U and b. The inputs
 come from the formula both sides share (`inp`). Every result is checked against a NumPy
 reference (float64, backpropagation through time written out) before anything is timed:
-ovl's outputs (written by the Rust side), TensorFlow's and JAX's.
+ovl's outputs (written by the Rust side), TensorFlow's, JAX's and PyTorch's.
 
     python benches/lstm_layer_peers.py --peer tf  [--quick] [--out DIR]   (TensorFlow's env)
     python benches/lstm_layer_peers.py --peer jax [--quick] [--out DIR]   (.venv-peers)
+    python benches/lstm_layer_peers.py --peer torch [--quick] [--out DIR] (.venv-peers)
     python benches/lstm_layer_peers.py --report [--out DIR]               (DIR/lstm_layer.md)
 """
 
@@ -115,19 +116,16 @@ def machine():
 
 
 def check_ovl(out, size, ref_h, ref_grads):
-    """ovl's outputs of one run (both variants), written by benches/lstm_layer.rs; None when
-    absent."""
+    """ovl's outputs of one run, written by benches/lstm_layer.rs; None when absent."""
     t, b, h = size
-    errs = []
-    for variant in ("", "_hoisted"):
-        base = os.path.join(out, f"ovl_{t}x{b}x{h}{variant}")
-        if not os.path.exists(base + "_h.f32"):
-            continue
-        errs.append(check(f"ovl{variant} h", np.fromfile(base + "_h.f32", dtype="<f4"), ref_h))
-        for name, want in zip(["dx", "dw", "du", "db"], ref_grads):
-            got = np.fromfile(base + f"_{name}.f32", dtype="<f4")
-            errs.append(check(f"ovl{variant} {name}", got, want))
-    return max(errs) if errs else None
+    base = os.path.join(out, f"ovl_{t}x{b}x{h}")
+    if not os.path.exists(base + "_h.f32"):
+        return None
+    errs = [check("ovl h", np.fromfile(base + "_h.f32", dtype="<f4"), ref_h)]
+    for name, want in zip(["dx", "dw", "du", "db"], ref_grads):
+        got = np.fromfile(base + f"_{name}.f32", dtype="<f4")
+        errs.append(check(f"ovl {name}", got, want))
+    return max(errs)
 
 
 def run_tf(size, args, ref_h, ref_grads):
@@ -231,6 +229,103 @@ def run_jax(size, args, ref_h, ref_grads):
     ]
 
 
+def run_torch(size, args, ref_h, ref_grads):
+    """PyTorch nn.LSTM (its weights set to W, U, b) and torch.compile (inductor) of the layer
+    written as a loop of the cell over the steps."""
+    import torch
+
+    t, b, h = size
+    x, w, u, bias, g = inputs(t, b, h)
+    gt = torch.from_numpy(g)
+
+    def cell_scan(xv, wv, uv, bv):
+        hv = xv.new_zeros((xv.shape[1], uv.shape[0]))
+        cv = hv
+        hs = []
+        for xt in xv.unbind(0):
+            z = xt @ wv + hv @ uv + bv
+            i, f, gg, o = z.chunk(4, dim=1)
+            cv = torch.sigmoid(f) * cv + torch.sigmoid(i) * torch.tanh(gg)
+            hv = torch.sigmoid(o) * torch.tanh(cv)
+            hs.append(hv)
+        return torch.stack(hs)
+
+    lstm = torch.nn.LSTM(h, h)  # gates in the order i, f, g, o, as here
+    with torch.no_grad():
+        lstm.weight_ih_l0.copy_(torch.from_numpy(w).T)
+        lstm.weight_hh_l0.copy_(torch.from_numpy(u).T)
+        lstm.bias_ih_l0.copy_(torch.from_numpy(bias))
+        lstm.bias_hh_l0.zero_()
+    params = {
+        "w": torch.from_numpy(w).requires_grad_(),
+        "u": torch.from_numpy(u).requires_grad_(),
+        "b": torch.from_numpy(bias).requires_grad_(),
+    }
+    compiled = torch.compile(cell_scan)
+    # On this shared 2-core machine PyTorch's OpenMP pool ran a [20, 650] x [650, 2600] product
+    # 2-13x slower with 2 threads than with 1 (its threads wait on each other while other
+    # processes hold a core): the layer runs with the thread count whose nn.LSTM forward is
+    # faster here, measured now, and the rows say which.
+    xt = torch.from_numpy(x)
+    speed = {}
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        with torch.no_grad():
+            lstm(xt)
+            speed[threads], _ = timed(lambda: lstm(xt), (), 2, warmup=0)
+    threads = min(speed, key=speed.get)
+    torch.set_num_threads(threads)
+    variants = {
+        "PyTorch nn.LSTM": (
+            lambda xv: lstm(xv)[0],
+            lambda: [lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0],
+            lambda grads: [grads[0], grads[1].T, grads[2].T, grads[3]],
+        ),
+        "PyTorch torch.compile of the cell's loop": (
+            lambda xv: compiled(xv, params["w"], params["u"], params["b"]),
+            lambda: [params["w"], params["u"], params["b"]],
+            lambda grads: grads,
+        ),
+    }
+    rows = []
+    for name, (run, weights, as_ours) in variants.items():
+
+        def forward(xv):
+            with torch.no_grad():
+                return run(xv)
+
+        def forward_backward(xv):
+            xv = xv.detach().requires_grad_()
+            loss = (run(xv) * gt).sum()
+            return torch.autograd.grad(loss, [xv] + weights())
+
+        start = time.perf_counter()
+        hs = forward(xt).numpy()
+        compile_f = time.perf_counter() - start
+        start = time.perf_counter()
+        grads = as_ours([v.detach().numpy() for v in forward_backward(xt)])
+        compile_fb = time.perf_counter() - start
+        err = check(f"{name} h", hs, ref_h)
+        for gname, got, want in zip(["dx", "dw", "du", "db"], grads, ref_grads):
+            err = max(err, check(f"{name} {gname}", got, want))
+        f_best, f_med = timed(forward, (xt,), args.reps, warmup=1)
+        fb_best, fb_med = timed(forward_backward, (xt,), args.reps, warmup=1)
+        rows.append(
+            {
+                "peer": name,
+                "threads": threads,
+                "forward_ms": f_best * 1e3,
+                "forward_median_ms": f_med * 1e3,
+                "backward_ms": fb_best * 1e3,
+                "backward_median_ms": fb_med * 1e3,
+                "first_call_forward_s": compile_f,
+                "first_call_backward_s": compile_fb,
+                "max_rel_error": err,
+            }
+        )
+    return rows
+
+
 def report(out):
     def load(name):
         path = os.path.join(out, name)
@@ -240,14 +335,14 @@ def report(out):
             return json.load(f)
 
     ovl = load("ovl.json")
-    peers = [p for p in (load("tf.json"), load("jax.json")) if p]
+    peers = [p for p in (load("tf.json"), load("jax.json"), load("torch.json")) if p]
     if ovl is None:
         raise SystemExit(f"{out}/ovl.json is missing: run the Rust side first")
     names = []
     for p in peers:
         for row in p["sizes"][0]["rows"] if p["sizes"] else []:
             names.append(row["peer"])
-    header = "| T, B, H=I | ovl fwd / f+b (ms) | ovl, x W hoisted, fwd / f+b (ms) | " + " | ".join(
+    header = "| T, B, H=I | ovl fwd / f+b (ms) | " + " | ".join(
         f"{n} fwd / f+b (ms)" for n in names
     ) + " | ovl / fastest peer, fwd / f+b | ovl compile fwd / f+b, cold (warm) (s) |"
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
@@ -256,7 +351,6 @@ def report(out):
         cells = [
             f"{key[0]}, {key[1]}, {key[2]}",
             f"{s['forward_ms']:.1f} / {s['backward_ms']:.1f}",
-            f"{s['hoisted_forward_ms']:.1f} / {s['hoisted_backward_ms']:.1f}",
         ]
         best_f = best_b = None
         for p in peers:
@@ -265,7 +359,7 @@ def report(out):
                 cells.append(f"{row['forward_ms']:.1f} / {row['backward_ms']:.1f}")
                 best_f = min(best_f or row["forward_ms"], row["forward_ms"])
                 best_b = min(best_b or row["backward_ms"], row["backward_ms"])
-        while len(cells) < 3 + len(names):
+        while len(cells) < 2 + len(names):
             cells.append("did not run")
         ratio = (
             f"{s['forward_ms'] / best_f:.2f}x / {s['backward_ms'] / best_b:.2f}x"
@@ -287,6 +381,7 @@ def report(out):
                     f"compiling) {row['first_call_forward_s']:.2f} s forward, "
                     f"{row['first_call_backward_s']:.2f} s forward + backward; max relative error "
                     f"against NumPy {row['max_rel_error']:.1e}"
+                    + (f"; {row['threads']} thread(s)" if "threads" in row else "")
                 )
     checked = [s for s in ovl["sizes"] if s.get("checked") is not None]
     text = (
@@ -312,7 +407,7 @@ def report(out):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--peer", choices=["tf", "jax"])
+    parser.add_argument("--peer", choices=["tf", "jax", "torch"])
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default="target/lstm-layer-bench")
@@ -340,7 +435,8 @@ def main():
                         s["checked"] = err
                 with open(ovl_path, "w") as f:
                     json.dump(ovl, f, indent=2)
-        rows = (run_tf if args.peer == "tf" else run_jax)(size, args, ref_h, ref_grads)
+        run = {"tf": run_tf, "jax": run_jax, "torch": run_torch}[args.peer]
+        rows = run(size, args, ref_h, ref_grads)
         for row in rows:
             print(
                 f"{size}: {row['peer']}: forward {row['forward_ms']:.2f} ms, forward + backward "

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # A whole LSTM layer (issue 32): ovl (benches/lstm_layer.rs) against TensorFlow's
-# keras.layers.LSTM with and without jit_compile and JAX lax.scan under jit
-# (benches/lstm_layer_peers.py), each checked against a NumPy reference first; writes
-# target/lstm-layer-bench/lstm_layer.md.
+# keras.layers.LSTM with and without jit_compile, JAX lax.scan under jit, PyTorch nn.LSTM and
+# torch.compile of the cell's loop (benches/lstm_layer_peers.py), each checked against a NumPy
+# reference first; writes target/lstm-layer-bench/lstm_layer.md.
 #
-# JAX runs from the optional peer environment (.venv-peers, scripts/peer-env.sh jax), created
-# only with --peers; without it and without an existing .venv-peers the report says it did not
-# run.
+# JAX and PyTorch run from the optional peer environment (.venv-peers, scripts/peer-env.sh),
+# created only with --peers; without it and without an existing .venv-peers the report says
+# they did not run.
 #
 #   scripts/bench-lstm-layer.sh            quick mode: the first size, 3 repetitions
 #   scripts/bench-lstm-layer.sh --full     every size, 7 repetitions (for the record)
-#   scripts/bench-lstm-layer.sh --peers    also install JAX when it is missing
+#   scripts/bench-lstm-layer.sh --peers    also install JAX and PyTorch when missing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +28,7 @@ for arg in "$@"; do
 done
 out="$PWD/target/lstm-layer-bench"
 mkdir -p "$out"
-rm -f "$out"/tf.json "$out"/jax.json
+rm -f "$out"/tf.json "$out"/jax.json "$out"/torch.json
 
 echo "== Python environment"
 python="$(scripts/python-env.sh)"
@@ -39,18 +39,20 @@ cargo bench --locked --bench lstm_layer -- $mode --out "$out"
 echo "== LSTM layer: NumPy reference check of ovl, then TensorFlow"
 "$python" benches/lstm_layer_peers.py --peer tf $mode --out "$out"
 
-echo "== LSTM layer: JAX"
-peer_python=""
-if [ "$peers" = 1 ]; then
-    peer_python="$(scripts/peer-env.sh jax)"
-elif [ -x .venv-peers/bin/python ] && .venv-peers/bin/python -c "import jax" 2>/dev/null; then
-    peer_python="$PWD/.venv-peers/bin/python"
-fi
-if [ -n "$peer_python" ]; then
-    "$peer_python" benches/lstm_layer_peers.py --peer jax $mode --out "$out"
-else
-    echo "JAX DID NOT RUN: no .venv-peers with JAX (scripts/bench-lstm-layer.sh --peers)"
-fi
+for peer in jax torch; do
+    echo "== LSTM layer: $peer"
+    peer_python=""
+    if [ "$peers" = 1 ]; then
+        peer_python="$(scripts/peer-env.sh "$peer")"
+    elif [ -x .venv-peers/bin/python ] && .venv-peers/bin/python -c "import $peer" 2>/dev/null; then
+        peer_python="$PWD/.venv-peers/bin/python"
+    fi
+    if [ -n "$peer_python" ]; then
+        "$peer_python" benches/lstm_layer_peers.py --peer "$peer" $mode --out "$out"
+    else
+        echo "$peer DID NOT RUN: no .venv-peers with $peer (scripts/bench-lstm-layer.sh --peers)"
+    fi
+done
 
 echo "== report"
 "$python" benches/lstm_layer_peers.py --report --out "$out"

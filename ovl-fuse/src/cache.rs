@@ -21,8 +21,9 @@ pub const CAPACITY: usize = 512;
 /// boundaries; 6: register hand-overs made in sweeps, so merges group differently with the same
 /// kernel counts, and no operator computed more than 4 times; 7: the cost model charges loop
 /// reads made a cache line apart by a substitution; 8: substitutions priced whole, `memory`,
-/// and work repeated beside a producer that stays bounded, `cost::DUPLICATE_WORK`).
-pub const FUSION_VERSION: u32 = 8;
+/// and work repeated beside a producer that stays bounded, `cost::DUPLICATE_WORK`; 9: products
+/// sharing an operand stacked into one, `stack`).
+pub const FUSION_VERSION: u32 = 9;
 
 /// The key: the rules' version, the unfused graph's canonical hash, the level, row reuse.
 type Key = (u32, Digest, u8, crate::RowReuse);

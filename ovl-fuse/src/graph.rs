@@ -258,6 +258,20 @@ impl Work {
         self.analysis(id).intervals
     }
 
+    /// A new original operator index, for an operator a pass makes that the user's graph did
+    /// not hold (`crate::stack`); computed by no live node yet.
+    pub fn new_original(&mut self) -> usize {
+        self.computed.push(0);
+        self.computed.len() - 1
+    }
+
+    /// Adds `node` to the graph, reading its inputs; returns its id.
+    pub fn add(&mut self, node: Node) -> usize {
+        let id = self.push(node);
+        self.link(id);
+        id
+    }
+
     /// Marks node `id` replaced.
     fn retire(&mut self, id: usize) {
         self.analyses.get_mut().remove(&id);
@@ -438,6 +452,14 @@ impl Work {
         self.retire(old);
         self.link(id);
         id
+    }
+
+    /// Replaces node `old`, of one output, by output `output` of the live node `new`, which
+    /// must not read `old` (its readers and the graph outputs it gave now read `new`).
+    pub fn replace_by_output(&mut self, old: usize, new: usize, output: u32) {
+        self.unlink(old);
+        self.redirect(old, new, &[Some(output)]);
+        self.retire(old);
     }
 
     /// Rewrites node `id` over node `to`'s workgroup when the two differ only by axes of

@@ -52,6 +52,7 @@ mod rebase;
 pub mod report;
 mod reuse;
 mod search;
+mod stack;
 mod strategy;
 mod substitute;
 
@@ -60,7 +61,10 @@ pub use dot::{render_dot, render_dot_bytes, to_dot, to_dot_pair, ImageFormat};
 pub use error::FuseError;
 pub use ovl_ir::pattern::{Affine, IndexPattern};
 pub use report::NotEpilogue;
-pub use report::{FusionReport, Merge, MergeKind, Reason, Refusal, RowBuffer};
+pub use report::{
+    FusionReport, Merge, MergeKind, NotStacked, NotStackedReason, Reason, Refusal, RowBuffer,
+    Stacked,
+};
 
 use graph::{Src, Work};
 use ovl_ir::ir;
@@ -148,17 +152,26 @@ impl Fusion {
     }
 
     fn notes(&self) -> Vec<dot::EdgeNote> {
-        self.report
-            .refusals
-            .iter()
-            .map(|r| {
-                (
-                    r.producer_kernel,
-                    r.consumer_kernel,
-                    format!("not merged: {}", r.reason),
-                )
-            })
-            .collect()
+        // A stacked product's note first: the edge into it is also a library call's refusal.
+        let stacked = self.report.stacked.iter().map(|s| {
+            (
+                s.operand_kernel,
+                s.kernel,
+                format!(
+                    "stacked: {} products sharing {}",
+                    s.products.len(),
+                    s.shared
+                ),
+            )
+        });
+        let refused = self.report.refusals.iter().map(|r| {
+            (
+                r.producer_kernel,
+                r.consumer_kernel,
+                format!("not merged: {}", r.reason),
+            )
+        });
+        stacked.chain(refused).collect()
     }
 
     /// Renders [`Fusion::to_dot`] into `path` (SVG or PNG) with Graphviz's `dot`; a clear
@@ -321,8 +334,14 @@ fn run_replanning(
     replan_every_step: bool,
 ) -> Result<(ir::OperatorDag, Vec<usize>, FusionReport), FuseError> {
     ovl_ir::validate::validate_operator_dag(dag)?;
-    let originals: Vec<String> = dag.operators.iter().map(|o| o.name.clone()).collect();
-    let mut search = search::Search::new(Work::from_dag(dag)?, level, &originals);
+    let mut originals: Vec<String> = dag.operators.iter().map(|o| o.name.clone()).collect();
+    let mut work = Work::from_dag(dag)?;
+    let stacking = if level.get() >= 1 {
+        stack::stack_products(&mut work, &mut originals)?
+    } else {
+        stack::Stacking::default()
+    };
+    let mut search = search::Search::new(work, level, &originals);
     search.replan_every_step = replan_every_step;
     let mut report = FusionReport {
         opt_level: level.get(),
@@ -368,6 +387,26 @@ fn run_replanning(
             });
         }
     }
+
+    for (mut stacked, node) in stacking.stacks {
+        let live = |n: usize| work.nodes.get(n).is_some_and(Option::is_some);
+        let operand = match work.nodes.get(node).and_then(Option::as_ref) {
+            Some(n) => n.inputs[0],
+            None => {
+                return Err(FuseError::Internal(format!(
+                    "the stacked product of {} was merged away",
+                    stacked.products.join(", ")
+                )))
+            }
+        };
+        stacked.kernel = kernel_of(node);
+        stacked.operand_kernel = match operand {
+            Src::Op { node: p, .. } if live(p) => kernel_of(p),
+            _ => usize::MAX,
+        };
+        report.stacked.push(stacked);
+    }
+    report.not_stacked = stacking.refused;
 
     let mut fused = work.to_dag()?;
     if let (true, RowReuse::Apply(budget)) = (level.get() >= 1, reuse) {

@@ -435,6 +435,98 @@ impl fmt::Display for Refusal {
     }
 }
 
+/// Library-call products that read the same second operand and none of which depends on
+/// another's result, made one product over their first operands stacked along the rows
+/// (`crate::stack`); each original result is a slice of the stacked one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stacked {
+    /// The products, in the order of their rows, e.g. "`matmul` (#3)".
+    pub products: Vec<String>,
+    /// The operand they share, e.g. "graph input 1".
+    pub shared: String,
+    /// What each calls (`gemm`, `gemm(bᵀ)`, ...).
+    pub call: String,
+    /// The stacked first operand's shape.
+    pub stacked_shape: Vec<u64>,
+    /// The fused graph's kernel (its index) that runs the stacked product.
+    pub kernel: usize,
+    /// The kernel that writes the stacked first operand.
+    pub operand_kernel: usize,
+}
+
+impl fmt::Display for Stacked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown: Vec<&str> = self.products.iter().take(4).map(String::as_str).collect();
+        write!(
+            f,
+            "stacked {} products {}{} sharing {} into one {} over a {:?} operand (kernel {})",
+            self.products.len(),
+            shown.join(", "),
+            if self.products.len() > 4 { ", ..." } else { "" },
+            self.shared,
+            self.call,
+            self.stacked_shape,
+            self.kernel
+        )
+    }
+}
+
+/// A product that shares its second operand with another but was not stacked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotStacked {
+    /// The product, e.g. "`matmul` (#5)".
+    pub product: String,
+    /// The operand it shares.
+    pub shared: String,
+    /// Why not.
+    pub reason: NotStackedReason,
+}
+
+/// Why a product was not stacked with the others sharing its operand.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotStackedReason {
+    /// Its first operand depends on the other's result (a recurrence: `h U`), or its result
+    /// feeds the other's first operand: one product cannot compute both.
+    Depends {
+        /// The other product.
+        other: String,
+        /// Whether this product's operand depends on the other's result (else the reverse).
+        on_other: bool,
+    },
+    /// Stacking copies the first operands (`copied` elements) and saves fewer reads of the
+    /// shared operand (`saved` elements).
+    CopyCostsMore {
+        /// Elements of the stacked first operand.
+        copied: u64,
+        /// Elements of the shared operand not read again.
+        saved: u64,
+    },
+}
+
+impl fmt::Display for NotStacked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "not stacked {} (sharing {}): ",
+            self.product, self.shared
+        )?;
+        match &self.reason {
+            NotStackedReason::Depends {
+                other,
+                on_other: true,
+            } => write!(f, "its first operand depends on the result of {other}"),
+            NotStackedReason::Depends {
+                other,
+                on_other: false,
+            } => write!(f, "its result feeds the first operand of {other}"),
+            NotStackedReason::CopyCostsMore { copied, saved } => write!(
+                f,
+                "stacking copies {copied} elements to save reading {saved} of the shared operand"
+            ),
+        }
+    }
+}
+
 /// A value that a later loop of a worker reads from a row buffer instead of computing it
 /// again (row reuse, after merging).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -473,6 +565,10 @@ pub struct FusionReport {
     pub refusals: Vec<Refusal>,
     /// Values kept in row buffers after merging ([`crate::reuse_rows`]).
     pub row_buffers: Vec<RowBuffer>,
+    /// Products sharing an operand stacked into one before the merges (`crate::stack`).
+    pub stacked: Vec<Stacked>,
+    /// Products that share an operand with another but were not stacked, and why.
+    pub not_stacked: Vec<NotStacked>,
 }
 
 impl FusionReport {
@@ -497,6 +593,12 @@ impl fmt::Display for FusionReport {
         }
         for b in &self.row_buffers {
             writeln!(f, "  {b}")?;
+        }
+        for s in &self.stacked {
+            writeln!(f, "  {s}")?;
+        }
+        for s in &self.not_stacked {
+            writeln!(f, "  {s}")?;
         }
         Ok(())
     }
