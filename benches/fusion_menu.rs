@@ -15,7 +15,8 @@
 //! statistics, softmax along either axis and a product per element on 512 x 512 matrices),
 //! the property "no graph is slower fused" checked on graphs nobody chose
 //! (`fusion_menu_random.json`). `--explain` prints the fusion report and the fused kernels'
-//! times of every case that came out slower.
+//! times of every case that came out slower; `--only K` runs random graph K alone and, with
+//! `--explain`, also prints its fused operators' IR.
 
 mod common;
 #[path = "../tests/support/lstm_small_ops.rs"]
@@ -194,11 +195,13 @@ fn main() -> Result<(), BoxError> {
     let reps = if quick { 3 } else { 10 };
     let random: Option<usize> = arg("--random");
     let explain = std::env::args().any(|a| a == "--explain");
+    let only: Option<usize> = arg("--only");
     let cases = match random {
         None => menu(),
         Some(count) => random::graphs(count, 512, arg("--seed").unwrap_or(1), data)
             .into_iter()
             .enumerate()
+            .filter(|(k, _)| only.is_none_or(|o| o == *k))
             .map(|(k, g)| Case {
                 name: format!("random {k}: {}", g.name),
                 merges: "whatever fusion finds",
@@ -257,8 +260,12 @@ fn main() -> Result<(), BoxError> {
                 ""
             }
         );
-        if explain && (rk > 1.0 || rw > 1.0) {
-            println!("{}", ovl::fusion(refs.as_slice(), 3)?.report);
+        if explain && (rk > 1.0 || rw > 1.0 || only.is_some()) {
+            let fusion = ovl::fusion(refs.as_slice(), 3)?;
+            println!("{}", fusion.report);
+            if only.is_some() {
+                println!("{}", ovl::ir_tools::operator_dag_to_text(&fusion.after));
+            }
             let (_, profile) = ovl::profile(refs.as_slice(), &fused, reps)?;
             for o in &profile.operators {
                 println!("    {:>10.3?}  {}", o.min(), o.name);

@@ -149,3 +149,58 @@ fn an_elementwise_producer_read_through_a_transpose_is_still_recomputed() {
     let want = x.t().mapv(f32::tanh).into_dyn();
     assert_close(&got, &want, "tanh transposed");
 }
+
+/// `x` divided by its rows' largest magnitude plus one.
+fn scale_by_row_max(x: &Lazy<f32>) -> Lazy<f32> {
+    let m = ovl_stdlib::max_keepdim(ovl_stdlib::abs(x), 1);
+    ovl_stdlib::div(x, &m + 1.0f32)
+}
+
+/// The same in f32 on an array.
+fn scale_by_row_max_reference(x: &Array2<f32>) -> Array2<f32> {
+    let mut y = x.clone();
+    for mut row in y.rows_mut() {
+        let m = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        row.mapv_inplace(|v| v / (m + 1.0));
+    }
+    y
+}
+
+#[test]
+fn a_transpose_is_not_walked_by_a_row_reduction_nor_its_elementwise_consumers() {
+    // A random graph of the fusion menu's property check (`--random`, graph 4) that fused into
+    // one kernel 3-5x slower than its 8 kernels: every row worker walked a column of `x`, and
+    // the transposed read kept `tanh` and `sigmoid` out of vector lanes.
+    let n = 256;
+    let (xa, ya) = (pseudo_random((n, n), 7), pseudo_random((n, n), 8));
+    let (x, y) = (Lazy::from(xa.clone()), Lazy::from(ya.clone()));
+    let t = ovl_stdlib::transpose(&x, &[1, 0]);
+    let out = ovl_stdlib::sigmoid(ovl_stdlib::tanh(ovl_stdlib::mul(scale_by_row_max(&t), &y)));
+    let fusion = ovl::fusion(&out, 3).unwrap();
+    println!("{}", fusion.report);
+    for op in &fusion.after.operators {
+        assert!(
+            !op.name.contains("transpose") || !op.name.contains("extreme"),
+            "the transpose runs inside the row reduction `{}`:\n{}",
+            op.name,
+            fusion.report
+        );
+    }
+    assert!(
+        fusion
+            .report
+            .refusals
+            .iter()
+            .any(|r| std::iter::once(&r.reason)
+                .chain(r.also.iter().map(|(_, r)| r))
+                .any(|r| matches!(r, Reason::SlowerFused { .. }))),
+        "no merge refused as slower: {}",
+        fusion.report
+    );
+    let sigmoid = |v: f32| 1.0 / (1.0 + (-v).exp());
+    let want = (scale_by_row_max_reference(&xa.t().to_owned()) * &ya)
+        .mapv(|v| sigmoid(v.tanh()))
+        .into_dyn();
+    let got = ovl::evaluate(&out).unwrap();
+    assert_close(&got, &want, "fused");
+}

@@ -22,8 +22,9 @@ pub const CAPACITY: usize = 512;
 /// kernel counts, and no operator computed more than 4 times; 7: the cost model charges loop
 /// reads made a cache line apart by a substitution; 8: substitutions priced whole, `memory`,
 /// and work repeated beside a producer that stays bounded, `cost::DUPLICATE_WORK`; 9: products
-/// sharing an operand stacked into one, `stack`).
-pub const FUSION_VERSION: u32 = 9;
+/// sharing an operand stacked into one, `stack`; 10: every merge kind priced, gathers scalar,
+/// a bound against the operators before fusion, `memory::SLACK_TOTAL`).
+pub const FUSION_VERSION: u32 = 10;
 
 /// The key: the rules' version, the unfused graph's canonical hash, the level, row reuse.
 type Key = (u32, Digest, u8, crate::RowReuse);

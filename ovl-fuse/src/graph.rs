@@ -62,6 +62,10 @@ pub(crate) struct Work {
     /// For each original operator, how many times the live nodes compute it (index
     /// substitution copies a producer that another reader keeps).
     computed: Vec<u32>,
+    /// For each original operator, its predicted cost as it was before fusion
+    /// (`memory::kernel_cost`; `None` where it cannot be priced), filled when the search starts:
+    /// the baseline no chain of merges may exceed by more than `memory::SLACK_TOTAL`.
+    pub unfused: Vec<Option<f64>>,
 }
 
 /// The nodes whose readers (the nodes reading them, or the graph outputs they give) changed,
@@ -149,6 +153,7 @@ impl Work {
             places: RefCell::new(None),
             changes: Changes::default(),
             computed: vec![1; dag.operators.len()],
+            unfused: Vec::new(),
         };
         work.consumer_index = vec![Vec::new(); work.nodes.len()];
         for c in 0..work.nodes.len() {

@@ -78,7 +78,8 @@ pub(crate) struct Search<'a> {
 }
 
 impl<'a> Search<'a> {
-    pub fn new(work: Work, level: OptLevel, originals: &'a [String]) -> Search<'a> {
+    pub fn new(mut work: Work, level: OptLevel, originals: &'a [String]) -> Search<'a> {
+        work.unfused = crate::memory::unfused_costs(&work, originals.len());
         Search {
             work,
             level,

@@ -86,13 +86,14 @@ impl Strategy for Vertical {
         plan: Self::Plan,
         originals: &[String],
     ) -> Result<Merge, Reason> {
-        merge_pair(work, p, c, &plan, Self::KIND, originals)
+        let price = memory::price(work, p, c);
+        merge_pair(work, p, c, &plan, Self::KIND, originals, price)
     }
 }
 
 /// Merges producer `p` into consumer `c` following a legal vertical `plan` (the consumer
 /// replaced by the merged node): the merge entry of `kind`, or the reason it was refused (the
-/// result did not validate).
+/// result did not validate, or `price` refuses it).
 fn merge_pair(
     work: &mut Work,
     p: usize,
@@ -100,6 +101,7 @@ fn merge_pair(
     plan: &legality::VerticalPlan,
     kind: MergeKind,
     originals: &[String],
+    price: Option<memory::Price>,
 ) -> Result<Merge, Reason> {
     let (pn, cn) = (work.node(p), work.node(c));
     // Only handed-over outputs (one proven in-bounds write each) may disappear: dropping
@@ -112,6 +114,9 @@ fn merge_pair(
         .collect();
     let merged = merge::merge_vertical(pn, cn, plan, &keep, originals);
     valid(&merged.node.dag)?;
+    if let Some(price) = price {
+        price.admit(&merged.node.dag, false)?;
+    }
     let entry = Merge {
         kind,
         first: pn.label.clone(),
@@ -180,6 +185,9 @@ impl Strategy for Epilogue {
             .collect();
         let merged = epilogue::merge(&producer, cn, &plan, &keep, originals);
         valid(&merged.node.dag)?;
+        if let Some(price) = memory::price(work, p, c) {
+            price.admit(&merged.node.dag, false)?;
+        }
         let through = describe(work, p, plan.output);
         let entry = Merge {
             kind: Self::KIND,
@@ -222,7 +230,9 @@ impl Strategy for Substitution {
         let (pn, cn) = (work.node(p), work.node(c));
         let node = substitute::substitute(pn, cn, &plan, originals);
         valid(&node.dag)?;
-        memory::not_slower(work, p, c, &node.dag, !plan.kept.is_empty())?;
+        if let Some(price) = memory::price(work, p, c) {
+            price.admit(&node.dag, !plan.kept.is_empty())?;
+        }
         let mut through: Vec<u32> = plan.slot_output.iter().flatten().copied().collect();
         through.sort_unstable();
         through.dedup();
@@ -286,11 +296,12 @@ impl Strategy for Looped {
         (producer, consumer): Self::Plan,
         originals: &[String],
     ) -> Result<Merge, Reason> {
+        let price = memory::price(work, p, c);
         let old_producer = std::mem::replace(&mut work.node_mut(p).dag, producer);
         let old_consumer = std::mem::replace(&mut work.node_mut(c).dag, consumer);
         let merged = Vertical
             .plan(work, p, c)
-            .and_then(|plan| merge_pair(work, p, c, &plan, Self::KIND, originals));
+            .and_then(|plan| merge_pair(work, p, c, &plan, Self::KIND, originals, price));
         if merged.is_err() {
             work.node_mut(p).dag = old_producer;
             work.node_mut(c).dag = old_consumer;
