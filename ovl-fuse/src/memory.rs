@@ -30,7 +30,7 @@
 //!   (`cost::LINE_ELEMENTS` elements) in a loop, and a quarter of one at the top level
 //!   (neighbouring workers along another axis reuse the line);
 //! - divided by [`VECTOR_LANES`] where the compiler runs it in vector lanes: everything, in a
-//!   kernel whose workers run in lockstep (`ovl-codegen`'s blocked workers: [`lockstep_shape`])
+//!   kernel whose workers run in lockstep (`ovl-codegen`'s blocked workers: `ovl_ir::lockstep`)
 //!   or that is straight-line code (the loop over workers vectorizes); in a loop without a
 //!   branch, a nested loop or an assignment (accumulators vectorize, a fold into a variable
 //!   does not); never in a scope (a loop, or the top level) with an access that is not
@@ -45,7 +45,6 @@ use crate::graph::Work;
 use crate::report::Reason;
 use ovl_ir::intervals::Intervals;
 use ovl_ir::ir::{self, Op, TensorKind};
-use ovl_ir::limits::LOCKSTEP_WORKERS;
 use ovl_ir::typed::{Inst, Kernel, ValueId};
 use ovl_ir::Literal;
 use std::collections::HashMap;
@@ -163,7 +162,7 @@ pub(crate) fn kernel_cost(kernel: &Kernel, iv: &Intervals) -> Option<f64> {
     }
     let inner = cost::innermost_axis(kernel);
     let mut moves = Moves::new(kernel);
-    let lockstep = lockstep_shape(kernel, &mut moves);
+    let lockstep = ovl_ir::lockstep::width(kernel).is_some();
     let scalar = scalar_loops(kernel);
     let straight = !kernel.exprs.iter().any(|x| {
         matches!(
@@ -230,68 +229,6 @@ fn scalar_loops(kernel: &Kernel) -> Vec<bool> {
         }
     }
     scalar
-}
-
-/// Whether `kernel` runs its workers in lockstep blocks on the CPU (`ovl-codegen`'s blocked
-/// workers; this is the part of its rule that decides, from the IR, whether it gains): sizes
-/// known, at least [`LOCKSTEP_WORKERS`] workers along the innermost axis, no branch or while
-/// loop, loops only at the top level with constant bounds, every write of an output indexed
-/// last by the innermost position, no read in a loop whose other indices move with it, and
-/// one read in a loop whose last index does (the reason to run in lockstep).
-fn lockstep_shape(kernel: &Kernel, moves: &mut Moves) -> bool {
-    if kernel.symbol_count > 0 {
-        return false;
-    }
-    let Some(inner) = kernel.workgroup.len().checked_sub(1) else {
-        return false;
-    };
-    if kernel.workgroup[inner]
-        .known()
-        .is_none_or(|n| n < LOCKSTEP_WORKERS)
-    {
-        return false;
-    }
-    let var = Var::Position(inner);
-    let is_const = |v: ValueId| matches!(kernel.exprs[v as usize].inst, Inst::Const(_));
-    let mut gains = false;
-    for (i, x) in kernel.exprs.iter().enumerate() {
-        match &x.inst {
-            Inst::If { .. } | Inst::WhileBegin { .. } | Inst::Symbol { .. } => return false,
-            &Inst::Range {
-                start, end, step, ..
-            } if x.block.is_some() || ![start, end, step].into_iter().all(is_const) => {
-                return false
-            }
-            Inst::Write {
-                tensor, indices, ..
-            } if tensor.kind != TensorKind::Local => {
-                let own = indices.last().is_some_and(|&o| {
-                    matches!(kernel.exprs[o as usize].inst,
-                        Inst::Position { axis } if axis as usize == inner)
-                });
-                if !own {
-                    return false;
-                }
-            }
-            Inst::Read { tensor, indices }
-                if tensor.kind != TensorKind::Local
-                    && kernel.enclosing_loops(i).next().is_some() =>
-            {
-                let Some((&last, others)) = indices.split_last() else {
-                    continue;
-                };
-                if others
-                    .iter()
-                    .any(|&o| moves.coefficient(o, var) != Coefficient::Fixed)
-                {
-                    return false;
-                }
-                gains |= matches!(moves.coefficient(last, var), Coefficient::By(1 | -1));
-            }
-            _ => {}
-        }
-    }
-    gains
 }
 
 /// What an index moves with, by how much.
@@ -468,21 +405,9 @@ mod tests {
     fn priced(dag: &ir::ExpressionDag) -> (bool, f64) {
         let kernel = Kernel::decode(dag).unwrap();
         let iv = Intervals::of(&kernel);
-        let lockstep = lockstep_shape(&kernel, &mut Moves::new(&kernel));
+        let lockstep = ovl_ir::lockstep::width(&kernel).is_some();
         // The work alone, without the fixed cost of a kernel.
         (lockstep, kernel_cost(&kernel, &iv).unwrap() - KERNEL_UNITS)
-    }
-
-    #[test]
-    fn products_per_element_run_in_lockstep_and_column_reductions_too() {
-        // 70 workers along the innermost axis: enough for a block of 64.
-        assert!(priced(&fixtures::gate_products(3, 5, 70)).0);
-        // 2 are not.
-        assert!(!priced(&fixtures::matmul(3, 4, 2)).0);
-        // A column fold with a branchless body (`column_stats`, 150 columns).
-        assert!(priced(&fixtures::column_stats(7, 150)).0);
-        // Row kernels read along their loop, not across workers: no gain.
-        assert!(!priced(&fixtures::norm_rows(4, 100)).0);
     }
 
     #[test]

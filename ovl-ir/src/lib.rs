@@ -25,6 +25,7 @@ pub mod host;
 pub mod intervals;
 pub mod library;
 pub mod limits;
+pub mod lockstep;
 pub mod lru;
 pub mod names;
 pub mod ops;

@@ -222,12 +222,8 @@ pub(crate) fn emit<'a>(
         }
     }
     // Workers in lockstep, where the operator has the shape for it and cannot fault.
-    let innermost = e.sizes.last().and_then(|s| match s {
-        Size::Known(n) => Some(*n),
-        Size::Symbolic { .. } => None,
-    });
     if dialect == Dialect::Cpp && !e.stops.get() {
-        if let Some(plan) = blocked::plan(&kernel, innermost) {
+        if let Some(plan) = blocked::plan(&kernel) {
             let mut b = Emitter::new(dag, &kernel, key, dialect, intervals)?;
             b.blocked = Some(plan);
             for k in 0..dag.expressions.len() {

@@ -9,14 +9,14 @@
 //! (its accumulator's lanes are indexed by the iteration, `proto/ovl.proto`, "Accumulators";
 //! only the workers are interleaved), so results are unchanged.
 //!
-//! The blocked program is emitted in a second pass over the operator, for operators of this
-//! shape only ([`plan`]): straight-line code and loops at the top level (reductions, or
-//! folds into a variable like `matmul`'s), bounds known when compiling, no local tensor, no
-//! branch, no fault check (the first
-//! pass proved every access in bounds: faults keep their order because there are none), every
-//! write indexed last by the innermost position (no two workers of a block write the same
-//! element), and a read in a loop whose last index is the innermost position plus an offset
-//! the same for the whole block (`x[k, c]`, `w[k, c + g * h]`: the reason to block). The code
+//! The blocked program is emitted in a second pass over the operator, for operators of the
+//! shape `ovl_ir::lockstep` describes (the one rule, which fusion's cost model also follows:
+//! straight-line code and loops at the top level, bounds known when compiling, no branch, every
+//! write indexed last by the innermost position, a read in a loop whose last index is the
+//! innermost position plus an offset the same for the whole block, `x[k, c]`,
+//! `w[k, c + g * h]`: the reason to block) and without a fault check (the first pass proved
+//! every access in bounds: faults keep their order because there are none). [`plan`] lays the
+//! blocked program out. The code
 //! between loops is a *segment*, run as one loop over the block's workers; a value a later
 //! segment uses is kept in an array of `BLOCK` elements, as is every accumulator and variable
 //! (a variable is reloaded where it is used and stored back where it is assigned: each worker
@@ -31,29 +31,21 @@
 //! workers touch neighbouring elements), and the fill, run for the whole block between two
 //! segments, is the fill of every worker's copy. The copies live on the heap, allocated once
 //! per run of the kernel (`cpu/frame.rs`; if the allocation fails, every worker runs alone,
-//! with the same results), within [`BLOCK_LOCALS_BYTES`]: a block narrower than [`BLOCK`]
-//! ([`Blocked::width`]) when the copies would exceed it, and none below [`MIN_BLOCK`] workers.
+//! with the same results), within `ovl_ir::lockstep::LOCALS_BYTES`: a block narrower than
+//! [`BLOCK`] ([`Blocked::width`]) when the copies would exceed it, and none below
+//! `ovl_ir::lockstep::MIN_WORKERS` workers.
 //! A narrow block reads one cache line per row (and, for rows a power of two of 4 KiB apart,
 //! lines that share a few cache sets), which costs about three times what 64 workers cost.
 
 use super::{ctype, Emitted, Emitter};
 use crate::error::CodegenError;
-use ovl_ir::ir::Op;
-use ovl_ir::ir::TensorKind;
+use ovl_ir::lockstep::{self, PositionArithmetic};
 use ovl_ir::ops::REDUCE_LANES;
 use ovl_ir::typed::{Inst, Kernel, ValueId};
-use ovl_ir::Literal;
 use std::collections::BTreeSet;
 
 /// Workers per block.
-pub(crate) const BLOCK: u64 = ovl_ir::limits::LOCKSTEP_WORKERS;
-
-/// The most bytes a block's copies of the locals take (on the heap): a core's L2 cache.
-pub(crate) const BLOCK_LOCALS_BYTES: u64 = 1 << 20;
-
-/// The narrowest block (an operator whose locals would need a narrower one is not blocked):
-/// 8 f32 workers read 32 contiguous bytes per row, half a cache line.
-pub(crate) const MIN_BLOCK: u64 = 8;
+pub(crate) const BLOCK: u64 = lockstep::WORKERS;
 
 /// The blocked program's layout: which segment each expression belongs to, and the values
 /// crossing segments.
@@ -81,139 +73,21 @@ pub(super) struct Blocked {
     pub(super) width: u64,
 }
 
-/// The widest block (a power of two from [`MIN_BLOCK`] to [`BLOCK`]) whose copies of the locals,
-/// `bytes` per worker, fit [`BLOCK_LOCALS_BYTES`]; `None` when even [`MIN_BLOCK`] does not.
-fn width_for_locals(bytes: u64) -> Option<u64> {
-    let mut width = BLOCK;
-    while width.checked_mul(bytes)? > BLOCK_LOCALS_BYTES {
-        width /= 2;
-        if width < MIN_BLOCK {
-            return None;
-        }
-    }
-    Some(width)
-}
-
-/// The integer arithmetic on positions in a kernel: which values are made of positions and
-/// constants only, and how they depend on the innermost position.
-struct PositionArithmetic {
-    /// Positions, and +, -, * and integer casts of positions, constants and such values:
-    /// cheap to recompute in any segment.
-    values: BTreeSet<usize>,
-    /// Those whose value depends on the innermost position.
-    inner: BTreeSet<usize>,
-    /// Those equal to the innermost position plus a value that does not depend on it
-    /// (`c`, `c + g * h`, `c - 1`): neighbouring workers of a block read neighbouring
-    /// elements through them.
-    unit_offsets: BTreeSet<usize>,
-}
-
-impl PositionArithmetic {
-    fn of(kernel: &Kernel, inner_axis: u32) -> PositionArithmetic {
-        let mut p = PositionArithmetic {
-            values: BTreeSet::new(),
-            inner: BTreeSet::new(),
-            unit_offsets: BTreeSet::new(),
-        };
-        let is_const = |o: ValueId| matches!(kernel.exprs[o as usize].inst, Inst::Const(_));
-        for (i, x) in kernel.exprs.iter().enumerate() {
-            let int = x.dtype.is_some_and(|d| d.is_int());
-            match x.inst {
-                Inst::Position { axis } => {
-                    p.values.insert(i);
-                    if axis == inner_axis {
-                        p.inner.insert(i);
-                        p.unit_offsets.insert(i);
-                    }
-                }
-                Inst::Cast { .. }
-                | Inst::Binary {
-                    op: Op::Add | Op::Sub | Op::Mul,
-                    ..
-                } if int
-                    && kernel
-                        .operands(i)
-                        .all(|o| is_const(o) || p.values.contains(&(o as usize))) =>
-                {
-                    p.values.insert(i);
-                    if kernel.operands(i).any(|o| p.inner.contains(&(o as usize))) {
-                        p.inner.insert(i);
-                    }
-                    let free = |o: ValueId| is_const(o) || !p.inner.contains(&(o as usize));
-                    let unit = |o: ValueId| p.unit_offsets.contains(&(o as usize));
-                    let offset = match x.inst {
-                        Inst::Binary { op: Op::Add, a, b } => {
-                            (unit(a) && free(b)) || (free(a) && unit(b))
-                        }
-                        Inst::Binary { op: Op::Sub, a, b } => unit(a) && free(b),
-                        _ => false,
-                    };
-                    if offset {
-                        p.unit_offsets.insert(i);
-                    }
-                }
-                _ => {}
-            }
-        }
-        p
-    }
-}
-
-/// The layout of `kernel`'s blocked program, or `None` when it does not have the shape the
-/// module describes (or would not gain from it). `innermost` is the innermost workgroup extent.
-pub(super) fn plan(kernel: &Kernel, innermost: Option<u64>) -> Option<Blocked> {
-    if kernel.symbol_count > 0 || kernel.workgroup.iter().any(|d| d.known().is_none()) {
-        return None;
-    }
-    // Each worker's locals, in bytes (all sized when compiling: `Emitter::new` checked).
-    let mut local_bytes = 0u64;
-    for t in &kernel.locals {
-        let elements = t
-            .shape
-            .iter()
-            .try_fold(1u64, |n, s| n.checked_mul(s.known()?))?;
-        local_bytes = local_bytes.checked_add(elements.checked_mul(t.dtype.size() as u64)?)?;
-    }
-    let width = if kernel.locals.is_empty() {
-        BLOCK
-    } else {
-        width_for_locals(local_bytes)?
-    };
-    if innermost.is_none_or(|n| n < width) {
-        return None;
-    }
-    // Every local's first access is its LOCAL_TENSOR at the top level: no worker reads what
-    // another worker's fill left (the block fills every copy at once).
-    let mut filled = vec![false; kernel.locals.len()];
+/// The layout of `kernel`'s blocked program, or `None` when it does not have the shape
+/// `ovl_ir::lockstep` describes (or would not gain from it).
+pub(super) fn plan(kernel: &Kernel) -> Option<Blocked> {
+    let width = lockstep::width(kernel)?;
     let inner_axis = kernel.workgroup.len().checked_sub(1)? as u32;
-    let inst = |i: ValueId| &kernel.exprs[i as usize].inst;
-    let is_const = |i: ValueId| matches!(inst(i), Inst::Const(_));
-    let is_inner_position =
-        |i: ValueId| matches!(inst(i), &Inst::Position { axis } if axis == inner_axis);
     let positions = PositionArithmetic::of(kernel, inner_axis);
+    // Segments: the code between two loops, or around a local's fill (run for the whole block).
     let mut segment = vec![None; kernel.exprs.len()];
     let mut current = 0usize;
-    let mut in_loop = false;
-    let mut strided_in_loop = false;
     let mut accumulators = BTreeSet::new();
     let mut variables = BTreeSet::new();
     for (i, x) in kernel.exprs.iter().enumerate() {
         match &x.inst {
             Inst::Const(_) => continue,
-            &Inst::Range {
-                start, end, step, ..
-            } => {
-                // Loops at the top level with constant bounds and a positive step.
-                let step_ok = matches!(inst(step), Inst::Const(Literal::Int(n)) if *n > 0);
-                if in_loop || ![start, end, step].into_iter().all(is_const) || !step_ok {
-                    return None;
-                }
-                in_loop = true;
-                current += 1;
-                continue;
-            }
-            Inst::EndRange { .. } => {
-                in_loop = false;
+            Inst::Range { .. } | Inst::EndRange { .. } | Inst::LocalTensor { .. } => {
                 current += 1;
                 continue;
             }
@@ -223,67 +97,9 @@ pub(super) fn plan(kernel: &Kernel, innermost: Option<u64>) -> Option<Blocked> {
             Inst::Variable { .. } => {
                 variables.insert(i);
             }
-            Inst::LocalTensor { tensor, .. } => {
-                // Run for the whole block between two segments.
-                if in_loop || tensor.kind != TensorKind::Local {
-                    return None;
-                }
-                *filled.get_mut(tensor.index as usize)? = true;
-                current += 1;
-                continue;
-            }
-            Inst::Read { tensor, indices }
-            | Inst::Write {
-                tensor, indices, ..
-            } => {
-                let write = matches!(x.inst, Inst::Write { .. });
-                if tensor.kind == TensorKind::Local {
-                    // Each worker has its own copy: any index, anywhere.
-                    if !*filled.get(tensor.index as usize)? {
-                        return None;
-                    }
-                    segment[i] = Some(current);
-                    continue;
-                }
-                // Every write indexed last by the worker's own position: the lanes of a block
-                // never write the same element, so interleaving them changes no result.
-                if write && !indices.last().is_some_and(|&o| is_inner_position(o)) {
-                    return None;
-                }
-                if in_loop {
-                    // The innermost position in any index but the last: neighbouring workers
-                    // would read far apart.
-                    let inner = |o: &ValueId| positions.inner.contains(&(*o as usize));
-                    if indices.iter().rev().skip(1).any(inner) {
-                        return None;
-                    }
-                    let unit = |o: &ValueId| positions.unit_offsets.contains(&(*o as usize));
-                    if !write && indices.last().is_some_and(unit) {
-                        strided_in_loop = true;
-                    }
-                }
-            }
-            Inst::Position { .. }
-            | Inst::Cast { .. }
-            | Inst::Select { .. }
-            | Inst::Fma { .. }
-            | Inst::Accumulate { .. }
-            | Inst::Assign { .. }
-            | Inst::Unary { .. }
-            | Inst::Binary { .. }
-            | Inst::Compare { .. } => {}
-            Inst::Symbol { .. }
-            | Inst::If { .. }
-            | Inst::Else { .. }
-            | Inst::EndIf { .. }
-            | Inst::WhileBegin { .. }
-            | Inst::WhileCond { .. }
-            | Inst::WhileEnd { .. } => return None,
+            _ => {}
         }
         segment[i] = Some(current);
-    }
-    if !strided_in_loop {
-        return None;
     }
     let recomputed = positions.values;
     let segments = current + 1;
