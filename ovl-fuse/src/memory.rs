@@ -59,7 +59,7 @@ pub(crate) const SLACK: f64 = 2.0;
 /// operator (plus what stays beside it) may be predicted to cost. Each step within [`SLACK`]
 /// compounds: on random graphs, chains of substitutions into a transpose, each predicted at
 /// 1.3-1.5x, ended measured 3-4x slower than the unfused graph.
-pub(crate) const SLACK_TOTAL: f64 = 1.25;
+pub(crate) const SLACK_TOTAL: f64 = 1.1;
 
 /// How many operations a vector instruction does (f32 in 256 bits): arithmetic the compiler
 /// vectorizes costs this much less.
@@ -172,15 +172,21 @@ pub(crate) fn kernel_cost(kernel: &Kernel, iv: &Intervals) -> Option<f64> {
     });
     // Each expression's units and runs per worker, and the scopes (a loop, or the top level
     // at index `exprs.len()`) with an access that is not contiguous: the compiler does not
-    // vectorize those (a gather per element; measured: a transposed read in an elementwise
-    // kernel kept its `tanh` scalar, 5x slower than the transpose alone).
+    // vectorize their arithmetic (a gather per element; measured: a transposed read in an
+    // elementwise kernel kept its `tanh` scalar, 5x slower than the transpose alone).
+    let extents: Vec<u64> = kernel
+        .workgroup
+        .iter()
+        .map(|d| d.known().unwrap_or(0))
+        .collect();
     let top = kernel.exprs.len();
     let mut gathers = vec![false; top + 1];
     let mut priced = Vec::with_capacity(top);
     for (i, x) in kernel.exprs.iter().enumerate() {
         let runs = cost::runs_per_worker(kernel, iv, i)?;
         let loop_ = kernel.enclosing_loops(i).next();
-        let units = match &x.inst {
+        // Contiguous accesses keep their lanes in a scope with a gather: they stream.
+        let (units, streams) = match &x.inst {
             Inst::Read { tensor, indices }
             | Inst::Write {
                 tensor, indices, ..
@@ -192,18 +198,23 @@ pub(crate) fn kernel_cost(kernel: &Kernel, iv: &Intervals) -> Option<f64> {
                 let elements = moves.access(indices, loop_, inner, lockstep, trips);
                 if elements > 1.0 {
                     gathers[loop_.map_or(top, |l| l as usize)] = true;
+                    (MEMORY_UNITS * elements, false)
+                } else if matches!(x.inst, Inst::Read { .. }) && moves.shared(indices, &extents) {
+                    // Read by every worker along an axis: from the cache, like an operation.
+                    (elements.min(1.0 / MEMORY_UNITS) * MEMORY_UNITS, true)
+                } else {
+                    (MEMORY_UNITS * elements, true)
                 }
-                MEMORY_UNITS * elements
             }
             Inst::WhileBegin { .. } => return None,
-            inst => cost::weight(inst.op()),
+            inst => (cost::weight(inst.op()), false),
         };
-        priced.push((loop_, units * runs));
+        priced.push((loop_, units * runs, streams));
     }
     let mut per_worker = 0.0;
-    for (loop_, units) in priced {
+    for (loop_, units, streams) in priced {
         let scope = loop_.map_or(top, |l| l as usize);
-        let vectorized = !gathers[scope]
+        let vectorized = (streams || !gathers[scope])
             && (lockstep
                 || match loop_ {
                     None => straight,
@@ -310,6 +321,17 @@ impl<'a> Moves<'a> {
                 }
             }
         }
+    }
+
+    /// Whether every worker along some axis of the workgroup (`extents`, of more than one
+    /// worker) reads the same element at `indices`: it stays in the cache after the first.
+    fn shared(&mut self, indices: &[ValueId], extents: &[u64]) -> bool {
+        (0..extents.len()).any(|a| {
+            extents[a] > 1
+                && indices
+                    .iter()
+                    .all(|&o| self.coefficient(o, Var::Position(a)) == Coefficient::Fixed)
+        })
     }
 
     /// How value `v` moves with `var`.
