@@ -31,9 +31,9 @@
 //! operator ends up computed more than [`MOST_COMPUTED`] times in the fused graph.
 
 use ovl_ir::intervals::Intervals;
-use ovl_ir::ir::Op;
+use ovl_ir::ir::{Op, TensorKind};
+use ovl_ir::motion::{Motion, Var};
 use ovl_ir::ops;
-use ovl_ir::pattern::PatternAnalysis;
 use ovl_ir::typed::{Inst, Kernel};
 
 /// The cost of storing or loading one element, in operation units.
@@ -106,32 +106,23 @@ pub(crate) fn innermost_axis(kernel: &Kernel) -> Option<usize> {
 /// neighbouring workers make at neighbouring elements: the last index moves with the innermost
 /// position ([`innermost_axis`]) by ±1 and no other index depends on it. Per worker, loop trips
 /// multiplied (`None` when a loop has no bound); 0 for a single worker.
-pub(crate) fn lockstep_reads(
-    kernel: &Kernel,
-    patterns: &mut PatternAnalysis,
-    part: &[bool],
-    iv: &Intervals,
-) -> Option<f64> {
+pub(crate) fn lockstep_reads(kernel: &Kernel, part: &[bool], iv: &Intervals) -> Option<f64> {
     let Some(inner) = innermost_axis(kernel) else {
         return Some(0.0);
     };
+    let mut motion = Motion::new(kernel);
     let mut total = 0.0;
-    for i in 0..kernel.exprs.len() {
+    for (i, x) in kernel.exprs.iter().enumerate() {
+        let Inst::Read { tensor, indices } = &x.inst else {
+            continue;
+        };
         if !part.get(i).copied().unwrap_or(false)
-            || kernel.input_read(i).is_none()
+            || tensor.kind != TensorKind::Input
             || kernel.enclosing_loops(i).next().is_none()
         {
             continue;
         }
-        let maps = patterns.operand_maps(i);
-        let Some((last, others)) = maps.split_last() else {
-            continue;
-        };
-        let follows = last.as_ref().is_some_and(|m| m.coeffs[inner].abs() == 1);
-        let others_free = others
-            .iter()
-            .all(|m| m.as_ref().is_none_or(|m| m.coeffs[inner] == 0));
-        if follows && others_free {
+        if motion.follows(indices, Var::Position(inner)) {
             total += runs_per_worker(kernel, iv, i)?;
         }
     }
@@ -237,17 +228,12 @@ mod tests {
         let kernel = Kernel::decode(&dag).unwrap();
         let iv = Intervals::of(&kernel);
         let all = vec![true; kernel.exprs.len()];
-        let mut patterns = PatternAnalysis::new(&dag);
-        assert_eq!(
-            lockstep_reads(&kernel, &mut patterns, &all, &iv),
-            Some(20.0)
-        );
+        assert_eq!(lockstep_reads(&kernel, &all, &iv), Some(20.0));
         // `matmul` over [3, 2] workers: 4 iterations reading `b[q, j]`.
         let dag = fixtures::matmul(3, 4, 2);
         let kernel = Kernel::decode(&dag).unwrap();
         let iv = Intervals::of(&kernel);
         let all = vec![true; kernel.exprs.len()];
-        let mut patterns = PatternAnalysis::new(&dag);
-        assert_eq!(lockstep_reads(&kernel, &mut patterns, &all, &iv), Some(4.0));
+        assert_eq!(lockstep_reads(&kernel, &all, &iv), Some(4.0));
     }
 }

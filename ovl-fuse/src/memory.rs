@@ -46,10 +46,9 @@ use crate::cost::{self, LINE_ELEMENTS, MEMORY_UNITS};
 use crate::graph::Work;
 use crate::report::Reason;
 use ovl_ir::intervals::Intervals;
-use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::ir::{self, TensorKind};
+use ovl_ir::motion::{Motion, Var};
 use ovl_ir::typed::{Inst, Kernel, ValueId};
-use ovl_ir::Literal;
-use std::collections::HashMap;
 
 /// How much more than the operators it replaces, as they are, a merge may be predicted to
 /// cost: the model's tolerance for one step (it counts, it does not time). The losses it exists
@@ -165,7 +164,7 @@ pub(crate) fn kernel_cost(kernel: &Kernel, iv: &Intervals) -> Option<f64> {
         workers *= d.known()? as f64;
     }
     let inner = cost::innermost_axis(kernel);
-    let mut moves = Moves::new(kernel);
+    let mut motion = Motion::new(kernel);
     let lockstep = ovl_ir::lockstep::width(kernel).is_some();
     let scalar = scalar_loops(kernel);
     let straight = !kernel.exprs.iter().any(|x| {
@@ -199,11 +198,13 @@ pub(crate) fn kernel_cost(kernel: &Kernel, iv: &Intervals) -> Option<f64> {
                     Some(l) => iv.trips(l as usize)? as f64,
                     None => 1.0,
                 };
-                let elements = moves.access(indices, loop_, inner, lockstep, trips);
+                let elements = access(&mut motion, indices, loop_, inner, lockstep, trips);
                 if elements > 1.0 {
                     gathers[loop_.map_or(top, |l| l as usize)] = true;
                     (MEMORY_UNITS * elements, false)
-                } else if matches!(x.inst, Inst::Read { .. }) && moves.shared(indices, &extents) {
+                } else if matches!(x.inst, Inst::Read { .. })
+                    && shared(&mut motion, indices, &extents)
+                {
                     // Read by every worker along an axis: from the cache, like an operation.
                     (elements.min(1.0 / MEMORY_UNITS) * MEMORY_UNITS, true)
                 } else {
@@ -246,181 +247,45 @@ fn scalar_loops(kernel: &Kernel) -> Vec<bool> {
     scalar
 }
 
-/// What an index moves with, by how much.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Coefficient {
-    /// It does not move.
-    Fixed,
-    /// It moves by this much per step.
-    By(i64),
-    /// It moves in a way the model does not follow.
-    Unknown,
+/// The cost of one access at `indices`, in elements (see the module): `loop_` is its
+/// innermost enclosing loop, of `trips` iterations, `inner` the innermost position axis.
+fn access(
+    motion: &mut Motion,
+    indices: &[ValueId],
+    loop_: Option<ValueId>,
+    inner: Option<usize>,
+    lockstep: bool,
+    trips: f64,
+) -> f64 {
+    if indices.is_empty() {
+        return 1.0;
+    }
+    let neighbours = inner.is_some_and(|a| motion.follows(indices, Var::Position(a)));
+    match loop_ {
+        Some(l) => {
+            if motion.fixed(indices, Var::Loop(l)) {
+                1.0 / trips.max(1.0)
+            } else if motion.follows(indices, Var::Loop(l)) || (lockstep && neighbours) {
+                1.0
+            } else {
+                LINE_ELEMENTS
+            }
+        }
+        None => {
+            let fixed = inner.is_none_or(|a| motion.fixed(indices, Var::Position(a)));
+            if fixed || neighbours {
+                1.0
+            } else {
+                LINE_ELEMENTS / 4.0
+            }
+        }
+    }
 }
 
-/// The variable an index may move with: a loop's index or a position axis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Var {
-    Loop(ValueId),
-    Position(usize),
-}
-
-/// How index expressions move with loop indices and positions (memoized).
-struct Moves<'a> {
-    kernel: &'a Kernel,
-    memo: HashMap<(ValueId, Var), Coefficient>,
-}
-
-impl<'a> Moves<'a> {
-    fn new(kernel: &'a Kernel) -> Moves<'a> {
-        Moves {
-            kernel,
-            memo: HashMap::new(),
-        }
-    }
-
-    /// The cost of one access at `indices`, in elements (see the module): `loop_` is its
-    /// innermost enclosing loop, of `trips` iterations, `inner` the innermost position axis.
-    fn access(
-        &mut self,
-        indices: &[ValueId],
-        loop_: Option<ValueId>,
-        inner: Option<usize>,
-        lockstep: bool,
-        trips: f64,
-    ) -> f64 {
-        let unit = |c: Coefficient| matches!(c, Coefficient::By(1 | -1));
-        let Some((&last, others)) = indices.split_last() else {
-            return 1.0;
-        };
-        let follows = |this: &mut Self, var: Var| {
-            unit(this.coefficient(last, var))
-                && others
-                    .iter()
-                    .all(|&o| this.coefficient(o, var) == Coefficient::Fixed)
-        };
-        let neighbours = inner.is_some_and(|a| follows(self, Var::Position(a)));
-        match loop_ {
-            Some(l) => {
-                if indices
-                    .iter()
-                    .all(|&o| self.coefficient(o, Var::Loop(l)) == Coefficient::Fixed)
-                {
-                    1.0 / trips.max(1.0)
-                } else if follows(self, Var::Loop(l)) || (lockstep && neighbours) {
-                    1.0
-                } else {
-                    LINE_ELEMENTS
-                }
-            }
-            None => {
-                let fixed = inner.is_none_or(|a| {
-                    indices
-                        .iter()
-                        .all(|&o| self.coefficient(o, Var::Position(a)) == Coefficient::Fixed)
-                });
-                if fixed || neighbours {
-                    1.0
-                } else {
-                    LINE_ELEMENTS / 4.0
-                }
-            }
-        }
-    }
-
-    /// Whether every worker along some axis of the workgroup (`extents`, of more than one
-    /// worker) reads the same element at `indices`: it stays in the cache after the first.
-    fn shared(&mut self, indices: &[ValueId], extents: &[u64]) -> bool {
-        (0..extents.len()).any(|a| {
-            extents[a] > 1
-                && indices
-                    .iter()
-                    .all(|&o| self.coefficient(o, Var::Position(a)) == Coefficient::Fixed)
-        })
-    }
-
-    /// How value `v` moves with `var`.
-    fn coefficient(&mut self, v: ValueId, var: Var) -> Coefficient {
-        if let Some(&c) = self.memo.get(&(v, var)) {
-            return c;
-        }
-        let c = self.compute(v, var);
-        self.memo.insert((v, var), c);
-        c
-    }
-
-    fn compute(&mut self, v: ValueId, var: Var) -> Coefficient {
-        use Coefficient::{By, Fixed, Unknown};
-        let x = &self.kernel.exprs[v as usize];
-        match x.inst {
-            Inst::Const(_) | Inst::Symbol { .. } => Fixed,
-            Inst::Position { axis } => {
-                if var == Var::Position(axis as usize) {
-                    By(1)
-                } else {
-                    Fixed
-                }
-            }
-            Inst::Range { .. } => {
-                if var == Var::Loop(v) {
-                    By(1)
-                } else {
-                    Fixed
-                }
-            }
-            Inst::Cast { value } if x.dtype.is_some_and(|d| d.is_int()) => {
-                self.coefficient(value, var)
-            }
-            Inst::Binary {
-                op: op @ (Op::Add | Op::Sub),
-                a,
-                b,
-            } => {
-                let sign = if op == Op::Add { 1 } else { -1 };
-                match (self.coefficient(a, var), self.coefficient(b, var)) {
-                    (Fixed, Fixed) => Fixed,
-                    (By(p), Fixed) => By(p),
-                    (Fixed, By(q)) => By(sign * q),
-                    (By(p), By(q)) => match p.checked_add(sign * q) {
-                        Some(0) => Fixed,
-                        Some(r) => By(r),
-                        None => Unknown,
-                    },
-                    _ => Unknown,
-                }
-            }
-            Inst::Binary { op: Op::Mul, a, b } => {
-                let constant = |w: ValueId| match self.kernel.exprs[w as usize].inst {
-                    Inst::Const(Literal::Int(n)) => Some(n),
-                    Inst::Const(Literal::UInt(n)) => i64::try_from(n).ok(),
-                    _ => None,
-                };
-                match (self.coefficient(a, var), self.coefficient(b, var)) {
-                    (Fixed, Fixed) => Fixed,
-                    (By(p), Fixed) => constant(b)
-                        .and_then(|c| p.checked_mul(c))
-                        .map_or(Unknown, By),
-                    (Fixed, By(q)) => constant(a)
-                        .and_then(|c| q.checked_mul(c))
-                        .map_or(Unknown, By),
-                    _ => Unknown,
-                }
-            }
-            // A variable or an accumulator changes as the program runs: whether it moves with
-            // `var` is not followed.
-            Inst::Variable { .. } | Inst::Accumulator { .. } => Unknown,
-            _ => {
-                let operands: Vec<ValueId> = self.kernel.operands(v as usize).collect();
-                if operands
-                    .into_iter()
-                    .all(|o| self.coefficient(o, var) == Fixed)
-                {
-                    Fixed
-                } else {
-                    Unknown
-                }
-            }
-        }
-    }
+/// Whether every worker along some axis of the workgroup (`extents`, of more than one
+/// worker) reads the same element at `indices`: it stays in the cache after the first.
+fn shared(motion: &mut Motion, indices: &[ValueId], extents: &[u64]) -> bool {
+    (0..extents.len()).any(|a| extents[a] > 1 && motion.fixed(indices, Var::Position(a)))
 }
 
 #[cfg(test)]

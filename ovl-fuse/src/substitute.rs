@@ -123,7 +123,6 @@ pub(crate) fn check(
         })
         .collect();
 
-    let mut p_patterns = PatternAnalysis::new(&p.dag);
     let mut outputs = Vec::new();
     let mut recompute_max = 0.0f64;
     for (h, (o, write_pattern)) in plan.handoffs.iter().zip(&write_patterns) {
@@ -188,7 +187,7 @@ pub(crate) fn check(
             });
         }
         if let Some(read) = strided_read {
-            let reads = cost::lockstep_reads(&kp, &mut p_patterns, &slice, &p_iv)
+            let reads = cost::lockstep_reads(&kp, &slice, &p_iv)
                 .ok_or(Reason::UnknownRecomputeCount { output: *o })?;
             if !verdict.strided(reads).accepts() {
                 return Err(Reason::StridedRecompute {

@@ -27,6 +27,7 @@ pub mod library;
 pub mod limits;
 pub mod lockstep;
 pub mod lru;
+pub mod motion;
 pub mod names;
 pub mod ops;
 pub mod pattern;

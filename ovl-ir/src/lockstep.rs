@@ -15,6 +15,7 @@
 //! The backend also requires that no access can fault (it proves that itself).
 
 use crate::ir::{Op, TensorKind};
+use crate::motion::{Coefficient, Motion, Var};
 use crate::typed::{Inst, Kernel, ValueId};
 use crate::Literal;
 use std::collections::BTreeSet;
@@ -44,54 +45,50 @@ pub struct PositionArithmetic {
 }
 
 impl PositionArithmetic {
-    /// The position arithmetic of `kernel`, whose innermost workgroup axis is `inner_axis`.
+    /// The position arithmetic of `kernel`, whose innermost workgroup axis is `inner_axis`;
+    /// how each value moves with that position is `crate::motion`'s answer.
     pub fn of(kernel: &Kernel, inner_axis: u32) -> PositionArithmetic {
-        let mut p = PositionArithmetic {
-            values: BTreeSet::new(),
-            inner: BTreeSet::new(),
-            unit_offsets: BTreeSet::new(),
-        };
+        let mut values = BTreeSet::new();
         let is_const = |o: ValueId| matches!(kernel.exprs[o as usize].inst, Inst::Const(_));
         for (i, x) in kernel.exprs.iter().enumerate() {
             let int = x.dtype.is_some_and(|d| d.is_int());
-            match x.inst {
-                Inst::Position { axis } => {
-                    p.values.insert(i);
-                    if axis == inner_axis {
-                        p.inner.insert(i);
-                        p.unit_offsets.insert(i);
-                    }
-                }
+            let arithmetic = match x.inst {
+                Inst::Position { .. } => true,
                 Inst::Cast { .. }
                 | Inst::Binary {
                     op: Op::Add | Op::Sub | Op::Mul,
                     ..
-                } if int
-                    && kernel
+                } => {
+                    int && kernel
                         .operands(i)
-                        .all(|o| is_const(o) || p.values.contains(&(o as usize))) =>
-                {
-                    p.values.insert(i);
-                    if kernel.operands(i).any(|o| p.inner.contains(&(o as usize))) {
-                        p.inner.insert(i);
-                    }
-                    let free = |o: ValueId| is_const(o) || !p.inner.contains(&(o as usize));
-                    let unit = |o: ValueId| p.unit_offsets.contains(&(o as usize));
-                    let offset = match x.inst {
-                        Inst::Binary { op: Op::Add, a, b } => {
-                            (unit(a) && free(b)) || (free(a) && unit(b))
-                        }
-                        Inst::Binary { op: Op::Sub, a, b } => unit(a) && free(b),
-                        _ => false,
-                    };
-                    if offset {
-                        p.unit_offsets.insert(i);
-                    }
+                        .all(|o| is_const(o) || values.contains(&(o as usize)))
                 }
-                _ => {}
+                _ => false,
+            };
+            if arithmetic {
+                values.insert(i);
             }
         }
-        p
+        let mut motion = Motion::new(kernel);
+        let position = Var::Position(inner_axis as usize);
+        let mut inner = BTreeSet::new();
+        let mut unit_offsets = BTreeSet::new();
+        for &v in &values {
+            match motion.coefficient(v as ValueId, position) {
+                Coefficient::Fixed => {}
+                c => {
+                    inner.insert(v);
+                    if c == Coefficient::By(1) {
+                        unit_offsets.insert(v);
+                    }
+                }
+            }
+        }
+        PositionArithmetic {
+            values,
+            inner,
+            unit_offsets,
+        }
     }
 }
 
