@@ -113,6 +113,26 @@ impl<'a> Motion<'a> {
                     _ => Unknown,
                 }
             }
+            // An index divided by 1, or taken modulo a constant (the broadcasts and reshapes
+            // of an index substitution write `(k / 1) % n`), moves with its operand: the
+            // modulo wraps at most once every `n` steps.
+            Inst::Binary {
+                op: op @ (Op::Div | Op::Mod),
+                a,
+                b,
+            } if x.dtype.is_some_and(|d| d.is_int()) => {
+                let divisor = match self.kernel.exprs[b as usize].inst {
+                    Inst::Const(Literal::Int(n)) => Some(n),
+                    Inst::Const(Literal::UInt(n)) => i64::try_from(n).ok(),
+                    _ => None,
+                };
+                match (self.coefficient(a, var), self.coefficient(b, var), divisor) {
+                    (Fixed, Fixed, _) => Fixed,
+                    (c, Fixed, Some(1)) if op == Op::Div => c,
+                    (c @ By(_), Fixed, Some(n)) if op == Op::Mod && n > 0 => c,
+                    _ => Unknown,
+                }
+            }
             Inst::Binary { op: Op::Mul, a, b } => {
                 let constant = |w: ValueId| match self.kernel.exprs[w as usize].inst {
                     Inst::Const(Literal::Int(n)) => Some(n),
@@ -152,6 +172,38 @@ impl<'a> Motion<'a> {
 mod tests {
     use super::*;
     use crate::fixtures;
+
+    #[test]
+    fn a_broadcast_substituted_index_moves_with_its_loop() {
+        // `x[p0, (k / 1) % 300]` in a loop over k, as index substitution writes the inverse of
+        // a broadcast; `x[p0, k / 2]` does not walk element by element.
+        use crate::builder::Builder;
+        use crate::dtype::DType;
+        use crate::ir::TensorKind;
+        let mut b = Builder::new("spread", &[16, 1]);
+        let x = b.input(DType::F32, &[16, 300]);
+        let out = b.output(DType::F32, &[16, 1]);
+        let p0 = b.position(0);
+        let zero = b.i64(0);
+        let one = b.i64(1);
+        let two = b.i64(2);
+        let n = b.i64(300);
+        let k = b.range(zero, n, one);
+        let q = b.push(Op::Div, Some(DType::I64), &[k, one]);
+        let r = b.push(Op::Mod, Some(DType::I64), &[q, n]);
+        let v = b.read(TensorKind::Input, x, &[p0, r]);
+        let half = b.push(Op::Div, Some(DType::I64), &[k, two]);
+        let w = b.read(TensorKind::Input, x, &[p0, half]);
+        let s = b.push(Op::Add, Some(DType::F32), &[v, w]);
+        b.end_range();
+        let _ = (out, s);
+        let dag = b.build();
+        let kernel = Kernel::from_validated(&dag);
+        let mut motion = Motion::new(&kernel);
+        assert!(motion.follows(&[p0, r], Var::Loop(k)));
+        assert!(!motion.follows(&[p0, half], Var::Loop(k)));
+        assert_eq!(motion.coefficient(half, Var::Loop(k)), Coefficient::Unknown);
+    }
 
     #[test]
     fn a_product_reads_along_its_loop_and_across_its_workers() {
