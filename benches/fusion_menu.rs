@@ -15,8 +15,8 @@
 //! statistics, softmax along either axis and a product per element on 512 x 512 matrices),
 //! the property "no graph is slower fused" checked on graphs nobody chose
 //! (`fusion_menu_random.json`). `--explain` prints the fusion report and the fused kernels'
-//! times of every case that came out slower; `--only K` runs random graph K alone and, with
-//! `--explain`, also prints its fused operators' IR.
+//! times of every case that came out slower; `--only K` runs case K (of the menu, or random
+//! graph K) alone and, with `--explain`, also prints its fusion report and fused operators' IR.
 
 mod common;
 #[path = "../tests/support/lstm_small_ops.rs"]
@@ -72,6 +72,14 @@ fn menu() -> Vec<Case> {
         let e = ops::exp(ops::sub(&rows, ops::max_keepdim(&rows, 1)));
         ops::div(&e, ops::sum_keepdim(&e, 1))
     };
+    // Its gradient for an incoming `dy`, as `ovl::backward` derives it.
+    let softmax_ops_dx = {
+        let dy = data(&[1024, 4096], 18);
+        ovl::backward(&[(&softmax_ops, &dy)], &[&rows])
+            .expect("backward")
+            .of(&rows)
+            .expect("a gradient of x")
+    };
     let gamma = data(&[4096], 4);
     let beta = data(&[4096], 5);
     let layernorm_affine = ops::add(ops::mul(ops::layernorm(&rows, 1e-5), &gamma), &beta);
@@ -113,7 +121,12 @@ fn menu() -> Vec<Case> {
         Case {
             name: "softmax from ops 1024x4096".into(),
             merges: "row max and sum with their consumers (row buffer)",
-            outputs: vec![softmax_ops],
+            outputs: vec![softmax_ops.clone()],
+        },
+        Case {
+            name: "softmax from ops, forward + backward 1024x4096".into(),
+            merges: "the forward's statistics, the gradient's row sum and their consumers",
+            outputs: vec![softmax_ops.clone(), softmax_ops_dx],
         },
         Case {
             name: "layer norm * gamma + beta 1024x4096".into(),
@@ -196,8 +209,13 @@ fn main() -> Result<(), BoxError> {
     let random: Option<usize> = arg("--random");
     let explain = std::env::args().any(|a| a == "--explain");
     let only: Option<usize> = arg("--only");
-    let cases = match random {
-        None => menu(),
+    let cases: Vec<Case> = match random {
+        None => menu()
+            .into_iter()
+            .enumerate()
+            .filter(|(k, _)| only.is_none_or(|o| o == *k))
+            .map(|(_, case)| case)
+            .collect(),
         Some(count) => random::graphs(count, 512, arg("--seed").unwrap_or(1), data)
             .into_iter()
             .enumerate()
