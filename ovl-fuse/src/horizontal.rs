@@ -1,17 +1,12 @@
 //! Sibling (horizontal) fusion: two operators over the same workgroup, neither depending on
-//! the other, and reading a tensor in common, become one operator running both programs in
-//! each worker. Nothing is handed over in registers, but the common tensor is read in one pass
-//! and one launch replaces two. Siblings that read nothing in common are left apart: a launch
-//! is all they would save, and merged they are one large kernel to compile where apart they
-//! are often the same kernel, compiled once (an unrolled recurrence's T per-step bias-gradient
-//! row sums, merged, were one 142 KB source taking 1.3 s of the C++ compiler).
+//! the other, become one operator running both programs in each worker. Nothing is handed over
+//! in registers, but one launch (and one pass of the thread pool) replaces two.
 
 use crate::graph::{Node, Work};
 use crate::merge::{names_of, Merged, Part, Splice};
 
-/// The first pair of live nodes (in `order`, skipping `skip`) with equal workgroups, a tensor
-/// read in common and no path between them, neither a library call. `desc` is
-/// [`Work::descendants`].
+/// The first pair of live nodes (in `order`, skipping `skip`) with equal workgroups and no
+/// path between them, neither a library call. `desc` is [`Work::descendants`].
 pub(crate) fn find_siblings(
     work: &Work,
     order: &[usize],
@@ -27,7 +22,6 @@ pub(crate) fn find_siblings(
         for &b in &order[i + 1..] {
             if !skip(a, b)
                 && !call(b)
-                && shares_input(work.node(a), work.node(b))
                 && crate::rebase::axis_map(
                     &work.node(b).dag.workgroup_shape,
                     &work.node(a).dag.workgroup_shape,
@@ -41,11 +35,6 @@ pub(crate) fn find_siblings(
         }
     }
     None
-}
-
-/// Whether `a` and `b` read a tensor in common.
-fn shares_input(a: &Node, b: &Node) -> bool {
-    a.inputs.iter().any(|src| b.inputs.contains(src))
 }
 
 /// Merges two independent operators over the same workgroup: `first`'s program, then
