@@ -8,25 +8,10 @@ and the CPU's vector features. Writes OUT/layouts.md and prints it.
 
 import argparse
 import json
-import platform
 from datetime import date
 from pathlib import Path
 
-
-def cpu():
-    """The CPU's model, core count and vector features (from /proc/cpuinfo)."""
-    model, flags, cores = platform.processor() or "unknown CPU", [], 0
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                cores += 1
-            elif line.startswith("flags") and not flags:
-                flags = line.split(":", 1)[1].split()
-    except OSError:
-        pass
-    vector = [f for f in flags if f.startswith(("sse", "avx", "fma", "amx"))]
-    return model, cores, " ".join(vector) or "unknown"
+from bench_common import cpu
 
 
 def main():
