@@ -5,8 +5,26 @@ Rows are dicts with at least "variant", "best_us", "median_us", "gb_per_s" and "
 when not known), plus the keys that identify the case (size, pass, ...).
 """
 
+import platform
 import statistics
 import time
+from pathlib import Path
+
+
+def cpu():
+    """The CPU's model, core count and vector features (from /proc/cpuinfo)."""
+    model, flags, cores = platform.processor() or "unknown CPU", [], 0
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                cores += 1
+            elif line.startswith("flags") and not flags:
+                flags = line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    vector = [f for f in flags if f.startswith(("sse", "avx", "fma", "amx"))]
+    return model, cores, " ".join(vector) or "unknown"
 
 
 def timed(fn, args, reps, warmup=3, sync=None):

@@ -12,7 +12,7 @@ import json
 import platform
 from pathlib import Path
 
-from bench_common import bar_chart, fmt, table
+from bench_common import bar_chart, cpu, fmt, table
 from reductions_common import KERNELS
 
 PASSES = ["forward", "forward+backward"]
@@ -54,7 +54,8 @@ def main():
                "ovl's outputs were checked against a plain-Rust f64 reference only (no "
                "TensorFlow results were present)")
     lines = [
-        f"Machine: {ovl['machine']} ({platform.system()}); TensorFlow "
+        f"Machine: {ovl['machine']} ({platform.system()}); vector features: {cpu()[2]}; "
+        "TensorFlow "
         f"{tf.get('tensorflow', 'did not run')}; JAX "
         + (f"{jax['jax']} ({jax['device']})" if "jax" in jax else "did not run")
         + f"; triad bandwidth measured in the same run: {triad:.1f} GB/s"

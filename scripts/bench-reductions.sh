@@ -15,6 +15,8 @@
 #                                            axis 0, and a Fortran-order input against C order),
 #                                            ovl and JAX; they also run at the end of every run.
 #                                            Writes target/reductions-bench/layouts.md.
+#   OVL_LAYOUT_RUNS=N                        repeats the layout cases N times (ovl and JAX
+#                                            alternating) and keeps each time's minimum
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,14 +45,26 @@ elif [ -x .venv-peers/bin/python ]; then
 fi
 
 layouts() {
-    echo "== layout cases: ovl"
-    cargo bench --locked --bench reductions_layouts -- $mode --out "$out"
-    echo "== layout cases: JAX"
-    if [ -n "$peer_python" ]; then
-        "$peer_python" benches/reductions_layouts_jax.py $mode --out "$out"
-    else
-        echo "JAX LAYOUT PART DID NOT RUN: no .venv-peers (scripts/bench-reductions.sh --peers installs JAX)"
-    fi
+    # OVL_LAYOUT_RUNS=N repeats the ovl and JAX parts N times, alternating; the report keeps
+    # each time's minimum over the runs.
+    local runs="${OVL_LAYOUT_RUNS:-1}" run
+    rm -f "$out"/ovl_layouts*.json "$out"/jax_layouts*.json
+    for run in $(seq 1 "$runs"); do
+        echo "== layout cases: ovl (run $run of $runs)"
+        cargo bench --locked --bench reductions_layouts -- $mode --out "$out"
+        echo "== layout cases: JAX (run $run of $runs)"
+        if [ -n "$peer_python" ]; then
+            "$peer_python" benches/reductions_layouts_jax.py $mode --out "$out"
+        else
+            echo "JAX LAYOUT PART DID NOT RUN: no .venv-peers (scripts/bench-reductions.sh --peers installs JAX)"
+        fi
+        if [ "$runs" -gt 1 ]; then
+            mv "$out/ovl_layouts.json" "$out/ovl_layouts.$run.json"
+            if [ -f "$out/jax_layouts.json" ]; then
+                mv "$out/jax_layouts.json" "$out/jax_layouts.$run.json"
+            fi
+        fi
+    done
     python3 benches/reductions_layouts_report.py --out "$out"
 }
 if [ "$layouts_only" = 1 ]; then
