@@ -144,8 +144,9 @@ pub use views::{FeedView, OutputView};
 pub use fusion::{fusion, fusion_with};
 /// The operator merger: fusion reports, refusal reasons, index patterns, Graphviz output.
 pub use ovl_fuse::{
-    FuseError, Fusion, FusionReport, ImageFormat, IndexPattern, Merge, MergeKind, NotStacked,
-    NotStackedReason, OptLevel, Reason, Refusal, RowBuffer, Stacked,
+    EpiloguePair, FuseError, Fusion, FusionReport, ImageFormat, IndexPattern, Merge, MergeKind,
+    NotPaired, NotPairedReason, NotStacked, NotStackedReason, OptLevel, Reason, Refusal, RowBuffer,
+    Stacked,
 };
 
 /// The on-disk operator cache: where compiled operators live (`OVL_CACHE_DIR` overrides the

@@ -42,6 +42,7 @@ mod cost;
 mod dot;
 mod epilogue;
 mod error;
+pub mod gemm_pair;
 mod graph;
 mod horizontal;
 mod legality;
@@ -59,6 +60,7 @@ mod substitute;
 pub use cache::{cache as fusion_cache, FUSION_VERSION};
 pub use dot::{render_dot, render_dot_bytes, to_dot, to_dot_pair, ImageFormat};
 pub use error::FuseError;
+pub use gemm_pair::{EpiloguePair, NotPaired, NotPairedReason};
 pub use ovl_ir::pattern::{Affine, IndexPattern};
 pub use report::NotEpilogue;
 pub use report::{
@@ -171,7 +173,14 @@ impl Fusion {
                 format!("not merged: {}", r.reason),
             )
         });
-        stacked.chain(refused).collect()
+        let paired = self.report.epilogue_pairs.iter().map(|p| {
+            (
+                p.gemm,
+                p.consumer,
+                format!("epilogue pair: by blocks of its {} rows", p.rows),
+            )
+        });
+        stacked.chain(paired).chain(refused).collect()
     }
 
     /// Renders [`Fusion::to_dot`] into `path` (SVG or PNG) with Graphviz's `dot`; a clear
@@ -416,5 +425,6 @@ fn run_replanning(
     ovl_ir::validate::validate_operator_dag(&fused)
         .map_err(|e| FuseError::Internal(format!("the fused graph is invalid: {e}")))?;
     report.kernels_after = fused.operators.len();
+    (report.epilogue_pairs, report.not_paired) = gemm_pair::epilogue_pairs(&fused);
     Ok((fused, sources, report))
 }
