@@ -225,3 +225,29 @@ fn consumers_reading_other_rows_are_refused_with_the_reason() {
         }
     }
 }
+
+#[test]
+fn the_two_schedules_give_the_same_values() {
+    // f32 on the few-row kernel and f64 on the `gemm` crate, 2 threads, C over several blocks.
+    let (m, k, n) = (45, 33, 2600);
+    let (xs, ws, bs) = (values(&[m, k], 11), values(&[k, n], 12), values(&[n], 13));
+    let y = bias_tanh(
+        &Lazy::from(xs.clone()),
+        &Lazy::from(ws.clone()),
+        &Lazy::from(bs.clone()),
+    );
+    let f32s = |a: &ArrayD<f64>| Lazy::from(a.mapv(|v| v as f32));
+    let y32 = ops::tanh(ops::add(ops::matmul(f32s(&xs), f32s(&ws)), f32s(&bs)));
+    let o = options(Options::cpu().with_threads(2));
+    let run = || {
+        (
+            ovl::evaluate_with(std::slice::from_ref(&y), &o).unwrap(),
+            ovl::evaluate_with(std::slice::from_ref(&y32), &o).unwrap(),
+        )
+    };
+    let paired = run();
+    ovl::set_gemm_epilogue(false);
+    let separate = run();
+    ovl::set_gemm_epilogue(true);
+    assert_eq!(paired, separate);
+}

@@ -6,8 +6,8 @@
 //! two kernels one after the other (the same products per row, the same worker program): the
 //! pair is only a schedule.
 //!
-//! `OVL_GEMM_EPILOGUE=0` in the environment turns the step off (the two kernels then run one
-//! after the other), for comparing both schedules in benchmarks.
+//! [`set_gemm_epilogue`] (or `OVL_GEMM_EPILOGUE=0` in the environment) turns the step off:
+//! the two kernels then run one after the other, for comparing both schedules.
 
 use super::gemm::{Element, RowProduct};
 use super::RunFailure;
@@ -17,28 +17,51 @@ use ovl_core::ir;
 use ovl_core::library::gemm_dims;
 use ovl_core::DType;
 use std::ffi::c_void;
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Mutex;
 
 /// The most bytes of C per block of rows: well inside a core's L2 cache, which also holds the
 /// GEMM's packed operands.
 const BLOCK_BYTES: usize = 256 << 10;
 
-/// Whether the step is on (`OVL_GEMM_EPILOGUE` is not `0`; read once).
+/// Whether GEMM epilogue pairs run as one step: 0 not set (the environment decides), 1 on,
+/// 2 off.
+static STATE: AtomicU8 = AtomicU8::new(0);
+
+/// Turns the GEMM epilogue step on or off for every later run in this process (on unless
+/// `OVL_GEMM_EPILOGUE=0`): off, a GEMM and the kernel reading its result by rows run one after
+/// the other. The values are the same either way; this is for comparing the schedules.
+pub fn set_gemm_epilogue(on: bool) {
+    STATE.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+}
+
+/// Whether the step is on.
 pub(super) fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("OVL_GEMM_EPILOGUE").map_or(true, |v| v.trim() != "0"))
+    match STATE.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let on = std::env::var("OVL_GEMM_EPILOGUE").map_or(true, |v| v.trim() != "0");
+            // A concurrent `set_gemm_epilogue` wins.
+            let _ = STATE.compare_exchange(
+                0,
+                if on { 1 } else { 2 },
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            STATE.load(Ordering::Relaxed) == 1
+        }
+    }
 }
 
 /// The pairs of `dag` as `(per operator: the consumer a GEMM is deferred to, per operator:
-/// the GEMM a consumer runs with)`; none when the step is off.
+/// the GEMM a consumer runs with)`; they run as one step when [`enabled`] at run time.
 pub(super) fn pairs(dag: &ir::OperatorDag) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
     let n = dag.operators.len();
     let (mut deferred, mut epilogue_of) = (vec![None; n], vec![None; n]);
-    if enabled() {
-        for p in ovl_fuse::gemm_pair::epilogue_pairs(dag).0 {
-            deferred[p.gemm] = Some(p.consumer);
-            epilogue_of[p.consumer] = Some(p.gemm);
-        }
+    for p in ovl_fuse::gemm_pair::epilogue_pairs(dag).0 {
+        deferred[p.gemm] = Some(p.consumer);
+        epilogue_of[p.consumer] = Some(p.gemm);
     }
     (deferred, epilogue_of)
 }
@@ -103,6 +126,16 @@ unsafe fn run_typed<T: Element>(
 ) -> Result<(), RunFailure> {
     // SAFETY: the caller's contract.
     let product = unsafe { RowProduct::<T>::new(dims, operands) };
+    eprintln!(
+        "DEBUGPAIR {:?}",
+        (
+            dims.m,
+            dims.n,
+            dims.k,
+            dims.dtype,
+            STATE.load(Ordering::Relaxed)
+        )
+    );
     let (m, n) = (product.rows(), product.columns());
     let workers = consumer.worker_count(symbols)?;
     if m == 0 {
