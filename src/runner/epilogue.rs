@@ -126,16 +126,6 @@ unsafe fn run_typed<T: Element>(
 ) -> Result<(), RunFailure> {
     // SAFETY: the caller's contract.
     let product = unsafe { RowProduct::<T>::new(dims, operands) };
-    eprintln!(
-        "DEBUGPAIR {:?}",
-        (
-            dims.m,
-            dims.n,
-            dims.k,
-            dims.dtype,
-            STATE.load(Ordering::Relaxed)
-        )
-    );
     let (m, n) = (product.rows(), product.columns());
     let workers = consumer.worker_count(symbols)?;
     if m == 0 {
