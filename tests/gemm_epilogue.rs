@@ -119,7 +119,7 @@ fn cell(z: &Lazy<f64>, c: &Lazy<f64>) -> (Lazy<f64>, Lazy<f64>) {
 
 #[test]
 fn an_lstm_cells_gates_run_as_the_epilogue() {
-    let (batch, hidden) = (11, 24);
+    let (batch, hidden) = (40, 8);
     let (hs, us, bs, cs) = (
         values(&[batch, hidden], 4),
         values(&[hidden, 4 * hidden], 5),
@@ -229,7 +229,7 @@ fn consumers_reading_other_rows_are_refused_with_the_reason() {
 #[test]
 fn the_two_schedules_give_the_same_values() {
     // f32 on the few-row kernel and f64 on the `gemm` crate, 2 threads, C over several blocks.
-    let (m, k, n) = (45, 33, 2600);
+    let (m, k, n) = (45, 9, 2600);
     let (xs, ws, bs) = (values(&[m, k], 11), values(&[k, n], 12), values(&[n], 13));
     let y = bias_tanh(
         &Lazy::from(xs.clone()),
@@ -250,4 +250,58 @@ fn the_two_schedules_give_the_same_values() {
     let separate = run();
     ovl::set_gemm_epilogue(true);
     assert_eq!(paired, separate);
+}
+
+#[test]
+fn a_pair_that_would_read_the_weight_again_more_than_it_saves_is_refused() {
+    // 4 rows in 2 blocks (two threads): the [50, 8] weight read once more to save reading 4
+    // rows of 8.
+    let (m, k, n) = (4, 50, 8);
+    let (xs, ws, bs) = (values(&[m, k], 14), values(&[k, n], 15), values(&[n], 16));
+    let y = bias_tanh(
+        &Lazy::from(xs.clone()),
+        &Lazy::from(ws.clone()),
+        &Lazy::from(bs.clone()),
+    );
+    let f = ovl::fusion_with(std::slice::from_ref(&y), &options(Options::cpu())).unwrap();
+    assert!(f.report.epilogue_pairs.is_empty(), "{}", f.report);
+    match &f.report.not_paired[..] {
+        [p] => assert_eq!(
+            p.reason,
+            NotPairedReason::CostsMore {
+                blocks: 2,
+                reread: (k * n) as u64,
+                saved: (m * n) as u64
+            }
+        ),
+        other => panic!("{other:?}"),
+    }
+    let want = (product(&xs, &ws) + &bs).mapv(f64::tanh);
+    for threads in [1, 2] {
+        let got = evaluate(
+            std::slice::from_ref(&y),
+            Options::cpu().with_threads(threads),
+        );
+        close(&got[0], &want, &format!("{threads} threads"));
+    }
+}
+
+#[test]
+fn a_pair_that_does_not_pay_on_more_threads_runs_as_two_kernels() {
+    // Paired for two threads (2 blocks: 30 rows of the weight read again to save 100 of C);
+    // on 7 threads 7 blocks would read it 6 times: the runner runs the kernels separately.
+    let (m, k, n) = (100, 30, 100);
+    let (xs, ws, bs) = (values(&[m, k], 17), values(&[k, n], 18), values(&[n], 19));
+    let y = bias_tanh(
+        &Lazy::from(xs.clone()),
+        &Lazy::from(ws.clone()),
+        &Lazy::from(bs.clone()),
+    );
+    let f = ovl::fusion_with(std::slice::from_ref(&y), &options(Options::cpu())).unwrap();
+    assert_eq!(f.report.epilogue_pairs.len(), 1, "{}", f.report);
+    let want = (product(&xs, &ws) + &bs).mapv(f64::tanh);
+    let two = evaluate(std::slice::from_ref(&y), Options::cpu().with_threads(2));
+    let seven = evaluate(std::slice::from_ref(&y), Options::cpu().with_threads(7));
+    close(&two[0], &want, "2 threads");
+    close(&seven[0], &want, "7 threads");
 }

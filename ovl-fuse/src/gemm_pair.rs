@@ -11,12 +11,36 @@
 //! [`ovl_ir::pattern`]; any column). The GEMM must be one 2-D product (no batch) with
 //! concrete sizes, and C read by no other kernel (a requested output of the graph is fine:
 //! every row of C is still written).
+//!
+//! And it must pay ([`pays`]): every block after the first reads the whole second operand
+//! again (the library packs it per call; the few-row kernel streams it), which the pair saves
+//! only by not reading C back. The report assumes a parallel run on two threads (at least two
+//! blocks); the runner checks again with its thread count and runs the kernels separately
+//! when the pair would not pay.
 
 use ovl_ir::ir::Op;
 use ovl_ir::ir::{self, value_ref::Source};
 use ovl_ir::library::{gemm_dims, is_library_call};
 use ovl_ir::pattern::{Affine, PatternAnalysis};
 use std::fmt;
+
+/// The most bytes of C per block of rows: well inside a core's L2 cache, which also holds the
+/// GEMM's packed operands.
+pub const BLOCK_BYTES: u64 = 256 << 10;
+
+/// The rows per block of an `m`-row C of `row_bytes` bytes per row on `threads` threads (at
+/// least one block per thread where there are rows for it).
+pub fn rows_per_block(m: u64, row_bytes: u64, threads: u64) -> u64 {
+    let by_cache = (BLOCK_BYTES / row_bytes.max(1)).max(1);
+    by_cache.min(m.div_ceil(threads.max(1))).max(1)
+}
+
+/// Whether C computed in `blocks` blocks of rows saves more memory traffic than it adds: the
+/// `(blocks - 1) * k * n` elements of the second operand read again (`k`: all terms' sums)
+/// against the `m * n` of C not read back.
+pub fn pays(m: u64, k: u64, blocks: u64) -> bool {
+    blocks.saturating_sub(1).saturating_mul(k) <= m
+}
 
 /// A GEMM run with its consumer as an epilogue (kernel indices of the fused graph).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,6 +126,19 @@ pub enum NotPairedReason {
         workgroup: Vec<u64>,
         /// C's rows.
         rows: u64,
+    },
+    /// Reading the second operand again per block costs more than reading C back.
+    #[error(
+        "{blocks} blocks of rows would read the second operand again ({reread} elements) to \
+         save reading the result back ({saved} elements)"
+    )]
+    CostsMore {
+        /// Blocks of rows (two threads).
+        blocks: u64,
+        /// Elements read again.
+        reread: u64,
+        /// Elements of C not read back.
+        saved: u64,
     },
     /// A read of C is not at the worker's own row.
     #[error(
@@ -201,6 +238,16 @@ fn pair_of(dag: &ir::OperatorDag, g: usize) -> Result<EpiloguePair, NotPairedRea
                 },
             });
         }
+    }
+    let k = dims.k.saturating_mul(dims.terms);
+    let row_bytes = dims.n.saturating_mul(dims.dtype.size() as u64);
+    let blocks = dims.m.div_ceil(rows_per_block(dims.m, row_bytes, 2));
+    if !pays(dims.m, k, blocks) {
+        return Err(No::CostsMore {
+            blocks,
+            reread: (blocks - 1).saturating_mul(k).saturating_mul(dims.n),
+            saved: dims.m.saturating_mul(dims.n),
+        });
     }
     Ok(EpiloguePair {
         gemm: g,

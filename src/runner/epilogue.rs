@@ -2,9 +2,11 @@
 //! rows (an epilogue pair, `ovl_fuse::gemm_pair`) run as one step. C is computed in blocks
 //! of rows small enough to stay in a core's L2 cache, and right after each block the
 //! consumer's workers of those rows run on the same thread, reading the block from cache
-//! instead of memory. Blocks are spread over the threads. Each value is computed as by the
-//! two kernels one after the other (the same products per row, the same worker program): the
-//! pair is only a schedule.
+//! instead of memory. Blocks are spread over the threads, at least one per thread; when that
+//! many blocks would not pay (`ovl_fuse::gemm_pair::pays`: each block reads the second operand
+//! again), the two kernels run one after the other. Each value is computed as by the two
+//! kernels one after the other (the same products per row, the same worker program): the pair
+//! is only a schedule.
 //!
 //! [`set_gemm_epilogue`] (or `OVL_GEMM_EPILOGUE=0` in the environment) turns the step off:
 //! the two kernels then run one after the other, for comparing both schedules.
@@ -16,13 +18,10 @@ use ovl_codegen::{CompiledOperator, RunError};
 use ovl_core::ir;
 use ovl_core::library::gemm_dims;
 use ovl_core::DType;
+use ovl_fuse::gemm_pair;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
-
-/// The most bytes of C per block of rows: well inside a core's L2 cache, which also holds the
-/// GEMM's packed operands.
-const BLOCK_BYTES: usize = 256 << 10;
 
 /// Whether GEMM epilogue pairs run as one step: 0 not set (the environment decides), 1 on,
 /// 2 off.
@@ -141,9 +140,18 @@ unsafe fn run_typed<T: Element>(
     } else {
         threads
     };
-    let by_cache = (BLOCK_BYTES / (n.max(1) * std::mem::size_of::<T>())).max(1);
-    let rows_per_block = by_cache.min(m.div_ceil(threads)).max(1);
+    let row_bytes = (n * std::mem::size_of::<T>()) as u64;
+    let rows_per_block = gemm_pair::rows_per_block(m as u64, row_bytes, threads as u64) as usize;
     let blocks = m.div_ceil(rows_per_block);
+    if !gemm_pair::pays(m as u64, dims.k * dims.terms, blocks as u64) {
+        // Not on this many threads: the two kernels one after the other.
+        // SAFETY: the caller's contract.
+        unsafe {
+            product.compute_rows((0, m), c, threads);
+            consumer.run_raw(ins, outs, symbols, threads)?;
+        }
+        return Ok(());
+    }
     let faults: Mutex<Vec<(usize, RunError)>> = Mutex::new(Vec::new());
     let shared = Shared { c, ins, outs };
     ovl_codegen::for_each_parallel(blocks, threads, &|b| {
