@@ -2,9 +2,10 @@
 //! `src/runner/epilogue.rs`)? `tanh(x · W + b)` (f32, compiled once at the default level: the
 //! library GEMM and one fused `add+tanh` kernel) run with the pair as one step (C by blocks of
 //! rows, each block's `add+tanh` right after it on the same thread) and as two kernels one
-//! after the other ([`ovl::set_gemm_epilogue`]), and the GEMM alone for scale. Best of 20
-//! calls per round, in alternating rounds (5, or 2 with `--quick`), the smallest per cell;
-//! threads: one per core.
+//! after the other ([`ovl::set_gemm_epilogue`]: `Off`, the default `WherePays`, which pairs
+//! only where the extra reads of W per block cost less than reading C back, and `Always`), and
+//! the GEMM alone for scale. Best of 20 calls per round, in alternating rounds (5, or 2 with
+//! `--quick`), the smallest per cell; threads: one per core.
 //!
 //! `cargo bench --bench gemm_epilogue [-- --quick]`
 
@@ -12,13 +13,19 @@ mod common;
 
 use common::{machine, Args};
 use ndarray::{ArrayD, Dimension, IxDyn};
-use ovl::{Lazy, Options};
+use ovl::{EpilogueMode, Lazy, Options};
 use ovl_stdlib as ops;
 use std::time::Instant;
 
 /// `(m, k, n)`: `[m, k] x [k, n]`. An LSTM step's products at B = 64, H = 1024 (`x_t W`) and at
-/// B = 20, H = 650, and a square-ish one with more rows.
-const SIZES: [(usize, usize, usize); 3] = [(64, 1024, 4096), (512, 1024, 1024), (20, 650, 2600)];
+/// B = 20, H = 650, a square-ish one with more rows, and a short sum over many rows (C large
+/// next to W: where the pair pays by its rule).
+const SIZES: [(usize, usize, usize); 4] = [
+    (64, 1024, 4096),
+    (512, 1024, 1024),
+    (20, 650, 2600),
+    (4096, 64, 1024),
+];
 
 /// A compiled graph and its inputs.
 struct Case {
@@ -78,17 +85,20 @@ fn main() {
     for size in SIZES {
         let mut alone = case(size, true);
         let mut fused = case(size, false);
-        let (mut a, mut s, mut e) = (f64::MAX, f64::MAX, f64::MAX);
+        let (mut a, mut s, mut d, mut e) = (f64::MAX, f64::MAX, f64::MAX, f64::MAX);
         for _ in 0..rounds {
-            ovl::set_gemm_epilogue(false);
+            ovl::set_gemm_epilogue(EpilogueMode::Off);
             a = a.min(time(&mut alone, 20));
             s = s.min(time(&mut fused, 20));
-            ovl::set_gemm_epilogue(true);
+            ovl::set_gemm_epilogue(EpilogueMode::WherePays);
+            d = d.min(time(&mut fused, 20));
+            ovl::set_gemm_epilogue(EpilogueMode::Always);
             e = e.min(time(&mut fused, 20));
         }
         let (m, k, n) = size;
         println!(
-            "| {m} x {k} x {n} | {a:.3} | {s:.3} | {e:.3} | {:.2}x |",
+            "| {m} x {k} x {n} | {a:.3} | {s:.3} | {d:.3} | {e:.3} | {:.2}x | {:.2}x |",
+            d / s,
             e / s
         );
     }

@@ -99,7 +99,7 @@ pub mod polymorphic;
 pub mod program;
 pub mod program_batch;
 pub mod runner;
-pub use runner::set_gemm_epilogue;
+pub use runner::{set_gemm_epilogue, EpilogueMode};
 pub mod views;
 
 pub use caches::{cache_stats, clear_caches, set_cache_capacity, Cache, CacheCounters, CacheStats};

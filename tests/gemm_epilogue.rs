@@ -246,10 +246,13 @@ fn the_two_schedules_give_the_same_values() {
         )
     };
     let paired = run();
-    ovl::set_gemm_epilogue(false);
+    ovl::set_gemm_epilogue(ovl::EpilogueMode::Off);
     let separate = run();
-    ovl::set_gemm_epilogue(true);
+    ovl::set_gemm_epilogue(ovl::EpilogueMode::Always);
+    let always = run();
+    ovl::set_gemm_epilogue(ovl::EpilogueMode::WherePays);
     assert_eq!(paired, separate);
+    assert_eq!(paired, always);
 }
 
 #[test]

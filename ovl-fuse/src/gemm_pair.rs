@@ -45,6 +45,8 @@ pub fn pays(m: u64, k: u64, blocks: u64) -> bool {
 /// A GEMM run with its consumer as an epilogue (kernel indices of the fused graph).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EpiloguePair {
+    /// The inner dimension summed (all terms).
+    pub k: u64,
     /// The GEMM's kernel.
     pub gemm: usize,
     /// The kernel reading C by rows.
@@ -156,12 +158,22 @@ pub enum NotPairedReason {
 
 /// The pairs of `dag` (in GEMM order) and the GEMMs not paired, with the reason.
 pub fn epilogue_pairs(dag: &ir::OperatorDag) -> (Vec<EpiloguePair>, Vec<NotPaired>) {
+    pairs_priced(dag, true)
+}
+
+/// Every pair the rules allow, whether it pays or not (the runner decides that with its
+/// thread count, or runs every pair when told to).
+pub fn possible_pairs(dag: &ir::OperatorDag) -> Vec<EpiloguePair> {
+    pairs_priced(dag, false).0
+}
+
+fn pairs_priced(dag: &ir::OperatorDag, priced: bool) -> (Vec<EpiloguePair>, Vec<NotPaired>) {
     let (mut pairs, mut refused) = (Vec::new(), Vec::new());
     for (g, op) in dag.operators.iter().enumerate() {
         if !is_library_call(op) {
             continue;
         }
-        match pair_of(dag, g) {
+        match pair_of(dag, g, priced) {
             Ok(pair) => pairs.push(pair),
             Err(reason) => refused.push(NotPaired { gemm: g, reason }),
         }
@@ -169,7 +181,7 @@ pub fn epilogue_pairs(dag: &ir::OperatorDag) -> (Vec<EpiloguePair>, Vec<NotPaire
     (pairs, refused)
 }
 
-fn pair_of(dag: &ir::OperatorDag, g: usize) -> Result<EpiloguePair, NotPairedReason> {
+fn pair_of(dag: &ir::OperatorDag, g: usize, priced: bool) -> Result<EpiloguePair, NotPairedReason> {
     use NotPairedReason as No;
     let op = &dag.operators[g];
     let dims = gemm_dims(op).map_err(|e| No::NotGemm(e.to_string()))?;
@@ -242,7 +254,7 @@ fn pair_of(dag: &ir::OperatorDag, g: usize) -> Result<EpiloguePair, NotPairedRea
     let k = dims.k.saturating_mul(dims.terms);
     let row_bytes = dims.n.saturating_mul(dims.dtype.size() as u64);
     let blocks = dims.m.div_ceil(rows_per_block(dims.m, row_bytes, 2));
-    if !pays(dims.m, k, blocks) {
+    if priced && !pays(dims.m, k, blocks) {
         return Err(No::CostsMore {
             blocks,
             reread: (blocks - 1).saturating_mul(k).saturating_mul(dims.n),
@@ -254,5 +266,6 @@ fn pair_of(dag: &ir::OperatorDag, g: usize) -> Result<EpiloguePair, NotPairedRea
         consumer: c,
         consumer_name: consumer.name.clone(),
         rows: dims.m,
+        k,
     })
 }

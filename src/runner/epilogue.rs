@@ -23,42 +23,62 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
 
-/// Whether GEMM epilogue pairs run as one step: 0 not set (the environment decides), 1 on,
-/// 2 off.
-static STATE: AtomicU8 = AtomicU8::new(0);
-
-/// Turns the GEMM epilogue step on or off for every later run in this process (on unless
-/// `OVL_GEMM_EPILOGUE=0`): off, a GEMM and the kernel reading its result by rows run one after
-/// the other. The values are the same either way; this is for comparing the schedules.
-pub fn set_gemm_epilogue(on: bool) {
-    STATE.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+/// When a GEMM and the kernel reading its result by rows run as one step
+/// ([`set_gemm_epilogue`]). The values are the same in every mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpilogueMode {
+    /// Never: the two kernels one after the other (`OVL_GEMM_EPILOGUE=0`).
+    Off,
+    /// Where it pays on the run's thread count (`ovl_fuse::gemm_pair::pays`): the default.
+    WherePays,
+    /// Every pair the rules allow, paying or not (`OVL_GEMM_EPILOGUE=always`; for
+    /// measuring).
+    Always,
 }
 
-/// Whether the step is on.
-pub(super) fn enabled() -> bool {
-    match STATE.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            let on = std::env::var("OVL_GEMM_EPILOGUE").map_or(true, |v| v.trim() != "0");
-            // A concurrent `set_gemm_epilogue` wins.
-            let _ = STATE.compare_exchange(
-                0,
-                if on { 1 } else { 2 },
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-            STATE.load(Ordering::Relaxed) == 1
-        }
+/// The mode: 0 not set (the environment decides), else 1 + its index in [`MODES`].
+static STATE: AtomicU8 = AtomicU8::new(0);
+
+const MODES: [EpilogueMode; 3] = [
+    EpilogueMode::Off,
+    EpilogueMode::WherePays,
+    EpilogueMode::Always,
+];
+
+fn encode(mode: EpilogueMode) -> u8 {
+    MODES.iter().position(|&m| m == mode).unwrap_or(1) as u8 + 1
+}
+
+/// Sets when GEMM epilogue pairs run as one step, for every later run in this process.
+pub fn set_gemm_epilogue(mode: EpilogueMode) {
+    STATE.store(encode(mode), Ordering::Relaxed);
+}
+
+/// The mode in force.
+pub(super) fn mode() -> EpilogueMode {
+    if STATE.load(Ordering::Relaxed) == 0 {
+        let mode = match std::env::var("OVL_GEMM_EPILOGUE").as_deref().map(str::trim) {
+            Ok("0") => EpilogueMode::Off,
+            Ok("always") => EpilogueMode::Always,
+            _ => EpilogueMode::WherePays,
+        };
+        // A concurrent `set_gemm_epilogue` wins.
+        let _ = STATE.compare_exchange(0, encode(mode), Ordering::Relaxed, Ordering::Relaxed);
     }
+    let state = STATE.load(Ordering::Relaxed) as usize;
+    MODES
+        .get(state.wrapping_sub(1))
+        .copied()
+        .unwrap_or(EpilogueMode::WherePays)
 }
 
 /// The pairs of `dag` as `(per operator: the consumer a GEMM is deferred to, per operator:
-/// the GEMM a consumer runs with)`; they run as one step when [`enabled`] at run time.
+/// the GEMM a consumer runs with)`: every pair the rules allow; [`run_pair`] decides with the
+/// mode in force whether it runs as one step.
 pub(super) fn pairs(dag: &ir::OperatorDag) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
     let n = dag.operators.len();
     let (mut deferred, mut epilogue_of) = (vec![None; n], vec![None; n]);
-    for p in ovl_fuse::gemm_pair::epilogue_pairs(dag).0 {
+    for p in gemm_pair::possible_pairs(dag) {
         deferred[p.gemm] = Some(p.consumer);
         epilogue_of[p.consumer] = Some(p.gemm);
     }
@@ -69,7 +89,7 @@ pub(super) fn pairs(dag: &ir::OperatorDag) -> (Vec<Option<usize>>, Vec<Option<us
 pub(super) type Buffers<'a> = (&'a [*const c_void], &'a [*mut c_void]);
 
 /// Runs GEMM `op` (inputs `gemm.0`, C `gemm.1[0]`) with `consumer` as its epilogue on up to
-/// `threads` threads (0: one per core).
+/// `threads` threads (0: one per core), or the two one after the other where `mode` says so.
 ///
 /// # Safety
 /// As for [`super::GemmKernel::run`] and [`CompiledOperator::run_raw`]: every pointer names a
@@ -82,6 +102,7 @@ pub(super) unsafe fn run_pair(
     buffers: Buffers<'_>,
     symbols: &[u64],
     threads: usize,
+    mode: EpilogueMode,
 ) -> Result<(), RunFailure> {
     let mismatch = |problem: String| {
         RunFailure::from(Mismatch::LibraryCall {
@@ -99,12 +120,24 @@ pub(super) unsafe fn run_pair(
     // SAFETY: the caller's contract.
     unsafe {
         match dims.dtype {
-            DType::F32 => {
-                run_typed::<f32>(&dims, gemm.0, c.cast(), consumer, buffers, symbols, threads)
-            }
-            DType::F64 => {
-                run_typed::<f64>(&dims, gemm.0, c.cast(), consumer, buffers, symbols, threads)
-            }
+            DType::F32 => run_typed::<f32>(
+                &dims,
+                gemm.0,
+                c.cast(),
+                consumer,
+                buffers,
+                symbols,
+                (threads, mode),
+            ),
+            DType::F64 => run_typed::<f64>(
+                &dims,
+                gemm.0,
+                c.cast(),
+                consumer,
+                buffers,
+                symbols,
+                (threads, mode),
+            ),
             other => Err(mismatch(format!("no library kernel for {other}"))),
         }
     }
@@ -121,7 +154,7 @@ unsafe fn run_typed<T: Element>(
     consumer: &CompiledOperator,
     (ins, outs): Buffers<'_>,
     symbols: &[u64],
-    threads: usize,
+    (threads, mode): (usize, EpilogueMode),
 ) -> Result<(), RunFailure> {
     // SAFETY: the caller's contract.
     let product = unsafe { RowProduct::<T>::new(dims, operands) };
@@ -143,8 +176,14 @@ unsafe fn run_typed<T: Element>(
     let row_bytes = (n * std::mem::size_of::<T>()) as u64;
     let rows_per_block = gemm_pair::rows_per_block(m as u64, row_bytes, threads as u64) as usize;
     let blocks = m.div_ceil(rows_per_block);
-    if !gemm_pair::pays(m as u64, dims.k * dims.terms, blocks as u64) {
-        // Not on this many threads: the two kernels one after the other.
+    let pays = gemm_pair::pays(m as u64, dims.k * dims.terms, blocks as u64);
+    let paired = match mode {
+        EpilogueMode::Off => false,
+        EpilogueMode::WherePays => pays,
+        EpilogueMode::Always => true,
+    };
+    if !paired {
+        // The two kernels one after the other.
         // SAFETY: the caller's contract.
         unsafe {
             product.compute_rows((0, m), c, threads);

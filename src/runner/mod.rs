@@ -28,7 +28,7 @@ mod sig;
 
 pub use crate::error::run::{PlanError, RunFailure, Wiring};
 pub(crate) use device::{on_device, on_host};
-pub use epilogue::set_gemm_epilogue;
+pub use epilogue::{set_gemm_epilogue, EpilogueMode};
 pub use gemm::GemmKernel;
 use pointers::Pointers;
 pub use sig::Sig;
@@ -370,7 +370,7 @@ impl Plan {
     ) -> Result<(), RunFailure> {
         self.check_buffers(kernels, inputs, outputs)?;
         // Decided once per run: a GEMM deferred to its consumer must run there.
-        let epilogue_on = epilogue::enabled();
+        let epilogue_mode = epilogue::mode();
         let mut temps: Vec<Option<HostTensor>> = vec![None; self.temps.len()];
         for (i, op) in self.dag.operators.iter().enumerate() {
             for (j, slot) in self.op_slots[i].iter().enumerate() {
@@ -402,11 +402,10 @@ impl Plan {
             let start = Instant::now();
             let wiring = &self.dag.operator_inputs[i].inputs;
             let pairable = |g: usize, c: usize| {
-                epilogue_on
-                    && matches!(
-                        (&kernels[g], &kernels[c]),
-                        (Kernel::Gemm(_), Kernel::Cpu(_))
-                    )
+                matches!(
+                    (&kernels[g], &kernels[c]),
+                    (Kernel::Gemm(_), Kernel::Cpu(_))
+                )
             };
             let gpu_time = if self.deferred[i].is_some_and(|c| pairable(i, c)) {
                 // Runs at its consumer's turn, below.
@@ -427,6 +426,7 @@ impl Plan {
                         (&ins, &outs),
                         self.symbols_for(k.symbol_count()),
                         threads,
+                        epilogue_mode,
                     )
                 }?;
                 None
