@@ -79,9 +79,10 @@ fn main() {
         machine()
     );
     println!(
-        "| m x k x n | GEMM alone (ms) | separate (ms) | epilogue (ms) | epilogue / separate |"
+        "| m x k x n | GEMM alone (ms) | separate (ms) | default (ms) | always paired (ms) | \
+         default / separate | always / separate |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for size in SIZES {
         let mut alone = case(size, true);
         let mut fused = case(size, false);

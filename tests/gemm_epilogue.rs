@@ -8,8 +8,18 @@
 //! 2 giving identical results.
 
 use ndarray::{ArrayD, IxDyn};
-use ovl::{Lazy, NotPairedReason, Options};
+use ovl::{EpilogueMode, Lazy, NotPairedReason, Options};
 use ovl_stdlib as ops;
+use std::sync::{Mutex, MutexGuard};
+
+/// Sets the epilogue mode (global to the process) for one test: the tests of this file take
+/// turns.
+fn mode(mode: EpilogueMode) -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    let guard = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    ovl::set_gemm_epilogue(mode);
+    guard
+}
 
 fn options(target: Options) -> Options {
     match std::env::var_os("OVL_CACHE_DIR") {
@@ -61,6 +71,7 @@ fn bias_tanh(x: &Lazy<f64>, w: &Lazy<f64>, b: &Lazy<f64>) -> Lazy<f64> {
 
 #[test]
 fn bias_and_activation_run_as_the_epilogue_with_the_interpreters_values() {
+    let _turn = mode(EpilogueMode::Always);
     // Rows: one, a few, more than a block of C (256 KiB: 8 rows of 4096 f64) and not a
     // multiple of it; k = 0.
     for (m, k, n) in [
@@ -119,6 +130,7 @@ fn cell(z: &Lazy<f64>, c: &Lazy<f64>) -> (Lazy<f64>, Lazy<f64>) {
 
 #[test]
 fn an_lstm_cells_gates_run_as_the_epilogue() {
+    let _turn = mode(EpilogueMode::Always);
     let (batch, hidden) = (40, 8);
     let (hs, us, bs, cs) = (
         values(&[batch, hidden], 4),
@@ -161,6 +173,7 @@ fn an_lstm_cells_gates_run_as_the_epilogue() {
 
 #[test]
 fn consumers_reading_other_rows_are_refused_with_the_reason() {
+    let _turn = mode(EpilogueMode::Always);
     let m = 9;
     let (xs, ws) = (values(&[m, 6], 8), values(&[6, m], 9));
     let (x, w) = (Lazy::from(xs.clone()), Lazy::from(ws.clone()));
@@ -228,6 +241,7 @@ fn consumers_reading_other_rows_are_refused_with_the_reason() {
 
 #[test]
 fn the_two_schedules_give_the_same_values() {
+    let _turn = mode(EpilogueMode::Always);
     // f32 on the few-row kernel and f64 on the `gemm` crate, 2 threads, C over several blocks.
     let (m, k, n) = (45, 9, 2600);
     let (xs, ws, bs) = (values(&[m, k], 11), values(&[k, n], 12), values(&[n], 13));
@@ -246,17 +260,15 @@ fn the_two_schedules_give_the_same_values() {
         )
     };
     let paired = run();
-    ovl::set_gemm_epilogue(ovl::EpilogueMode::Off);
-    let separate = run();
-    ovl::set_gemm_epilogue(ovl::EpilogueMode::Always);
-    let always = run();
-    ovl::set_gemm_epilogue(ovl::EpilogueMode::WherePays);
-    assert_eq!(paired, separate);
-    assert_eq!(paired, always);
+    for other in [EpilogueMode::Off, EpilogueMode::WherePays] {
+        ovl::set_gemm_epilogue(other);
+        assert_eq!(paired, run(), "{other:?}");
+    }
 }
 
 #[test]
 fn a_pair_that_would_read_the_weight_again_more_than_it_saves_is_refused() {
+    let _turn = mode(EpilogueMode::WherePays);
     // 4 rows in 2 blocks (two threads): the [50, 8] weight read once more to save reading 4
     // rows of 8.
     let (m, k, n) = (4, 50, 8);
@@ -291,6 +303,7 @@ fn a_pair_that_would_read_the_weight_again_more_than_it_saves_is_refused() {
 
 #[test]
 fn a_pair_that_does_not_pay_on_more_threads_runs_as_two_kernels() {
+    let _turn = mode(EpilogueMode::WherePays);
     // Paired for two threads (2 blocks: 30 rows of the weight read again to save 100 of C);
     // on 7 threads 7 blocks would read it 6 times: the runner runs the kernels separately.
     let (m, k, n) = (100, 30, 100);
