@@ -321,3 +321,49 @@ fn a_pair_that_does_not_pay_on_more_threads_runs_as_two_kernels() {
     close(&two[0], &want, "2 threads");
     close(&seven[0], &want, "7 threads");
 }
+
+#[test]
+fn a_kernel_reading_two_products_is_the_epilogue_of_one() {
+    let _turn = mode(EpilogueMode::Always);
+    let (m, k1, k2, n) = (30, 7, 5, 40);
+    let (xs, ws, hs, us) = (
+        values(&[m, k1], 20),
+        values(&[k1, n], 21),
+        values(&[m, k2], 22),
+        values(&[k2, n], 23),
+    );
+    let lz = |a: &ArrayD<f64>| Lazy::from(a.clone());
+    let y = ops::tanh(ops::add(
+        ops::matmul(lz(&xs), lz(&ws)),
+        ops::matmul(lz(&hs), lz(&us)),
+    ));
+    let f = ovl::fusion_with(std::slice::from_ref(&y), &options(Options::cpu())).unwrap();
+    let calls = f
+        .after
+        .operators
+        .iter()
+        .filter(|o| ovl::ir_tools::is_library_call(o))
+        .count();
+    assert_eq!(calls, 2, "{}", f.report);
+    assert_eq!(f.report.epilogue_pairs.len(), 1, "{}", f.report);
+    assert!(
+        matches!(
+            &f.report.not_paired[..],
+            [p] if matches!(p.reason, NotPairedReason::ReaderTaken { .. })
+        ),
+        "{}",
+        f.report
+    );
+    let want = (product(&xs, &ws) + product(&hs, &us)).mapv(f64::tanh);
+    for threads in [1, 2] {
+        let got = evaluate(
+            std::slice::from_ref(&y),
+            Options::cpu().with_threads(threads),
+        );
+        close(
+            &got[0],
+            &want,
+            &format!("{threads} threads ({calls} calls)"),
+        );
+    }
+}

@@ -131,6 +131,14 @@ pub enum NotPairedReason {
         /// C's rows.
         rows: u64,
     },
+    /// The reader already runs as the epilogue of another GEMM.
+    #[error("the reader `{consumer}` is already the epilogue of the gemm of kernel {gemm}")]
+    ReaderTaken {
+        /// The reader's name.
+        consumer: String,
+        /// The other GEMM's kernel.
+        gemm: usize,
+    },
     /// Reading the second operand again per block costs more than reading C back.
     #[error(
         "{blocks} blocks of rows would read the second operand again ({reread} elements) to \
@@ -176,7 +184,20 @@ fn pairs_priced(dag: &ir::OperatorDag, priced: bool) -> (Vec<EpiloguePair>, Vec<
             continue;
         }
         match pair_of(dag, g, priced) {
-            Ok(pair) => pairs.push(pair),
+            // A kernel runs as the epilogue of one GEMM at most (the first).
+            Ok(pair) => match pairs
+                .iter()
+                .find(|p: &&EpiloguePair| p.consumer == pair.consumer)
+            {
+                Some(first) => refused.push(NotPaired {
+                    gemm: g,
+                    reason: NotPairedReason::ReaderTaken {
+                        consumer: pair.consumer_name,
+                        gemm: first.gemm,
+                    },
+                }),
+                None => pairs.push(pair),
+            },
             Err(reason) => refused.push(NotPaired { gemm: g, reason }),
         }
     }
