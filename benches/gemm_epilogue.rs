@@ -2,8 +2,8 @@
 //! `src/runner/epilogue.rs`)? `tanh(x · W + b)` (f32, compiled once at the default level: the
 //! library GEMM and one fused `add+tanh` kernel) run with the pair as one step (C by blocks of
 //! rows, each block's `add+tanh` right after it on the same thread) and as two kernels one
-//! after the other ([`ovl::set_gemm_epilogue`]: `Off`, the default `WherePays`, which pairs
-//! only where the extra reads of W per block cost less than reading C back, and `Always`), and
+//! after the other ([`ovl::set_gemm_epilogue`]: `Off`, the default; `WherePays`, which pairs
+//! only where the extra reads of W per block cost less than reading C back; `Always`), and
 //! the GEMM alone for scale. Best of 20 calls per round, in alternating rounds (5, or 2 with
 //! `--quick`), the smallest per cell; threads: one per core.
 //!
@@ -79,8 +79,8 @@ fn main() {
         machine()
     );
     println!(
-        "| m x k x n | GEMM alone (ms) | separate (ms) | default (ms) | always paired (ms) | \
-         default / separate | always / separate |"
+        "| m x k x n | GEMM alone (ms) | separate (ms) | where it pays (ms) | always paired \
+         (ms) | pays / separate | always / separate |"
     );
     println!("|---|---|---|---|---|---|---|");
     for size in SIZES {
