@@ -269,9 +269,8 @@ fn the_two_schedules_give_the_same_values() {
 #[test]
 fn a_pair_that_would_read_the_weight_again_more_than_it_saves_is_refused() {
     let _turn = mode(EpilogueMode::WherePays);
-    // 4 rows in 2 blocks (two threads): the [50, 8] weight read once more to save reading 4
-    // rows of 8.
-    let (m, k, n) = (4, 50, 8);
+    // 200 rows of 2048 f64: 13 blocks of 16 rows (256 KiB each), more than 8 calls.
+    let (m, k, n) = (200, 2, 2048);
     let (xs, ws, bs) = (values(&[m, k], 14), values(&[k, n], 15), values(&[n], 16));
     let y = bias_tanh(
         &Lazy::from(xs.clone()),
@@ -284,9 +283,8 @@ fn a_pair_that_would_read_the_weight_again_more_than_it_saves_is_refused() {
         [p] => assert_eq!(
             p.reason,
             NotPairedReason::CostsMore {
-                blocks: 2,
-                reread: (k * n) as u64,
-                saved: (m * n) as u64
+                blocks: 13,
+                weight_bytes: (k * n * 8) as u64,
             }
         ),
         other => panic!("{other:?}"),
@@ -304,8 +302,8 @@ fn a_pair_that_would_read_the_weight_again_more_than_it_saves_is_refused() {
 #[test]
 fn a_pair_that_does_not_pay_on_more_threads_runs_as_two_kernels() {
     let _turn = mode(EpilogueMode::WherePays);
-    // Paired for two threads (2 blocks: 30 rows of the weight read again to save 100 of C);
-    // on 7 threads 7 blocks would read it 6 times: the runner runs the kernels separately.
+    // Paired for two threads (2 blocks); on 16 threads 15 blocks would each read the weight:
+    // the runner runs the kernels separately.
     let (m, k, n) = (100, 30, 100);
     let (xs, ws, bs) = (values(&[m, k], 17), values(&[k, n], 18), values(&[n], 19));
     let y = bias_tanh(
@@ -317,9 +315,9 @@ fn a_pair_that_does_not_pay_on_more_threads_runs_as_two_kernels() {
     assert_eq!(f.report.epilogue_pairs.len(), 1, "{}", f.report);
     let want = (product(&xs, &ws) + &bs).mapv(f64::tanh);
     let two = evaluate(std::slice::from_ref(&y), Options::cpu().with_threads(2));
-    let seven = evaluate(std::slice::from_ref(&y), Options::cpu().with_threads(7));
+    let seven = evaluate(std::slice::from_ref(&y), Options::cpu().with_threads(16));
     close(&two[0], &want, "2 threads");
-    close(&seven[0], &want, "7 threads");
+    close(&seven[0], &want, "16 threads");
 }
 
 #[test]

@@ -14,11 +14,13 @@
 //! concrete sizes, and C read by no other kernel (a requested output of the graph is fine:
 //! every row of C is still written).
 //!
-//! And it must pay ([`pays`]): every block after the first reads the whole second operand
-//! again (the library packs it per call; the few-row kernel streams it), which the pair saves
-//! only by not reading C back. The report assumes a parallel run on two threads (at least two
-//! blocks); the runner checks again with its thread count and runs the kernels separately
-//! when the pair would not pay.
+//! And it must pay ([`pays`]): every block reads the whole second operand W again (the
+//! library packs it per call; the few-row kernel streams it), which costs little only while W
+//! stays in the last-level cache and the blocks are few. The rule is the measured one
+//! (`benches/gemm_epilogue.rs`, docs/benchmarks.md "GEMM epilogue": pairs with W of 4 and
+//! 6.8 MB in 8 and 2 blocks gained about 5%, W of 16 MB or 64 blocks lost 9-18%). The report
+//! assumes a parallel run on two threads (at least two blocks); the runner checks again with
+//! its thread count and runs the kernels separately when the pair would not pay.
 
 use ovl_ir::ir::Op;
 use ovl_ir::ir::{self, value_ref::Source};
@@ -37,11 +39,17 @@ pub fn rows_per_block(m: u64, row_bytes: u64, threads: u64) -> u64 {
     by_cache.min(m.div_ceil(threads.max(1))).max(1)
 }
 
-/// Whether C computed in `blocks` blocks of rows saves more memory traffic than it adds: the
-/// `(blocks - 1) * k * n` elements of the second operand read again (`k`: all terms' sums)
-/// against the `m * n` of C not read back.
-pub fn pays(m: u64, k: u64, blocks: u64) -> bool {
-    blocks.saturating_sub(1).saturating_mul(k) <= m
+/// The most bytes of the second operand W a pair reads again per block (a quarter of the
+/// 32 MiB L3 cache of the machine measured).
+pub const WEIGHT_BYTES: u64 = 8 << 20;
+
+/// The most blocks of rows a pair computes C in (each a call of the library).
+pub const MAX_BLOCKS: u64 = 8;
+
+/// Whether computing C in `blocks` blocks of rows, each reading the `weight_bytes` of W
+/// again, pays (module documentation).
+pub fn pays(weight_bytes: u64, blocks: u64) -> bool {
+    weight_bytes <= WEIGHT_BYTES && blocks <= MAX_BLOCKS
 }
 
 /// A GEMM run with its consumer as an epilogue (kernel indices of the fused graph).
@@ -139,18 +147,16 @@ pub enum NotPairedReason {
         /// The other GEMM's kernel.
         gemm: usize,
     },
-    /// Reading the second operand again per block costs more than reading C back.
+    /// Reading the second operand again per block costs more than it saves ([`pays`]).
     #[error(
-        "{blocks} blocks of rows would read the second operand again ({reread} elements) to \
-         save reading the result back ({saved} elements)"
+        "{blocks} blocks of rows (at most {MAX_BLOCKS}) would each read the {weight_bytes}-byte \
+         second operand (at most {WEIGHT_BYTES})"
     )]
     CostsMore {
         /// Blocks of rows (two threads).
         blocks: u64,
-        /// Elements read again.
-        reread: u64,
-        /// Elements of C not read back.
-        saved: u64,
+        /// Bytes of the second operand (all terms).
+        weight_bytes: u64,
     },
     /// A read of C is not at the worker's own row.
     #[error(
@@ -277,11 +283,11 @@ fn pair_of(dag: &ir::OperatorDag, g: usize, priced: bool) -> Result<EpiloguePair
     let k = dims.k.saturating_mul(dims.terms);
     let row_bytes = dims.n.saturating_mul(dims.dtype.size() as u64);
     let blocks = dims.m.div_ceil(rows_per_block(dims.m, row_bytes, 2));
-    if priced && !pays(dims.m, k, blocks) {
+    let weight_bytes = k.saturating_mul(row_bytes);
+    if priced && !pays(weight_bytes, blocks) {
         return Err(No::CostsMore {
             blocks,
-            reread: (blocks - 1).saturating_mul(k).saturating_mul(dims.n),
-            saved: dims.m.saturating_mul(dims.n),
+            weight_bytes,
         });
     }
     Ok(EpiloguePair {

@@ -166,21 +166,32 @@ impl Fusion {
                 ),
             )
         });
+        // An epilogue pair's note follows the reason its edge was not merged.
+        let pair_of = |from: usize, to: usize| {
+            self.report
+                .epilogue_pairs
+                .iter()
+                .find(|p| (p.gemm, p.consumer) == (from, to))
+                .map(|p| format!("epilogue pair: by blocks of its {} rows", p.rows))
+        };
         let refused = self.report.refusals.iter().map(|r| {
-            (
-                r.producer_kernel,
-                r.consumer_kernel,
-                format!("not merged: {}", r.reason),
-            )
+            let (from, to) = (r.producer_kernel, r.consumer_kernel);
+            let note = match pair_of(from, to) {
+                Some(pair) => format!("not merged: {}; {pair}", r.reason),
+                None => format!("not merged: {}", r.reason),
+            };
+            (from, to, note)
         });
-        let paired = self.report.epilogue_pairs.iter().map(|p| {
-            (
-                p.gemm,
-                p.consumer,
-                format!("epilogue pair: by blocks of its {} rows", p.rows),
-            )
+        let paired = self.report.epilogue_pairs.iter().filter_map(|p| {
+            let refused = self
+                .report
+                .refusals
+                .iter()
+                .any(|r| (r.producer_kernel, r.consumer_kernel) == (p.gemm, p.consumer));
+            let note = pair_of(p.gemm, p.consumer).filter(|_| !refused)?;
+            Some((p.gemm, p.consumer, note))
         });
-        stacked.chain(paired).chain(refused).collect()
+        stacked.chain(refused).chain(paired).collect()
     }
 
     /// Renders [`Fusion::to_dot`] into `path` (SVG or PNG) with Graphviz's `dot`; a clear
