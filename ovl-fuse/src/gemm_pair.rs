@@ -4,9 +4,8 @@
 //! block is still in cache.
 //!
 //! The pair is only a schedule: both kernels stay as they are in the graph (the interpreter
-//! and CUDA run them one after the other, with the same values). The CPU runner runs pairs as
-//! one step only when told to (`ovl::set_gemm_epilogue`; off by default, as no gain was
-//! measured: docs/benchmarks.md "GEMM epilogue"). It needs every worker of the
+//! and CUDA run them one after the other, with the same values). The CPU runner runs the
+//! pairs listed here as one step (`ovl::set_gemm_epilogue` says otherwise). It needs every worker of the
 //! consumer to read C only in the rows it owns: the consumer's workgroup starts with C's rows
 //! (`[m, ...]`, workers of row `r` a contiguous range), and every read of C has the worker's
 //! row index as its row (an affine map of the position equal to `p0`, found by
@@ -71,8 +70,8 @@ impl fmt::Display for EpiloguePair {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "epilogue pair: kernel {} `{}` can run after each block of the {} rows of the gemm \
-             (kernel {}) on the same thread (`ovl::set_gemm_epilogue`)",
+            "epilogue pair: kernel {} `{}` runs after each block of the {} rows of the gemm \
+             (kernel {}) on the same thread",
             self.consumer, self.consumer_name, self.rows, self.gemm
         )
     }

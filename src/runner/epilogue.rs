@@ -27,11 +27,11 @@ use std::sync::Mutex;
 /// ([`set_gemm_epilogue`]). The values are the same in every mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EpilogueMode {
-    /// Never: the two kernels one after the other. The default: no gain was measured
-    /// (`benches/gemm_epilogue.rs`, docs/benchmarks.md "GEMM epilogue").
+    /// Never: the two kernels one after the other (`OVL_GEMM_EPILOGUE=0`).
     Off,
-    /// Where it pays on the run's thread count by the rule of `ovl_fuse::gemm_pair::pays`
-    /// (`OVL_GEMM_EPILOGUE=pays`).
+    /// Where it pays on the run's thread count by the measured rule of
+    /// `ovl_fuse::gemm_pair::pays` (`benches/gemm_epilogue.rs`, docs/benchmarks.md "GEMM
+    /// epilogue"): the default.
     WherePays,
     /// Every pair the rules allow, paying or not (`OVL_GEMM_EPILOGUE=always`).
     Always,
@@ -47,7 +47,7 @@ const MODES: [EpilogueMode; 3] = [
 ];
 
 fn encode(mode: EpilogueMode) -> u8 {
-    MODES.iter().position(|&m| m == mode).unwrap_or(0) as u8 + 1
+    MODES.iter().position(|&m| m == mode).unwrap_or(1) as u8 + 1
 }
 
 /// Sets when GEMM epilogue pairs run as one step, for every later run in this process.
@@ -59,9 +59,9 @@ pub fn set_gemm_epilogue(mode: EpilogueMode) {
 pub(super) fn mode() -> EpilogueMode {
     if STATE.load(Ordering::Relaxed) == 0 {
         let mode = match std::env::var("OVL_GEMM_EPILOGUE").as_deref().map(str::trim) {
-            Ok("pays") => EpilogueMode::WherePays,
+            Ok("0") => EpilogueMode::Off,
             Ok("always") => EpilogueMode::Always,
-            _ => EpilogueMode::Off,
+            _ => EpilogueMode::WherePays,
         };
         // A concurrent `set_gemm_epilogue` wins.
         let _ = STATE.compare_exchange(0, encode(mode), Ordering::Relaxed, Ordering::Relaxed);
@@ -70,7 +70,7 @@ pub(super) fn mode() -> EpilogueMode {
     MODES
         .get(state.wrapping_sub(1))
         .copied()
-        .unwrap_or(EpilogueMode::Off)
+        .unwrap_or(EpilogueMode::WherePays)
 }
 
 /// The pairs of `dag` as `(per operator: the consumer a GEMM is deferred to, per operator:
