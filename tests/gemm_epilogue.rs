@@ -3,9 +3,9 @@
 //! as an epilogue (C by blocks of rows, each block's workers right after it on the same
 //! thread). Values against a plain f64 loop and the interpreter (which runs the two kernels
 //! one after the other) on odd sizes (rows not a multiple of a block, one row, k = 0), a bias
-//! + activation and an LSTM cell's gates as consumers, what the report and the DOT picture say,
-//! consumers reading C transposed or at other rows refused with the reason, and threads 1 and
-//! 2 giving identical results.
+//! and an activation or an LSTM cell's gates as consumers, what the report and the DOT picture
+//! say, consumers reading C transposed or at other rows refused with the reason (and pairs
+//! that would not pay), the three modes and threads 1 and 2 giving identical results.
 
 use ndarray::{ArrayD, IxDyn};
 use ovl::{EpilogueMode, Lazy, NotPairedReason, Options};
