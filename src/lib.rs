@@ -99,6 +99,7 @@ pub mod polymorphic;
 pub mod program;
 pub mod program_batch;
 pub mod runner;
+pub use runner::{set_gemm_epilogue, EpilogueMode};
 pub mod views;
 
 pub use caches::{cache_stats, clear_caches, set_cache_capacity, Cache, CacheCounters, CacheStats};
@@ -144,8 +145,9 @@ pub use views::{FeedView, OutputView};
 pub use fusion::{fusion, fusion_with};
 /// The operator merger: fusion reports, refusal reasons, index patterns, Graphviz output.
 pub use ovl_fuse::{
-    FuseError, Fusion, FusionReport, ImageFormat, IndexPattern, Merge, MergeKind, NotStacked,
-    NotStackedReason, OptLevel, Reason, Refusal, RowBuffer, Stacked,
+    EpiloguePair, FuseError, Fusion, FusionReport, ImageFormat, IndexPattern, Merge, MergeKind,
+    NotPaired, NotPairedReason, NotStacked, NotStackedReason, OptLevel, Reason, Refusal, RowBuffer,
+    Stacked,
 };
 
 /// The on-disk operator cache: where compiled operators live (`OVL_CACHE_DIR` overrides the

@@ -265,6 +265,19 @@ pub use ovl_ir::error::{Access, OutOfBounds, WhileLimit};
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum RunError {
+    /// A range of workers asked of [`crate::CompiledOperator::run_workers_raw`] is not inside
+    /// the workgroup.
+    #[error("operator `{operator}` has {workers} workers; workers [{begin}, {end}) were asked")]
+    WorkerRange {
+        /// The operator's name.
+        operator: String,
+        /// Its worker count.
+        workers: u64,
+        /// The first worker asked.
+        begin: u64,
+        /// One past the last.
+        end: u64,
+    },
     /// The number of input or output tensors passed differs from the operator's.
     #[error("operator `{operator}` takes {expected} {kind} tensor(s), but {got} were passed")]
     TensorCount {

@@ -42,6 +42,7 @@ mod cost;
 mod dot;
 mod epilogue;
 mod error;
+pub mod gemm_pair;
 mod graph;
 mod horizontal;
 mod legality;
@@ -59,6 +60,7 @@ mod substitute;
 pub use cache::{cache as fusion_cache, FUSION_VERSION};
 pub use dot::{render_dot, render_dot_bytes, to_dot, to_dot_pair, ImageFormat};
 pub use error::FuseError;
+pub use gemm_pair::{EpiloguePair, NotPaired, NotPairedReason};
 pub use ovl_ir::pattern::{Affine, IndexPattern};
 pub use report::NotEpilogue;
 pub use report::{
@@ -164,14 +166,32 @@ impl Fusion {
                 ),
             )
         });
+        // An epilogue pair's note follows the reason its edge was not merged.
+        let pair_of = |from: usize, to: usize| {
+            self.report
+                .epilogue_pairs
+                .iter()
+                .find(|p| (p.gemm, p.consumer) == (from, to))
+                .map(|p| format!("epilogue pair: by blocks of its {} rows", p.rows))
+        };
         let refused = self.report.refusals.iter().map(|r| {
-            (
-                r.producer_kernel,
-                r.consumer_kernel,
-                format!("not merged: {}", r.reason),
-            )
+            let (from, to) = (r.producer_kernel, r.consumer_kernel);
+            let note = match pair_of(from, to) {
+                Some(pair) => format!("not merged: {}; {pair}", r.reason),
+                None => format!("not merged: {}", r.reason),
+            };
+            (from, to, note)
         });
-        stacked.chain(refused).collect()
+        let paired = self.report.epilogue_pairs.iter().filter_map(|p| {
+            let refused = self
+                .report
+                .refusals
+                .iter()
+                .any(|r| (r.producer_kernel, r.consumer_kernel) == (p.gemm, p.consumer));
+            let note = pair_of(p.gemm, p.consumer).filter(|_| !refused)?;
+            Some((p.gemm, p.consumer, note))
+        });
+        stacked.chain(refused).chain(paired).collect()
     }
 
     /// Renders [`Fusion::to_dot`] into `path` (SVG or PNG) with Graphviz's `dot`; a clear
@@ -416,5 +436,6 @@ fn run_replanning(
     ovl_ir::validate::validate_operator_dag(&fused)
         .map_err(|e| FuseError::Internal(format!("the fused graph is invalid: {e}")))?;
     report.kernels_after = fused.operators.len();
+    (report.epilogue_pairs, report.not_paired) = gemm_pair::epilogue_pairs(&fused);
     Ok((fused, sources, report))
 }

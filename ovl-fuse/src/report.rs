@@ -1,6 +1,7 @@
 //! The fusion report: every merge the optimizer made and every producer -> consumer edge it
 //! left alone, with the reason.
 
+pub use crate::gemm_pair::{EpiloguePair, NotPaired, NotPairedReason};
 use ovl_ir::pattern::IndexPattern;
 use std::fmt;
 
@@ -569,6 +570,10 @@ pub struct FusionReport {
     pub stacked: Vec<Stacked>,
     /// Products that share an operand with another but were not stacked, and why.
     pub not_stacked: Vec<NotStacked>,
+    /// GEMMs the CPU runner runs with their consumer as an epilogue (`crate::gemm_pair`).
+    pub epilogue_pairs: Vec<EpiloguePair>,
+    /// GEMMs not paired with a consumer, and why.
+    pub not_paired: Vec<NotPaired>,
 }
 
 impl FusionReport {
@@ -599,6 +604,12 @@ impl fmt::Display for FusionReport {
         }
         for s in &self.not_stacked {
             writeln!(f, "  {s}")?;
+        }
+        for p in &self.epilogue_pairs {
+            writeln!(f, "  {p}")?;
+        }
+        for p in &self.not_paired {
+            writeln!(f, "  {p}")?;
         }
         Ok(())
     }

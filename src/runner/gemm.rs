@@ -158,57 +158,176 @@ unsafe fn gemm_batched<T: Element>(
         unsafe { std::slice::from_raw_parts_mut(c, dims.batch as usize * m * n) }.fill(T::ZERO);
         return;
     }
-    // Strides in elements (row, column) of op(A) [m, k], op(B) [k, n] and C [m, n].
-    let (a_rs, a_cs) = if dims.transpose_a { (1, m) } else { (k, 1) };
-    let (b_rs, b_cs) = if dims.transpose_b { (1, k) } else { (n, 1) };
+    let (a_strides, b_strides) = strides(dims, k);
+    for batch in 0..dims.batch as usize {
+        // SAFETY: each batch's matrices lie inside the buffers; C's are disjoint from A's and
+        // B's.
+        unsafe {
+            product::<T>(
+                (m, n, k),
+                (a.add(batch * m * k), a_strides),
+                (b.add(batch * k * n), b_strides),
+                c.add(batch * m * n),
+                threads,
+            )
+        };
+    }
+}
+
+/// Strides in elements (row, column) of op(A) `[m, k]` and op(B) `[k, n]` (C is `[m, n]`,
+/// row-major), for operands stored row-major with `k` terms per sum.
+fn strides(dims: &GemmDims, k: usize) -> (Strides, Strides) {
+    let (m, n) = (dims.m as usize, dims.n as usize);
+    let a = if dims.transpose_a { (1, m) } else { (k, 1) };
+    let b = if dims.transpose_b { (1, k) } else { (n, 1) };
+    (a, b)
+}
+
+/// One `C[m, n] = op(A) · op(B)` (`k > 0`, C row-major) on up to `threads` threads (0: one per
+/// core): this crate's few-row kernels where they apply, else the `gemm` crate.
+///
+/// # Safety
+/// A, B and C hold the elements the sizes and strides describe; C overlaps neither operand.
+unsafe fn product<T: Element>(
+    (m, n, k): (usize, usize, usize),
+    (a, a_strides): (*const T, Strides),
+    (b, b_strides): (*const T, Strides),
+    c: *mut T,
+    threads: usize,
+) {
     // 0 threads: one per core, as for every kernel. Small products are not worth waking
     // threads for.
     let threads = match threads {
         0 => ovl_codegen::cpu_count(),
         n => n,
     };
+    // SAFETY: the caller's contract.
+    if unsafe { T::few_rows((m, n, k), (a, a_strides), (b, b_strides), c, threads) } {
+        return;
+    }
     let parallelism = if threads > 1 && m * n * k >= 64 * 64 * 64 {
         gemm::Parallelism::Rayon(threads)
     } else {
         gemm::Parallelism::None
     };
-    for batch in 0..dims.batch as usize {
-        // SAFETY: each batch's matrices lie inside the buffers; C's are disjoint from A's and
-        // B's.
-        let (a, b, c) = unsafe {
+    let ((a_rs, a_cs), (b_rs, b_cs)) = (a_strides, b_strides);
+    // SAFETY: the caller's contract. `read_dst = false`: C is overwritten (`beta`, the
+    // product's factor, is 1).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c,
+            1,
+            n as isize,
+            false,
+            a,
+            a_cs as isize,
+            a_rs as isize,
+            b,
+            b_cs as isize,
+            b_rs as isize,
+            T::ZERO,
+            T::ONE,
+            false,
+            false,
+            false,
+            parallelism,
+        )
+    };
+}
+
+/// One unbatched GEMM call (`C = Σ_t op(A_t) · op(B_t)`) prepared to compute C by blocks of
+/// rows ([`RowProduct::rows`]): the terms' operands joined along `k` once (as
+/// [`gemm_sum`]), every block reading the same operands.
+pub(super) struct RowProduct<T> {
+    dims: (usize, usize, usize),
+    a: (*const T, Strides),
+    b: (*const T, Strides),
+    /// The joined operands of a sum of several products (A, B), which `a` and `b` point into.
+    _joined: Option<(Vec<T>, Vec<T>)>,
+}
+
+// SAFETY: the operands are only read, by `rows`, while the caller's contract keeps them alive
+// and unchanged; blocks of rows write disjoint parts of C.
+unsafe impl<T: Sync> Sync for RowProduct<T> {}
+
+impl<T: Element> RowProduct<T> {
+    /// The product of `dims` (`batch` 1) over `inputs` (`2 * terms` operands).
+    ///
+    /// # Safety
+    /// As [`GemmKernel::run`]; the operands stay alive and unchanged while the result is used.
+    pub(super) unsafe fn new(dims: &GemmDims, inputs: &[*const c_void]) -> RowProduct<T> {
+        let (m, n, k) = (dims.m as usize, dims.n as usize, dims.k as usize);
+        let terms = dims.terms as usize;
+        let joined_k = k * terms.max(1);
+        let (a_strides, b_strides) = strides(dims, joined_k);
+        if terms <= 1 {
+            return RowProduct {
+                dims: (m, n, k),
+                a: (inputs[0].cast(), a_strides),
+                b: (inputs[1].cast(), b_strides),
+                _joined: None,
+            };
+        }
+        // SAFETY: the caller's contract: each operand holds one matrix of these sizes.
+        let (ja, jb) = unsafe {
             (
-                a.add(batch * m * k),
-                b.add(batch * k * n),
-                c.add(batch * m * n),
+                join_along_k::<T>(inputs, 0, 0, (m, k), dims.transpose_a),
+                join_along_k::<T>(inputs, 1, 0, (n, k), !dims.transpose_b),
             )
         };
-        let (a_strides, b_strides) = ((a_rs, a_cs), (b_rs, b_cs));
-        if unsafe { T::few_rows((m, n, k), (a, a_strides), (b, b_strides), c, threads) } {
-            continue;
+        RowProduct {
+            dims: (m, n, joined_k),
+            a: (ja.as_ptr(), a_strides),
+            b: (jb.as_ptr(), b_strides),
+            _joined: Some((ja, jb)),
         }
-        // SAFETY: as above. `read_dst = false`: C is overwritten (`beta`, the product's factor,
-        // is 1).
+    }
+
+    /// The rows of C.
+    pub(super) fn rows(&self) -> usize {
+        self.dims.0
+    }
+
+    /// The columns of C.
+    pub(super) fn columns(&self) -> usize {
+        self.dims.1
+    }
+
+    /// Computes rows `[first, end)` of C on up to `threads` threads.
+    ///
+    /// # Safety
+    /// C holds the `[m, n]` result, overlaps no operand, and no other thread accesses these
+    /// rows of it meanwhile; `first <= end <= m`.
+    pub(super) unsafe fn compute_rows(
+        &self,
+        (first, end): (usize, usize),
+        c: *mut T,
+        threads: usize,
+    ) {
+        let ((_, n, k), rows) = (self.dims, end - first);
+        if rows == 0 || n == 0 {
+            return;
+        }
+        // SAFETY: the rows lie in C (the caller's contract).
+        let c = unsafe { c.add(first * n) };
+        if k == 0 {
+            // An empty sum: zeros, as for a whole call.
+            // SAFETY: as above.
+            unsafe { std::slice::from_raw_parts_mut(c, rows * n) }.fill(T::ZERO);
+            return;
+        }
+        let (a, a_strides) = self.a;
+        // SAFETY: row `first` of op(A) lies in A; the caller's contract for the rest.
         unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
+            product::<T>(
+                (rows, n, k),
+                (a.add(first * a_strides.0), a_strides),
+                self.b,
                 c,
-                1,
-                n as isize,
-                false,
-                a,
-                a_cs as isize,
-                a_rs as isize,
-                b,
-                b_cs as isize,
-                b_rs as isize,
-                T::ZERO,
-                T::ONE,
-                false,
-                false,
-                false,
-                parallelism,
+                threads,
             )
         };
     }
@@ -218,7 +337,7 @@ unsafe fn gemm_batched<T: Element>(
 type Strides = (usize, usize);
 
 /// The element types the library multiplies.
-trait Element: Copy + 'static {
+pub(super) trait Element: Copy + Send + Sync + 'static {
     const ZERO: Self;
     const ONE: Self;
 

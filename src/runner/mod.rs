@@ -19,6 +19,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 mod device;
+mod epilogue;
 mod gemm;
 #[cfg(target_arch = "x86_64")]
 mod gemm_small;
@@ -27,6 +28,7 @@ mod sig;
 
 pub use crate::error::run::{PlanError, RunFailure, Wiring};
 pub(crate) use device::{on_device, on_host};
+pub use epilogue::{set_gemm_epilogue, EpilogueMode};
 pub use gemm::GemmKernel;
 use pointers::Pointers;
 pub use sig::Sig;
@@ -105,6 +107,12 @@ pub struct Plan {
     /// The symbol values this plan runs with (see [`Plan::specialized`]); empty for a concrete
     /// graph.
     symbols: Vec<u64>,
+    /// Per operator: the consumer a GEMM runs with as an epilogue pair (`epilogue`), when the
+    /// GEMM is a library kernel and the consumer a compiled one: the GEMM then runs at the
+    /// consumer's turn, its inputs kept alive until then.
+    deferred: Vec<Option<usize>>,
+    /// Per operator: the GEMM a consumer runs with.
+    epilogue_of: Vec<Option<usize>>,
 }
 
 impl fmt::Debug for Plan {
@@ -236,6 +244,20 @@ impl Plan {
                 }
             }
         }
+        // A GEMM run at its consumer's turn reads its inputs then.
+        let (deferred, epilogue_of) = epilogue::pairs(&dag);
+        for (g, c) in deferred.iter().enumerate() {
+            let Some(c) = *c else { continue };
+            for v in &dag.operator_inputs[g].inputs {
+                if let Some(Source::OpOutput(o)) = &v.source {
+                    if let Some(Slot::Temp(t)) =
+                        op_slots[o.operator as usize].get(o.output as usize)
+                    {
+                        temp_last_use[*t] = temp_last_use[*t].max(c);
+                    }
+                }
+            }
+        }
         let mut freed_after: Vec<Vec<usize>> = vec![Vec::new(); dag.operators.len()];
         for (i, slots) in op_slots.iter().enumerate() {
             for slot in slots {
@@ -255,6 +277,8 @@ impl Plan {
             freed_after,
             copies,
             symbols: Vec::new(),
+            deferred,
+            epilogue_of,
         })
     }
 
@@ -345,6 +369,8 @@ impl Plan {
         mut timings: Option<&mut Vec<Duration>>,
     ) -> Result<(), RunFailure> {
         self.check_buffers(kernels, inputs, outputs)?;
+        // Decided once per run: a GEMM deferred to its consumer must run there.
+        let epilogue_mode = epilogue::mode();
         let mut temps: Vec<Option<HostTensor>> = vec![None; self.temps.len()];
         for (i, op) in self.dag.operators.iter().enumerate() {
             for (j, slot) in self.op_slots[i].iter().enumerate() {
@@ -375,90 +401,123 @@ impl Plan {
             }
             let start = Instant::now();
             let wiring = &self.dag.operator_inputs[i].inputs;
-            let gpu_time = match &kernels[i] {
-                // SAFETY (both): every pointer names a buffer of the type the operator
-                // declares (host tensors checked, raw ones by the caller's contract,
-                // intermediates allocated from the plan's types, which `Plan::new` matched
-                // against the operators through the wiring); the buffers written are distinct
-                // from those read (a DAG). A GEMM reads its sizes from `op`, the planned
-                // (concrete) operator whose types the buffers have.
-                Kernel::Cpu(k) => {
-                    let (ins, outs) = self.pointers(i, wiring, inputs, outputs, &mut temps);
-                    unsafe { k.run_raw(&ins, &outs, self.symbols_for(k.symbol_count()), threads) }?;
-                    None
-                }
-                Kernel::Gemm(k) => {
-                    let (ins, outs) = self.pointers(i, wiring, inputs, outputs, &mut temps);
-                    unsafe { k.run(op, &ins, &outs, threads) }?;
-                    None
-                }
-                kernel => {
-                    // The interpreter and the CUDA runtime take host tensors: this operator's
-                    // outputs are moved out of their slots and back.
-                    let taken: Vec<Result<HostTensor, ovl_core::AllocError>> = self.op_slots[i]
-                        .iter()
-                        .map(|&slot| self.take_output(slot, outputs, &mut temps))
-                        .collect();
-                    let owned: Result<Vec<Option<HostTensor>>, _> = wiring
-                        .iter()
-                        .map(|v| self.raw_copy(self.slot_of(v), inputs, outputs))
-                        .collect();
-                    if let Some(e) = taken.iter().find_map(|t| t.as_ref().err()).cloned() {
-                        // Out of memory: the buffers taken go back where they were.
-                        for (&slot, t) in self.op_slots[i].iter().zip(taken) {
-                            if let Ok(t) = t {
-                                self.put_output(slot, t, outputs, &mut temps);
-                            }
-                        }
-                        return Err(e.into());
+            let pairable = |g: usize, c: usize| {
+                matches!(
+                    (&kernels[g], &kernels[c]),
+                    (Kernel::Gemm(_), Kernel::Cpu(_))
+                )
+            };
+            let gpu_time = if self.deferred[i].is_some_and(|c| pairable(i, c)) {
+                // Runs at its consumer's turn, below.
+                None
+            } else if let (Some(g), Kernel::Cpu(k)) =
+                (self.epilogue_of[i].filter(|&g| pairable(g, i)), &kernels[i])
+            {
+                let g_wiring = &self.dag.operator_inputs[g].inputs;
+                let (g_ins, g_outs) = self.pointers(g, g_wiring, inputs, outputs, &mut temps);
+                let (ins, outs) = self.pointers(i, wiring, inputs, outputs, &mut temps);
+                // SAFETY: as for the two kernels below, run one after the other: C is written
+                // by the GEMM and read by the consumer, rows by rows.
+                unsafe {
+                    epilogue::run_pair(
+                        &self.dag.operators[g],
+                        (&g_ins, &g_outs),
+                        k,
+                        (&ins, &outs),
+                        self.symbols_for(k.symbol_count()),
+                        threads,
+                        epilogue_mode,
+                    )
+                }?;
+                None
+            } else {
+                match &kernels[i] {
+                    // SAFETY (both): every pointer names a buffer of the type the operator
+                    // declares (host tensors checked, raw ones by the caller's contract,
+                    // intermediates allocated from the plan's types, which `Plan::new` matched
+                    // against the operators through the wiring); the buffers written are distinct
+                    // from those read (a DAG). A GEMM reads its sizes from `op`, the planned
+                    // (concrete) operator whose types the buffers have.
+                    Kernel::Cpu(k) => {
+                        let (ins, outs) = self.pointers(i, wiring, inputs, outputs, &mut temps);
+                        unsafe {
+                            k.run_raw(&ins, &outs, self.symbols_for(k.symbol_count()), threads)
+                        }?;
+                        None
                     }
-                    let mut outs: Vec<HostTensor> = taken.into_iter().flatten().collect();
-                    let owned = match owned {
-                        Ok(owned) => owned,
-                        Err(e) => {
-                            for (&slot, t) in self.op_slots[i].iter().zip(outs) {
-                                self.put_output(slot, t, outputs, &mut temps);
+                    Kernel::Gemm(k) => {
+                        let (ins, outs) = self.pointers(i, wiring, inputs, outputs, &mut temps);
+                        unsafe { k.run(op, &ins, &outs, threads) }?;
+                        None
+                    }
+                    kernel => {
+                        // The interpreter and the CUDA runtime take host tensors: this operator's
+                        // outputs are moved out of their slots and back.
+                        let taken: Vec<Result<HostTensor, ovl_core::AllocError>> = self.op_slots[i]
+                            .iter()
+                            .map(|&slot| self.take_output(slot, outputs, &mut temps))
+                            .collect();
+                        let owned: Result<Vec<Option<HostTensor>>, _> = wiring
+                            .iter()
+                            .map(|v| self.raw_copy(self.slot_of(v), inputs, outputs))
+                            .collect();
+                        if let Some(e) = taken.iter().find_map(|t| t.as_ref().err()).cloned() {
+                            // Out of memory: the buffers taken go back where they were.
+                            for (&slot, t) in self.op_slots[i].iter().zip(taken) {
+                                if let Ok(t) = t {
+                                    self.put_output(slot, t, outputs, &mut temps);
+                                }
                             }
                             return Err(e.into());
                         }
-                    };
-                    let ins: Vec<&HostTensor> = wiring
-                        .iter()
-                        .zip(&owned)
-                        .map(|(v, own)| match own {
-                            Some(t) => t,
-                            None => self.host_ref(self.slot_of(v), inputs, outputs, &temps),
-                        })
-                        .collect();
-                    let result: Result<Option<Duration>, RunFailure> = match kernel {
-                        Kernel::Cuda(k) => k
-                            .run(&ins, &mut outs, self.symbols_for(k.symbol_count()))
-                            .map(Some)
+                        let mut outs: Vec<HostTensor> = taken.into_iter().flatten().collect();
+                        let owned = match owned {
+                            Ok(owned) => owned,
+                            Err(e) => {
+                                for (&slot, t) in self.op_slots[i].iter().zip(outs) {
+                                    self.put_output(slot, t, outputs, &mut temps);
+                                }
+                                return Err(e.into());
+                            }
+                        };
+                        let ins: Vec<&HostTensor> = wiring
+                            .iter()
+                            .zip(&owned)
+                            .map(|(v, own)| match own {
+                                Some(t) => t,
+                                None => self.host_ref(self.slot_of(v), inputs, outputs, &temps),
+                            })
+                            .collect();
+                        let result: Result<Option<Duration>, RunFailure> = match kernel {
+                            Kernel::Cuda(k) => k
+                                .run(&ins, &mut outs, self.symbols_for(k.symbol_count()))
+                                .map(Some)
+                                .map_err(Into::into),
+                            Kernel::Interpreter {
+                                max_while_iterations,
+                                reduction_order,
+                            } => interp::interpret_with(
+                                op,
+                                &ins,
+                                &mut outs,
+                                &interp::InterpOptions {
+                                    threads: None,
+                                    max_while_iterations: *max_while_iterations,
+                                    reduction_order: *reduction_order,
+                                },
+                            )
+                            .map(|()| None)
                             .map_err(Into::into),
-                        Kernel::Interpreter {
-                            max_while_iterations,
-                            reduction_order,
-                        } => interp::interpret_with(
-                            op,
-                            &ins,
-                            &mut outs,
-                            &interp::InterpOptions {
-                                threads: None,
-                                max_while_iterations: *max_while_iterations,
-                                reduction_order: *reduction_order,
-                            },
-                        )
-                        .map(|()| None)
-                        .map_err(Into::into),
-                        Kernel::Cpu(_) | Kernel::Gemm(_) => {
-                            unreachable!("C++ and library kernels take raw pointers")
+                            Kernel::Cpu(_) | Kernel::Gemm(_) => {
+                                unreachable!("C++ and library kernels take raw pointers")
+                            }
+                        };
+                        drop(ins);
+                        for (&slot, t) in self.op_slots[i].iter().zip(outs) {
+                            self.put_output(slot, t, outputs, &mut temps);
                         }
-                    };
-                    drop(ins);
-                    for (&slot, t) in self.op_slots[i].iter().zip(outs) {
-                        self.put_output(slot, t, outputs, &mut temps);
+                        result?
                     }
-                    result?
                 }
             };
             if let Some(t) = timings.as_deref_mut() {

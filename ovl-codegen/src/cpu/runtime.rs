@@ -375,6 +375,70 @@ impl CompiledOperator {
         unsafe { self.launch(inputs, outputs, symbols, &workgroup, threads) }
     }
 
+    /// Runs workers `[begin, end)` of the row-major flattened workgroup on the calling thread
+    /// (the generated entry `ovl_run` takes a worker range): for a caller that schedules parts
+    /// of the workgroup itself, such as the facade's GEMM epilogue, which runs the workers of
+    /// each block of rows right after the block is computed. Checks as
+    /// [`run_raw`](Self::run_raw), and that the range lies in the workgroup; a fault is
+    /// reported as by `run_raw` (the first faulting worker of the range).
+    ///
+    /// # Safety
+    /// As for [`run_raw`](Self::run_raw); ranges run concurrently must be disjoint.
+    pub unsafe fn run_workers_raw(
+        &self,
+        inputs: &[*const c_void],
+        outputs: &[*mut c_void],
+        symbols: &[u64],
+        (begin, end): (u64, u64),
+    ) -> Result<(), RunError> {
+        let workgroup = self.geometry.workgroup_ref(&self.name, symbols)?;
+        self.geometry.check_tensors(&self.name, symbols)?;
+        for (kind, declared, passed) in [
+            ("input", self.geometry.inputs.len(), inputs.len()),
+            ("output", self.geometry.outputs.len(), outputs.len()),
+        ] {
+            if declared != passed {
+                return Err(RunError::TensorCount {
+                    operator: self.name.clone(),
+                    kind,
+                    expected: declared,
+                    got: passed,
+                });
+            }
+        }
+        let workers = sizes::product(&workgroup);
+        if begin > end || end > workers {
+            return Err(RunError::WorkerRange {
+                operator: self.name.clone(),
+                workers,
+                begin,
+                end,
+            });
+        }
+        if begin == end {
+            return Ok(());
+        }
+        let symbols: Vec<i64> = symbols.iter().map(|&v| v as i64).collect();
+        let ptrs = Pointers {
+            inputs: inputs.as_ptr(),
+            outputs: outputs.as_ptr(),
+            symbols: symbols.as_ptr(),
+        };
+        let mut st = Status::default();
+        // SAFETY: forwarded to the caller; the range lies in the workgroup.
+        unsafe { call(self.run_fn, ptrs, begin, end, &mut st) };
+        if st.code == 0 {
+            return Ok(());
+        }
+        Err(fault_error(
+            &self.name,
+            &self.defined_at,
+            &workgroup,
+            &self.writes,
+            &st,
+        ))
+    }
+
     /// Splits the workgroup (`workgroup`: resolved for `symbols`, which were checked) over
     /// `threads` threads and runs it on the given buffers.
     ///

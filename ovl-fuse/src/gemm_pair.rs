@@ -1,0 +1,299 @@
+//! GEMM epilogue pairs: a library-call GEMM and the one kernel that reads its result C, run as
+//! one step by the CPU runner (`src/runner/epilogue.rs`): C is computed in blocks of rows, and
+//! after each block the consumer's workers of those rows run on the same thread while the
+//! block is still in cache.
+//!
+//! The pair is only a schedule: both kernels stay as they are in the graph (the interpreter
+//! and CUDA run them one after the other, with the same values). The CPU runner runs the
+//! pairs listed here as one step (`ovl::set_gemm_epilogue` says otherwise). It needs every worker of the
+//! consumer to read C only in the rows it owns: the consumer's workgroup starts with C's rows
+//! (`[m, ...]`, workers of row `r` a contiguous range), and every read of C has the worker's
+//! row index as its row (an affine map of the position equal to `p0`, found by
+//! [`ovl_ir::pattern`]; any column). The GEMM must be one 2-D product (no batch) with
+//! concrete sizes, and C read by no other kernel (a requested output of the graph is fine:
+//! every row of C is still written).
+//!
+//! And it must pay ([`pays`]): every block reads the whole second operand W again (the
+//! library packs it per call; the few-row kernel streams it), which costs little only while W
+//! stays in the last-level cache and the blocks are few. The rule is the measured one
+//! (`benches/gemm_epilogue.rs`, docs/benchmarks.md "GEMM epilogue": pairs with W of 4 and
+//! 6.8 MB in 8 and 2 blocks gained about 5%, W of 16 MB or 64 blocks lost 9-18%). The report
+//! assumes a parallel run on two threads (at least two blocks); the runner checks again with
+//! its thread count and runs the kernels separately when the pair would not pay.
+
+use ovl_ir::ir::Op;
+use ovl_ir::ir::{self, value_ref::Source};
+use ovl_ir::library::{gemm_dims, is_library_call};
+use ovl_ir::pattern::{Affine, PatternAnalysis};
+use std::fmt;
+
+/// The most bytes of C per block of rows: well inside a core's L2 cache, which also holds the
+/// GEMM's packed operands.
+pub const BLOCK_BYTES: u64 = 256 << 10;
+
+/// The rows per block of an `m`-row C of `row_bytes` bytes per row on `threads` threads (at
+/// least one block per thread where there are rows for it).
+pub fn rows_per_block(m: u64, row_bytes: u64, threads: u64) -> u64 {
+    let by_cache = (BLOCK_BYTES / row_bytes.max(1)).max(1);
+    by_cache.min(m.div_ceil(threads.max(1))).max(1)
+}
+
+/// The most bytes of the second operand W a pair reads again per block (a quarter of the
+/// 32 MiB L3 cache of the machine measured).
+pub const WEIGHT_BYTES: u64 = 8 << 20;
+
+/// The most blocks of rows a pair computes C in (each a call of the library).
+pub const MAX_BLOCKS: u64 = 8;
+
+/// Whether computing C in `blocks` blocks of rows, each reading the `weight_bytes` of W
+/// again, pays (module documentation).
+pub fn pays(weight_bytes: u64, blocks: u64) -> bool {
+    weight_bytes <= WEIGHT_BYTES && blocks <= MAX_BLOCKS
+}
+
+/// A GEMM run with its consumer as an epilogue (kernel indices of the fused graph).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EpiloguePair {
+    /// The inner dimension summed (all terms).
+    pub k: u64,
+    /// The GEMM's kernel.
+    pub gemm: usize,
+    /// The kernel reading C by rows.
+    pub consumer: usize,
+    /// The consumer's name (its label after fusion).
+    pub consumer_name: String,
+    /// C's rows.
+    pub rows: u64,
+}
+
+impl fmt::Display for EpiloguePair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "epilogue pair: kernel {} `{}` runs after each block of the {} rows of the gemm \
+             (kernel {}) on the same thread",
+            self.consumer, self.consumer_name, self.rows, self.gemm
+        )
+    }
+}
+
+/// A GEMM whose consumer does not run as its epilogue, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotPaired {
+    /// The GEMM's kernel.
+    pub gemm: usize,
+    /// Why not.
+    pub reason: NotPairedReason,
+}
+
+impl fmt::Display for NotPaired {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "no epilogue pair for the gemm (kernel {}): {}",
+            self.gemm, self.reason
+        )
+    }
+}
+
+/// Why a GEMM is not paired with a consumer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotPairedReason {
+    /// The call's sizes are not those of one plain product.
+    #[error("the call is not a gemm: {0}")]
+    NotGemm(String),
+    /// The product is batched (C has more than 2 dimensions).
+    #[error("the product is batched ({batch} products)")]
+    Batched {
+        /// The number of products.
+        batch: u64,
+    },
+    /// Sizes are given at run time.
+    #[error("a size is given at run time")]
+    Symbolic,
+    /// No kernel reads C.
+    #[error("no kernel reads its result")]
+    NoReader,
+    /// Several kernels read C.
+    #[error("{count} kernels read its result")]
+    SeveralReaders {
+        /// How many.
+        count: usize,
+    },
+    /// The reader is a library call itself.
+    #[error("the reader (kernel {consumer}) is a library call")]
+    ReaderIsLibraryCall {
+        /// The reader.
+        consumer: usize,
+    },
+    /// The reader's workgroup does not start with C's rows.
+    #[error(
+        "the reader `{consumer}`'s workgroup {workgroup:?} does not start with the {rows} rows"
+    )]
+    NotByRows {
+        /// The reader's name.
+        consumer: String,
+        /// Its workgroup.
+        workgroup: Vec<u64>,
+        /// C's rows.
+        rows: u64,
+    },
+    /// The reader already runs as the epilogue of another GEMM.
+    #[error("the reader `{consumer}` is already the epilogue of the gemm of kernel {gemm}")]
+    ReaderTaken {
+        /// The reader's name.
+        consumer: String,
+        /// The other GEMM's kernel.
+        gemm: usize,
+    },
+    /// Reading the second operand again per block costs more than it saves ([`pays`]).
+    #[error(
+        "{blocks} blocks of rows (at most {MAX_BLOCKS}) would each read the {weight_bytes}-byte \
+         second operand (at most {WEIGHT_BYTES})"
+    )]
+    CostsMore {
+        /// Blocks of rows (two threads).
+        blocks: u64,
+        /// Bytes of the second operand (all terms).
+        weight_bytes: u64,
+    },
+    /// A read of C is not at the worker's own row.
+    #[error(
+        "the reader `{consumer}` reads the result at another row (expression %{access}: {row})"
+    )]
+    OtherRow {
+        /// The reader's name.
+        consumer: String,
+        /// The READ expression.
+        access: usize,
+        /// Its row index, as the pattern analysis sees it.
+        row: String,
+    },
+}
+
+/// The pairs of `dag` (in GEMM order) and the GEMMs not paired, with the reason.
+pub fn epilogue_pairs(dag: &ir::OperatorDag) -> (Vec<EpiloguePair>, Vec<NotPaired>) {
+    pairs_priced(dag, true)
+}
+
+/// Every pair the rules allow, whether it pays or not (the runner decides that with its
+/// thread count, or runs every pair when told to).
+pub fn possible_pairs(dag: &ir::OperatorDag) -> Vec<EpiloguePair> {
+    pairs_priced(dag, false).0
+}
+
+fn pairs_priced(dag: &ir::OperatorDag, priced: bool) -> (Vec<EpiloguePair>, Vec<NotPaired>) {
+    let (mut pairs, mut refused) = (Vec::new(), Vec::new());
+    for (g, op) in dag.operators.iter().enumerate() {
+        if !is_library_call(op) {
+            continue;
+        }
+        match pair_of(dag, g, priced) {
+            // A kernel runs as the epilogue of one GEMM at most (the first).
+            Ok(pair) => match pairs
+                .iter()
+                .find(|p: &&EpiloguePair| p.consumer == pair.consumer)
+            {
+                Some(first) => refused.push(NotPaired {
+                    gemm: g,
+                    reason: NotPairedReason::ReaderTaken {
+                        consumer: pair.consumer_name,
+                        gemm: first.gemm,
+                    },
+                }),
+                None => pairs.push(pair),
+            },
+            Err(reason) => refused.push(NotPaired { gemm: g, reason }),
+        }
+    }
+    (pairs, refused)
+}
+
+fn pair_of(dag: &ir::OperatorDag, g: usize, priced: bool) -> Result<EpiloguePair, NotPairedReason> {
+    use NotPairedReason as No;
+    let op = &dag.operators[g];
+    let dims = gemm_dims(op).map_err(|e| No::NotGemm(e.to_string()))?;
+    if op.symbol_count != 0 || !op.symbolic_workgroup.is_empty() || !dag.symbols.is_empty() {
+        return Err(No::Symbolic);
+    }
+    if dims.batch != 1 || op.outputs.first().map_or(0, |t| t.shape.len()) != 2 {
+        return Err(No::Batched { batch: dims.batch });
+    }
+    // The kernels reading C (output 0), and which of their input slots do.
+    let reads_c = |v: &ir::ValueRef| matches!(&v.source, Some(Source::OpOutput(o)) if o.operator as usize == g && o.output == 0);
+    let readers: Vec<usize> = dag
+        .operator_inputs
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| w.inputs.iter().any(reads_c))
+        .map(|(i, _)| i)
+        .collect();
+    let c = match readers[..] {
+        [] => return Err(No::NoReader),
+        [c] => c,
+        _ => {
+            return Err(No::SeveralReaders {
+                count: readers.len(),
+            })
+        }
+    };
+    let consumer = &dag.operators[c];
+    if is_library_call(consumer) {
+        return Err(No::ReaderIsLibraryCall { consumer: c });
+    }
+    if consumer.symbol_count != 0 || !consumer.symbolic_workgroup.is_empty() {
+        return Err(No::Symbolic);
+    }
+    let wg = &consumer.workgroup_shape;
+    if wg.first() != Some(&dims.m) {
+        return Err(No::NotByRows {
+            consumer: consumer.name.clone(),
+            workgroup: wg.clone(),
+            rows: dims.m,
+        });
+    }
+    let slots: Vec<bool> = dag.operator_inputs[c].inputs.iter().map(reads_c).collect();
+    let own_row = Affine {
+        coeffs: (0..wg.len()).map(|a| i64::from(a == 0)).collect(),
+        constant: 0,
+    };
+    let mut patterns = PatternAnalysis::new(consumer);
+    for (i, e) in consumer.expressions.iter().enumerate() {
+        let reads_slot = e.code == Op::Read as i32
+            && e.tensor.as_ref().is_some_and(|t| {
+                t.kind == ir::TensorKind::Input as i32
+                    && slots.get(t.index as usize).copied().unwrap_or(false)
+            });
+        if !reads_slot {
+            continue;
+        }
+        let row = patterns.operand_maps(i).into_iter().next().flatten();
+        if row.as_ref() != Some(&own_row) {
+            return Err(No::OtherRow {
+                consumer: consumer.name.clone(),
+                access: i,
+                row: match row {
+                    Some(a) => format!("{a:?}"),
+                    None => "not an affine map of the position".into(),
+                },
+            });
+        }
+    }
+    let k = dims.k.saturating_mul(dims.terms);
+    let row_bytes = dims.n.saturating_mul(dims.dtype.size() as u64);
+    let blocks = dims.m.div_ceil(rows_per_block(dims.m, row_bytes, 2));
+    let weight_bytes = k.saturating_mul(row_bytes);
+    if priced && !pays(weight_bytes, blocks) {
+        return Err(No::CostsMore {
+            blocks,
+            weight_bytes,
+        });
+    }
+    Ok(EpiloguePair {
+        gemm: g,
+        consumer: c,
+        consumer_name: consumer.name.clone(),
+        rows: dims.m,
+        k,
+    })
+}
