@@ -313,6 +313,26 @@ impl<'a> PatternAnalysis<'a> {
         IndexPattern::Affine(maps)
     }
 
+    /// The map of each index operand of the READ or WRITE `access` on its own: `None` for an
+    /// operand that is not an affine function of the position (a loop index, data read), where
+    /// [`PatternAnalysis::access`] makes the whole pattern opaque. `x[k, p1]` in a loop over
+    /// `k` gives `[None, Some(p1)]`.
+    pub fn operand_maps(&mut self, access: usize) -> Vec<Option<Affine>> {
+        let Some(e) = self.dag.expressions.get(access) else {
+            return Vec::new();
+        };
+        let rank = if e.code == Op::Write as i32 {
+            e.operands.len().saturating_sub(1)
+        } else {
+            e.operands.len()
+        };
+        let operands = e.operands[..rank].to_vec();
+        operands
+            .into_iter()
+            .map(|o| self.index(o, 0).ok())
+            .collect()
+    }
+
     fn index(&mut self, id: u32, depth: usize) -> Result<Affine, String> {
         if let Some(r) = self.memo.get(&id) {
             return r.clone();
