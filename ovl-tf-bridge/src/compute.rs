@@ -31,7 +31,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// of the shapes it ran last.
 pub(crate) struct Kernel {
     pub(crate) node: String,
-    pub(crate) program: LoadedProgram,
+    /// Shared with every live kernel running the same program (`crate::programs`).
+    pub(crate) program: Arc<LoadedProgram>,
     pub(crate) last: LastBinding,
 }
 
@@ -48,6 +49,18 @@ pub(crate) struct Bound {
 }
 
 impl Bound {
+    /// Binds the program's own feed shapes when they are all known (a program with fixed
+    /// shapes).
+    pub(crate) fn fixed(program: &LoadedProgram) -> Option<Bound> {
+        if !program.symbols().is_empty() {
+            return None;
+        }
+        let shapes: Vec<Vec<usize>> = program.feeds.iter().map(|(_, s)| s.shape.clone()).collect();
+        let slices: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        let binding = program.bind(&slices).ok()?;
+        Some(Bound::new(program, shapes, binding))
+    }
+
     fn new(program: &LoadedProgram, shapes: Vec<Vec<usize>>, binding: Binding) -> Bound {
         let threads = if program.largest_work(&binding) < parallel_min_work() {
             1
@@ -96,19 +109,13 @@ pub(crate) struct LastBinding {
 }
 
 impl LastBinding {
-    /// Binds the program's own feed shapes now when they are all known (a program with fixed
-    /// shapes), so that no call binds.
-    pub(crate) fn for_program(program: &LoadedProgram) -> LastBinding {
-        let mut last = LastBinding::default();
-        if program.symbols().is_empty() {
-            let shapes: Vec<Vec<usize>> =
-                program.feeds.iter().map(|(_, s)| s.shape.clone()).collect();
-            let slices: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-            if let Ok(binding) = program.bind(&slices) {
-                last.fixed = Some(Arc::new(Bound::new(program, shapes, binding)));
-            }
+    /// With the binding of the program's fixed shapes ([`Bound::fixed`], shared by the kernels
+    /// of the program), so that no call binds.
+    pub(crate) fn with_fixed(fixed: Option<Arc<Bound>>) -> LastBinding {
+        LastBinding {
+            fixed,
+            last: Mutex::default(),
         }
-        last
     }
 
     /// The fixed binding, if the program has fixed shapes.

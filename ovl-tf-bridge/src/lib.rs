@@ -67,6 +67,9 @@ pub mod nodedef;
 mod compute;
 #[cfg(not(test))]
 mod op;
+/// Loaded programs shared by the kernel instances running the same program.
+#[cfg(not(test))]
+pub mod programs;
 #[cfg(not(test))]
 mod tf;
 #[cfg(not(test))]

@@ -7,7 +7,7 @@ use crate::compute::{Kernel, LastBinding};
 use crate::ffi::*;
 use crate::nodedef::Attrs;
 use crate::tf::{tf_dtype, tf_dtype_name, Status};
-use ovl::program::{tensorflow_type_name, LoadedProgram, ProgramError};
+use ovl::program::{tensorflow_type_name, ProgramError};
 use std::ffi::{c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -123,13 +123,14 @@ pub(crate) fn construct_from_node_def(bytes: &[u8]) -> Result<Kernel, (TF_Code, 
         ovl::program::verify_sealed(&attrs.gradient, "the `gradient` attribute")
             .map_err(|e| fail(TF_INVALID_ARGUMENT, e.to_string()))?;
     }
-    let program = LoadedProgram::load(&attrs.program, &ovl::Options::default()).map_err(|e| {
+    let shared = crate::programs::load(&attrs.program).map_err(|e| {
         let code = match e {
             ProgramError::Corrupt(_) | ProgramError::Modified(_) => TF_INVALID_ARGUMENT,
             _ => TF_FAILED_PRECONDITION,
         };
         fail(code, e.to_string())
     })?;
+    let program = &*shared.program;
     if attrs.in_types.len() != program.feeds.len() {
         return Err(fail(
             TF_INVALID_ARGUMENT,
@@ -198,8 +199,8 @@ pub(crate) fn construct_from_node_def(bytes: &[u8]) -> Result<Kernel, (TF_Code, 
     }
     Ok(Kernel {
         node,
-        last: LastBinding::for_program(&program),
-        program,
+        last: LastBinding::with_fixed(shared.fixed),
+        program: shared.program,
     })
 }
 

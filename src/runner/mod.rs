@@ -399,7 +399,9 @@ impl Plan {
                     Slot::Input(_) => unreachable!("operator outputs are never placed in inputs"),
                 }
             }
-            let start = Instant::now();
+            // The clock is read only when timings are asked for (a small kernel runs in well
+            // under a microsecond, and a call from TensorFlow asks for none).
+            let start = timings.is_some().then(Instant::now);
             let wiring = &self.dag.operator_inputs[i].inputs;
             let pairable = |g: usize, c: usize| {
                 matches!(
@@ -520,7 +522,7 @@ impl Plan {
                     }
                 }
             };
-            if let Some(t) = timings.as_deref_mut() {
+            if let (Some(t), Some(start)) = (timings.as_deref_mut(), start) {
                 t.push(gpu_time.unwrap_or_else(|| start.elapsed()));
             }
             for &t in &self.freed_after[i] {

@@ -120,3 +120,16 @@ def _enable(bridge_file: str) -> None:
         _kind = "c-api"
         return
     _kind = "c++"
+
+
+def program_stats() -> dict:
+    """This process's counts from the bridge's program sharing (ovl-tf-bridge/src/programs.rs):
+    ``loads`` (programs a ``DynamicLib`` kernel loaded), ``reuses`` (kernels that took the
+    program another live kernel loaded: the nodes of an unrolled cell, the gradient nodes of
+    one program) and ``fixed_bindings`` (fixed-shape bindings made, once per loaded program)."""
+    from ._library import _library_file
+
+    bridge = ctypes.CDLL(_library_file())
+    out = (ctypes.c_uint64 * 3)()
+    bridge.ovl_tf_program_stats(out)
+    return {"loads": out[0], "reuses": out[1], "fixed_bindings": out[2]}

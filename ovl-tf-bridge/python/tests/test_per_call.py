@@ -189,3 +189,46 @@ def test_the_call_takes_name_as_its_only_keyword(bundle):
     assert [op.name for op in graph.get_operations() if op.type == "DynamicLib"] == ["in_graph"]
     with pytest.raises(TypeError, match=r"takes the keyword argument `name` only, not 'nmae'"):
         f(x, nmae="typo")
+
+
+def test_nodes_of_one_program_share_its_loading_and_binding_with_their_gradient_nodes(bundle):
+    """Three chained calls of the fixed-shape cell and their three gradient nodes in one
+    tf.function: the kernels of the forward program share one loaded program and its binding,
+    and so do the gradient program's (at most one load and one fixed binding per program; the
+    other kernels reuse them), with the values and gradients of TensorFlow's own cell."""
+    from ovl_tf._kernel import program_stats
+
+    cell = bundle("lstm_cell")
+    z0, c0 = lstm_inputs(4, 31)
+    z1, _ = lstm_inputs(4, 32)
+    z2, _ = lstm_inputs(4, 33)
+    w = tf.constant(np.random.default_rng(34).uniform(-1, 1, (4, HIDDEN)), dtype=tf.float32)
+
+    def chain(fn, z0, z1, z2, c0):
+        with tf.GradientTape() as tape:
+            tape.watch([z0, z1, z2, c0])
+            c, hs = c0, []
+            for z in [z0, z1, z2]:
+                c, h = fn(z, c)
+                hs.append(h)
+            loss = tf.reduce_sum(c * w) + tf.add_n([tf.reduce_sum(h) for h in hs])
+        return [c, hs[-1]] + tape.gradient(loss, [z0, z1, z2, c0])
+
+    run_ovl = tf.function(lambda *args: chain(cell, *args))
+    run_tf = tf.function(lambda *args: chain(tf_cell, *args))
+
+    before = program_stats()
+    got = run_ovl(z0, z1, z2, c0)
+    after = program_stats()
+    want = run_tf(z0, z1, z2, c0)
+    for name, g, w_ in zip(["c", "h", "dz0", "dz1", "dz2", "dc0"], got, want):
+        close(g, w_, name)
+    loads = after["loads"] - before["loads"]
+    reuses = after["reuses"] - before["reuses"]
+    bindings = after["fixed_bindings"] - before["fixed_bindings"]
+    # Six kernels (three forward, three gradient nodes; TensorFlow may construct more, e.g.
+    # while optimizing the graph): each program loaded and bound at most once.
+    assert loads <= 2, (before, after)
+    assert bindings == loads, (before, after)
+    assert loads + reuses >= 6, (before, after)
+    assert reuses >= 4, (before, after)
