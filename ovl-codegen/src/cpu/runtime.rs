@@ -340,6 +340,33 @@ impl CompiledOperator {
         unsafe { self.launch(in_ptrs, out_ptrs, symbols, &workgroup, threads) }
     }
 
+    /// The workgroup for `symbols`, after checking them and the counts of buffers passed
+    /// (`inputs`, `outputs`) against the operator's declaration: what [`run_raw`](Self::run_raw)
+    /// and [`run_workers_raw`](Self::run_workers_raw) check.
+    fn checked_workgroup(
+        &self,
+        inputs: usize,
+        outputs: usize,
+        symbols: &[u64],
+    ) -> Result<std::borrow::Cow<'_, [u64]>, RunError> {
+        let workgroup = self.geometry.workgroup_ref(&self.name, symbols)?;
+        self.geometry.check_tensors(&self.name, symbols)?;
+        for (kind, declared, passed) in [
+            ("input", self.geometry.inputs.len(), inputs),
+            ("output", self.geometry.outputs.len(), outputs),
+        ] {
+            if declared != passed {
+                return Err(RunError::TensorCount {
+                    operator: self.name.clone(),
+                    kind,
+                    expected: declared,
+                    got: passed,
+                });
+            }
+        }
+        Ok(workgroup)
+    }
+
     /// [`run`](Self::run) on raw buffers, for callers that own the memory (the TensorFlow
     /// bridge runs operators on TensorFlow's tensors without copying). Only the counts and the
     /// symbol values are checked.
@@ -356,21 +383,7 @@ impl CompiledOperator {
         symbols: &[u64],
         threads: usize,
     ) -> Result<(), RunError> {
-        let workgroup = self.geometry.workgroup_ref(&self.name, symbols)?;
-        self.geometry.check_tensors(&self.name, symbols)?;
-        for (kind, declared, passed) in [
-            ("input", self.geometry.inputs.len(), inputs.len()),
-            ("output", self.geometry.outputs.len(), outputs.len()),
-        ] {
-            if declared != passed {
-                return Err(RunError::TensorCount {
-                    operator: self.name.clone(),
-                    kind,
-                    expected: declared,
-                    got: passed,
-                });
-            }
-        }
+        let workgroup = self.checked_workgroup(inputs.len(), outputs.len(), symbols)?;
         // SAFETY: forwarded to the caller.
         unsafe { self.launch(inputs, outputs, symbols, &workgroup, threads) }
     }
@@ -391,21 +404,7 @@ impl CompiledOperator {
         symbols: &[u64],
         (begin, end): (u64, u64),
     ) -> Result<(), RunError> {
-        let workgroup = self.geometry.workgroup_ref(&self.name, symbols)?;
-        self.geometry.check_tensors(&self.name, symbols)?;
-        for (kind, declared, passed) in [
-            ("input", self.geometry.inputs.len(), inputs.len()),
-            ("output", self.geometry.outputs.len(), outputs.len()),
-        ] {
-            if declared != passed {
-                return Err(RunError::TensorCount {
-                    operator: self.name.clone(),
-                    kind,
-                    expected: declared,
-                    got: passed,
-                });
-            }
-        }
+        let workgroup = self.checked_workgroup(inputs.len(), outputs.len(), symbols)?;
         let workers = sizes::product(&workgroup);
         if begin > end || end > workers {
             return Err(RunError::WorkerRange {
