@@ -176,34 +176,8 @@ impl Prepared {
         options: &Options,
         outputs: &mut [Output<'_>],
     ) -> Result<(), Error> {
-        let downloaded = self
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(i, input)| match (fed.get(i).copied().flatten(), input) {
-                (None, GraphInput::Device(d)) => crate::runner::on_host(&**d).map(Some),
-                _ => Ok(None),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let inputs = self
-            .inputs
-            .iter()
-            .zip(&downloaded)
-            .enumerate()
-            .map(
-                |(i, (input, copy))| match (fed.get(i).copied().flatten(), input) {
-                    (Some(given), _) => Ok(given),
-                    (None, GraphInput::Host(t)) => Ok(Input::Host(t)),
-                    (None, GraphInput::Device(_)) => copy
-                        .as_ref()
-                        .map(Input::Host)
-                        .ok_or(InternalError::NotUploaded { input: i }.into()),
-                    (None, GraphInput::Placeholder { name, .. }) => {
-                        Err(Error::Placeholder { name: name.clone() })
-                    }
-                },
-            )
-            .collect::<Result<Vec<_>, Error>>()?;
+        let downloaded = self.download(fed)?;
+        let inputs = self.resolve(fed, &downloaded)?;
         // SAFETY: forwarded to the caller; host tensors are checked by the plan.
         unsafe {
             self.plan().run(
@@ -228,35 +202,9 @@ impl Prepared {
         timings: Option<&mut Vec<Duration>>,
         mut provided: Vec<Option<HostTensor>>,
     ) -> Result<Vec<HostTensor>, Error> {
-        // Device data in the graph is copied to the host for a run there.
-        let downloaded = self
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(i, input)| match (fed.get(i).copied().flatten(), input) {
-                (None, GraphInput::Device(d)) => crate::runner::on_host(&**d).map(Some),
-                _ => Ok(None),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let inputs = self
-            .inputs
-            .iter()
-            .zip(&downloaded)
-            .enumerate()
-            .map(
-                |(i, (input, copy))| match (fed.get(i).copied().flatten(), input) {
-                    (Some(t), _) => Ok(Input::Host(t)),
-                    (None, GraphInput::Host(t)) => Ok(Input::Host(t)),
-                    (None, GraphInput::Device(_)) => copy
-                        .as_ref()
-                        .map(Input::Host)
-                        .ok_or(InternalError::NotUploaded { input: i }.into()),
-                    (None, GraphInput::Placeholder { name, .. }) => {
-                        Err(Error::Placeholder { name: name.clone() })
-                    }
-                },
-            )
-            .collect::<Result<Vec<_>, _>>()?;
+        let fed: Vec<Option<Input>> = fed.iter().map(|f| f.map(Input::Host)).collect();
+        let downloaded = self.download(&fed)?;
+        let inputs = self.resolve(&fed, &downloaded)?;
         let plan = self.plan();
         provided.resize_with(plan.outputs().len(), || None);
         let mut buffers: Vec<(HostTensor, bool)> = provided
@@ -283,5 +231,46 @@ impl Prepared {
         )?;
         drop(outputs);
         Ok(buffers.into_iter().map(|(t, _)| t).collect())
+    }
+
+    /// The graph's device data that `fed` does not replace, copied to the host for a run there
+    /// (`None` for every other input).
+    fn download(&self, fed: &[Option<Input<'_>>]) -> Result<Vec<Option<HostTensor>>, Error> {
+        Ok(self
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| match (fed.get(i).copied().flatten(), input) {
+                (None, GraphInput::Device(d)) => crate::runner::on_host(&**d).map(Some),
+                _ => Ok(None),
+            })
+            .collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// What each graph input reads: `fed[i]` when given, else the graph's own host data, its
+    /// `downloaded` copy of device data, or an error naming a placeholder left unfed.
+    fn resolve<'a>(
+        &'a self,
+        fed: &[Option<Input<'a>>],
+        downloaded: &'a [Option<HostTensor>],
+    ) -> Result<Vec<Input<'a>>, Error> {
+        self.inputs
+            .iter()
+            .zip(downloaded)
+            .enumerate()
+            .map(
+                |(i, (input, copy))| match (fed.get(i).copied().flatten(), input) {
+                    (Some(given), _) => Ok(given),
+                    (None, GraphInput::Host(t)) => Ok(Input::Host(t)),
+                    (None, GraphInput::Device(_)) => copy
+                        .as_ref()
+                        .map(Input::Host)
+                        .ok_or(InternalError::NotUploaded { input: i }.into()),
+                    (None, GraphInput::Placeholder { name, .. }) => {
+                        Err(Error::Placeholder { name: name.clone() })
+                    }
+                },
+            )
+            .collect()
     }
 }
