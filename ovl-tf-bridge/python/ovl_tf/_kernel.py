@@ -21,8 +21,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
-import subprocess
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -58,28 +56,9 @@ def _choice() -> str:
     return given
 
 
-def _build(out: Path, compiler: str, flags: list) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
-    os.close(fd)
-    command = [compiler, "-shared", "-fPIC", "-O2", "-w", "-o", tmp, str(_SOURCE)] + flags
-    try:
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(
-                "compiling the C++ kernel of DynamicLib against TensorFlow "
-                f"{tf.__version__}'s headers failed ({' '.join(command)}):\n"
-                + done.stderr[-4000:]
-            )
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def _load(bridge_file: str) -> Path:
     """Compiles (once, cached) and loads the C++ kernel, and connects it to the bridge."""
-    from ._xla import _cache_root, _compiler
+    from ._xla import _build, _cache_root, _compiler
 
     compiler = _compiler("ovl_tf: the C++ kernel of DynamicLib")
     flags = tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
@@ -89,7 +68,7 @@ def _load(bridge_file: str) -> Path:
     key.update(_SOURCE.read_bytes())
     out = _cache_root() / "tf-kernel" / key.hexdigest()[:32] / "libovl_tf_kernel.so"
     if not out.is_file():
-        _build(out, compiler, flags)
+        _build(out, compiler, _SOURCE, flags, "compiling the C++ kernel of DynamicLib")
     bridge = ctypes.CDLL(bridge_file)
     entries = [bridge.ovl_tf_kernel_new, bridge.ovl_tf_kernel_compute, bridge.ovl_tf_kernel_delete]
     # Connected before TensorFlow loads it: no node can be constructed unconnected.

@@ -62,17 +62,18 @@ def _sources():
     return files
 
 
-def _build(out: Path, compiler: str, command_flags: list) -> None:
+def _build(out: Path, compiler: str, source: Path, flags: list, what: str) -> None:
+    """Compiles the C++ `source` against TensorFlow's headers (`flags`) into the shared library
+    `out`, atomically (a temporary file renamed); `what` begins the error ("compiling ...")."""
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
-    command = [compiler, "-shared", "-fPIC", "-O2", "-w", "-o", tmp,
-               str(_HERE / "dynamic_lib_xla.cc")] + command_flags
+    command = [compiler, "-shared", "-fPIC", "-O2", "-w", "-o", tmp, str(source)] + flags
     try:
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(
-                "ovl_tf.enable_xla: compiling the XLA kernel of DynamicLib against TensorFlow "
+                f"{what} against TensorFlow "
                 f"{tf.__version__}'s headers failed ({' '.join(command)}):\n"
                 + done.stderr[-4000:]
             )
@@ -110,7 +111,13 @@ def enable_xla() -> Path:
             key.update(f.read_bytes() + b"\0")
         out = _cache_root() / "tf-xla" / key.hexdigest()[:32] / "libovl_tf_xla.so"
         if not out.is_file():
-            _build(out, compiler, flags)
+            _build(
+                out,
+                compiler,
+                _HERE / "dynamic_lib_xla.cc",
+                flags,
+                "ovl_tf.enable_xla: compiling the XLA kernel of DynamicLib",
+            )
         tf.load_op_library(str(out))
         shim = ctypes.CDLL(str(out))
         bridge = ctypes.CDLL(_library_file())
