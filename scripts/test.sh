@@ -9,6 +9,9 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
 
+# A one-off build: incremental artifacts would only take disk (about 2 GB).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 # Keep the operators the tests compile out of the user's cache.
 export OVL_CACHE_DIR="${OVL_CACHE_DIR:-$PWD/target/ovl-test-cache}"
 
