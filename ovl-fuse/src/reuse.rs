@@ -19,7 +19,7 @@ use crate::cost::{weight, MEMORY_UNITS};
 use crate::report::RowBuffer;
 use crate::RowBudget;
 use ovl_ir::ir::{self, TensorKind};
-use ovl_ir::typed::{Inst, Kernel, TensorId};
+use ovl_ir::typed::{Inst, Kernel, TensorId, ValueId};
 use ovl_ir::{DType, Literal};
 use std::collections::HashMap;
 
@@ -119,7 +119,10 @@ fn reuse_once(
         }
     }
     let (_, e1, e2, l1, l2) = best?;
-    let out = with_buffer(dag, e1, e2, l1, l2);
+    let out = match kept_in(dag, &kernel, e1, l1) {
+        Some(buffer) => read_back(dag, buffer, e2, l2),
+        None => with_buffer(dag, e1, e2, l1, l2),
+    };
     ovl_ir::validate::validate(&out).ok()?;
     let e = &dag.expressions[e1];
     let record = RowBuffer {
@@ -252,6 +255,49 @@ fn subtree_cost(
     total
 }
 
+/// The local buffer that already keeps `e1`'s value for every iteration of `l1` (an earlier
+/// step's, for another loop that computed it again): a local of `l1.n` elements whose only
+/// write is `buffer[j] = e1` in `l1`'s body. Later loops then read that one buffer instead of
+/// each storing its own copy (softmax's gradient from its ops read `exp` back in three loops).
+fn kept_in(dag: &ir::ExpressionDag, kernel: &Kernel, e1: usize, l1: Loop) -> Option<TensorId> {
+    let at = l1.range as ValueId;
+    // Per local: whether it is still a candidate.
+    let mut only: HashMap<TensorId, bool> = HashMap::new();
+    for (k, x) in kernel.exprs.iter().enumerate() {
+        match &x.inst {
+            Inst::Write {
+                tensor,
+                indices,
+                value,
+            } if tensor.kind == TensorKind::Local => {
+                let this = x.block == Some(at) && *value as usize == e1 && indices[..] == [at];
+                *only.entry(*tensor).or_insert(true) &= this;
+            }
+            // Refilled after the loop that keeps the value: not a candidate.
+            Inst::LocalTensor { tensor, .. } if k > l1.range => {
+                only.insert(*tensor, false);
+            }
+            _ => {}
+        }
+    }
+    only.into_iter()
+        .filter(|&(t, kept)| kept && dag.locals[t.index as usize].shape[..] == [l1.n])
+        .map(|(t, _)| t)
+        .min_by_key(|t| t.index)
+}
+
+/// `dag` with `e2` (in the body of `l2`) read from `buffer` at `l2`'s index.
+fn read_back(dag: &ir::ExpressionDag, buffer: TensorId, e2: usize, l2: Loop) -> ir::ExpressionDag {
+    let mut out = dag.clone();
+    let read = Inst::Read {
+        tensor: buffer,
+        indices: vec![l2.range as ValueId],
+    };
+    out.expressions[e2] = read.encode(DType::from_ir(dag.expressions[e2].dtype));
+    crate::merge::tidy(&mut out);
+    out
+}
+
 /// `dag` with a new local buffer of `l1.n` elements filled before loop `l1`, written with the
 /// value of `e1` in `l1`'s body, and read in `l2`'s body in place of `e2`.
 fn with_buffer(
@@ -350,6 +396,67 @@ mod tests {
         b.write(OUT, out, &[r, j], y);
         b.end_range();
         b.build()
+    }
+
+    /// The sum of `exp(x - m)` in one loop, then `loops` later loops each writing
+    /// `exp(x - m) / sum` (then `*`, `+`) to an output of its own.
+    fn sum_then_loops(n: i64, loops: usize) -> ir::ExpressionDag {
+        let mut b = Builder::new("softmax", &[2]);
+        let x = b.input(DType::F32, &[2, n as u64]);
+        let outs: Vec<u32> = (0..loops)
+            .map(|_| b.output(DType::F32, &[2, n as u64]))
+            .collect();
+        let r = b.position(0);
+        let m = b.f32(0.5);
+        let zero = b.f32(0.0);
+        let acc = b.var(zero);
+        let (s, e, st) = (b.i64(0), b.i64(n), b.i64(1));
+        let j = b.range(s, e, st);
+        let v = b.read(IN, x, &[r, j]);
+        let d = b.op(Op::Sub, &[v, m]);
+        let ex = b.op(Op::Exp, &[d]);
+        let sum = b.op(Op::Add, &[acc, ex]);
+        b.assign(acc, sum);
+        b.end_range();
+        let total = b.op(Op::Add, &[acc, zero]);
+        for (out, op) in outs
+            .into_iter()
+            .zip([Op::Div, Op::Mul, Op::Add].into_iter().cycle())
+        {
+            let (s, e, st) = (b.i64(0), b.i64(n), b.i64(1));
+            let j = b.range(s, e, st);
+            let v = b.read(IN, x, &[r, j]);
+            let d = b.op(Op::Sub, &[v, m]);
+            let ex = b.op(Op::Exp, &[d]);
+            let y = b.op(op, &[ex, total]);
+            b.write(OUT, out, &[r, j], y);
+            b.end_range();
+        }
+        b.build()
+    }
+
+    #[test]
+    fn later_loops_that_compute_the_same_value_read_one_buffer() {
+        let dag = sum_then_loops(64, 3);
+        assert_eq!(count(&dag, Op::Exp), 4);
+        let (out, kept) = reuse_rows(&dag, RowBudget::PORTABLE).expect("a buffer");
+        ovl_ir::validate::validate(&out).unwrap();
+        assert_eq!(kept.len(), 3);
+        assert_eq!(count(&out, Op::Exp), 1);
+        // One buffer, written once, read by the three later loops.
+        assert_eq!(out.locals.len(), 1);
+        assert_eq!(count(&out, Op::LocalTensor), 1);
+        let local = TensorKind::Local as i32;
+        let of_local = |op: Op| {
+            out.expressions
+                .iter()
+                .filter(|e| {
+                    e.code == op as i32 && e.tensor.as_ref().is_some_and(|t| t.kind == local)
+                })
+                .count()
+        };
+        assert_eq!(of_local(Op::Write), 1);
+        assert_eq!(of_local(Op::Read), 3);
     }
 
     fn count(dag: &ir::ExpressionDag, op: Op) -> usize {

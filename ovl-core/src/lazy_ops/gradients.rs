@@ -130,15 +130,29 @@ pub(crate) fn sum_to<T: Scalar>(
     let acc = b.accumulator(Combiner::Sum, zero);
     let (start, end, one) = (b.i64(0), b.i64(count as i64), b.i64(1));
     let t = b.range(start, end, one);
+    // Summed axis `k` is `(t / stride) % n`, without the division where the stride is 1 (the
+    // innermost summed axis) and without the remainder where `t / stride < n` always (the
+    // outermost): one summed axis reads at `t` itself, so that fusion and the C++ compiler see
+    // a contiguous walk (with `(t / 1) % n` a fused softmax gradient stayed scalar and
+    // recomputed its `exp`: the reuse of a loop's values matches indices exactly).
     let mut index = Vec::with_capacity(from.len());
     let mut stride = count;
     for k in 0..from.len() {
         if summed.contains(&k) {
+            let outermost = stride == count;
             stride /= from[k].max(1);
-            let s = b.i64(stride as i64);
-            let n = b.i64(from[k] as i64);
-            let q = b.op(Op::Div, &[t, s]);
-            index.push(b.op(Op::Mod, &[q, n]));
+            let q = if stride == 1 {
+                t
+            } else {
+                let s = b.i64(stride as i64);
+                b.op(Op::Div, &[t, s])
+            };
+            index.push(if outermost {
+                q
+            } else {
+                let n = b.i64(from[k] as i64);
+                b.op(Op::Mod, &[q, n])
+            });
         } else {
             index.push(position[k - off]);
         }
