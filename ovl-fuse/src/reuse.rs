@@ -3,16 +3,18 @@
 //! Fusion by looping (see `looped`) and index substitution leave kernels whose worker walks the
 //! same row several times, recomputing the same values: softmax from its ops computes
 //! `exp(x[r, j] - max)` in the loop that sums it and again in the loop that divides it. When
-//! two top-level loops of an operator run over the same `0..n` (step 1, `n` small enough for a
-//! row buffer) and the second computes, in its body, a value the first computes in its body
+//! two top-level loops of an operator run over constant ranges with step 1, the second's
+//! `s2..n2` inside the first's `s1..n1` (a maximum's loop starts at 1, its first element read
+//! before it), and the second computes, in its body, a value the first computes in its body
 //! from the same loop index, the same input reads and the same values from before the first
-//! loop, the first loop stores it in a worker-local buffer (`n` elements, within a
-//! [`RowBudget`]: per buffer, and for all locals of a worker) and the second reads it back
-//! instead of computing it again. It is the
-//! same value, so results are bit for bit unchanged; reads of inputs are pure (inputs never
-//! change while an operator runs), and the first loop made every read the second would have
-//! made, so no fault moves either. One value is kept per step, the costliest, and only when
-//! it costs more than one element's memory traffic ([`crate::cost::MEMORY_UNITS`]: the
+//! loop, the first loop stores it in a worker-local buffer (`n1` elements indexed by the loop
+//! index, within a [`RowBudget`]: per buffer, and for all locals of a worker) and the second
+//! reads it back instead of computing it again; a later loop that computes a value already kept
+//! reads the same buffer. It is the same value, so results are bit for bit unchanged; reads of
+//! inputs are pure (inputs never change while an operator runs), and the first loop made every
+//! read the second would have made, so no fault moves either. One value is kept per step, the
+//! costliest, and only when it costs more than one element's memory traffic
+//! ([`crate::cost::MEMORY_UNITS`]: the
 //! buffer's store and load stay in a core's cache); steps repeat while values are left.
 
 use crate::cost::{weight, MEMORY_UNITS};
@@ -23,10 +25,12 @@ use ovl_ir::typed::{Inst, Kernel, TensorId, ValueId};
 use ovl_ir::{DType, Literal};
 use std::collections::HashMap;
 
-/// A top-level loop `for j in 0..n` (step 1): its RANGE expression and `n`.
+/// A top-level loop `for j in start..n` (step 1): its RANGE expression and bounds. A buffer
+/// kept for it has `n` elements, indexed by `j`.
 #[derive(Clone, Copy)]
 struct Loop {
     range: usize,
+    start: u64,
     n: u64,
 }
 
@@ -79,7 +83,7 @@ fn reuse_once(
     let mut best: Option<(f64, usize, usize, Loop, Loop)> = None; // (cost, e1, e2, l1, l2)
     for (k, &l2) in loops.iter().enumerate() {
         for &l1 in &loops[..k] {
-            if l1.n != l2.n {
+            if l2.start < l1.start || l2.n > l1.n {
                 continue;
             }
             let mut eq = Equivalence {
@@ -139,13 +143,13 @@ fn reuse_once(
     Some((out, record))
 }
 
-/// The top-level RANGE loops over `0..n` (constant, `n > 0`, step 1).
+/// The top-level RANGE loops over `start..n` (constant, `0 <= start < n`, step 1).
 fn counted_top_level_loops(kernel: &Kernel) -> Vec<Loop> {
     (0..kernel.exprs.len())
         .filter(|&i| kernel.exprs[i].block.is_none())
-        .filter_map(|i| match kernel.counted_loop(i)? {
-            (0, n) => Some(Loop { range: i, n }),
-            _ => None,
+        .filter_map(|i| {
+            let (start, n) = kernel.counted_loop(i)?;
+            Some(Loop { range: i, start, n })
         })
         .collect()
 }
@@ -457,6 +461,28 @@ mod tests {
         };
         assert_eq!(of_local(Op::Write), 1);
         assert_eq!(of_local(Op::Read), 3);
+    }
+
+    #[test]
+    fn a_loop_inside_the_first_loops_range_reads_its_buffer_not_one_outside() {
+        // The first loop over 0..64, the second over 1..64: the second reads the buffer.
+        let mut dag = sum_then_loops(64, 1);
+        let starts: Vec<usize> = (0..dag.expressions.len())
+            .filter(|&i| dag.expressions[i].code == Op::Range as i32)
+            .map(|i| dag.expressions[i].operands[0] as usize)
+            .collect();
+        let one = |dag: &mut ir::ExpressionDag, at: usize| {
+            dag.expressions[at].int_value = 1;
+        };
+        // Each RANGE has its own start constant (the builder does not share them).
+        assert_ne!(starts[0], starts[1]);
+        one(&mut dag, starts[1]);
+        let (out, _) = reuse_rows(&dag, RowBudget::PORTABLE).expect("a buffer");
+        assert_eq!(count(&out, Op::Exp), 1);
+        // The first loop over 1..64, the second over 0..64: element 0 was never computed.
+        let mut dag = sum_then_loops(64, 1);
+        one(&mut dag, starts[0]);
+        assert!(reuse_rows(&dag, RowBudget::PORTABLE).is_none());
     }
 
     fn count(dag: &ir::ExpressionDag, op: Op) -> usize {
