@@ -113,6 +113,11 @@ pub(crate) fn extreme<T: Num>(x: Tensor<T>, axis: usize, largest: bool, keep: bo
     let p = workers(&shape);
     let out = output(&shape);
     // Element 0 of the row (with no rows, where no worker runs, a stand-in that reads nothing).
+    // It starts the accumulators, and the loop still runs over the whole row (a maximum is
+    // idempotent: the same result), so that fusion sees the loop over `0..n` that the row's
+    // other statistics and consumers run: a value computed for every element here (a fused
+    // producer's `sigmoid`) is then kept in a row buffer for them (`ovl-fuse`'s row reuse
+    // needs the later loop's range inside the earlier one's), not computed again.
     let first = if rows {
         x.read(row_element(&p, r, axis, keep, 0usize))
     } else {
@@ -127,7 +132,7 @@ pub(crate) fn extreme<T: Num>(x: Tensor<T>, axis: usize, largest: bool, keep: bo
         // Whether the row holds a number (not NaN): the largest of 1 per number, 0 per NaN.
         let (zero, one) = (lit::<T>(0.0), lit::<T>(1.0));
         let mut numbers = max_of(dsl::select(first == first, one, zero));
-        for k in 1..n {
+        for k in 0..n {
             let v = x.read(row_element(&p, r, axis, keep, k));
             acc.update(v);
             numbers.update(dsl::select(v == v, one, zero));
@@ -138,7 +143,7 @@ pub(crate) fn extreme<T: Num>(x: Tensor<T>, axis: usize, largest: bool, keep: bo
             dsl::select(numbers.get() == zero, first, acc.get()),
         );
     } else {
-        for k in 1..n {
+        for k in 0..n {
             acc.update(x.read(row_element(&p, r, axis, keep, k)));
         }
         out.write(own(&p, shape.len()), acc);
