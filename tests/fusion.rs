@@ -1225,6 +1225,27 @@ fn an_elementwise_consumer_runs_in_the_loop_that_writes_each_row() {
     fused_equals_unfused(&z);
 }
 
+/// A row kernel over a 3-d tensor whose leading axis has extent 1 (a batch of one: the stdlib
+/// softmax's workgroup is `[1, rows]`, the consumer's `[1, rows, cols]`) takes the same
+/// epilogue as over the 2-d tensor: rebased, its write's index on that axis is the constant 0.
+#[test]
+fn an_epilogue_takes_a_row_kernel_over_a_batch_of_one() {
+    use ovl_stdlib as ops;
+    let (rows, cols) = (3usize, 10usize);
+    let xa = ndarray::Array3::from_shape_fn((1, rows, cols), |(_, i, j)| {
+        ((i * 7 + j * 3) % 13) as f32 * 0.25 - 1.0
+    });
+    let x: Lazy<f32> = xa.clone().into_dyn().into();
+    let z = ops::add(&x, ops::softmax(&x));
+    let fusion = ovl::fusion(&z, 3).unwrap();
+    assert_eq!(fusion.report.kernels_after, 1, "{}", fusion.report);
+    epilogue_merge(&fusion.report);
+    let x2 = xa.index_axis(ndarray::Axis(0), 0).to_owned();
+    let want = &x2 + &softmax_rows(&x2);
+    check_everywhere(&z, &want.insert_axis(ndarray::Axis(0)).into_dyn(), 2e-6);
+    fused_equals_unfused(&z);
+}
+
 /// An epilogue whose producer's rows are also requested keeps them as an output; one that
 /// reads them at another position (the next column) is not an epilogue.
 #[test]

@@ -157,12 +157,21 @@ pub(crate) fn check(
     let Some((range, close)) = in_row_loop else {
         return Err(No::NotInRowLoop { n });
     };
+    // On an axis of extent 1 the index may be the constant 0 (rebasing a producer that had no
+    // such axis writes it so: a batch of one).
+    let zero_on_unit_axis = |id: u32, a: usize| {
+        pd.workgroup_shape[a] == 1
+            && kp.exprs.get(id as usize).is_some_and(|x| {
+                x.inst == Inst::Const(ovl_ir::Literal::Int(0))
+                    && x.dtype == Some(ovl_ir::DType::I64)
+            })
+    };
     let index_ok = indices.len() == pd.workgroup_shape.len()
         && indices.iter().enumerate().all(|(a, &id)| {
             if a == axis {
                 id == range
             } else {
-                is_position(&kp, id, a)
+                is_position(&kp, id, a) || zero_on_unit_axis(id, a)
             }
         });
     // An accumulator is read after its loop, not in it.
