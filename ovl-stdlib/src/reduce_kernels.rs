@@ -91,8 +91,8 @@ pub(crate) fn prod<T: Num>(x: Tensor<T>, axis: usize, keep: bool) -> Tensor<T> {
 
 /// Maximum (`largest`) or minimum along `axis`, following the IR's rule: a NaN never wins. A
 /// row that is all NaN is NaN (the IR's lanes start at -inf/+inf, so its accumulator alone would
-/// give the identity for a row of two or more NaN and NaN for a row of one: a float row also
-/// counts its numbers, in the same loop). An empty axis has no extreme: a trace error.
+/// give the identity: a float row also counts its numbers, in the same loop). An empty axis has
+/// no extreme: a trace error.
 #[operator]
 pub(crate) fn extreme<T: Num>(x: Tensor<T>, axis: usize, largest: bool, keep: bool) -> Tensor<T> {
     let name = if largest { "max" } else { "min" };
