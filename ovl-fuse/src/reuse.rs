@@ -374,37 +374,13 @@ mod tests {
     /// `exp(x - m) / sum` written, `m` from before the loops. With `same` false the second
     /// loop computes `exp(x - 2m)` instead.
     fn two_loops(n: i64, same: bool) -> ir::ExpressionDag {
-        let mut b = Builder::new("softmax", &[2]);
-        let x = b.input(DType::F32, &[2, n as u64]);
-        let out = b.output(DType::F32, &[2, n as u64]);
-        let r = b.position(0);
-        let m = b.f32(0.5);
-        let zero = b.f32(0.0);
-        let acc = b.var(zero);
-        let (s, e, st) = (b.i64(0), b.i64(n), b.i64(1));
-        let j = b.range(s, e, st);
-        let v = b.read(IN, x, &[r, j]);
-        let d = b.op(Op::Sub, &[v, m]);
-        let ex = b.op(Op::Exp, &[d]);
-        let sum = b.op(Op::Add, &[acc, ex]);
-        b.assign(acc, sum);
-        b.end_range();
-        let total = b.op(Op::Add, &[acc, zero]);
-        let m2 = if same { m } else { b.op(Op::Add, &[m, m]) };
-        let (s, e, st) = (b.i64(0), b.i64(n), b.i64(1));
-        let j = b.range(s, e, st);
-        let v = b.read(IN, x, &[r, j]);
-        let d = b.op(Op::Sub, &[v, m2]);
-        let ex = b.op(Op::Exp, &[d]);
-        let y = b.op(Op::Div, &[ex, total]);
-        b.write(OUT, out, &[r, j], y);
-        b.end_range();
-        b.build()
+        sum_then_loops(n, 1, same)
     }
 
     /// The sum of `exp(x - m)` in one loop, then `loops` later loops each writing
-    /// `exp(x - m) / sum` (then `*`, `+`) to an output of its own.
-    fn sum_then_loops(n: i64, loops: usize) -> ir::ExpressionDag {
+    /// `exp(x - m) / sum` (then `*`, `+`) to an output of its own; `exp(x - 2m)` there unless
+    /// `same`.
+    fn sum_then_loops(n: i64, loops: usize, same: bool) -> ir::ExpressionDag {
         let mut b = Builder::new("softmax", &[2]);
         let x = b.input(DType::F32, &[2, n as u64]);
         let outs: Vec<u32> = (0..loops)
@@ -423,6 +399,7 @@ mod tests {
         b.assign(acc, sum);
         b.end_range();
         let total = b.op(Op::Add, &[acc, zero]);
+        let m2 = if same { m } else { b.op(Op::Add, &[m, m]) };
         for (out, op) in outs
             .into_iter()
             .zip([Op::Div, Op::Mul, Op::Add].into_iter().cycle())
@@ -430,7 +407,7 @@ mod tests {
             let (s, e, st) = (b.i64(0), b.i64(n), b.i64(1));
             let j = b.range(s, e, st);
             let v = b.read(IN, x, &[r, j]);
-            let d = b.op(Op::Sub, &[v, m]);
+            let d = b.op(Op::Sub, &[v, m2]);
             let ex = b.op(Op::Exp, &[d]);
             let y = b.op(op, &[ex, total]);
             b.write(OUT, out, &[r, j], y);
@@ -441,7 +418,7 @@ mod tests {
 
     #[test]
     fn later_loops_that_compute_the_same_value_read_one_buffer() {
-        let dag = sum_then_loops(64, 3);
+        let dag = sum_then_loops(64, 3, true);
         assert_eq!(count(&dag, Op::Exp), 4);
         let (out, kept) = reuse_rows(&dag, RowBudget::PORTABLE).expect("a buffer");
         ovl_ir::validate::validate(&out).unwrap();
@@ -466,7 +443,7 @@ mod tests {
     #[test]
     fn a_loop_inside_the_first_loops_range_reads_its_buffer_not_one_outside() {
         // The first loop over 0..64, the second over 1..64: the second reads the buffer.
-        let mut dag = sum_then_loops(64, 1);
+        let mut dag = sum_then_loops(64, 1, true);
         let starts: Vec<usize> = (0..dag.expressions.len())
             .filter(|&i| dag.expressions[i].code == Op::Range as i32)
             .map(|i| dag.expressions[i].operands[0] as usize)
@@ -480,7 +457,7 @@ mod tests {
         let (out, _) = reuse_rows(&dag, RowBudget::PORTABLE).expect("a buffer");
         assert_eq!(count(&out, Op::Exp), 1);
         // The first loop over 1..64, the second over 0..64: element 0 was never computed.
-        let mut dag = sum_then_loops(64, 1);
+        let mut dag = sum_then_loops(64, 1, true);
         one(&mut dag, starts[0]);
         assert!(reuse_rows(&dag, RowBudget::PORTABLE).is_none());
     }
