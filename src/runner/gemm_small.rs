@@ -147,7 +147,7 @@ pub(super) unsafe fn gemm_nn(
     // B's rows a multiple of 4 KiB apart fall into a few sets of the caches, which then hold
     // a small part of a strip: every block of rows would read it from memory again (128
     // GFLOP/s at [64, 1024] x [1024, 4096] against 181 at [20, 650] x [650, 2600]).
-    let aliased = (n * std::mem::size_of::<f32>()) % 4096 == 0;
+    let aliased = (n * std::mem::size_of::<f32>()).is_multiple_of(4096);
     if m <= MAX_ROWS && (blocks.len() == 1 || !aliased) {
         // Few rows: a task per strip of B, read once from memory in place, then from L2 for
         // the other blocks of rows. The first block prefetches the strip's rows ahead: each row
@@ -211,8 +211,8 @@ unsafe fn pack_strip(
                     _mm_prefetch::<_MM_HINT_T0>(ahead.add(64 * q));
                 }
             }
-            for q in 0..4 {
-                let v = _mm512_maskz_loadu_ps(masks[q], row.add(16 * q));
+            for (q, &mask) in masks.iter().enumerate() {
+                let v = _mm512_maskz_loadu_ps(mask, row.add(16 * q));
                 _mm512_storeu_ps(out.add(l * NN_COLS + 16 * q), v);
             }
         }
