@@ -124,29 +124,34 @@ pub(super) unsafe fn gemm_nn(
         })
     };
     // One block of rows by one strip of columns, the strip read at `b` with row stride `ldb`.
-    let block =
-        |(first, rows): (usize, usize), strip: usize, b: (*const f32, usize), prefetch: bool| {
-            let masks = masks_of(strip);
-            // SAFETY: the block's packed A, the strip's columns of B and the block's part of C lie
-            // inside the buffers (the caller's contract); tasks below are disjoint in C.
-            unsafe {
-                let ap = shared.a().add(first * k);
-                let c = (shared.c().add(first * n + strip * NN_COLS), n);
-                match rows {
-                    1 => nn_block::<1>(k, ap, b, c, masks, prefetch),
-                    2 => nn_block::<2>(k, ap, b, c, masks, prefetch),
-                    3 => nn_block::<3>(k, ap, b, c, masks, prefetch),
-                    4 => nn_block::<4>(k, ap, b, c, masks, prefetch),
-                    5 => nn_block::<5>(k, ap, b, c, masks, prefetch),
-                    _ => nn_block::<6>(k, ap, b, c, masks, prefetch),
-                }
+    // `copy`: where to store the strip's rows as the block reads them (row stride 64).
+    let block = |(first, rows): (usize, usize),
+                 strip: usize,
+                 b: (*const f32, usize),
+                 prefetch: bool,
+                 copy: Option<*mut f32>| {
+        let masks = masks_of(strip);
+        // SAFETY: the block's packed A, the strip's columns of B and the block's part of C lie
+        // inside the buffers (the caller's contract); tasks below are disjoint in C.
+        unsafe {
+            let ap = shared.a().add(first * k);
+            let c = (shared.c().add(first * n + strip * NN_COLS), n);
+            match rows {
+                1 => nn_block::<1>(k, ap, b, c, masks, prefetch, copy),
+                2 => nn_block::<2>(k, ap, b, c, masks, prefetch, copy),
+                3 => nn_block::<3>(k, ap, b, c, masks, prefetch, copy),
+                4 => nn_block::<4>(k, ap, b, c, masks, prefetch, copy),
+                5 => nn_block::<5>(k, ap, b, c, masks, prefetch, copy),
+                _ => nn_block::<6>(k, ap, b, c, masks, prefetch, copy),
             }
-        };
+        }
+    };
     // The strip of B in place (row stride `n`).
     let in_place = |strip: usize| (shared.b().wrapping_add(strip * NN_COLS), n);
     // B's rows a multiple of 4 KiB apart fall into a few sets of the caches, which then hold
-    // a small part of a strip: every block of rows would read it from memory again (128
-    // GFLOP/s at [64, 1024] x [1024, 4096] against 181 at [20, 650] x [650, 2600]).
+    // a small part of a strip: every block of rows would read it from memory again (149
+    // GFLOP/s at [64, 1024] x [1024, 4096] against 208 at [20, 650] x [650, 2600]; with the
+    // copy 178-191).
     let aliased = (n * std::mem::size_of::<f32>()).is_multiple_of(4096);
     if m <= MAX_ROWS && (blocks.len() == 1 || !aliased) {
         // Few rows: a task per strip of B, read once from memory in place, then from L2 for
@@ -154,21 +159,25 @@ pub(super) unsafe fn gemm_nn(
         // of a strip lies in another page, where the hardware's prefetcher stops.
         for_each_task(strips, threads, |strip| {
             for (i, &rows) in blocks.iter().enumerate() {
-                block(rows, strip, in_place(strip), i == 0);
+                block(rows, strip, in_place(strip), i == 0, None);
             }
         });
     } else if m <= MAX_ROWS {
-        // Few rows, B's rows aliased: a task per strip of B, copied once from memory into a
-        // contiguous buffer that stays in L2 while every block of rows passes over it (copying
-        // where the rows are not aliased measured 11% slower at [20, 650] x [650, 2600]).
+        // Few rows, B's rows aliased: a task per strip of B; the first block of rows reads it
+        // from memory in place and copies it into a contiguous buffer, which stays in L2 while
+        // the other blocks pass over it (copying where the rows are not aliased measured 11%
+        // slower at [20, 650] x [650, 2600]).
         for_each_task(strips, threads, |strip| {
             STRIP.with(|buffer| {
                 let mut buffer = buffer.borrow_mut();
-                // SAFETY: the strip's masked columns of B's rows 0..k are inside B.
-                let packed =
-                    unsafe { pack_strip(in_place(strip), k, masks_of(strip), &mut buffer) };
-                for &rows in &blocks {
-                    block(rows, strip, (packed, NN_COLS), false);
+                buffer.resize(k * NN_COLS, 0.0);
+                let copy = buffer.as_mut_ptr();
+                for (i, &rows) in blocks.iter().enumerate() {
+                    if i == 0 {
+                        block(rows, strip, in_place(strip), true, Some(copy));
+                    } else {
+                        block(rows, strip, (copy, NN_COLS), false, None);
+                    }
                 }
             })
         });
@@ -176,56 +185,23 @@ pub(super) unsafe fn gemm_nn(
         // Many rows (a short sum, B small): a task per block of rows, writing whole rows of C
         // (strips of C's rows would leave cache lines half written).
         for_each_task(blocks.len(), threads, |i| {
-            (0..strips).for_each(|strip| block(blocks[i], strip, in_place(strip), false))
+            (0..strips).for_each(|strip| block(blocks[i], strip, in_place(strip), false, None))
         });
     }
 }
 
 std::thread_local! {
-    /// Each thread's copy of the strip of B it works on ([`pack_strip`]).
+    /// Each thread's copy of the strip of B it works on (see [`gemm_nn`]).
     static STRIP: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Copies rows `0..k` of a strip of B (the lanes in `masks` of 64 columns, row stride `ldb`)
-/// into `buffer` with row stride 64 (lanes outside `masks` zero), prefetching rows ahead (each
-/// lies in another page), and returns the copy.
-///
-/// # Safety
-/// `b`'s rows `0..k` hold the masked lanes; AVX-512F is available.
-#[target_feature(enable = "avx512f")]
-unsafe fn pack_strip(
-    (b, ldb): (*const f32, usize),
-    k: usize,
-    masks: [u16; 4],
-    buffer: &mut Vec<f32>,
-) -> *const f32 {
-    buffer.resize(k * NN_COLS, 0.0);
-    let out = buffer.as_mut_ptr();
-    // SAFETY: masked loads read only the caller's lanes; the buffer holds k rows of 64.
-    unsafe {
-        for l in 0..k {
-            let row = b.add(l * ldb);
-            if l + PREFETCH_ROWS < k {
-                let ahead = row.add(PREFETCH_ROWS * ldb).cast::<i8>();
-                for q in 0..4 {
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.add(64 * q));
-                }
-            }
-            for (q, &mask) in masks.iter().enumerate() {
-                let v = _mm512_maskz_loadu_ps(mask, row.add(16 * q));
-                _mm512_storeu_ps(out.add(l * NN_COLS + 16 * q), v);
-            }
-        }
-    }
-    out
 }
 
 /// One register block of `C = A · B`: `R` rows by up to 64 columns (the lanes in `masks`).
 ///
 /// # Safety
 /// `ap` holds `k * R` packed values; `b` rows `0..k` (stride `ldb`) and `c` rows `0..R`
-/// (stride `ldc`) hold the masked lanes; AVX-512F is available. `prefetch`: fetch rows of B
-/// ahead into the cache.
+/// (stride `ldc`) hold the masked lanes; `copy`, if any, has room for `k` rows of 64; AVX-512F
+/// is available. `prefetch`: fetch rows of B ahead into the cache. `copy`: store each row of
+/// the strip there as it is read (lanes outside `masks` as zeros), with row stride 64.
 // Indexed loops over the register arrays: fixed trip counts the compiler unrolls into registers.
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f")]
@@ -236,6 +212,7 @@ unsafe fn nn_block<const R: usize>(
     (c, ldc): (*mut f32, usize),
     masks: [u16; 4],
     prefetch: bool,
+    copy: Option<*mut f32>,
 ) {
     let mut acc = [[_mm512_setzero_ps(); 4]; R];
     let full = masks == [u16::MAX; 4];
@@ -258,6 +235,11 @@ unsafe fn nn_block<const R: usize>(
             } else {
                 for q in 0..4 {
                     bv[q] = _mm512_maskz_loadu_ps(masks[q], row.add(16 * q));
+                }
+            }
+            if let Some(copy) = copy {
+                for q in 0..4 {
+                    _mm512_storeu_ps(copy.add(l * NN_COLS + 16 * q), bv[q]);
                 }
             }
             for i in 0..R {
