@@ -4,9 +4,11 @@
 use crate::options::{Options, Target};
 use crate::runner::{GemmKernel, Input, Kernel, Output, Plan, RunFailure};
 use crate::{Error, InternalError};
+use ovl_codegen::{CodegenError, CompiledOperator};
 use ovl_core::ir;
 use ovl_core::lazy::Graph;
 use ovl_core::{GraphInput, HostTensor};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,6 +71,26 @@ pub(crate) fn kernels_with_libraries(
         max_while_iterations: options.while_limit(),
         reduction_order,
     };
+    let compile = options.compile_options();
+    // The CPU's kernels to compile, compiled together: those that miss the cache concurrently.
+    let mut compiled: HashMap<usize, Result<Arc<CompiledOperator>, CodegenError>> =
+        if matches!(options.target, Target::Cpu) {
+            let wanted: Vec<usize> = (0..dag.operators.len())
+                .filter(|&k| {
+                    let op = &dag.operators[k];
+                    !op.workgroup_shape.contains(&0)
+                        && GemmKernel::for_operator(op).is_none()
+                        && !libraries.iter().any(|l| l.operator as usize == k)
+                })
+                .collect();
+            let dags: Vec<&ir::ExpressionDag> = wanted.iter().map(|&k| &dag.operators[k]).collect();
+            wanted
+                .into_iter()
+                .zip(ovl_codegen::compile_all(&dags, &compile))
+                .collect()
+        } else {
+            HashMap::new()
+        };
     dag.operators
         .iter()
         .enumerate()
@@ -83,13 +105,14 @@ pub(crate) fn kernels_with_libraries(
                 if let Some(gemm) = GemmKernel::for_operator(op) {
                     return Ok(Kernel::Gemm(gemm));
                 }
-                let compile = options.compile_options();
                 Ok(Kernel::Cpu(
                     match libraries.iter().find(|l| l.operator as usize == k) {
                         Some(library) => {
                             ovl_codegen::cpu::cache::compile_embedded(op, library, &compile)?
                         }
-                        None => ovl_codegen::compile(op, &compile)?,
+                        None => compiled
+                            .remove(&k)
+                            .unwrap_or_else(|| ovl_codegen::compile(op, &compile))?,
                     },
                 ))
             }

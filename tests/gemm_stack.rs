@@ -386,3 +386,50 @@ fn an_lstm_layer_stacks_its_input_products_and_computes_the_same() {
         }
     }
 }
+
+/// A bias added in every step gets its gradient as one reduction of the sum of the steps'
+/// gradients (`Σ_t sum_to(dz_t)` recorded as `sum_to(Σ_t dz_t)`, which fuses into a small
+/// kernel instead of one loop per step): one `sum_to` in the graph, and the values of a plain
+/// f64 computation.
+#[test]
+fn a_bias_used_in_every_step_is_reduced_once() {
+    let (t, b, n) = (4, 3, 5);
+    let (xs, bs) = (values(&[b, n], 21), values(&[n], 22));
+    let x = Lazy::from(xs.mapv(|v| v as f32));
+    let bias = Lazy::from(bs.mapv(|v| v as f32));
+    let mut h = x.clone();
+    for _ in 0..t {
+        h = ops::tanh(ops::add(&h, &bias));
+    }
+    let seed = Lazy::from(ArrayD::<f32>::ones(IxDyn(&[b, n])));
+    let grads = ovl::backward(&[(&h, &seed)], &[&bias]).unwrap();
+    let db = grads.of(&bias).unwrap();
+    let unfused = ovl::fusion_with(&db, &options(Options::cpu(), 0)).unwrap();
+    let sums = unfused
+        .after
+        .operators
+        .iter()
+        .filter(|o| o.name == "sum_to");
+    assert_eq!(sums.count(), 1, "{}", unfused.report);
+
+    let mut hs = vec![xs];
+    for _ in 0..t {
+        let a = hs.last().unwrap() + &bs;
+        hs.push(a.mapv(f64::tanh));
+    }
+    let mut g = ArrayD::<f64>::ones(IxDyn(&[b, n]));
+    let mut want = ArrayD::<f64>::zeros(IxDyn(&[n]));
+    for s in (1..=t).rev() {
+        g = &g * &hs[s].mapv(|v| 1.0 - v * v);
+        want = want + g.sum_axis(ndarray::Axis(0));
+    }
+    for level in [0, 3] {
+        let got = ovl::evaluate_with(&db, &options(Options::cpu(), level)).unwrap();
+        close(
+            &got.mapv(f64::from),
+            &want,
+            1e-5,
+            &format!("db (level {level})"),
+        );
+    }
+}

@@ -723,3 +723,48 @@ fn an_embedded_library_for_another_machine_is_compiled_or_a_clear_error() {
         "{reason}"
     );
 }
+
+/// `compile_all`: every operator, in order; distinct ones compiled once each (concurrently), the
+/// same operator given twice the same library; afterwards every one is served from memory. Each
+/// entry keeps its full source, prelude included, whether or not the prelude was precompiled.
+#[test]
+fn compile_all_compiles_each_distinct_operator_once() {
+    let cache = TestCache::new();
+    let factors = [2.0, 3.0, 2.0, 4.0];
+    let dags: Vec<ir::ExpressionDag> = factors.iter().map(|&c| scale(c)).collect();
+    let refs: Vec<&ir::ExpressionDag> = dags.iter().collect();
+    let ops: Vec<_> = ovl_codegen::compile_all(&refs, &cache.options())
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    for (op, &c) in ops.iter().zip(&factors) {
+        check_scale(op, c);
+        let source = std::fs::read_to_string(op.source_path()).unwrap();
+        assert!(source.contains(ovl_codegen::CPP_PRELUDE));
+    }
+    assert!(Arc::ptr_eq(&ops[0], &ops[2]));
+    for dag in &dags {
+        let (_, outcome) = compile_with_outcome(dag, &cache.options()).unwrap();
+        assert_eq!(outcome, CacheOutcome::Memory);
+    }
+    let entries = std::fs::read_dir(cache.dir.path().join("v1/cpu")).unwrap();
+    assert_eq!(entries.count(), 3);
+}
+
+/// The precompiled prelude only saves time: with its header and its `.gch` damaged, an
+/// operator still compiles (from its full source) and runs.
+#[test]
+fn a_damaged_precompiled_prelude_costs_time_not_correctness() {
+    let cache = TestCache::new();
+    check_scale(&compile(&scale(5.0), &cache.options()).unwrap(), 5.0);
+    let Ok(headers) = std::fs::read_dir(cache.dir.path().join("v1/cpu-prelude")) else {
+        println!("DID NOT RUN: the compiler is not GCC, so there is no precompiled prelude");
+        return;
+    };
+    for dir in headers {
+        let dir = dir.unwrap().path();
+        std::fs::write(dir.join("ovl_prelude.h.gch"), b"not a precompiled header").unwrap();
+        std::fs::write(dir.join("ovl_prelude.h"), b"#error damaged\n").unwrap();
+    }
+    check_scale(&compile(&scale(6.0), &cache.options()).unwrap(), 6.0);
+}

@@ -6,7 +6,9 @@
 //! `<root>` is `$OVL_CACHE_DIR`, else the user cache directory (`~/.cache/ovl` on Linux), or
 //! [`CompileOptions::cache_dir`]. `<key>` is [`crate::CompiledOperator::cache_key`]: 32 hex
 //! digits of SHA-256 over the operator's canonical hash, the codegen and ABI versions, the
-//! compiler path and `--version`, the flags and the CPU features.
+//! compiler path and `--version`, the flags and the CPU features. With GCC,
+//! `<root>/v1/cpu-prelude/<key>/` holds the prelude as a header and its precompiled form, from
+//! which every operator is compiled ([`super::pch`]); `op.cpp` stays the full source.
 //!
 //! Every file is written to a unique temporary name in the same directory and renamed into
 //! place, so readers never see a partial file; an exclusive lock on `lock` serializes
@@ -133,7 +135,14 @@ pub fn compile_with_outcome(
             dump(&dag.name, &source_path);
         }
         let tmp_lib = writer.temp_artifact()?;
-        toolchain.compile(&source_path, &tmp_lib, &dag.name, &defined_at(dag))?;
+        let prelude = super::pch::header(&toolchain, root);
+        toolchain.compile(
+            &source_path,
+            &tmp_lib,
+            &dag.name,
+            &defined_at(dag),
+            prelude.as_deref(),
+        )?;
         // Load from the unique temporary name (the dynamic loader identifies libraries by path,
         // so a recompiled library must not be opened under a path loaded before), then publish
         // it with its `meta`.

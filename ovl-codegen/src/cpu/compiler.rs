@@ -164,13 +164,31 @@ impl Toolchain {
     /// Compiles `source` into the shared library `output`. `operator` and `defined_at` name
     /// the operator in errors, which carry the command, the compiler's output and the source
     /// path.
+    ///
+    /// With `prelude` (the precompiled prelude's header, [`super::pch`]) the source is compiled
+    /// from a stub that includes it, and again from the full source if that fails.
     pub fn compile(
         &self,
         source: &Path,
         output: &Path,
         operator: &str,
         defined_at: &str,
+        prelude: Option<&Path>,
     ) -> Result<(), CodegenError> {
+        if let Some(header) = prelude {
+            let stub = std::fs::read_to_string(source)
+                .ok()
+                .and_then(|s| super::pch::stub(&s, header));
+            let stub_path = output.with_extension("stub.cpp");
+            if stub.is_some_and(|s| std::fs::write(&stub_path, s).is_ok()) {
+                COMPILER_RUNS.fetch_add(1, Ordering::Relaxed);
+                let out = self.command(&stub_path, output).output();
+                let _ = std::fs::remove_file(&stub_path);
+                if out.is_ok_and(|o| o.status.success()) {
+                    return Ok(());
+                }
+            }
+        }
         let command = self.command_line(source, output);
         COMPILER_RUNS.fetch_add(1, Ordering::Relaxed);
         let out = self.command(source, output).output().map_err(|source| {

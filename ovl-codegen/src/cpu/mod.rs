@@ -6,6 +6,7 @@ pub mod abi;
 pub mod cache;
 pub(crate) mod compiler;
 mod frame;
+mod pch;
 pub(crate) mod runtime;
 
 pub use frame::generate_cpp;

@@ -365,10 +365,16 @@ fn accumulate(
     let sum = match grads.remove(&key(t)) {
         None => g,
         Some(prev) => {
-            // Contributions that are all matrix products: one call summing them.
+            // Contributions that are all matrix products: one call summing them; all sums
+            // over a broadcast operand's axes: one sum of their sum.
+            use crate::lazy_ops::{gemm::merge_sum, gradients::merge_sum_to};
             let merged = match t.dtype {
-                DType::F32 => crate::lazy_ops::gemm::merge_sum::<f32>(&prev, &g),
-                DType::F64 => crate::lazy_ops::gemm::merge_sum::<f64>(&prev, &g),
+                DType::F32 => {
+                    merge_sum::<f32>(&prev, &g).or_else(|| merge_sum_to::<f32>(&prev, &g))
+                }
+                DType::F64 => {
+                    merge_sum::<f64>(&prev, &g).or_else(|| merge_sum_to::<f64>(&prev, &g))
+                }
                 _ => None,
             };
             match (merged, t.dtype) {

@@ -53,7 +53,7 @@ fn constant(dtype: DType, lit: Literal) -> ir::Expression {
 }
 
 pub(crate) mod gemm;
-mod gradients;
+pub(crate) mod gradients;
 
 pub use gemm::gemm;
 
