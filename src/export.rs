@@ -358,6 +358,14 @@ fn compile_program(
 ) -> Result<(), Error> {
     if let (Some(g), false) = (&program.graph, options.target == Target::Interpreter) {
         let compile = options.compile_options();
+        // The distinct operators compiled concurrently first; the loop below finds them in
+        // memory (and meets an error again, in order).
+        let wanted: Vec<&ir::ExpressionDag> = g
+            .operators
+            .iter()
+            .filter(|op| crate::runner::GemmKernel::for_operator(op).is_none())
+            .collect();
+        let _ = ovl_codegen::compile_all(&wanted, &compile);
         for (k, op) in g.operators.iter().enumerate() {
             if crate::runner::GemmKernel::for_operator(op).is_some() {
                 // Run by its library on the CPU: nothing to compile.

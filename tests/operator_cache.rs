@@ -157,3 +157,41 @@ fn processes_evaluating_at_once_all_succeed() {
         "all children share one cache entry"
     );
 }
+
+/// A program of several distinct operators (and one repeated) compiles each distinct one once,
+/// the distinct ones at the same time on a multi-core machine, and every kernel computes its own
+/// operator; after `clear_caches` the libraries are found again on disk without the compiler.
+#[test]
+fn distinct_operators_compile_once_each_and_run_right() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = tempfile::tempdir().expect("temp dir");
+    // No fusion: one kernel per operator call.
+    let options = options(cache.path()).with_opt_level(0);
+    let chain = || {
+        let a = affine(input(), 2.0, 1.0);
+        let b = affine(a, 3.0, -0.5);
+        let c = affine(b, 2.0, 1.0); // the body of `a` again
+        affine(c, 0.25, 4.0)
+    };
+    let want = input().mapv(|v| (((v * 2.0 + 1.0) * 3.0 - 0.5) * 2.0 + 1.0) * 0.25 + 4.0);
+
+    let runs = ovl::compiler_invocations();
+    let got = evaluate_with(&chain(), &options).expect("evaluate");
+    assert_eq!(got, want.clone().into_dyn());
+    assert_eq!(
+        ovl::compiler_invocations() - runs,
+        3,
+        "three distinct operators, each compiled once"
+    );
+    assert_eq!(entries(cache.path()), 3);
+
+    ovl::clear_caches();
+    let runs = ovl::compiler_invocations();
+    let again = evaluate_with(&chain(), &options).expect("evaluate after clear_caches");
+    assert_eq!(again, want.into_dyn());
+    assert_eq!(
+        ovl::compiler_invocations() - runs,
+        0,
+        "found on disk after clear_caches"
+    );
+}
