@@ -10,9 +10,8 @@
 //!
 //! Fusion runs at opt_level 1 unless `--opt N` says otherwise (the table in docs/benchmarks.md
 //! was measured so): the products are library calls at every level and each step's cell fuses
-//! into one kernel either way; level 3 (the library's default) also merges across steps and
-//! takes longer to compile (T = 35, H = 650, quick run: 1.3 s forward and 4.9 s forward +
-//! backward cold, against 0.8 and 2.8 s) for about the same run time.
+//! into one kernel either way; level 3 (the library's default) also merges across steps,
+//! which makes more distinct kernels to compile for about the same run time.
 //!
 //! `cargo bench --bench lstm_layer -- [--quick] [--out DIR]` writes `DIR/ovl.json` (times) and,
 //! per size, the outputs of one run (`DIR/ovl_TxBxH_{h,dx,dw,du,db}.f32`, little-endian) that
