@@ -321,7 +321,7 @@ fn a_column_sum_on_the_gpu_path_reduces_in_the_column_order() {
         );
         assert_eq!(
             interp[[c]].to_bits(),
-            lanes_sum(&column, 8).to_bits(),
+            lanes_sum(&column, 16).to_bits(),
             "column {c}"
         );
         differ += usize::from(gpu[[c]] != interp[[c]]);
