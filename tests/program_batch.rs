@@ -264,15 +264,17 @@ fn lstm_export(batch: usize, hidden: usize) -> ovl::export::TfExport {
         .options(&Options::interpreter())
 }
 
-/// The sum in the order of an accumulator over the batch (`proto/ovl.proto`): lane `t % 8`,
+/// The sum in the order of an accumulator over the batch (`proto/ovl.proto`): lane `t % 16`,
 /// then the lanes folded pairwise.
 fn lane_sum(values: impl Iterator<Item = f32>) -> f32 {
-    let mut lanes = [0.0f32; 8];
+    let mut lanes = vec![0.0f32; 16];
     for (t, v) in values.enumerate() {
-        lanes[t % 8] += v;
+        lanes[t % 16] += v;
     }
-    let l = lanes;
-    0.0 + (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])))
+    while lanes.len() > 1 {
+        lanes = lanes.chunks(2).map(|p| p[0] + p[1]).collect();
+    }
+    0.0 + lanes[0]
 }
 
 #[test]

@@ -1,14 +1,14 @@
 //! Accumulators (`sum_of`, `product_of`, `min_of`, `max_of`): reductions over a staged loop in
-//! the order `proto/ovl.proto` defines (8 lanes, iteration t into lane t % 8, lanes folded
+//! the order `proto/ovl.proto` defines (16 lanes, iteration t into lane t % 16, lanes folded
 //! pairwise, then combined into the accumulator). Every backend must give exactly the values of
 //! that order, computed here independently in plain Rust.
 
 use ndarray::{Array1, Array2};
 use ovl::prelude::*;
 
-/// The reference: `init ⊕ fold(lanes)` with lane l holding the values of iterations l, l+8, ...
+/// The reference: `init ⊕ fold(lanes)` with lane l holding the values of iterations l, l+16, ...
 fn lane_order<T: Copy>(init: T, identity: T, values: &[T], op: impl Fn(T, T) -> T) -> T {
-    lanes_order(8, init, identity, values, op)
+    lanes_order(16, init, identity, values, op)
 }
 
 /// [`lane_order`] over `count` lanes (the CUDA order of a row kernel, `ovl_ir::cooperative`).
@@ -75,8 +75,9 @@ fn data(rows: usize, cols: usize) -> Array2<f32> {
 
 #[test]
 fn float_sums_products_minima_and_maxima_follow_the_lane_order_exactly() {
-    // Rows of 0, 1, 7, 8, 9, 33 and 1000 elements: empty, partial and many blocks of lanes.
-    for cols in [0usize, 1, 7, 8, 9, 33, 1000] {
+    // Rows of 0, 1, 7, 8, 9, 15, 16, 17, 33 and 1000 elements: empty, partial and many blocks of
+    // lanes.
+    for cols in [0usize, 1, 7, 8, 9, 15, 16, 17, 33, 1000] {
         let x = data(3, cols);
         for (name, options) in targets() {
             let (s, p, lo, hi) = ovl::evaluate_with(row_stats(&x), &options)
@@ -261,9 +262,9 @@ fn the_cuda_backend_compiles_reductions() {
                 .unwrap_or_else(|e| panic!("{e}"));
             let want = lanes_order(32, 0.0f32, 0.0, &x.row(0).to_vec(), |a, b| a + b);
             assert_eq!(s[[0]].to_bits(), want.to_bits());
-            let eight = lane_order(0.0f32, 0.0, &x.row(0).to_vec(), |a, b| a + b);
+            let lanes = lane_order(0.0f32, 0.0, &x.row(0).to_vec(), |a, b| a + b);
             let (c, ..) = ovl::evaluate_with(row_stats(&x), &Options::interpreter()).unwrap();
-            assert_eq!(c[[0]].to_bits(), eight.to_bits());
+            assert_eq!(c[[0]].to_bits(), lanes.to_bits());
         }
         Err(e) => eprintln!("reductions: the CUDA compile check DID NOT RUN (no NVRTC): {e}"),
     }

@@ -284,7 +284,7 @@ fn the_fused_column_kernels_are_pinned_for_the_cuda_emulation() {
 /// `sum(x, 0)` through `Options::cuda_validate()` (the interpreter in the CUDA order) is the
 /// documented column order, computed here on its own: per column, 32 lanes (300 rows, 37
 /// columns: `ovl_ir::cooperative::column_layout`), row `t` into lane `t % 32`, the lanes folded
-/// pairwise, then 0 + the fold; the interpreter's own order (8 lanes) differs somewhere.
+/// pairwise, then 0 + the fold; the interpreter's own order (16 lanes) differs somewhere.
 #[test]
 fn a_column_sum_on_the_gpu_path_reduces_in_the_column_order() {
     fn lanes_sum(column: &[f32], width: usize) -> f32 {
@@ -321,7 +321,7 @@ fn a_column_sum_on_the_gpu_path_reduces_in_the_column_order() {
         );
         assert_eq!(
             interp[[c]].to_bits(),
-            lanes_sum(&column, 8).to_bits(),
+            lanes_sum(&column, 16).to_bits(),
             "column {c}"
         );
         differ += usize::from(gpu[[c]] != interp[[c]]);

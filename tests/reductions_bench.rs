@@ -64,7 +64,7 @@ fn assert_close(got: &ArrayD<f32>, want: &ArrayD<f64>, what: &str) {
 
 #[test]
 fn every_way_matches_the_f64_reference_forward_and_backward() {
-    // 37 columns: four full blocks of the accumulators' 8 lanes and a partial one.
+    // 37 columns: two full blocks of the accumulators' 16 lanes and a partial one.
     let (rows, cols) = (5, 37);
     let x = reductions::pseudo_random(&[rows, cols], 11);
     let x2 = x.clone().into_dimensionality::<Ix2>().unwrap();

@@ -430,15 +430,15 @@ fn stdlib_cell(z: &Lazy<f32>, c: &Lazy<f32>, w: &Lazy<f32>) -> (Lazy<f32>, Lazy<
 
 type Five = (Lazy<f32>, Lazy<f32>, Lazy<f32>, (Lazy<f32>, Lazy<f32>));
 
-/// The sum over the leading axis in the order of an accumulator (8 lanes, folded pairwise,
+/// The sum over the leading axis in the order of an accumulator (16 lanes, folded pairwise,
 /// added to 0), computed in plain Rust.
 fn lane_sum(parts: &[ArrayD<f32>]) -> ArrayD<f32> {
     let shape = parts.first().map_or(vec![], |p| p.shape().to_vec());
     let mut out = ArrayD::<f32>::zeros(IxDyn(&shape));
     for (k, o) in out.iter_mut().enumerate() {
-        let mut lanes = [0.0f32; 8];
+        let mut lanes = [0.0f32; 16];
         for (t, p) in parts.iter().enumerate() {
-            lanes[t % 8] += p.as_slice().unwrap()[k];
+            lanes[t % 16] += p.as_slice().unwrap()[k];
         }
         let mut level = lanes.to_vec();
         while level.len() > 1 {

@@ -205,7 +205,7 @@ impl Spelling {
 
 /// The number of lanes of a reduction loop (`REDUCE_LANES` in `proto/ovl.proto`): iteration `t`
 /// of the loop combines into lane `t % REDUCE_LANES`.
-pub const REDUCE_LANES: usize = 8;
+pub const REDUCE_LANES: usize = 16;
 
 /// How an accumulator (`OP_ACCUMULATOR`, its `int_value`) combines values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

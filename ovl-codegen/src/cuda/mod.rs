@@ -73,7 +73,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 /// The version of the generated CUDA; part of every CUDA cache key.
-pub const CUDA_CODEGEN_VERSION: &str = "ovl-codegen-cuda-8";
+pub const CUDA_CODEGEN_VERSION: &str = "ovl-codegen-cuda-9";
 
 /// The default number of threads per block.
 pub const DEFAULT_BLOCK_SIZE: u32 = 256;

@@ -7,7 +7,7 @@
 //! - [`math`]: math functions.
 //! - [`tensor`]: tensors, positions, element reads and writes, `output`, `zeros`, `variable`.
 //! - [`reduce`]: accumulators ([`Acc`]): sums, products, minima and maxima over a staged loop
-//!   in a defined order of 8 lanes that vectorizes.
+//!   in a defined order of 16 lanes that vectorizes.
 //! - [`control`]: `if`, `for`, `while` on trace-time or staged conditions.
 //! - [`dispatch`]: comparisons, `&&`/`||`, casts and assignments on either kind of value.
 //! - [`gradient`]: the typed gradient call of `#[operator(gradient = ..)]`.

@@ -94,7 +94,7 @@ fn the_pairwise_fold_pairs_neighbours_level_by_level() {
             .filter(|&n| n != 0)
             .collect()
     };
-    assert_eq!(loops(ReductionOrder::Lanes), vec![8, 8, 8]);
+    assert_eq!(loops(ReductionOrder::Lanes), vec![16, 16, 16]);
     assert_eq!(loops(ReductionOrder::Cuda), vec![64, 64, 64]);
 }
 
