@@ -5,8 +5,9 @@
 //! Any other layout (a transpose, Fortran order, permuted axes) is copied by walking the source
 //! along its fastest axis and writing the destination along its last: in tiles of
 //! [`TILE`] x [`TILE`] elements, each source line read whole and each destination line written
-//! whole (4-byte elements through SSE registers and a small buffer on x86_64, so lines that
-//! share a cache set, strides a power of two of 4 KiB, are touched once each), and tiles in
+//! whole (4-byte elements: a 16 x 16 tile in AVX-512 registers where the CPU has AVX-512F, else
+//! through SSE registers and a small buffer on x86_64, so lines that share a cache set, strides
+//! a power of two of 4 KiB, are touched once each), and tiles in
 //! groups that keep the pages in the TLB and read each source line as part of a sequential
 //! stream. A strided element-by-element copy of a transposed 16 MB matrix touches a new cache
 //! line (and a new page) at every element; this one moves whole lines.
@@ -250,6 +251,19 @@ unsafe fn copy_group<T: Copy>(p: &Plane<T>, (g0, g1): (usize, usize), (h0, h1): 
 #[inline]
 unsafe fn copy_tile<T: Copy>(p: &Plane<T>, (f0, f1): (usize, usize), (l0, l1): (usize, usize)) {
     #[cfg(target_arch = "x86_64")]
+    if std::mem::size_of::<T>() == 4
+        && p.sf == 1
+        && f1 - f0 == TILE
+        && l1 - l0 == TILE
+        && std::arch::is_x86_feature_detected!("avx512f")
+    {
+        // The whole tile in 16 AVX-512 registers: each source line read whole, each
+        // destination line written whole, no buffer.
+        let from = (p.src as *const f32).offset(f0 as isize + l0 as isize * p.sl);
+        transpose16(from, p.sl, (p.dst as *mut f32).add(f0 * p.df + l0), p.df);
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if std::mem::size_of::<T>() == 4 && p.sf == 1 && f1 - f0 == TILE && l1 - l0 == TILE {
         // Through a buffer: each of the source's 16 lines (16 elements along `f`) is read
         // whole, 4 x 4 blocks at a time through SSE registers (bits moved unchanged), and each
@@ -287,6 +301,57 @@ unsafe fn copy_elements<T: Copy>(p: &Plane<T>, (f0, f1): (usize, usize), (l0, l1
         for j in l0..l1 {
             d_row.add(j).write(*s_row.offset(j as isize * p.sl));
         }
+    }
+}
+
+/// A 16 x 16 block of 4-byte elements: source lines `src + l * sl` (l in 0..16) of 16
+/// contiguous elements become the destination lines `dst + i * df`, in registers (bits moved
+/// unchanged): pairs of lines interleaved by 1, then 2 elements, then 128-bit lanes twice.
+///
+/// # Safety
+/// The 256 source and 256 destination elements are inside their tensors, and the CPU has
+/// AVX-512F (the caller checks).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn transpose16(src: *const f32, sl: isize, dst: *mut f32, df: usize) {
+    use std::arch::x86_64::*;
+    let mut r = [_mm512_setzero_ps(); 16];
+    for (l, v) in r.iter_mut().enumerate() {
+        *v = _mm512_loadu_ps(src.offset(l as isize * sl));
+    }
+    let mut t = [_mm512_setzero_ps(); 16];
+    for k in 0..8 {
+        t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+        t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    let (lo, hi) = (
+        |a: __m512, b: __m512| {
+            _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)))
+        },
+        |a: __m512, b: __m512| {
+            _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)))
+        },
+    );
+    for q in 0..4 {
+        let b = 4 * q;
+        r[b] = lo(t[b], t[b + 2]);
+        r[b + 1] = hi(t[b], t[b + 2]);
+        r[b + 2] = lo(t[b + 1], t[b + 3]);
+        r[b + 3] = hi(t[b + 1], t[b + 3]);
+    }
+    for h in 0..2 {
+        let b = 8 * h;
+        for k in 0..4 {
+            t[b + k] = _mm512_shuffle_f32x4(r[b + k], r[b + k + 4], 0x88);
+            t[b + k + 4] = _mm512_shuffle_f32x4(r[b + k], r[b + k + 4], 0xdd);
+        }
+    }
+    for k in 0..8 {
+        r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
+        r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xdd);
+    }
+    for (i, v) in r.iter().enumerate() {
+        _mm512_storeu_ps(dst.add(i * df), *v);
     }
 }
 
