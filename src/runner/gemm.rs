@@ -34,12 +34,7 @@ impl GemmKernel {
         outputs: &[*mut c_void],
         threads: usize,
     ) -> Result<(), RunFailure> {
-        let mismatch = |problem: String| {
-            RunFailure::from(Mismatch::LibraryCall {
-                name: op.name.clone(),
-                problem,
-            })
-        };
+        let mismatch = |problem: String| library_mismatch(op, problem);
         let dims = gemm_dims(op).map_err(|m| mismatch(m.to_string()))?;
         let terms = dims.terms as usize;
         let output = match outputs {
@@ -61,6 +56,14 @@ impl GemmKernel {
         }
         Ok(())
     }
+}
+
+/// A library call `op` that its kernel cannot run, and why (for the runner's error).
+pub(super) fn library_mismatch(op: &ir::ExpressionDag, problem: String) -> RunFailure {
+    RunFailure::from(Mismatch::LibraryCall {
+        name: op.name.clone(),
+        problem,
+    })
 }
 
 /// `C[b] = Σ_t op(A_t[b]) · op(B_t[b])` over the `dims.terms` pairs of `inputs`: one product
