@@ -11,12 +11,16 @@
 #   2. benches/reductions.rs --gpu: softmax, layer norm, RMS norm and logsumexp likewise,
 #      along the last axis and along axis 0 (down the columns, with a sum over axis 0:
 #      benches/reductions/columns.rs);
-#   3. the peers on the same GPU, inputs already there, checked against NumPy first:
-#      benches/lstm_gpu_peers.py and benches/reductions_gpu_peers.py (PyTorch eager,
-#      torch.compile, JAX jit; whichever the Python has: $PYTHON, else python3);
-#   4. benches/gpu_report.py: DIR/gpu-report.md, the tables.
+#   3. benches/lstm_layer_gpu.rs: a whole LSTM layer (products through cuBLAS, the cells
+#      fused) on device tensors, forward and forward + backward;
+#   4. the peers on the same GPU, inputs already there, checked against NumPy first:
+#      benches/lstm_gpu_peers.py, benches/lstm_layer_gpu_peers.py and
+#      benches/reductions_gpu_peers.py (PyTorch eager, nn.LSTM, torch.compile, JAX jit;
+#      whichever the Python has: $PYTHON, else python3);
+#   5. benches/gpu_report.py: DIR/gpu-report.md, the tables (the layer's appended).
 # The ovl benchmarks are built and run with cargo, or, with --bin, taken prebuilt from BINDIR
-# (ovl--bench-lstm, ovl--bench-reductions: what scripts/gpu-check.sh packs). Without a GPU
+# (ovl--bench-lstm, ovl--bench-lstm_layer_gpu, ovl--bench-reductions: what
+# scripts/gpu-check.sh packs). Without a GPU
 # every part says that it did not run, and the report says so too.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +36,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-mkdir -p "$out/lstm" "$out/reductions"
+mkdir -p "$out/lstm" "$out/layer" "$out/reductions"
 python="${PYTHON:-python3}"
 started="$(date +%s)"
 failed=0
@@ -61,23 +65,32 @@ step() {
 
 if [ -n "$bin" ]; then
     lstm=("$bin/ovl--bench-lstm" --bench)
+    layer=("$bin/ovl--bench-lstm_layer_gpu" --bench)
     reductions=("$bin/ovl--bench-reductions" --bench)
 else
     echo "== building the benchmarks"
-    cargo bench --locked --no-run --bench lstm --bench reductions || exit 1
+    cargo bench --locked --no-run --bench lstm --bench lstm_layer_gpu --bench reductions || exit 1
     lstm=(cargo bench --locked --bench lstm --)
+    layer=(cargo bench --locked --bench lstm_layer_gpu --)
     reductions=(cargo bench --locked --bench reductions --)
 fi
 # shellcheck disable=SC2086 # $mode is one word or none
 step ovl-lstm 35 "${lstm[@]}" $mode --gpu-only --out "$out/lstm"
 # shellcheck disable=SC2086
+step ovl-lstm-layer 20 "${layer[@]}" $mode --out "$out/layer"
+# shellcheck disable=SC2086
 step ovl-reductions 45 "${reductions[@]}" $mode --gpu --out "$out/reductions"
 # shellcheck disable=SC2086
 step peers-lstm 40 "$python" benches/lstm_gpu_peers.py $mode --out "$out/lstm"
 # shellcheck disable=SC2086
+step peers-lstm-layer 40 "$python" benches/lstm_layer_gpu_peers.py $mode --out "$out/layer"
+# shellcheck disable=SC2086
 step peers-reductions 90 "$python" benches/reductions_gpu_peers.py $mode --out "$out/reductions"
 "$python" benches/gpu_report.py --lstm "$out/lstm" --reductions "$out/reductions" \
     --out "$out/gpu-report.md" >/dev/null || failed=1
+if [ -f "$out/layer/lstm_layer_gpu.md" ]; then
+    { echo; echo "## A whole LSTM layer"; echo; cat "$out/layer/lstm_layer_gpu.md"; } >>"$out/gpu-report.md"
+fi
 echo "== $out/gpu-report.md ($(($(date +%s) - started)) s)"
 cat "$out/gpu-report.md"
 exit "$failed"

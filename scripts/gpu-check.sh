@@ -14,6 +14,8 @@
 #                                         gpu-check-report.md, to $OUT if set, else to the
 #                                         current directory.
 #
+# `GPU_CHECK_BENCH=0 scripts/gpu-check.sh run ARCHIVE` runs the tests only.
+#
 # `run` works without a GPU too (a dry run): the tests then print which GPU parts did not run,
 # and the report says there was no GPU. It exits non-zero when a test failed or timed out.
 set -euo pipefail
@@ -26,6 +28,7 @@ TESTS=(
     "ovl reductions"
     "ovl vmap"
     "ovl gemm"
+    "ovl gemm_cuda"
     "ovl-codegen cuda"
     "ovl-codegen codegen"
     "ovl-stdlib stdlib"
@@ -33,6 +36,7 @@ TESTS=(
 # The benchmarks with a GPU part (scripts/bench-gpu.sh runs them): package, bench target.
 BENCHES=(
     "ovl lstm"
+    "ovl lstm_layer_gpu"
     "ovl reductions"
 )
 TOTAL_SECONDS=300
@@ -233,7 +237,9 @@ run() {
     # The benchmarks and their peers (PyTorch, JAX, where python3 has them with a GPU) in one
     # run, with what is left of the time: scripts/bench-gpu.sh writes the tables.
     remaining=$((TOTAL_SECONDS - ($(date +%s) - started)))
-    if [ "$remaining" -le 30 ]; then
+    if [ "${GPU_CHECK_BENCH:-1}" = 0 ]; then
+        echo "## Benchmarks: not run (GPU_CHECK_BENCH=0)" >>"$report"
+    elif [ "$remaining" -le 30 ]; then
         echo "## Benchmarks: not run, out of time" >>"$report"
     else
         echo "== benchmarks: scripts/bench-gpu.sh --quick (limit $((remaining - 5))s)" >&2

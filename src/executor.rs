@@ -116,10 +116,16 @@ pub(crate) fn kernels_with_libraries(
                     },
                 ))
             }
-            Target::Cuda => Ok(Kernel::Cuda(ovl_codegen::cuda::load(
-                op,
-                &options.cuda_options(),
-            )?)),
+            Target::Cuda => {
+                // A GEMM runs through cuBLAS where it loads, else as its reference program.
+                if let Some(gemm) = ovl_codegen::cuda::CublasGemm::for_operator(op) {
+                    return Ok(Kernel::CudaGemm(gemm));
+                }
+                Ok(Kernel::Cuda(ovl_codegen::cuda::load(
+                    op,
+                    &options.cuda_options(),
+                )?))
+            }
             Target::CudaValidate => {
                 // NVRTC runs in this process for every operator (the PTX is compiled again even
                 // when cached), then ptxas checks it for each architecture.

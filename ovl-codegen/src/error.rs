@@ -154,6 +154,22 @@ pub enum CodegenError {
         /// The candidate paths that were tried.
         searched: Vec<PathBuf>,
     },
+    /// cuBLAS, which runs matrix products on the GPU, could not be loaded (GEMM library calls
+    /// then run as generated kernels).
+    #[error(
+        "CUDA backend: cannot load cuBLAS (libcublas.so.12 or libcublas.so.13): {message}\n  \
+         looked for: {}\n  to install it: `pip install nvidia-cublas-cu12` (CUDA 12) into the \
+         project's Python environment, or install the CUDA toolkit, or set OVL_CUBLAS_LIB to the \
+         library's path; without it matrix products run as generated kernels",
+        if .searched.is_empty() { "(nothing found)".to_string() } else {
+            .searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ") }
+    )]
+    CublasNotFound {
+        /// What went wrong.
+        message: String,
+        /// The candidate paths that were tried.
+        searched: Vec<PathBuf>,
+    },
     /// `ptxas`, the PTX assembler used to validate PTX without a GPU, could not be found.
     #[error(
         "CUDA backend: cannot find ptxas (the PTX assembler that validates generated PTX): \

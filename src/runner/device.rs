@@ -67,7 +67,7 @@ impl Plan {
         }
         for (i, (kernel, op)) in kernels.iter().zip(&self.dag.operators).enumerate() {
             let runs_nothing = op.workgroup_shape.contains(&0);
-            if !matches!(kernel, Kernel::Cuda(_)) && !runs_nothing {
+            if !matches!(kernel, Kernel::Cuda(_) | Kernel::CudaGemm(_)) && !runs_nothing {
                 return Err(Mismatch::NotCompiledForGpu {
                     operator: i,
                     name: op.name.clone(),
@@ -96,18 +96,22 @@ impl Plan {
                     t.fill_zero()?;
                 }
             }
+            let ptr = |slot: Slot| match slot {
+                Slot::Input(g) => inputs[g].ptr(),
+                Slot::Output(k) => outputs[k].ptr(),
+                Slot::Temp(t) => temps[t].as_ref().map_or(0, |t| t.ptr()),
+            };
+            let ins: Vec<u64> = self.dag.operator_inputs[i]
+                .inputs
+                .iter()
+                .map(|v| ptr(self.slot_of(v)))
+                .collect();
+            let outs: Vec<u64> = self.op_slots[i].iter().map(|&s| ptr(s)).collect();
+            if let Kernel::CudaGemm(k) = &kernels[i] {
+                // SAFETY: as below; a GEMM writes its one output.
+                unsafe { k.launch_device(op, &ins, outs[0]) }?;
+            }
             if let Kernel::Cuda(k) = &kernels[i] {
-                let ptr = |slot: Slot| match slot {
-                    Slot::Input(g) => inputs[g].ptr(),
-                    Slot::Output(k) => outputs[k].ptr(),
-                    Slot::Temp(t) => temps[t].as_ref().map_or(0, |t| t.ptr()),
-                };
-                let ins: Vec<u64> = self.dag.operator_inputs[i]
-                    .inputs
-                    .iter()
-                    .map(|v| ptr(self.slot_of(v)))
-                    .collect();
-                let outs: Vec<u64> = self.op_slots[i].iter().map(|&s| ptr(s)).collect();
                 // SAFETY: every address is a live block of the type the operator declares (graph
                 // inputs and outputs checked above, intermediates allocated from the plan's
                 // types, which `Plan::new` matched against the operators through the wiring);

@@ -48,6 +48,8 @@ pub enum Kernel {
     Cpu(Arc<ovl_codegen::CompiledOperator>),
     /// A CUDA module (copies in and out of the GPU per operator).
     Cuda(Arc<ovl_codegen::cuda::CudaOperator>),
+    /// A library call run by cuBLAS on the GPU (a GEMM on f32 or f64).
+    CudaGemm(ovl_codegen::cuda::CublasGemm),
     /// A library call run by its library on the CPU (a GEMM on f32 or f64).
     Gemm(GemmKernel),
 }
@@ -495,6 +497,9 @@ impl Plan {
                                 .run(&ins, &mut outs, self.symbols_for(k.symbol_count()))
                                 .map(Some)
                                 .map_err(Into::into),
+                            Kernel::CudaGemm(k) => {
+                                k.run(op, &ins, &mut outs).map(Some).map_err(Into::into)
+                            }
                             Kernel::Interpreter {
                                 max_while_iterations,
                                 reduction_order,

@@ -46,6 +46,7 @@
 //! `OVL_NVRTC_LIB`, `OVL_PTXAS`, `OVL_PYTHON`, `VIRTUAL_ENV` and `CUDA_HOME` locate the tools.
 
 mod cache;
+mod cublas;
 mod device;
 mod frame;
 mod nvrtc;
@@ -53,6 +54,7 @@ mod ptxas;
 mod runtime;
 
 pub use cache::{compile, compile_with_outcome, CudaArtifact};
+pub use cublas::{cublas_status, CublasGemm, CublasInfo};
 pub use device::{
     allocator_stats, gpu_time, release_cached_memory, synchronize, AllocatorStats, DeviceError,
     DeviceTensor,

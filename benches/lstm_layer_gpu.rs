@@ -1,0 +1,106 @@
+//! A whole LSTM layer on the GPU, ovl side (issue 32): the layer of `benches/lstm_layer.rs`
+//! (`common/lstm_layer_model.rs`: T steps unrolled in one lazy graph, the products as library
+//! calls, which run through cuBLAS) compiled once for `Target::Cuda` and called on device
+//! tensors (`Compiled::run_device_into`, inputs uploaded once), forward and forward + backward,
+//! at the three sizes. Times: the GPU's time of a call between CUDA events (best and median of
+//! the repetitions) and the host's wall time of a call with its synchronization.
+//!
+//! `cargo bench --bench lstm_layer_gpu -- [--quick] [--out DIR]` writes `DIR/ovl_gpu.json` and
+//! the outputs of one call (`DIR/ovl_gpu_TxBxH_{h,dx,dw,du,db}.f32`) that
+//! `benches/lstm_layer_gpu_peers.py` checks against its NumPy reference before timing PyTorch
+//! and JAX on the same GPU. Without a GPU it says that it did not run.
+
+mod common;
+#[path = "common/lstm_layer_model.rs"]
+mod model;
+
+use common::{device_calls, Args};
+use model::{graph, inputs, SIZES};
+use ovl::Options;
+use serde_json::json;
+
+fn write_f32(path: &std::path::Path, arrays: &[ndarray::ArrayD<f32>]) {
+    let mut bytes = Vec::new();
+    for a in arrays {
+        for v in a.iter() {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    std::fs::write(path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse("target/lstm-layer-bench");
+    std::fs::create_dir_all(&args.out_dir)?;
+    let info = match ovl::cuda::gpu_status() {
+        Ok(info) => info,
+        Err(e) => {
+            println!("LSTM layer on the GPU: DID NOT RUN: {e}");
+            return Ok(());
+        }
+    };
+    let cublas = match ovl::cuda::cublas_status() {
+        Ok(c) => format!("cuBLAS {} ({})", c.version, c.path.display()),
+        Err(e) => format!("no cuBLAS, products as generated kernels: {e}"),
+    };
+    println!(
+        "LSTM layer, ovl on {} (sm_{}), {cublas}",
+        info.name, info.arch
+    );
+    let reps = if args.quick { 10 } else { 30 };
+    let sizes = if args.quick { &SIZES[..1] } else { &SIZES[..] };
+    let options = Options {
+        cache_dir: Some(args.out_dir.join("operator-cache-gpu")),
+        ..Options::cuda().with_opt_level(1)
+    };
+    let mut rows = Vec::new();
+    for &(t, b, h) in sizes {
+        let data = inputs(t, b, h);
+        let mut row = json!({ "t": t, "b": b, "h": h });
+        for backward in [false, true] {
+            let start = std::time::Instant::now();
+            let (ins, outs) = graph(t, b, h, backward);
+            let compiled = ovl::compile(&ins[..], &outs[..], &options)?;
+            let compile_s = start.elapsed().as_secs_f64();
+            let feeds: Vec<&ndarray::ArrayD<f32>> = data[..ins.len()].iter().collect();
+            let call = device_calls(&compiled, &feeds, 3, reps)?;
+            let name = format!("ovl_gpu_{t}x{b}x{h}");
+            if backward {
+                for (k, which) in ["dx", "dw", "du", "db"].iter().enumerate() {
+                    write_f32(
+                        &args.out_dir.join(format!("{name}_{which}.f32")),
+                        &call.outputs[k..k + 1],
+                    );
+                }
+            } else {
+                write_f32(&args.out_dir.join(format!("{name}_h.f32")), &call.outputs);
+            }
+            let pass = if backward { "backward" } else { "forward" };
+            println!(
+                "T={t} B={b} H=I={h} {pass}: GPU {:.0} us (median {:.0}), wall {:.0} us, \
+                 {} kernels, compile {compile_s:.2} s",
+                call.gpu.best.as_secs_f64() * 1e6,
+                call.gpu.median.as_secs_f64() * 1e6,
+                call.wall.best.as_secs_f64() * 1e6,
+                compiled.kernel_count(),
+            );
+            row[format!("{pass}_us")] = json!(call.gpu.best.as_secs_f64() * 1e6);
+            row[format!("{pass}_median_us")] = json!(call.gpu.median.as_secs_f64() * 1e6);
+            row[format!("{pass}_wall_us")] = json!(call.wall.best.as_secs_f64() * 1e6);
+            row[format!("{pass}_kernels")] = json!(compiled.kernel_count());
+            row[format!("{pass}_compile_s")] = json!(compile_s);
+        }
+        rows.push(row);
+    }
+    let report = json!({
+        "gpu": info.name,
+        "arch": info.arch,
+        "cublas": cublas,
+        "reps": reps,
+        "sizes": rows,
+    });
+    let path = args.out_dir.join("ovl_gpu.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
