@@ -19,7 +19,8 @@
 //! - [`compile`], [`compile_with_outcome`]: NVRTC and the operator cache (layout below).
 //! - [`validate`]: NVRTC to PTX, then `ptxas` for an architecture: needs no GPU.
 //! - [`load`], [`CudaOperator::run`]: the GPU runtime.
-//! - [`gpu_status`], [`nvrtc_status`], [`ptxas_path`]: what this machine has.
+//! - [`CublasGemm`]: matrix products (GEMM library calls) through cuBLAS.
+//! - [`gpu_status`], [`nvrtc_status`], [`cublas_status`], [`ptxas_path`]: what this machine has.
 //!
 //! Cache layout: `<root>/v1/cuda/<key>/` holds `op.cu` (the source), `op.ptx` or `op.cubin` and
 //! `meta`, plus a `lock` file; the key hashes the operator's canonical hash, the CUDA codegen
