@@ -5,7 +5,11 @@
 //! at the three sizes. Times: the GPU's time of a call between CUDA events (best and median of
 //! the repetitions) and the host's wall time of a call with its synchronization.
 //!
-//! `cargo bench --bench lstm_layer_gpu -- [--quick] [--out DIR]` writes `DIR/ovl_gpu.json` and
+//! Calls from the second on replay a CUDA graph of the whole call (`Compiled::runs_as_cuda_graph`;
+//! `OVL_CUDA_GRAPHS=0` measures kernels launched one by one). Fusion runs at the library's
+//! default level (3) unless `--opt N` says otherwise.
+//!
+//! `cargo bench --bench lstm_layer_gpu -- [--quick] [--opt N] [--out DIR]` writes `DIR/ovl_gpu.json` and
 //! the outputs of one call (`DIR/ovl_gpu_TxBxH_{h,dx,dw,du,db}.f32`) that
 //! `benches/lstm_layer_gpu_peers.py` checks against its NumPy reference before timing PyTorch
 //! and JAX on the same GPU. Without a GPU it says that it did not run.
@@ -49,9 +53,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let reps = if args.quick { 10 } else { 30 };
     let sizes = if args.quick { &SIZES[..1] } else { &SIZES[..] };
+    let all: Vec<String> = std::env::args().collect();
+    let opt = all
+        .iter()
+        .position(|a| a == "--opt")
+        .and_then(|i| all.get(i + 1))
+        .map_or(3, |s| s.parse().expect("--opt N"));
     let options = Options {
         cache_dir: Some(args.out_dir.join("operator-cache-gpu")),
-        ..Options::cuda().with_opt_level(1)
+        ..Options::cuda().with_opt_level(opt)
     };
     let mut rows = Vec::new();
     for &(t, b, h) in sizes {
@@ -78,17 +88,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let pass = if backward { "backward" } else { "forward" };
             println!(
                 "T={t} B={b} H=I={h} {pass}: GPU {:.0} us (median {:.0}), wall {:.0} us, \
-                 {} kernels, compile {compile_s:.2} s",
+                 {} kernels{}, compile {compile_s:.2} s",
                 call.gpu.best.as_secs_f64() * 1e6,
                 call.gpu.median.as_secs_f64() * 1e6,
                 call.wall.best.as_secs_f64() * 1e6,
                 compiled.kernel_count(),
+                if compiled.runs_as_cuda_graph() {
+                    " replayed as a CUDA graph"
+                } else {
+                    " launched one by one"
+                },
             );
             row[format!("{pass}_us")] = json!(call.gpu.best.as_secs_f64() * 1e6);
             row[format!("{pass}_median_us")] = json!(call.gpu.median.as_secs_f64() * 1e6);
             row[format!("{pass}_wall_us")] = json!(call.wall.best.as_secs_f64() * 1e6);
             row[format!("{pass}_kernels")] = json!(compiled.kernel_count());
             row[format!("{pass}_compile_s")] = json!(compile_s);
+            row[format!("{pass}_cuda_graph")] = json!(compiled.runs_as_cuda_graph());
         }
         rows.push(row);
     }
@@ -97,6 +113,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "arch": info.arch,
         "cublas": cublas,
         "reps": reps,
+        "opt_level": opt,
         "sizes": rows,
     });
     let path = args.out_dir.join("ovl_gpu.json");

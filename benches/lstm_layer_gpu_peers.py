@@ -152,8 +152,10 @@ def table(doc, ovl):
         key = tuple(size["size"])
         o = by_size.get(key)
         if o is not None:
+            how = "replayed as a CUDA graph" if o.get("forward_cuda_graph") else "kernel by kernel"
             lines.append(
-                f"| {key[0]}, {key[1]}, {key[2]} | ovl (cuBLAS + fused cells, f32) | "
+                f"| {key[0]}, {key[1]}, {key[2]} | ovl (f32; cuBLAS, fusion level "
+                f"{ovl.get('opt_level', '?')}, {how}) | "
                 f"{o['forward_us']:.0f} | {o['forward_wall_us']:.0f} | {o['backward_us']:.0f} | "
                 f"{o['backward_wall_us']:.0f} | {size.get('ovl_error', float('nan')):.1e} |"
             )

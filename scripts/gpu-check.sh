@@ -29,6 +29,7 @@ TESTS=(
     "ovl vmap"
     "ovl gemm"
     "ovl gemm_cuda"
+    "ovl cuda_graphs"
     "ovl-codegen cuda"
     "ovl-codegen codegen"
     "ovl-stdlib stdlib"

@@ -49,6 +49,23 @@ pub struct Compiled {
     options: Options,
     /// The graph's own host data on the GPU, uploaded by the first device run.
     device_data: std::sync::OnceLock<Vec<Option<DeviceTensor>>>,
+    /// Device runs as a CUDA graph: recorded by the second run, replayed from then on.
+    device_graph: std::sync::Mutex<DeviceGraphState>,
+}
+
+/// Whether device runs may be recorded as CUDA graphs (`OVL_CUDA_GRAPHS=0` says no).
+fn cuda_graphs_enabled() -> bool {
+    std::env::var("OVL_CUDA_GRAPHS").map_or(true, |v| v.trim() != "0")
+}
+
+/// Where a [`Compiled`] stands with CUDA graphs (`OVL_CUDA_GRAPHS=0`: never recorded).
+enum DeviceGraphState {
+    /// Device runs so far, each run eagerly.
+    Eager(u32),
+    /// Recorded: every device run replays it.
+    Recorded(crate::runner::DeviceGraph),
+    /// Not recorded (disabled, or recording failed): every device run is eager.
+    Off,
 }
 
 /// One placeholder of a [`Compiled`] graph.
@@ -99,6 +116,7 @@ pub fn compile<I: Evaluate, O: Evaluate>(
         feeds,
         options: options.clone(),
         device_data: std::sync::OnceLock::new(),
+        device_graph: std::sync::Mutex::new(DeviceGraphState::Eager(0)),
     })
 }
 
@@ -262,6 +280,8 @@ impl Compiled {
             }
         }
         let own = self.device_data()?;
+        // Graph inputs the caller feeds at every call (the others are the graph's own data).
+        let fed: Vec<bool> = inputs.iter().map(Option::is_some).collect();
         let inputs: Vec<&DeviceTensor> = inputs
             .into_iter()
             .zip(own)
@@ -278,10 +298,45 @@ impl Compiled {
                     })
             })
             .collect::<Result<_, _>>()?;
-        self.prepared
-            .plan()
-            .run_device(&self.prepared.planned.kernels, &inputs, outputs)?;
+        let (plan, kernels) = (self.prepared.plan(), &self.prepared.planned.kernels[..]);
+        // One device run of this graph at a time: a CUDA graph replays at fixed addresses.
+        let mut state = self.device_graph.lock().unwrap_or_else(|p| p.into_inner());
+        if let DeviceGraphState::Eager(runs) = *state {
+            if runs >= 1 && cuda_graphs_enabled() {
+                // Bad tensors are the caller's error, not a reason to give up on graphs.
+                plan.check_device(kernels, &inputs, outputs)?;
+                *state = match plan.capture_device(kernels, &inputs, &fed) {
+                    Ok(graph) => DeviceGraphState::Recorded(graph),
+                    // Whatever kept the run from being recorded, it still runs eagerly.
+                    Err(_) => DeviceGraphState::Off,
+                };
+            }
+        }
+        match &mut *state {
+            DeviceGraphState::Recorded(graph) => {
+                if graph.replay(plan, kernels, &inputs, outputs)? {
+                    return Ok(());
+                }
+                *state = DeviceGraphState::Off;
+            }
+            DeviceGraphState::Eager(runs) => *runs += 1,
+            DeviceGraphState::Off => {}
+        }
+        plan.run_device(kernels, &inputs, outputs)?;
         Ok(())
+    }
+
+    /// Whether device runs replay a recorded CUDA graph: true from the second
+    /// [`Compiled::run_device_into`] (or [`Compiled::run_device`]) on, unless `OVL_CUDA_GRAPHS=0`
+    /// or recording failed (then every run queues its kernels one by one, with the same
+    /// results). A replay launches the whole graph at once: the graph owns a copy of every fed
+    /// input and of every output (each call copies the fed inputs in and the outputs out, on the
+    /// device) and its intermediates, for as long as this `Compiled` lives.
+    pub fn runs_as_cuda_graph(&self) -> bool {
+        matches!(
+            *self.device_graph.lock().unwrap_or_else(|p| p.into_inner()),
+            DeviceGraphState::Recorded(_)
+        )
     }
 
     fn check_device_target(&self) -> Result<(), Error> {

@@ -139,10 +139,15 @@ fn a_compiled_graph_runs_on_device_tensors_without_host_copies() {
         after.device_allocations, before.device_allocations,
         "{after:?}"
     );
-    assert!(
-        after.reused >= before.reused + 20,
-        "{before:?} -> {after:?}"
-    );
+    if compiled.runs_as_cuda_graph() {
+        // A replayed CUDA graph owns its blocks: no allocator traffic at all.
+        assert_eq!(after.reused, before.reused, "{before:?} -> {after:?}");
+    } else {
+        assert!(
+            after.reused >= before.reused + 20,
+            "{before:?} -> {after:?}"
+        );
+    }
     let got = outs[0].to_host().expect("download");
     assert_eq!(got.as_slice::<f32>().expect("f32"), &expected[..]);
 

@@ -39,6 +39,21 @@ impl Plan {
         inputs: &[&DeviceTensor],
         outputs: &[&DeviceTensor],
     ) -> Result<(), RunFailure> {
+        self.check_device(kernels, inputs, outputs)?;
+        let statuses = StatusBlock::new(self.dag.operators.len())?;
+        if self.queue_device(kernels, inputs, outputs, &statuses, None)? {
+            self.check_statuses(kernels, &statuses)?;
+        }
+        Ok(())
+    }
+
+    /// Checks a device run's tensors and kernels (see [`Plan::run_device`]).
+    pub(crate) fn check_device(
+        &self,
+        kernels: &[Kernel],
+        inputs: &[&DeviceTensor],
+        outputs: &[&DeviceTensor],
+    ) -> Result<(), RunFailure> {
         if kernels.len() != self.dag.operators.len()
             || inputs.len() != self.inputs.len()
             || outputs.len() != self.outputs.len()
@@ -75,7 +90,22 @@ impl Plan {
                 .into());
             }
         }
-        let statuses = StatusBlock::new(self.dag.operators.len())?;
+        Ok(())
+    }
+
+    /// Queues every operator of a checked device run on the stream; returns whether some kernel
+    /// can fault (its status is then in `statuses`). With `keep` (a run recorded into a CUDA
+    /// graph), intermediates are never given back to the allocator: one past its last reader
+    /// goes into `keep` and is reused for a later intermediate of the same size, and every
+    /// block used ends in `keep`, for the graph to own.
+    pub(super) fn queue_device(
+        &self,
+        kernels: &[Kernel],
+        inputs: &[&DeviceTensor],
+        outputs: &[&DeviceTensor],
+        statuses: &StatusBlock,
+        mut keep: Option<&mut Vec<DeviceTensor>>,
+    ) -> Result<bool, RunFailure> {
         let mut temps: Vec<Option<DeviceTensor>> = vec![None; self.temps.len()];
         let mut can_fault = false;
         for (i, op) in self.dag.operators.iter().enumerate() {
@@ -84,8 +114,18 @@ impl Plan {
                 let t = match *slot {
                     Slot::Temp(t) => {
                         let sig = &self.temps[t];
-                        let what = format!("an intermediate of operator {i} (`{}`)", op.name);
-                        temps[t] = Some(DeviceTensor::uninit(sig.dtype, &sig.shape, &what)?);
+                        let reused = keep.as_deref_mut().and_then(|pool| {
+                            let k = pool.iter().position(|b| b.bytes() == sig.bytes())?;
+                            pool.swap_remove(k).reinterpreted(sig.dtype, &sig.shape)
+                        });
+                        temps[t] = Some(match reused {
+                            Some(block) => block,
+                            None => {
+                                let what =
+                                    format!("an intermediate of operator {i} (`{}`)", op.name);
+                                DeviceTensor::uninit(sig.dtype, &sig.shape, &what)?
+                            }
+                        });
                         temps[t].as_ref()
                     }
                     Slot::Output(k) => Some(outputs[k]),
@@ -107,32 +147,36 @@ impl Plan {
                 .map(|v| ptr(self.slot_of(v)))
                 .collect();
             let outs: Vec<u64> = self.op_slots[i].iter().map(|&s| ptr(s)).collect();
-            if let Kernel::CudaGemm(k) = &kernels[i] {
-                // SAFETY: as below; a GEMM writes its one output.
-                unsafe { k.launch_device(op, &ins, outs[0]) }?;
+            // SAFETY (both): every address is a live block of the type the operator declares
+            // (graph inputs and outputs checked by `check_device`, intermediates allocated from
+            // the plan's types, which `Plan::new` matched against the operators through the
+            // wiring); the outputs are distinct from each other and from the inputs (a DAG, and
+            // the sharing check). A GEMM writes its one output.
+            match &kernels[i] {
+                Kernel::CudaGemm(k) => unsafe { k.launch_device(op, &ins, outs[0]) }?,
+                Kernel::Cuda(k) => {
+                    unsafe {
+                        k.launch_device(
+                            &ins,
+                            &outs,
+                            self.symbols_for(k.symbol_count()),
+                            statuses.slot(i),
+                        )
+                    }?;
+                    can_fault |= k.can_fault();
+                }
+                _ => {}
             }
-            if let Kernel::Cuda(k) = &kernels[i] {
-                // SAFETY: every address is a live block of the type the operator declares (graph
-                // inputs and outputs checked above, intermediates allocated from the plan's
-                // types, which `Plan::new` matched against the operators through the wiring);
-                // the outputs are distinct from each other and from the inputs (a DAG, and the
-                // sharing check above).
-                unsafe {
-                    k.launch_device(
-                        &ins,
-                        &outs,
-                        self.symbols_for(k.symbol_count()),
-                        statuses.slot(i),
-                    )
-                }?;
-                can_fault |= k.can_fault();
-            }
-            for (t, &last) in self.temp_last_use.iter().enumerate() {
-                if last <= i {
-                    // Back to the allocator: work queued later on the stream may reuse it.
-                    temps[t] = None;
+            for &t in &self.freed_after[i] {
+                // Back to the allocator (work queued later on the stream may reuse it), or kept
+                // for the graph being recorded.
+                if let (Some(t), Some(pool)) = (temps[t].take(), keep.as_deref_mut()) {
+                    pool.push(t);
                 }
             }
+        }
+        if let Some(pool) = keep {
+            pool.extend(temps.into_iter().flatten());
         }
         for &(k, slot) in &self.copies {
             let src = match slot {
@@ -142,13 +186,21 @@ impl Plan {
             };
             outputs[k].copy_from(src)?;
         }
-        if can_fault {
-            let read = statuses.read()?;
-            for (i, kernel) in kernels.iter().enumerate() {
-                if let (Kernel::Cuda(k), Some(status)) = (kernel, read.get(i)) {
-                    let symbols = self.symbols_for(k.symbol_count());
-                    k.check_status(&k.workgroup(symbols)?, status)?;
-                }
+        Ok(can_fault)
+    }
+
+    /// Reads the fault statuses of a device run back (waits for the stream) and reports the
+    /// first fault as an error naming its operator and worker.
+    pub(super) fn check_statuses(
+        &self,
+        kernels: &[Kernel],
+        statuses: &StatusBlock,
+    ) -> Result<(), RunFailure> {
+        let read = statuses.read()?;
+        for (i, kernel) in kernels.iter().enumerate() {
+            if let (Kernel::Cuda(k), Some(status)) = (kernel, read.get(i)) {
+                let symbols = self.symbols_for(k.symbol_count());
+                k.check_status(&k.workgroup(symbols)?, status)?;
             }
         }
         Ok(())

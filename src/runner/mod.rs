@@ -19,6 +19,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 mod device;
+mod device_graph;
 mod epilogue;
 mod gemm;
 #[cfg(target_arch = "x86_64")]
@@ -28,6 +29,7 @@ mod sig;
 
 pub use crate::error::run::{PlanError, RunFailure, Wiring};
 pub(crate) use device::{on_device, on_host};
+pub use device_graph::DeviceGraph;
 pub use epilogue::{set_gemm_epilogue, EpilogueMode};
 pub use gemm::GemmKernel;
 use pointers::Pointers;
@@ -96,8 +98,6 @@ pub struct Plan {
     /// Per operator and output.
     op_slots: Vec<Vec<Slot>>,
     temps: Vec<Sig>,
-    /// Per intermediate: the last operator that reads it (it is freed after that one).
-    temp_last_use: Vec<usize>,
     /// Per operator, the intermediates to free after it: their last reader, or their producer
     /// when nothing reads them (found once, so that a long graph frees in linear time).
     freed_after: Vec<Vec<usize>>,
@@ -275,7 +275,6 @@ impl Plan {
             outputs,
             op_slots,
             temps,
-            temp_last_use,
             freed_after,
             copies,
             symbols: Vec::new(),

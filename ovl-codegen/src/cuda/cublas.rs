@@ -199,7 +199,10 @@ fn candidates_for(explicit: Option<std::ffi::OsString>) -> (Vec<PathBuf>, bool) 
     (c, false)
 }
 
-fn load() -> Result<Cublas, (String, Vec<PathBuf>)> {
+/// Why cuBLAS did not load, and the paths tried.
+type NotLoaded = (String, Vec<PathBuf>);
+
+fn load() -> Result<Cublas, NotLoaded> {
     let (candidates, explicit) = candidates();
     let mut errors = Vec::new();
     for c in &candidates {
@@ -229,7 +232,7 @@ fn load() -> Result<Cublas, (String, Vec<PathBuf>)> {
 
 /// This process's cuBLAS, loaded once (on the first GEMM of a graph run on the GPU).
 fn library() -> Result<&'static Mutex<Cublas>, CodegenError> {
-    static CUBLAS: OnceLock<Result<Mutex<Cublas>, (String, Vec<PathBuf>)>> = OnceLock::new();
+    static CUBLAS: OnceLock<Result<Mutex<Cublas>, NotLoaded>> = OnceLock::new();
     CUBLAS
         .get_or_init(|| load().map(Mutex::new))
         .as_ref()

@@ -318,7 +318,7 @@ fn driver_err(action: &str) -> impl Fn(DriverError) -> DeviceError + '_ {
     }
 }
 
-fn bound_device() -> Result<&'static Device, DeviceError> {
+pub(crate) fn bound_device() -> Result<&'static Device, DeviceError> {
     let dev = device()?;
     dev.ctx
         .bind_to_thread()
@@ -412,6 +412,19 @@ impl DeviceTensor {
                 .map_err(driver_err("waiting for the GPU"))?;
         }
         Ok(host)
+    }
+
+    /// The same memory as a tensor of `dtype` and `shape`, when that takes exactly this
+    /// tensor's bytes (a block reused for another value of the same size).
+    pub fn reinterpreted(&self, dtype: DType, shape: &[usize]) -> Option<DeviceTensor> {
+        let bytes = shape
+            .iter()
+            .try_fold(dtype.size(), |a, &d| a.checked_mul(d))?;
+        (bytes == self.bytes()).then(|| DeviceTensor {
+            block: self.block.clone(),
+            dtype,
+            shape: shape.to_vec(),
+        })
     }
 
     /// Sets every element to zero (queued on the stream).

@@ -50,6 +50,7 @@ mod cache;
 mod cublas;
 mod device;
 mod frame;
+mod graph;
 mod nvrtc;
 mod ptxas;
 mod runtime;
@@ -61,6 +62,7 @@ pub use device::{
     DeviceTensor,
 };
 pub use frame::{generate_cuda, KERNEL_NAME};
+pub use graph::{capture, CapturedGraph};
 pub use nvrtc::{nvrtc_libraries, nvrtc_status, Nvrtc, NvrtcInfo};
 pub use ptxas::{ptxas_path, validate};
 pub use runtime::{

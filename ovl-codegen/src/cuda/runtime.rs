@@ -309,6 +309,12 @@ impl StatusBlock {
         Ok(StatusBlock { block, count })
     }
 
+    /// Zeroes every status again (queued on the stream): a CUDA graph that replays the kernels
+    /// starts with this.
+    pub fn reset(&self) -> Result<(), DeviceError> {
+        self.block.fill_zero()
+    }
+
     /// The device address of kernel `k`'s status.
     pub fn slot(&self, k: usize) -> u64 {
         self.block.ptr() + (k.min(self.count) * STATUS_BYTES) as u64
