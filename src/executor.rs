@@ -91,6 +91,24 @@ pub(crate) fn kernels_with_libraries(
         } else {
             HashMap::new()
         };
+    // Likewise the GPU's, compiled by NVRTC concurrently (cuBLAS runs the products).
+    let mut loaded: HashMap<usize, Result<Arc<ovl_codegen::cuda::CudaOperator>, CodegenError>> =
+        if matches!(options.target, Target::Cuda) {
+            let wanted: Vec<usize> = (0..dag.operators.len())
+                .filter(|&k| {
+                    let op = &dag.operators[k];
+                    !op.workgroup_shape.contains(&0)
+                        && ovl_codegen::cuda::CublasGemm::for_operator(op).is_none()
+                })
+                .collect();
+            let dags: Vec<&ir::ExpressionDag> = wanted.iter().map(|&k| &dag.operators[k]).collect();
+            wanted
+                .into_iter()
+                .zip(ovl_codegen::cuda::load_all(&dags, &options.cuda_options()))
+                .collect()
+        } else {
+            HashMap::new()
+        };
     dag.operators
         .iter()
         .enumerate()
@@ -121,10 +139,9 @@ pub(crate) fn kernels_with_libraries(
                 if let Some(gemm) = ovl_codegen::cuda::CublasGemm::for_operator(op) {
                     return Ok(Kernel::CudaGemm(gemm));
                 }
-                Ok(Kernel::Cuda(ovl_codegen::cuda::load(
-                    op,
-                    &options.cuda_options(),
-                )?))
+                Ok(Kernel::Cuda(loaded.remove(&k).unwrap_or_else(|| {
+                    ovl_codegen::cuda::load(op, &options.cuda_options())
+                })?))
             }
             Target::CudaValidate => {
                 // NVRTC runs in this process for every operator (the PTX is compiled again even

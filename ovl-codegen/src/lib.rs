@@ -78,14 +78,33 @@ pub fn compile_all(
     dags: &[&ir::ExpressionDag],
     options: &CompileOptions,
 ) -> Vec<Result<Arc<CompiledOperator>, CodegenError>> {
-    // One of each distinct operator (by the key that names its library), the largest first:
-    // started last, it would end the batch alone.
+    // One of each distinct operator (by the key that names its library).
+    warm_concurrently(
+        dags,
+        |dag| cpu::cache::target_key(dag, options),
+        |dag| {
+            // The result is kept by the memory cache (an error is met again below).
+            let _ = compile(dag, options);
+        },
+    );
+    dags.iter().map(|dag| compile(dag, options)).collect()
+}
+
+/// Runs `warm` once per distinct operator of `dags` (by `key`), the largest first, on one
+/// thread per core: what [`compile_all`] and [`cuda::load_all`] do before they collect their
+/// results in order from the memory cache. Nothing happens with one core or one operator.
+pub(crate) fn warm_concurrently<K: Eq + std::hash::Hash>(
+    dags: &[&ir::ExpressionDag],
+    key: impl Fn(&ir::ExpressionDag) -> K,
+    warm: impl Fn(&ir::ExpressionDag) + Sync,
+) {
     let mut seen = std::collections::HashSet::new();
     let mut distinct: Vec<&ir::ExpressionDag> = dags
         .iter()
         .copied()
-        .filter(|dag| seen.insert(cpu::cache::target_key(dag, options)))
+        .filter(|dag| seen.insert(key(dag)))
         .collect();
+    // The largest first: started last, it would end the batch alone.
     distinct.sort_by_key(|dag| std::cmp::Reverse(dag.expressions.len()));
     let threads = cpu_count().min(distinct.len());
     if threads > 1 {
@@ -95,11 +114,9 @@ pub fn compile_all(
                 s.spawn(|| loop {
                     let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(dag) = distinct.get(k) else { break };
-                    // The result is kept by the memory cache (an error is met again below).
-                    let _ = compile(dag, options);
+                    warm(dag);
                 });
             }
         });
     }
-    dags.iter().map(|dag| compile(dag, options)).collect()
 }

@@ -66,7 +66,8 @@ pub use graph::{capture, CapturedGraph};
 pub use nvrtc::{nvrtc_libraries, nvrtc_status, Nvrtc, NvrtcInfo};
 pub use ptxas::{ptxas_path, validate};
 pub use runtime::{
-    device_copy_bandwidth, gpu_status, load, CudaOperator, GpuInfo, StatusBlock, STATUS_BYTES,
+    device_copy_bandwidth, gpu_status, load, load_all, CudaOperator, GpuInfo, StatusBlock,
+    STATUS_BYTES,
 };
 
 pub(crate) use cache::{forget_root, memory_cache};
@@ -78,7 +79,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 /// The version of the generated CUDA; part of every CUDA cache key.
-pub const CUDA_CODEGEN_VERSION: &str = "ovl-codegen-cuda-9";
+pub const CUDA_CODEGEN_VERSION: &str = "ovl-codegen-cuda-10";
 
 /// The default number of threads per block.
 pub const DEFAULT_BLOCK_SIZE: u32 = 256;

@@ -185,6 +185,37 @@ pub(crate) fn loaded_cache() -> &'static dyn CacheControl {
     loaded()
 }
 
+/// What this process compiles for: CUBIN for the GPU's own architecture when NVRTC knows it,
+/// else PTX for the newest architecture NVRTC knows below it (the driver compiles it on load).
+fn target(dev: &Device) -> Result<(u32, CudaBinary), CodegenError> {
+    let nv = nvrtc::get()?;
+    let arch = dev.info.arch;
+    Ok(if nv.archs.contains(&arch) || nv.archs.is_empty() {
+        (arch, CudaBinary::Cubin)
+    } else {
+        let best = nv.archs.iter().copied().filter(|&a| a <= arch).max();
+        (best.unwrap_or(arch), CudaBinary::Ptx)
+    })
+}
+
+/// [`load`] for each of `dags`, in order; the distinct operators that miss the cache are
+/// compiled by NVRTC concurrently first (one compilation per core, the largest first; NVRTC
+/// compiles different programs from several threads at once), then loaded in order. A graph's
+/// kernels are many and NVRTC takes 50 ms to seconds each.
+pub fn load_all(
+    dags: &[&ir::ExpressionDag],
+    options: &CudaCompileOptions,
+) -> Vec<Result<Arc<CudaOperator>, CodegenError>> {
+    if let Ok((arch, binary)) = device().and_then(target) {
+        let options = options.clone().with_target(arch, binary);
+        crate::warm_concurrently(dags, crate::shared::sizes::code_hash, |dag| {
+            // Kept by the memory cache; an error is met again by `load` below.
+            let _ = compile(dag, &options);
+        });
+    }
+    dags.iter().map(|dag| load(dag, options)).collect()
+}
+
 /// Compiles an operator for this process's GPU (CUBIN for its architecture when NVRTC supports
 /// it, else PTX for the newest architecture NVRTC knows, which the driver compiles at load) or
 /// finds it in the cache, and loads it onto the GPU. Errors say what is missing when there is no
@@ -194,14 +225,7 @@ pub fn load(
     options: &CudaCompileOptions,
 ) -> Result<Arc<CudaOperator>, CodegenError> {
     let dev = device()?;
-    let nv = nvrtc::get()?;
-    let arch = dev.info.arch;
-    let (arch, binary) = if nv.archs.contains(&arch) || nv.archs.is_empty() {
-        (arch, CudaBinary::Cubin)
-    } else {
-        let best = nv.archs.iter().copied().filter(|&a| a <= arch).max();
-        (best.unwrap_or(arch), CudaBinary::Ptx)
-    };
+    let (arch, binary) = target(dev)?;
     let artifact = compile(dag, &options.clone().with_target(arch, binary))?;
     let driver_err = |action: &str, message: String| CodegenError::CudaDriver {
         operator: dag.name.clone(),

@@ -198,9 +198,14 @@ pub(crate) fn emit<'a>(
     for k in 0..dag.expressions.len() {
         e.expression(k)?;
     }
-    // On the GPU, workers in vector lanes, where the operator has the shape for it and cannot
-    // fault.
-    if dialect == Dialect::Cuda && e.coop.is_none() && !e.stops.get() {
+    // On the GPU, workers in vector lanes, where the operator has the shape for it, cannot
+    // fault and is not so large that NVRTC's time on the program written four times over
+    // outweighs what vector accesses save.
+    if dialect == Dialect::Cuda
+        && e.coop.is_none()
+        && !e.stops.get()
+        && dag.expressions.len() <= lanes::MAX_EXPRESSIONS
+    {
         if let Some(plan) = lanes::plan(dag, &kernel) {
             let mut bodies = Vec::new();
             for lane in 0..lanes::WIDTH {

@@ -851,3 +851,34 @@ fn vector_lanes_are_not_used_where_a_lane_could_differ() {
     let src = cuda::generate_cuda(&b.build(), "lanes").expect("CUDA source");
     assert!(!src.contains("ovl::ld4("), "{src}");
 }
+
+/// An operator too large for lanes (over 1,024 expressions: a recurrent layer's steps side by
+/// side) is written once, one worker per thread, not once more per lane (five times in all);
+/// the same program with fewer expressions keeps its vector lanes.
+#[test]
+fn a_very_large_operator_gets_no_vector_lanes() {
+    let chain = |ops: usize| {
+        let mut b = Builder::new("long_chain", &[4, 64]);
+        b.input(DType::F32, &[4, 64]);
+        b.output(DType::F32, &[4, 64]);
+        let (r, k) = (b.position(0), b.position(1));
+        let mut v = b.read(IN, 0, &[r, k]);
+        for i in 0..ops {
+            let c = b.f32(1.0 + i as f32 * 1e-3);
+            v = b.op(Op::Mul, &[v, c]);
+        }
+        b.write(OUT, 0, &[r, k], v);
+        b.build()
+    };
+    let small = cuda::generate_cuda(&chain(100), "lanes").expect("CUDA source");
+    assert_eq!(small.matches("ovl::ld4(").count(), 1);
+    let large = chain(600);
+    assert!(
+        large.expressions.len() > 1024,
+        "{}",
+        large.expressions.len()
+    );
+    let source = cuda::generate_cuda(&large, "lanes").expect("CUDA source");
+    assert_eq!(source.matches("ovl::ld4(").count(), 0);
+    assert_eq!(source.matches("ovl::st4(").count(), 0);
+}
