@@ -9,8 +9,9 @@
 //! `OVL_CUDA_GRAPHS=0` measures kernels launched one by one). Fusion runs at the library's
 //! default level (3) unless `--opt N` says otherwise.
 //!
-//! `cargo bench --bench lstm_layer_gpu -- [--quick] [--opt N] [--out DIR]` writes `DIR/ovl_gpu.json` and
-//! the outputs of one call (`DIR/ovl_gpu_TxBxH_{h,dx,dw,du,db}.f32`) that
+//! `cargo bench --bench lstm_layer_gpu -- [--quick] [--opt N] [--tf32] [--out DIR]` writes
+//! `DIR/ovl_gpu.json` (with `--tf32`, products on TF32 tensor cores: `DIR/ovl_gpu_tf32.json`) and
+//! the outputs of one call (`DIR/ovl_gpu[_tf32]_TxBxH_{h,dx,dw,du,db}.f32`) that
 //! `benches/lstm_layer_gpu_peers.py` checks against its NumPy reference before timing PyTorch
 //! and JAX on the same GPU. Without a GPU it says that it did not run.
 
@@ -59,10 +60,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .position(|a| a == "--opt")
         .and_then(|i| all.get(i + 1))
         .map_or(3, |s| s.parse().expect("--opt N"));
+    let tf32 = args.flag("--tf32");
     let options = Options {
         cache_dir: Some(args.out_dir.join("operator-cache-gpu")),
-        ..Options::cuda().with_opt_level(opt)
+        ..Options::cuda().with_opt_level(opt).with_cuda_tf32(tf32)
     };
+    let tag = if tf32 { "ovl_gpu_tf32" } else { "ovl_gpu" };
     let mut rows = Vec::new();
     for &(t, b, h) in sizes {
         let data = inputs(t, b, h);
@@ -74,7 +77,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let compile_s = start.elapsed().as_secs_f64();
             let feeds: Vec<&ndarray::ArrayD<f32>> = data[..ins.len()].iter().collect();
             let call = device_calls(&compiled, &feeds, 3, reps)?;
-            let name = format!("ovl_gpu_{t}x{b}x{h}");
+            let name = format!("{tag}_{t}x{b}x{h}");
             if backward {
                 for (k, which) in ["dx", "dw", "du", "db"].iter().enumerate() {
                     write_f32(
@@ -114,9 +117,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "cublas": cublas,
         "reps": reps,
         "opt_level": opt,
+        "tf32": tf32,
         "sizes": rows,
     });
-    let path = args.out_dir.join("ovl_gpu.json");
+    let path = args.out_dir.join(format!("{tag}.json"));
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     println!("wrote {}", path.display());
     Ok(())

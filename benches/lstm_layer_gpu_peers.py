@@ -4,7 +4,8 @@ The layer of benches/lstm_layer_peers.py (same inputs, same NumPy reference) on 
 already there: PyTorch nn.LSTM (cuDNN) and JAX lax.scan under jit, forward and forward +
 backward, each in full f32 and with the library's default precision (PyTorch lets cuDNN use
 TF32 tensor cores by default, JAX's default matmul precision on such GPUs is TF32 too; ovl's
-cuBLAS calls are full f32). ovl's outputs (benches/lstm_layer_gpu.rs wrote them) and every
+cuBLAS calls are full f32, or TF32 with `--tf32`). ovl's outputs (benches/lstm_layer_gpu.rs
+wrote them) and every
 peer's are checked against the reference before anything is timed (full f32: 2e-3 of the
 largest value; TF32: 2e-2).
 
@@ -41,15 +42,19 @@ def check(name, got, want, precision):
     return err
 
 
-def check_ovl(out, size, ref_h, ref_grads):
+# ovl's runs: full f32, and with its products on TF32 tensor cores (`--tf32`).
+OVL_RUNS = {"f32": "ovl_gpu", "tf32": "ovl_gpu_tf32"}
+
+
+def check_ovl(out, tag, precision, size, ref_h, ref_grads):
     t, b, h = size
-    base = os.path.join(out, f"ovl_gpu_{t}x{b}x{h}")
+    base = os.path.join(out, f"{tag}_{t}x{b}x{h}")
     if not os.path.exists(base + "_h.f32"):
         return None
-    err = check("ovl h", np.fromfile(base + "_h.f32", dtype="<f4"), ref_h, "f32")
+    err = check(f"{tag} h", np.fromfile(base + "_h.f32", dtype="<f4"), ref_h, precision)
     for name, want in zip(["dx", "dw", "du", "db"], ref_grads):
         got = np.fromfile(base + f"_{name}.f32", dtype="<f4")
-        err = max(err, check(f"ovl {name}", got, want, "f32"))
+        err = max(err, check(f"{tag} {name}", got, want, precision))
     return err
 
 
@@ -137,27 +142,31 @@ def us(seconds):
     return f"{seconds * 1e6:.0f}"
 
 
-def table(doc, ovl):
+def table(doc, ovls):
+    first = next(iter(ovls.values()), None)
     lines = [
         f"GPU: {doc.get('device', '?')}; PyTorch {doc.get('torch', '-')}, JAX "
-        f"{doc.get('jax', '-')}; ovl: {ovl.get('cublas', 'did not run') if ovl else 'did not run'}."
+        f"{doc.get('jax', '-')}; ovl: {first.get('cublas', 'did not run') if first else 'did not run'}."
         " Best of the repetitions, µs; GPU = CUDA events around the call, wall = the host's"
         " clock around the call and a synchronization.",
         "",
         "| T, B, H | variant | forward GPU | forward wall | f+b GPU | f+b wall | max rel. error |",
         "|---|---|---|---|---|---|---|",
     ]
-    by_size = {(r["t"], r["b"], r["h"]): r for r in (ovl or {}).get("sizes", [])}
     for size in doc["sizes"]:
         key = tuple(size["size"])
-        o = by_size.get(key)
-        if o is not None:
+        for precision, ovl in ovls.items():
+            by_size = {(r["t"], r["b"], r["h"]): r for r in ovl.get("sizes", [])}
+            o = by_size.get(key)
+            if o is None:
+                continue
             how = "replayed as a CUDA graph" if o.get("forward_cuda_graph") else "kernel by kernel"
+            err = size.get("ovl_error", {}).get(precision, float("nan"))
             lines.append(
-                f"| {key[0]}, {key[1]}, {key[2]} | ovl (f32; cuBLAS, fusion level "
+                f"| {key[0]}, {key[1]}, {key[2]} | ovl ({precision}; cuBLAS, fusion level "
                 f"{ovl.get('opt_level', '?')}, {how}) | "
                 f"{o['forward_us']:.0f} | {o['forward_wall_us']:.0f} | {o['backward_us']:.0f} | "
-                f"{o['backward_wall_us']:.0f} | {size.get('ovl_error', float('nan')):.1e} |"
+                f"{o['backward_wall_us']:.0f} | {err:.1e} |"
             )
         for r in size["rows"]:
             f, fb = r["forward"], r["backward"]
@@ -177,15 +186,21 @@ def main():
     reps = 10 if args.quick else 30
     os.makedirs(args.out, exist_ok=True)
     torch, jax, doc = start(reps)
-    ovl_path = os.path.join(args.out, "ovl_gpu.json")
-    ovl = json.load(open(ovl_path)) if os.path.exists(ovl_path) else None
+    ovls = {}
+    for precision, tag in OVL_RUNS.items():
+        path = os.path.join(args.out, f"{tag}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                ovls[precision] = json.load(f)
     doc["sizes"] = []
     for size in SIZES[:1] if args.quick else SIZES:
         ref_h, ref_grads = reference(*inputs(*size))
         entry = {"size": list(size), "rows": []}
-        ovl_err = check_ovl(args.out, size, ref_h, ref_grads)
-        if ovl_err is not None:
-            entry["ovl_error"] = ovl_err
+        entry["ovl_error"] = {}
+        for precision, tag in OVL_RUNS.items():
+            err = check_ovl(args.out, tag, precision, size, ref_h, ref_grads)
+            if err is not None:
+                entry["ovl_error"][precision] = err
         if torch is not None:
             entry["rows"] += torch_rows(torch, size, reps, ref_h, ref_grads)
         if jax is not None:
@@ -194,7 +209,7 @@ def main():
         print(f"size {size}: checked and timed", flush=True)
     with open(os.path.join(args.out, "lstm_layer_gpu.json"), "w") as f:
         json.dump(doc, f, indent=1)
-    md = table(doc, ovl)
+    md = table(doc, ovls)
     with open(os.path.join(args.out, "lstm_layer_gpu.md"), "w") as f:
         f.write(md)
     print(md)

@@ -12,7 +12,7 @@
 #      along the last axis and along axis 0 (down the columns, with a sum over axis 0:
 #      benches/reductions/columns.rs);
 #   3. benches/lstm_layer_gpu.rs: a whole LSTM layer (products through cuBLAS, the cells
-#      fused) on device tensors, forward and forward + backward;
+#      fused) on device tensors, forward and forward + backward, in f32 and with TF32 products;
 #   4. the peers on the same GPU, inputs already there, checked against NumPy first:
 #      benches/lstm_gpu_peers.py, benches/lstm_layer_gpu_peers.py and
 #      benches/reductions_gpu_peers.py (PyTorch eager, nn.LSTM, torch.compile, JAX jit;
@@ -78,6 +78,8 @@ fi
 step ovl-lstm 35 "${lstm[@]}" $mode --gpu-only --out "$out/lstm"
 # shellcheck disable=SC2086
 step ovl-lstm-layer 20 "${layer[@]}" $mode --out "$out/layer"
+# shellcheck disable=SC2086
+step ovl-lstm-layer-tf32 20 "${layer[@]}" $mode --tf32 --out "$out/layer"
 # shellcheck disable=SC2086
 step ovl-reductions 45 "${reductions[@]}" $mode --gpu --out "$out/reductions"
 # shellcheck disable=SC2086

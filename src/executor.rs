@@ -137,7 +137,7 @@ pub(crate) fn kernels_with_libraries(
             Target::Cuda => {
                 // A GEMM runs through cuBLAS where it loads, else as its reference program.
                 if let Some(gemm) = ovl_codegen::cuda::CublasGemm::for_operator(op) {
-                    return Ok(Kernel::CudaGemm(gemm));
+                    return Ok(Kernel::CudaGemm(gemm.with_tf32(options.cuda_tf32)));
                 }
                 Ok(Kernel::Cuda(loaded.remove(&k).unwrap_or_else(|| {
                     ovl_codegen::cuda::load(op, &options.cuda_options())

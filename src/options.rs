@@ -53,6 +53,11 @@ pub struct Options {
     /// `OVL_MAX_WHILE_ITERATIONS` environment variable, else 2^32
     /// ([`ovl_core::limits::WHILE_ITERATIONS`]); `Some(0)`: no bound.
     pub max_while_iterations: Option<u64>,
+    /// On the GPU ([`Target::Cuda`]), let f32 matrix products (cuBLAS) use TF32 tensor cores:
+    /// inputs rounded to a 10-bit mantissa, products several times faster on GPUs from
+    /// Ampere on. Off by default: full-precision f32, as ovl's other backends compute
+    /// (PyTorch's matmul default too; its cuDNN LSTM and JAX's default precision use TF32).
+    pub cuda_tf32: bool,
 }
 
 impl Options {
@@ -81,6 +86,12 @@ impl Options {
             target: Target::CudaValidate,
             ..Options::default()
         }
+    }
+
+    /// These options with [`Options::cuda_tf32`] set to `allow`.
+    pub fn with_cuda_tf32(mut self, allow: bool) -> Options {
+        self.cuda_tf32 = allow;
+        self
     }
 
     /// The architectures [`Target::CudaValidate`] checks.

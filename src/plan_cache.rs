@@ -62,6 +62,7 @@ struct Prepares {
     cache_dir: Option<PathBuf>,
     /// The bound on `while` iterations (resolved: the option, else the environment).
     while_limit: u64,
+    cuda_tf32: bool,
 }
 
 impl Key {
@@ -78,6 +79,7 @@ impl Key {
             cuda_block_size,
             cuda_validate_archs: _,
             max_while_iterations: _,
+            cuda_tf32,
         } = options;
         Key {
             graph,
@@ -88,6 +90,7 @@ impl Key {
                 cuda_block_size: *cuda_block_size,
                 cache_dir: cache_dir.clone(),
                 while_limit: options.while_limit(),
+                cuda_tf32: *cuda_tf32,
             },
             env_cache_dir: std::env::var_os("OVL_CACHE_DIR"),
             env_force_recompile: std::env::var_os("OVL_FORCE_RECOMPILE"),

@@ -178,3 +178,38 @@ fn a_sum_of_products_and_the_lstm_step_on_device_tensors() {
         }
     }
 }
+
+/// `Options::cuda_tf32`: f32 products on TF32 tensor cores (GPUs from sm_80 on) are within the
+/// rounding of 10-bit-mantissa inputs of the reference, and differ from the full-precision
+/// products (so the option reached cuBLAS; the plan cache keeps the two apart).
+#[test]
+fn tf32_products_are_within_their_rounding_and_differ_from_f32() {
+    if !ready("tf32_products") {
+        return;
+    }
+    match ovl::cuda::gpu_status() {
+        Ok(info) if info.arch >= 80 => {}
+        other => {
+            say(&format!(
+                "tf32_products: did not run: no TF32 tensor cores ({other:?})"
+            ));
+            return;
+        }
+    }
+    let (a, b) = (values(&[64, 256], 3), values(&[256, 96], 4));
+    let (want, mag) = reference(&a, &b, false, false);
+    let y = ovl::gemm(
+        &Lazy::from(a.mapv(|v| v as f32)),
+        &Lazy::from(b.mapv(|v| v as f32)),
+        false,
+        false,
+    );
+    let full = eval(&y, &Options::cuda());
+    close(&full, &want, &mag, 1e-6, "f32");
+    let tf32 = eval(&y, &Options::cuda().with_cuda_tf32(true));
+    close(&tf32, &want, &mag, 2e-3, "tf32");
+    assert!(
+        tf32.iter().zip(&full).any(|(p, q)| p != q),
+        "TF32 products equal the f32 ones everywhere: the option did not reach cuBLAS"
+    );
+}

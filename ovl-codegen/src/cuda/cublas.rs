@@ -15,7 +15,8 @@
 //! computed as `Cᵀ = op(B)ᵀ · op(A)ᵀ` (column-major), which reads the same memory with the
 //! operands swapped, so no operand is copied or transposed. A sum of `terms` products runs as
 //! `terms` calls, each after the first adding to C (`beta = 1`). Products use cuBLAS' default
-//! math mode: full-precision `f32` (no TF32 tensor cores).
+//! math mode, full-precision `f32`, unless the kernel allows TF32 tensor cores
+//! ([`CublasGemm::with_tf32`], `Options::cuda_tf32`).
 
 use super::device::{DeviceError, DeviceTensor};
 use super::runtime::device;
@@ -40,6 +41,10 @@ const OP_T: c_int = 1;
 type Create = unsafe extern "C" fn(*mut Handle) -> Status;
 type SetStream = unsafe extern "C" fn(Handle, sys::CUstream) -> Status;
 type GetVersion = unsafe extern "C" fn(Handle, *mut c_int) -> Status;
+type SetMathMode = unsafe extern "C" fn(Handle, c_int) -> Status;
+/// `cublasMath_t`: full precision, or TF32 tensor cores for f32 products.
+const DEFAULT_MATH: c_int = 0;
+const TF32_TENSOR_OP_MATH: c_int = 3;
 type StatusName = unsafe extern "C" fn(Status) -> *const c_char;
 /// `cublas{S,D}gemmStridedBatched`: handle, transa, transb, m, n, k, alpha, A, lda, strideA, B,
 /// ldb, strideB, beta, C, ldc, strideC, batchCount.
@@ -83,6 +88,9 @@ struct Cublas {
     handle: Handle,
     sgemm: GemmStridedBatched<f32>,
     dgemm: GemmStridedBatched<f64>,
+    set_math_mode: SetMathMode,
+    /// The handle's math mode now (set before a call that wants another).
+    math_mode: c_int,
     status_name: Option<StatusName>,
     info: CublasInfo,
 }
@@ -119,6 +127,7 @@ impl Cublas {
         let get_version: GetVersion = sym(&library, "cublasGetVersion_v2")?;
         let sgemm = sym(&library, "cublasSgemmStridedBatched")?;
         let dgemm = sym(&library, "cublasDgemmStridedBatched")?;
+        let set_math_mode: SetMathMode = sym(&library, "cublasSetMathMode")?;
         let status_name: Option<StatusName> = sym(&library, "cublasGetStatusName").ok();
         let dev = device().map_err(|e| e.to_string())?;
         dev.ctx
@@ -144,6 +153,8 @@ impl Cublas {
             handle,
             sgemm,
             dgemm,
+            set_math_mode,
+            math_mode: DEFAULT_MATH,
             status_name,
             info: CublasInfo {
                 path: path.to_path_buf(),
@@ -263,6 +274,7 @@ fn disabled() -> bool {
 #[derive(Clone, Debug)]
 pub struct CublasGemm {
     dtype: DType,
+    tf32: bool,
 }
 
 impl CublasGemm {
@@ -275,7 +287,17 @@ impl CublasGemm {
             return None;
         }
         library().ok()?;
-        Some(CublasGemm { dtype: dims.dtype })
+        Some(CublasGemm {
+            dtype: dims.dtype,
+            tf32: false,
+        })
+    }
+
+    /// This kernel, its f32 products on TF32 tensor cores when `allow` (inputs rounded to a
+    /// 10-bit mantissa; `f64` products are unaffected).
+    pub fn with_tf32(mut self, allow: bool) -> CublasGemm {
+        self.tf32 = allow;
+        self
     }
 
     /// Queues `C = Σ_t op(A_t) · op(B_t)` of `op` (a concrete operator: its types give the
@@ -345,10 +367,23 @@ impl CublasGemm {
             int(k, "k")?,
             int(dims.batch, "the batch")?,
         );
-        let cublas = library()
+        let mut cublas = library()
             .map_err(|e| err("loading cuBLAS", e.to_string()))?
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        let mode = if self.tf32 && self.dtype == DType::F32 {
+            TF32_TENSOR_OP_MATH
+        } else {
+            DEFAULT_MATH
+        };
+        if cublas.math_mode != mode {
+            // SAFETY: a live handle; the mode is one cuBLAS defines.
+            let r = unsafe { (cublas.set_math_mode)(cublas.handle, mode) };
+            if r != SUCCESS {
+                return Err(err("setting cuBLAS' math mode", cublas.status_text(r)));
+            }
+            cublas.math_mode = mode;
+        }
         let call = Call::new(&dims, (mi, ni, ki, batch));
         for (t, pair) in inputs.chunks(2).enumerate() {
             let first = t == 0;
