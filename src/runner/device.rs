@@ -1,6 +1,6 @@
 //! Running a plan on device tensors: the GPU half of the runner.
 
-use super::{Kernel, Plan, RunFailure, Slot};
+use super::{Input, Kernel, Output, Plan, RunFailure, Slot};
 use crate::error::Mismatch;
 use ovl_codegen::cuda::{DeviceError, DeviceTensor, StatusBlock};
 use ovl_core::{DeviceData, HostTensor};
@@ -26,6 +26,74 @@ pub(crate) fn on_host(data: &dyn DeviceData) -> Result<HostTensor, DeviceError> 
 }
 
 impl Plan {
+    /// Whether a run of `kernels` from host data is better made on the device as a whole: every
+    /// operator that runs a worker is a GPU kernel (and some operator is).
+    pub(super) fn all_on_gpu(&self, kernels: &[Kernel]) -> bool {
+        let mut some = false;
+        for (kernel, op) in kernels.iter().zip(&self.dag.operators) {
+            match kernel {
+                Kernel::Cuda(_) | Kernel::CudaGemm(_) => some = true,
+                _ if op.workgroup_shape.contains(&0) => {}
+                _ => return false,
+            }
+        }
+        some
+    }
+
+    /// A run from host buffers whose kernels are all on the GPU ([`Plan::all_on_gpu`]): the
+    /// inputs are copied to the device once, the graph runs there as [`Plan::run_device`]
+    /// (intermediates never leave the GPU), and the outputs are copied back once.
+    ///
+    /// # Safety
+    /// As [`Plan::run`] (raw buffers hold their input's or output's bytes).
+    pub(super) unsafe fn run_through_device(
+        &self,
+        kernels: &[Kernel],
+        inputs: &[Input<'_>],
+        outputs: &mut [Output<'_>],
+    ) -> Result<(), RunFailure> {
+        let uploads = inputs
+            .iter()
+            .zip(&self.inputs)
+            .enumerate()
+            .map(|(i, (input, sig))| {
+                let ptr: *const u8 = match input {
+                    Input::Host(t) => t.data.as_ptr(),
+                    Input::Raw(p) => p.cast(),
+                };
+                // SAFETY: a host tensor checked against the input's type, or a raw buffer of
+                // its bytes (the caller's contract).
+                let bytes = unsafe { std::slice::from_raw_parts(ptr, sig.bytes()) };
+                DeviceTensor::upload_bytes(
+                    sig.dtype,
+                    &sig.shape,
+                    bytes,
+                    &format!("graph input {i}"),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let results = self
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(k, sig)| DeviceTensor::uninit(sig.dtype, &sig.shape, &format!("output {k}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ins: Vec<&DeviceTensor> = uploads.iter().collect();
+        let outs: Vec<&DeviceTensor> = results.iter().collect();
+        self.run_device(kernels, &ins, &outs)?;
+        for ((output, result), sig) in outputs.iter_mut().zip(&results).zip(&self.outputs) {
+            let ptr: *mut u8 = match output {
+                Output::Host { tensor, .. } => tensor.data.as_mut_ptr(),
+                Output::Raw(p) => p.cast(),
+            };
+            // SAFETY: a host tensor checked against the output's type, or a raw buffer of its
+            // bytes that overlaps no other (the caller's contract).
+            let bytes = unsafe { std::slice::from_raw_parts_mut(ptr, sig.bytes()) };
+            result.download_into(bytes)?;
+        }
+        Ok(())
+    }
+
     /// Runs the graph on device tensors ([`crate::Target::Cuda`] kernels): `inputs[i]` is graph
     /// input `i`, `outputs[k]` receives requested output `k`. Everything stays on the GPU:
     /// intermediates come from the caching allocator and go back to it after their last

@@ -370,6 +370,10 @@ impl Plan {
         mut timings: Option<&mut Vec<Duration>>,
     ) -> Result<(), RunFailure> {
         self.check_buffers(kernels, inputs, outputs)?;
+        if timings.is_none() && self.all_on_gpu(kernels) {
+            // SAFETY: the caller's contract, passed on.
+            return unsafe { self.run_through_device(kernels, inputs, outputs) };
+        }
         // Decided once per run: a GEMM deferred to its consumer must run there.
         let epilogue_mode = epilogue::mode();
         let mut temps: Vec<Option<HostTensor>> = vec![None; self.temps.len()];

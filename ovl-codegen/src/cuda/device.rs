@@ -384,14 +384,33 @@ impl DeviceTensor {
 
     /// Copies a host tensor to the GPU.
     pub fn upload(host: &HostTensor) -> Result<Self, DeviceError> {
-        let t = Self::uninit(host.dtype(), &host.shape, "an uploaded tensor")?;
-        let bytes = t.bytes();
-        if bytes > 0 {
+        let bytes = host.len() * host.dtype().size();
+        // SAFETY: the host tensor holds its `len` elements contiguously.
+        let src = unsafe { std::slice::from_raw_parts(host.data.as_ptr(), bytes) };
+        Self::upload_bytes(host.dtype(), &host.shape, src, "an uploaded tensor")
+    }
+
+    /// A tensor of `dtype` and `shape` on the GPU holding `bytes`, its row-major elements
+    /// (`what` names it in an error); a byte count that does not match is an error.
+    pub fn upload_bytes(
+        dtype: DType,
+        shape: &[usize],
+        bytes: &[u8],
+        what: &str,
+    ) -> Result<Self, DeviceError> {
+        let t = Self::uninit(dtype, shape, what)?;
+        if bytes.len() != t.bytes() {
+            return Err(DeviceError::Mismatch {
+                tensor: what.into(),
+                got: format!("{} bytes", bytes.len()),
+                expected: format!("{} ({} bytes)", t.describe(), t.bytes()),
+            });
+        }
+        if !bytes.is_empty() {
             let dev = bound_device()?;
-            // SAFETY: the host tensor holds `bytes` bytes; the block at least as many. Pageable
-            // memory is staged by the driver before the call returns.
-            let src = unsafe { std::slice::from_raw_parts(host.data.as_ptr(), bytes) };
-            unsafe { result::memcpy_htod_async(t.ptr(), src, dev.stream.cu_stream()) }
+            // SAFETY: the block holds at least `bytes.len()` bytes. Pageable memory is staged
+            // by the driver before the call returns.
+            unsafe { result::memcpy_htod_async(t.ptr(), bytes, dev.stream.cu_stream()) }
                 .map_err(driver_err("copying a tensor to the GPU"))?;
         }
         Ok(t)
@@ -401,17 +420,32 @@ impl DeviceTensor {
     pub fn to_host(&self) -> Result<HostTensor, DeviceError> {
         let mut host = HostTensor::zeros(self.dtype, &self.shape);
         let bytes = self.bytes();
-        if bytes > 0 {
+        // SAFETY: the host tensor holds `bytes` bytes.
+        let dst = unsafe { std::slice::from_raw_parts_mut(host.data.as_mut_ptr(), bytes) };
+        self.download_into(dst)?;
+        Ok(host)
+    }
+
+    /// Copies the tensor's bytes into `dst`, which holds exactly as many (waits for the queued
+    /// work that writes it).
+    pub fn download_into(&self, dst: &mut [u8]) -> Result<(), DeviceError> {
+        if dst.len() != self.bytes() {
+            return Err(DeviceError::Mismatch {
+                tensor: "a host buffer for a device tensor".into(),
+                got: format!("{} bytes", dst.len()),
+                expected: format!("{} ({} bytes)", self.describe(), self.bytes()),
+            });
+        }
+        if !dst.is_empty() {
             let dev = bound_device()?;
-            // SAFETY: the host tensor holds `bytes` bytes, written before the synchronization.
-            let dst = unsafe { std::slice::from_raw_parts_mut(host.data.as_mut_ptr(), bytes) };
+            // SAFETY: `dst` holds `bytes` bytes, written before the synchronization.
             unsafe { result::memcpy_dtoh_async(dst, self.ptr(), dev.stream.cu_stream()) }
                 .map_err(driver_err("copying a tensor from the GPU"))?;
             dev.stream
                 .synchronize()
                 .map_err(driver_err("waiting for the GPU"))?;
         }
-        Ok(host)
+        Ok(())
     }
 
     /// The same memory as a tensor of `dtype` and `shape`, when that takes exactly this
