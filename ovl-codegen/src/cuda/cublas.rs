@@ -19,8 +19,8 @@
 //! ([`CublasGemm::with_tf32`], `Options::cuda_tf32`).
 
 use super::device::{DeviceError, DeviceTensor};
+use super::library_search::Search;
 use super::runtime::device;
-use super::{in_python_environments, no_panic, toolkit_roots};
 use crate::error::{CodegenError, RunError};
 use cudarc::driver::sys;
 use ovl_ir::ir;
@@ -181,64 +181,23 @@ impl Cublas {
     }
 }
 
-/// The candidate paths of libcublas, in order, and whether they came from `OVL_CUBLAS_LIB`
-/// (then nothing else is tried). Bare names at the end are for the dynamic loader's own search.
-fn candidates() -> (Vec<PathBuf>, bool) {
-    candidates_for(std::env::var_os("OVL_CUBLAS_LIB"))
-}
-
-/// [`candidates`] for a value of `OVL_CUBLAS_LIB`.
-fn candidates_for(explicit: Option<std::ffi::OsString>) -> (Vec<PathBuf>, bool) {
-    if let Some(v) = explicit.filter(|v| !v.is_empty()) {
-        let p = PathBuf::from(v);
-        if p.is_dir() {
-            return (NAMES.iter().map(|n| p.join(n)).collect(), true);
-        }
-        return (vec![p], true);
-    }
-    let mut c = Vec::new();
-    c.extend(in_python_environments("nvidia/cu13/lib/libcublas.so.13"));
-    c.extend(in_python_environments("nvidia/cublas/lib/libcublas.so.12"));
-    for root in toolkit_roots() {
-        for dir in ["lib64", "targets/x86_64-linux/lib", "lib"] {
-            for n in NAMES {
-                c.push(root.join(dir).join(n));
-            }
-        }
-    }
-    c.extend(NAMES.iter().map(PathBuf::from));
-    (c, false)
-}
+/// Where cuBLAS is looked for: `OVL_CUBLAS_LIB`, the CUDA 13 then the CUDA 12 wheel, the
+/// toolkit, the loader's path.
+const SEARCH: Search = Search {
+    env: "OVL_CUBLAS_LIB",
+    names: &NAMES,
+    wheels: &[
+        "nvidia/cu13/lib/libcublas.so.13",
+        "nvidia/cublas/lib/libcublas.so.12",
+    ],
+    what: "libcublas",
+};
 
 /// Why cuBLAS did not load, and the paths tried.
 type NotLoaded = (String, Vec<PathBuf>);
 
 fn load() -> Result<Cublas, NotLoaded> {
-    let (candidates, explicit) = candidates();
-    let mut errors = Vec::new();
-    for c in &candidates {
-        let by_name = c.components().count() == 1;
-        if !by_name && !c.is_file() {
-            continue;
-        }
-        match no_panic("loading libcublas", || Cublas::open(c)) {
-            Ok(Ok(cublas)) => return Ok(cublas),
-            // A bare name the loader does not know is no news.
-            Ok(Err(e)) if by_name && e.starts_with("cannot load") => {}
-            Ok(Err(e)) | Err(e) => errors.push(format!("{}: {e}", c.display())),
-        }
-    }
-    Err((
-        match (errors.is_empty(), explicit) {
-            (true, true) => "OVL_CUBLAS_LIB names no existing library".into(),
-            (true, false) => {
-                "no libcublas in the places below nor on the dynamic loader's path".into()
-            }
-            (false, true) => format!("OVL_CUBLAS_LIB: {}", errors.join("; ")),
-            (false, false) => errors.join("; "),
-        },
-        candidates,
-    ))
+    SEARCH.load(Cublas::open)
 }
 
 /// This process's cuBLAS, loaded once (on the first GEMM of a graph run on the GPU).
@@ -617,10 +576,10 @@ mod tests {
     /// Only the candidate list: loading needs a GPU.
     #[test]
     fn ovl_cublas_lib_replaces_the_search() {
-        let (c, explicit) = candidates_for(Some("/nonexistent/libcublas.so.13".into()));
+        let (c, explicit) = SEARCH.candidates_for(Some("/nonexistent/libcublas.so.13".into()));
         assert!(explicit);
         assert_eq!(c, vec![PathBuf::from("/nonexistent/libcublas.so.13")]);
-        let (c, explicit) = candidates_for(None);
+        let (c, explicit) = SEARCH.candidates_for(None);
         assert!(!explicit);
         assert!(
             c.ends_with(&NAMES.map(PathBuf::from)),

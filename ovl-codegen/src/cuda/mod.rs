@@ -51,6 +51,7 @@ mod cublas;
 mod device;
 mod frame;
 mod graph;
+mod library_search;
 mod nvrtc;
 mod ptxas;
 mod runtime;

@@ -8,6 +8,7 @@
 //! library up by the names of the CUDA version they were built for, so a machine with only
 //! `libnvrtc.so.13` could not use them.)
 
+use super::library_search::Search;
 use super::{count, in_python_environments, no_panic, toolkit_roots, CudaBinary};
 use crate::error::{CodegenError, CudaCompileFailure};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -314,31 +315,17 @@ impl Nvrtc {
 /// The library names tried, newest major version first where no place is preferred.
 const NAMES: [&str; 3] = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
 
-/// The candidate paths of libnvrtc, in order, and whether they came from `OVL_NVRTC_LIB` (then
-/// nothing else is tried). Bare names at the end are for the dynamic loader's own search.
-pub(crate) fn candidates() -> (Vec<PathBuf>, bool) {
-    if let Some(v) = std::env::var_os("OVL_NVRTC_LIB").filter(|v| !v.is_empty()) {
-        let p = PathBuf::from(v);
-        if p.is_dir() {
-            return (NAMES.iter().map(|n| p.join(n)).collect(), true);
-        }
-        return (vec![p], true);
-    }
-    let mut c = Vec::new();
-    c.extend(in_python_environments(
+/// Where NVRTC is looked for: `OVL_NVRTC_LIB`, the CUDA 12 then the CUDA 13 wheel, the toolkit,
+/// the loader's path.
+pub(crate) const SEARCH: Search = Search {
+    env: "OVL_NVRTC_LIB",
+    names: &NAMES,
+    wheels: &[
         "nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
-    ));
-    c.extend(in_python_environments("nvidia/cu13/lib/libnvrtc.so.13"));
-    for root in toolkit_roots() {
-        for dir in ["lib64", "targets/x86_64-linux/lib", "lib"] {
-            for n in NAMES {
-                c.push(root.join(dir).join(n));
-            }
-        }
-    }
-    c.extend(NAMES.iter().map(PathBuf::from));
-    (c, false)
-}
+        "nvidia/cu13/lib/libnvrtc.so.13",
+    ],
+    what: "libnvrtc",
+};
 
 /// Every NVRTC library in the Python environments and CUDA toolkits this process looks in (see
 /// [`crate::cuda`]), whether or not it is the one in use, ignoring `OVL_NVRTC_LIB`: what a test
@@ -368,31 +355,9 @@ pub fn nvrtc_libraries() -> Vec<PathBuf> {
 }
 
 fn load() -> Result<Nvrtc, CodegenError> {
-    let (candidates, explicit) = candidates();
-    let mut errors = Vec::new();
-    for c in &candidates {
-        let by_name = c.components().count() == 1;
-        if !by_name && !c.is_file() {
-            continue;
-        }
-        match no_panic("loading libnvrtc", || Nvrtc::load(c)) {
-            Ok(Ok(nvrtc)) => return Ok(nvrtc),
-            // A bare name the loader does not know is no news.
-            Ok(Err(_)) if by_name => {}
-            Ok(Err(e)) | Err(e) => errors.push(format!("{}: {e}", c.display())),
-        }
-    }
-    Err(CodegenError::NvrtcNotFound {
-        message: match (errors.is_empty(), explicit) {
-            (true, true) => "OVL_NVRTC_LIB names no existing library".into(),
-            (true, false) => {
-                "no libnvrtc in the places below nor on the dynamic loader's path".into()
-            }
-            (false, true) => format!("OVL_NVRTC_LIB: {}", errors.join("; ")),
-            (false, false) => errors.join("; "),
-        },
-        searched: candidates,
-    })
+    SEARCH
+        .load(|path| Nvrtc::load(path))
+        .map_err(|(message, searched)| CodegenError::NvrtcNotFound { message, searched })
 }
 
 fn cached() -> &'static Result<Nvrtc, String> {
