@@ -13,6 +13,16 @@
 //! innermost position in another index than the last; and one read in a loop whose last index is
 //! the innermost position plus an offset the same for the whole block (the reason to block).
 //! The backend also requires that no access can fault (it proves that itself).
+//!
+//! The block is wider than [`WORKERS`], up to [`WIDEST`], where that costs nothing the narrow
+//! block does not pay ([`width`]): each pass of a column worker walks the whole column, one row
+//! (a new page of memory, for rows of 4 KiB or more) per iteration, so a block of 64 f32
+//! workers reads 256 bytes per page and the hardware prefetches little; 256 workers read 1 KiB
+//! per page and stream (measured on the development machine, AMD EPYC with AVX-512: a column
+//! sum of a [4096, 1024] f32 matrix on 2 threads 0.50 -> 0.35 ms, a pass `y = x / s[c]` 1.3 ->
+//! 0.86 ms). A wider block is taken only when its accumulators' lanes ([`LANES_BYTES`]) and its
+//! copies of the locals ([`LOCALS_BYTES`]) still fit the caches, and when it leaves no more
+//! workers of a row to run alone than a block of [`WORKERS`] does.
 
 use crate::ir::{Op, TensorKind};
 use crate::motion::{Coefficient, Motion, Var};
@@ -20,8 +30,27 @@ use crate::typed::{Inst, Kernel, ValueId};
 use crate::Literal;
 use std::collections::BTreeSet;
 
-/// Workers per block.
+/// Workers per block: the width every kernel with the shape the module describes gets (or
+/// narrower, for its locals), and the least innermost extent it needs.
 pub const WORKERS: u64 = crate::limits::LOCKSTEP_WORKERS;
+
+/// The widest block (see the module): 1 KiB of f32 per row.
+pub const WIDEST: u64 = 256;
+
+/// The most bytes the lanes of the accumulators of one loop take for a block wider than
+/// [`WORKERS`] ([`crate::ops::REDUCE_LANES`] per accumulator and worker): a core's L1 data
+/// cache, where every iteration reads and writes one lane of each.
+pub const LANES_BYTES: u64 = 32 << 10;
+
+/// The work per iteration ([`crate::ops::OpInfo::cost`] units) from which a loop counts as
+/// bound by its arithmetic rather than by reading memory: one transcendental function (`exp`,
+/// 8 units). A block wider than [`WORKERS`] helps a loop that streams memory and hurt one that
+/// computes: measured on the development machine (AMD EPYC, AVX-512, 2 threads, the fused
+/// kernels along axis 0 of [4096, 1024] f32), blocks of 256 took RMS norm (`x * x`, then
+/// `x / s`: 2 and 4 units) from 1.7-1.9 to 1.2-1.3 ms and logsumexp (`max`, then
+/// `exp(x - m)`: 9 units) from 1.3-1.5 to 1.6-1.8 ms; logsumexp with its `exp` taken out went
+/// from 1.0 to 0.75 ms.
+pub const COMPUTE_BOUND_COST: u64 = 8;
 
 /// The most bytes a block's copies of the locals take (on the heap): a core's L2 cache.
 pub const LOCALS_BYTES: u64 = 1 << 20;
@@ -105,6 +134,75 @@ fn width_for_locals(bytes: u64) -> Option<u64> {
     Some(width)
 }
 
+/// The most bytes of accumulator lanes one worker keeps in any loop of `kernel`: for each loop,
+/// [`crate::ops::REDUCE_LANES`] elements of each accumulator it combines into.
+fn lane_bytes(kernel: &Kernel) -> u64 {
+    let mut most = 0u64;
+    let mut current = 0u64;
+    let mut seen = BTreeSet::new();
+    for x in &kernel.exprs {
+        match x.inst {
+            Inst::Range { .. } => {
+                current = 0;
+                seen.clear();
+            }
+            Inst::Accumulate { accumulator, .. } if seen.insert(accumulator) => {
+                let size = kernel.exprs[accumulator as usize]
+                    .dtype
+                    .map_or(8, |d| d.size() as u64);
+                current += size * crate::ops::REDUCE_LANES as u64;
+                most = most.max(current);
+            }
+            _ => {}
+        }
+    }
+    most
+}
+
+/// The most work of one iteration of any loop of `kernel`, in [`crate::ops::OpInfo::cost`]
+/// units (the expressions between a RANGE and its END_RANGE).
+fn loop_cost(kernel: &Kernel) -> u64 {
+    let mut most = 0u64;
+    let mut current: Option<u64> = None;
+    for x in &kernel.exprs {
+        match x.inst {
+            Inst::Range { .. } => current = Some(0),
+            Inst::EndRange { .. } => current = None,
+            _ => {
+                if let Some(c) = current.as_mut() {
+                    *c += crate::ops::info(x.inst.op()).map_or(1, |i| u64::from(i.cost));
+                    most = most.max(*c);
+                }
+            }
+        }
+    }
+    most
+}
+
+/// The block width for a kernel whose block of `narrow` workers ([`WORKERS`], or fewer for its
+/// locals) fits: the widest power of two up to [`WIDEST`] whose lanes (`lanes` bytes per
+/// worker) fit [`LANES_BYTES`], whose copies of the locals (`locals` bytes per worker) fit
+/// [`LOCALS_BYTES`], and that leaves as few workers of a row of `innermost` to run alone as a
+/// block of [`WORKERS`] (`innermost % width < WORKERS`); `narrow` when one of its loops does
+/// [`COMPUTE_BOUND_COST`] or more work per iteration (`cost`), or when none fits.
+fn wider(narrow: u64, innermost: u64, locals: u64, lanes: u64, cost: u64) -> u64 {
+    if narrow < WORKERS || cost >= COMPUTE_BOUND_COST {
+        return narrow;
+    }
+    let mut width = WIDEST;
+    while width > narrow {
+        let fits = innermost >= width
+            && innermost % width < WORKERS
+            && width.saturating_mul(lanes) <= LANES_BYTES
+            && width.saturating_mul(locals) <= LOCALS_BYTES;
+        if fits {
+            return width;
+        }
+        width /= 2;
+    }
+    narrow
+}
+
 /// The number of workers per block when `kernel` has the shape the module describes, else
 /// `None`.
 pub fn width(kernel: &Kernel) -> Option<u64> {
@@ -124,14 +222,21 @@ pub fn width(kernel: &Kernel) -> Option<u64> {
             .try_fold(1u64, |n, s| n.checked_mul(s.known()?))?;
         local_bytes = local_bytes.checked_add(elements.checked_mul(t.dtype.size() as u64)?)?;
     }
-    let width = if kernel.locals.is_empty() {
+    let narrow = if kernel.locals.is_empty() {
         WORKERS
     } else {
         width_for_locals(local_bytes)?
     };
-    if innermost < width {
+    if innermost < narrow {
         return None;
     }
+    let width = wider(
+        narrow,
+        innermost,
+        local_bytes,
+        lane_bytes(kernel),
+        loop_cost(kernel),
+    );
     let inner_axis = kernel.workgroup.len().checked_sub(1)? as u32;
     let inst = |i: ValueId| &kernel.exprs[i as usize].inst;
     let is_const = |i: ValueId| matches!(inst(i), Inst::Const(_));
@@ -209,13 +314,38 @@ mod tests {
 
     #[test]
     fn column_folds_and_products_per_element_run_in_lockstep_rows_do_not() {
-        // A column fold with a branchless body, 150 columns: full blocks.
-        assert_eq!(width_of(&fixtures::column_stats(7, 150)), Some(WORKERS));
+        // A column fold with a branchless body, 150 columns: full blocks, of 128 workers (the
+        // 22 left run alone, fewer than 64); with 100 columns, of 64.
+        assert_eq!(width_of(&fixtures::column_stats(7, 150)), Some(128));
+        assert_eq!(width_of(&fixtures::column_stats(7, 100)), Some(WORKERS));
+        assert_eq!(width_of(&fixtures::column_stats(7, 1024)), Some(WIDEST));
         // A product per element with 70 columns: enough for a block of 64; with 2, not.
         assert_eq!(width_of(&fixtures::gate_products(3, 5, 70)), Some(WORKERS));
         assert_eq!(width_of(&fixtures::matmul(3, 4, 2)), None);
         // Row kernels read along their loop, not across workers: no gain.
         assert_eq!(width_of(&fixtures::norm_rows(4, 100)), None);
+    }
+
+    #[test]
+    fn blocks_widen_where_lanes_locals_and_the_row_allow() {
+        // One f32 accumulator (64 bytes of lanes per worker), rows of 1024: the widest.
+        assert_eq!(wider(WORKERS, 1024, 0, 64, 2), WIDEST);
+        // Lanes of 256 bytes per worker: 128 workers fill the L1 budget.
+        assert_eq!(wider(WORKERS, 1024, 0, 256, 2), 128);
+        assert_eq!(wider(WORKERS, 1024, 0, 1024, 2), WORKERS);
+        // A row of 1000 leaves 40 workers alone with blocks of 64, more with wider ones.
+        assert_eq!(wider(WORKERS, 1000, 0, 64, 2), WORKERS);
+        // 5000 = 39 * 128 + 8: as few alone as with 64.
+        assert_eq!(wider(WORKERS, 5000, 0, 64, 2), 128);
+        assert_eq!(wider(WORKERS, 200, 0, 64, 2), WORKERS);
+        // Locals of 16 KiB per worker: 64 workers fill LOCALS_BYTES.
+        assert_eq!(wider(WORKERS, 1024, 16 << 10, 64, 2), WORKERS);
+        assert_eq!(wider(WORKERS, 1024, 4 << 10, 64, 2), WIDEST);
+        // A loop with an `exp` per iteration: compute-bound, the block stays at 64.
+        assert_eq!(wider(WORKERS, 1024, 0, 64, COMPUTE_BOUND_COST), WORKERS);
+        assert_eq!(wider(WORKERS, 1024, 0, 64, COMPUTE_BOUND_COST - 1), WIDEST);
+        // A block narrowed by its locals stays narrow.
+        assert_eq!(wider(32, 1024, 32 << 10, 64, 2), 32);
     }
 
     #[test]

@@ -36,6 +36,10 @@
 //! `ovl_ir::lockstep::MIN_WORKERS` workers.
 //! A narrow block reads one cache line per row (and, for rows a power of two of 4 KiB apart,
 //! lines that share a few cache sets), which costs about three times what 64 workers cost.
+//! A kernel whose loops only stream memory (no loop does a transcendental function's work per
+//! iteration) gets blocks of 128 or 256 workers instead, which read 512 bytes or 1 KiB per row
+//! and let the hardware stream them; the width is `ovl_ir::lockstep::width`'s (the runtime cuts
+//! a parallel run into chunks of whole blocks of it), the emitted loops take it as a constant.
 
 use super::{ctype, Emitted, Emitter};
 use crate::error::CodegenError;
@@ -44,7 +48,7 @@ use ovl_ir::ops::REDUCE_LANES;
 use ovl_ir::typed::{Inst, Kernel, ValueId};
 use std::collections::BTreeSet;
 
-/// Workers per block.
+/// Workers per block of most kernels (`ovl_ir::lockstep::width` decides each kernel's).
 pub(crate) const BLOCK: u64 = lockstep::WORKERS;
 
 /// The blocked program's layout: which segment each expression belongs to, and the values
