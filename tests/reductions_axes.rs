@@ -126,6 +126,13 @@ fn cases() -> Vec<(Vec<usize>, usize)> {
     ]
 }
 
+/// Whether the blocked program of `op`'s C++ runs a reduction loop lane by lane
+/// (`ovl_ir::lockstep::lane_by_lane`).
+fn runs_lane_by_lane(op: &ovl_core::ir::ExpressionDag) -> bool {
+    let source = ovl_codegen::generate_cpp(op, "test").expect("C++");
+    source.contains("for (uint64_t ovl_t")
+}
+
 /// The width of the blocked program of `op`'s C++ (`None`: it has none).
 fn block_width(op: &ovl_core::ir::ExpressionDag) -> Option<u64> {
     let source = ovl_codegen::generate_cpp(op, "test").expect("C++");
@@ -140,12 +147,28 @@ fn block_width(op: &ovl_core::ir::ExpressionDag) -> Option<u64> {
 
 /// Blocks of 256 workers where every loop streams memory (layer norm and RMS norm: sums of
 /// products, then `x / s`), 64 where a loop computes an `exp` per row (softmax, logsumexp;
-/// softmax's row buffer would not fit either), along axis 0 and a middle axis whose innermost
-/// extent leaves a partial block; the C++ forward result is the interpreter's, bit for bit.
+/// softmax's row buffer would not fit either), their `max` loop run lane by lane, along axis 0
+/// and a middle axis whose innermost extent leaves a partial block; the C++ forward result is
+/// the interpreter's (bit for bit without `exp`), and the workers that run alone compute what
+/// their twins in blocks compute, bit for bit.
 #[test]
 fn streaming_column_kernels_take_blocks_of_256_and_match_the_interpreter_exactly() {
     for (shape, axis) in [(vec![7usize, 1064usize], 0usize), (vec![2, 40, 1032], 1)] {
-        let x = reductions::pseudo_random(&shape, 61);
+        let mut x = reductions::pseudo_random(&shape, 61);
+        // Columns 1024.. (the workers after the last full block) repeat columns 0...
+        let inner = shape.len() - 1;
+        let twins: Vec<(ndarray::IxDyn, f32)> = x
+            .indexed_iter()
+            .filter(|(i, _)| i[inner] >= 1024)
+            .map(|(i, _)| {
+                let mut twin = i.clone();
+                twin[inner] -= 1024;
+                (i, x[&twin])
+            })
+            .collect();
+        for (i, v) in twins {
+            x[&i] = v;
+        }
         for kernel in Kernel::ALL {
             let what = format!("{} along axis {axis} of {shape:?}", kernel.name());
             let xl = Lazy::from(x.clone());
@@ -156,13 +179,13 @@ fn streaming_column_kernels_take_blocks_of_256_and_match_the_interpreter_exactly
                 Kernel::LayerNorm | Kernel::RmsNorm => 256,
                 Kernel::Softmax | Kernel::LogSumExp => 64,
             };
-            assert_eq!(
-                block_width(&fusion.after.operators[0]),
-                Some(want),
-                "{what}: block width"
-            );
+            let op = &fusion.after.operators[0];
+            assert_eq!(block_width(op), Some(want), "{what}: block width");
+            assert_eq!(runs_lane_by_lane(op), want == 64, "{what}: lane by lane");
             let (cpu, _, _) = run(kernel, &x, None, axis, &Options::cpu());
             let (interp, _, _) = run(kernel, &x, None, axis, &Options::interpreter());
+            // Without `exp` (whose C++ and interpreter forms differ in the last bit), C++ is
+            // the interpreter bit for bit.
             if matches!(kernel, Kernel::LayerNorm | Kernel::RmsNorm) {
                 let differ = cpu[0]
                     .iter()
@@ -175,6 +198,21 @@ fn streaming_column_kernels_take_blocks_of_256_and_match_the_interpreter_exactly
                 );
             }
             assert_close(&cpu[0], &interp[0], &format!("{what}: C++ vs interpreter"));
+            // The columns past the last full block (1024 on) repeat the first ones: a worker
+            // alone computes what its twin in a block (wide, lane by lane) computes, bit for bit.
+            let y = &cpu[0];
+            let last = y.ndim() - 1;
+            for (index, &v) in y.indexed_iter() {
+                if index[last] >= 1024 {
+                    let mut twin = index.clone();
+                    twin[last] -= 1024;
+                    assert_eq!(
+                        v.to_bits(),
+                        y[&twin].to_bits(),
+                        "{what}: the worker alone at {index:?} vs its twin in a block"
+                    );
+                }
+            }
         }
     }
 }

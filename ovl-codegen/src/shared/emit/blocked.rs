@@ -73,8 +73,11 @@ pub(super) struct Blocked {
     open: Option<usize>,
     /// CONSTs and array declarations, emitted before the block's loops.
     pub(super) prelude: String,
-    /// Workers per block: [`BLOCK`], or fewer when the operator has local tensors.
+    /// Workers per block: [`BLOCK`], or fewer when the operator has local tensors, or more
+    /// when its loops stream memory (`ovl_ir::lockstep::width`).
     pub(super) width: u64,
+    /// The reduction loops (their RANGE) run lane by lane (`ovl_ir::lockstep::lane_by_lane`).
+    lane_by_lane: BTreeSet<usize>,
 }
 
 /// The layout of `kernel`'s blocked program, or `None` when it does not have the shape
@@ -157,6 +160,7 @@ pub(super) fn plan(kernel: &Kernel) -> Option<Blocked> {
         open: None,
         prelude: String::new(),
         width,
+        lane_by_lane: lockstep::lane_by_lane(kernel, width),
     })
 }
 
@@ -276,7 +280,9 @@ impl<'a> Emitter<'a> {
     }
 
     /// A loop over the whole block: each accumulator's lanes per worker (a reduction loop),
-    /// iteration `i` combining into lane `i % REDUCE_LANES`, as a worker alone does.
+    /// iteration `i` combining into lane `i % REDUCE_LANES`, as a worker alone does; in
+    /// iteration order, or lane by lane where `ovl_ir::lockstep::lane_by_lane` allows (each
+    /// lane still sees its iterations in order).
     fn blocked_range(&mut self, k: usize, (s, en, st): (ValueId, ValueId, ValueId)) -> Emitted {
         self.line("{");
         self.indent += 1;
@@ -300,16 +306,29 @@ impl<'a> Emitter<'a> {
         self.line(&format!(
             "const uint64_t ovl_n{k} = ((uint64_t)ovl_end{k} - (uint64_t)ovl_start{k} - 1) / (uint64_t)ovl_step{k} + 1;"
         ));
-        self.line(&format!(
-            "for (uint64_t ovl_i{k} = 0; ovl_i{k} < ovl_n{k}; ++ovl_i{k}) {{"
-        ));
+        let lane_by_lane = self.blocked_state().lane_by_lane.contains(&k);
+        if lane_by_lane {
+            // Lane t's iterations t, t + REDUCE_LANES, ... in order, one lane after another.
+            self.line(&format!(
+                "for (uint64_t ovl_t{k} = 0; ovl_t{k} < {REDUCE_LANES}; ++ovl_t{k})"
+            ));
+            self.line(&format!(
+                "for (uint64_t ovl_i{k} = ovl_t{k}; ovl_i{k} < ovl_n{k}; ovl_i{k} += {REDUCE_LANES}) {{"
+            ));
+        } else {
+            self.line(&format!(
+                "for (uint64_t ovl_i{k} = 0; ovl_i{k} < ovl_n{k}; ++ovl_i{k}) {{"
+            ));
+        }
         self.indent += 1;
         self.line(&format!(
             "const int64_t v{k} = (int64_t)((uint64_t)ovl_start{k} + ovl_i{k} * (uint64_t)ovl_step{k});"
         ));
-        self.line(&format!(
-            "const uint64_t ovl_t{k} = ovl_i{k} % {REDUCE_LANES};"
-        ));
+        if !lane_by_lane {
+            self.line(&format!(
+                "const uint64_t ovl_t{k} = ovl_i{k} % {REDUCE_LANES};"
+            ));
+        }
         self.blocked_range_open = Some(k);
         Ok(Some(ovl_ir::DType::I64))
     }

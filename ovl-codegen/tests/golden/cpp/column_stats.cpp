@@ -72,9 +72,9 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, const i
         const int64_t ovl_start18 = v1, ovl_end18 = v9, ovl_step18 = v17;
         if (ovl_start18 < ovl_end18) {
           const uint64_t ovl_n18 = ((uint64_t)ovl_end18 - (uint64_t)ovl_start18 - 1) / (uint64_t)ovl_step18 + 1;
-          for (uint64_t ovl_i18 = 0; ovl_i18 < ovl_n18; ++ovl_i18) {
+          for (uint64_t ovl_t18 = 0; ovl_t18 < 16; ++ovl_t18)
+          for (uint64_t ovl_i18 = ovl_t18; ovl_i18 < ovl_n18; ovl_i18 += 16) {
             const int64_t v18 = (int64_t)((uint64_t)ovl_start18 + ovl_i18 * (uint64_t)ovl_step18);
-            const uint64_t ovl_t18 = ovl_i18 % 16;
             for (int64_t ovl_j = 0; ovl_j < 128; ++ovl_j) {
               const int64_t v0 = ovl_p0 + ovl_j;
               const float v4 = ovl_s4[ovl_j];
