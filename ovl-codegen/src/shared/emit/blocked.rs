@@ -185,8 +185,13 @@ impl<'a> Emitter<'a> {
                 self.blocked_range(k, (start, end, step))
             }
             Inst::LocalTensor { tensor, fill } => {
-                // Every worker's copy at once, between segments.
+                // Every worker's copy at once, between segments; not at all where the loop
+                // that follows writes every element before anything reads one.
                 self.close_segment();
+                if lockstep::overwritten_before_read(&self.kernel, k) {
+                    self.line("// the local's copies are written whole before any read: no fill");
+                    return Ok(None);
+                }
                 self.local_tensor(tensor, fill)
             }
             Inst::EndRange { .. } => {
