@@ -236,7 +236,7 @@ fn an_f64_rms_norm_along_a_non_last_axis_takes_wide_blocks_and_matches_exactly()
         };
         let what = format!("f64 RMS norm along axis {axis} of {shape:?}");
         let y = rms(&Lazy::from(x.clone()));
-        let fusion = ovl::fusion_with(&[&y], &Options::cpu()).expect("fusion");
+        let fusion = ovl::fusion_with([&y], &Options::cpu()).expect("fusion");
         assert_eq!(fusion.after.operators.len(), 1, "{what}: kernels");
         assert_eq!(
             block_width(&fusion.after.operators[0]),
