@@ -111,14 +111,166 @@ fn assert_close<A: Copy + Into<f64>, B: Copy + Into<f64>>(
 }
 
 /// The shapes and axes: axis 0 of a matrix and the middle of a 3-d tensor, each with an
-/// innermost extent of full blocks of workers and a partial one; the last has columns of 5000
-/// f32, whose row buffers (20000 bytes per worker) narrow the blocks that keep one to 32 workers.
+/// innermost extent of full blocks of workers and a partial one; columns of 5000 f32, whose row
+/// buffers (20000 bytes per worker) narrow the blocks that keep one to 32 workers; and innermost
+/// extents that take blocks of 256 workers where the loops stream memory
+/// (`ovl_ir::lockstep::WIDEST`): 1064 = 4 * 256 + 40 columns over 7 rows, and a middle axis of 40
+/// with 1032 = 4 * 256 + 8 columns.
 fn cases() -> Vec<(Vec<usize>, usize)> {
     vec![
         (vec![100, 200], 0),
         (vec![3, 40, 72], 1),
         (vec![5000, 72], 0),
+        (vec![7, 1064], 0),
+        (vec![2, 40, 1032], 1),
     ]
+}
+
+/// Whether the blocked program of `op`'s C++ runs a reduction loop lane by lane
+/// (`ovl_ir::lockstep::lane_by_lane`).
+fn runs_lane_by_lane(op: &ovl_core::ir::ExpressionDag) -> bool {
+    let source = ovl_codegen::generate_cpp(op, "test").expect("C++");
+    source.contains("for (uint64_t ovl_t")
+}
+
+/// The width of the blocked program of `op`'s C++ (`None`: it has none).
+fn block_width(op: &ovl_core::ir::ExpressionDag) -> Option<u64> {
+    let source = ovl_codegen::generate_cpp(op, "test").expect("C++");
+    let marker = "for (int64_t ovl_j = 0; ovl_j < ";
+    let at = source.find(marker)? + marker.len();
+    let digits: String = source[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits.parse().ok()
+}
+
+/// Blocks of 256 workers where every loop streams memory (layer norm and RMS norm: sums of
+/// products, then `x / s`), 64 where a loop computes an `exp` per row (softmax, logsumexp;
+/// softmax's row buffer would not fit either), their `max` loop run lane by lane, along axis 0
+/// and a middle axis whose innermost extent leaves a partial block; the C++ forward result is
+/// the interpreter's (bit for bit without `exp`), and the workers that run alone compute what
+/// their twins in blocks compute, bit for bit.
+#[test]
+fn streaming_column_kernels_take_blocks_of_256_and_match_the_interpreter_exactly() {
+    for (shape, axis) in [(vec![7usize, 1064usize], 0usize), (vec![2, 40, 1032], 1)] {
+        let mut x = reductions::pseudo_random(&shape, 61);
+        // Columns 1024.. (the workers after the last full block) repeat columns 0...
+        let inner = shape.len() - 1;
+        let twins: Vec<(ndarray::IxDyn, f32)> = x
+            .indexed_iter()
+            .filter(|(i, _)| i[inner] >= 1024)
+            .map(|(i, _)| {
+                let mut twin = i.clone();
+                twin[inner] -= 1024;
+                (i, x[&twin])
+            })
+            .collect();
+        for (i, v) in twins {
+            x[&i] = v;
+        }
+        for kernel in Kernel::ALL {
+            let what = format!("{} along axis {axis} of {shape:?}", kernel.name());
+            let xl = Lazy::from(x.clone());
+            let handles = outputs_along(kernel, &xl, axis, None).expect("outputs");
+            let fusion = ovl::fusion_with(handles.as_slice(), &Options::cpu()).expect("fusion");
+            assert_eq!(fusion.after.operators.len(), 1, "{what}: kernels");
+            let want = match kernel {
+                Kernel::LayerNorm | Kernel::RmsNorm => 256,
+                Kernel::Softmax | Kernel::LogSumExp => 64,
+            };
+            let op = &fusion.after.operators[0];
+            assert_eq!(block_width(op), Some(want), "{what}: block width");
+            assert_eq!(runs_lane_by_lane(op), want == 64, "{what}: lane by lane");
+            let (cpu, _, _) = run(kernel, &x, None, axis, &Options::cpu());
+            let (interp, _, _) = run(kernel, &x, None, axis, &Options::interpreter());
+            // Without `exp` (whose C++ and interpreter forms differ in the last bit), C++ is
+            // the interpreter bit for bit.
+            if matches!(kernel, Kernel::LayerNorm | Kernel::RmsNorm) {
+                let differ = cpu[0]
+                    .iter()
+                    .zip(interp[0].iter())
+                    .filter(|(a, b)| a.to_bits() != b.to_bits())
+                    .count();
+                assert_eq!(
+                    differ, 0,
+                    "{what}: C++ vs interpreter, elements that differ"
+                );
+            }
+            assert_close(&cpu[0], &interp[0], &format!("{what}: C++ vs interpreter"));
+            // The columns past the last full block (1024 on) repeat the first ones: a worker
+            // alone computes what its twin in a block (wide, lane by lane) computes, bit for bit.
+            let y = &cpu[0];
+            let last = y.ndim() - 1;
+            for (index, &v) in y.indexed_iter() {
+                if index[last] >= 1024 {
+                    let mut twin = index.clone();
+                    twin[last] -= 1024;
+                    assert_eq!(
+                        v.to_bits(),
+                        y[&twin].to_bits(),
+                        "{what}: the worker alone at {index:?} vs its twin in a block"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// RMS norm in f64 along axis 0 (1030 = 4 * 256 + 6 columns over 9 rows) and along the middle
+/// axis of a 3-d tensor, from ops: one kernel, blocks of 256 (16 lanes of 8 bytes per worker
+/// still fit `ovl_ir::lockstep::LANES_BYTES`), the C++ result the interpreter's bit for bit and
+/// both within 1e-12 of a plain-Rust reference.
+#[test]
+fn an_f64_rms_norm_along_a_non_last_axis_takes_wide_blocks_and_matches_exactly() {
+    use ndarray::Axis;
+    for (shape, axis) in [(vec![9usize, 1030usize], 0usize), (vec![3, 4, 1030], 1)] {
+        let x = reductions::pseudo_random(&shape, 71).mapv(f64::from);
+        let eps = 1e-5f64;
+        let rms = |x: &Lazy<f64>| {
+            let mean_square = ovl_stdlib::mean_keepdim(ovl_stdlib::mul(x, x), axis);
+            ovl_stdlib::div(
+                x,
+                ovl_stdlib::sqrt(ovl_stdlib::add(mean_square, Lazy::from(ndarray::arr0(eps)))),
+            )
+        };
+        let what = format!("f64 RMS norm along axis {axis} of {shape:?}");
+        let y = rms(&Lazy::from(x.clone()));
+        let fusion = ovl::fusion_with([&y], &Options::cpu()).expect("fusion");
+        assert_eq!(fusion.after.operators.len(), 1, "{what}: kernels");
+        assert_eq!(
+            block_width(&fusion.after.operators[0]),
+            Some(256),
+            "{what}: block width"
+        );
+        let cpu = ovl::evaluate_with(&rms(&Lazy::from(x.clone())), &Options::cpu())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let interp = ovl::evaluate_with(&rms(&Lazy::from(x.clone())), &Options::interpreter())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let differ = cpu
+            .iter()
+            .zip(interp.iter())
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(
+            differ, 0,
+            "{what}: C++ vs interpreter, elements that differ"
+        );
+        let mean_square = x.mapv(|v| v * v).mean_axis(Axis(axis)).expect("mean");
+        let want = &x
+            / &mean_square
+                .insert_axis(Axis(axis))
+                .mapv(|m| (m + eps).sqrt());
+        let err = cpu
+            .iter()
+            .zip(want.iter())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f64, f64::max);
+        assert!(
+            err < 1e-12,
+            "{what}: max abs error {err:e} against the reference"
+        );
+    }
 }
 
 #[test]

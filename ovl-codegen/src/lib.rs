@@ -53,7 +53,7 @@ use std::sync::Arc;
 
 /// The version of the generated code; part of every cache key. Bump it whenever the emitter's
 /// output changes meaning.
-pub const CODEGEN_VERSION: &str = "ovl-codegen-cpu-11";
+pub const CODEGEN_VERSION: &str = "ovl-codegen-cpu-12";
 
 /// Compiles an operator into a loaded native library, or finds it in the operator cache.
 ///

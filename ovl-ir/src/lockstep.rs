@@ -13,6 +13,16 @@
 //! innermost position in another index than the last; and one read in a loop whose last index is
 //! the innermost position plus an offset the same for the whole block (the reason to block).
 //! The backend also requires that no access can fault (it proves that itself).
+//!
+//! The block is wider than [`WORKERS`], up to [`WIDEST`], where that costs nothing the narrow
+//! block does not pay ([`width`]): each pass of a column worker walks the whole column, one row
+//! (a new page of memory, for rows of 4 KiB or more) per iteration, so a block of 64 f32
+//! workers reads 256 bytes per page and the hardware prefetches little; 256 workers read 1 KiB
+//! per page and stream (measured on the development machine, AMD EPYC with AVX-512: a column
+//! sum of a [4096, 1024] f32 matrix on 2 threads 0.50 -> 0.35 ms, a pass `y = x / s[c]` 1.3 ->
+//! 0.86 ms). A wider block is taken only when its accumulators' lanes ([`LANES_BYTES`]) and its
+//! copies of the locals ([`LOCALS_BYTES`]) still fit the caches, and when it leaves no more
+//! workers of a row to run alone than a block of [`WORKERS`] does.
 
 use crate::ir::{Op, TensorKind};
 use crate::motion::{Coefficient, Motion, Var};
@@ -20,8 +30,27 @@ use crate::typed::{Inst, Kernel, ValueId};
 use crate::Literal;
 use std::collections::BTreeSet;
 
-/// Workers per block.
+/// Workers per block: the width every kernel with the shape the module describes gets (or
+/// narrower, for its locals), and the least innermost extent it needs.
 pub const WORKERS: u64 = crate::limits::LOCKSTEP_WORKERS;
+
+/// The widest block (see the module): 1 KiB of f32 per row.
+pub const WIDEST: u64 = 256;
+
+/// The most bytes the lanes of the accumulators of one loop take for a block wider than
+/// [`WORKERS`] ([`crate::ops::REDUCE_LANES`] per accumulator and worker): a core's L1 data
+/// cache, where every iteration reads and writes one lane of each.
+pub const LANES_BYTES: u64 = 32 << 10;
+
+/// The work per iteration ([`crate::ops::OpInfo::cost`] units) from which a loop counts as
+/// bound by its arithmetic rather than by reading memory: one transcendental function (`exp`,
+/// 8 units). A block wider than [`WORKERS`] helps a loop that streams memory and hurt one that
+/// computes: measured on the development machine (AMD EPYC, AVX-512, 2 threads, the fused
+/// kernels along axis 0 of [4096, 1024] f32), blocks of 256 took RMS norm (`x * x`, then
+/// `x / s`: 2 and 4 units) from 1.7-1.9 to 1.2-1.3 ms and logsumexp (`max`, then
+/// `exp(x - m)`: 9 units) from 1.3-1.5 to 1.6-1.8 ms; logsumexp with its `exp` taken out went
+/// from 1.0 to 0.75 ms.
+pub const COMPUTE_BOUND_COST: u64 = 8;
 
 /// The most bytes a block's copies of the locals take (on the heap): a core's L2 cache.
 pub const LOCALS_BYTES: u64 = 1 << 20;
@@ -105,6 +134,187 @@ fn width_for_locals(bytes: u64) -> Option<u64> {
     Some(width)
 }
 
+/// The most bytes of accumulator lanes one worker keeps in any loop of `kernel`: for each loop,
+/// [`crate::ops::REDUCE_LANES`] elements of each accumulator it combines into.
+fn lane_bytes(kernel: &Kernel) -> u64 {
+    let mut most = 0u64;
+    let mut current = 0u64;
+    let mut seen = BTreeSet::new();
+    for x in &kernel.exprs {
+        match x.inst {
+            Inst::Range { .. } => {
+                current = 0;
+                seen.clear();
+            }
+            Inst::Accumulate { accumulator, .. } if seen.insert(accumulator) => {
+                let size = kernel.exprs[accumulator as usize]
+                    .dtype
+                    .map_or(8, |d| d.size() as u64);
+                current += size * crate::ops::REDUCE_LANES as u64;
+                most = most.max(current);
+            }
+            _ => {}
+        }
+    }
+    most
+}
+
+/// The most work of one iteration of any loop of `kernel`, in [`crate::ops::OpInfo::cost`]
+/// units (the expressions between a RANGE and its END_RANGE).
+fn loop_cost(kernel: &Kernel) -> u64 {
+    let mut most = 0u64;
+    let mut current: Option<u64> = None;
+    for x in &kernel.exprs {
+        match x.inst {
+            Inst::Range { .. } => current = Some(0),
+            Inst::EndRange { .. } => current = None,
+            _ => {
+                if let Some(c) = current.as_mut() {
+                    *c += crate::ops::info(x.inst.op()).map_or(1, |i| u64::from(i.cost));
+                    most = most.max(*c);
+                }
+            }
+        }
+    }
+    most
+}
+
+/// The most bytes of one lane of a loop's accumulators, for the whole block, that a loop run
+/// lane by lane ([`lane_by_lane`]) keeps: 8 AVX-512 registers.
+pub const SWEEP_BYTES: u64 = 512;
+
+/// The reduction loops (their RANGE expressions) of `kernel`, run in blocks of `width` workers,
+/// whose iterations a block may run lane by lane: first every iteration of lane 0 (iterations
+/// 0, 16, 32, ... of [`crate::ops::REDUCE_LANES`] lanes), then lane 1, and so on. Each lane
+/// combines the same values in the same order as in iteration order, so results are unchanged;
+/// one lane of the block's accumulators stays in registers through its iterations instead of
+/// being loaded and stored at each (measured on the development machine, AMD EPYC, AVX-512:
+/// logsumexp along axis 0 of [4096, 1024] f32 on one thread, 2.8-3.1 -> 2.4-2.5 ms with its
+/// `max` loop run so). Taken where nothing but accumulators carries from one iteration to
+/// another (no WRITE, ASSIGN, VARIABLE or LOCAL_TENSOR in the loop), the loop streams memory
+/// (less than [`COMPUTE_BOUND_COST`] per iteration: with an `exp` per iteration the order made
+/// no difference) and one lane of its accumulators fits [`SWEEP_BYTES`] (with blocks of 256
+/// it does not, and walking every 16th row then cost more than it saved).
+pub fn lane_by_lane(kernel: &Kernel, width: u64) -> BTreeSet<usize> {
+    let mut found = BTreeSet::new();
+    // The open loop: (its RANGE, whether it still qualifies, its cost, its accumulators).
+    let mut open: Option<(usize, bool, u64, BTreeSet<ValueId>)> = None;
+    for (i, x) in kernel.exprs.iter().enumerate() {
+        match x.inst {
+            Inst::Range { .. } => open = Some((i, true, 0, BTreeSet::new())),
+            Inst::EndRange { .. } => {
+                if let Some((range, ok, cost, accumulators)) = open.take() {
+                    let lane_bytes: u64 = accumulators
+                        .iter()
+                        .map(|&a| {
+                            kernel.exprs[a as usize]
+                                .dtype
+                                .map_or(8, |d| d.size() as u64)
+                        })
+                        .sum();
+                    if ok
+                        && !accumulators.is_empty()
+                        && cost < COMPUTE_BOUND_COST
+                        && lane_bytes.saturating_mul(width) <= SWEEP_BYTES
+                    {
+                        found.insert(range);
+                    }
+                }
+            }
+            _ => {
+                if let Some((_, ok, cost, accumulators)) = open.as_mut() {
+                    *cost += crate::ops::info(x.inst.op()).map_or(1, |i| u64::from(i.cost));
+                    match x.inst {
+                        Inst::Accumulate { accumulator, .. } => {
+                            accumulators.insert(accumulator);
+                        }
+                        Inst::Write { .. }
+                        | Inst::Assign { .. }
+                        | Inst::Variable { .. }
+                        | Inst::LocalTensor { .. } => *ok = false,
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Whether the LOCAL_TENSOR at expression `at` of `kernel` needs no fill: its local is 1-d, of
+/// `n` elements, and the first loop after it that touches it runs `0..n` by 1 and writes it at
+/// the loop's position (every iteration: a lockstep kernel has no branch), with no read of it
+/// before that loop ends. Every element is then written before any is read, so a block's
+/// copies (a row buffer of softmax along axis 0 from operators: 16 KiB per worker, 1 MiB per
+/// block of 64) need not be filled first.
+pub fn overwritten_before_read(kernel: &Kernel, at: usize) -> bool {
+    let Some(Inst::LocalTensor { tensor, .. }) = kernel.exprs.get(at).map(|x| &x.inst) else {
+        return false;
+    };
+    let Some(decl) = kernel.locals.get(tensor.index as usize) else {
+        return false;
+    };
+    let [extent] = decl.shape.as_slice() else {
+        return false;
+    };
+    let Some(n) = extent.known() else {
+        return false;
+    };
+    let int = |v: ValueId, want: u64| matches!(&kernel.exprs[v as usize].inst, Inst::Const(Literal::Int(c)) if *c as u64 == want && *c >= 0);
+    let same = |t: &crate::typed::TensorId| t.kind == tensor.kind && t.index == tensor.index;
+    // The open loop: (its RANGE, whether it runs 0..n by 1, whether it writes the local).
+    let mut open: Option<(usize, bool, bool)> = None;
+    for (i, x) in kernel.exprs.iter().enumerate().skip(at + 1) {
+        match &x.inst {
+            &Inst::Range {
+                start, end, step, ..
+            } => open = Some((i, int(start, 0) && int(end, n) && int(step, 1), false)),
+            Inst::EndRange { .. } => {
+                if let Some((_, _, true)) = open.take() {
+                    return true;
+                }
+            }
+            Inst::Read { tensor: t, .. } | Inst::LocalTensor { tensor: t, .. } if same(t) => {
+                return false;
+            }
+            Inst::Write {
+                tensor: t, indices, ..
+            } if same(t) => match open.as_mut() {
+                Some((range, true, written)) if indices.as_slice() == [*range as ValueId] => {
+                    *written = true;
+                }
+                _ => return false,
+            },
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The block width for a kernel whose block of `narrow` workers ([`WORKERS`], or fewer for its
+/// locals) fits: the widest power of two up to [`WIDEST`] whose lanes (`lanes` bytes per
+/// worker) fit [`LANES_BYTES`], whose copies of the locals (`locals` bytes per worker) fit
+/// [`LOCALS_BYTES`], and that leaves as few workers of a row of `innermost` to run alone as a
+/// block of [`WORKERS`] (`innermost % width < WORKERS`); `narrow` when one of its loops does
+/// [`COMPUTE_BOUND_COST`] or more work per iteration (`cost`), or when none fits.
+fn wider(narrow: u64, innermost: u64, locals: u64, lanes: u64, cost: u64) -> u64 {
+    if narrow < WORKERS || cost >= COMPUTE_BOUND_COST {
+        return narrow;
+    }
+    let mut width = WIDEST;
+    while width > narrow {
+        let fits = innermost >= width
+            && innermost % width < WORKERS
+            && width.saturating_mul(lanes) <= LANES_BYTES
+            && width.saturating_mul(locals) <= LOCALS_BYTES;
+        if fits {
+            return width;
+        }
+        width /= 2;
+    }
+    narrow
+}
+
 /// The number of workers per block when `kernel` has the shape the module describes, else
 /// `None`.
 pub fn width(kernel: &Kernel) -> Option<u64> {
@@ -124,14 +334,21 @@ pub fn width(kernel: &Kernel) -> Option<u64> {
             .try_fold(1u64, |n, s| n.checked_mul(s.known()?))?;
         local_bytes = local_bytes.checked_add(elements.checked_mul(t.dtype.size() as u64)?)?;
     }
-    let width = if kernel.locals.is_empty() {
+    let narrow = if kernel.locals.is_empty() {
         WORKERS
     } else {
         width_for_locals(local_bytes)?
     };
-    if innermost < width {
+    if innermost < narrow {
         return None;
     }
+    let width = wider(
+        narrow,
+        innermost,
+        local_bytes,
+        lane_bytes(kernel),
+        loop_cost(kernel),
+    );
     let inner_axis = kernel.workgroup.len().checked_sub(1)? as u32;
     let inst = |i: ValueId| &kernel.exprs[i as usize].inst;
     let is_const = |i: ValueId| matches!(inst(i), Inst::Const(_));
@@ -209,13 +426,113 @@ mod tests {
 
     #[test]
     fn column_folds_and_products_per_element_run_in_lockstep_rows_do_not() {
-        // A column fold with a branchless body, 150 columns: full blocks.
-        assert_eq!(width_of(&fixtures::column_stats(7, 150)), Some(WORKERS));
+        // A column fold with a branchless body, 150 columns: full blocks, of 128 workers (the
+        // 22 left run alone, fewer than 64); with 100 columns, of 64.
+        assert_eq!(width_of(&fixtures::column_stats(7, 150)), Some(128));
+        assert_eq!(width_of(&fixtures::column_stats(7, 100)), Some(WORKERS));
+        assert_eq!(width_of(&fixtures::column_stats(7, 1024)), Some(WIDEST));
         // A product per element with 70 columns: enough for a block of 64; with 2, not.
         assert_eq!(width_of(&fixtures::gate_products(3, 5, 70)), Some(WORKERS));
         assert_eq!(width_of(&fixtures::matmul(3, 4, 2)), None);
         // Row kernels read along their loop, not across workers: no gain.
         assert_eq!(width_of(&fixtures::norm_rows(4, 100)), None);
+    }
+
+    #[test]
+    fn blocks_widen_where_lanes_locals_and_the_row_allow() {
+        // One f32 accumulator (64 bytes of lanes per worker), rows of 1024: the widest.
+        assert_eq!(wider(WORKERS, 1024, 0, 64, 2), WIDEST);
+        // Lanes of 256 bytes per worker: 128 workers fill the L1 budget.
+        assert_eq!(wider(WORKERS, 1024, 0, 256, 2), 128);
+        assert_eq!(wider(WORKERS, 1024, 0, 1024, 2), WORKERS);
+        // A row of 1000 leaves 40 workers alone with blocks of 64, more with wider ones.
+        assert_eq!(wider(WORKERS, 1000, 0, 64, 2), WORKERS);
+        // 5000 = 39 * 128 + 8: as few alone as with 64.
+        assert_eq!(wider(WORKERS, 5000, 0, 64, 2), 128);
+        assert_eq!(wider(WORKERS, 200, 0, 64, 2), WORKERS);
+        // Locals of 16 KiB per worker: 64 workers fill LOCALS_BYTES.
+        assert_eq!(wider(WORKERS, 1024, 16 << 10, 64, 2), WORKERS);
+        assert_eq!(wider(WORKERS, 1024, 4 << 10, 64, 2), WIDEST);
+        // A loop with an `exp` per iteration: compute-bound, the block stays at 64.
+        assert_eq!(wider(WORKERS, 1024, 0, 64, COMPUTE_BOUND_COST), WORKERS);
+        assert_eq!(wider(WORKERS, 1024, 0, 64, COMPUTE_BOUND_COST - 1), WIDEST);
+        // A block narrowed by its locals stays narrow.
+        assert_eq!(wider(32, 1024, 32 << 10, 64, 2), 32);
+    }
+
+    #[test]
+    fn only_streaming_folds_with_a_lane_in_registers_run_lane_by_lane() {
+        let kernel = Kernel::decode(&fixtures::column_stats(7, 1024)).unwrap();
+        let loops: Vec<usize> = (0..kernel.exprs.len())
+            .filter(|&i| matches!(kernel.exprs[i].inst, Inst::Range { .. }))
+            .collect();
+        assert!(!loops.is_empty());
+        // Blocks of 8: a lane of every fold fits 512 bytes, unless the loop writes.
+        let narrow = lane_by_lane(&kernel, 8);
+        // Blocks of 256: a lane of an f32 accumulator is 1 KiB.
+        assert!(lane_by_lane(&kernel, 256).is_empty());
+        for &l in &narrow {
+            assert!(loops.contains(&l));
+        }
+        assert!(!narrow.is_empty(), "column_stats has a fold that streams");
+    }
+
+    /// A column kernel with a local `f32[rows]` filled with 0, then a loop `0..end` that
+    /// writes `loc[k] = x[k, c]` (after reading `loc[k]` when `read_first`), then a loop that
+    /// sums the local into the output.
+    fn buffered(rows: u64, end: i64, read_first: bool) -> Kernel {
+        use crate::builder::{Builder, IN, LOC, OUT};
+        use crate::dtype::DType;
+        use crate::ops::Combiner;
+        let mut b = Builder::new("buffered", &[70]);
+        b.input(DType::F32, &[rows, 70]);
+        b.output(DType::F32, &[70]);
+        b.declare_local(DType::F32, &[rows]);
+        let c = b.position(0);
+        let (start, one) = (b.i64(0), b.i64(1));
+        let (stop, all) = (b.i64(end), b.i64(rows as i64));
+        b.local_fill(0, Literal::Float(0.0));
+        let k = b.range(start, stop, one);
+        let x = b.read(IN, 0, &[k, c]);
+        let v = if read_first {
+            let old = b.read(LOC, 0, &[k]);
+            b.op(Op::Add, &[old, x])
+        } else {
+            x
+        };
+        b.write(LOC, 0, &[k], v);
+        b.end_range();
+        let zero = b.f32(0.0);
+        let total = b.accumulator(Combiner::Sum, zero);
+        let k = b.range(start, all, one);
+        let e = b.read(LOC, 0, &[k]);
+        b.accumulate(total, e);
+        b.end_range();
+        b.write(OUT, 0, &[c], total);
+        Kernel::decode(&b.build()).unwrap()
+    }
+
+    fn fill_of(kernel: &Kernel) -> usize {
+        (0..kernel.exprs.len())
+            .find(|&i| matches!(kernel.exprs[i].inst, Inst::LocalTensor { .. }))
+            .expect("a LOCAL_TENSOR")
+    }
+
+    #[test]
+    fn a_local_written_whole_by_the_next_loop_needs_no_fill() {
+        // Softmax along axis 0 with its column buffer: the sum loop writes it whole.
+        let softmax = Kernel::decode(&fixtures::softmax_columns(40, 70, true)).unwrap();
+        assert!(overwritten_before_read(&softmax, fill_of(&softmax)));
+        let whole = buffered(30, 30, false);
+        assert!(overwritten_before_read(&whole, fill_of(&whole)));
+        // The loop stops one short: the last element keeps its fill.
+        let short = buffered(30, 29, false);
+        assert!(!overwritten_before_read(&short, fill_of(&short)));
+        // The loop reads the fill before it writes.
+        let reads = buffered(30, 30, true);
+        assert!(!overwritten_before_read(&reads, fill_of(&reads)));
+        // Not a LOCAL_TENSOR.
+        assert!(!overwritten_before_read(&whole, 0));
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //!   division or modulo per worker.
 //! - An operator whose workers each reduce a column (reads in a loop whose last index is the
 //!   innermost position, nothing that can fault) also gets a *blocked* program: each row's
-//!   full blocks of `Emitter::blocked_width` workers (64, fewer with local tensors) run in lockstep, the loop over the block's
+//!   full blocks of `Emitter::blocked_width` workers (`ovl_ir::lockstep::width`: 64; 128 or 256
+//!   where every loop streams memory; fewer with local tensors) run in lockstep, the loop over the block's
 //!   workers innermost, so that their neighbouring reads vectorize (see `shared/emit/blocked.rs`);
 //!   the rest of the row runs worker by worker. The blocked program's copies of the locals
 //!   are allocated on the heap once per run (a failed allocation leaves every worker alone).

@@ -43,6 +43,8 @@ pub struct CompiledOperator {
     /// Tensor types, workgroup and symbols.
     geometry: Geometry,
     worker_cost: ovl_ir::cost::WorkerCost,
+    /// Workers per block of its blocked program ([`block_width`]): chunks are multiples of it.
+    block: u64,
     /// Per expression: whether it is a WRITE (to name the access of a fault).
     writes: Vec<bool>,
     run_fn: RunFn,
@@ -89,8 +91,9 @@ const CHUNKS_PER_THREAD: u64 = 4;
 /// `(size, count)`, chunks of `size` consecutive workers (the last may be shorter). Up to
 /// [`CHUNKS_PER_THREAD`] per thread, each at least a quarter of [`PARALLEL_MIN_WORK`]; a chunk
 /// of more than [`BLOCKED_WORKERS`](crate::shared::emit::BLOCKED_WORKERS) workers is a multiple
-/// of it, so that blocked programs run whole blocks.
-fn chunking(workers: u64, cost: u64, threads: u64) -> (u64, u64) {
+/// of `block` (the kernel's block width, [`block_width`]; at least that), so that blocked
+/// programs run whole blocks.
+fn chunking(workers: u64, cost: u64, threads: u64, block: u64) -> (u64, u64) {
     let work = workers.saturating_mul(cost.max(1));
     let by_work = (work / (PARALLEL_MIN_WORK / 4)).max(1);
     let count = (threads * CHUNKS_PER_THREAD)
@@ -98,11 +101,21 @@ fn chunking(workers: u64, cost: u64, threads: u64) -> (u64, u64) {
         .max(threads)
         .min(workers);
     let mut size = workers.div_ceil(count.max(1));
-    let block = crate::shared::emit::BLOCKED_WORKERS;
-    if size > block {
+    let block = block.max(crate::shared::emit::BLOCKED_WORKERS);
+    if size > crate::shared::emit::BLOCKED_WORKERS {
         size = size.div_ceil(block) * block;
     }
     (size, workers.div_ceil(size))
+}
+
+/// The width of `dag`'s blocks of workers in lockstep (`ovl_ir::lockstep::width`, the rule the
+/// generated code follows), or [`BLOCKED_WORKERS`](crate::shared::emit::BLOCKED_WORKERS) for a
+/// kernel without.
+fn block_width(dag: &ir::ExpressionDag) -> u64 {
+    ovl_ir::typed::Kernel::decode(&ovl_ir::library::expand(dag))
+        .ok()
+        .and_then(|k| ovl_ir::lockstep::width(&k))
+        .unwrap_or(crate::shared::emit::BLOCKED_WORKERS)
 }
 
 /// Runs `work(i)` for every `i` in `0..tasks` on the calling thread and up to `threads - 1`
@@ -215,6 +228,7 @@ impl CompiledOperator {
             origin,
             geometry,
             worker_cost: ovl_ir::cost::WorkerCost::of(dag),
+            block: block_width(dag),
             writes: dag
                 .expressions
                 .iter()
@@ -486,7 +500,7 @@ impl CompiledOperator {
         // whose runs all stay on the calling thread starts no thread.
         let first = match (threads > 1).then(pool).flatten() {
             Some(pool) => {
-                let (size, chunks) = chunking(workers, cost, threads as u64);
+                let (size, chunks) = chunking(workers, cost, threads as u64, self.block);
                 let next = std::sync::atomic::AtomicU64::new(0);
                 let faults = std::sync::Mutex::new(Vec::<(u64, Status)>::new());
                 let run_fn = self.run_fn;
@@ -562,30 +576,33 @@ mod tests {
     use super::{chunking, for_each_parallel, CHUNKS_PER_THREAD, PARALLEL_MIN_WORK};
 
     /// The chunks of a parallel run cover the workers once, at least one per thread, at most
-    /// [`CHUNKS_PER_THREAD`] per thread, and whole blocks of 64 when longer than one.
+    /// [`CHUNKS_PER_THREAD`] per thread, and whole blocks (of 64, or of the kernel's wider
+    /// width) when longer than 64 workers.
     #[test]
     fn chunks_cover_the_workers_in_whole_blocks() {
-        for workers in [1u64, 2, 3, 63, 64, 65, 100, 1000, 1024, 4096, 100_003] {
+        for workers in [1u64, 2, 3, 63, 64, 65, 100, 300, 1000, 1024, 4096, 100_003] {
             for cost in [1u64, 40, 10_000, 1 << 20] {
                 for threads in [2u64, 3, 16] {
-                    let (size, count) = chunking(workers, cost, threads);
-                    assert!(size >= 1 && count >= 1, "{workers} {cost} {threads}");
-                    assert!((count - 1) * size < workers && count * size >= workers);
-                    assert!(count <= (threads * CHUNKS_PER_THREAD).max(1));
-                    if size > 64 {
-                        assert_eq!(size % 64, 0, "{workers} {cost} {threads}");
-                    }
-                    if workers * cost >= PARALLEL_MIN_WORK * threads {
-                        assert!(
-                            count >= threads.min(workers.div_ceil(64)),
-                            "{workers} {cost}"
-                        );
+                    for block in [64u64, 128, 256] {
+                        let what = format!("{workers} {cost} {threads} {block}");
+                        let (size, count) = chunking(workers, cost, threads, block);
+                        assert!(size >= 1 && count >= 1, "{what}");
+                        assert!((count - 1) * size < workers && count * size >= workers);
+                        assert!(count <= (threads * CHUNKS_PER_THREAD).max(1));
+                        if size > 64 {
+                            assert_eq!(size % block, 0, "{what}");
+                        }
+                        if workers * cost >= PARALLEL_MIN_WORK * threads {
+                            assert!(count >= threads.min(workers.div_ceil(block)), "{what}");
+                        }
                     }
                 }
             }
         }
         // Softmax rows of [1024, 4096] on 2 threads: 8 chunks of 128 rows.
-        assert_eq!(chunking(1024, 40_000, 2), (128, 8));
+        assert_eq!(chunking(1024, 40_000, 2, 64), (128, 8));
+        // Column statistics of [4096, 1024] in blocks of 256 on 2 threads: 4 chunks of 256.
+        assert_eq!(chunking(1024, 40_000, 2, 256), (256, 4));
     }
     use std::sync::atomic::{AtomicUsize, Ordering};
 

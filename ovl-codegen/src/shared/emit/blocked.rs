@@ -36,6 +36,10 @@
 //! `ovl_ir::lockstep::MIN_WORKERS` workers.
 //! A narrow block reads one cache line per row (and, for rows a power of two of 4 KiB apart,
 //! lines that share a few cache sets), which costs about three times what 64 workers cost.
+//! A kernel whose loops only stream memory (no loop does a transcendental function's work per
+//! iteration) gets blocks of 128 or 256 workers instead, which read 512 bytes or 1 KiB per row
+//! and let the hardware stream them; the width is `ovl_ir::lockstep::width`'s (the runtime cuts
+//! a parallel run into chunks of whole blocks of it), the emitted loops take it as a constant.
 
 use super::{ctype, Emitted, Emitter};
 use crate::error::CodegenError;
@@ -44,7 +48,7 @@ use ovl_ir::ops::REDUCE_LANES;
 use ovl_ir::typed::{Inst, Kernel, ValueId};
 use std::collections::BTreeSet;
 
-/// Workers per block.
+/// Workers per block of most kernels (`ovl_ir::lockstep::width` decides each kernel's).
 pub(crate) const BLOCK: u64 = lockstep::WORKERS;
 
 /// The blocked program's layout: which segment each expression belongs to, and the values
@@ -69,8 +73,11 @@ pub(super) struct Blocked {
     open: Option<usize>,
     /// CONSTs and array declarations, emitted before the block's loops.
     pub(super) prelude: String,
-    /// Workers per block: [`BLOCK`], or fewer when the operator has local tensors.
+    /// Workers per block: [`BLOCK`], or fewer when the operator has local tensors, or more
+    /// when its loops stream memory (`ovl_ir::lockstep::width`).
     pub(super) width: u64,
+    /// The reduction loops (their RANGE) run lane by lane (`ovl_ir::lockstep::lane_by_lane`).
+    lane_by_lane: BTreeSet<usize>,
 }
 
 /// The layout of `kernel`'s blocked program, or `None` when it does not have the shape
@@ -153,6 +160,7 @@ pub(super) fn plan(kernel: &Kernel) -> Option<Blocked> {
         open: None,
         prelude: String::new(),
         width,
+        lane_by_lane: lockstep::lane_by_lane(kernel, width),
     })
 }
 
@@ -177,8 +185,13 @@ impl<'a> Emitter<'a> {
                 self.blocked_range(k, (start, end, step))
             }
             Inst::LocalTensor { tensor, fill } => {
-                // Every worker's copy at once, between segments.
+                // Every worker's copy at once, between segments; not at all where the loop
+                // that follows writes every element before anything reads one.
                 self.close_segment();
+                if lockstep::overwritten_before_read(&self.kernel, k) {
+                    self.line("// the local's copies are written whole before any read: no fill");
+                    return Ok(None);
+                }
                 self.local_tensor(tensor, fill)
             }
             Inst::EndRange { .. } => {
@@ -272,7 +285,9 @@ impl<'a> Emitter<'a> {
     }
 
     /// A loop over the whole block: each accumulator's lanes per worker (a reduction loop),
-    /// iteration `i` combining into lane `i % REDUCE_LANES`, as a worker alone does.
+    /// iteration `i` combining into lane `i % REDUCE_LANES`, as a worker alone does; in
+    /// iteration order, or lane by lane where `ovl_ir::lockstep::lane_by_lane` allows (each
+    /// lane still sees its iterations in order).
     fn blocked_range(&mut self, k: usize, (s, en, st): (ValueId, ValueId, ValueId)) -> Emitted {
         self.line("{");
         self.indent += 1;
@@ -296,16 +311,29 @@ impl<'a> Emitter<'a> {
         self.line(&format!(
             "const uint64_t ovl_n{k} = ((uint64_t)ovl_end{k} - (uint64_t)ovl_start{k} - 1) / (uint64_t)ovl_step{k} + 1;"
         ));
-        self.line(&format!(
-            "for (uint64_t ovl_i{k} = 0; ovl_i{k} < ovl_n{k}; ++ovl_i{k}) {{"
-        ));
+        let lane_by_lane = self.blocked_state().lane_by_lane.contains(&k);
+        if lane_by_lane {
+            // Lane t's iterations t, t + REDUCE_LANES, ... in order, one lane after another.
+            self.line(&format!(
+                "for (uint64_t ovl_t{k} = 0; ovl_t{k} < {REDUCE_LANES}; ++ovl_t{k})"
+            ));
+            self.line(&format!(
+                "for (uint64_t ovl_i{k} = ovl_t{k}; ovl_i{k} < ovl_n{k}; ovl_i{k} += {REDUCE_LANES}) {{"
+            ));
+        } else {
+            self.line(&format!(
+                "for (uint64_t ovl_i{k} = 0; ovl_i{k} < ovl_n{k}; ++ovl_i{k}) {{"
+            ));
+        }
         self.indent += 1;
         self.line(&format!(
             "const int64_t v{k} = (int64_t)((uint64_t)ovl_start{k} + ovl_i{k} * (uint64_t)ovl_step{k});"
         ));
-        self.line(&format!(
-            "const uint64_t ovl_t{k} = ovl_i{k} % {REDUCE_LANES};"
-        ));
+        if !lane_by_lane {
+            self.line(&format!(
+                "const uint64_t ovl_t{k} = ovl_i{k} % {REDUCE_LANES};"
+            ));
+        }
         self.blocked_range_open = Some(k);
         Ok(Some(ovl_ir::DType::I64))
     }
