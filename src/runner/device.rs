@@ -25,6 +25,11 @@ pub(crate) fn on_host(data: &dyn DeviceData) -> Result<HostTensor, DeviceError> 
     }
 }
 
+/// Device runs against the recording of a CUDA graph: the process has one stream, and work
+/// another thread queues on it while a graph is recorded would be recorded with it. Runs share
+/// the lock; a recording holds it alone.
+pub(super) static STREAM: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 impl Plan {
     /// Whether a run of `kernels` from host data is better made on the device as a whole: every
     /// operator that runs a worker is a GPU kernel (and some operator is).
@@ -108,6 +113,7 @@ impl Plan {
         outputs: &[&DeviceTensor],
     ) -> Result<(), RunFailure> {
         self.check_device(kernels, inputs, outputs)?;
+        let _shared = STREAM.read().unwrap_or_else(|p| p.into_inner());
         let statuses = StatusBlock::new(self.dag.operators.len())?;
         if self.queue_device(kernels, inputs, outputs, &statuses, None)? {
             self.check_statuses(kernels, &statuses)?;

@@ -10,6 +10,7 @@
 //! graph's first node). The copies cost one device-to-device transfer of the fed inputs and the
 //! outputs per call.
 
+use super::device::STREAM;
 use super::{Kernel, Plan, RunFailure};
 use ovl_codegen::cuda::{capture, CapturedGraph, DeviceTensor, StatusBlock};
 
@@ -58,6 +59,7 @@ impl Plan {
         self.check_device(kernels, &ins, &outs)?;
         let statuses = StatusBlock::new(self.dag.operators.len())?;
         let mut temps = Vec::new();
+        let _alone = STREAM.write().unwrap_or_else(|p| p.into_inner());
         let (can_fault, graph) = capture(|| -> Result<bool, RunFailure> {
             statuses.reset()?;
             self.queue_device(kernels, &ins, &outs, &statuses, Some(&mut temps))
@@ -94,6 +96,7 @@ impl DeviceGraph {
         {
             return Ok(false);
         }
+        let _shared = STREAM.read().unwrap_or_else(|p| p.into_inner());
         for ((own, fed), t) in self.inputs.iter().zip(inputs) {
             if *fed {
                 own.copy_from(t)?;
