@@ -356,7 +356,7 @@ pub fn nvrtc_libraries() -> Vec<PathBuf> {
 
 fn load() -> Result<Nvrtc, CodegenError> {
     SEARCH
-        .load(|path| Nvrtc::load(path))
+        .load(Nvrtc::load)
         .map_err(|(message, searched)| CodegenError::NvrtcNotFound { message, searched })
 }
 
