@@ -85,6 +85,26 @@ unsafe fn gemm_sum<T: Element>(
         return unsafe { gemm_batched::<T>(dims, inputs[0], inputs[1], c, threads) };
     }
     let (m, n, k) = (dims.m as usize, dims.n as usize, dims.k as usize);
+    let (a_strides, b_strides) = strides(dims, k);
+    let threads = thread_count(threads);
+    if T::packed_applies((m, n, k * terms), threads) {
+        for batch in 0..dims.batch as usize {
+            let of = |which: usize, size: usize| -> Vec<*const T> {
+                inputs[which..]
+                    .iter()
+                    .step_by(2)
+                    .map(|&p| p.cast::<T>().wrapping_add(batch * size))
+                    .collect()
+            };
+            let (a, b) = (of(0, m * k), of(1, k * n));
+            // SAFETY: each input holds `batch` matrices of these sizes; C's batch lies inside C.
+            unsafe {
+                let c = c.cast::<T>().add(batch * m * n);
+                T::packed((m, n, k), (&a, a_strides), (&b, b_strides), c, threads);
+            }
+        }
+        return;
+    }
     let joined = GemmDims {
         batch: 1,
         k: dims.k * dims.terms,
@@ -198,14 +218,14 @@ unsafe fn product<T: Element>(
     c: *mut T,
     threads: usize,
 ) {
-    // 0 threads: one per core, as for every kernel. Small products are not worth waking
-    // threads for.
-    let threads = match threads {
-        0 => ovl_codegen::cpu_count(),
-        n => n,
-    };
+    let threads = thread_count(threads);
     // SAFETY: the caller's contract.
     if unsafe { T::few_rows((m, n, k), (a, a_strides), (b, b_strides), c, threads) } {
+        return;
+    }
+    if T::packed_applies((m, n, k), threads) {
+        // SAFETY: the caller's contract (one term).
+        unsafe { T::packed((m, n, k), (&[a], a_strides), (&[b], b_strides), c, threads) };
         return;
     }
     let parallelism = if threads > 1 && m * n * k >= 64 * 64 * 64 {
@@ -239,6 +259,14 @@ unsafe fn product<T: Element>(
             parallelism,
         )
     };
+}
+
+/// The threads a product runs on: `threads`, 0 meaning one per core, as for every kernel.
+fn thread_count(threads: usize) -> usize {
+    match threads {
+        0 => ovl_codegen::cpu_count(),
+        n => n,
+    }
 }
 
 /// One unbatched GEMM call (`C = Σ_t op(A_t) · op(B_t)`) prepared to compute C by blocks of
@@ -359,6 +387,28 @@ pub(super) trait Element: Copy + Send + Sync + 'static {
     ) -> bool {
         false
     }
+
+    /// Whether [`Element::packed`] computes a product of these sizes (`k` the whole sum's) on
+    /// `threads` threads.
+    fn packed_applies(_dims: (usize, usize, usize), _threads: usize) -> bool {
+        false
+    }
+
+    /// Computes `C[m, n] = Σ_t op(A_t) · op(B_t)` (C row-major) over the terms' operands, each
+    /// `k` terms of the sum, read in place through the strides (`gemm_large`); only where
+    /// [`Element::packed_applies`] says so for the sizes with `k` times the terms.
+    ///
+    /// # Safety
+    /// As [`GemmKernel::run`], for one batch's matrices of every term; `k > 0`.
+    unsafe fn packed(
+        _dims: (usize, usize, usize),
+        _a: (&[*const Self], Strides),
+        _b: (&[*const Self], Strides),
+        _c: *mut Self,
+        _threads: usize,
+    ) {
+        unreachable!("packed_applies is false")
+    }
 }
 
 impl Element for f32 {
@@ -399,6 +449,35 @@ impl Element for f32 {
                 false
             }
         }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn packed_applies((m, n, k): (usize, usize, usize), threads: usize) -> bool {
+        super::gemm_large::applies((m, n, k), threads)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn packed(
+        (m, n, k): (usize, usize, usize),
+        (a, (a_rs, a_cs)): (&[*const f32], Strides),
+        (b, (b_rs, b_cs)): (&[*const f32], Strides),
+        c: *mut f32,
+        threads: usize,
+    ) {
+        use super::gemm_large::{gemm_packed, Operand};
+        let a = Operand {
+            terms: a,
+            strides: (a_rs, a_cs),
+            k_term: k,
+        };
+        // op(B) read as its transpose `[n, k]`.
+        let bt = Operand {
+            terms: b,
+            strides: (b_cs, b_rs),
+            k_term: k,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { gemm_packed((m, n, k * a.terms.len()), a, bt, c, threads) }
     }
 }
 

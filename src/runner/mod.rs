@@ -22,6 +22,8 @@ mod device;
 mod epilogue;
 mod gemm;
 #[cfg(target_arch = "x86_64")]
+mod gemm_large;
+#[cfg(target_arch = "x86_64")]
 mod gemm_small;
 mod pointers;
 mod sig;
