@@ -711,3 +711,64 @@ fn a_weight_used_in_a_product_and_elementwise_is_added_as_before() {
         }
     }
 }
+
+/// Products with many rows and a long sum, in f32 on two threads (the CPU's packed AVX-512
+/// kernel where the CPU has AVX-512F, `src/runner/gemm_large.rs`): every form against the
+/// reference, sizes leaving partial strips of columns, partial blocks of rows and a sum split
+/// into chunks; few rows with B transposed (`dz · Uᵀ` of an LSTM step) too. Then a weight's
+/// gradient summing three such products (the kernel reads the terms in place).
+#[test]
+fn many_rows_long_sums_in_every_form() {
+    for &(m, k, n) in &[(70, 67, 520), (131, 1100, 530), (40, 100, 515), (64, 33, 600)] {
+        for (ta, tb) in FORMS {
+            let [sa, sb] = shapes(&[], (m, k, n), ta, tb);
+            let (a, b) = (values(&sa, 9), values(&sb, 10));
+            let (want, mag) = reference(&a, &b, ta, tb);
+            let (a32, b32) = (a.mapv(|v| v as f32), b.mapv(|v| v as f32));
+            let y = ovl::gemm(&Lazy::from(a32), &Lazy::from(b32), ta, tb);
+            close(
+                &eval(&y, &Options::cpu().with_threads(2)),
+                &want,
+                &mag,
+                1e-6,
+                &format!("f32 {sa:?} x {sb:?}"),
+            );
+        }
+    }
+    let (steps, (m, k, n)) = (3, (40, 70, 520));
+    for (ta, tb) in FORMS {
+        let [sa, sb] = shapes(&[], (m, k, n), ta, tb);
+        let xs: Vec<ArrayD<f64>> = (0..steps).map(|t| values(&sa, 60 + t as u64)).collect();
+        let gs: Vec<ArrayD<f64>> = (0..steps).map(|t| values(&[m, n], 70 + t as u64)).collect();
+        let f32s = |v: &[ArrayD<f64>]| -> Vec<Lazy<f32>> {
+            v.iter().map(|x| Lazy::from(x.mapv(|v| v as f32))).collect()
+        };
+        let w = Lazy::from(values(&sb, 80).mapv(|v| v as f32));
+        let (x32, g32) = (f32s(&xs), f32s(&gs));
+        let ys: Vec<Lazy<f32>> = x32
+            .iter()
+            .map(|x| ovl_stdlib::matmul_t(x, &w, ta, tb))
+            .collect();
+        let pairs: Vec<(&Lazy<f32>, &Lazy<f32>)> = ys.iter().zip(&g32).collect();
+        let dw = ovl::backward(&pairs, &[&w]).unwrap().of(&w).unwrap();
+        assert_eq!(
+            gemm_terms(&ovl::fusion(&dw, 0).unwrap().before),
+            vec![steps as u32]
+        );
+        let got = eval(&dw, &Options::cpu().with_threads(2));
+        // dW = Σ_t op(x_t)ᵀ g_t (transposed back when W is stored transposed).
+        let mut want = ArrayD::<f64>::zeros(IxDyn(&[k, n]));
+        let mut mag = want.clone();
+        for (x, g) in xs.iter().zip(&gs) {
+            let (r, s) = reference(x, g, !ta, false);
+            want = want + r;
+            mag = mag + s;
+        }
+        let (want, mag) = if tb {
+            (want.t().to_owned(), mag.t().to_owned())
+        } else {
+            (want, mag)
+        };
+        close(&got, &want, &mag, 1e-6, &format!("dW ({ta}, {tb})"));
+    }
+}

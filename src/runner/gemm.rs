@@ -423,6 +423,7 @@ impl Element for f32 {
         c: *mut f32,
         threads: usize,
     ) -> bool {
+        use super::gemm_large::{self, Operand};
         use super::gemm_small;
         // Few rows: the weight B is streamed, not packed. A short sum (few rows of B, as in a
         // weight gradient `x_tᵀ · dz_t` of one step): B's strip stays in L1 while every block
@@ -441,6 +442,24 @@ impl Element for f32 {
         unsafe {
             if b_strides == (n, 1) {
                 gemm_small::gemm_nn((m, n, k), a, a_strides, b, c, threads);
+                true
+            } else if few_rows
+                && b_strides == (1, k)
+                && m >= gemm_large::NT_MIN_ROWS
+                && gemm_large::enough_strips(n, threads)
+            {
+                let a = Operand {
+                    terms: &[a],
+                    strides: a_strides,
+                    k_term: k,
+                };
+                // op(B) = Bᵀ, read as B.
+                let bt = Operand {
+                    terms: &[b],
+                    strides: (k, 1),
+                    k_term: k,
+                };
+                gemm_large::gemm_packed((m, n, k), a, bt, c, threads);
                 true
             } else if few_rows && b_strides == (1, k) && a_strides == (k, 1) {
                 gemm_small::gemm_nt((m, n, k), a, b, c, threads);
