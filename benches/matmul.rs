@@ -76,8 +76,10 @@ fn time_shape(shape: &str, reps: usize) {
     };
     let (av, bv) = (fill(a_shape, 0.8), fill(b_shape, 0.7));
     let mut dests = vec![ArrayD::<f32>::zeros(IxDyn(&[m, n]))];
-    let t = time_calls(3, reps.max(20), || compiled.run_into((&av, &bv), &mut dests))
-        .expect("run");
+    let t = time_calls(3, reps.max(20), || {
+        compiled.run_into((&av, &bv), &mut dests)
+    })
+    .expect("run");
     let flops = 2.0 * (m * n * k) as f64;
     println!(
         "{m}x{k}x{n} {form}: {:.1} GFLOP/s best, {:.1} median ({:.3} ms best)",

@@ -719,7 +719,12 @@ fn a_weight_used_in_a_product_and_elementwise_is_added_as_before() {
 /// gradient summing three such products (the kernel reads the terms in place).
 #[test]
 fn many_rows_long_sums_in_every_form() {
-    for &(m, k, n) in &[(70, 67, 520), (131, 1100, 530), (40, 100, 515), (64, 33, 600)] {
+    for &(m, k, n) in &[
+        (70, 67, 520),
+        (131, 1100, 530),
+        (40, 100, 515),
+        (64, 33, 600),
+    ] {
         for (ta, tb) in FORMS {
             let [sa, sb] = shapes(&[], (m, k, n), ta, tb);
             let (a, b) = (values(&sa, 9), values(&sb, 10));
@@ -770,5 +775,61 @@ fn many_rows_long_sums_in_every_form() {
             (want, mag)
         };
         close(&got, &want, &mag, 1e-6, &format!("dW ({ta}, {tb})"));
+    }
+}
+
+/// The CPU runner keeps a thread's temporaries between runs (`src/runner/scratch.rs`): two
+/// compiled graphs whose intermediates have the same sizes, run in turns on one thread with
+/// new data each time, give a plain loop's values every time.
+#[test]
+fn temporaries_reused_between_runs_hold_no_stale_values() {
+    let (m, k, n) = (70, 90, 520);
+    let x = ovl::placeholder::<f32>("x", &[m, k]);
+    let w = ovl::placeholder::<f32>("w", &[k, n]);
+    let b = ovl::placeholder::<f32>("b", &[m, n]);
+    let z = ovl_stdlib::add(ovl_stdlib::matmul(&x, &w), &b);
+    let graphs = [
+        ovl_stdlib::mul(ovl_stdlib::tanh(&z), &b),
+        ovl_stdlib::sum(ovl_stdlib::tanh(&z), 1),
+    ];
+    let cpu = options(Options::cpu().with_threads(2));
+    let compiled: Vec<ovl::Compiled> = graphs
+        .iter()
+        .map(|y| ovl::compile((&x, &w, &b), y, &cpu).unwrap())
+        .collect();
+    for round in 0..3u64 {
+        for (g, c) in compiled.iter().enumerate() {
+            let seed = 100 + 10 * round + g as u64;
+            let xv = values(&[m, k], seed).mapv(|v| v as f32 * 0.1);
+            let wv = values(&[k, n], seed + 1).mapv(|v| v as f32 * 0.1);
+            let bv = values(&[m, n], seed + 2).mapv(|v| v as f32);
+            // tanh(x w + b), then times b or summed along its rows, in f64.
+            let t = |i: usize, j: usize| {
+                let dot: f64 = (0..k)
+                    .map(|l| f64::from(xv[[i, l]]) * f64::from(wv[[l, j]]))
+                    .sum();
+                (dot + f64::from(bv[[i, j]])).tanh()
+            };
+            let (shape, want): (Vec<usize>, Vec<f64>) = if g == 0 {
+                let want = (0..m * n)
+                    .map(|e| t(e / n, e % n) * f64::from(bv[[e / n, e % n]]))
+                    .collect();
+                (vec![m, n], want)
+            } else {
+                (
+                    vec![m],
+                    (0..m).map(|i| (0..n).map(|j| t(i, j)).sum()).collect(),
+                )
+            };
+            let mut dests = vec![ArrayD::<f32>::zeros(IxDyn(&shape))];
+            let feeds = (&Lazy::from(xv), &Lazy::from(wv), &Lazy::from(bv));
+            c.run_into(feeds, &mut dests).unwrap();
+            for (got, want) in dests[0].iter().zip(&want) {
+                assert!(
+                    (f64::from(*got) - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "graph {g}, round {round}: {got} vs {want}"
+                );
+            }
+        }
     }
 }

@@ -39,7 +39,10 @@ unsafe impl Sync for Operand<'_> {}
 impl Operand<'_> {
     /// The parts of the sum's range `[l0, l1)` inside single terms: (term, first index in the
     /// term, length, offset from `l0`).
-    fn segments(&self, (l0, l1): (usize, usize)) -> impl Iterator<Item = (usize, usize, usize, usize)> {
+    fn segments(
+        &self,
+        (l0, l1): (usize, usize),
+    ) -> impl Iterator<Item = (usize, usize, usize, usize)> {
         let kt = self.k_term;
         let mut l = l0;
         std::iter::from_fn(move || {
@@ -212,7 +215,14 @@ unsafe fn transpose_16(src: *const f32, lds: usize, dst: *mut f32, ldd: usize) {
 }
 
 /// The arguments of [`block`] after its sizes.
-type BlockArgs = (usize, *const f32, *const f32, (*mut f32, usize), [u16; 4], bool);
+type BlockArgs = (
+    usize,
+    *const f32,
+    *const f32,
+    (*mut f32, usize),
+    [u16; 4],
+    bool,
+);
 
 /// [`block`] for `rows` rows (1 to 6) and `vectors` vectors of 16 columns (1 to 4).
 ///
@@ -255,7 +265,12 @@ std::thread_local! {
 ///
 /// # Safety
 /// The elements lie in the operand's terms; `dst` holds `(l1 - l0) * rows` values.
-unsafe fn pack_a(a: Operand<'_>, (first, rows): (usize, usize), range: (usize, usize), dst: *mut f32) {
+unsafe fn pack_a(
+    a: Operand<'_>,
+    (first, rows): (usize, usize),
+    range: (usize, usize),
+    dst: *mut f32,
+) {
     let (rs, ls) = a.strides;
     for (t, start, len, offset) in a.segments(range) {
         // SAFETY: the caller's contract.
@@ -276,7 +291,12 @@ unsafe fn pack_a(a: Operand<'_>, (first, rows): (usize, usize), range: (usize, u
 ///
 /// # Safety
 /// The elements lie in the operand's terms; `dst` holds `(l1 - l0) * 64` values.
-unsafe fn pack_b(bt: Operand<'_>, (first, cols): (usize, usize), range: (usize, usize), dst: *mut f32) {
+unsafe fn pack_b(
+    bt: Operand<'_>,
+    (first, cols): (usize, usize),
+    range: (usize, usize),
+    dst: *mut f32,
+) {
     let (js, ls) = bt.strides;
     for (t, start, len, offset) in bt.segments(range) {
         // SAFETY: the caller's contract.
