@@ -1,6 +1,8 @@
 //! The CPU kernel of a library call: a GEMM (`proto/ovl.proto`, "Library calls") on `f32` or
-//! `f64` through the `gemm` crate (the README says why that crate). Other dtypes run the
-//! call's reference program, compiled like any operator.
+//! `f64`: on `f32` with AVX-512F through this crate's kernels where they apply (`gemm_small`:
+//! few rows or a short sum; `gemm_large`: many rows and a long sum), else through the `gemm`
+//! crate (the README says why that crate). Other dtypes run the call's reference program,
+//! compiled like any operator.
 
 use super::RunFailure;
 use crate::error::Mismatch;
@@ -67,9 +69,10 @@ pub(super) fn library_mismatch(op: &ir::ExpressionDag, problem: String) -> RunFa
 }
 
 /// `C[b] = Σ_t op(A_t[b]) · op(B_t[b])` over the `dims.terms` pairs of `inputs`: one product
-/// whose `k` axis concatenates the terms' (each batch's operands copied side by side first:
-/// a copy of the operands is cheap next to the product, and one product writes C once where
-/// `terms` products and their sum would write it `2 * terms - 1` times).
+/// whose `k` axis concatenates the terms' (one product writes C once where `terms` products and
+/// their sum would write it `2 * terms - 1` times). The packed kernel reads the terms in place;
+/// for the others each batch's operands are copied side by side first (in the LSTM layer at
+/// H = 650 the copies made a weight gradient's 12 ms product take 17 ms).
 ///
 /// # Safety
 /// As [`GemmKernel::run`]: `inputs` holds `2 * dims.terms` buffers of the operands' types.
@@ -207,7 +210,7 @@ fn strides(dims: &GemmDims, k: usize) -> (Strides, Strides) {
 }
 
 /// One `C[m, n] = op(A) · op(B)` (`k > 0`, C row-major) on up to `threads` threads (0: one per
-/// core): this crate's few-row kernels where they apply, else the `gemm` crate.
+/// core): this crate's few-row or packed kernels where they apply, else the `gemm` crate.
 ///
 /// # Safety
 /// A, B and C hold the elements the sizes and strides describe; C overlaps neither operand.
