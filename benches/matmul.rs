@@ -4,6 +4,9 @@
 //! NumPy on the same data sizes in the same minutes and writes the table.
 //!
 //! `cargo bench --bench matmul -- [--quick] [--out DIR]` writes `DIR/ovl.json`.
+//! `cargo bench --bench matmul -- --shape M,K,N[,nt|tn]` times one f32 product `[M, K] x [K, N]`
+//! instead (`nt`: B stored `[N, K]`; `tn`: A stored `[K, M]`), the kernels alone, and writes
+//! nothing.
 
 mod common;
 
@@ -16,6 +19,9 @@ fn main() {
     let args = Args::parse("target/matmul-bench");
     std::fs::create_dir_all(&args.out_dir).expect("output directory");
     let reps = if args.quick { 5 } else { 20 };
+    if let Some(shape) = args.value("--shape") {
+        return time_shape(&shape, reps);
+    }
     println!("matmul f32, ovl compiled once (CPU), {}", machine());
     let mut rows = Vec::new();
     for n in [512usize, 1024, 2048] {
@@ -43,4 +49,42 @@ fn main() {
     let path = args.out_dir.join("ovl.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report).expect("json")).expect("write");
     println!("wrote {}", path.display());
+}
+
+/// Times one product of the `--shape` argument `M,K,N[,nt|tn]` (best of `reps` calls at least
+/// 20, in GFLOP/s).
+fn time_shape(shape: &str, reps: usize) {
+    let parts: Vec<&str> = shape.split(',').collect();
+    let dims: Vec<usize> = parts
+        .iter()
+        .take(3)
+        .map(|p| p.parse().expect("--shape M,K,N[,nt|tn]"))
+        .collect();
+    let (m, k, n) = (dims[0], dims[1], dims[2]);
+    let form = parts.get(3).copied().unwrap_or("nn");
+    let (ta, tb) = (form == "tn", form == "nt");
+    let a_shape = if ta { [k, m] } else { [m, k] };
+    let b_shape = if tb { [n, k] } else { [k, n] };
+    let a = ovl::placeholder::<f32>("a", &a_shape);
+    let b = ovl::placeholder::<f32>("b", &b_shape);
+    let c = ovl_stdlib::matmul_t(&a, &b, ta, tb);
+    let compiled = ovl::compile((&a, &b), &c, &Options::cpu()).expect("compile");
+    let fill = |shape: [usize; 2], seed: f32| {
+        Lazy::from(ArrayD::from_shape_fn(IxDyn(&shape), |i| {
+            ((i[0] * 7 + i[1] * 3) % 17) as f32 * 0.1 - seed
+        }))
+    };
+    let (av, bv) = (fill(a_shape, 0.8), fill(b_shape, 0.7));
+    let mut dests = vec![ArrayD::<f32>::zeros(IxDyn(&[m, n]))];
+    let t = time_calls(3, reps.max(20), || {
+        compiled.run_into((&av, &bv), &mut dests)
+    })
+    .expect("run");
+    let flops = 2.0 * (m * n * k) as f64;
+    println!(
+        "{m}x{k}x{n} {form}: {:.1} GFLOP/s best, {:.1} median ({:.3} ms best)",
+        flops / t.best.as_secs_f64() / 1e9,
+        flops / t.median.as_secs_f64() / 1e9,
+        t.best.as_secs_f64() * 1e3
+    );
 }

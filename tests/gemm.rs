@@ -586,3 +586,125 @@ fn a_weight_used_in_a_product_and_elementwise_is_added_as_before() {
         }
     }
 }
+
+/// Products with many rows and a long sum, in f32 on two threads (the CPU's packed AVX-512
+/// kernel where the CPU has AVX-512F, `src/runner/gemm_large.rs`): every form against the
+/// reference, sizes leaving partial strips of columns, partial blocks of rows and a sum split
+/// into chunks; few rows with B transposed (`dz · Uᵀ` of an LSTM step) too. Then a weight's
+/// gradient summing three such products (the kernel reads the terms in place).
+#[test]
+fn many_rows_long_sums_in_every_form() {
+    for &(m, k, n) in &[
+        (70, 67, 520),
+        (131, 1100, 530),
+        (40, 100, 515),
+        (64, 33, 600),
+    ] {
+        for (ta, tb) in FORMS {
+            let [sa, sb] = shapes(&[], (m, k, n), ta, tb);
+            let (a, b) = (values(&sa, 9), values(&sb, 10));
+            let (want, mag) = reference(&a, &b, ta, tb);
+            let (a32, b32) = (a.mapv(|v| v as f32), b.mapv(|v| v as f32));
+            let y = ovl::gemm(&Lazy::from(a32), &Lazy::from(b32), ta, tb);
+            close(
+                &eval(&y, &Options::cpu().with_threads(2)),
+                &want,
+                &mag,
+                1e-6,
+                &format!("f32 {sa:?} x {sb:?}"),
+            );
+        }
+    }
+    let (steps, (m, k, n)) = (3, (40, 70, 520));
+    for (ta, tb) in FORMS {
+        let [sa, sb] = shapes(&[], (m, k, n), ta, tb);
+        let xs: Vec<ArrayD<f64>> = (0..steps).map(|t| values(&sa, 60 + t as u64)).collect();
+        let gs: Vec<ArrayD<f64>> = (0..steps).map(|t| values(&[m, n], 70 + t as u64)).collect();
+        let f32s = |v: &[ArrayD<f64>]| -> Vec<Lazy<f32>> {
+            v.iter().map(|x| Lazy::from(x.mapv(|v| v as f32))).collect()
+        };
+        let w = Lazy::from(values(&sb, 80).mapv(|v| v as f32));
+        let (x32, g32) = (f32s(&xs), f32s(&gs));
+        let ys: Vec<Lazy<f32>> = x32
+            .iter()
+            .map(|x| ovl_stdlib::matmul_t(x, &w, ta, tb))
+            .collect();
+        let pairs: Vec<(&Lazy<f32>, &Lazy<f32>)> = ys.iter().zip(&g32).collect();
+        let dw = ovl::backward(&pairs, &[&w]).unwrap().of(&w).unwrap();
+        assert_eq!(
+            gemm_terms(&ovl::fusion(&dw, 0).unwrap().before),
+            vec![steps as u32]
+        );
+        let got = eval(&dw, &Options::cpu().with_threads(2));
+        // dW = Σ_t op(x_t)ᵀ g_t (transposed back when W is stored transposed).
+        let mut want = ArrayD::<f64>::zeros(IxDyn(&[k, n]));
+        let mut mag = want.clone();
+        for (x, g) in xs.iter().zip(&gs) {
+            let (r, s) = reference(x, g, !ta, false);
+            want = want + r;
+            mag = mag + s;
+        }
+        let (want, mag) = if tb {
+            (want.t().to_owned(), mag.t().to_owned())
+        } else {
+            (want, mag)
+        };
+        close(&got, &want, &mag, 1e-6, &format!("dW ({ta}, {tb})"));
+    }
+}
+
+/// The CPU runner keeps a thread's temporaries between runs (`src/runner/scratch.rs`): two
+/// compiled graphs whose intermediates have the same sizes, run in turns on one thread with
+/// new data each time, give a plain loop's values every time.
+#[test]
+fn temporaries_reused_between_runs_hold_no_stale_values() {
+    let (m, k, n) = (70, 90, 520);
+    let x = ovl::placeholder::<f32>("x", &[m, k]);
+    let w = ovl::placeholder::<f32>("w", &[k, n]);
+    let b = ovl::placeholder::<f32>("b", &[m, n]);
+    let z = ovl_stdlib::add(ovl_stdlib::matmul(&x, &w), &b);
+    let graphs = [
+        ovl_stdlib::mul(ovl_stdlib::tanh(&z), &b),
+        ovl_stdlib::sum(ovl_stdlib::tanh(&z), 1),
+    ];
+    let cpu = options(Options::cpu().with_threads(2));
+    let compiled: Vec<ovl::Compiled> = graphs
+        .iter()
+        .map(|y| ovl::compile((&x, &w, &b), y, &cpu).unwrap())
+        .collect();
+    for round in 0..3u64 {
+        for (g, c) in compiled.iter().enumerate() {
+            let seed = 100 + 10 * round + g as u64;
+            let xv = values(&[m, k], seed).mapv(|v| v as f32 * 0.1);
+            let wv = values(&[k, n], seed + 1).mapv(|v| v as f32 * 0.1);
+            let bv = values(&[m, n], seed + 2).mapv(|v| v as f32);
+            // tanh(x w + b), then times b or summed along its rows, in f64.
+            let t = |i: usize, j: usize| {
+                let dot: f64 = (0..k)
+                    .map(|l| f64::from(xv[[i, l]]) * f64::from(wv[[l, j]]))
+                    .sum();
+                (dot + f64::from(bv[[i, j]])).tanh()
+            };
+            let (shape, want): (Vec<usize>, Vec<f64>) = if g == 0 {
+                let want = (0..m * n)
+                    .map(|e| t(e / n, e % n) * f64::from(bv[[e / n, e % n]]))
+                    .collect();
+                (vec![m, n], want)
+            } else {
+                (
+                    vec![m],
+                    (0..m).map(|i| (0..n).map(|j| t(i, j)).sum()).collect(),
+                )
+            };
+            let mut dests = vec![ArrayD::<f32>::zeros(IxDyn(&shape))];
+            let feeds = (&Lazy::from(xv), &Lazy::from(wv), &Lazy::from(bv));
+            c.run_into(feeds, &mut dests).unwrap();
+            for (got, want) in dests[0].iter().zip(&want) {
+                assert!(
+                    (f64::from(*got) - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "graph {g}, round {round}: {got} vs {want}"
+                );
+            }
+        }
+    }
+}

@@ -32,6 +32,12 @@ impl Args {
         }
     }
 
+    /// The value after the option `name`, if given.
+    pub fn value(&self, name: &str) -> Option<String> {
+        let i = self.all.iter().position(|a| a == name)?;
+        self.all.get(i + 1).cloned()
+    }
+
     /// Whether the flag `name` was given.
     pub fn flag(&self, name: &str) -> bool {
         self.all.iter().any(|a| a == name)

@@ -35,10 +35,10 @@ const NT_COLS: usize = 6;
 
 /// Raw pointers shared by the worker threads of one call (each writes a disjoint part of C).
 #[derive(Clone, Copy)]
-struct Shared {
-    a: *const f32,
-    b: *const f32,
-    c: *mut f32,
+pub(super) struct Shared {
+    pub(super) a: *const f32,
+    pub(super) b: *const f32,
+    pub(super) c: *mut f32,
 }
 
 // SAFETY: the pointers are only dereferenced inside one call, whose contract makes every
@@ -49,19 +49,19 @@ unsafe impl Sync for Shared {}
 // Closures call these (not the fields), so that they capture the whole `Shared` (`Sync`), not
 // its raw pointer fields.
 impl Shared {
-    fn a(&self) -> *const f32 {
+    pub(super) fn a(&self) -> *const f32 {
         self.a
     }
     fn b(&self) -> *const f32 {
         self.b
     }
-    fn c(&self) -> *mut f32 {
+    pub(super) fn c(&self) -> *mut f32 {
         self.c
     }
 }
 
 /// Splits `m` rows into `ceil(m / max)` blocks of nearly equal sizes: `(first row, rows)`.
-fn row_blocks(m: usize, max: usize) -> Vec<(usize, usize)> {
+pub(super) fn row_blocks(m: usize, max: usize) -> Vec<(usize, usize)> {
     let count = m.div_ceil(max);
     let (base, extra) = (m / count, m % count);
     let mut first = 0;
@@ -77,7 +77,7 @@ fn row_blocks(m: usize, max: usize) -> Vec<(usize, usize)> {
 
 /// Runs `work(task)` for every task in `0..tasks`, on up to `threads` threads of the pool the
 /// generated kernels run on (`ovl_codegen::for_each_parallel`: one pool for every kernel).
-fn for_each_task(tasks: usize, threads: usize, work: impl Fn(usize) + Sync) {
+pub(super) fn for_each_task(tasks: usize, threads: usize, work: impl Fn(usize) + Sync) {
     ovl_codegen::for_each_parallel(tasks, threads, &work);
 }
 

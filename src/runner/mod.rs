@@ -23,8 +23,11 @@ mod device_graph;
 mod epilogue;
 mod gemm;
 #[cfg(target_arch = "x86_64")]
+mod gemm_large;
+#[cfg(target_arch = "x86_64")]
 mod gemm_small;
 mod pointers;
+mod scratch;
 mod sig;
 
 pub use crate::error::run::{PlanError, RunFailure, Wiring};
@@ -382,7 +385,8 @@ impl Plan {
                 match *slot {
                     Slot::Temp(t) => {
                         let sig = &self.temps[t];
-                        temps[t] = Some(HostTensor::try_zeros(sig.dtype, &sig.shape)?);
+                        let overwritten = self.written(i).get(j).copied().unwrap_or(false);
+                        temps[t] = Some(scratch::take(sig.dtype, &sig.shape, overwritten)?);
                     }
                     Slot::Output(k) => {
                         let zeroed = matches!(outputs[k], Output::Host { zeroed: true, .. });
@@ -534,7 +538,9 @@ impl Plan {
                 t.push(gpu_time.unwrap_or_else(|| start.elapsed()));
             }
             for &t in &self.freed_after[i] {
-                temps[t] = None;
+                if let Some(t) = temps[t].take() {
+                    scratch::give(t);
+                }
             }
         }
         for &(k, slot) in &self.copies {
