@@ -1,12 +1,12 @@
 //! Matrix products on the GPU through cuBLAS: the CUDA kernel of a GEMM library call
 //! (`proto/ovl.proto`, "Library calls") on `f32` or `f64`, queued on the process's one stream.
 //!
-//! cuBLAS is loaded at run time, like NVRTC and through ovl's own binding of the five entry
+//! cuBLAS is loaded at run time, like NVRTC and through ovl's own binding of the few entry
 //! points it needs (`cudarc`'s knows only the library names of the CUDA version it was built
-//! for, and panics when none loads). Where it is looked for, the first that loads:
-//! `$OVL_CUBLAS_LIB` (a file or a directory; when set, nothing else is tried), the
-//! `nvidia-cublas-cu12` and CUDA 13 (`nvidia/cu13`) wheels in a Python environment, the CUDA
-//! toolkit (`$CUDA_HOME`, `$CUDA_PATH`, `/usr/local/cuda`), then the dynamic loader's own search
+//! for, and panics when none loads). Where it is looked for, the first that loads
+//! (`library_search.rs`): `$OVL_CUBLAS_LIB` (a file or a directory; when set, nothing else is
+//! tried), the CUDA 13 (`nvidia/cu13`) and `nvidia-cublas-cu12` wheels in a Python
+//! environment, the CUDA toolkit (`$CUDA_HOME`, `$CUDA_PATH`, `/usr/local/cuda`), then the dynamic loader's own search
 //! for `libcublas.so.13`, `.12` and `libcublas.so`. Where none loads, a GEMM runs as its
 //! reference program compiled like any operator (correct, far slower); [`cublas_status`] says
 //! which it is. `OVL_CUBLAS=0` asks for the generated kernel even where cuBLAS loads.
