@@ -28,10 +28,9 @@ mod common;
 mod model;
 
 use common::{machine, time_calls, Args, Timing};
-use model::{graph, inputs, layer, SIZES};
+use model::{graph, inputs, outputs, SIZES};
 use ndarray::{ArrayD, IxDyn};
 use ovl::{Lazy, Options};
-use ovl_stdlib as ops;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -153,21 +152,7 @@ fn main() {
         let (t, b, h) = sizes[0];
         let [xv, wv, uv, bv, gv] = inputs(t, b, h);
         let [x, w, u, bias, g] = [xv, wv, uv, bv, gv].map(Lazy::from);
-        let hs = layer(&x, &w, &u, &bias);
-        let outs: Vec<Lazy<f32>> = if args.flag("--backward") {
-            let seeds: Vec<Lazy<f32>> = ops::split(&g, 0, t)
-                .iter()
-                .map(|g| ops::reshape(g, &[b, h]))
-                .collect();
-            let pairs: Vec<(&Lazy<f32>, &Lazy<f32>)> = hs.iter().zip(&seeds).collect();
-            let grads = ovl::backward(&pairs, &[&x, &w, &u, &bias]).expect("backward");
-            [&x, &w, &u, &bias]
-                .iter()
-                .map(|v| grads.of_or_zeros(v))
-                .collect()
-        } else {
-            hs
-        };
+        let outs = outputs([&x, &w, &u, &bias], args.flag("--backward").then_some(&g));
         let options = Options::cpu().with_opt_level(opt_level());
         let iterations = all
             .iter()

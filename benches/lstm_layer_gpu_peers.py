@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_peers_common import start, time_jax, time_torch  # noqa: E402
-from lstm_layer_peers import SIZES, inputs, reference  # noqa: E402
+from lstm_layer_peers import SIZES, inputs, jax_layer, reference  # noqa: E402
 
 TOLERANCE = {"f32": 2e-3, "tf32": 2e-2}
 
@@ -101,30 +101,12 @@ def torch_rows(torch, size, reps, ref_h, ref_grads):
 
 def jax_rows(jax, size, reps, ref_h, ref_grads):
     import jax.numpy as jnp
-    from jax import lax
 
     t, b, h = size
     x, w, u, bias, g = inputs(t, b, h)
     rows = []
     for precision in ("f32", "tf32"):
-        matmul = "highest" if precision == "f32" else "default"
-
-        def layer(xv, wv, uv, bv):
-            def step(carry, xt):
-                hv, cv = carry
-                z = jnp.matmul(xt, wv, precision=matmul) + jnp.matmul(hv, uv, precision=matmul)
-                z = z + bv
-                i, f, gg, o = jnp.split(z, 4, axis=1)
-                cv = jax.nn.sigmoid(f) * cv + jax.nn.sigmoid(i) * jnp.tanh(gg)
-                hv = jax.nn.sigmoid(o) * jnp.tanh(cv)
-                return (hv, cv), hv
-
-            zeros = jnp.zeros((xv.shape[1], uv.shape[0]), xv.dtype)
-            return lax.scan(step, (zeros, zeros), xv)[1]
-
-        def loss(xv, wv, uv, bv, gv):
-            return jnp.sum(layer(xv, wv, uv, bv) * gv)
-
+        layer, loss = jax_layer("highest" if precision == "f32" else "default")
         data = [jax.device_put(jnp.asarray(a)) for a in (x, w, u, bias, g)]
         forward = jax.jit(layer).lower(*data[:4]).compile()
         forward_backward = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))).lower(*data).compile()

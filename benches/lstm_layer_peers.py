@@ -179,19 +179,18 @@ def run_tf(size, args, ref_h, ref_grads):
     return rows
 
 
-def run_jax(size, args, ref_h, ref_grads):
+def jax_layer(precision=None):
+    """The layer in JAX, lax.scan over the steps, and the loss sum(h * g) on it: (layer, loss).
+    `precision`: the products' (jax.lax.Precision or its name; None: JAX's default)."""
     import jax
     import jax.numpy as jnp
     from jax import lax
 
-    t, b, h = size
-    x, w, u, bias, g = inputs(t, b, h)
-
     def layer(xv, wv, uv, bv):
         def step(carry, xt):
             hv, cv = carry
-            z = xt @ wv + hv @ uv + bv
-            i, f, gg, o = jnp.split(z, 4, axis=1)
+            z = jnp.matmul(xt, wv, precision=precision) + jnp.matmul(hv, uv, precision=precision)
+            i, f, gg, o = jnp.split(z + bv, 4, axis=1)
             cv = jax.nn.sigmoid(f) * cv + jax.nn.sigmoid(i) * jnp.tanh(gg)
             hv = jax.nn.sigmoid(o) * jnp.tanh(cv)
             return (hv, cv), hv
@@ -201,6 +200,17 @@ def run_jax(size, args, ref_h, ref_grads):
 
     def loss(xv, wv, uv, bv, gv):
         return jnp.sum(layer(xv, wv, uv, bv) * gv)
+
+    return layer, loss
+
+
+def run_jax(size, args, ref_h, ref_grads):
+    import jax
+    import jax.numpy as jnp
+
+    t, b, h = size
+    x, w, u, bias, g = inputs(t, b, h)
+    layer, loss = jax_layer()
 
     data = [jnp.asarray(a) for a in (x, w, u, bias, g)]
     start = time.perf_counter()

@@ -67,27 +67,37 @@ pub fn layer(x: &Lazy<f32>, w: &Lazy<f32>, u: &Lazy<f32>, bias: &Lazy<f32>) -> V
 }
 
 /// The layer on placeholders `x, W, U, b` (and the seed `g` with `backward`): its inputs in
-/// that order and its outputs, every step's `h`, or the gradients of `sum(h * g)` for `x, W, U,
-/// b` with `backward`.
+/// that order and its outputs (see [`outputs`]).
 pub fn graph(t: usize, b: usize, h: usize, backward: bool) -> (Vec<Lazy<f32>>, Vec<Lazy<f32>>) {
     let x = ovl::placeholder::<f32>("x", &[t, b, h]);
     let w = ovl::placeholder::<f32>("w", &[h, 4 * h]);
     let u = ovl::placeholder::<f32>("u", &[h, 4 * h]);
     let bias = ovl::placeholder::<f32>("b", &[4 * h]);
-    let hs = layer(&x, &w, &u, &bias);
-    if !backward {
-        return (vec![x, w, u, bias], hs);
-    }
     let g = ovl::placeholder::<f32>("g", &[t, b, h]);
-    let seeds: Vec<Lazy<f32>> = ops::split(&g, 0, t)
+    let outs = outputs([&x, &w, &u, &bias], backward.then_some(&g));
+    let mut ins = vec![x, w, u, bias];
+    if backward {
+        ins.push(g);
+    }
+    (ins, outs)
+}
+
+/// The layer's outputs on `x, W, U, b`: every step's `h`, or, given the seed `g`, the gradients
+/// of `sum(h * g)` for `x, W, U, b`.
+pub fn outputs([x, w, u, bias]: [&Lazy<f32>; 4], g: Option<&Lazy<f32>>) -> Vec<Lazy<f32>> {
+    let hs = layer(x, w, u, bias);
+    let Some(g) = g else {
+        return hs;
+    };
+    let (t, b, h) = (x.shape()[0], x.shape()[1], u.shape()[0]);
+    let seeds: Vec<Lazy<f32>> = ops::split(g, 0, t)
         .iter()
         .map(|g| ops::reshape(g, &[b, h]))
         .collect();
     let pairs: Vec<(&Lazy<f32>, &Lazy<f32>)> = hs.iter().zip(&seeds).collect();
-    let grads = ovl::backward(&pairs, &[&x, &w, &u, &bias]).expect("backward");
-    let outs: Vec<Lazy<f32>> = [&x, &w, &u, &bias]
+    let grads = ovl::backward(&pairs, &[x, w, u, bias]).expect("backward");
+    [x, w, u, bias]
         .iter()
         .map(|v| grads.of_or_zeros(v))
-        .collect();
-    (vec![x, w, u, bias, g], outs)
+        .collect()
 }
