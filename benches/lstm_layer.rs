@@ -28,7 +28,7 @@ mod common;
 mod model;
 
 use common::{machine, time_calls, Args, Timing};
-use model::{graph, inputs, outputs, SIZES};
+use model::{graph, inputs, outputs, write_f32, SIZES};
 use ndarray::{ArrayD, IxDyn};
 use ovl::{Lazy, Options};
 use serde_json::json;
@@ -51,16 +51,6 @@ fn opt_level() -> u8 {
         .position(|a| a == "--opt")
         .and_then(|i| all.get(i + 1))
         .map_or(1, |s| s.parse().expect("--opt N"))
-}
-
-fn write_f32(path: &std::path::Path, arrays: &[&ArrayD<f32>]) {
-    let mut bytes = Vec::new();
-    for a in arrays {
-        for v in a.iter() {
-            bytes.extend_from_slice(&v.to_le_bytes());
-        }
-    }
-    std::fs::write(path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }
 
 fn run(
@@ -109,11 +99,10 @@ fn run(
     let name = format!("ovl_{t}x{b}x{h}");
     if backward {
         for (k, which) in ["dx", "dw", "du", "db"].iter().enumerate() {
-            write_f32(&out.join(format!("{name}_{which}.f32")), &[&dests[k]]);
+            write_f32(&out.join(format!("{name}_{which}.f32")), [&dests[k]]);
         }
     } else {
-        let all: Vec<&ArrayD<f32>> = dests.iter().collect();
-        write_f32(&out.join(format!("{name}_h.f32")), &all);
+        write_f32(&out.join(format!("{name}_h.f32")), &dests);
     }
     let timing = time_calls(0, reps, || call(&mut dests)).expect("run");
     Measured {

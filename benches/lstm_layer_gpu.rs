@@ -20,19 +20,9 @@ mod common;
 mod model;
 
 use common::{device_calls, Args};
-use model::{graph, inputs, SIZES};
+use model::{graph, inputs, write_f32, SIZES};
 use ovl::Options;
 use serde_json::json;
-
-fn write_f32(path: &std::path::Path, arrays: &[ndarray::ArrayD<f32>]) {
-    let mut bytes = Vec::new();
-    for a in arrays {
-        for v in a.iter() {
-            bytes.extend_from_slice(&v.to_le_bytes());
-        }
-    }
-    std::fs::write(path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse("target/lstm-layer-bench");
@@ -82,7 +72,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 for (k, which) in ["dx", "dw", "du", "db"].iter().enumerate() {
                     write_f32(
                         &args.out_dir.join(format!("{name}_{which}.f32")),
-                        &call.outputs[k..k + 1],
+                        [&call.outputs[k]],
                     );
                 }
             } else {

@@ -66,6 +66,18 @@ pub fn layer(x: &Lazy<f32>, w: &Lazy<f32>, u: &Lazy<f32>, bias: &Lazy<f32>) -> V
     hs
 }
 
+/// Writes `arrays`' elements one after the other as little-endian f32 to `path` (the outputs
+/// `benches/lstm_layer_peers.py` and `lstm_layer_gpu_peers.py` check).
+pub fn write_f32<'a>(path: &std::path::Path, arrays: impl IntoIterator<Item = &'a ArrayD<f32>>) {
+    let mut bytes = Vec::new();
+    for a in arrays {
+        for v in a.iter() {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    std::fs::write(path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
 /// The layer on placeholders `x, W, U, b` (and the seed `g` with `backward`): its inputs in
 /// that order and its outputs (see [`outputs`]).
 pub fn graph(t: usize, b: usize, h: usize, backward: bool) -> (Vec<Lazy<f32>>, Vec<Lazy<f32>>) {
