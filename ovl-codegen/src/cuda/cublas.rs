@@ -19,7 +19,7 @@
 //! ([`CublasGemm::with_tf32`], `Options::cuda_tf32`).
 
 use super::device::{DeviceError, DeviceTensor};
-use super::library_search::Search;
+use super::library_search::{entry_point, Search};
 use super::runtime::device;
 use crate::error::{CodegenError, RunError};
 use cudarc::driver::sys;
@@ -116,11 +116,9 @@ impl Cublas {
         // SAFETY: as above.
         let library = unsafe { libloading::Library::new(path.as_os_str()) }
             .map_err(|e| format!("cannot load it: {e}"))?;
+        // Every `T` below is the C signature cuBLAS documents for the name.
         fn sym<T: Copy>(library: &libloading::Library, name: &str) -> Result<T, String> {
-            // SAFETY: every `T` used below is the C signature cuBLAS documents for `name`.
-            unsafe { library.get::<T>(name.as_bytes()) }
-                .map(|s| *s)
-                .map_err(|e| format!("not a cuBLAS library (no `{name}`: {e})"))
+            entry_point(library, name, "a cuBLAS library")
         }
         let create: Create = sym(&library, "cublasCreate_v2")?;
         let set_stream: SetStream = sym(&library, "cublasSetStream_v2")?;

@@ -7,6 +7,20 @@ use super::{in_python_environments, no_panic, toolkit_roots};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+/// Copies the entry point `name` out of `library` (valid while it stays loaded); the error
+/// says the library is not `what` (like "an NVRTC library"). `T` must be the C signature the
+/// library documents for `name`.
+pub(crate) fn entry_point<T: Copy>(
+    library: &libloading::Library,
+    name: &str,
+    what: &str,
+) -> Result<T, String> {
+    // SAFETY: the callers name each entry point with the signature its library documents.
+    unsafe { library.get::<T>(name.as_bytes()) }
+        .map(|s| *s)
+        .map_err(|e| format!("not {what} (no `{name}`: {e})"))
+}
+
 /// Where one library is looked for.
 pub(crate) struct Search {
     /// The environment variable naming the library (or a directory holding it).

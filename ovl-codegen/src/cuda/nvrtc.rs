@@ -8,7 +8,7 @@
 //! library up by the names of the CUDA version they were built for, so a machine with only
 //! `libnvrtc.so.13` could not use them.)
 
-use super::library_search::Search;
+use super::library_search::{entry_point, Search};
 use super::{count, in_python_environments, no_panic, toolkit_roots, CudaBinary};
 use crate::error::{CodegenError, CudaCompileFailure};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -95,12 +95,9 @@ impl Nvrtc {
         // SAFETY: loading libnvrtc runs its initializers, which have no preconditions.
         let library = unsafe { libloading::Library::new(path.as_os_str()) }
             .map_err(|e| format!("cannot load it: {e}"))?;
-        /// Copies one entry point out of the library (valid while `library` is loaded).
+        // Every `T` below is the C signature NVRTC documents for the name.
         fn sym<T: Copy>(library: &libloading::Library, name: &str) -> Result<T, String> {
-            // SAFETY: every `T` used below is the C signature NVRTC documents for `name`.
-            unsafe { library.get::<T>(name.as_bytes()) }
-                .map(|s| *s)
-                .map_err(|e| format!("not an NVRTC library (no `{name}`: {e})"))
+            entry_point(library, name, "an NVRTC library")
         }
         let api = Api {
             create: sym(&library, "nvrtcCreateProgram")?,
