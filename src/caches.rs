@@ -15,7 +15,10 @@
 //! | `CudaModules` | CUDA functions loaded onto the GPU | cache root + cache key | 1024 |
 //!
 //! The on-disk operator cache ([`crate::cache_dir`]) is not one of them: [`crate::clear_cache`]
-//! empties it (and every in-memory cache).
+//! empties it (and every in-memory cache). Nor is the CPU runner's pool of temporaries (buffers
+//! of a graph's intermediate tensors kept for the next run, shared by every thread, at most
+//! 1 GiB unless `OVL_SCRATCH_BYTES` or [`set_scratch_capacity`] says otherwise; see
+//! [`scratch_usage`]): it is measured in bytes, not entries, and [`clear_caches`] empties it too.
 
 use ovl_core::lru::CacheControl;
 
@@ -142,6 +145,25 @@ pub fn clear_caches() {
     for cache in Cache::ALL {
         cache.control().clear();
     }
+    crate::runner::scratch::clear();
+}
+
+/// Sets the most bytes the CPU runner keeps of freed temporaries for later runs, in one pool
+/// shared by every thread (0 keeps none; buffers beyond it are freed now). The first capacity
+/// is `OVL_SCRATCH_BYTES` when set to a number, else 1 GiB.
+pub fn set_scratch_capacity(bytes: usize) {
+    crate::runner::scratch::set_capacity(bytes)
+}
+
+/// The bytes the CPU runner's pool of temporaries holds now, and its capacity
+/// ([`set_scratch_capacity`]).
+///
+/// ```
+/// let (held, capacity) = ovl::scratch_usage();
+/// assert!(held <= capacity);
+/// ```
+pub fn scratch_usage() -> (usize, usize) {
+    crate::runner::scratch::usage()
 }
 
 /// Sets how many entries `cache` keeps (least recently used evicted first; 0 turns it off).

@@ -102,7 +102,10 @@ pub mod runner;
 pub use runner::{set_gemm_epilogue, EpilogueMode};
 pub mod views;
 
-pub use caches::{cache_stats, clear_caches, set_cache_capacity, Cache, CacheCounters, CacheStats};
+pub use caches::{
+    cache_stats, clear_caches, scratch_usage, set_cache_capacity, set_scratch_capacity, Cache,
+    CacheCounters, CacheStats,
+};
 pub use compiled::{compile, Compiled};
 pub use destination::{Destination, Destinations};
 pub use error::export::{ExportError, UnifyProgramError};

@@ -27,7 +27,7 @@ mod gemm_large;
 mod gemm_small;
 mod host;
 mod pointers;
-mod scratch;
+pub(crate) mod scratch;
 mod sig;
 
 pub use crate::error::run::{PlanError, RunFailure, Wiring};
