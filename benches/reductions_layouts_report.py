@@ -1,7 +1,8 @@
 """The table of the reductions benchmark's layout cases: OUT/ovl_layouts.json
-(benches/reductions_layouts.rs) next to OUT/jax_layouts.json (benches/reductions_layouts_jax.py),
-with the ratios the issue's targets name (ovl / JAX jit per case; Fortran order / C order for ovl)
-and the CPU's vector features. Writes OUT/layouts.md and prints it.
+(benches/reductions_layouts.rs) next to OUT/jax_layouts.json (benches/reductions_layouts_jax.py)
+and OUT/tf_layouts.json (benches/reductions_layouts_tf.py, TensorFlow's XLA), with the ratios the
+issue's targets name (ovl / the fastest peer per case; Fortran order / C order for ovl) and the
+CPU's vector features. Writes OUT/layouts.md and prints it.
 
     python benches/reductions_layouts_report.py --out target/reductions-bench
 """
@@ -40,40 +41,54 @@ def main():
     out = Path(args.out)
     ovl = best_of_runs(out, "ovl_layouts")
     jax = best_of_runs(out, "jax_layouts") or {"skipped": "not run"}
-    peer = {(r["kernel"], r["case"]): r for r in jax.get("rows", [])}
+    xla = best_of_runs(out, "tf_layouts") or {"skipped": "not run"}
+    peers = [
+        {(r["kernel"], r["case"]): r for r in doc.get("rows", [])} for doc in (jax, xla)
+    ]
     by = {(r["kernel"], r["case"]): r for r in ovl["rows"]}
     model, cores, vector = cpu()
     lines = [
         f"Machine: {model}, {cores} cores; vector features: {vector}.",
         f"Date: {date.today().isoformat()}; best of {ovl['repetitions']} calls each"
-        + (f", and of {ovl['runs']} runs (alternating ovl and JAX)" if ovl["runs"] > 1 else "")
+        + (f", and of {ovl['runs']} runs (alternating ovl and the peers)" if ovl["runs"] > 1
+           else "")
         + "; "
-        + (f"JAX {jax['jax']} jit on {jax['device']}." if "rows" in jax
-           else f"JAX did not run: {jax.get('skipped')}."),
+        + (f"JAX {jax['jax']} jit on {jax['device']}" if "rows" in jax
+           else f"JAX did not run: {jax.get('skipped')}")
+        + "; "
+        + (f"TensorFlow {xla['tensorflow']} `tf.function(jit_compile=True)` (XLA)." if "rows" in xla
+           else f"XLA (TensorFlow) did not run: {xla.get('skipped')}."),
         "",
         "Per call: the user's array made into the input at every call (ovl `Lazy::from(&x)` into a "
-        "kernel compiled once; JAX jit called on the NumPy array). Borrowed: ovl "
-        "`Compiled::run_views(&[FeedView::from(&x)], ..)` at every call (a C-order array read in "
-        "place, a Fortran-order one copied by the tiled copy). Fed once: the input already "
-        "made (ovl) or on the device (JAX): the kernel alone.",
+        "kernel compiled once; JAX jit and the XLA function called on the NumPy array). Borrowed: "
+        "ovl `Compiled::run_views(&[FeedView::from(&x)], ..)` at every call (a C-order array read "
+        "in place, a Fortran-order one copied by the tiled copy). Fed once: the input already "
+        "made (ovl), on the device (JAX) or a tensor (XLA): the kernel alone. The ratios are "
+        "against the faster of the two peers.",
         "",
-        "| kernel | case | ovl per call | ovl borrowed | JAX jit per call | ovl borrowed / JAX | ovl fed once | JAX on device | ovl / JAX |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| kernel | case | ovl per call | ovl borrowed | JAX jit per call | XLA per call | "
+        "ovl borrowed / fastest peer | ovl fed once | JAX on device | XLA tensor made once | "
+        "ovl / fastest peer |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def ratio(a, b):
         return f"{a / b:.2f}x" if b else "-"
 
+    def ms(row, key):
+        return f"{row[key]:.2f} ms" if row else "-"
+
     for r in ovl["rows"]:
-        j = peer.get((r["kernel"], r["case"]))
-        jp = f"{j['per_call_ms']:.2f} ms" if j else "-"
-        jo = f"{j['fed_once_ms']:.2f} ms" if j else "-"
+        j, x = (p.get((r["kernel"], r["case"])) for p in peers)
+        present = [p for p in (j, x) if p]
+        best_call = min((p["per_call_ms"] for p in present), default=None)
+        best_once = min((p["fed_once_ms"] for p in present), default=None)
         lines.append(
             f"| {r['kernel']} | {r['case_name']} | {r['per_call_ms']:.2f} ms | "
-            f"{r['borrowed_ms']:.2f} ms | {jp} | "
-            f"{ratio(r['borrowed_ms'], j['per_call_ms']) if j else '-'} | "
-            f"{r['fed_once_ms']:.2f} ms | {jo} | "
-            f"{ratio(r['fed_once_ms'], j['fed_once_ms']) if j else '-'} |"
+            f"{r['borrowed_ms']:.2f} ms | {ms(j, 'per_call_ms')} | {ms(x, 'per_call_ms')} | "
+            f"{ratio(r['borrowed_ms'], best_call) if present else '-'} | "
+            f"{r['fed_once_ms']:.2f} ms | {ms(j, 'fed_once_ms')} | {ms(x, 'fed_once_ms')} | "
+            f"{ratio(r['fed_once_ms'], best_once) if present else '-'} |"
         )
     lines += ["", "Fortran order / C order (ovl, same kernel, same values):", ""]
     lines += ["| kernel | per call (`Lazy::from(&x)`) | borrowed | fed once |", "|---|---|---|---|"]

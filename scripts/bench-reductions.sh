@@ -13,9 +13,10 @@
 #                                            when .venv-peers already has it
 #   scripts/bench-reductions.sh --layouts    only the layout cases (issue 34: the kernels along
 #                                            axis 0, and a Fortran-order input against C order),
-#                                            ovl and JAX; they also run at the end of every run.
-#                                            Writes target/reductions-bench/layouts.md.
-#   OVL_LAYOUT_RUNS=N                        repeats the layout cases N times (ovl and JAX
+#                                            ovl, JAX and TensorFlow's XLA; they also run at the
+#                                            end of every run. Writes
+#                                            target/reductions-bench/layouts.md.
+#   OVL_LAYOUT_RUNS=N                        repeats the layout cases N times (ovl, JAX and XLA
 #                                            alternating) and keeps each time's minimum
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,10 +46,11 @@ elif [ -x .venv-peers/bin/python ]; then
 fi
 
 layouts() {
-    # OVL_LAYOUT_RUNS=N repeats the ovl and JAX parts N times, alternating; the report keeps
-    # each time's minimum over the runs.
-    local runs="${OVL_LAYOUT_RUNS:-1}" run
-    rm -f "$out"/ovl_layouts*.json "$out"/jax_layouts*.json
+    # OVL_LAYOUT_RUNS=N repeats the ovl, JAX and XLA parts N times, alternating; the report
+    # keeps each time's minimum over the runs.
+    local runs="${OVL_LAYOUT_RUNS:-1}" run tf_python
+    tf_python="$(scripts/python-env.sh)"
+    rm -f "$out"/ovl_layouts*.json "$out"/jax_layouts*.json "$out"/tf_layouts*.json
     for run in $(seq 1 "$runs"); do
         echo "== layout cases: ovl (run $run of $runs)"
         cargo bench --locked --bench reductions_layouts -- $mode --out "$out"
@@ -58,11 +60,14 @@ layouts() {
         else
             echo "JAX LAYOUT PART DID NOT RUN: no .venv-peers (scripts/bench-reductions.sh --peers installs JAX)"
         fi
+        echo "== layout cases: TensorFlow XLA (run $run of $runs)"
+        "$tf_python" benches/reductions_layouts_tf.py $mode --out "$out"
         if [ "$runs" -gt 1 ]; then
-            mv "$out/ovl_layouts.json" "$out/ovl_layouts.$run.json"
-            if [ -f "$out/jax_layouts.json" ]; then
-                mv "$out/jax_layouts.json" "$out/jax_layouts.$run.json"
-            fi
+            for part in ovl jax tf; do
+                if [ -f "$out/${part}_layouts.json" ]; then
+                    mv "$out/${part}_layouts.json" "$out/${part}_layouts.$run.json"
+                fi
+            done
         fi
     done
     python3 benches/reductions_layouts_report.py --out "$out"
