@@ -1,7 +1,9 @@
-//! Times bringing a 16 MB f32 array into row-major order: Fortran order (the tiled transpose of
-//! `standard_order`) against C order (a plain copy of the same bytes). Minimum of many runs.
+//! Times bringing a 16 MB f32 array of each layout into row-major order (`standard_order`)
+//! against a plain copy of the same bytes from a C-order array: Fortran order (the tiled
+//! transpose), and layouts copied row by row (a sub-block of a larger matrix, stepped and
+//! reversed rows and columns, broadcast rows and columns). Minimum of 30 runs each.
 //! `cargo run --release -p ovl-core --example layout_copy [ROWS COLS]`
-use ndarray::{Array, ShapeBuilder};
+use ndarray::{s, Array1, Array2, ArrayView2, ShapeBuilder};
 use ovl_core::lazy::layout::standard_order;
 use std::time::Instant;
 
@@ -25,15 +27,35 @@ fn main() {
         *args.first().unwrap_or(&1024),
         *args.get(1).unwrap_or(&4096),
     );
-    let f = Array::from_shape_fn((r, c).f(), |(i, j)| (i * c + j) as f32);
-    let cc = f.as_standard_layout().to_owned();
-    assert_eq!(standard_order(f.view()), cc.as_slice().unwrap());
-    let tf = best(50, || standard_order(f.view()));
-    let tc = best(50, || standard_order(cc.view()));
+    let value = |i: usize, j: usize| (i * c + j) as f32;
+    let fortran = Array2::from_shape_fn((r, c).f(), |(i, j)| value(i, j));
+    let c_order = fortran.as_standard_layout().to_owned();
+    assert_eq!(standard_order(fortran.view()), c_order.as_slice().unwrap());
+    let big = Array2::from_shape_fn((2 * r, 2 * c), |(i, j)| value(i, j));
+    let row = Array1::from_shape_fn(c, |j| j as f32);
+    let column = Array2::from_shape_fn((r, 1), |(i, _)| i as f32);
+    let cases: Vec<(&str, ArrayView2<'_, f32>)> = vec![
+        ("Fortran order", fortran.view()),
+        (
+            "sub-block of a matrix twice as large",
+            big.slice(s![..r, ..c]),
+        ),
+        ("every other row", big.slice(s![..;2, ..c])),
+        ("every other column", big.slice(s![..r, ..;2])),
+        ("rows reversed", c_order.slice(s![..;-1, ..])),
+        ("columns reversed", c_order.slice(s![.., ..;-1])),
+        ("a row broadcast", row.broadcast((r, c)).unwrap()),
+        ("a column broadcast", column.broadcast((r, c)).unwrap()),
+    ];
+    let copy = best(30, || standard_order(c_order.view()));
     let mb = (r * c * 4) as f64 / 1e6;
     println!(
-        "[{r}, {c}] f32 ({mb:.1} MB): fortran {tf:.3} ms, c-order copy {tc:.3} ms, ratio {:.2}x; copy {:.1} GB/s read+write",
-        tf / tc,
-        2.0 * mb / tc
+        "[{r}, {c}] f32 ({mb:.1} MB): a plain copy of a C-order array {copy:.3} ms ({:.1} GB/s read+write)",
+        2.0 * mb / copy
     );
+    for (name, view) in cases {
+        assert_eq!(view.shape(), [r, c]);
+        let t = best(30, || standard_order(view));
+        println!("{name:<38} {t:7.3} ms  {:5.2}x the plain copy", t / copy);
+    }
 }
