@@ -8,7 +8,8 @@
 //! broadcast view with zero strides) is copied once, when the `FeedView` is made, into
 //! row-major order by [`ovl_core::lazy::layout::standard_order`] (a tiled transpose). An
 //! [`OutputView`] borrows a mutable array or view: a row-major contiguous one is written in
-//! place by the kernels; any other is computed into a buffer of the run and copied into it.
+//! place by the kernels; any other is computed into a buffer of the run and copied into it
+//! ([`ovl_core::lazy::layout::assign_standard_order`], the same copies the other way).
 //!
 //! ```
 //! use ovl::prelude::*;
@@ -30,7 +31,7 @@ use crate::options::Options;
 use crate::runner::{Input, Output};
 use crate::Error;
 use ndarray::{ArrayBase, ArrayView, ArrayViewMut, Data, DataMut, Dimension};
-use ovl_core::lazy::layout::standard_order;
+use ovl_core::lazy::layout::{assign_standard_order, standard_order};
 use ovl_core::{DType, HostTensor, Scalar};
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -199,11 +200,9 @@ impl<T: Scalar, D: Dimension> ViewTarget for ArrayViewMut<'_, T, D> {
         let Some(data) = T::unwrap_ref(&t.data) else {
             return false;
         };
-        let Ok(src) = ArrayView::from_shape(self.raw_dim(), data) else {
-            return false;
-        };
-        self.assign(&src);
-        true
+        // The same copies as a FeedView's, the other way: a tiled transpose into a Fortran-order
+        // or transposed view, line by line into a sub-block or stepped view.
+        assign_standard_order(self, data)
     }
 }
 
