@@ -19,7 +19,8 @@
 //! statistics back. Every element is computed from the same values by the same operations, so
 //! results are bit for bit those of the fused kernel; the reduction loops are untouched.
 //!
-//! A loop is split off when ([`find`]): the kernel runs as blocked workers; the loop is
+//! A loop is split off when ([`find`]): the kernel runs as blocked workers and cannot fault
+//! (interval analysis: a fault would be reported for another worker once split); the loop is
 //! top-level, counted `0..n` by 1, and only computes and writes (no accumulator, variable,
 //! local tensor, nested control flow or symbol); every write in it goes to an output written
 //! nowhere else, at the worker's position on every axis but one, where it writes at the
@@ -125,6 +126,13 @@ fn find(dag: &ir::ExpressionDag, kernel: &Kernel) -> Option<Pass> {
         return None;
     }
     ovl_ir::lockstep::width(kernel)?;
+    // A fault would be reported for another worker, and stop other elements, once split.
+    if ovl_ir::intervals::Intervals::of(kernel)
+        .first_possible_fault(dag)
+        .is_some()
+    {
+        return None;
+    }
     let mut pass: Option<Pass> = None;
     let mut depth = 0usize;
     for (r, x) in kernel.exprs.iter().enumerate() {
