@@ -517,7 +517,7 @@ fn bits_differ(a: &ArrayD<f32>, b: &ArrayD<f32>) -> usize {
 /// (`ovl_fuse`'s `column_pass`): two kernels, the statistics still blocked, the pass over the
 /// output's shape not; logsumexp has no such pass. The interpreter runs the split graph bit
 /// for bit as it runs the unfused one, and the C++ result is the interpreter's (bit for bit
-/// without `exp`); gradients too.
+/// without `exp`); with the gradient every kernel splits, logsumexp's too.
 #[test]
 fn passes_down_long_strided_columns_run_as_kernels_of_their_own_bit_for_bit() {
     for (shape, axis) in [(vec![65usize, 1030usize], 0usize), (vec![2, 67, 1030], 1)] {
@@ -558,6 +558,14 @@ fn passes_down_long_strided_columns_run_as_kernels_of_their_own_bit_for_bit() {
             };
             let dy = reductions::pseudo_random(&out_shape, 82);
             let (y_ref, dx_ref) = reference_along(kernel, &x, &dy, axis);
+            // With the gradient, each kernel (logsumexp's too: `dy * exp(x - lse)`) is a
+            // statistics kernel and a pass that writes `y` and `dx`.
+            let dyl = Lazy::from(dy.clone());
+            let handles = outputs_along(kernel, &xl, axis, Some(&dyl)).expect("outputs");
+            let fusion = ovl::fusion_with(handles.as_slice(), &Options::cpu()).expect("fusion");
+            let report = &fusion.report;
+            assert_eq!(report.split_passes.len(), 1, "{what} + gradient: {report}");
+            assert_eq!(report.kernels_after, 2, "{what} + gradient: {report}");
             for dy in [None, Some(&dy)] {
                 let what = format!("{what} (gradient: {})", dy.is_some());
                 let unfused = evaluate_at(kernel, &x, dy, axis, Options::interpreter(), 0);
