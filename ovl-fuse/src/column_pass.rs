@@ -517,7 +517,7 @@ pub(crate) fn split_passes(dag: &mut ir::OperatorDag) -> Splits {
     // Where each (old operator, output) lives now.
     let mut moved: HashMap<(u32, u32), (u32, u32)> = HashMap::new();
     let remap = |r: &ir::ValueRef, moved: &HashMap<(u32, u32), (u32, u32)>| -> ir::ValueRef {
-        let mut r = r.clone();
+        let mut r = *r;
         if let Some(ir::value_ref::Source::OpOutput(o)) = r.source.as_mut() {
             if let Some(&(op, out)) = moved.get(&(o.operator, o.output)) {
                 o.operator = op;
@@ -574,7 +574,7 @@ pub(crate) fn split_passes(dag: &mut ir::OperatorDag) -> Splits {
             .pass_inputs
             .iter()
             .map(|&p| match p {
-                PassInput::Input(i) => inputs[i as usize].clone(),
+                PassInput::Input(i) => inputs[i as usize],
                 PassInput::Statistic(j) => op_output(stats_at, s.statistic_output[j]),
             })
             .collect();
