@@ -618,8 +618,9 @@ mod tests {
     /// A column RMS-norm-like kernel as looping leaves it: workgroup `[1, cols]`, a loop summing
     /// `x[k, c]²`, `s = sqrt(sum / rows)`, then a loop writing `y[k, c] = x[k, c] / s` (and,
     /// with `second`, another output `z[k, c] = x[k, c] - s` in a loop of its own), and the
-    /// sum itself as an output `[1, cols]`.
-    fn rms_columns(rows: u64, cols: u64, second: bool) -> ir::OperatorDag {
+    /// sum itself as an output `[1, cols]`. With `shift`, the pass reads `x[k + 1, c]`
+    /// instead, which faults in its last iteration.
+    fn rms_columns(rows: u64, cols: u64, second: bool, shift: bool) -> ir::OperatorDag {
         let mut b = Builder::new("rms", &[1, cols]);
         b.input(DType::F32, &[rows, cols]);
         b.output(DType::F32, &[rows, cols]);
@@ -640,7 +641,8 @@ mod tests {
         let mean = b.op(Op::Div, &[sum, n]);
         let s = b.op(Op::Sqrt, &[mean]);
         let k = b.range(start, end, one);
-        let x = b.read(IN, 0, &[k, c]);
+        let row = if shift { b.op(Op::Add, &[k, one]) } else { k };
+        let x = b.read(IN, 0, &[row, c]);
         let y = b.op(Op::Div, &[x, s]);
         b.write(OUT, 0, &[k, c], y);
         b.end_range();
@@ -719,7 +721,7 @@ mod tests {
     fn a_long_strided_pass_runs_as_its_own_kernel_bit_for_bit() {
         for second in [false, true] {
             let (rows, cols) = (64, 1030);
-            let dag = rms_columns(rows, cols, second);
+            let dag = rms_columns(rows, cols, second, false);
             let mut split = dag.clone();
             let splits = split_passes(&mut split);
             ovl_ir::validate::validate_operator_dag(&split).expect("a valid graph");
@@ -745,10 +747,15 @@ mod tests {
     }
 
     #[test]
-    fn short_or_close_rows_stay_in_the_kernel() {
-        // 63 rows: fewer than MIN_ROWS; 1000 columns: rows 4000 bytes apart.
-        for (rows, cols) in [(MIN_ROWS - 1, 1030), (64, 1000)] {
-            let mut dag = rms_columns(rows, cols, false);
+    fn short_close_or_faulting_passes_stay_in_the_kernel() {
+        // 63 rows: fewer than MIN_ROWS; 1000 columns: rows 4000 bytes apart; a read that may
+        // fall outside `x`.
+        for (rows, cols, shift) in [
+            (MIN_ROWS - 1, 1030, false),
+            (64, 1000, false),
+            (64, 1030, true),
+        ] {
+            let mut dag = rms_columns(rows, cols, false, shift);
             let before = dag.clone();
             assert!(split_passes(&mut dag).passes.is_empty());
             assert_eq!(dag, before);
