@@ -236,69 +236,177 @@ struct Split {
     pass_output: HashMap<u32, u32>,
 }
 
+/// The pass kernel as it is built: its expressions, inputs and the statistics it reads.
+struct PassBody<'a> {
+    dag: &'a ir::ExpressionDag,
+    kernel: &'a Kernel,
+    positions: PositionArithmetic,
+    /// The workgroup axis the loops' index stands for.
+    axis: usize,
+    /// The pass kernel's expressions so far.
+    out: Vec<ir::Expression>,
+    /// The statistics: (the loop they are first read in, the value), in order of first use.
+    statistics: Vec<(usize, usize)>,
+    /// Where each input of the pass kernel comes from.
+    inputs: Vec<PassInput>,
+    /// For each output of the fused kernel that the pass writes, the pass kernel's output.
+    outputs: HashMap<u32, u32>,
+    /// The constant 0 (an index) and the position on each axis.
+    zero: u32,
+    axis_positions: Vec<u32>,
+}
+
+impl<'a> PassBody<'a> {
+    fn new(dag: &'a ir::ExpressionDag, kernel: &'a Kernel, axis: usize) -> PassBody<'a> {
+        let mut body = PassBody {
+            dag,
+            kernel,
+            positions: PositionArithmetic::of(kernel, (kernel.workgroup.len() - 1) as u32),
+            axis,
+            out: Vec::new(),
+            statistics: Vec::new(),
+            inputs: Vec::new(),
+            outputs: HashMap::new(),
+            zero: 0,
+            axis_positions: Vec::new(),
+        };
+        body.zero = body.push(int_const(DType::I64.to_ir() as i32, 0));
+        body.axis_positions = (0..dag.workgroup_shape.len())
+            .map(|a| body.push(position(a)))
+            .collect();
+        body
+    }
+
+    fn push(&mut self, e: ir::Expression) -> u32 {
+        self.out.push(e);
+        (self.out.len() - 1) as u32
+    }
+
+    fn input(&mut self, p: PassInput) -> u32 {
+        match self.inputs.iter().position(|&q| q == p) {
+            Some(i) => i as u32,
+            None => {
+                self.inputs.push(p);
+                (self.inputs.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Copies the body of loop `l` of the pass, the RANGE at `r` closed at `e`.
+    fn copy_loop(&mut self, l: usize, r: usize, e: usize) -> Option<()> {
+        // This loop's values: its own, and those it takes from before it.
+        let mut new_id: HashMap<usize, u32> = HashMap::new();
+        new_id.insert(r, self.axis_positions[self.axis]);
+        for i in r + 1..e {
+            let mut x = self.dag.expressions[i].clone();
+            for o in &mut x.operands {
+                *o = self.import(*o as usize, l, &mut new_id)?;
+            }
+            match &self.kernel.exprs[i].inst {
+                Inst::Read { tensor, .. } => {
+                    x.tensor.as_mut()?.index = self.input(PassInput::Input(tensor.index));
+                }
+                Inst::Write { tensor, .. } => {
+                    let next = self.outputs.len() as u32;
+                    x.tensor.as_mut()?.index = *self.outputs.entry(tensor.index).or_insert(next);
+                }
+                _ => {}
+            }
+            let id = self.push(x);
+            new_id.insert(i, id);
+        }
+        Some(())
+    }
+
+    /// The pass kernel's expression for value `v` of the fused kernel, read in loop `l` of
+    /// the pass (`new_id`: that loop's values copied so far): its copy when the loop computes
+    /// it; a constant or position copied (the pass axis's position, always 0 in the fused
+    /// kernel, becomes a constant 0); integer arithmetic on positions copied whole; any other
+    /// value a statistic, read back at the worker's position.
+    fn import(&mut self, v: usize, l: usize, new_id: &mut HashMap<usize, u32>) -> Option<u32> {
+        if let Some(&id) = new_id.get(&v) {
+            return Some(id);
+        }
+        let x = self.kernel.exprs.get(v)?;
+        let dtype = self.dag.expressions[v].dtype;
+        let id = match x.inst {
+            Inst::Position { axis } if axis as usize == self.axis => self.push(int_const(dtype, 0)),
+            Inst::Const(_) | Inst::Position { .. } => self.push(self.dag.expressions[v].clone()),
+            _ if self.positions.values.contains(&v) => {
+                let mut e = self.dag.expressions[v].clone();
+                for o in &mut e.operands {
+                    *o = self.import(*o as usize, l, new_id)?;
+                }
+                self.push(e)
+            }
+            _ => {
+                x.dtype?;
+                // A value is read back from one statistic, written where the first loop that
+                // reads it ran; an accumulator or variable may change between loops: one per
+                // loop.
+                let changes = matches!(x.inst, Inst::Accumulator { .. } | Inst::Variable { .. });
+                let s = match self
+                    .statistics
+                    .iter()
+                    .position(|&(at, w)| w == v && (at == l || !changes))
+                {
+                    Some(s) => s,
+                    None => {
+                        self.statistics.push((l, v));
+                        self.statistics.len() - 1
+                    }
+                };
+                let index = self.input(PassInput::Statistic(s));
+                let operands = (0..self.axis_positions.len())
+                    .map(|a| {
+                        if a == self.axis {
+                            self.zero
+                        } else {
+                            self.axis_positions[a]
+                        }
+                    })
+                    .collect();
+                self.push(ir::Expression {
+                    code: Op::Read as i32,
+                    dtype,
+                    operands,
+                    tensor: Some(ir::TensorRef {
+                        kind: TensorKind::Input as i32,
+                        index,
+                    }),
+                    ..Default::default()
+                })
+            }
+        };
+        new_id.insert(v, id);
+        Some(id)
+    }
+}
+
 /// Builds the two kernels of `pass` from `dag` (see the module); `None` if a value the pass
 /// needs cannot be carried over.
 fn split(dag: &ir::ExpressionDag, kernel: &Kernel, pass: &Pass) -> Option<Split> {
-    let positions = PositionArithmetic::of(kernel, (kernel.workgroup.len() - 1) as u32);
     let rank = dag.workgroup_shape.len();
+    let mut body = PassBody::new(dag, kernel, pass.axis);
+    for (l, &(r, e)) in pass.loops.iter().enumerate() {
+        body.copy_loop(l, r, e)?;
+    }
+    let PassBody {
+        out,
+        statistics,
+        inputs: pass_inputs,
+        outputs: pass_output,
+        ..
+    } = body;
     let mut pass_dag = ir::ExpressionDag {
         version: dag.version,
         name: format!("{}_pass", dag.name),
         workgroup_shape: dag.workgroup_shape.clone(),
         source: dag.source.clone(),
+        expressions: out,
         ..Default::default()
     };
     pass_dag.workgroup_shape[pass.axis] = pass.rows;
-    let mut pass_inputs: Vec<PassInput> = Vec::new();
-    let mut pass_output: HashMap<u32, u32> = HashMap::new();
-    // The statistics: (the loop they are read in, the value), in order of first use.
-    let mut statistics: Vec<(usize, usize)> = Vec::new();
-    let i64_type = DType::I64.to_ir() as i32;
-    let mut out = Vec::new();
-    let push = |out: &mut Vec<ir::Expression>, e: ir::Expression| {
-        out.push(e);
-        (out.len() - 1) as u32
-    };
-    let zero = push(&mut out, int_const(i64_type, 0));
-    let axis_positions: Vec<u32> = (0..rank).map(|a| push(&mut out, position(a))).collect();
-    for (l, &(r, e)) in pass.loops.iter().enumerate() {
-        // This loop's values: its own, and those it takes from before it.
-        let mut new_id: HashMap<usize, u32> = HashMap::new();
-        new_id.insert(r, axis_positions[pass.axis]);
-        for i in r + 1..e {
-            let mut x = dag.expressions[i].clone();
-            for o in &mut x.operands {
-                *o = import(
-                    dag,
-                    kernel,
-                    &positions,
-                    pass,
-                    *o as usize,
-                    l,
-                    &mut new_id,
-                    &mut out,
-                    &mut statistics,
-                    &mut pass_inputs,
-                    zero,
-                    &axis_positions,
-                )?;
-            }
-            match &kernel.exprs[i].inst {
-                Inst::Read { tensor, .. } => {
-                    let index = input_index(&mut pass_inputs, PassInput::Input(tensor.index));
-                    x.tensor.as_mut()?.index = index;
-                }
-                Inst::Write { tensor, .. } => {
-                    let next = pass_output.len() as u32;
-                    let index = *pass_output.entry(tensor.index).or_insert(next);
-                    x.tensor.as_mut()?.index = index;
-                }
-                _ => {}
-            }
-            new_id.insert(i, push(&mut out, x));
-        }
-    }
-    pass_dag.expressions = out;
     // Inputs and outputs of the pass kernel.
     let stat_type = |v: usize| -> Option<ir::TensorType> {
         Some(ir::TensorType {
@@ -321,6 +429,10 @@ fn split(dag: &ir::ExpressionDag, kernel: &Kernel, pass: &Pass) -> Option<Split>
 
     // The statistics kernel: the outputs the pass does not write, renumbered, then the
     // statistics; each loop of the pass replaced by the writes of its statistics.
+    let push = |out: &mut Vec<ir::Expression>, e: ir::Expression| {
+        out.push(e);
+        (out.len() - 1) as u32
+    };
     let mut stats_output = Vec::with_capacity(dag.outputs.len());
     let mut stats_dag = ir::ExpressionDag {
         expressions: Vec::new(),
@@ -387,111 +499,6 @@ fn split(dag: &ir::ExpressionDag, kernel: &Kernel, pass: &Pass) -> Option<Split>
         pass_inputs,
         pass_output,
     })
-}
-
-fn input_index(inputs: &mut Vec<PassInput>, p: PassInput) -> u32 {
-    match inputs.iter().position(|&q| q == p) {
-        Some(i) => i as u32,
-        None => {
-            inputs.push(p);
-            (inputs.len() - 1) as u32
-        }
-    }
-}
-
-/// The pass kernel's expression for value `v` of the fused kernel, read in loop `l` of the
-/// pass: its copy there when the loop computes it; a constant or position copied (the pass
-/// axis's position, always 0 in the fused kernel, becomes a constant 0); integer arithmetic on
-/// positions copied whole; any other value a statistic, read back at the worker's position.
-#[allow(clippy::too_many_arguments)]
-fn import(
-    dag: &ir::ExpressionDag,
-    kernel: &Kernel,
-    positions: &PositionArithmetic,
-    pass: &Pass,
-    v: usize,
-    l: usize,
-    new_id: &mut HashMap<usize, u32>,
-    out: &mut Vec<ir::Expression>,
-    statistics: &mut Vec<(usize, usize)>,
-    inputs: &mut Vec<PassInput>,
-    zero: u32,
-    axis_positions: &[u32],
-) -> Option<u32> {
-    if let Some(&id) = new_id.get(&v) {
-        return Some(id);
-    }
-    let x = kernel.exprs.get(v)?;
-    let id = match x.inst {
-        Inst::Position { axis } if axis as usize == pass.axis => {
-            out.push(int_const(dag.expressions[v].dtype, 0));
-            (out.len() - 1) as u32
-        }
-        Inst::Const(_) | Inst::Position { .. } => {
-            out.push(dag.expressions[v].clone());
-            (out.len() - 1) as u32
-        }
-        _ if positions.values.contains(&v) => {
-            let mut e = dag.expressions[v].clone();
-            for o in &mut e.operands {
-                *o = import(
-                    dag,
-                    kernel,
-                    positions,
-                    pass,
-                    *o as usize,
-                    l,
-                    new_id,
-                    out,
-                    statistics,
-                    inputs,
-                    zero,
-                    axis_positions,
-                )?;
-            }
-            out.push(e);
-            (out.len() - 1) as u32
-        }
-        _ => {
-            x.dtype?;
-            // A value is read back from one statistic, written where the first loop that reads
-            // it ran; an accumulator or variable may change between loops: one per loop.
-            let changes = matches!(x.inst, Inst::Accumulator { .. } | Inst::Variable { .. });
-            let s = match statistics
-                .iter()
-                .position(|&(at, w)| w == v && (at == l || !changes))
-            {
-                Some(s) => s,
-                None => {
-                    statistics.push((l, v));
-                    statistics.len() - 1
-                }
-            };
-            let index = input_index(inputs, PassInput::Statistic(s));
-            let operands = (0..axis_positions.len())
-                .map(|a| {
-                    if a == pass.axis {
-                        zero
-                    } else {
-                        axis_positions[a]
-                    }
-                })
-                .collect();
-            out.push(ir::Expression {
-                code: Op::Read as i32,
-                dtype: dag.expressions[v].dtype,
-                operands,
-                tensor: Some(ir::TensorRef {
-                    kind: TensorKind::Input as i32,
-                    index,
-                }),
-                ..Default::default()
-            });
-            (out.len() - 1) as u32
-        }
-    };
-    new_id.insert(v, id);
-    Some(id)
 }
 
 /// What [`split_passes`] did to a graph.
