@@ -10,7 +10,6 @@ use ndarray::Array2;
 use ovl::prelude::*;
 
 #[path = "../tests/support/reductions.rs"]
-#[allow(dead_code)]
 mod reductions;
 
 fn main() -> Result<(), ovl::Error> {
