@@ -480,3 +480,183 @@ fn a_column_sum_on_the_gpu_path_reduces_in_the_column_order() {
     }
     assert!(differ > 0, "the data does not tell the orders apart");
 }
+
+/// Evaluates `kernel` along `axis` of `x` (forward alone, or with the gradient for `dy`) under
+/// `options` at opt_level `level`.
+fn evaluate_at(
+    kernel: Kernel,
+    x: &ArrayD<f32>,
+    dy: Option<&ArrayD<f32>>,
+    axis: usize,
+    options: Options,
+    level: u8,
+) -> Vec<ArrayD<f32>> {
+    let options = options.with_opt_level(level);
+    let xl = Lazy::from(x.clone());
+    let dyl = dy.map(|d| Lazy::from(d.clone()));
+    let handles = outputs_along(kernel, &xl, axis, dyl.as_ref()).expect("outputs");
+    let refs: Vec<&Lazy<f32>> = handles.iter().collect();
+    let mut dests: Vec<ArrayD<f32>> = handles.iter().map(|h| ArrayD::zeros(h.shape())).collect();
+    ovl::evaluate_into_all(&refs, &mut dests, &options)
+        .unwrap_or_else(|e| panic!("{} along {axis} at level {level}: {e}", kernel.name()));
+    dests
+}
+
+/// The number of elements of `a` and `b` whose bits differ.
+fn bits_differ(a: &ArrayD<f32>, b: &ArrayD<f32>) -> usize {
+    assert_eq!(a.shape(), b.shape());
+    a.iter()
+        .zip(b.iter())
+        .filter(|(p, q)| p.to_bits() != q.to_bits())
+        .count()
+}
+
+/// Along axis 0 with rows a page apart (1030 f32 columns) and at least 64 rows (65 and 67:
+/// odd), and along the middle axis of a 3-d tensor, the elementwise pass of softmax, layer
+/// norm and RMS norm runs on the CPU as a kernel of its own in memory order
+/// (`ovl_fuse`'s `column_pass`): two kernels, the statistics still blocked, the pass over the
+/// output's shape not; logsumexp has no such pass. The interpreter runs the split graph bit
+/// for bit as it runs the unfused one, and the C++ result is the interpreter's (bit for bit
+/// without `exp`); with the gradient every kernel splits, logsumexp's too.
+#[test]
+fn passes_down_long_strided_columns_run_as_kernels_of_their_own_bit_for_bit() {
+    for (shape, axis) in [(vec![65usize, 1030usize], 0usize), (vec![2, 67, 1030], 1)] {
+        let x = reductions::pseudo_random(&shape, 81);
+        for kernel in Kernel::ALL {
+            let what = format!("{} along axis {axis} of {shape:?}", kernel.name());
+            let xl = Lazy::from(x.clone());
+            let handles = outputs_along(kernel, &xl, axis, None).expect("outputs");
+            let fusion = ovl::fusion_with(handles.as_slice(), &Options::cpu()).expect("fusion");
+            let split = kernel.keeps_shape();
+            let report = &fusion.report;
+            assert_eq!(
+                report.split_passes.len(),
+                usize::from(split),
+                "{what}: {report}"
+            );
+            assert_eq!(
+                report.kernels_after,
+                1 + usize::from(split),
+                "{what}: {report}"
+            );
+            let ops = &fusion.after.operators;
+            assert!(
+                block_width(&ops[0]).is_some(),
+                "{what}: the statistics are blocked"
+            );
+            if split {
+                let pass = &ops[1];
+                let want: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+                assert_eq!(pass.workgroup_shape, want, "{what}: the pass's workgroup");
+                assert_eq!(block_width(pass), None, "{what}: the pass is not blocked");
+                assert_eq!(report.split_passes[0].axis, axis, "{what}");
+            }
+            let out_shape: Vec<usize> = if kernel.keeps_shape() {
+                shape.clone()
+            } else {
+                reductions::without(&shape, axis)
+            };
+            let dy = reductions::pseudo_random(&out_shape, 82);
+            let (y_ref, dx_ref) = reference_along(kernel, &x, &dy, axis);
+            // With the gradient, each kernel (logsumexp's too: `dy * exp(x - lse)`) is a
+            // statistics kernel and a pass that writes `y` and `dx`.
+            let dyl = Lazy::from(dy.clone());
+            let handles = outputs_along(kernel, &xl, axis, Some(&dyl)).expect("outputs");
+            let fusion = ovl::fusion_with(handles.as_slice(), &Options::cpu()).expect("fusion");
+            let report = &fusion.report;
+            assert_eq!(report.split_passes.len(), 1, "{what} + gradient: {report}");
+            assert_eq!(report.kernels_after, 2, "{what} + gradient: {report}");
+            for dy in [None, Some(&dy)] {
+                let what = format!("{what} (gradient: {})", dy.is_some());
+                let unfused = evaluate_at(kernel, &x, dy, axis, Options::interpreter(), 0);
+                let interp = evaluate_at(kernel, &x, dy, axis, Options::interpreter(), 3);
+                let cpu = evaluate_at(kernel, &x, dy, axis, Options::cpu(), 3);
+                for (k, name) in ["y", "dx"].iter().enumerate().take(interp.len()) {
+                    assert_eq!(
+                        bits_differ(&interp[k], &unfused[k]),
+                        0,
+                        "{what}: {name}, interpreter fused vs unfused"
+                    );
+                    if matches!(kernel, Kernel::LayerNorm | Kernel::RmsNorm) {
+                        assert_eq!(
+                            bits_differ(&cpu[k], &interp[k]),
+                            0,
+                            "{what}: {name}, C++ vs interpreter"
+                        );
+                    }
+                    assert_close(&cpu[k], &interp[k], &format!("{what}: {name} C++"));
+                }
+                assert_close(&cpu[0], &y_ref, &format!("{what}: C++ y"));
+                if dy.is_some() {
+                    assert_close(&cpu[1], &dx_ref, &format!("{what}: C++ dx"));
+                }
+            }
+        }
+    }
+}
+
+/// No split where the pass is short, its rows share pages, or it runs along the last axis
+/// (row kernels), nor for a GPU (whose cooperative column layout writes neighbouring columns
+/// together): one kernel each, as before.
+#[test]
+fn short_close_or_last_axis_passes_and_gpu_kernels_stay_whole() {
+    let cpu = Options::cpu();
+    let gpu = Options::cuda_validate();
+    for (shape, axis, options) in [
+        (vec![7usize, 1064usize], 0usize, &cpu),
+        (vec![2, 40, 1032], 1, &cpu),
+        (vec![100, 200], 0, &cpu),
+        (vec![5000, 72], 0, &cpu),
+        (vec![65, 1030], 1, &cpu),
+        (vec![65, 1030], 0, &gpu),
+        (vec![2, 67, 1030], 1, &gpu),
+    ] {
+        let x = reductions::pseudo_random(&shape, 91);
+        for kernel in Kernel::ALL {
+            let what = format!("{} along axis {axis} of {shape:?}", kernel.name());
+            let xl = Lazy::from(x.clone());
+            let handles = outputs_along(kernel, &xl, axis, None).expect("outputs");
+            let fusion = ovl::fusion_with(handles.as_slice(), options).expect("fusion");
+            assert!(
+                fusion.report.split_passes.is_empty(),
+                "{what}: {}",
+                fusion.report
+            );
+            assert_eq!(fusion.report.kernels_after, 1, "{what}: {}", fusion.report);
+        }
+    }
+}
+
+/// RMS norm in f64 along axis 0 of [65, 1030] (rows 8240 bytes apart): split as in f32, the C++
+/// result the interpreter's bit for bit, and the interpreter's the unfused graph's.
+#[test]
+fn an_f64_pass_down_columns_splits_and_matches_exactly() {
+    let shape = [65usize, 1030usize];
+    let x = reductions::pseudo_random(&shape, 93).mapv(f64::from);
+    let eps = 1e-5f64;
+    let rms = |x: &Lazy<f64>| {
+        let mean_square = ovl_stdlib::mean_keepdim(ovl_stdlib::mul(x, x), 0);
+        ovl_stdlib::div(
+            x,
+            ovl_stdlib::sqrt(ovl_stdlib::add(mean_square, Lazy::from(ndarray::arr0(eps)))),
+        )
+    };
+    let y = rms(&Lazy::from(x.clone()));
+    let fusion = ovl::fusion_with([&y], &Options::cpu()).expect("fusion");
+    assert_eq!(fusion.report.split_passes.len(), 1, "{}", fusion.report);
+    assert_eq!(fusion.report.kernels_after, 2, "{}", fusion.report);
+    let at = |o: Options| {
+        ovl::evaluate_with(&rms(&Lazy::from(x.clone())), &o).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let cpu = at(Options::cpu());
+    let interp = at(Options::interpreter());
+    let unfused = at(Options::interpreter().with_opt_level(0));
+    let differ = |a: &ArrayD<f64>, b: &ArrayD<f64>| {
+        a.iter()
+            .zip(b.iter())
+            .filter(|(p, q)| p.to_bits() != q.to_bits())
+            .count()
+    };
+    assert_eq!(differ(&cpu, &interp), 0, "C++ vs interpreter");
+    assert_eq!(differ(&interp, &unfused), 0, "interpreter fused vs unfused");
+}

@@ -38,6 +38,7 @@
 #![warn(missing_docs)]
 
 mod cache;
+mod column_pass;
 mod cost;
 mod dot;
 mod epilogue;
@@ -65,7 +66,7 @@ pub use ovl_ir::pattern::{Affine, IndexPattern};
 pub use report::NotEpilogue;
 pub use report::{
     FusionReport, Merge, MergeKind, NotStacked, NotStackedReason, Reason, Refusal, RowBuffer,
-    Stacked,
+    SplitPass, Stacked,
 };
 
 use graph::{Src, Work};
@@ -221,13 +222,19 @@ impl Default for RowReuse {
 
 /// How much worker-local memory [`reuse_rows`] may spend: per row buffer, and for all local
 /// tensors of a worker (the operator's own included). A row longer than a buffer computes its
-/// values again.
+/// values again. It also says, per target, whether fusion ends by splitting column kernels'
+/// elementwise passes off (`column_pass`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RowBudget {
     /// The largest row buffer, in bytes per worker.
     pub buffer_bytes: u64,
     /// The most local memory per worker an operator may have after row reuse.
     pub locals_bytes: u64,
+    /// Whether a column kernel's elementwise pass down a large strided axis becomes a kernel of
+    /// its own that runs in memory order (before row reuse; see `column_pass`): for the CPU,
+    /// whose blocked column workers walk such a pass one page per row; not for a GPU, whose
+    /// cooperative column layout writes a warp's neighbouring columns together.
+    pub split_column_passes: bool,
 }
 
 impl RowBudget {
@@ -237,6 +244,7 @@ impl RowBudget {
     pub const PORTABLE: RowBudget = RowBudget {
         buffer_bytes: ovl_ir::limits::GPU_ROW_BUFFER_BYTES,
         locals_bytes: ovl_ir::limits::CUDA_LOCAL_BYTES,
+        split_column_passes: false,
     };
     /// For kernels compiled for the CPU: 256 KiB per buffer and in all (rows of up to 65536
     /// f32, a vocabulary-sized softmax; the C++ backend's limit for a worker's locals, which
@@ -245,6 +253,7 @@ impl RowBudget {
     pub const CPU: RowBudget = RowBudget {
         buffer_bytes: ovl_ir::limits::CPU_LOCALS_BYTES,
         locals_bytes: ovl_ir::limits::CPU_LOCALS_BYTES,
+        split_column_passes: true,
     };
 }
 
@@ -429,10 +438,26 @@ fn run_replanning(
     report.not_stacked = stacking.refused;
 
     let mut fused = work.to_dag()?;
+    let mut sources: Vec<usize> = order.iter().map(|&n| work.node(n).source_of).collect();
     if let (true, RowReuse::Apply(budget)) = (level.get() >= 1, reuse) {
+        if budget.split_column_passes {
+            let splits = column_pass::split_passes(&mut fused);
+            if !splits.passes.is_empty() {
+                sources = splits.origin.iter().map(|&k| sources[k]).collect();
+                let first = |k: usize| splits.first.get(k).copied().unwrap_or(k);
+                for r in &mut report.refusals {
+                    r.producer_kernel = first(r.producer_kernel);
+                    r.consumer_kernel = first(r.consumer_kernel);
+                }
+                for s in &mut report.stacked {
+                    s.kernel = first(s.kernel);
+                    s.operand_kernel = first(s.operand_kernel);
+                }
+                report.split_passes = splits.passes;
+            }
+        }
         report.row_buffers = reuse_rows(&mut fused, budget);
     }
-    let sources = order.iter().map(|&n| work.node(n).source_of).collect();
     ovl_ir::validate::validate_operator_dag(&fused)
         .map_err(|e| FuseError::Internal(format!("the fused graph is invalid: {e}")))?;
     report.kernels_after = fused.operators.len();

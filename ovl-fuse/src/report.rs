@@ -551,6 +551,33 @@ impl fmt::Display for RowBuffer {
     }
 }
 
+/// A column kernel's elementwise pass split off into a contiguous kernel of its own (on the
+/// CPU, after merging: `crate::column_pass`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SplitPass {
+    /// The fused kernel whose pass was split off (its name), which keeps the statistics.
+    pub kernel: String,
+    /// The pass kernel's name.
+    pub pass: String,
+    /// The pass kernel's workgroup (the output's shape).
+    pub shape: Vec<u64>,
+    /// The axis the pass's loop ran along (reduced in the statistics kernel).
+    pub axis: usize,
+    /// The values handed from the statistics kernel to the pass kernel.
+    pub statistics: usize,
+}
+
+impl fmt::Display for SplitPass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "in `{}`: the pass down axis {} runs as `{}` over {:?} in memory order ({} \
+             statistic(s) handed over)",
+            self.kernel, self.axis, self.pass, self.shape, self.statistics
+        )
+    }
+}
+
 /// What the optimizer did to an operator DAG.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FusionReport {
@@ -566,6 +593,9 @@ pub struct FusionReport {
     pub refusals: Vec<Refusal>,
     /// Values kept in row buffers after merging ([`crate::reuse_rows`]).
     pub row_buffers: Vec<RowBuffer>,
+    /// Column kernels' elementwise passes split off into kernels of their own
+    /// (`crate::column_pass`; on the CPU only).
+    pub split_passes: Vec<SplitPass>,
     /// Products sharing an operand stacked into one before the merges (`crate::stack`).
     pub stacked: Vec<Stacked>,
     /// Products that share an operand with another but were not stacked, and why.
@@ -598,6 +628,9 @@ impl fmt::Display for FusionReport {
         }
         for b in &self.row_buffers {
             writeln!(f, "  {b}")?;
+        }
+        for s in &self.split_passes {
+            writeln!(f, "  {s}")?;
         }
         for s in &self.stacked {
             writeln!(f, "  {s}")?;
