@@ -63,6 +63,7 @@ pub use error::FuseError;
 pub use gemm_pair::{EpiloguePair, NotPaired, NotPairedReason};
 pub use ovl_ir::pattern::{Affine, IndexPattern};
 pub use report::NotEpilogue;
+pub use stack::cut_offsets;
 pub use report::{
     FusionReport, Merge, MergeKind, NotStacked, NotStackedReason, Reason, Refusal, RowBuffer,
     Stacked,
