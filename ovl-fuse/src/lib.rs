@@ -63,11 +63,11 @@ pub use error::FuseError;
 pub use gemm_pair::{EpiloguePair, NotPaired, NotPairedReason};
 pub use ovl_ir::pattern::{Affine, IndexPattern};
 pub use report::NotEpilogue;
-pub use stack::cut_offsets;
 pub use report::{
     FusionReport, Merge, MergeKind, NotStacked, NotStackedReason, Reason, Refusal, RowBuffer,
     Stacked,
 };
+pub use stack::cut_offsets;
 
 use graph::{Src, Work};
 use ovl_ir::ir;

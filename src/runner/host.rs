@@ -315,11 +315,9 @@ impl Plan {
                 Output::Raw(p) => p.cast_const(),
             },
             Slot::Temp(t) => temp(temps, t).data.as_ptr().cast(),
-            Slot::View { base, offset, .. } => temp(temps, base)
-                .data
-                .as_ptr()
-                .wrapping_add(offset)
-                .cast(),
+            Slot::View { base, offset, .. } => {
+                temp(temps, base).data.as_ptr().wrapping_add(offset).cast()
+            }
         }
     }
 
@@ -333,7 +331,10 @@ impl Plan {
         temps: &[Option<HostTensor>],
     ) -> Result<Option<HostTensor>, ovl_core::AllocError> {
         let (p, sig) = match slot {
-            Slot::View { own, .. } => (self.read_ptr(slot, inputs, outputs, temps), &self.temps[own]),
+            Slot::View { own, .. } => (
+                self.read_ptr(slot, inputs, outputs, temps),
+                &self.temps[own],
+            ),
             Slot::Input(g) => match inputs[g] {
                 Input::Raw(p) => (p, &self.inputs[g]),
                 Input::Host(_) => return Ok(None),

@@ -28,8 +28,8 @@ mod gemm_small;
 mod host;
 mod pointers;
 mod scratch;
-mod views;
 mod sig;
+mod views;
 
 pub use crate::error::run::{PlanError, RunFailure, Wiring};
 pub(crate) use device::{on_device, on_host};
@@ -93,7 +93,11 @@ enum Slot {
     Temp(usize),
     /// Part of intermediate `base` at `offset` bytes, read in place (`views`); `own` is the
     /// intermediate it would have been (its type). Never written.
-    View { base: usize, offset: usize, own: usize },
+    View {
+        base: usize,
+        offset: usize,
+        own: usize,
+    },
 }
 
 /// Where every value of a graph lives during a run, decided once per graph.
