@@ -4,7 +4,9 @@
 //! against a plain f64 loop and the unfused interpreter (odd sizes, every transposed form), what
 //! the fusion report and the DOT picture say was stacked and what was refused (a recurrence's
 //! `h U`; a copy that costs more than it saves), gradients through the stacked graph by central
-//! differences, and a small LSTM layer's forward and backward unchanged.
+//! differences, a small LSTM layer's forward and backward unchanged, and the cut of the stacked
+//! result read in place by the runner where its pieces are contiguous blocks (copied where they
+//! are not, or are graph outputs).
 
 use ndarray::{ArrayD, IxDyn};
 use ovl::{Lazy, NotStackedReason, Options};
@@ -524,5 +526,28 @@ fn a_cut_into_pieces_that_are_not_contiguous_still_copies() {
             let got = y.slice(ndarray::s![p, .., ..]).to_owned().into_dyn();
             close(&got, &want, 1e-12, &format!("y_{t}[{p}]"));
         }
+    }
+}
+
+/// A cut whose pieces are requested as graph outputs (written into the caller's arrays, not
+/// placed inside the stacked result) still runs its kernel, with the values of a plain loop.
+#[test]
+fn a_cut_whose_pieces_are_graph_outputs_still_copies() {
+    let (s, m, k, n) = (4, 3, 5, 6);
+    let xs = values(&[s, m, k], 61);
+    let ws = values(&[k, n], 62);
+    let (x, w) = (Lazy::from(xs.clone()), Lazy::from(ws.clone()));
+    let ys: Vec<Lazy<f64>> = slices(&x, s)
+        .iter()
+        .map(|x_t| ops::matmul(x_t, &w))
+        .collect();
+    let f = ovl::fusion_with(&ys, &options(Options::cpu(), 1)).unwrap();
+    assert_eq!(f.report.stacked.len(), 1, "{}", f.report);
+    let cuts = kernels_named(&ys, 1, "unstack_rows");
+    assert_eq!(cuts, [1], "the cut writes the outputs");
+    let got = ovl::evaluate_with(&ys, &options(Options::cpu(), 1)).unwrap();
+    for (t, y) in got.iter().enumerate() {
+        let a = xs.slice(ndarray::s![t, .., ..]).to_owned().into_dyn();
+        close(y, &product(&a, &ws, false, false), 1e-12, &format!("y_{t}"));
     }
 }
