@@ -369,8 +369,12 @@ impl Compiled {
         Ok(self.device_data.get_or_init(|| uploaded))
     }
 
-    /// How many kernels one run launches (after fusion).
+    /// How many kernels one run launches (after fusion; an operator whose outputs are read in
+    /// place, the cut of a stacked product's result, launches none).
     pub fn kernel_count(&self) -> usize {
-        self.prepared.plan().dag().operators.len()
+        let plan = self.prepared.plan();
+        (0..plan.dag().operators.len())
+            .filter(|&i| !plan.reads_in_place(i))
+            .count()
     }
 }

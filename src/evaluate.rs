@@ -420,14 +420,15 @@ pub fn profile<O: Evaluate>(
     let prepared = plan_cache::prepare(&outputs.tensors(), options)?;
     let prepare = start.elapsed();
     let iterations = iterations.max(1);
-    let mut operators: Vec<OperatorProfile> = prepared
-        .plan()
+    let plan = prepared.plan();
+    let mut operators: Vec<OperatorProfile> = plan
         .dag()
         .operators
         .iter()
-        .map(|op| OperatorProfile {
+        .enumerate()
+        .map(|(i, op)| OperatorProfile {
             name: op.name.clone(),
-            kernels: 1,
+            kernels: usize::from(!plan.reads_in_place(i)),
             times: Vec::with_capacity(iterations),
         })
         .collect();

@@ -4,7 +4,9 @@
 //! against a plain f64 loop and the unfused interpreter (odd sizes, every transposed form), what
 //! the fusion report and the DOT picture say was stacked and what was refused (a recurrence's
 //! `h U`; a copy that costs more than it saves), gradients through the stacked graph by central
-//! differences, and a small LSTM layer's forward and backward unchanged.
+//! differences, a small LSTM layer's forward and backward unchanged, and the cut of the stacked
+//! result read in place by the runner where its pieces are contiguous blocks (copied where they
+//! are not, or are graph outputs).
 
 use ndarray::{ArrayD, IxDyn};
 use ovl::{Lazy, NotStackedReason, Options};
@@ -431,5 +433,121 @@ fn a_bias_used_in_every_step_is_reduced_once() {
             1e-5,
             &format!("db (level {level})"),
         );
+    }
+}
+
+/// The kernels each operator named `name` launches per run, from a profile of `outs`.
+fn kernels_named<T: ovl::Scalar>(outs: &[Lazy<T>], level: u8, name: &str) -> Vec<usize> {
+    let (_, profile) = ovl::profile(outs, &options(Options::cpu(), level), 1).unwrap();
+    profile
+        .operators
+        .iter()
+        .filter(|o| o.name == name)
+        .map(|o| o.kernels)
+        .collect()
+}
+
+/// The cut of the stacked result into the steps' results copies nothing when each step's
+/// piece is a contiguous block of it (2-D products): the runner lets each step read its rows
+/// of the stacked result in place and runs no kernel for the cut (its profile entry launches
+/// none), with the values of the reference, in the forward and in forward + backward.
+#[test]
+fn the_cut_of_a_stacked_result_is_read_in_place() {
+    let (t, b, i, h) = (7, 5, 9, 6);
+    let f32s = |a: ArrayD<f64>| a.mapv(|v| v as f32);
+    let (xs, ws, us, bs) = (
+        values(&[t, b, i], 31),
+        values(&[i, 4 * h], 32).mapv(|v| v * 0.5),
+        values(&[h, 4 * h], 33).mapv(|v| v * 0.5),
+        values(&[4 * h], 34).mapv(|v| v * 0.1),
+    );
+    let [x, w, u, bias] = [&xs, &ws, &us, &bs].map(|a| Lazy::from(f32s(a.clone())));
+    let hs = layer(&x, &w, &u, &bias);
+    let cuts = kernels_named(&hs, 1, "unstack_rows");
+    assert_eq!(cuts, [0], "one cut, run as views");
+    let want = layer_reference(&xs, &ws, &us, &bs);
+    let got = ovl::evaluate_with(&hs, &options(Options::cpu(), 1)).unwrap();
+    for (s, (g, w)) in got.iter().zip(&want).enumerate() {
+        close(&g.mapv(f64::from), w, 1e-5, &format!("h_{s}"));
+    }
+
+    let seeds: Vec<Lazy<f32>> = (0..t)
+        .map(|s| Lazy::from(f32s(values(&[b, h], 40 + s as u64))))
+        .collect();
+    let pairs: Vec<(&Lazy<f32>, &Lazy<f32>)> = hs.iter().zip(&seeds).collect();
+    let grads = ovl::backward(&pairs, &[&x, &w, &u, &bias]).unwrap();
+    let outs: Vec<Lazy<f32>> = [&x, &w, &u, &bias]
+        .iter()
+        .map(|v| grads.of_or_zeros(v))
+        .collect();
+    let cuts = kernels_named(&outs, 1, "unstack_rows");
+    assert!(
+        !cuts.is_empty() && cuts.iter().all(|&k| k == 0),
+        "every cut left runs as views: {cuts:?}"
+    );
+    let unfused = ovl::evaluate_with(&outs, &options(Options::interpreter(), 0)).unwrap();
+    let got = ovl::evaluate_with(&outs, &options(Options::cpu(), 1)).unwrap();
+    for (k, (g, w)) in got.iter().zip(&unfused).enumerate() {
+        close(
+            &g.mapv(f64::from),
+            &w.mapv(f64::from),
+            1e-4,
+            &format!("gradient {k}"),
+        );
+    }
+}
+
+/// Pieces that are not contiguous blocks of the stacked result (batched products: each batch
+/// holds rows of every piece) are still copied by the cut's kernel, in f64, with the values
+/// of a plain loop.
+#[test]
+fn a_cut_into_pieces_that_are_not_contiguous_still_copies() {
+    let (s, batch, m, k, n) = (3, 2, 2, 5, 4);
+    let xs = values(&[s, batch, m, k], 51);
+    let ws = values(&[batch, k, n], 52);
+    let (x, w) = (Lazy::from(xs.clone()), Lazy::from(ws.clone()));
+    let ys: Vec<Lazy<f64>> = slices(&x, s)
+        .iter()
+        .map(|x_t| ops::tanh(ops::matmul(x_t, &w)))
+        .collect();
+    let f = ovl::fusion_with(&ys, &options(Options::cpu(), 1)).unwrap();
+    assert_eq!(f.report.stacked.len(), 1, "{}", f.report);
+    let cuts = kernels_named(&ys, 1, "unstack_rows");
+    assert!(
+        !cuts.is_empty() && cuts.iter().all(|&k| k == 1),
+        "a batched cut runs its kernel: {cuts:?}"
+    );
+    let got = ovl::evaluate_with(&ys, &options(Options::cpu(), 1)).unwrap();
+    for (t, y) in got.iter().enumerate() {
+        for p in 0..batch {
+            let a = xs.slice(ndarray::s![t, p, .., ..]).to_owned().into_dyn();
+            let b = ws.slice(ndarray::s![p, .., ..]).to_owned().into_dyn();
+            let want = product(&a, &b, false, false).mapv(f64::tanh);
+            let got = y.slice(ndarray::s![p, .., ..]).to_owned().into_dyn();
+            close(&got, &want, 1e-12, &format!("y_{t}[{p}]"));
+        }
+    }
+}
+
+/// A cut whose pieces are requested as graph outputs (written into the caller's arrays, not
+/// placed inside the stacked result) still runs its kernel, with the values of a plain loop.
+#[test]
+fn a_cut_whose_pieces_are_graph_outputs_still_copies() {
+    let (s, m, k, n) = (4, 3, 5, 6);
+    let xs = values(&[s, m, k], 61);
+    let ws = values(&[k, n], 62);
+    let (x, w) = (Lazy::from(xs.clone()), Lazy::from(ws.clone()));
+    let ys: Vec<Lazy<f64>> = slices(&x, s)
+        .iter()
+        .map(|x_t| ops::matmul(x_t, &w))
+        .collect();
+    let f = ovl::fusion_with(&ys, &options(Options::cpu(), 1)).unwrap();
+    assert_eq!(f.report.stacked.len(), 1, "{}", f.report);
+    let cuts = kernels_named(&ys, 1, "unstack_rows");
+    assert_eq!(cuts, [1], "the cut writes the outputs");
+    let got = ovl::evaluate_with(&ys, &options(Options::cpu(), 1)).unwrap();
+    for (t, y) in got.iter().enumerate() {
+        let a = xs.slice(ndarray::s![t, .., ..]).to_owned().into_dyn();
+        close(y, &product(&a, &ws, false, false), 1e-12, &format!("y_{t}"));
     }
 }

@@ -68,6 +68,7 @@ pub use report::{
     FusionReport, Merge, MergeKind, NotStacked, NotStackedReason, Reason, Refusal, RowBuffer,
     SplitPass, Stacked,
 };
+pub use stack::cut_offsets;
 
 use graph::{Src, Work};
 use ovl_ir::ir;

@@ -203,6 +203,7 @@ impl Plan {
                         temps[t].as_ref()
                     }
                     Slot::Output(k) => Some(outputs[k]),
+                    Slot::View { .. } => None,
                     Slot::Input(_) => unreachable!("operator outputs are never placed in inputs"),
                 };
                 if let (Some(t), false) = (t, written) {
@@ -214,6 +215,9 @@ impl Plan {
                 Slot::Input(g) => inputs[g].ptr(),
                 Slot::Output(k) => outputs[k].ptr(),
                 Slot::Temp(t) => temps[t].as_ref().map_or(0, |t| t.ptr()),
+                Slot::View { base, offset, .. } => {
+                    temps[base].as_ref().map_or(0, |t| t.ptr() + offset as u64)
+                }
             };
             let ins: Vec<u64> = self.dag.operator_inputs[i]
                 .inputs
@@ -227,6 +231,8 @@ impl Plan {
             // wiring); the outputs are distinct from each other and from the inputs (a DAG, and
             // the sharing check). A GEMM writes its one output.
             match &kernels[i] {
+                // Its outputs are read in place.
+                _ if self.viewed[i] => {}
                 Kernel::CudaGemm(k) => unsafe { k.launch_device(op, &ins, outs[0]) }?,
                 Kernel::Cuda(k) => {
                     unsafe {
@@ -256,7 +262,9 @@ impl Plan {
             let src = match slot {
                 Slot::Input(g) => inputs[g],
                 Slot::Output(j) => outputs[j],
-                Slot::Temp(_) => unreachable!("a copied output's source is an input or output"),
+                Slot::Temp(_) | Slot::View { .. } => {
+                    unreachable!("a copied output's source is an input or output")
+                }
             };
             outputs[k].copy_from(src)?;
         }

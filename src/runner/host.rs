@@ -80,6 +80,7 @@ impl Plan {
                             }
                         }
                     }
+                    Slot::View { .. } => {}
                     Slot::Input(_) => unreachable!("operator outputs are never placed in inputs"),
                 }
             }
@@ -93,7 +94,10 @@ impl Plan {
                     (Kernel::Gemm(_), Kernel::Cpu(_))
                 )
             };
-            let gpu_time = if self.deferred[i].is_some_and(|c| pairable(i, c)) {
+            let gpu_time = if self.viewed[i] {
+                // Its outputs are read in place.
+                None
+            } else if self.deferred[i].is_some_and(|c| pairable(i, c)) {
                 // Runs at its consumer's turn, below.
                 None
             } else if let (Some(g), Kernel::Cpu(k)) =
@@ -145,7 +149,7 @@ impl Plan {
                             .collect();
                         let owned: Result<Vec<Option<HostTensor>>, _> = wiring
                             .iter()
-                            .map(|v| self.raw_copy(self.slot_of(v), inputs, outputs))
+                            .map(|v| self.raw_copy(self.slot_of(v), inputs, outputs, &temps))
                             .collect();
                         if let Some(e) = taken.iter().find_map(|t| t.as_ref().err()).cloned() {
                             // Out of memory: the buffers taken go back where they were.
@@ -311,18 +315,26 @@ impl Plan {
                 Output::Raw(p) => p.cast_const(),
             },
             Slot::Temp(t) => temp(temps, t).data.as_ptr().cast(),
+            Slot::View { base, offset, .. } => {
+                temp(temps, base).data.as_ptr().wrapping_add(offset).cast()
+            }
         }
     }
 
-    /// A copy of data in raw memory (a raw input, or a raw output read by a later operator) as
-    /// a host tensor, for kernels that take host tensors.
+    /// A copy of data in raw memory (a raw input, a raw output read by a later operator, a
+    /// view) as a host tensor, for kernels that take host tensors.
     fn raw_copy(
         &self,
         slot: Slot,
         inputs: &[Input<'_>],
         outputs: &[Output<'_>],
+        temps: &[Option<HostTensor>],
     ) -> Result<Option<HostTensor>, ovl_core::AllocError> {
         let (p, sig) = match slot {
+            Slot::View { own, .. } => (
+                self.read_ptr(slot, inputs, outputs, temps),
+                &self.temps[own],
+            ),
             Slot::Input(g) => match inputs[g] {
                 Input::Raw(p) => (p, &self.inputs[g]),
                 Input::Host(_) => return Ok(None),
@@ -356,6 +368,7 @@ impl Plan {
                 Output::Raw(_) => unreachable!("raw outputs are copied first"),
             },
             Slot::Temp(t) => temp(temps, t),
+            Slot::View { .. } => unreachable!("views are copied first"),
         }
     }
 
@@ -385,7 +398,9 @@ impl Plan {
                 }
             },
             Slot::Temp(t) => temps[t].take().expect("allocated before the operator runs"),
-            Slot::Input(_) => unreachable!("operator outputs are never placed in inputs"),
+            Slot::Input(_) | Slot::View { .. } => {
+                unreachable!("operator outputs run are never placed in inputs or views")
+            }
         })
     }
 
@@ -412,7 +427,9 @@ impl Plan {
                 }
             },
             Slot::Temp(i) => temps[i] = Some(t),
-            Slot::Input(_) => unreachable!("operator outputs are never placed in inputs"),
+            Slot::Input(_) | Slot::View { .. } => {
+                unreachable!("operator outputs run are never placed in inputs or views")
+            }
         }
     }
 }
@@ -433,7 +450,9 @@ fn write_ptr(
             .data
             .as_mut_ptr()
             .cast(),
-        Slot::Input(_) => unreachable!("operator outputs are never placed in inputs"),
+        Slot::Input(_) | Slot::View { .. } => {
+            unreachable!("operator outputs run are never placed in inputs or views")
+        }
     }
 }
 

@@ -29,6 +29,7 @@ mod host;
 mod pointers;
 pub(crate) mod scratch;
 mod sig;
+mod views;
 
 pub use crate::error::run::{PlanError, RunFailure, Wiring};
 pub(crate) use device::{on_device, on_host};
@@ -90,6 +91,13 @@ enum Slot {
     Output(usize),
     /// An intermediate the run allocates.
     Temp(usize),
+    /// Part of intermediate `base` at `offset` bytes, read in place (`views`); `own` is the
+    /// intermediate it would have been (its type). Never written.
+    View {
+        base: usize,
+        offset: usize,
+        own: usize,
+    },
 }
 
 /// Where every value of a graph lives during a run, decided once per graph.
@@ -117,6 +125,8 @@ pub struct Plan {
     deferred: Vec<Option<usize>>,
     /// Per operator: the GEMM a consumer runs with.
     epilogue_of: Vec<Option<usize>>,
+    /// Per operator: whether its outputs are views of its input and it does not run (`views`).
+    viewed: Vec<bool>,
 }
 
 impl fmt::Debug for Plan {
@@ -201,6 +211,7 @@ impl Plan {
             }
             op_slots.push(s);
         }
+        let viewed = views::place(&dag, &mut op_slots, &temps);
         // Operator inputs name earlier operators (a topological order), with the types the
         // operator reads.
         let mut temp_last_use = vec![0; temps.len()];
@@ -222,7 +233,7 @@ impl Plan {
             {
                 let got = match &v.source {
                     Some(Source::OpOutput(o)) if (o.operator as usize) < i => {
-                        if let Some(Slot::Temp(t)) =
+                        if let Some(Slot::Temp(t) | Slot::View { base: t, .. }) =
                             op_slots[o.operator as usize].get(o.output as usize)
                         {
                             temp_last_use[*t] = i;
@@ -254,7 +265,7 @@ impl Plan {
             let Some(c) = *c else { continue };
             for v in &dag.operator_inputs[g].inputs {
                 if let Some(Source::OpOutput(o)) = &v.source {
-                    if let Some(Slot::Temp(t)) =
+                    if let Some(Slot::Temp(t) | Slot::View { base: t, .. }) =
                         op_slots[o.operator as usize].get(o.output as usize)
                     {
                         temp_last_use[*t] = temp_last_use[*t].max(c);
@@ -282,6 +293,7 @@ impl Plan {
             symbols: Vec::new(),
             deferred,
             epilogue_of,
+            viewed,
         })
     }
 
@@ -311,6 +323,12 @@ impl Plan {
     /// The graph planned.
     pub fn dag(&self) -> &ir::OperatorDag {
         &self.dag
+    }
+
+    /// Whether operator `operator` runs no kernel, its outputs read in place from its input
+    /// (the cut of a stacked product's result; `views`).
+    pub fn reads_in_place(&self, operator: usize) -> bool {
+        self.viewed.get(operator).copied().unwrap_or(false)
     }
 
     /// The types of the graph inputs.
