@@ -23,6 +23,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo doc (a broken or private intra-doc link is an error)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 echo "== cargo test"
 # The CUDA 12 and 13 NVRTC wheels are both in .venv: the CUDA tests compile with each.
 OVL_REQUIRE_NVRTC=12,13 cargo test --workspace --locked

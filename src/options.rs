@@ -14,7 +14,7 @@ pub enum Target {
     Cpu,
     /// Generated CUDA, compiled with NVRTC into the operator cache (CUBIN for the GPU's own
     /// architecture) and run on GPU 0: inputs are copied to the device, kernels launched,
-    /// outputs copied back; [`profile`] reports each kernel's GPU time from CUDA events. Without a
+    /// outputs copied back; [`crate::profile`] reports each kernel's GPU time from CUDA events. Without a
     /// GPU, a driver or NVRTC, evaluation fails with an error that says what is missing.
     Cuda,
     /// No GPU needed: every operator is generated as CUDA, compiled by NVRTC to PTX and

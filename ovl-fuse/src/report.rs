@@ -536,7 +536,7 @@ pub struct RowBuffer {
     pub kernel: String,
     /// The operation whose value is kept, e.g. "exp".
     pub value: String,
-    /// The buffer's length (the loops' trip count) and element type, e.g. "f32[4096]".
+    /// The buffer's length (the loops' trip count) and element type, e.g. `f32[4096]`.
     pub buffer: String,
 }
 

@@ -134,7 +134,7 @@ pub const COLUMN_THREADS: u64 = 1 << 17;
 /// shared memory).
 pub const COLUMN_SHARED_BYTES: u64 = 32 << 10;
 
-/// The group width for rows of `n` elements: about [`PER_THREAD`] elements per thread, a power
+/// The group width for rows of `n` elements: about `PER_THREAD` elements per thread, a power
 /// of two from [`WARP`] to [`MAX_WIDTH`].
 pub fn width_for(n: u64) -> u32 {
     let want = n
@@ -155,7 +155,7 @@ fn floor_pow2(n: u64) -> u64 {
 /// Workers per block: [`COLUMN_WORKERS`], fewer (down to [`MIN_COLUMN_WORKERS`]) where that
 /// would leave fewer than [`COLUMN_BLOCKS`] blocks. Width: the largest power of two such
 /// that all the threads stay within [`COLUMN_THREADS`], each thread gets at least
-/// [`PER_THREAD`] iterations, a block at most [`MAX_WIDTH`] threads, and the folds' shared
+/// `PER_THREAD` iterations, a block at most [`MAX_WIDTH`] threads, and the folds' shared
 /// memory, `fold_bytes` per thread, at most [`COLUMN_SHARED_BYTES`] a block; at least 2.
 pub fn column_layout(workers: u64, n: u64, fold_bytes: u64) -> Option<(u32, u32)> {
     if workers == 0 || n < PER_THREAD {

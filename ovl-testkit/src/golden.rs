@@ -153,7 +153,7 @@ fn write(path: &Path, text: &str) -> Result<(), GoldenError> {
 }
 
 /// The differing part of two texts, line by line: the lines after their common beginning and
-/// before their common end, at most [`SHOWN_LINES`] of each, expected ones marked `-` and
+/// before their common end, at most `SHOWN_LINES` of each, expected ones marked `-` and
 /// actual ones `+`, each with its 1-based line number in its own text.
 pub fn line_diff(expected: &str, actual: &str) -> String {
     let e: Vec<&str> = expected.lines().collect();

@@ -11,7 +11,7 @@
 //! (`OpKernel::IsExpensive`), and hands this library TensorFlow's buffers and dimensions
 //! directly: [`ovl_tf_kernel_new`] when TensorFlow constructs a node's kernel (the same checks
 //! as the C-API kernel, on the serialized `NodeDef`), [`ovl_tf_kernel_compute`] per call
-//! ([`crate::compute::run_raw`]: the same binding by pointer, per-thread scratch and inline
+//! (`compute::run_raw`: the same binding by pointer, per-thread scratch and inline
 //! execution), [`ovl_tf_kernel_delete`] when TensorFlow drops it.
 //!
 //! Every function runs under `catch_unwind`; a failure is TensorFlow's error code and a message
@@ -97,7 +97,7 @@ pub unsafe extern "C" fn ovl_tf_kernel_new(
 ///
 /// # Safety
 /// `kernel` must come from [`ovl_tf_kernel_new`] and not be deleted; `inputs` must hold `n_in`
-/// inputs as [`run_raw`] requires; `allocate` and `ctx` as [`run_raw`] requires; `error`
+/// inputs as `run_raw` requires; `allocate` and `ctx` as `run_raw` requires; `error`
 /// writable for `error_len` bytes (or null).
 #[no_mangle]
 pub unsafe extern "C" fn ovl_tf_kernel_compute(

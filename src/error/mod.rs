@@ -47,7 +47,7 @@ pub enum Error {
         why: Box<export::ExportError>,
     },
     /// A program given to [`crate::program::run_program`] is malformed, or its feeds do not
-    /// fit it (boxed: a program error may hold an [`Error`]).
+    /// fit it (boxed: a program error may hold an [`enum@Error`]).
     #[error(transparent)]
     Program(Box<program::ProgramError>),
     /// Compiling a graph with [`crate::compile`], or feeding the compiled graph, failed (what

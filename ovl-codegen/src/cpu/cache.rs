@@ -8,7 +8,7 @@
 //! digits of SHA-256 over the operator's canonical hash, the codegen and ABI versions, the
 //! compiler path and `--version`, the flags and the CPU features. With GCC,
 //! `<root>/v1/cpu-prelude/<key>/` holds the prelude as a header and its precompiled form, from
-//! which every operator is compiled ([`super::pch`]); `op.cpp` stays the full source.
+//! which every operator is compiled (`cpu/pch.rs`); `op.cpp` stays the full source.
 //!
 //! Every file is written to a unique temporary name in the same directory and renamed into
 //! place, so readers never see a partial file; an exclusive lock on `lock` serializes

@@ -75,7 +75,7 @@ pub(crate) trait Memory {
     fn free(&self, ptr: u64);
 }
 
-/// What a [`CachingAllocator`] has done (see [`allocator_stats`]).
+/// What a `CachingAllocator` has done (see [`allocator_stats`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AllocatorStats {
     /// Blocks allocated from the driver (`cuMemAlloc`).

@@ -25,11 +25,11 @@ pub enum GraphInput {
     Host(Arc<HostTensor>),
     /// Device data known when the graph was built (see [`Node::Device`]).
     Device(Arc<dyn DeviceData>),
-    /// A placeholder (its [`PlaceholderNode::id`] and name): data supplied at call time.
+    /// A placeholder (its `PlaceholderNode::id` and name): data supplied at call time.
     Placeholder {
-        /// [`PlaceholderNode::id`].
+        /// `PlaceholderNode::id`.
         id: u64,
-        /// [`PlaceholderNode::name`].
+        /// `PlaceholderNode::name`.
         name: String,
     },
 }
@@ -54,7 +54,7 @@ pub fn build_graph(outputs: &[&LazyTensor]) -> Result<Graph, TraceError> {
 /// What [`graph_key`] returns: the key of a graph and the sources of its graph inputs.
 #[derive(Debug)]
 pub struct GraphKey {
-    /// Identifies the graph [`build_graph`] would build: every operator's [`operator_key`], the
+    /// Identifies the graph [`build_graph`] would build: every operator's `operator_key`, the
     /// wiring, the dtype and shape of every graph input (placeholders also by id) and the
     /// outputs, as a self-delimiting byte string to compare exactly (each operator by its
     /// 32-byte key, the rest as written). Host data is not part of it.

@@ -43,7 +43,7 @@ impl<T> Expr<T> {
     }
 }
 
-/// A worker-local mutable scalar, made with [`variable`](crate::trace::dsl::variable).
+/// A worker-local mutable scalar, made with `variable`.
 ///
 /// Assign it with `v = expr` (inside `#[operator]`) or `v.set(expr)`, update it with `+=` and
 /// friends, and read it by using it in an expression: each use reads its value at that point.

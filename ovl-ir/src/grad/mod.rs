@@ -1,7 +1,7 @@
 //! Reverse-mode differentiation of an operator's IR into gradient operators in the same IR.
 //!
 //! Given a validated operator, which of its inputs need a gradient and which of its outputs
-//! carry an adjoint, [`derive`] emits operators that compute the gradients. They read the
+//! carry an adjoint, [`derive()`] emits operators that compute the gradients. They read the
 //! forward inputs and the outputs' adjoints, never the forward outputs: each recomputes what it
 //! needs (see `sweep`), so it fuses with the forward operator and with other operators like any
 //! operator.

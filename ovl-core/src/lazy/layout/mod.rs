@@ -6,7 +6,7 @@
 //! both sides walk the same axis fastest (a sub-block, stepped or reversed rows or columns,
 //! broadcast rows) the copy goes line by line along that axis, a `memcpy` per line whose
 //! elements are contiguous on both sides. Where they walk different axes fastest (a transpose,
-//! Fortran order, permuted axes) it is a tiled transpose ([`tiles`]). Large copies are split
+//! Fortran order, permuted axes) it is a tiled transpose (`layout/tiles.rs`). Large copies are split
 //! over the cores.
 
 mod tiles;
