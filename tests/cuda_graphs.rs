@@ -5,30 +5,19 @@
 //! works, and cuBLAS products are recorded with the kernels. Without a GPU each test says it
 //! did not run.
 
+#[path = "support/gather_op.rs"]
+mod gather_op;
 #[path = "support/gemm_values.rs"]
 mod gemm_values;
 #[path = "support/lstm_small_ops.rs"]
 mod lstm_small_ops;
 
+use gather_op::{gather, say};
 use gemm_values::{options, values};
 use ndarray::{ArrayD, IxDyn};
 use ovl::cuda::DeviceTensor;
 use ovl::prelude::*;
 use ovl::HostTensor;
-use std::io::Write as _;
-
-/// out[i] = x[idx[i]]: a checked index, so the kernel can fault.
-#[operator]
-fn gather(x: Tensor<f32>, idx: Tensor<i32>) -> Tensor<f32> {
-    let i = position_in(idx.shape())[0];
-    let out = output::<f32>(idx.shape());
-    out[[i]] = x[[idx[[i]]]];
-    out
-}
-
-fn say(text: &str) {
-    let _ = writeln!(std::io::stderr(), "{text}");
-}
 
 fn gpu(test: &str) -> bool {
     match ovl::cuda::gpu_status() {

@@ -5,11 +5,14 @@
 //! checked to allocate nothing from the driver in a steady state, and bad input (dtype, shape,
 //! a fault, running out of memory) is a clear error after which the runtime still works.
 
+#[path = "support/gather_op.rs"]
+mod gather_op;
+
+use gather_op::{gather, say};
 use ndarray::{Array1, ArrayD, IxDyn};
 use ovl::cuda::{DeviceError, DeviceTensor};
 use ovl::prelude::*;
 use ovl::HostTensor;
-use std::io::Write as _;
 
 #[operator]
 fn axpy(a: Tensor<f32>, x: Tensor<f32>, y: Tensor<f32>) -> Tensor<f32> {
@@ -25,19 +28,6 @@ fn square_plus_one(x: Tensor<f32>) -> Tensor<f32> {
     let out = output_like(&x);
     out[[i]] = x[[i]] * x[[i]] + 1.0f32;
     out
-}
-
-/// out[i] = x[idx[i]]: a checked index, so the kernel can fault.
-#[operator]
-fn gather(x: Tensor<f32>, idx: Tensor<i32>) -> Tensor<f32> {
-    let i = position_in(idx.shape())[0];
-    let out = output::<f32>(idx.shape());
-    out[[i]] = x[[idx[[i]]]];
-    out
-}
-
-fn say(text: &str) {
-    let _ = writeln!(std::io::stderr(), "{text}");
 }
 
 fn host(v: &[f32]) -> HostTensor {

@@ -29,7 +29,9 @@ pub fn initial_capacity() -> usize {
     capacity_from_env(PLAN_CACHE_SIZE_VAR, DEFAULT_CAPACITY)
 }
 
-fn capacity_from_env(var: &str, default: usize) -> usize {
+/// The value of environment variable `var` when it is set to a number (surrounding spaces
+/// allowed), else `default`: how every capacity of ovl's in-memory caches and pools starts.
+pub fn capacity_from_env(var: &str, default: usize) -> usize {
     std::env::var(var)
         .ok()
         .and_then(|v| v.trim().parse().ok())

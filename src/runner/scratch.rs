@@ -54,12 +54,8 @@ impl Pool {
 fn pool() -> MutexGuard<'static, Pool> {
     static POOL: OnceLock<Mutex<Pool>> = OnceLock::new();
     POOL.get_or_init(|| {
-        let capacity = std::env::var(CAPACITY_VAR)
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_CAPACITY);
         Mutex::new(Pool {
-            capacity,
+            capacity: ovl_core::lru::capacity_from_env(CAPACITY_VAR, DEFAULT_CAPACITY),
             held: 0,
             free: HashMap::new(),
         })
