@@ -5,6 +5,7 @@ Rows are dicts with at least "variant", "best_us", "median_us", "gb_per_s" and "
 when not known), plus the keys that identify the case (size, pass, ...).
 """
 
+import os
 import platform
 import statistics
 import time
@@ -25,6 +26,42 @@ def cpu():
         pass
     vector = [f for f in flags if f.startswith(("sse", "avx", "fma", "amx"))]
     return model, cores, " ".join(vector) or "unknown"
+
+
+def machine():
+    """The CPU for the record, as benches/common/mod.rs `machine()` writes it: the model, the
+    core's generation where /proc/cpuinfo tells it (a virtual machine may name only "AMD
+    EPYC": family 25 is Zen 3 or 4, 26 Zen 5), the cores this process may use and the caches
+    per core."""
+    fields = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    model = fields.get("model name") or platform.processor() or "unknown CPU"
+    core = ""
+    try:
+        family, number = int(fields["cpu family"]), int(fields["model"])
+        if fields.get("vendor_id") == "AuthenticAMD":
+            zen4 = 0x10 <= number <= 0x1F or 0x60 <= number <= 0x7F or 0xA0 <= number <= 0xAF
+            generation = {23: "Zen 1-2", 25: "Zen 4" if zen4 else "Zen 3", 26: "Zen 5"}
+            core = f" ({generation.get(family, 'AMD')}: family {family}, model {number})"
+        else:
+            core = f" (family {family}, model {number})"
+    except (KeyError, ValueError):
+        pass
+    caches = ""
+    for index in range(8):
+        base = Path(f"/sys/devices/system/cpu/cpu0/cache/index{index}")
+        try:
+            level, kind, size = ((base / f).read_text().strip() for f in ("level", "type", "size"))
+        except OSError:
+            break
+        if kind in ("Data", "Unified"):
+            caches += f", L{level}{'d' if kind == 'Data' else ''} {size}"
+    return f"{model}{core}, {len(os.sched_getaffinity(0))} cores{caches}"
 
 
 def timed(fn, args, reps, warmup=3, sync=None):

@@ -16,14 +16,13 @@ ovl's outputs (written by the Rust side), TensorFlow's, JAX's and PyTorch's.
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import timed  # noqa: E402
+from bench_common import machine, timed  # noqa: E402
 
 SIZES = [(35, 20, 650), (35, 20, 1500), (20, 64, 1024)]
 TOLERANCE = 2e-3  # max |got - want| / max |want|, per array (f32 through T steps)
@@ -100,19 +99,6 @@ def check(name, got, want):
     if not np.isfinite(err) or err > TOLERANCE:
         raise SystemExit(f"{name}: relative error {err:.2e} against the NumPy reference")
     return err
-
-
-def machine():
-    model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores"
 
 
 def check_ovl(out, size, ref_h, ref_grads):

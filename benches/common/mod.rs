@@ -112,19 +112,60 @@ pub fn triad_bandwidth(reps: usize) -> f64 {
     (3 * n * 4) as f64 / best.as_secs_f64()
 }
 
-/// The CPU model and core count, for the record.
+/// The CPU for the record: its model, the core's generation where `/proc/cpuinfo` tells it
+/// (a virtual machine may name only "AMD EPYC": the family and model then say Zen 4 or Zen 5,
+/// whose vector units differ by 2x), the cores this process may use and the caches per core.
 pub fn machine() -> String {
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| -> Option<String> {
+        info.lines()
+            .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
+            .and_then(|l| l.split(':').nth(1))
+            .map(|v| v.trim().to_string())
+    };
+    let model = field("model name").unwrap_or_else(|| "unknown CPU".into());
+    let number = |name: &str| field(name).and_then(|v| v.parse::<u32>().ok());
+    let core = match (
+        field("vendor_id").as_deref(),
+        number("cpu family"),
+        number("model"),
+    ) {
+        (Some("AuthenticAMD"), Some(family), Some(m)) => {
+            let generation = match family {
+                23 => "Zen 1-2",
+                25 if matches!(m, 0x10..=0x1f | 0x60..=0x7f | 0xa0..=0xaf) => "Zen 4",
+                25 => "Zen 3",
+                26 => "Zen 5",
+                _ => "AMD",
+            };
+            format!(" ({generation}: family {family}, model {m})")
+        }
+        (Some(_), Some(family), Some(m)) => format!(" (family {family}, model {m})"),
+        _ => String::new(),
+    };
     let cores = std::thread::available_parallelism().map_or(1, |t| t.get());
-    format!("{model}, {cores} cores")
+    format!("{model}{core}, {cores} cores{}", caches())
+}
+
+/// The data caches of CPU 0 from sysfs, e.g. ", L1d 48K, L2 1024K, L3 32768K" (empty when
+/// not known).
+fn caches() -> String {
+    let mut out = String::new();
+    for index in 0..8 {
+        let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{index}");
+        let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).ok();
+        let (Some(level), Some(kind), Some(size)) = (read("level"), read("type"), read("size"))
+        else {
+            break;
+        };
+        let suffix = match kind.trim() {
+            "Data" => "d",
+            "Unified" => "",
+            _ => continue,
+        };
+        out.push_str(&format!(", L{}{suffix} {}", level.trim(), size.trim()));
+    }
+    out
 }
 
 /// What [`device_calls`] measured.
