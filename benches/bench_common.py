@@ -12,20 +12,16 @@ import time
 from pathlib import Path
 
 
-def cpu():
-    """The CPU's model, core count and vector features (from /proc/cpuinfo)."""
-    model, flags, cores = platform.processor() or "unknown CPU", [], 0
+def vector_features():
+    """The CPU's vector features (from /proc/cpuinfo's flags), for the record."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                cores += 1
-            elif line.startswith("flags") and not flags:
+            if line.startswith("flags"):
                 flags = line.split(":", 1)[1].split()
+                return " ".join(f for f in flags if f.startswith(("sse", "avx", "fma", "amx")))
     except OSError:
         pass
-    vector = [f for f in flags if f.startswith(("sse", "avx", "fma", "amx"))]
-    return model, cores, " ".join(vector) or "unknown"
+    return "unknown"
 
 
 def machine():

@@ -12,7 +12,7 @@ import json
 from datetime import date
 from pathlib import Path
 
-from bench_common import cpu
+from bench_common import machine, vector_features
 
 
 def best_of_runs(out, stem):
@@ -46,9 +46,8 @@ def main():
         {(r["kernel"], r["case"]): r for r in doc.get("rows", [])} for doc in (jax, xla)
     ]
     by = {(r["kernel"], r["case"]): r for r in ovl["rows"]}
-    model, cores, vector = cpu()
     lines = [
-        f"Machine: {model}, {cores} cores; vector features: {vector}.",
+        f"Machine: {machine()}; vector features: {vector_features()}.",
         f"Date: {date.today().isoformat()}; best of {ovl['repetitions']} calls each"
         + (f", and of {ovl['runs']} runs (alternating ovl and the peers)" if ovl["runs"] > 1
            else "")

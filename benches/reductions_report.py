@@ -12,7 +12,7 @@ import json
 import platform
 from pathlib import Path
 
-from bench_common import bar_chart, cpu, fmt, table
+from bench_common import bar_chart, vector_features, fmt, table
 from reductions_common import KERNELS
 
 PASSES = ["forward", "forward+backward"]
@@ -54,7 +54,7 @@ def main():
                "ovl's outputs were checked against a plain-Rust f64 reference only (no "
                "TensorFlow results were present)")
     lines = [
-        f"Machine: {ovl['machine']} ({platform.system()}); vector features: {cpu()[2]}; "
+        f"Machine: {ovl['machine']} ({platform.system()}); vector features: {vector_features()}; "
         "TensorFlow "
         f"{tf.get('tensorflow', 'did not run')}; JAX "
         + (f"{jax['jax']} ({jax['device']})" if "jax" in jax else "did not run")
