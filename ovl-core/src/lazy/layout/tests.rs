@@ -209,6 +209,9 @@ fn row_major_values_go_into_views_of_every_layout() {
     assign_into("reversed", &mut m, |v| {
         v.slice_move(s![..;-1, ..;-2]).into_dyn()
     });
+    assign_into("reversed columns", &mut m, |v| {
+        v.slice_move(s![.., ..;-1]).into_dyn()
+    });
     assign_into("transposed sub-block", &mut m, |v| {
         v.slice_move(s![3..60, 2..30]).reversed_axes().into_dyn()
     });
