@@ -448,6 +448,13 @@ impl Element for f32 {
                 true
             } else if few_rows
                 && b_strides == (1, k)
+                && std::env::var_os("NT_OLD").is_none()
+                && gemm_small::nt_broadcast::available()
+            {
+                gemm_small::nt_broadcast::gemm_nt_broadcast((m, n, k), a, a_strides, b, c, threads);
+                true
+            } else if few_rows
+                && b_strides == (1, k)
                 && m >= gemm_large::NT_MIN_ROWS
                 && gemm_large::enough_strips(n, threads)
             {
