@@ -9,6 +9,11 @@
 //! core's L2 cache while every block of rows of A passes over it, with the block's results in
 //! AVX-512 registers for the whole sum over `k`. Column strips (row groups) are split between
 //! the threads.
+//!
+//! `C = A · Bᵀ` from 8 rows runs through [`nt_broadcast`] instead: the transpose `Cᵀ = B · Aᵀ`,
+//! B's values broadcast against A packed once per call, B read once in sequential row
+//! streams. [`gemm_nt`] (dot products over `k`, 16 lanes each) stays for fewer rows, where a
+//! block's rows of A stay in L1.
 
 use std::arch::x86_64::*;
 
@@ -473,7 +478,9 @@ mod tests {
             c
         };
         let mut shapes = Vec::new();
-        for m in [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 20, 24, 31, 32, 33, 47, 50, 56, 60, 64] {
+        for m in [
+            1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 20, 24, 31, 32, 33, 47, 50, 56, 60, 64,
+        ] {
             for (n, k) in [(1, 1), (13, 3), (37, 17), (29, 70)] {
                 shapes.push((m, n, k));
             }

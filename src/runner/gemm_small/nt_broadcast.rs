@@ -1,26 +1,27 @@
 //! `C = A · Bᵀ` with few rows (`m <= MAX_ROWS`) computed as its transpose, `Cᵀ[n, m] =
 //! B[n, k] · Aᵀ[k, m]`, by broadcasting B's values against the packed columns of A.
 //!
-//! The dot-product kernel ([`super::gemm_nt`]) keeps a block of rows of A by rows of B in registers,
-//! each sum in 16 lanes over `k`: every step over `k` loads a vector from each of the block's
-//! rows, and at the layer's shapes those rows (tens of KB each) come from L2, which then limits
-//! it. Here A (20 x 2600 in the layer: 208 KB) is packed once per call, transposed, into
-//! vectors of its `m` rows (the lanes), and every block of `R` rows of B keeps its `R x m`
-//! results in registers for the whole sum: each step over `k` loads the packed column of A
-//! (one vector per 16 rows of A, from L2 or L1) and broadcasts each block row's value of B into
-//! an FMA. B is read once, in `R` sequential streams; L2 serves about 80 bytes per step.
+//! The dot-product kernel ([`super::gemm_nt`]) keeps blocks of 4 rows of A by 6 rows of B in
+//! registers, each sum in 16 lanes over `k`: every step over `k` loads a vector from each of
+//! the 10 rows, and at the LSTM layer's shapes (`dz_t Uᵀ`, `[20, 2600] x [650, 2600]ᵀ`) those
+//! rows (10 KB each, 100 KB per block) come from L2, which then limits it. Here A is packed
+//! once per call, transposed, its `m` rows in the lanes, and every block of `R` rows of B
+//! keeps its `R x m` results in registers for the whole sum: each step over `k` loads the
+//! packed column of A (a vector per 16 rows of A, from L2) and broadcasts each block row's
+//! value of B into an FMA. B is read once, in `R` sequential streams of 4 bytes per step.
 //!
-//! Rows of A past a multiple of 16 fill a last vector in one of several ways, so that few lanes
-//! go unused: up to 8 of them share it with consecutive values of `k`, `16 / g` rows by `g`
-//! steps (`g` = 2, 4, 8 or 16, the fewest rows that hold them: 20 rows are one vector of 16
-//! rows and one of 4 rows by 4 steps), against a broadcast of `g` consecutive values of each
-//! row of B; the lanes of each row of A are added at the end. 9 to 15 rows take a whole
-//! vector, one step per lane.
+//! Rows of A past a multiple of 16 fill a last vector so that few lanes go unused: up to 8 of
+//! them share it with consecutive steps of `k`, `16 / g` rows by `g` steps (`g` = 2, 4, 8 or
+//! 16: the fewest rows that hold them), against a broadcast of `g` consecutive values of each
+//! row of B, and the `g` lanes of each row of A are added at the end (20 rows: a vector of
+//! 16 rows and one of 4 rows by 4 steps, every lane used). 9 to 15 rows take a whole vector,
+//! one step per lane.
 //!
-//! Where packed A is larger than L2 holds (many rows and a long sum), the sum runs in chunks
-//! of `k`, each block's results kept between chunks in memory, and a task takes several
-//! blocks of rows of B so that each chunk of packed A is read from L2 by all of them. The
-//! results are written transposed into C. Blocks of rows of B are split between the threads.
+//! Where packed A is larger than L2 holds alongside B's streams (many rows and a long sum),
+//! the sum runs in chunks of `k`, each block's results kept between chunks in memory, and a
+//! task takes several blocks of rows of B so that each chunk of packed A is read from L2 by
+//! all of them. The results are written transposed into C. Tasks (blocks of rows of B) are
+//! split between the threads.
 
 use super::{for_each_task, MAX_ROWS};
 use std::arch::x86_64::*;
@@ -52,7 +53,12 @@ impl Layout {
             2 => 8,
             3..=4 => 4,
             5..=8 => 2,
-            _ => return Layout { full: full + 1, group: 0 },
+            _ => {
+                return Layout {
+                    full: full + 1,
+                    group: 0,
+                }
+            }
         };
         Layout { full, group }
     }
@@ -89,10 +95,56 @@ pub(in crate::runner) unsafe fn gemm_nt_broadcast(
 ) {
     debug_assert!(m <= MAX_ROWS && m > 0 && k > 0 && available());
     let layout = Layout::of(m);
+    // Packed A in a buffer kept by the calling thread between calls (a fresh one of hundreds
+    // of KB would cost a page fault per page on first touch, every call).
+    PACKED.with(|buffer| {
+        let mut own = Vec::new();
+        let mut kept = buffer.try_borrow_mut();
+        let packed = match kept.as_deref_mut() {
+            Ok(kept) => kept,
+            Err(_) => &mut own,
+        };
+        packed.resize(k.div_ceil(layout.unit()) * layout.unit_len(), 0.0);
+        // SAFETY: the caller's contract.
+        unsafe {
+            pack(layout, (m, k), a, (a_rs, a_cs), packed);
+            run(layout, (m, n, k), packed, b, c, threads);
+        }
+    })
+}
+
+std::thread_local! {
+    /// Each calling thread's packed A (see [`gemm_nt_broadcast`]).
+    static PACKED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The most result floats one block of rows keeps between chunks: `R x vectors` vectors.
+const STATE_LEN: usize = {
+    let (mut most, mut vectors) = (0, 1);
+    while vectors <= 4 {
+        let len = block_rows_const(vectors, 0) * vectors * LANES;
+        if len > most {
+            most = len;
+        }
+        vectors += 1;
+    }
+    most
+};
+
+/// [`gemm_nt_broadcast`] with A packed.
+///
+/// # Safety
+/// As [`gemm_nt_broadcast`]; `packed` is A packed by [`pack`].
+unsafe fn run(
+    layout: Layout,
+    (m, n, k): (usize, usize, usize),
+    packed: &[f32],
+    b: *const f32,
+    c: *mut f32,
+    threads: usize,
+) {
     let (unit, unit_len) = (layout.unit(), layout.unit_len());
     let units = k.div_ceil(unit);
-    // SAFETY: the caller's contract.
-    let packed = unsafe { pack(layout, (m, k), a, (a_rs, a_cs)) };
     let chunk_units = (CHUNK_BYTES / (unit_len * 4)).max(1);
     let chunks = units.div_ceil(chunk_units);
     let rows = block_rows(layout);
@@ -100,6 +152,7 @@ pub(in crate::runner) unsafe fn gemm_nt_broadcast(
     let panel = if chunks == 1 { 1 } else { PANEL_BLOCKS };
     let tasks = blocks.div_ceil(panel);
     let state_len = rows * layout.vectors() * LANES;
+    assert!(state_len <= STATE_LEN);
     let shared = Pointers {
         a: packed.as_ptr(),
         b,
@@ -108,17 +161,21 @@ pub(in crate::runner) unsafe fn gemm_nt_broadcast(
     for_each_task(tasks, threads, |task| {
         let first_block = task * panel;
         let panel_blocks = panel.min(blocks - first_block);
-        let mut state = vec![0f32; panel_blocks * state_len];
+        // Written by each block's first chunk before anything reads it.
+        let mut state = [std::mem::MaybeUninit::<f32>::uninit(); PANEL_BLOCKS * STATE_LEN];
         for chunk in 0..chunks {
             let first_unit = chunk * chunk_units;
-            let (k0, k1) = (first_unit * unit, ((first_unit + chunk_units) * unit).min(k));
+            let (k0, k1) = (
+                first_unit * unit,
+                ((first_unit + chunk_units) * unit).min(k),
+            );
             for p in 0..panel_blocks {
                 let first_row = (first_block + p) * rows;
                 let valid = rows.min(n - first_row);
                 // SAFETY: the block's rows of B (the last repeated past `valid`) and the
                 // chunk's packed A lie inside the buffers; the state is this task's.
                 unsafe {
-                    let state = state.as_mut_ptr().add(p * state_len);
+                    let state = state.as_mut_ptr().add(p * state_len).cast::<f32>();
                     let ap = shared.a().add(first_unit * unit_len);
                     let bp = shared.b().add(first_row * k + k0);
                     block(layout, (ap, bp, k, valid), k1 - k0, state, chunk > 0);
@@ -128,7 +185,10 @@ pub(in crate::runner) unsafe fn gemm_nt_broadcast(
         for p in 0..panel_blocks {
             let first_row = (first_block + p) * rows;
             let valid = rows.min(n - first_row);
-            let state = &state[p * state_len..(p + 1) * state_len];
+            // SAFETY: the block's state, written by its chunks above.
+            let state = unsafe {
+                std::slice::from_raw_parts(state.as_ptr().add(p * state_len).cast(), state_len)
+            };
             // SAFETY: columns `first_row..first_row + valid` of C are this task's.
             unsafe { store(layout, m, state, valid, shared.c().add(first_row), n) };
         }
@@ -171,9 +231,10 @@ fn block_rows(layout: Layout) -> usize {
     block_rows_const(layout.full, layout.group)
 }
 
-/// A packed into units of `layout`: unit `u` holds, for each of its steps `s`, the full
-/// vectors (lane `q` of vector `v`: row `16 v + q`, step `u * unit + s`), then the last vector
-/// (lane `q`: row `16 full + q / group`, step `u * unit + q % group`); zeros past `m` and `k`.
+/// A packed into `packed` (`ceil(k / unit)` units of `layout`): unit `u` holds, for each of
+/// its steps `s`, the full vectors (lane `q` of vector `v`: row `16 v + q`, step
+/// `u * unit + s`), then the last vector (lane `q`: row `16 full + q / group`, step
+/// `u * unit + q % group`); zeros past `m` and `k`.
 ///
 /// # Safety
 /// A holds the `m x k` elements its strides describe.
@@ -182,38 +243,28 @@ unsafe fn pack(
     (m, k): (usize, usize),
     a: *const f32,
     (a_rs, a_cs): (usize, usize),
-) -> Vec<f32> {
+    packed: &mut [f32],
+) {
     let (unit, unit_len, full) = (layout.unit(), layout.unit_len(), layout.full);
-    let units = k.div_ceil(unit);
-    let mut packed = vec![0f32; units * unit_len];
     // SAFETY: (i, l) with i < m, l < k is an element of A.
-    let at = |i: usize, l: usize| unsafe { *a.add(i * a_rs + l * a_cs) };
+    let at = |i: usize, l: usize| {
+        if i < m && l < k {
+            unsafe { *a.add(i * a_rs + l * a_cs) }
+        } else {
+            0.0
+        }
+    };
     for (u, dst) in packed.chunks_exact_mut(unit_len).enumerate() {
-        for s in 0..unit {
-            let l = u * unit + s;
-            if l >= k {
-                break;
-            }
-            for v in 0..full {
-                for q in 0..LANES {
-                    let i = v * LANES + q;
-                    if i < m {
-                        dst[(s * full + v) * LANES + q] = at(i, l);
-                    }
-                }
+        let (steps, last) = dst.split_at_mut(unit * full * LANES);
+        for (s, step) in steps.chunks_exact_mut(full.max(1) * LANES).enumerate() {
+            for (i, x) in step.iter_mut().enumerate() {
+                *x = at(i, u * unit + s);
             }
         }
-        if layout.group > 0 {
-            let last = &mut dst[unit * full * LANES..];
-            for (q, x) in last.iter_mut().enumerate() {
-                let (i, l) = (full * LANES + q / layout.group, u * unit + q % layout.group);
-                if i < m && l < k {
-                    *x = at(i, l);
-                }
-            }
+        for (q, x) in last.iter_mut().enumerate() {
+            *x = at(full * LANES + q / layout.group, u * unit + q % layout.group);
         }
     }
-    packed
 }
 
 /// One block of rows of B over one chunk of the sum: dispatches on the layout.
@@ -240,10 +291,25 @@ unsafe fn block(
         };
     }
     dispatch!(
-        (0, 16), (0, 8), (0, 4), (0, 2),
-        (1, 0), (1, 16), (1, 8), (1, 4), (1, 2),
-        (2, 0), (2, 16), (2, 8), (2, 4), (2, 2),
-        (3, 0), (3, 16), (3, 8), (3, 4), (3, 2),
+        (0, 16),
+        (0, 8),
+        (0, 4),
+        (0, 2),
+        (1, 0),
+        (1, 16),
+        (1, 8),
+        (1, 4),
+        (1, 2),
+        (2, 0),
+        (2, 16),
+        (2, 8),
+        (2, 4),
+        (2, 2),
+        (3, 0),
+        (3, 16),
+        (3, 8),
+        (3, 4),
+        (3, 2),
         (4, 0)
     )
 }
@@ -343,7 +409,11 @@ unsafe fn block_kernel<const FULL: usize, const GROUP: usize, const R: usize>(
             let mut tail = [[0f32; LANES]; R];
             let mut at = rows;
             for r in 0..R {
-                std::ptr::copy_nonoverlapping(rows[r].add(whole * unit), tail[r].as_mut_ptr(), rest);
+                std::ptr::copy_nonoverlapping(
+                    rows[r].add(whole * unit),
+                    tail[r].as_mut_ptr(),
+                    rest,
+                );
                 at[r] = tail[r].as_ptr();
             }
             unit!(ap.add(whole * unit_len), at);
