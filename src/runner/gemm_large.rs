@@ -163,7 +163,7 @@ pub(super) unsafe fn gemm_packed(
 /// # Safety
 /// Both tiles lie in their buffers; AVX-512F is available.
 #[target_feature(enable = "avx512f")]
-unsafe fn transpose_16(src: *const f32, lds: usize, dst: *mut f32, ldd: usize) {
+pub(super) unsafe fn transpose_16(src: *const f32, lds: usize, dst: *mut f32, ldd: usize) {
     // SAFETY: the caller's contract.
     unsafe {
         let r: [__m512; 16] = std::array::from_fn(|j| _mm512_loadu_ps(src.add(j * lds)));

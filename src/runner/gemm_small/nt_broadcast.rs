@@ -23,6 +23,7 @@
 //! all of them. The results are written transposed into C. Tasks (blocks of rows of B) are
 //! split between the threads.
 
+use super::super::gemm_large::transpose_16;
 use super::{for_each_task, MAX_ROWS};
 use std::arch::x86_64::*;
 
@@ -246,6 +247,24 @@ unsafe fn pack(
     packed: &mut [f32],
 ) {
     let (unit, unit_len, full) = (layout.unit(), layout.unit_len(), layout.full);
+    // Where A's rows are contiguous, its whole vectors of 16 rows are packed by tiles of 16
+    // steps, transposed in registers (the rest element by element).
+    let (tiled_rows, tiled_k) = match a_cs {
+        1 => (m / LANES * LANES, k / LANES * LANES),
+        _ => (0, 0),
+    };
+    let mut tile = [0f32; LANES * LANES];
+    for v in 0..tiled_rows / LANES {
+        for l0 in (0..tiled_k).step_by(LANES) {
+            // SAFETY: rows 16 v.. 16 v + 16 and steps l0..l0 + 16 are elements of A.
+            unsafe { transpose_16(a.add(v * LANES * a_rs + l0), a_rs, tile.as_mut_ptr(), LANES) };
+            for (s, step) in tile.chunks_exact(LANES).enumerate() {
+                let l = l0 + s;
+                let at = (l / unit) * unit_len + (l % unit * full + v) * LANES;
+                packed[at..at + LANES].copy_from_slice(step);
+            }
+        }
+    }
     // SAFETY: (i, l) with i < m, l < k is an element of A.
     let at = |i: usize, l: usize| {
         if i < m && l < k {
@@ -254,15 +273,29 @@ unsafe fn pack(
             0.0
         }
     };
+    let group = layout.group;
     for (u, dst) in packed.chunks_exact_mut(unit_len).enumerate() {
         let (steps, last) = dst.split_at_mut(unit * full * LANES);
         for (s, step) in steps.chunks_exact_mut(full.max(1) * LANES).enumerate() {
-            for (i, x) in step.iter_mut().enumerate() {
-                *x = at(i, u * unit + s);
+            let l = u * unit + s;
+            let first = if l < tiled_k { tiled_rows } else { 0 };
+            for (i, x) in step.iter_mut().enumerate().skip(first) {
+                *x = at(i, l);
             }
         }
-        for (q, x) in last.iter_mut().enumerate() {
-            *x = at(full * LANES + q / layout.group, u * unit + q % layout.group);
+        // The last vector: `group` consecutive steps of each of its rows.
+        let l0 = u * unit;
+        for (j, lanes) in last.chunks_exact_mut(group.max(1)).enumerate() {
+            let i = full * LANES + j;
+            if a_cs == 1 && i < m && l0 + group <= k {
+                // SAFETY: steps l0..l0 + group of row i are elements of A.
+                let row = unsafe { std::slice::from_raw_parts(a.add(i * a_rs + l0), group) };
+                lanes.copy_from_slice(row);
+            } else {
+                for (s, x) in lanes.iter_mut().enumerate() {
+                    *x = at(i, l0 + s);
+                }
+            }
         }
     }
 }
