@@ -485,8 +485,15 @@ mod tests {
                 shapes.push((m, n, k));
             }
         }
-        // Several chunks of the sum (a panel of blocks per task, the last one short).
-        shapes.extend([(20, 150, 3500), (64, 61, 2100), (3, 40, 20_000)]);
+        // Several chunks of the sum (a panel of blocks per task, the last one short); packed A
+        // too large to keep between calls; then a smaller one in the kept buffer again.
+        shapes.extend([
+            (20, 150, 3500),
+            (64, 61, 2100),
+            (3, 40, 20_000),
+            (64, 7, 17_000),
+        ]);
+        shapes.push((20, 29, 70));
         for (m, n, k) in shapes {
             let a = values(m * k, 0.1);
             let b = values(n * k, 0.2);

@@ -24,7 +24,7 @@
 //! split between the threads.
 
 use super::super::gemm_large::transpose_16;
-use super::{for_each_task, MAX_ROWS};
+use super::{for_each_task, Shared, MAX_ROWS};
 use std::arch::x86_64::*;
 
 /// Lanes of a vector.
@@ -36,6 +36,14 @@ const CHUNK_BYTES: usize = 256 * 1024;
 
 /// Blocks of rows of B per task where the sum runs in several chunks.
 const PANEL_BLOCKS: usize = 8;
+
+/// The most floats of packed A a calling thread keeps between calls (4 MiB).
+const KEEP_FLOATS: usize = 1 << 20;
+
+/// Whether this CPU runs [`gemm_nt_broadcast`].
+pub(in crate::runner) fn available() -> bool {
+    super::available() && is_x86_feature_detected!("avx512dq")
+}
 
 /// How A's `m` rows lie in the lanes: `full` vectors of 16 rows (one step of `k` each), and,
 /// where `group > 0`, a last vector of `16 / group` rows by `group` consecutive steps.
@@ -82,7 +90,7 @@ impl Layout {
 
 /// `C[m, n] = A[m, k] · B[n, k]ᵀ`: C row-major (row stride `n`), A's element `(i, l)` at
 /// `a + i * a_rs + l * a_cs`, B row-major with row stride `k`. Requires `m <= MAX_ROWS`,
-/// `k > 0` and [`super::available`] with AVX-512DQ.
+/// `k > 0` and [`available`].
 ///
 /// # Safety
 /// The pointers hold the elements described; C overlaps neither input.
@@ -96,20 +104,22 @@ pub(in crate::runner) unsafe fn gemm_nt_broadcast(
 ) {
     debug_assert!(m <= MAX_ROWS && m > 0 && k > 0 && available());
     let layout = Layout::of(m);
-    // Packed A in a buffer kept by the calling thread between calls (a fresh one of hundreds
-    // of KB would cost a page fault per page on first touch, every call).
+    let len = k.div_ceil(layout.unit()) * layout.unit_len();
+    // Packed A in a buffer kept by the calling thread between calls, up to `KEEP_FLOATS` (a
+    // fresh one of hundreds of KB would cost a page fault per page on first touch, every call;
+    // a larger A packs in proportion to a larger product).
     PACKED.with(|buffer| {
         let mut own = Vec::new();
         let mut kept = buffer.try_borrow_mut();
         let packed = match kept.as_deref_mut() {
-            Ok(kept) => kept,
-            Err(_) => &mut own,
+            Ok(kept) if len <= KEEP_FLOATS => kept,
+            _ => &mut own,
         };
-        packed.resize(k.div_ceil(layout.unit()) * layout.unit_len(), 0.0);
+        packed.resize(len, 0.0);
         // SAFETY: the caller's contract.
         unsafe {
             pack(layout, (m, k), a, (a_rs, a_cs), packed);
-            run(layout, (m, n, k), packed, b, c, threads);
+            run(layout, (m, n, k), &packed[..len], b, c, threads);
         }
     })
 }
@@ -123,7 +133,7 @@ std::thread_local! {
 const STATE_LEN: usize = {
     let (mut most, mut vectors) = (0, 1);
     while vectors <= 4 {
-        let len = block_rows_const(vectors, 0) * vectors * LANES;
+        let len = block_rows(vectors) * vectors * LANES;
         if len > most {
             most = len;
         }
@@ -148,13 +158,13 @@ unsafe fn run(
     let units = k.div_ceil(unit);
     let chunk_units = (CHUNK_BYTES / (unit_len * 4)).max(1);
     let chunks = units.div_ceil(chunk_units);
-    let rows = block_rows(layout);
+    let rows = block_rows(layout.vectors());
     let blocks = n.div_ceil(rows);
     let panel = if chunks == 1 { 1 } else { PANEL_BLOCKS };
     let tasks = blocks.div_ceil(panel);
     let state_len = rows * layout.vectors() * LANES;
     assert!(state_len <= STATE_LEN);
-    let shared = Pointers {
+    let shared = Shared {
         a: packed.as_ptr(),
         b,
         c,
@@ -194,42 +204,6 @@ unsafe fn run(
             unsafe { store(layout, m, state, valid, shared.c().add(first_row), n) };
         }
     });
-}
-
-/// Whether this CPU runs [`gemm_nt_broadcast`].
-pub(in crate::runner) fn available() -> bool {
-    super::available() && is_x86_feature_detected!("avx512dq")
-}
-
-/// Raw pointers shared by the worker threads of one call (each writes its own columns of C).
-#[derive(Clone, Copy)]
-struct Pointers {
-    a: *const f32,
-    b: *const f32,
-    c: *mut f32,
-}
-
-// SAFETY: the pointers are only dereferenced inside one call, whose contract makes every
-// thread's writes disjoint and the inputs unchanged while it runs.
-unsafe impl Send for Pointers {}
-unsafe impl Sync for Pointers {}
-
-// Closures call these (not the fields), so that they capture the whole `Pointers` (`Sync`).
-impl Pointers {
-    fn a(&self) -> *const f32 {
-        self.a
-    }
-    fn b(&self) -> *const f32 {
-        self.b
-    }
-    fn c(&self) -> *mut f32 {
-        self.c
-    }
-}
-
-/// Rows of B per register block: as many as the 32 registers hold next to A's vectors.
-fn block_rows(layout: Layout) -> usize {
-    block_rows_const(layout.full, layout.group)
 }
 
 /// A packed into `packed` (`ceil(k / unit)` units of `layout`): unit `u` holds, for each of
@@ -315,7 +289,7 @@ unsafe fn block(
         ($(($full:literal, $group:literal)),*) => {
             match (layout.full, layout.group) {
                 $(($full, $group) => {
-                    const R: usize = block_rows_const($full, $group);
+                    const R: usize = block_rows($full + ($group > 0) as usize);
                     // SAFETY: the caller's contract.
                     unsafe { block_kernel::<$full, $group, R>(b, len, state, resume) }
                 })*
@@ -347,9 +321,10 @@ unsafe fn block(
     )
 }
 
-/// [`block_rows`] as a constant.
-const fn block_rows_const(full: usize, group: usize) -> usize {
-    match full + (group > 0) as usize {
+/// Rows of B per register block with `vectors` vectors of results per row: as many as the
+/// 32 registers hold next to A's vectors.
+const fn block_rows(vectors: usize) -> usize {
+    match vectors {
         1 => 16,
         2 => 12,
         3 => 8,
