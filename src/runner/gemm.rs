@@ -427,7 +427,11 @@ impl Element for f32 {
         threads: usize,
     ) -> bool {
         use super::gemm_large::{self, Operand};
-        use super::gemm_small;
+        use super::gemm_small::{self, nt_broadcast};
+        // The fewest rows from which `C = A · Bᵀ` runs faster through the broadcast kernel than
+        // through the dot-product kernel (below: each block's rows of A stay in L1); measured
+        // in docs/benchmarks.md, section "A whole LSTM layer".
+        const NT_BROADCAST_MIN_ROWS: usize = 8;
         // Few rows: the weight B is streamed, not packed. A short sum (few rows of B, as in a
         // weight gradient `x_tᵀ · dz_t` of one step): B's strip stays in L1 while every block
         // of rows passes over it; the crate's packing would dominate.
@@ -447,6 +451,14 @@ impl Element for f32 {
                 gemm_small::gemm_nn((m, n, k), a, a_strides, b, c, threads);
                 true
             } else if few_rows
+                && b_strides == (1, k)
+                && (m >= NT_BROADCAST_MIN_ROWS || a_strides != (k, 1))
+                && nt_broadcast::available()
+            {
+                nt_broadcast::gemm_nt_broadcast((m, n, k), a, a_strides, b, c, threads);
+                true
+            } else if few_rows
+                // (Only on CPUs without AVX-512DQ, for the broadcast kernel above.)
                 && b_strides == (1, k)
                 && m >= gemm_large::NT_MIN_ROWS
                 && gemm_large::enough_strips(n, threads)

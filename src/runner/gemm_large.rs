@@ -75,7 +75,8 @@ pub(super) fn enough_strips(n: usize, threads: usize) -> bool {
 /// than through `gemm_small::gemm_nt` (B transposed once into the strips, which every block
 /// of rows then reads as in `C = A · B`). Measured (f32, 2 threads, the 2-core development
 /// machine): 64 x 4096 x 1024 at 161 GFLOP/s against 102, 40 x 2600 x 650 at 135 against 130;
-/// 20 x 2600 x 650 at 121 against 141.
+/// 20 x 2600 x 650 at 121 against 141. (Only on CPUs without AVX-512DQ: elsewhere
+/// `gemm_small::nt_broadcast` takes these products from 8 rows, faster than either.)
 pub(super) const NT_MIN_ROWS: usize = 32;
 
 /// `C[m, n] = op(A) · op(B)`, op(B) given as its transpose `bt` (`[n, k]`: element `(j, l)` is
@@ -163,7 +164,7 @@ pub(super) unsafe fn gemm_packed(
 /// # Safety
 /// Both tiles lie in their buffers; AVX-512F is available.
 #[target_feature(enable = "avx512f")]
-unsafe fn transpose_16(src: *const f32, lds: usize, dst: *mut f32, ldd: usize) {
+pub(super) unsafe fn transpose_16(src: *const f32, lds: usize, dst: *mut f32, ldd: usize) {
     // SAFETY: the caller's contract.
     unsafe {
         let r: [__m512; 16] = std::array::from_fn(|j| _mm512_loadu_ps(src.add(j * lds)));

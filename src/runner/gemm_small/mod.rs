@@ -9,8 +9,15 @@
 //! core's L2 cache while every block of rows of A passes over it, with the block's results in
 //! AVX-512 registers for the whole sum over `k`. Column strips (row groups) are split between
 //! the threads.
+//!
+//! `C = A · Bᵀ` from 8 rows runs through [`nt_broadcast`] instead: the transpose `Cᵀ = B · Aᵀ`,
+//! B's values broadcast against A packed once per call, B read once in sequential row
+//! streams. [`gemm_nt`] (dot products over `k`, 16 lanes each) stays for fewer rows, where a
+//! block's rows of A stay in L1.
 
 use std::arch::x86_64::*;
+
+pub(super) mod nt_broadcast;
 
 /// The most rows of C (or, for `C = A · B`, terms of each sum) these kernels take; larger
 /// products go to the `gemm` crate.
@@ -384,7 +391,8 @@ mod tests {
     fn check(c: &[f32], expected: &[f64], k: usize) {
         for (x, e) in c.iter().zip(expected) {
             assert!(
-                (f64::from(*x) - e).abs() <= 1e-5 * (k as f64).sqrt() * (1.0 + e.abs()),
+                (f64::from(*x) - e).abs() <= 1e-5 * (k as f64).sqrt() * (1.0 + e.abs())
+                    || (x.is_nan() && e.is_nan()),
                 "{x} against {e}"
             );
         }
@@ -442,5 +450,71 @@ mod tests {
                 check(&c, &reference(m, n, k, &a, false, &b, true), k);
             }
         }
+    }
+
+    /// `C = A · Bᵀ` through the broadcast kernel: every layout of A's rows (1 to 64), blocks of
+    /// B's rows cut short, a `k` tail in every unit size, sums in several chunks, A read
+    /// through either strides, one and two threads, against an f64 reference; then NaNs.
+    #[test]
+    fn broadcast_nt_products_match_the_reference() {
+        if !nt_broadcast::available() {
+            eprintln!("DID NOT RUN: this CPU has no AVX-512F and DQ");
+            return;
+        }
+        let run = |(m, n, k): (usize, usize, usize), a: &[f32], ta: bool, b: &[f32], threads| {
+            let mut c = vec![f32::NAN; m * n];
+            let strides = if ta { (1, m) } else { (k, 1) };
+            // SAFETY: the buffers hold the sizes given (B read as `[n, k]`).
+            unsafe {
+                nt_broadcast::gemm_nt_broadcast(
+                    (m, n, k),
+                    a.as_ptr(),
+                    strides,
+                    b.as_ptr(),
+                    c.as_mut_ptr(),
+                    threads,
+                )
+            };
+            c
+        };
+        let mut shapes = Vec::new();
+        for m in [
+            1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 20, 24, 31, 32, 33, 47, 50, 56, 60, 64,
+        ] {
+            for (n, k) in [(1, 1), (13, 3), (37, 17), (29, 70)] {
+                shapes.push((m, n, k));
+            }
+        }
+        // Several chunks of the sum (a panel of blocks per task, the last one short); packed A
+        // too large to keep between calls; then a smaller one in the kept buffer again.
+        shapes.extend([
+            (20, 150, 3500),
+            (64, 61, 2100),
+            (3, 40, 20_000),
+            (64, 7, 17_000),
+        ]);
+        shapes.push((20, 29, 70));
+        for (m, n, k) in shapes {
+            let a = values(m * k, 0.1);
+            let b = values(n * k, 0.2);
+            for ta in [false, true] {
+                let expected = reference(m, n, k, &a, ta, &b, true);
+                for threads in [1, 2] {
+                    check(&run((m, n, k), &a, ta, &b, threads), &expected, k);
+                }
+            }
+        }
+        // A NaN in A fills its row of C, one in B its column, as in the reference.
+        let (m, n, k) = (20, 37, 70);
+        let (mut a, mut b) = (values(m * k, 0.1), values(n * k, 0.2));
+        a[3 * k + 69] = f32::NAN;
+        b[30 * k + 5] = f32::NAN;
+        let expected = reference(m, n, k, &a, false, &b, true);
+        assert_eq!(expected.iter().filter(|e| e.is_nan()).count(), n + m - 1);
+        let c = run((m, n, k), &a, false, &b, 2);
+        for (x, e) in c.iter().zip(&expected) {
+            assert_eq!(x.is_nan(), e.is_nan(), "{x} against {e}");
+        }
+        check(&c, &expected, k);
     }
 }
