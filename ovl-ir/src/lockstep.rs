@@ -241,56 +241,6 @@ pub fn lane_by_lane(kernel: &Kernel, width: u64) -> BTreeSet<usize> {
     found
 }
 
-/// Whether the LOCAL_TENSOR at expression `at` of `kernel` needs no fill: its local is 1-d, of
-/// `n` elements, and the first loop after it that touches it runs `0..n` by 1 and writes it at
-/// the loop's position (every iteration: a lockstep kernel has no branch), with no read of it
-/// before that loop ends. Every element is then written before any is read, so a block's
-/// copies (a row buffer of softmax along axis 0 from operators: 16 KiB per worker, 1 MiB per
-/// block of 64) need not be filled first.
-pub fn overwritten_before_read(kernel: &Kernel, at: usize) -> bool {
-    let Some(Inst::LocalTensor { tensor, .. }) = kernel.exprs.get(at).map(|x| &x.inst) else {
-        return false;
-    };
-    let Some(decl) = kernel.locals.get(tensor.index as usize) else {
-        return false;
-    };
-    let [extent] = decl.shape.as_slice() else {
-        return false;
-    };
-    let Some(n) = extent.known() else {
-        return false;
-    };
-    let int = |v: ValueId, want: u64| matches!(&kernel.exprs[v as usize].inst, Inst::Const(Literal::Int(c)) if *c as u64 == want && *c >= 0);
-    let same = |t: &crate::typed::TensorId| t.kind == tensor.kind && t.index == tensor.index;
-    // The open loop: (its RANGE, whether it runs 0..n by 1, whether it writes the local).
-    let mut open: Option<(usize, bool, bool)> = None;
-    for (i, x) in kernel.exprs.iter().enumerate().skip(at + 1) {
-        match &x.inst {
-            &Inst::Range {
-                start, end, step, ..
-            } => open = Some((i, int(start, 0) && int(end, n) && int(step, 1), false)),
-            Inst::EndRange { .. } => {
-                if let Some((_, _, true)) = open.take() {
-                    return true;
-                }
-            }
-            Inst::Read { tensor: t, .. } | Inst::LocalTensor { tensor: t, .. } if same(t) => {
-                return false;
-            }
-            Inst::Write {
-                tensor: t, indices, ..
-            } if same(t) => match open.as_mut() {
-                Some((range, true, written)) if indices.as_slice() == [*range as ValueId] => {
-                    *written = true;
-                }
-                _ => return false,
-            },
-            _ => {}
-        }
-    }
-    false
-}
-
 /// The block width for a kernel whose block of `narrow` workers ([`WORKERS`], or fewer for its
 /// locals) fits: the widest power of two up to [`WIDEST`] whose lanes (`lanes` bytes per
 /// worker) fit [`LANES_BYTES`], whose copies of the locals (`locals` bytes per worker) fit
@@ -475,64 +425,6 @@ mod tests {
             assert!(loops.contains(&l));
         }
         assert!(!narrow.is_empty(), "column_stats has a fold that streams");
-    }
-
-    /// A column kernel with a local `f32[rows]` filled with 0, then a loop `0..end` that
-    /// writes `loc[k] = x[k, c]` (after reading `loc[k]` when `read_first`), then a loop that
-    /// sums the local into the output.
-    fn buffered(rows: u64, end: i64, read_first: bool) -> Kernel {
-        use crate::builder::{Builder, IN, LOC, OUT};
-        use crate::dtype::DType;
-        use crate::ops::Combiner;
-        let mut b = Builder::new("buffered", &[70]);
-        b.input(DType::F32, &[rows, 70]);
-        b.output(DType::F32, &[70]);
-        b.declare_local(DType::F32, &[rows]);
-        let c = b.position(0);
-        let (start, one) = (b.i64(0), b.i64(1));
-        let (stop, all) = (b.i64(end), b.i64(rows as i64));
-        b.local_fill(0, Literal::Float(0.0));
-        let k = b.range(start, stop, one);
-        let x = b.read(IN, 0, &[k, c]);
-        let v = if read_first {
-            let old = b.read(LOC, 0, &[k]);
-            b.op(Op::Add, &[old, x])
-        } else {
-            x
-        };
-        b.write(LOC, 0, &[k], v);
-        b.end_range();
-        let zero = b.f32(0.0);
-        let total = b.accumulator(Combiner::Sum, zero);
-        let k = b.range(start, all, one);
-        let e = b.read(LOC, 0, &[k]);
-        b.accumulate(total, e);
-        b.end_range();
-        b.write(OUT, 0, &[c], total);
-        Kernel::decode(&b.build()).unwrap()
-    }
-
-    fn fill_of(kernel: &Kernel) -> usize {
-        (0..kernel.exprs.len())
-            .find(|&i| matches!(kernel.exprs[i].inst, Inst::LocalTensor { .. }))
-            .expect("a LOCAL_TENSOR")
-    }
-
-    #[test]
-    fn a_local_written_whole_by_the_next_loop_needs_no_fill() {
-        // Softmax along axis 0 with its column buffer: the sum loop writes it whole.
-        let softmax = Kernel::decode(&fixtures::softmax_columns(40, 70, true)).unwrap();
-        assert!(overwritten_before_read(&softmax, fill_of(&softmax)));
-        let whole = buffered(30, 30, false);
-        assert!(overwritten_before_read(&whole, fill_of(&whole)));
-        // The loop stops one short: the last element keeps its fill.
-        let short = buffered(30, 29, false);
-        assert!(!overwritten_before_read(&short, fill_of(&short)));
-        // The loop reads the fill before it writes.
-        let reads = buffered(30, 30, true);
-        assert!(!overwritten_before_read(&reads, fill_of(&reads)));
-        // Not a LOCAL_TENSOR.
-        assert!(!overwritten_before_read(&whole, 0));
     }
 
     #[test]

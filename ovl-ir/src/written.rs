@@ -1,5 +1,6 @@
-//! Which outputs of an operator every run writes whole, so that they need no zero-filling
-//! (decided on the typed form, [`crate::typed::Kernel`]).
+//! Which outputs of an operator every run writes whole, and which local tensors each worker
+//! writes whole before reading them, so that they need no zero-filling (decided on the typed
+//! form, [`crate::typed::Kernel`]).
 
 use crate::dtype::Literal;
 use crate::ir::{self, Op};
@@ -185,6 +186,78 @@ fn write_box(
     Some(out)
 }
 
+/// Whether the LOCAL_TENSOR at expression `at` of `kernel` needs no fill: its local is 1-d, of
+/// `n` elements, and the first loop after it that touches it runs `0..n` by 1 and writes it at
+/// the loop's position directly in its body (not under an `if` or in an inner loop, so in every
+/// iteration), with no read of it before that loop ends. Every element is then written before
+/// any is read, so the fill would only be overwritten: a row buffer of softmax (16 KiB per row
+/// along the last axis of `[1024, 4096]`, per worker of a block along axis 0) need not be
+/// filled first. The LOCAL_TENSOR itself may sit inside loops or branches (a worker's row
+/// loop): only what follows it up to the end of the writing loop is examined, and a region
+/// closing before that loop begins makes the answer false.
+pub fn overwritten_before_read(kernel: &Kernel, at: usize) -> bool {
+    let Some(Inst::LocalTensor { tensor, .. }) = kernel.exprs.get(at).map(|x| &x.inst) else {
+        return false;
+    };
+    let Some(decl) = kernel.locals.get(tensor.index as usize) else {
+        return false;
+    };
+    let [extent] = decl.shape.as_slice() else {
+        return false;
+    };
+    let Some(n) = extent.known() else {
+        return false;
+    };
+    let int = |v: ValueId, want: u64| matches!(&kernel.exprs[v as usize].inst, Inst::Const(Literal::Int(c)) if *c >= 0 && *c as u64 == want);
+    let same = |t: &TensorId| t.kind == tensor.kind && t.index == tensor.index;
+    // Regions opened since `at` (if, loop, while); the writing loop, once met at depth 0: (its
+    // RANGE, whether it runs 0..n by 1, whether its body writes the local).
+    let mut depth = 0usize;
+    let mut writer: Option<(usize, bool, bool)> = None;
+    for (i, x) in kernel.exprs.iter().enumerate().skip(at + 1) {
+        match &x.inst {
+            &Inst::Range {
+                start, end, step, ..
+            } => {
+                if depth == 0 {
+                    writer = Some((i, int(start, 0) && int(end, n) && int(step, 1), false));
+                }
+                depth += 1;
+            }
+            Inst::If { .. } | Inst::WhileBegin { .. } => depth += 1,
+            Inst::EndRange { .. } | Inst::EndIf { .. } | Inst::WhileEnd { .. } => {
+                if depth == 0 {
+                    // A region around the LOCAL_TENSOR closes before any loop wrote it.
+                    return false;
+                }
+                depth -= 1;
+                if depth == 0 {
+                    // The end of a loop at depth 0: the answer when it wrote the local, else
+                    // (it did not touch it) the next loop decides.
+                    if let Some((_, _, true)) = writer.take() {
+                        return true;
+                    }
+                }
+            }
+            Inst::Read { tensor: t, .. } | Inst::LocalTensor { tensor: t, .. } if same(t) => {
+                return false;
+            }
+            Inst::Write {
+                tensor: t, indices, ..
+            } if same(t) => match writer.as_mut() {
+                Some((range, true, written))
+                    if depth == 1 && indices.as_slice() == [*range as ValueId] =>
+                {
+                    *written = true;
+                }
+                _ => return false,
+            },
+            _ => {}
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod written_tests {
     use super::written_everywhere;
@@ -312,5 +385,148 @@ mod written_tests {
         b.end_range();
         b.end_range();
         assert_eq!(written_everywhere(&b.build()), vec![true]);
+    }
+}
+
+#[cfg(test)]
+mod local_tests {
+    use super::overwritten_before_read;
+    use crate::builder::{Builder, IN, LOC, OUT};
+    use crate::dtype::{DType, Literal};
+    use crate::fixtures;
+    use crate::ir::Op;
+    use crate::typed::{Inst, Kernel};
+
+    /// A column kernel with a local `f32[rows]` filled with 0, then a loop `0..end` that
+    /// writes `loc[k] = x[k, c]` (after reading `loc[k]` when `read_first`), then a loop that
+    /// sums the local into the output.
+    fn buffered(rows: u64, end: i64, read_first: bool) -> Kernel {
+        use crate::ops::Combiner;
+        let mut b = Builder::new("buffered", &[70]);
+        b.input(DType::F32, &[rows, 70]);
+        b.output(DType::F32, &[70]);
+        b.declare_local(DType::F32, &[rows]);
+        let c = b.position(0);
+        let (start, one) = (b.i64(0), b.i64(1));
+        let (stop, all) = (b.i64(end), b.i64(rows as i64));
+        b.local_fill(0, Literal::Float(0.0));
+        let k = b.range(start, stop, one);
+        let x = b.read(IN, 0, &[k, c]);
+        let v = if read_first {
+            let old = b.read(LOC, 0, &[k]);
+            b.op(Op::Add, &[old, x])
+        } else {
+            x
+        };
+        b.write(LOC, 0, &[k], v);
+        b.end_range();
+        let zero = b.f32(0.0);
+        let total = b.accumulator(Combiner::Sum, zero);
+        let k = b.range(start, all, one);
+        let e = b.read(LOC, 0, &[k]);
+        b.accumulate(total, e);
+        b.end_range();
+        b.write(OUT, 0, &[c], total);
+        Kernel::decode(&b.build()).unwrap()
+    }
+
+    fn fill_of(kernel: &Kernel) -> usize {
+        (0..kernel.exprs.len())
+            .find(|&i| matches!(kernel.exprs[i].inst, Inst::LocalTensor { .. }))
+            .expect("a LOCAL_TENSOR")
+    }
+
+    #[test]
+    fn a_local_written_whole_by_the_next_loop_needs_no_fill() {
+        // Softmax along axis 0 with its column buffer: the sum loop writes it whole.
+        let softmax = Kernel::decode(&fixtures::softmax_columns(40, 70, true)).unwrap();
+        assert!(overwritten_before_read(&softmax, fill_of(&softmax)));
+        let whole = buffered(30, 30, false);
+        assert!(overwritten_before_read(&whole, fill_of(&whole)));
+        // The loop stops one short: the last element keeps its fill.
+        let short = buffered(30, 29, false);
+        assert!(!overwritten_before_read(&short, fill_of(&short)));
+        // The loop reads the fill before it writes.
+        let reads = buffered(30, 30, true);
+        assert!(!overwritten_before_read(&reads, fill_of(&reads)));
+        // Not a LOCAL_TENSOR.
+        assert!(!overwritten_before_read(&whole, 0));
+    }
+
+    /// Each worker's row loop `for r in 0..3` holding a local `f32[n]` (as row reuse places
+    /// its buffers): filled, then written by a loop `0..n` at its position, the write placed
+    /// by `shape` (0: in the loop's body, 1: under an `if`, 2: in an inner loop), then read.
+    fn row_buffer(n: u64, shape: u8) -> Kernel {
+        let mut b = Builder::new("rows", &[4]);
+        b.input(DType::F32, &[4, 3, n]);
+        b.output(DType::F32, &[4, 3, n]);
+        b.declare_local(DType::F32, &[n]);
+        let w = b.position(0);
+        let (zero, one, three, all) = (b.i64(0), b.i64(1), b.i64(3), b.i64(n as i64));
+        let r = b.range(zero, three, one);
+        b.local_fill(0, Literal::Float(0.0));
+        let k = b.range(zero, all, one);
+        let x = b.read(IN, 0, &[w, r, k]);
+        match shape {
+            0 => {
+                b.write(LOC, 0, &[k], x);
+            }
+            1 => {
+                let c = b.op(Op::Lt, &[k, three]);
+                b.if_(c);
+                b.write(LOC, 0, &[k], x);
+                b.end_if();
+            }
+            _ => {
+                let j = b.range(zero, one, one);
+                let _ = j;
+                b.write(LOC, 0, &[k], x);
+                b.end_range();
+            }
+        }
+        b.end_range();
+        let k = b.range(zero, all, one);
+        let e = b.read(LOC, 0, &[k]);
+        b.write(OUT, 0, &[w, r, k], e);
+        b.end_range();
+        b.end_range();
+        Kernel::decode(&b.build()).unwrap()
+    }
+
+    #[test]
+    fn a_row_buffer_inside_the_workers_loop_needs_no_fill_when_written_in_every_iteration() {
+        let body = row_buffer(70, 0);
+        assert!(overwritten_before_read(&body, fill_of(&body)));
+        // Under an `if` or in an inner loop, the write may not happen in every iteration.
+        let guarded = row_buffer(70, 1);
+        assert!(!overwritten_before_read(&guarded, fill_of(&guarded)));
+        let inner = row_buffer(70, 2);
+        assert!(!overwritten_before_read(&inner, fill_of(&inner)));
+    }
+
+    #[test]
+    fn a_local_whose_region_closes_before_any_loop_keeps_its_fill() {
+        // `if (c) { fill }` then the loop that writes it: the fill is not followed by the
+        // loop inside its own region.
+        let mut b = Builder::new("closed", &[4]);
+        b.input(DType::F32, &[4, 8]);
+        b.output(DType::F32, &[4, 8]);
+        b.declare_local(DType::F32, &[8]);
+        let w = b.position(0);
+        let (zero, one, eight) = (b.i64(0), b.i64(1), b.i64(8));
+        let c = b.op(Op::Lt, &[w, one]);
+        b.if_(c);
+        b.local_fill(0, Literal::Float(0.0));
+        b.end_if();
+        let k = b.range(zero, eight, one);
+        let x = b.read(IN, 0, &[w, k]);
+        b.write(LOC, 0, &[k], x);
+        b.end_range();
+        let k = b.range(zero, eight, one);
+        let e = b.read(LOC, 0, &[k]);
+        b.write(OUT, 0, &[w, k], e);
+        b.end_range();
+        let kernel = Kernel::decode(&b.build()).unwrap();
+        assert!(!overwritten_before_read(&kernel, fill_of(&kernel)));
     }
 }

@@ -206,8 +206,15 @@ impl Emitter<'_> {
         Ok(None)
     }
 
-    /// LOCAL_TENSOR: (re)fills a local tensor with `fill`.
-    pub(super) fn local_tensor(&mut self, tensor: TensorId, fill: Literal) -> Emitted {
+    /// LOCAL_TENSOR at expression `k`: (re)fills a local tensor with `fill`, except where the
+    /// loop that follows writes every element before anything reads one
+    /// (`ovl_ir::written::overwritten_before_read`; a row buffer of softmax, 16 KiB per row)
+    /// and each worker holds the whole local (not a cooperative group's share).
+    pub(super) fn local_tensor(&mut self, k: usize, tensor: TensorId, fill: Literal) -> Emitted {
+        if self.coop.is_none() && ovl_ir::written::overwritten_before_read(&self.kernel, k) {
+            self.line("// written whole by the next loop before any read: no fill");
+            return Ok(None);
+        }
         let t = self.tensor_info(tensor);
         let lit = self.typed_literal(t.dtype, fill);
         // Locals have known sizes (checked in `Emitter::new`).

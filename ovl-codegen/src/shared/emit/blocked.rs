@@ -185,14 +185,10 @@ impl<'a> Emitter<'a> {
                 self.blocked_range(k, (start, end, step))
             }
             Inst::LocalTensor { tensor, fill } => {
-                // Every worker's copy at once, between segments; not at all where the loop
-                // that follows writes every element before anything reads one.
+                // Every worker's copy at once, between segments (`local_tensor` leaves out
+                // the fill where the loop that follows writes every element first).
                 self.close_segment();
-                if lockstep::overwritten_before_read(&self.kernel, k) {
-                    self.line("// the local's copies are written whole before any read: no fill");
-                    return Ok(None);
-                }
-                self.local_tensor(tensor, fill)
+                self.local_tensor(k, tensor, fill)
             }
             Inst::EndRange { .. } => {
                 self.close_segment();

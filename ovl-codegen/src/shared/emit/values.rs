@@ -23,7 +23,7 @@ impl Emitter<'_> {
                 indices,
                 value,
             } => self.write(k, *tensor, indices, *value),
-            &Inst::LocalTensor { tensor, fill } => self.local_tensor(tensor, fill),
+            &Inst::LocalTensor { tensor, fill } => self.local_tensor(k, tensor, fill),
             &Inst::Variable { init } => self.variable(k, init),
             &Inst::Assign { variable, value } => self.assign(variable, value),
             &Inst::Cast { value } => self.cast(k, value),

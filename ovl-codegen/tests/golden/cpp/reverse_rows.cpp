@@ -18,7 +18,7 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, float* 
     for (int64_t ovl_p0 = ovl_q; ovl_p0 < ovl_qend; ++ovl_p0) {
       __builtin_memset(loc1, 0, sizeof(loc1));
       const int64_t v0 = ovl_p0;
-      ovl::fill(loc0, 8LL, (-0x1.0000000000000p+0f /* -1.0 */));
+      // written whole by the next loop before any read: no fill
       const int64_t v2 = (int64_t)(0LL);
       const int64_t v3 = (int64_t)(1LL);
       const int64_t v4 = (int64_t)(8LL);

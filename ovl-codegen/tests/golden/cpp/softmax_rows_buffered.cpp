@@ -19,7 +19,7 @@ __attribute__((noinline)) void ovl_kernel(const float* __restrict__ in0, float* 
       const int64_t v1 = (int64_t)(0LL);
       const int64_t v2 = (int64_t)(300LL);
       const int64_t v3 = (int64_t)(1LL);
-      ovl::fill(loc0, 300LL, (0x0p+0f /* 0.0 */));
+      // written whole by the next loop before any read: no fill
       const float v5 = (-__builtin_inff());
       float v6 = v5;
       {
