@@ -264,7 +264,13 @@ unsafe fn gemm_nn_with(
         // from memory in one run of a few KiB while the others compute (by strips of the whole
         // depth, the first block waits on memory: 128 or 256 bytes per row, each in another
         // page).
-        let ranges = row_blocks(strips, strips.div_ceil(threads.max(1)));
+        // (0 threads: one per core, as for_each_task takes it.)
+        let threads = if threads == 0 {
+            ovl_codegen::cpu_count()
+        } else {
+            threads
+        };
+        let ranges = row_blocks(strips, strips.div_ceil(threads));
         for_each_task(ranges.len(), threads, |task| {
             let (start, count) = ranges[task];
             for first_row in (0..k).step_by(PANEL_ROWS) {
