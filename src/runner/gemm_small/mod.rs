@@ -8,7 +8,11 @@
 //! memory in column strips (`C = A · B`) or row groups (`C = A · Bᵀ`), each strip staying in the
 //! core's L2 cache while every block of rows of A passes over it, with the block's results in
 //! AVX-512 registers for the whole sum over `k`. Column strips (row groups) are split between
-//! the threads.
+//! the threads. The register blocks of `C = A · B` depend on the number of rows (20 rows: two
+//! blocks of 10 x 32 columns), and a B larger than the last-level cache is read in panels of
+//! rows, each thread along long runs of its rows, the sums continued in C from panel to panel
+//! (the same order over `k`, so the same bits). Successive products with one B walk its strips
+//! in alternate directions, so that each starts on the strips the last one read.
 //!
 //! `C = A · Bᵀ` from 8 rows runs through [`nt_broadcast`] instead: the transpose `Cᵀ = B · Aᵀ`,
 //! B's values broadcast against A packed once per call, B read once in sequential row
@@ -17,7 +21,10 @@
 
 use std::arch::x86_64::*;
 
+mod nn;
 pub(super) mod nt_broadcast;
+
+pub(super) use nn::gemm_nn;
 
 /// The most rows of C (or, for `C = A · B`, terms of each sum) these kernels take; larger
 /// products go to the `gemm` crate.
@@ -28,13 +35,6 @@ pub(super) fn available() -> bool {
     is_x86_feature_detected!("avx512f")
 }
 
-/// Rows of C per register block of `C = A · B` (6 rows x 64 columns: 24 of the 32 registers).
-const NN_ROWS: usize = 6;
-/// Columns of C per register block of `C = A · B` (4 registers of 16 lanes).
-const NN_COLS: usize = 64;
-/// How many rows of B ahead the first block of rows of a strip prefetches (about a memory
-/// latency's worth of steps over `k`).
-const PREFETCH_ROWS: usize = 16;
 /// Rows of A (of C) per register block of `C = A · Bᵀ`.
 const NT_ROWS: usize = 4;
 /// Rows of B (columns of C) per register block of `C = A · Bᵀ` (4 x 6 = 24 registers).
@@ -86,182 +86,6 @@ pub(super) fn row_blocks(m: usize, max: usize) -> Vec<(usize, usize)> {
 /// generated kernels run on (`ovl_codegen::for_each_parallel`: one pool for every kernel).
 pub(super) fn for_each_task(tasks: usize, threads: usize, work: impl Fn(usize) + Sync) {
     ovl_codegen::for_each_parallel(tasks, threads, &work);
-}
-
-/// `C[m, n] = op(A)[m, k] · B[k, n]`: C row-major (row stride `n`), B row-major (row stride
-/// `n`), op(A)'s element `(i, l)` at `a + i * a_rs + l * a_cs`. Requires `k > 0` and
-/// [`available`]; fast where `m <= MAX_ROWS` (B streamed once from memory) or
-/// `k <= MAX_ROWS` (each strip of B stays in L1 while every block of rows passes over it).
-///
-/// # Safety
-/// The pointers hold the elements described; C overlaps neither input.
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemm_nn(
-    (m, n, k): (usize, usize, usize),
-    a: *const f32,
-    (a_rs, a_cs): (usize, usize),
-    b: *const f32,
-    c: *mut f32,
-    threads: usize,
-) {
-    debug_assert!(k > 0 && available());
-    let blocks = row_blocks(m, NN_ROWS);
-    // A packed block by block, each `[k][rows]`, so that a step over `k` reads adjacent values.
-    let mut packed = vec![0f32; m * k];
-    for &(first, rows) in &blocks {
-        let block = &mut packed[first * k..(first + rows) * k];
-        for l in 0..k {
-            for i in 0..rows {
-                // SAFETY: (first + i, l) is an element of op(A).
-                block[l * rows + i] = unsafe { *a.add((first + i) * a_rs + l * a_cs) };
-            }
-        }
-    }
-    let shared = Shared {
-        a: packed.as_ptr(),
-        b,
-        c,
-    };
-    let strips = n.div_ceil(NN_COLS);
-    let masks_of = |strip: usize| -> [u16; 4] {
-        let cols = NN_COLS.min(n - strip * NN_COLS);
-        std::array::from_fn(|q| {
-            let valid = cols.saturating_sub(16 * q).min(16);
-            ((1u32 << valid) - 1) as u16
-        })
-    };
-    // One block of rows by one strip of columns, the strip read at `b` with row stride `ldb`.
-    // `copy`: where to store the strip's rows as the block reads them (row stride 64).
-    let block = |(first, rows): (usize, usize),
-                 strip: usize,
-                 b: (*const f32, usize),
-                 prefetch: bool,
-                 copy: Option<*mut f32>| {
-        let masks = masks_of(strip);
-        // SAFETY: the block's packed A, the strip's columns of B and the block's part of C lie
-        // inside the buffers (the caller's contract); tasks below are disjoint in C.
-        unsafe {
-            let ap = shared.a().add(first * k);
-            let c = (shared.c().add(first * n + strip * NN_COLS), n);
-            match rows {
-                1 => nn_block::<1>(k, ap, b, c, masks, prefetch, copy),
-                2 => nn_block::<2>(k, ap, b, c, masks, prefetch, copy),
-                3 => nn_block::<3>(k, ap, b, c, masks, prefetch, copy),
-                4 => nn_block::<4>(k, ap, b, c, masks, prefetch, copy),
-                5 => nn_block::<5>(k, ap, b, c, masks, prefetch, copy),
-                _ => nn_block::<6>(k, ap, b, c, masks, prefetch, copy),
-            }
-        }
-    };
-    // The strip of B in place (row stride `n`).
-    let in_place = |strip: usize| (shared.b().wrapping_add(strip * NN_COLS), n);
-    // B's rows a multiple of 4 KiB apart fall into a few sets of the caches, which then hold
-    // a small part of a strip: every block of rows would read it from memory again (149
-    // GFLOP/s at [64, 1024] x [1024, 4096] against 208 at [20, 650] x [650, 2600]; with the
-    // copy 178-191).
-    let aliased = (n * std::mem::size_of::<f32>()).is_multiple_of(4096);
-    if m <= MAX_ROWS && (blocks.len() == 1 || !aliased) {
-        // Few rows: a task per strip of B, read once from memory in place, then from L2 for
-        // the other blocks of rows. The first block prefetches the strip's rows ahead: each row
-        // of a strip lies in another page, where the hardware's prefetcher stops.
-        for_each_task(strips, threads, |strip| {
-            for (i, &rows) in blocks.iter().enumerate() {
-                block(rows, strip, in_place(strip), i == 0, None);
-            }
-        });
-    } else if m <= MAX_ROWS {
-        // Few rows, B's rows aliased: a task per strip of B; the first block of rows reads it
-        // from memory in place and copies it into a contiguous buffer, which stays in L2 while
-        // the other blocks pass over it (copying where the rows are not aliased measured 11%
-        // slower at [20, 650] x [650, 2600]).
-        for_each_task(strips, threads, |strip| {
-            STRIP.with(|buffer| {
-                let mut buffer = buffer.borrow_mut();
-                buffer.resize(k * NN_COLS, 0.0);
-                let copy = buffer.as_mut_ptr();
-                for (i, &rows) in blocks.iter().enumerate() {
-                    if i == 0 {
-                        block(rows, strip, in_place(strip), true, Some(copy));
-                    } else {
-                        block(rows, strip, (copy, NN_COLS), false, None);
-                    }
-                }
-            })
-        });
-    } else {
-        // Many rows (a short sum, B small): a task per block of rows, writing whole rows of C
-        // (strips of C's rows would leave cache lines half written).
-        for_each_task(blocks.len(), threads, |i| {
-            (0..strips).for_each(|strip| block(blocks[i], strip, in_place(strip), false, None))
-        });
-    }
-}
-
-std::thread_local! {
-    /// Each thread's copy of the strip of B it works on (see [`gemm_nn`]).
-    static STRIP: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// One register block of `C = A · B`: `R` rows by up to 64 columns (the lanes in `masks`).
-///
-/// # Safety
-/// `ap` holds `k * R` packed values; `b` rows `0..k` (stride `ldb`) and `c` rows `0..R`
-/// (stride `ldc`) hold the masked lanes; `copy`, if any, has room for `k` rows of 64; AVX-512F
-/// is available. `prefetch`: fetch rows of B ahead into the cache. `copy`: store each row of
-/// the strip there as it is read (lanes outside `masks` as zeros), with row stride 64.
-// Indexed loops over the register arrays: fixed trip counts the compiler unrolls into registers.
-#[allow(clippy::needless_range_loop)]
-#[target_feature(enable = "avx512f")]
-unsafe fn nn_block<const R: usize>(
-    k: usize,
-    ap: *const f32,
-    (b, ldb): (*const f32, usize),
-    (c, ldc): (*mut f32, usize),
-    masks: [u16; 4],
-    prefetch: bool,
-    copy: Option<*mut f32>,
-) {
-    let mut acc = [[_mm512_setzero_ps(); 4]; R];
-    let full = masks == [u16::MAX; 4];
-    // SAFETY (all loads and stores): inside the buffers by the contract; masked-off lanes are
-    // neither read nor written. (No closures here: every intrinsic inlines into this function.)
-    unsafe {
-        for l in 0..k {
-            let row = b.add(l * ldb);
-            if prefetch && l + PREFETCH_ROWS < k {
-                let ahead = row.add(PREFETCH_ROWS * ldb).cast::<i8>();
-                for q in 0..4 {
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.add(64 * q));
-                }
-            }
-            let mut bv = [_mm512_setzero_ps(); 4];
-            if full {
-                for q in 0..4 {
-                    bv[q] = _mm512_loadu_ps(row.add(16 * q));
-                }
-            } else {
-                for q in 0..4 {
-                    bv[q] = _mm512_maskz_loadu_ps(masks[q], row.add(16 * q));
-                }
-            }
-            if let Some(copy) = copy {
-                for q in 0..4 {
-                    _mm512_storeu_ps(copy.add(l * NN_COLS + 16 * q), bv[q]);
-                }
-            }
-            for i in 0..R {
-                let av = _mm512_set1_ps(*ap.add(l * R + i));
-                for q in 0..4 {
-                    acc[i][q] = _mm512_fmadd_ps(av, bv[q], acc[i][q]);
-                }
-            }
-        }
-        for (i, acc) in acc.iter().enumerate() {
-            for q in 0..4 {
-                _mm512_mask_storeu_ps(c.add(i * ldc + 16 * q), masks[q], acc[q]);
-            }
-        }
-    }
 }
 
 /// `C[m, n] = A[m, k] · B[n, k]ᵀ`: C row-major (row stride `n`), A and B row-major with row
@@ -358,7 +182,7 @@ mod tests {
 
     /// `op(A) · op(B)` in f64 from row-major A `[m, k]` (or `[k, m]` with `ta`) and B `[k, n]`
     /// (or `[n, k]` with `tb`).
-    fn reference(
+    pub(super) fn reference(
         m: usize,
         n: usize,
         k: usize,
@@ -382,13 +206,13 @@ mod tests {
         c
     }
 
-    fn values(len: usize, seed: f64) -> Vec<f32> {
+    pub(super) fn values(len: usize, seed: f64) -> Vec<f32> {
         (0..len)
             .map(|i| ((i as f64) * 0.37 + seed).sin() as f32)
             .collect()
     }
 
-    fn check(c: &[f32], expected: &[f64], k: usize) {
+    pub(super) fn check(c: &[f32], expected: &[f64], k: usize) {
         for (x, e) in c.iter().zip(expected) {
             assert!(
                 (f64::from(*x) - e).abs() <= 1e-5 * (k as f64).sqrt() * (1.0 + e.abs())
@@ -403,6 +227,8 @@ mod tests {
         assert_eq!(row_blocks(20, 6), vec![(0, 5), (5, 5), (10, 5), (15, 5)]);
         assert_eq!(row_blocks(7, 6), vec![(0, 4), (4, 3)]);
         assert_eq!(row_blocks(1, 4), vec![(0, 1)]);
+        assert_eq!(row_blocks(20, 12), vec![(0, 10), (10, 10)]);
+        assert_eq!(row_blocks(64, 8).len(), 8);
     }
 
     /// Odd sizes (partial strips, partial row blocks, a `k` tail), transposed A, one and two
