@@ -12,6 +12,7 @@ pub mod error;
 pub mod interp;
 pub mod lazy;
 mod lazy_ops;
+pub mod machine;
 pub use lazy_ops::{gemm, CompareOperand};
 pub mod quiet;
 pub mod trace;

@@ -35,7 +35,7 @@ pub(in crate::runner) unsafe fn gemm_nn(
     let plan = NnPlan {
         blocking: NnBlocking::for_rows(m),
         reverse: m <= MAX_ROWS && StripOrder::reverse_for(b),
-        large: k * n * std::mem::size_of::<f32>() > last_level_cache(),
+        large: k * n * std::mem::size_of::<f32>() > ovl_core::machine::last_level_cache(),
     };
     // SAFETY: the caller's contract.
     unsafe { gemm_nn_with(plan, (m, n, k), a, a_strides, b, c, threads) }
@@ -108,28 +108,6 @@ impl StripOrder {
         last[0] = (key, reverse);
         reverse
     }
-}
-
-/// The size of the last-level cache in bytes (CPU 0's L3 from sysfs; 32 MiB where unknown).
-fn last_level_cache() -> usize {
-    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *BYTES.get_or_init(|| {
-        let size = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index3/size");
-        size.ok()
-            .and_then(|s| {
-                let s = s.trim();
-                let (digits, unit) = match s.strip_suffix('K') {
-                    Some(digits) => (digits, 1 << 10),
-                    None => match s.strip_suffix('M') {
-                        Some(digits) => (digits, 1 << 20),
-                        None => (s, 1),
-                    },
-                };
-                digits.parse::<usize>().ok().map(|v| v * unit)
-            })
-            .filter(|&bytes| bytes > 0)
-            .unwrap_or(32 << 20)
-    })
 }
 
 /// [`gemm_nn`] as `plan` says.
@@ -486,7 +464,7 @@ mod tests {
         }
         // Through `gemm_nn`, B larger than the last-level cache where that is at most 64 MiB.
         let (m, k) = (20, 301);
-        let n = (last_level_cache() / 4 / k + 100).min((64 << 20) / 4 / k);
+        let n = (ovl_core::machine::last_level_cache() / 4 / k + 100).min((64 << 20) / 4 / k);
         let a = values(m * k, 0.3);
         let b = values(k * n, 0.4);
         let run = || {

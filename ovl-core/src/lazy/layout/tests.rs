@@ -3,6 +3,12 @@
 use super::{assign_standard_order, standard_order};
 use ndarray::{s, Array, ArrayD, ArrayViewMutD, IxDyn, ShapeBuilder};
 
+std::thread_local! {
+    /// Forces the transposing copy's choice of non-temporal stores on this thread
+    /// (`tiles::streams`), which depends on the size of the machine's last-level cache.
+    pub(super) static FORCE_STREAM: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
 fn reference<T: Copy>(a: &ndarray::ArrayViewD<'_, T>) -> Vec<T> {
     // Index by index, in row-major order: independent of any iterator.
     ndarray::indices(a.raw_dim())
@@ -246,4 +252,26 @@ fn row_major_values_go_into_views_of_every_layout() {
         v.slice_move(s![50..1050, 7..1107]).into_dyn()
     });
     assign_into("large transposed", &mut grid, |v| v.reversed_axes());
+}
+
+#[test]
+fn transposing_copies_with_non_temporal_stores_give_the_same_elements() {
+    // Whole tiles streamed to memory, partial ones at every offset through masks, on several
+    // threads (above `PARALLEL_BYTES`), then written back into a Fortran-order view.
+    let f = Array::from_shape_fn((1100, 1000).f(), |(i, j)| (i * 1000 + j) as f32);
+    assert!(f.len() * 4 >= super::PARALLEL_BYTES);
+    for stream in [true, false] {
+        FORCE_STREAM.with(|c| c.set(Some(stream)));
+        for off in [0, 1, 5, 16, 17] {
+            let v = f.slice(s![off.., off % 7..]).into_dyn();
+            assert_eq!(
+                standard_order(v.view()),
+                reference(&v.view()),
+                "stream {stream}, offset {off}"
+            );
+        }
+        let mut back = Array::<f32, _>::zeros((1100, 1000).f()).into_dyn();
+        assign_into(&format!("large fortran, stream {stream}"), &mut back, |v| v);
+    }
+    FORCE_STREAM.with(|c| c.set(None));
 }
