@@ -23,9 +23,10 @@
 //! all of them. The results are written transposed into C. Tasks (blocks of rows of B) are
 //! split between the threads.
 //!
-//! Each result is one sum in order over `k`, as in the packed kernel (`gemm_large`), where the
-//! dot-product kernel adds 16 partial sums: several times its rounding error on long sums
-//! (measured in docs/benchmarks.md, section "A whole LSTM layer").
+//! Each result of a full vector is one sum in order over `k`, as in the packed kernel
+//! (`gemm_large`), and each row of a shared last vector the sum of its `g` partial sums, where
+//! the dot-product kernel adds 16 partial sums: up to several times its rounding error on long
+//! sums (measured in docs/benchmarks.md, section "A whole LSTM layer").
 
 use super::super::gemm_large::transpose_16;
 use super::{for_each_task, Shared, MAX_ROWS};
