@@ -7,7 +7,7 @@
 //! at every call (`Lazy::from(&x)`, as a new user writes it), borrowed at every call
 //! (`Compiled::run_views` with `FeedView::from(&x)`: read in place in C order, a tiled copy in
 //! Fortran order; the result written into the destination in place), and fed once (the kernel
-//! alone).
+//! alone); and the input made alone (`Lazy::from(&x)`: a copy, or the tiled transpose).
 //! Every result is checked against a plain-Rust f64 reference before timing.
 //!
 //! `cargo bench --bench reductions_layouts -- [--quick] [--out DIR]` writes
@@ -140,14 +140,20 @@ fn main() -> Result<(), BoxError> {
             }
             let fed = [Lazy::from(x)];
             let once = time_calls(3, reps, || step.run_into(&fed[..], &mut dest))?;
+            // The input made alone (a copy in C order, the tiled transpose in Fortran order).
+            let input = time_calls(3, reps, || {
+                std::hint::black_box(Lazy::from(x));
+                Ok::<(), BoxError>(())
+            })?;
             let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
             println!(
-                "{:<10} {:<52} per call {:7.3} ms   borrowed {:7.3} ms   fed once {:7.3} ms   max err {err:.1e}",
+                "{:<10} {:<52} per call {:7.3} ms   borrowed {:7.3} ms   fed once {:7.3} ms   input alone {:7.3} ms   max err {err:.1e}",
                 kernel.name(),
                 case.name(),
                 ms(per_call.best),
                 ms(borrowed.best),
-                ms(once.best)
+                ms(once.best),
+                ms(input.best)
             );
             rows.push(json!({
                 "kernel": kernel.name(),
@@ -156,6 +162,7 @@ fn main() -> Result<(), BoxError> {
                 "per_call_ms": ms(per_call.best),
                 "borrowed_ms": ms(borrowed.best),
                 "fed_once_ms": ms(once.best),
+                "input_ms": ms(input.best),
                 "max_abs_error": err,
             }));
         }

@@ -90,13 +90,15 @@ def main():
             f"{ratio(r['fed_once_ms'], best_once) if present else '-'} |"
         )
     lines += ["", "Fortran order / C order (ovl, same kernel, same values):", ""]
-    lines += ["| kernel | per call (`Lazy::from(&x)`) | borrowed | fed once |", "|---|---|---|---|"]
+    lines += ["| kernel | per call (`Lazy::from(&x)`) | borrowed | fed once | "
+              "the input made alone, C / Fortran |", "|---|---|---|---|---|"]
     for k in ["layernorm", "softmax", "rmsnorm", "logsumexp"]:
         f, c = by.get((k, "last_fortran")), by.get((k, "last_c"))
         if f and c:
             lines.append(f"| {k} | {ratio(f['per_call_ms'], c['per_call_ms'])} | "
                          f"{ratio(f['borrowed_ms'], c['borrowed_ms'])} | "
-                         f"{ratio(f['fed_once_ms'], c['fed_once_ms'])} |")
+                         f"{ratio(f['fed_once_ms'], c['fed_once_ms'])} | "
+                         f"{c.get('input_ms', 0):.2f} / {f.get('input_ms', 0):.2f} ms |")
     text = "\n".join(lines) + "\n"
     (out / "layouts.md").write_text(text)
     print(text)
