@@ -1313,9 +1313,11 @@ fn fusion_for_a_target_uses_its_row_budget() {
     assert_eq!(ovl::fusion(&y, 3).unwrap().report, cpu.report);
 }
 
-/// The fused forward + backward graph of an unrolled LSTM layer (stdlib products and cell,
-/// `steps` steps, batch 2, hidden 3): its kernel count and its expressions in all.
-fn unrolled_layer_fusion(steps: usize) -> (usize, usize) {
+/// The fused graph of an unrolled LSTM layer (stdlib products and cell, `steps` steps, batch
+/// 2, hidden 3) at the default level, forward (every step's `h`) or forward + backward (the
+/// gradients of W, U and b): its kernel count, its expressions in all, and the most
+/// expressions of one kernel.
+fn unrolled_layer_fusion(steps: usize, backward: bool) -> (usize, usize, usize) {
     let (b, h) = (2usize, 3usize);
     let value = |shape: &[usize], seed: f32| {
         let n: usize = shape.iter().product();
@@ -1339,6 +1341,9 @@ fn unrolled_layer_fusion(steps: usize) -> (usize, usize) {
         c_t = c;
         hs.push(h_t.clone());
     }
+    if !backward {
+        return fused_sizes(&ovl::fusion(hs.as_slice(), 3).expect("fusion"));
+    }
     let seed = value(&[b, h], 0.6);
     let pairs: Vec<(&Lazy<f32>, &Lazy<f32>)> = hs.iter().map(|h| (h, &seed)).collect();
     let grads = ovl::backward(&pairs, &[&w, &u, &bias]).expect("backward");
@@ -1346,14 +1351,17 @@ fn unrolled_layer_fusion(steps: usize) -> (usize, usize) {
         .iter()
         .map(|v| grads.of_or_zeros(v))
         .collect();
-    let fusion = ovl::fusion(outs.as_slice(), 3).expect("fusion");
-    let expressions = fusion
-        .after
-        .operators
-        .iter()
-        .map(|o| o.expressions.len())
-        .sum();
-    (fusion.report.kernels_after, expressions)
+    fused_sizes(&ovl::fusion(outs.as_slice(), 3).expect("fusion"))
+}
+
+/// A fused graph's kernel count, expressions in all and most expressions of one kernel.
+fn fused_sizes(fusion: &ovl::Fusion) -> (usize, usize, usize) {
+    let sizes = fusion.after.operators.iter().map(|o| o.expressions.len());
+    (
+        fusion.report.kernels_after,
+        sizes.clone().sum(),
+        sizes.max().unwrap_or(0),
+    )
 }
 
 #[test]
@@ -1362,11 +1370,28 @@ fn an_unrolled_recurrence_fuses_into_a_graph_that_grows_linearly_with_its_steps(
     // a recurrence (the forward values read by the next step and by the backward pass) copies
     // of copies grew with the number of steps. No operator is computed more than 4 times now,
     // so twice the steps make about twice the fused code.
-    let (k8, e8) = unrolled_layer_fusion(8);
-    let (k16, e16) = unrolled_layer_fusion(16);
+    let (k8, e8, _) = unrolled_layer_fusion(8, true);
+    let (k16, e16, _) = unrolled_layer_fusion(16, true);
     assert!(k16 <= 2 * k8 + 2, "{k8} kernels at 8 steps, {k16} at 16");
     assert!(
         e16 * 10 <= e8 * 23,
         "{e8} expressions at 8 steps, {e16} at 16: more than 2.3x"
     );
+}
+
+#[test]
+fn no_kernel_of_an_unrolled_recurrence_grows_with_its_steps() {
+    // Each copy of a producer that stays may repeat a few operations in its consumer, and the
+    // copies a kernel holds add up: the cell state of step t - 1 copied into step t's kernel
+    // once, not the whole chain of steps before it (which made the last kernels of a 35-step
+    // layer recompute every step, and the layer twice as slow as unfused).
+    for backward in [false, true] {
+        let (_, _, largest8) = unrolled_layer_fusion(8, backward);
+        let (_, _, largest16) = unrolled_layer_fusion(16, backward);
+        assert!(
+            largest16 <= largest8,
+            "backward {backward}: the largest kernel has {largest8} expressions at 8 steps, \
+             {largest16} at 16"
+        );
+    }
 }

@@ -12,7 +12,9 @@
 //! included, divided by the producer's workers) and `W` the producer's work per element:
 //! - `R <= 1` (each element computed at most once, e.g. an elementwise producer, a transpose):
 //!   always inline, unless the producer stays for another reader and `W` is more than
-//!   [`DUPLICATE_WORK`] (then it is weighed like the rest);
+//!   [`DUPLICATE_WORK`] (then it is weighed like the rest); and with the producer staying, the
+//!   work the consumer repeats, its earlier copies included, stays within [`DUPLICATE_WORK`]
+//!   per worker (checked where substitutions are planned, `substitute::check`);
 //! - otherwise inline when the work after, `R * W`, is at most the cost it replaces: the `R`
 //!   loads of the element, plus, when the producer disappears (no other reader), its work `W`
 //!   and its store;
@@ -56,6 +58,10 @@ pub(crate) const MOST_COMPUTED: u32 = 4;
 /// The most work per element (operation units) that an element computed once may repeat in a
 /// consumer while its producer stays for another reader: a few operations, not a loop (a
 /// product's element of 512 multiply-adds computed in two kernels doubled the graph's time).
+/// Also the most a consumer repeats per worker in all, its copies of several producers summed:
+/// one step's LSTM cell state (about 40 units) copied into the next step's kernel, not a chain
+/// of them (the last three kernels of a 35-step layer recomputed every step, and the layer's
+/// forward took 23-28 ms at the default level against 13-15 ms at level 1, Zen 5).
 pub(crate) const DUPLICATE_WORK: f64 = 64.0;
 
 /// The work of one execution of an expression, in operation units: the op table's

@@ -37,6 +37,10 @@ pub(crate) struct Node {
     pub label: String,
     /// The original operator whose source location the node carries (the last consumer).
     pub source_of: usize,
+    /// Work per worker (operation units) that this node repeats for producers that compute it
+    /// too: index substitution's copies of a producer that stays for another reader, summed
+    /// (`cost::DUPLICATE_WORK` bounds it).
+    pub duplicated: f64,
 }
 
 /// The graph being optimized.
@@ -135,6 +139,7 @@ impl Work {
                 inputs,
                 members: vec![i],
                 source_of: i,
+                duplicated: 0.0,
             }));
         }
         let outputs = dag

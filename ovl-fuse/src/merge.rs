@@ -95,6 +95,7 @@ impl Splice {
                 label: label(names),
                 members,
                 source_of: second.source_of,
+                duplicated: first.duplicated + second.duplicated,
             },
             map_first,
             map_second,

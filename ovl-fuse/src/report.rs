@@ -155,6 +155,13 @@ pub enum Reason {
         /// How many times the most copied of its operators is computed.
         times: u32,
     },
+    /// The producer stays for another reader, and the consumer would repeat more of its
+    /// producers' work per worker than fusion allows (`ovl-fuse`'s `cost::DUPLICATE_WORK`,
+    /// counting the copies it already holds).
+    DuplicatesTooMuch {
+        /// The work per worker it would repeat, in operation units, rounded.
+        work: u64,
+    },
     /// The tensor type the producer writes differs from the one the consumer declares.
     ShapeMismatch {
         /// `f32[4, 5]` as written.
@@ -287,6 +294,11 @@ impl fmt::Display for Reason {
                 f,
                 "the producer stays for another reader and some of its work is already computed \
                  {times} times; another copy is refused"
+            ),
+            Reason::DuplicatesTooMuch { work } => write!(
+                f,
+                "the producer stays for another reader, and with this copy the consumer would \
+                 repeat ~{work} operation units per worker that other kernels compute too"
             ),
             Reason::ShapeMismatch { written, read } => {
                 write!(f, "shape mismatch: written {written}, read {read}")

@@ -285,6 +285,7 @@ fn stack(
         inputs: group.iter().map(|g| g.a).collect(),
         members: vec![copy_index],
         source_of: first.source_of,
+        duplicated: 0.0,
     });
     let product_index = work.new_original();
     originals.push(first.dag.name.clone());
@@ -301,6 +302,7 @@ fn stack(
         ],
         members: vec![product_index],
         source_of: first.source_of,
+        duplicated: 0.0,
     });
 
     // Each product's place: an output of one operator cutting the stacked result into the
@@ -338,6 +340,7 @@ fn stack(
         }],
         members,
         source_of: first.source_of,
+        duplicated: 0.0,
     });
     for (i, g) in group.iter().enumerate() {
         work.replace_by_output(g.node, cut_node, i as u32);

@@ -75,6 +75,10 @@ pub(crate) struct SubstitutionPlan {
     pub recompute: f64,
     /// The producer outputs that stay in memory for other readers or as requested results.
     pub kept: Vec<u32>,
+    /// The work per consumer worker (operation units) the consumer repeats because the
+    /// producer stays: its recomputations of the handed-over outputs (0 when the producer goes
+    /// away).
+    pub duplicated: f64,
 }
 
 /// The checks for recomputing `producer` in `consumer` at every read.
@@ -125,6 +129,7 @@ pub(crate) fn check(
 
     let mut outputs = Vec::new();
     let mut recompute_max = 0.0f64;
+    let mut duplicated = 0.0f64;
     for (h, (o, write_pattern)) in plan.handoffs.iter().zip(&write_patterns) {
         debug_assert_eq!(h.output, *o);
         let maps = write_pattern.affine().unwrap_or_default();
@@ -199,6 +204,9 @@ pub(crate) fn check(
             }
         }
         recompute_max = recompute_max.max(recompute);
+        if producer_stays {
+            duplicated += reads_per_worker * work_per_element;
+        }
         outputs.push(Inlined {
             output: *o,
             write: h.write,
@@ -206,11 +214,20 @@ pub(crate) fn check(
             slice,
         });
     }
+    // Copies add up: each may repeat a few operations, but not a chain of them (an unrolled
+    // LSTM's cell state, each step's copy inlined into the next step's kernel, made the last
+    // kernels recompute every step: 2x the layer's time at T = 35).
+    if producer_stays && c.duplicated + duplicated > cost::DUPLICATE_WORK {
+        return Err(Reason::DuplicatesTooMuch {
+            work: (c.duplicated + duplicated).round() as u64,
+        });
+    }
     Ok(SubstitutionPlan {
         outputs,
         slot_output: plan.slot_output,
         recompute: recompute_max,
         kept,
+        duplicated,
     })
 }
 
@@ -571,6 +588,13 @@ pub(crate) fn substitute(
         label: label(&names),
         members,
         source_of: consumer.source_of,
+        // A producer that goes away leaves its own copies to the consumer.
+        duplicated: consumer.duplicated
+            + if plan.kept.is_empty() {
+                producer.duplicated
+            } else {
+                plan.duplicated
+            },
     }
 }
 
