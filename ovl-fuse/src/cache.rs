@@ -25,8 +25,10 @@ pub const CAPACITY: usize = 512;
 /// sharing an operand stacked into one, `stack`; 10: every merge kind priced, gathers scalar,
 /// a bound against the operators before fusion, `memory::SLACK_TOTAL`; 11: row reuse keeps one
 /// buffer per value and reads it in loops whose range lies inside the first loop's; 12: column
-/// kernels' elementwise passes split off on the CPU, `column_pass`).
-pub const FUSION_VERSION: u32 = 12;
+/// kernels' elementwise passes split off on the CPU, `column_pass`; 13: the work a consumer
+/// repeats for producers that stay summed over its copies, and cuts read in place never
+/// merged).
+pub const FUSION_VERSION: u32 = 13;
 
 /// The key: the rules' version, the unfused graph's canonical hash, the level, row reuse.
 type Key = (u32, Digest, u8, crate::RowReuse);

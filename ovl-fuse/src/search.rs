@@ -304,8 +304,9 @@ impl<'a> Search<'a> {
     }
 }
 
-/// The refusal due to the operators' kinds (a library call is a boundary) or the optimization
-/// level alone, if any.
+/// The refusal due to the operators' kinds (a library call is a boundary, and so is the cut of
+/// a stacked result whose pieces the runner reads in place) or the optimization level alone,
+/// if any.
 fn gate(work: &Work, p: usize, c: usize, level: OptLevel) -> Option<Reason> {
     if let Some(n) = [p, c]
         .into_iter()
@@ -315,6 +316,14 @@ fn gate(work: &Work, p: usize, c: usize, level: OptLevel) -> Option<Reason> {
         return Some(Reason::LibraryCall {
             operator: node.label.clone(),
             call: ovl_ir::library::describe(&node.dag),
+        });
+    }
+    if let Some(n) = [p, c]
+        .into_iter()
+        .find(|&n| crate::stack::cut_offsets(&work.node(n).dag).is_some())
+    {
+        return Some(Reason::CutReadInPlace {
+            operator: work.node(n).label.clone(),
         });
     }
     match level.get() {
