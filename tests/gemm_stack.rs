@@ -293,6 +293,19 @@ fn layer(x: &Lazy<f32>, w: &Lazy<f32>, u: &Lazy<f32>, bias: &Lazy<f32>) -> Vec<L
     hs
 }
 
+/// Every step's `h` of the layer, evaluated on the CPU at `level`, against the reference's.
+fn steps_close(hs: &[Lazy<f32>], want: &[ArrayD<f64>], level: u8) {
+    let got = ovl::evaluate_with(hs, &options(Options::cpu(), level)).unwrap();
+    for (s, (g, w)) in got.iter().zip(want).enumerate() {
+        close(
+            &g.mapv(f64::from),
+            w,
+            1e-5,
+            &format!("h_{s} (level {level})"),
+        );
+    }
+}
+
 /// The same layer by plain loops in f64.
 fn layer_reference(
     xs: &ArrayD<f64>,
@@ -345,15 +358,7 @@ fn an_lstm_layer_stacks_its_input_products_and_computes_the_same() {
     assert_eq!(f.report.not_stacked.len(), t, "{}", f.report);
     let want = layer_reference(&xs, &ws, &us, &bs);
     for level in [1, 3] {
-        let got = ovl::evaluate_with(&hs, &options(Options::cpu(), level)).unwrap();
-        for (s, (g, w)) in got.iter().zip(&want).enumerate() {
-            close(
-                &g.mapv(f64::from),
-                w,
-                1e-5,
-                &format!("h_{s} (level {level})"),
-            );
-        }
+        steps_close(&hs, &want, level);
     }
 
     // Forward + backward: the gradients as the unfused graph computes them.
@@ -490,15 +495,7 @@ fn the_cut_of_a_stacked_result_is_read_in_place() {
                 f.report
             );
         }
-        let got = ovl::evaluate_with(&hs, &options(Options::cpu(), level)).unwrap();
-        for (s, (g, w)) in got.iter().zip(&want).enumerate() {
-            close(
-                &g.mapv(f64::from),
-                w,
-                1e-5,
-                &format!("level {level}: h_{s}"),
-            );
-        }
+        steps_close(&hs, &want, level);
 
         let cuts = kernels_named(&outs, level, "unstack_rows");
         assert!(
