@@ -13,8 +13,8 @@
 //! - `R <= 1` (each element computed at most once, e.g. an elementwise producer, a transpose):
 //!   always inline, unless the producer stays for another reader and `W` is more than
 //!   [`DUPLICATE_WORK`] (then it is weighed like the rest); and with the producer staying, the
-//!   work the consumer repeats, its earlier copies included, stays within [`DUPLICATE_WORK`]
-//!   per worker (checked where substitutions are planned, `substitute::check`);
+//!   work per element the consumer so repeats, its earlier such copies included, stays within
+//!   [`DUPLICATE_WORK`] (checked where substitutions are planned, `substitute::check`);
 //! - otherwise inline when the work after, `R * W`, is at most the cost it replaces: the `R`
 //!   loads of the element, plus, when the producer disappears (no other reader), its work `W`
 //!   and its store;
@@ -58,7 +58,7 @@ pub(crate) const MOST_COMPUTED: u32 = 4;
 /// The most work per element (operation units) that an element computed once may repeat in a
 /// consumer while its producer stays for another reader: a few operations, not a loop (a
 /// product's element of 512 multiply-adds computed in two kernels doubled the graph's time).
-/// Also the most a consumer repeats per worker in all, its copies of several producers summed:
+/// Also the most a consumer so repeats in all, its copies of several producers summed:
 /// one step's LSTM cell state (about 40 units) copied into the next step's kernel, not a chain
 /// of them (the last three kernels of a 35-step layer recomputed every step, and the layer's
 /// forward took 23-28 ms at the default level against 13-15 ms at level 1, Zen 5).

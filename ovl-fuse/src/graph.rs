@@ -37,9 +37,10 @@ pub(crate) struct Node {
     pub label: String,
     /// The original operator whose source location the node carries (the last consumer).
     pub source_of: usize,
-    /// Work per worker (operation units) that this node repeats for producers that compute it
-    /// too: index substitution's copies of a producer that stays for another reader, summed
-    /// (`cost::DUPLICATE_WORK` bounds it).
+    /// Work per element (operation units) that this node computes once more beside producers
+    /// that compute it too: index substitution's copies of elements computed at most once
+    /// more, their producer staying for another reader, summed (`cost::DUPLICATE_WORK` bounds
+    /// it).
     pub duplicated: f64,
 }
 

@@ -164,10 +164,10 @@ pub enum Reason {
         times: u32,
     },
     /// The producer stays for another reader, and the consumer would repeat more of its
-    /// producers' work per worker than fusion allows (`ovl-fuse`'s `cost::DUPLICATE_WORK`,
+    /// producers' work per element than fusion allows (`ovl-fuse`'s `cost::DUPLICATE_WORK`,
     /// counting the copies it already holds).
     DuplicatesTooMuch {
-        /// The work per worker it would repeat, in operation units, rounded.
+        /// The work per element it would repeat, in operation units, rounded.
         work: u64,
     },
     /// The tensor type the producer writes differs from the one the consumer declares.
@@ -311,7 +311,7 @@ impl fmt::Display for Reason {
             Reason::DuplicatesTooMuch { work } => write!(
                 f,
                 "the producer stays for another reader, and with this copy the consumer would \
-                 repeat ~{work} operation units per worker that other kernels compute too"
+                 repeat ~{work} operation units per element that other kernels compute too"
             ),
             Reason::ShapeMismatch { written, read } => {
                 write!(f, "shape mismatch: written {written}, read {read}")

@@ -75,9 +75,9 @@ pub(crate) struct SubstitutionPlan {
     pub recompute: f64,
     /// The producer outputs that stay in memory for other readers or as requested results.
     pub kept: Vec<u32>,
-    /// The work per consumer worker (operation units) the consumer repeats because the
-    /// producer stays: its recomputations of the handed-over outputs (0 when the producer goes
-    /// away).
+    /// The work per element (operation units) of the handed-over outputs that the consumer
+    /// computes once more beside the producer, which stays (those computed at most once more;
+    /// 0 when the producer goes away).
     pub duplicated: f64,
 }
 
@@ -204,8 +204,8 @@ pub(crate) fn check(
             }
         }
         recompute_max = recompute_max.max(recompute);
-        if producer_stays {
-            duplicated += reads_per_worker * work_per_element;
+        if producer_stays && recompute <= 1.0 + 1e-9 {
+            duplicated += work_per_element;
         }
         outputs.push(Inlined {
             output: *o,
