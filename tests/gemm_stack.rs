@@ -306,6 +306,19 @@ fn steps_close(hs: &[Lazy<f32>], want: &[ArrayD<f64>], level: u8) {
     }
 }
 
+/// The layer's gradients, evaluated on the CPU at `level`, against the unfused interpreter's.
+fn gradients_close(outs: &[Lazy<f32>], unfused: &[ArrayD<f32>], level: u8) {
+    let got = ovl::evaluate_with(outs, &options(Options::cpu(), level)).unwrap();
+    for (k, (g, w)) in got.iter().zip(unfused).enumerate() {
+        close(
+            &g.mapv(f64::from),
+            &w.mapv(f64::from),
+            1e-4,
+            &format!("gradient {k} (level {level})"),
+        );
+    }
+}
+
 /// The same layer by plain loops in f64.
 fn layer_reference(
     xs: &ArrayD<f64>,
@@ -382,15 +395,7 @@ fn an_lstm_layer_stacks_its_input_products_and_computes_the_same() {
     );
     let unfused = ovl::evaluate_with(&outs, &options(Options::interpreter(), 0)).unwrap();
     for level in [1, 3] {
-        let got = ovl::evaluate_with(&outs, &options(Options::cpu(), level)).unwrap();
-        for (k, (g, w)) in got.iter().zip(&unfused).enumerate() {
-            close(
-                &g.mapv(f64::from),
-                &w.mapv(f64::from),
-                1e-4,
-                &format!("gradient {k} (level {level})"),
-            );
-        }
+        gradients_close(&outs, &unfused, level);
     }
 }
 
@@ -502,15 +507,7 @@ fn the_cut_of_a_stacked_result_is_read_in_place() {
             !cuts.is_empty() && cuts.iter().all(|&k| k == 0),
             "level {level}: every cut left runs as views: {cuts:?}"
         );
-        let got = ovl::evaluate_with(&outs, &options(Options::cpu(), level)).unwrap();
-        for (k, (g, w)) in got.iter().zip(&unfused).enumerate() {
-            close(
-                &g.mapv(f64::from),
-                &w.mapv(f64::from),
-                1e-4,
-                &format!("level {level}: gradient {k}"),
-            );
-        }
+        gradients_close(&outs, &unfused, level);
     }
 }
 
