@@ -99,22 +99,7 @@ pub(crate) fn check(
     let mut c_patterns = PatternAnalysis::new(&c.dag);
     let p_workers: f64 = p.dag.workgroup_shape.iter().map(|&d| d as f64).product();
     let c_workers: f64 = c.dag.workgroup_shape.iter().map(|&d| d as f64).product();
-    let producer_stays = (0..p.dag.outputs.len() as u32).any(|o| {
-        work.used_outside(
-            Src::Op {
-                node: producer,
-                output: o,
-            },
-            consumer,
-        )
-    });
-    // A producer that stays is computed once more in the consumer: at most `MOST_COMPUTED`
-    // times in all, so that copies of copies (a recurrence's forward values, read by two
-    // kernels each step) cannot grow with the graph.
-    let computed = work.most_computed(producer);
-    if producer_stays && computed >= cost::MOST_COMPUTED {
-        return Err(Reason::ComputedTooOften { times: computed });
-    }
+    // The producer's outputs other readers (or the graph's results) still need: it stays.
     let kept: Vec<u32> = (0..p.dag.outputs.len() as u32)
         .filter(|&o| {
             work.used_outside(
@@ -126,6 +111,14 @@ pub(crate) fn check(
             )
         })
         .collect();
+    let producer_stays = !kept.is_empty();
+    // A producer that stays is computed once more in the consumer: at most `MOST_COMPUTED`
+    // times in all, so that copies of copies (a recurrence's forward values, read by two
+    // kernels each step) cannot grow with the graph.
+    let computed = work.most_computed(producer);
+    if producer_stays && computed >= cost::MOST_COMPUTED {
+        return Err(Reason::ComputedTooOften { times: computed });
+    }
 
     let mut outputs = Vec::new();
     let mut recompute_max = 0.0f64;
