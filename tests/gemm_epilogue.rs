@@ -300,6 +300,37 @@ fn a_pair_that_would_read_the_weight_again_more_than_it_saves_is_refused() {
 }
 
 #[test]
+fn a_product_with_the_weight_transposed_is_not_paired_where_it_pays_only() {
+    // `tanh(x · wᵀ + b)`: the few-row kernel of `A · Bᵀ` puts C's rows in the vector lanes, so
+    // blocks of fewer rows would run it with fewer rows per vector: not paired by the rule,
+    // paired when always asked; the values are the same either way.
+    let (m, k, n) = (20, 33, 50);
+    let (xs, ws, bs) = (values(&[m, k], 23), values(&[n, k], 24), values(&[n], 25));
+    let y = ops::tanh(ops::add(
+        ops::matmul_t(Lazy::from(xs.clone()), Lazy::from(ws.clone()), false, true),
+        Lazy::from(bs.clone()),
+    ));
+    let f = ovl::fusion_with(std::slice::from_ref(&y), &options(Options::cpu())).unwrap();
+    assert!(f.report.epilogue_pairs.is_empty(), "{}", f.report);
+    let reasons: Vec<_> = f.report.not_paired.iter().map(|p| &p.reason).collect();
+    assert_eq!(
+        reasons,
+        [&NotPairedReason::TransposedWeight],
+        "{}",
+        f.report
+    );
+    let want = (product(&xs, &ws.t().to_owned()) + &bs).mapv(f64::tanh);
+    let mut got = Vec::new();
+    for m in [EpilogueMode::WherePays, EpilogueMode::Always] {
+        let _turn = mode(m);
+        let y = evaluate(std::slice::from_ref(&y), Options::cpu().with_threads(2));
+        close(&y[0], &want, &format!("{m:?}"));
+        got.push(y);
+    }
+    assert_eq!(got[0], got[1]);
+}
+
+#[test]
 fn a_pair_that_does_not_pay_on_more_threads_runs_as_two_kernels() {
     let _turn = mode(EpilogueMode::WherePays);
     // Paired for two threads (2 blocks); on 16 threads 15 blocks would each read the weight:

@@ -27,8 +27,9 @@ pub const CAPACITY: usize = 512;
 /// buffer per value and reads it in loops whose range lies inside the first loop's; 12: column
 /// kernels' elementwise passes split off on the CPU, `column_pass`; 13: the work a consumer
 /// repeats for producers that stay summed over its copies, and cuts read in place never
-/// merged).
-pub const FUSION_VERSION: u32 = 13;
+/// merged; 14: a copy beside a producer that stays, a library call between the two, loads no
+/// more than it saves, `Reason::CopyLoadsMore`).
+pub const FUSION_VERSION: u32 = 14;
 
 /// The key: the rules' version, the unfused graph's canonical hash, the level, row reuse.
 type Key = (u32, Digest, u8, crate::RowReuse);

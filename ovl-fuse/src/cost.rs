@@ -14,7 +14,10 @@
 //!   always inline, unless the producer stays for another reader and `W` is more than
 //!   [`DUPLICATE_WORK`] (then it is weighed like the rest); and with the producer staying, the
 //!   work per element the consumer so repeats, its earlier such copies included, stays within
-//!   [`DUPLICATE_WORK`] (checked where substitutions are planned, `substitute::check`);
+//!   [`DUPLICATE_WORK`]; and where a boundary (a library call) between the two keeps them
+//!   apart for good, the copy loads no more elements of tensors the consumer does not read
+//!   ([`loads`]) than it saves: the element's loads, and its store where no other reader keeps
+//!   it (both checked where substitutions are planned, `substitute::check`);
 //! - otherwise inline when the work after, `R * W`, is at most the cost it replaces: the `R`
 //!   loads of the element, plus, when the producer disappears (no other reader), its work `W`
 //!   and its store;
@@ -94,6 +97,27 @@ pub(crate) fn work(kernel: &Kernel, part: &[bool], iv: &Intervals) -> Option<f64
         let w = weight(e.inst.op());
         if w > 0.0 {
             total += w * runs_per_worker(kernel, iv, i)?;
+        }
+    }
+    Some(total)
+}
+
+/// The loads of input elements among the expressions of `kernel` marked in `part`, per worker
+/// (loop trips multiplied), counting only the inputs `counted` selects by input slot (`None`
+/// when a loop has no bound).
+pub(crate) fn loads(
+    kernel: &Kernel,
+    part: &[bool],
+    iv: &Intervals,
+    counted: impl Fn(u32) -> bool,
+) -> Option<f64> {
+    let mut total = 0.0;
+    for i in 0..kernel.exprs.len() {
+        if !part.get(i).copied().unwrap_or(false) {
+            continue;
+        }
+        if kernel.input_read(i).is_some_and(&counted) {
+            total += runs_per_worker(kernel, iv, i)?;
         }
     }
     Some(total)

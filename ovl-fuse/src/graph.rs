@@ -365,6 +365,43 @@ impl Work {
             .find(|&first| first != to && self.reaches(first, to))
     }
 
+    /// Whether node `n` is a boundary of fusion, never merged with another node: a library
+    /// call, or a cut read in place (`search::gate` says which, as the reason of a refusal).
+    pub fn is_boundary(&self, n: usize) -> bool {
+        let dag = &self.node(n).dag;
+        ovl_ir::library::is_library_call(dag) || crate::stack::cut_offsets(dag).is_some()
+    }
+
+    /// Whether a boundary ([`Work::is_boundary`]) lies on a path from `from` to `to`: the two
+    /// then never become one kernel (merging them would close a cycle through it).
+    pub fn boundary_between(&self, from: usize, to: usize) -> bool {
+        let places = self.places();
+        let inside = |n: usize| {
+            places
+                .as_ref()
+                .is_none_or(|at| at[from] <= at[n] && at[n] <= at[to])
+        };
+        // The nodes other than `from` that lead to `to`, then those of them `from` leads to.
+        let mut leads = HashSet::new();
+        let mut stack = self.producers(to);
+        while let Some(n) = stack.pop() {
+            if n != from && inside(n) && leads.insert(n) {
+                stack.extend(self.producers(n));
+            }
+        }
+        let mut seen = HashSet::new();
+        let mut stack = self.consumers(from);
+        while let Some(n) = stack.pop() {
+            if leads.contains(&n) && seen.insert(n) {
+                if self.is_boundary(n) {
+                    return true;
+                }
+                stack.extend(self.consumers(n));
+            }
+        }
+        false
+    }
+
     /// Whether `to` is reachable from `from` (a path of length >= 0). Only nodes placed before
     /// `to` in a topological order can lead to it, so the search goes no further (without an
     /// order, which only a cycle prevents, it searches everything).

@@ -14,11 +14,7 @@ pub(crate) fn find_siblings(
     skip: &dyn Fn(usize, usize) -> bool,
 ) -> Option<(usize, usize)> {
     let reaches = |a: usize, b: usize| desc[a][b / 64] >> (b % 64) & 1 == 1;
-    // Boundaries: library calls, and cuts read in place (see `search::gate`).
-    let call = |n: usize| {
-        let dag = &work.node(n).dag;
-        ovl_ir::library::is_library_call(dag) || crate::stack::cut_offsets(dag).is_some()
-    };
+    let call = |n: usize| work.is_boundary(n);
     for (i, &a) in order.iter().enumerate() {
         if call(a) {
             continue;

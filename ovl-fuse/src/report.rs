@@ -170,6 +170,18 @@ pub enum Reason {
         /// The work per element it would repeat, in operation units, rounded.
         work: u64,
     },
+    /// The producer stays for another reader, a boundary between the two (a library call)
+    /// keeps them apart for good, and a copy of the producer in the consumer would load more
+    /// elements of tensors the consumer does not read than the copy saves (the loads of the
+    /// handed-over element, and its store where no other reader keeps it).
+    CopyLoadsMore {
+        /// The handed-over output.
+        output: u32,
+        /// Elements the copies of one element load from tensors the consumer does not read.
+        loads: u64,
+        /// Loads and stores per element the copy saves.
+        saved: u64,
+    },
     /// The tensor type the producer writes differs from the one the consumer declares.
     ShapeMismatch {
         /// `f32[4, 5]` as written.
@@ -312,6 +324,17 @@ impl fmt::Display for Reason {
                 f,
                 "the producer stays for another reader, and with this copy the consumer would \
                  repeat ~{work} operation units per element that other kernels compute too"
+            ),
+            Reason::CopyLoadsMore {
+                output,
+                loads,
+                saved,
+            } => write!(
+                f,
+                "the producer stays for another reader, a library call between the two keeps \
+                 them apart, and a copy of output {output} in the consumer would load ~{loads} \
+                 elements per element from tensors the consumer does not read, more than the \
+                 {saved} loads and stores it saves"
             ),
             Reason::ShapeMismatch { written, read } => {
                 write!(f, "shape mismatch: written {written}, read {read}")

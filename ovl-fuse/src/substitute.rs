@@ -120,6 +120,7 @@ pub(crate) fn check(
         return Err(Reason::ComputedTooOften { times: computed });
     }
 
+    let apart = producer_stays && work.boundary_between(producer, consumer);
     let mut outputs = Vec::new();
     let mut recompute_max = 0.0f64;
     let mut duplicated = 0.0f64;
@@ -193,6 +194,28 @@ pub(crate) fn check(
                     write: write_pattern.clone(),
                     read,
                     reads: reads.round() as u64,
+                });
+            }
+        }
+        if producer_stays && apart {
+            // The copy loads its own inputs where the consumer does not read them already.
+            // With a boundary between the two kernels, which therefore never become one (in
+            // which the loads would be shared), more such loads than the copy saves trade
+            // memory for memory and add the work: an LSTM step's kernel recomputing the
+            // previous step's cell state, the product `h U` between them, read six gate values
+            // and the state before to save reading the state.
+            let loads = cost::loads(&kp, &slice, &p_iv, |slot| {
+                p.inputs
+                    .get(slot as usize)
+                    .is_some_and(|src| !c.inputs.contains(src))
+            })
+            .ok_or(Reason::UnknownRecomputeCount { output: *o })?;
+            let saved = recompute + if kept.contains(o) { 0.0 } else { 1.0 };
+            if recompute * loads > saved + 1e-9 {
+                return Err(Reason::CopyLoadsMore {
+                    output: *o,
+                    loads: (recompute * loads).round() as u64,
+                    saved: saved.round() as u64,
                 });
             }
         }
