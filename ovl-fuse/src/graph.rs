@@ -59,6 +59,9 @@ pub(crate) struct Work {
     /// for (every pair a node takes part in asks again after each merge): forgotten when the
     /// node's operator changes ([`Work::node_mut`], [`Work::rebase`]) or the node is replaced.
     analyses: RefCell<HashMap<usize, Analysis>>,
+    /// Whether each node asked about is a boundary ([`Work::is_boundary`]; recognizing a cut
+    /// compares its whole operator), forgotten like `analyses`.
+    boundaries: RefCell<HashMap<usize, bool>>,
     /// Each live node's place in [`Work::topological_order`], made when a path is first looked
     /// for after a change of the wiring: a path search never looks past its goal's place.
     places: RefCell<Option<Rc<Vec<usize>>>>,
@@ -156,6 +159,7 @@ impl Work {
             outputs,
             consumer_index: Vec::new(),
             analyses: RefCell::new(HashMap::new()),
+            boundaries: RefCell::new(HashMap::new()),
             places: RefCell::new(None),
             changes: Changes::default(),
             computed: vec![1; dag.operators.len()],
@@ -241,6 +245,7 @@ impl Work {
     /// one with the same inputs and outputs).
     pub fn node_mut(&mut self, id: usize) -> &mut Node {
         self.analyses.get_mut().remove(&id);
+        self.boundaries.get_mut().remove(&id);
         self.changes.operator.insert(id);
         self.nodes[id].as_mut().expect("a live node")
     }
@@ -286,6 +291,7 @@ impl Work {
     /// Marks node `id` replaced.
     fn retire(&mut self, id: usize) {
         self.analyses.get_mut().remove(&id);
+        self.boundaries.get_mut().remove(&id);
         if let Some(node) = self.nodes[id].take() {
             for &m in &node.members {
                 self.computed[m] -= 1;
@@ -330,11 +336,12 @@ impl Work {
 
     /// The producers of `id`'s inputs, each once, in input order.
     pub fn producers(&self, id: usize) -> Vec<usize> {
-        let mut seen = HashSet::new();
-        let mut out = Vec::new();
+        // (A node has few producers: a search of the list beats hashing, and this runs for
+        // every node each time the topological order is made again.)
+        let mut out: Vec<usize> = Vec::new();
         for s in &self.node(id).inputs {
             if let Src::Op { node, .. } = s {
-                if seen.insert(*node) {
+                if !out.contains(node) {
                     out.push(*node);
                 }
             }
@@ -368,8 +375,14 @@ impl Work {
     /// Whether node `n` is a boundary of fusion, never merged with another node: a library
     /// call, or a cut read in place (`search::gate` says which, as the reason of a refusal).
     pub fn is_boundary(&self, n: usize) -> bool {
+        if let Some(&known) = self.boundaries.borrow().get(&n) {
+            return known;
+        }
         let dag = &self.node(n).dag;
-        ovl_ir::library::is_library_call(dag) || crate::stack::cut_offsets(dag).is_some()
+        let boundary =
+            ovl_ir::library::is_library_call(dag) || crate::stack::cut_offsets(dag).is_some();
+        self.boundaries.borrow_mut().insert(n, boundary);
+        boundary
     }
 
     /// Whether a boundary ([`Work::is_boundary`]) lies on a path from `from` to `to`: the two
@@ -543,9 +556,13 @@ impl Work {
     /// merged).
     pub fn topological_order(&self) -> Result<Vec<usize>, FuseError> {
         let live = self.live();
+        // Each node's producers, counted through the consumer index (which lists a consumer
+        // once per producer): no list made per node, as this runs after every merge.
         let mut pending: Vec<usize> = vec![0; self.nodes.len()];
         for &n in &live {
-            pending[n] = self.producers(n).len();
+            for &c in &self.consumer_index[n] {
+                pending[c] += 1;
+            }
         }
         let key = |n: usize| self.node(n).members[0];
         let mut ready: BTreeSet<(usize, usize)> = live
@@ -557,7 +574,7 @@ impl Work {
         while let Some(first) = ready.pop_first() {
             let n = first.1;
             order.push(n);
-            for c in self.consumers(n) {
+            for &c in &self.consumer_index[n] {
                 pending[c] -= 1;
                 if pending[c] == 0 {
                     ready.insert((key(c), c));

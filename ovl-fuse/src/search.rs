@@ -318,10 +318,8 @@ fn gate(work: &Work, p: usize, c: usize, level: OptLevel) -> Option<Reason> {
             call: ovl_ir::library::describe(&node.dag),
         });
     }
-    if let Some(n) = [p, c]
-        .into_iter()
-        .find(|&n| crate::stack::cut_offsets(&work.node(n).dag).is_some())
-    {
+    // The other boundaries: cuts read in place.
+    if let Some(n) = [p, c].into_iter().find(|&n| work.is_boundary(n)) {
         return Some(Reason::CutReadInPlace {
             operator: work.node(n).label.clone(),
         });

@@ -120,7 +120,9 @@ pub(crate) fn check(
         return Err(Reason::ComputedTooOften { times: computed });
     }
 
-    let apart = producer_stays && work.boundary_between(producer, consumer);
+    // Whether a boundary keeps the two apart for good (asked only where it matters).
+    let apart = std::cell::OnceCell::new();
+    let apart = || *apart.get_or_init(|| work.boundary_between(producer, consumer));
     let mut outputs = Vec::new();
     let mut recompute_max = 0.0f64;
     let mut duplicated = 0.0f64;
@@ -197,7 +199,7 @@ pub(crate) fn check(
                 });
             }
         }
-        if producer_stays && apart {
+        if producer_stays {
             // The copy loads its own inputs where the consumer does not read them already.
             // With a boundary between the two kernels, which therefore never become one (in
             // which the loads would be shared), more such loads than the copy saves trade
@@ -211,7 +213,7 @@ pub(crate) fn check(
             })
             .ok_or(Reason::UnknownRecomputeCount { output: *o })?;
             let saved = recompute + if kept.contains(o) { 0.0 } else { 1.0 };
-            if recompute * loads > saved + 1e-9 {
+            if recompute * loads > saved + 1e-9 && apart() {
                 return Err(Reason::CopyLoadsMore {
                     output: *o,
                     loads: (recompute * loads).round() as u64,
