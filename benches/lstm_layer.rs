@@ -8,10 +8,9 @@
 //! product (and, in the backward, the `dz_t Wᵀ`), as cuDNN computes them: `ovl-fuse`'s
 //! `stack.rs`, no rewriting by hand. Compile time (recording, fusing, compiling) is measured too.
 //!
-//! Fusion runs at opt_level 1 unless `--opt N` says otherwise (the table in docs/benchmarks.md
-//! was measured so): the products are library calls at every level and each step's cell fuses
-//! into one kernel either way; level 3 (the library's default) also merges across steps,
-//! which makes more distinct kernels to compile for about the same run time.
+//! Fusion runs at the library's default level (3) unless `--opt N` says otherwise: the products
+//! are library calls at every level; at level 3 each step's sums and cell are one kernel (the
+//! epilogue of its `h U`), at level 1 the sum and the cell are separate kernels.
 //!
 //! `cargo bench --bench lstm_layer -- [--quick] [--out DIR]` writes `DIR/ovl.json` (times) and,
 //! per size, the outputs of one run (`DIR/ovl_TxBxH_{h,dx,dw,du,db}.f32`, little-endian) that
@@ -44,13 +43,16 @@ struct Measured {
     timing: Timing,
 }
 
-/// `--opt N`: another fusion level than this benchmark's 1 (see the module's documentation).
+/// `--opt N`: another fusion level than the library's default (see the module's
+/// documentation).
 fn opt_level() -> u8 {
     let all: Vec<String> = std::env::args().collect();
     all.iter()
         .position(|a| a == "--opt")
         .and_then(|i| all.get(i + 1))
-        .map_or(1, |s| s.parse().expect("--opt N"))
+        .map_or(Options::cpu().opt_level.get(), |s| {
+            s.parse().expect("--opt N")
+        })
 }
 
 fn run(
