@@ -13,17 +13,18 @@
 //! concrete sizes, and C read by no other kernel (a requested output of the graph is fine:
 //! every row of C is still written).
 //!
-//! And it must pay ([`pays`]): every block reads the whole second operand W again (the
-//! library packs it per call; the few-row kernel streams it), which costs little only while W
-//! stays in the last-level cache and the blocks are few. The rule is the measured one
-//! (`benches/gemm_epilogue.rs`, docs/benchmarks.md "GEMM epilogue": pairs with W of 4 and
-//! 6.8 MB in 8 and 2 blocks gained about 5%, W of 16 MB or 64 blocks lost 9-18%). The report
+//! And it must pay ([`pays`]): every block reads the whole second operand W again, which costs
+//! little only where the few-row kernel streams it (C of at most `FEW_ROWS` rows, W not
+//! transposed; with more rows every block's call would pack W), W stays in the last-level
+//! cache and the blocks are few. The rule is the measured one (`benches/gemm_epilogue.rs`,
+//! docs/benchmarks.md "GEMM epilogue": `[20, 650] x [650, 2600]` in 2 blocks 3-9% faster
+//! paired; W of 16 MB 1.6-1.7x slower, `[512, 1024] x [1024, 1024]` 7-12%). The report
 //! assumes a parallel run on two threads (at least two blocks); the runner checks again with
 //! its thread count and runs the kernels separately when the pair would not pay.
 
 use ovl_ir::ir::Op;
 use ovl_ir::ir::{self, value_ref::Source};
-use ovl_ir::library::{gemm_dims, is_library_call};
+use ovl_ir::library::{gemm_dims, is_library_call, FEW_ROWS};
 use ovl_ir::pattern::{Affine, PatternAnalysis};
 use std::fmt;
 
@@ -45,15 +46,17 @@ pub const WEIGHT_BYTES: u64 = 8 << 20;
 /// The most blocks of rows a pair computes C in (each a call of the library).
 pub const MAX_BLOCKS: u64 = 8;
 
-/// Whether computing C in `blocks` blocks of rows, each reading the `weight_bytes` of W
-/// again, pays (module documentation). Never for a product with W transposed (`C = A · Wᵀ`,
-/// `transpose_b`): its few-row kernel puts C's rows in the vector lanes, so a block of half
-/// the rows does half the work per value of W it loads (the LSTM layer's backward `dz Uᵀ`,
-/// `[20, 2600] x [2600, 650]`: 0.29 ms per step paired against 0.20 separate, Zen 5), while
-/// `C = A · W`'s register blocks of up to 12 rows are the same in a block of 10 rows
-/// (its forward `h U`: 5-9% faster paired).
-pub fn pays(weight_bytes: u64, blocks: u64, transpose_b: bool) -> bool {
-    !transpose_b && weight_bytes <= WEIGHT_BYTES && blocks <= MAX_BLOCKS
+/// Whether computing the `rows` rows of C in `blocks` blocks, each reading the `weight_bytes`
+/// of W again, pays (module documentation). Only where each block streams W, unpacked: C has
+/// at most [`FEW_ROWS`] rows (with more, every block's call packs W again: `[512, 1024] x
+/// [1024, 1024]` measured 7-12% slower paired on the Zen 5, three runs), and W is not read
+/// transposed (`C = A · Wᵀ`, `transpose_b`: the few-row kernel puts C's rows in the vector
+/// lanes, so a block of half the rows does half the work per value of W it loads; the LSTM
+/// layer's backward `dz Uᵀ`, `[20, 2600] x [2600, 650]`, took 0.29 ms per step paired
+/// against 0.20 separate), while `C = A · W`'s register blocks of up to 12 rows are the same
+/// in a block of 10 rows (its forward `h U`: 3-9% faster paired).
+pub fn pays(rows: u64, weight_bytes: u64, blocks: u64, transpose_b: bool) -> bool {
+    rows <= FEW_ROWS && !transpose_b && weight_bytes <= WEIGHT_BYTES && blocks <= MAX_BLOCKS
 }
 
 /// A GEMM run with its consumer as an epilogue (kernel indices of the fused graph).
@@ -168,6 +171,16 @@ pub enum NotPairedReason {
          kernel with fewer rows in each vector"
     )]
     TransposedWeight,
+    /// C has more rows than the kernel that streams W takes: every block would pack W
+    /// ([`pays`]).
+    #[error(
+        "the product has {rows} rows, more than the {FEW_ROWS} of the kernel that streams its \
+         second operand: every block of rows would pack it again"
+    )]
+    ManyRows {
+        /// C's rows.
+        rows: u64,
+    },
     /// A read of C is not at the worker's own row.
     #[error(
         "the reader `{consumer}` reads the result at another row (expression %{access}: {row})"
@@ -297,7 +310,10 @@ fn pair_of(dag: &ir::OperatorDag, g: usize, priced: bool) -> Result<EpiloguePair
     if priced && dims.transpose_b {
         return Err(No::TransposedWeight);
     }
-    if priced && !pays(weight_bytes, blocks, false) {
+    if priced && dims.m > FEW_ROWS {
+        return Err(No::ManyRows { rows: dims.m });
+    }
+    if priced && !pays(dims.m, weight_bytes, blocks, false) {
         return Err(No::CostsMore {
             blocks,
             weight_bytes,
