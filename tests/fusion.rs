@@ -1313,11 +1313,9 @@ fn fusion_for_a_target_uses_its_row_budget() {
     assert_eq!(ovl::fusion(&y, 3).unwrap().report, cpu.report);
 }
 
-/// The fused graph of an unrolled LSTM layer (stdlib products and cell, `steps` steps, batch
-/// 2, hidden 3) at the default level, forward (every step's `h`) or forward + backward (the
-/// gradients of W, U and b): its kernel count, its expressions in all, and the most
-/// expressions of one kernel.
-fn unrolled_layer_fusion(steps: usize, backward: bool) -> (usize, usize, usize) {
+/// An unrolled LSTM layer (stdlib products and cell, `steps` steps, batch 2, hidden 3): every
+/// step's `h`, the weights `[W, U, b]` and a seed for `sum(h * seed)`.
+fn unrolled_layer(steps: usize) -> (Vec<Lazy<f32>>, [Lazy<f32>; 3], Lazy<f32>) {
     let (b, h) = (2usize, 3usize);
     let value = |shape: &[usize], seed: f32| {
         let n: usize = shape.iter().product();
@@ -1341,10 +1339,17 @@ fn unrolled_layer_fusion(steps: usize, backward: bool) -> (usize, usize, usize) 
         c_t = c;
         hs.push(h_t.clone());
     }
+    (hs, [w, u, bias], value(&[b, h], 0.6))
+}
+
+/// The fused graph of [`unrolled_layer`] at the default level, forward (every step's `h`) or
+/// forward + backward (the gradients of W, U and b): its kernel count, its expressions in all,
+/// and the most expressions of one kernel.
+fn unrolled_layer_fusion(steps: usize, backward: bool) -> (usize, usize, usize) {
+    let (hs, [w, u, bias], seed) = unrolled_layer(steps);
     if !backward {
         return fused_sizes(&ovl::fusion(hs.as_slice(), 3).expect("fusion"));
     }
-    let seed = value(&[b, h], 0.6);
     let pairs: Vec<(&Lazy<f32>, &Lazy<f32>)> = hs.iter().map(|h| (h, &seed)).collect();
     let grads = ovl::backward(&pairs, &[&w, &u, &bias]).expect("backward");
     let outs: Vec<Lazy<f32>> = [&w, &u, &bias]
@@ -1394,29 +1399,7 @@ fn a_copy_that_loads_more_than_it_saves_is_refused() {
     // it (which stays: the next product reads its h) would load that step's six gate values
     // and the state before it to save one load: refused, with the reason, and the forward
     // layer's kernels keep no copy of a producer that stays.
-    let (b, h) = (2usize, 3usize);
-    let value = |shape: &[usize], seed: f32| {
-        let n: usize = shape.iter().product();
-        let data = (0..n).map(|i| (i as f32 * 0.37 + seed).sin()).collect();
-        Lazy::from(ArrayD::from_shape_vec(ndarray::IxDyn(shape), data).expect("shape"))
-    };
-    let (w, u, bias) = (
-        value(&[h, 4 * h], 0.1),
-        value(&[h, 4 * h], 0.2),
-        value(&[4 * h], 0.3),
-    );
-    let (mut h_t, mut c_t) = (value(&[b, h], 0.4), value(&[b, h], 0.5));
-    let mut hs = Vec::new();
-    for t in 0..4 {
-        let x_t = value(&[b, h], t as f32);
-        let z = &(&ovl_stdlib::matmul(&x_t, &w) + &ovl_stdlib::matmul(&h_t, &u)) + &bias;
-        let g = ovl_stdlib::split(&z, 1, 4);
-        let c = &(&ovl_stdlib::sigmoid(&g[1]) * &c_t)
-            + &(&ovl_stdlib::sigmoid(&g[0]) * &ovl_stdlib::tanh(&g[2]));
-        h_t = &ovl_stdlib::sigmoid(&g[3]) * &ovl_stdlib::tanh(&c);
-        c_t = c;
-        hs.push(h_t.clone());
-    }
+    let (hs, _, _) = unrolled_layer(4);
     let fusion = ovl::fusion(hs.as_slice(), 3).expect("fusion");
     // (Tried after the vertical merge, which would make a cycle through the product.)
     let loads_more =
