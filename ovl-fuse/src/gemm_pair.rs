@@ -17,7 +17,7 @@
 //! little only where the few-row kernel streams it (C of at most `FEW_ROWS` rows, W not
 //! transposed; with more rows every block's call would pack W), W stays in the last-level
 //! cache and the blocks are few. The rule is the measured one (`benches/gemm_epilogue.rs`,
-//! docs/benchmarks.md "GEMM epilogue": `[20, 650] x [650, 2600]` in 2 blocks 3-9% faster
+//! docs/benchmarks.md "GEMM epilogue": `[20, 650] x [650, 2600]` in 2 blocks 3-7% faster
 //! paired; W of 16 MB 1.6-1.7x slower, `[512, 1024] x [1024, 1024]` 7-12%). The report
 //! assumes a parallel run on two threads (at least two blocks); the runner checks again with
 //! its thread count and runs the kernels separately when the pair would not pay.
@@ -52,9 +52,9 @@ pub const MAX_BLOCKS: u64 = 8;
 /// [1024, 1024]` measured 7-12% slower paired on the Zen 5, three runs), and W is not read
 /// transposed (`C = A · Wᵀ`, `transpose_b`: the few-row kernel puts C's rows in the vector
 /// lanes, so a block of half the rows does half the work per value of W it loads; the LSTM
-/// layer's backward `dz Uᵀ`, `[20, 2600] x [2600, 650]`, took 0.29 ms per step paired
-/// against 0.20 separate), while `C = A · W`'s register blocks of up to 12 rows are the same
-/// in a block of 10 rows (its forward `h U`: 3-9% faster paired).
+/// layer's backward `dz Uᵀ`, `[20, 2600] x [2600, 650]`, took 0.32 ms per step paired
+/// against 0.22 separate, with its step's kernel), while `C = A · W`'s register blocks of up to 12 rows are the same
+/// in a block of 10 rows (`benches/gemm_epilogue.rs`: 3-7% faster paired).
 pub fn pays(rows: u64, weight_bytes: u64, blocks: u64, transpose_b: bool) -> bool {
     rows <= FEW_ROWS && !transpose_b && weight_bytes <= WEIGHT_BYTES && blocks <= MAX_BLOCKS
 }
