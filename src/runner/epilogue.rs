@@ -9,7 +9,7 @@
 //! is only a schedule.
 //!
 //! By default a pair runs as one step where it pays (`ovl_fuse::gemm_pair::pays`): the LSTM
-//! layer's forward at T = 35, B = 20, H = 650 measured 5-10% faster so (its `h U` products
+//! layer's forward at T = 35, B = 20, H = 650 measured 4-9% faster so (its `h U` products
 //! paired with the cell), its forward + backward the same. [`set_gemm_epilogue`] (or
 //! `OVL_GEMM_EPILOGUE=off|always` in the environment) says otherwise.
 
