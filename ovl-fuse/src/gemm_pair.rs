@@ -47,14 +47,15 @@ pub const WEIGHT_BYTES: u64 = 8 << 20;
 pub const MAX_BLOCKS: u64 = 8;
 
 /// Whether computing the `rows` rows of C in `blocks` blocks, each reading the `weight_bytes`
-/// of W again, pays (module documentation). Only where each block streams W, unpacked: C has
-/// at most [`FEW_ROWS`] rows (with more, every block's call packs W again: `[512, 1024] x
-/// [1024, 1024]` measured 7-12% slower paired on the Zen 5, three runs), and W is not read
-/// transposed (`C = A · Wᵀ`, `transpose_b`: the few-row kernel puts C's rows in the vector
-/// lanes, so a block of half the rows does half the work per value of W it loads; the LSTM
-/// layer's backward `dz Uᵀ`, `[20, 2600] x [2600, 650]`, took 0.32 ms per step paired
-/// against 0.22 separate, with its step's kernel), while `C = A · W`'s register blocks of up to 12 rows are the same
-/// in a block of 10 rows (`benches/gemm_epilogue.rs`: 3-7% faster paired).
+/// of W again, pays (module documentation). Only where each block streams W, unpacked:
+/// - C has at most [`FEW_ROWS`] rows. With more, every block's call packs W again: `[512,
+///   1024] x [1024, 1024]` measured 7-12% slower paired on the Zen 5 (three runs).
+/// - W is not read transposed (`C = A · Wᵀ`, `transpose_b`). That product's few-row kernel
+///   puts C's rows in the vector lanes, so a block of half the rows does half the work per
+///   value of W it loads: the LSTM layer's backward `dz Uᵀ`, `[20, 2600] x [2600, 650]`, took
+///   0.32 ms per step paired against 0.22 separate, with its step's kernel. `C = A · W`'s
+///   register blocks of up to 12 rows are the same in a block of 10 rows
+///   (`benches/gemm_epilogue.rs`: 3-7% faster paired).
 pub fn pays(rows: u64, weight_bytes: u64, blocks: u64, transpose_b: bool) -> bool {
     rows <= FEW_ROWS && !transpose_b && weight_bytes <= WEIGHT_BYTES && blocks <= MAX_BLOCKS
 }

@@ -170,8 +170,8 @@ pub enum Reason {
         /// The work per element it would repeat, in operation units, rounded.
         work: u64,
     },
-    /// The producer stays for another reader, a boundary between the two (a library call)
-    /// keeps them apart for good, and a copy of the producer in the consumer would load more
+    /// The producer stays for another reader, a boundary between the two (a library call, or
+    /// a cut read in place) keeps them apart for good, and a copy of the producer in the consumer would load more
     /// elements of tensors the consumer does not read than the copy saves (the loads of the
     /// handed-over element, and its store where no other reader keeps it).
     CopyLoadsMore {
@@ -331,8 +331,8 @@ impl fmt::Display for Reason {
                 saved,
             } => write!(
                 f,
-                "the producer stays for another reader, a library call between the two keeps \
-                 them apart, and a copy of output {output} in the consumer would load ~{loads} \
+                "the producer stays for another reader, a library call (or a cut read in \
+                 place) between the two keeps them apart, and a copy of output {output} in the consumer would load ~{loads} \
                  elements per element from tensors the consumer does not read, more than the \
                  {saved} loads and stores it saves"
             ),
