@@ -334,10 +334,10 @@ fn a_product_with_the_weight_transposed_is_not_paired_where_it_pays_only() {
     );
     let want = (product(&xs, &ws.t().to_owned()) + &bs).mapv(f64::tanh);
     let mut got = Vec::new();
-    for m in [EpilogueMode::WherePays, EpilogueMode::Always] {
-        let _turn = mode(m);
+    for schedule in [EpilogueMode::WherePays, EpilogueMode::Always] {
+        let _turn = mode(schedule);
         let y = evaluate(std::slice::from_ref(&y), Options::cpu().with_threads(2));
-        close(&y[0], &want, &format!("{m:?}"));
+        close(&y[0], &want, &format!("{schedule:?}"));
         got.push(y);
     }
     assert_eq!(got[0], got[1]);
