@@ -314,7 +314,7 @@ fn pair_of(dag: &ir::OperatorDag, g: usize, priced: bool) -> Result<EpiloguePair
     if priced && dims.m > FEW_ROWS {
         return Err(No::ManyRows { rows: dims.m });
     }
-    if priced && !pays(dims.m, weight_bytes, blocks, false) {
+    if priced && !pays(dims.m, weight_bytes, blocks, dims.transpose_b) {
         return Err(No::CostsMore {
             blocks,
             weight_bytes,
