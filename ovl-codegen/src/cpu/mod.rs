@@ -7,6 +7,7 @@ pub mod cache;
 pub(crate) mod compiler;
 mod frame;
 mod pch;
+pub(crate) mod pool;
 pub(crate) mod runtime;
 
 pub use frame::generate_cpp;

@@ -3,6 +3,7 @@
 use crate::cpu::abi::{
     AbiVersionFn, CacheKeyFn, RunFn, Status, SymbolCountFn, WorkerCountFn, ABI_VERSION,
 };
+use crate::cpu::pool::Pool;
 use crate::error::{defined_at, LoadError, RunError};
 pub use crate::shared::cache_entry::CacheOutcome;
 use crate::shared::fault::fault_error;
@@ -130,7 +131,7 @@ pub fn for_each_parallel(tasks: usize, threads: usize, work: &(dyn Fn(usize) + S
         t => t,
     }
     .min(tasks);
-    let pool = (threads > 1).then(pool).flatten();
+    let pool = (threads > 1).then(Pool::get).flatten();
     let next = AtomicUsize::new(0);
     let drain = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
@@ -140,27 +141,9 @@ pub fn for_each_parallel(tasks: usize, threads: usize, work: &(dyn Fn(usize) + S
         work(i);
     };
     match pool {
-        Some(pool) => pool.in_place_scope(|s| {
-            for _ in 1..threads {
-                s.spawn(|_| drain());
-            }
-            drain();
-        }),
+        Some(pool) => pool.run(threads, &drain),
         None => drain(),
     }
-}
-
-fn pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
-    POOL.get_or_init(|| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(cpu_count().max(2) - 1)
-            .thread_name(|i| format!("ovl-cpu-{i}"))
-            .stack_size(16 << 20)
-            .build()
-            .ok()
-    })
-    .as_ref()
 }
 
 impl CompiledOperator {
@@ -498,7 +481,7 @@ impl CompiledOperator {
         };
         // The pool is started only by the first run that splits its workgroup: a process
         // whose runs all stay on the calling thread starts no thread.
-        let first = match (threads > 1).then(pool).flatten() {
+        let first = match (threads > 1).then(Pool::get).flatten() {
             Some(pool) => {
                 let (size, chunks) = chunking(workers, cost, threads as u64, self.block);
                 let next = std::sync::atomic::AtomicU64::new(0);
@@ -523,12 +506,7 @@ impl CompiledOperator {
                             .push((c, st));
                     }
                 };
-                pool.in_place_scope(|s| {
-                    for _ in 1..threads.min(chunks as usize) {
-                        s.spawn(|_| drain());
-                    }
-                    drain();
-                });
+                pool.run(threads.min(chunks as usize), &drain);
                 // The fault of the first chunk that faulted: the first worker in order that
                 // faulted, whichever thread ran it (as on one thread).
                 faults
