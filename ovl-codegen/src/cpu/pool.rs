@@ -6,8 +6,9 @@
 //! on the calling thread alone between them (kernels too small to split). A thread that sleeps
 //! as soon as it has nothing to do must be woken by the kernel system for the next job, which
 //! takes longer than such a kernel on a virtual machine. So a helper, after a job, spins for
-//! [`SPIN`] waiting for the next one (as OpenMP runtimes' threads do for their "block time")
-//! and only then sleeps on a condition variable.
+//! [`SPIN`] waiting for the next one (as OpenMP runtimes' threads do for their "block time"),
+//! after [`SPIN_ALONE`] offering its core to other threads ready to run at every check, and
+//! only then sleeps on a condition variable.
 //!
 //! One job runs at a time: a caller that finds the pool taken (another thread's run, as
 //! TensorFlow runs ops from several threads, or a job started from inside a job) runs its
@@ -22,6 +23,10 @@ use std::time::{Duration, Instant};
 
 /// How long a helper waits for the next job, spinning, before it sleeps.
 pub const SPIN: Duration = Duration::from_micros(200);
+
+/// How long of [`SPIN`] a helper spins on the core alone; after that it offers the core to
+/// any other thread ready to run (TensorFlow's, between two ovl ops) at every check.
+pub const SPIN_ALONE: Duration = Duration::from_micros(20);
 
 /// A job: the function each thread runs, and how many more helpers may join.
 struct Job<'a> {
@@ -156,20 +161,29 @@ fn helper(shared: &'static Shared) {
     }
 }
 
-/// Waits until the epoch differs from `seen` (a new job) and returns it: spinning for [`SPIN`],
-/// then asleep until a caller wakes the helpers.
+/// Waits until the epoch differs from `seen` (a new job) and returns it: spinning for [`SPIN`]
+/// (yielding the core after [`SPIN_ALONE`]), then asleep until a caller wakes the helpers.
 fn wait_for_job(shared: &Shared, seen: u64) -> u64 {
     let start = Instant::now();
     let mut spins = 0u32;
+    let mut alone = true;
     loop {
         let epoch = shared.epoch.load(SeqCst);
         if epoch != seen {
             return epoch;
         }
-        std::hint::spin_loop();
+        if alone {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
         spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(64) && start.elapsed() >= SPIN {
-            break;
+        if !alone || spins.is_multiple_of(64) {
+            let waited = start.elapsed();
+            if waited >= SPIN {
+                break;
+            }
+            alone = waited < SPIN_ALONE;
         }
     }
     let mut lock = shared.sleep.lock().unwrap_or_else(PoisonError::into_inner);
