@@ -74,9 +74,9 @@ pub(super) fn enough_strips(n: usize, threads: usize) -> bool {
 /// C's `n` columns as strips of whole vectors of 16 (the last one possibly partial), at most
 /// 64 columns each, widest first: `(first column, columns)`. Where there are few strips per
 /// thread their number is rounded up to a multiple of `threads`, so that the threads end
-/// together: 11 strips of 64 took 6 strips' time on one of two threads (`[700, 2600] x [2600,
-/// 704]` at 430 GFLOP/s against 464 for 640 columns, Zen 5), 12 strips of 3 or 4 vectors take
-/// 5.5 strips' time.
+/// together: in 11 strips of 64 one of two threads took 6 strips' time, in 12 strips of 3 or 4
+/// vectors each takes half (`[700, 2600] x [2600, 704]` on 2 threads, Zen 5: 427-433 GFLOP/s
+/// in 11 strips, 457-460 in 12).
 fn strips(n: usize, threads: usize) -> Vec<(usize, usize)> {
     const LANES: usize = 16;
     let vectors = n.div_ceil(LANES);
@@ -439,6 +439,8 @@ mod tests {
         }
     }
 
+    /// The strips cover C's columns once, in whole vectors of at most 64 columns, and where
+    /// each thread gets few their number is a multiple of the threads.
     #[test]
     fn strips_cover_the_columns_and_even_out_the_threads() {
         for (n, threads) in [
