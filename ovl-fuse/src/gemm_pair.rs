@@ -57,7 +57,29 @@ pub const MAX_BLOCKS: u64 = 8;
 ///   register blocks of up to 12 rows are the same in a block of 10 rows
 ///   (`benches/gemm_epilogue.rs`: 3-7% faster paired).
 pub fn pays(rows: u64, weight_bytes: u64, blocks: u64, transpose_b: bool) -> bool {
-    rows <= FEW_ROWS && !transpose_b && weight_bytes <= WEIGHT_BYTES && blocks <= MAX_BLOCKS
+    refusal(rows, weight_bytes, blocks, transpose_b).is_none()
+}
+
+/// Why computing C as [`pays`] describes does not pay, or `None` where it does: the one rule,
+/// which the report names and the runner asks.
+fn refusal(
+    rows: u64,
+    weight_bytes: u64,
+    blocks: u64,
+    transpose_b: bool,
+) -> Option<NotPairedReason> {
+    if transpose_b {
+        Some(NotPairedReason::TransposedWeight)
+    } else if rows > FEW_ROWS {
+        Some(NotPairedReason::ManyRows { rows })
+    } else if weight_bytes > WEIGHT_BYTES || blocks > MAX_BLOCKS {
+        Some(NotPairedReason::CostsMore {
+            blocks,
+            weight_bytes,
+        })
+    } else {
+        None
+    }
 }
 
 /// A GEMM run with its consumer as an epilogue (kernel indices of the fused graph).
@@ -308,17 +330,8 @@ fn pair_of(dag: &ir::OperatorDag, g: usize, priced: bool) -> Result<EpiloguePair
     let row_bytes = dims.n.saturating_mul(dims.dtype.size() as u64);
     let blocks = dims.m.div_ceil(rows_per_block(dims.m, row_bytes, 2));
     let weight_bytes = k.saturating_mul(row_bytes);
-    if priced && dims.transpose_b {
-        return Err(No::TransposedWeight);
-    }
-    if priced && dims.m > FEW_ROWS {
-        return Err(No::ManyRows { rows: dims.m });
-    }
-    if priced && !pays(dims.m, weight_bytes, blocks, dims.transpose_b) {
-        return Err(No::CostsMore {
-            blocks,
-            weight_bytes,
-        });
+    if let Some(no) = refusal(dims.m, weight_bytes, blocks, dims.transpose_b).filter(|_| priced) {
+        return Err(no);
     }
     Ok(EpiloguePair {
         gemm: g,
