@@ -16,9 +16,10 @@ mod lstm_small_ops;
 
 use lstm_small_ops::{lstm_cell, pseudo_random};
 use ovl::prelude::*;
-use ovl_codegen::{compile, CompileOptions, CompiledOperator};
+use ovl_codegen::CompileOptions;
 use ovl_core::ir;
 use ovl_core::{DType, HostTensor};
+use ovl_runtime::{compile, CompiledOperator};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 

@@ -61,7 +61,7 @@ impl Cache {
     ];
 
     fn control(self) -> &'static dyn CacheControl {
-        let [cpu_modules, cuda_artifacts, cuda_modules] = ovl_codegen::memory_caches();
+        let [cpu_modules, cuda_artifacts, cuda_modules] = ovl_runtime::memory_caches();
         match self {
             Cache::Plans => crate::plan_cache::cache(),
             Cache::BackwardGraphs => ovl_core::autodiff::backward_cache(),
@@ -145,14 +145,14 @@ pub fn clear_caches() {
     for cache in Cache::ALL {
         cache.control().clear();
     }
-    crate::runner::scratch::clear();
+    ovl_runtime::plan::scratch::clear();
 }
 
 /// Sets the most bytes the CPU runner keeps of freed temporaries for later runs, in one pool
 /// shared by every thread (0 keeps none; buffers beyond it are freed now). The first capacity
 /// is `OVL_SCRATCH_BYTES` when set to a number, else 1 GiB.
 pub fn set_scratch_capacity(bytes: usize) {
-    crate::runner::scratch::set_capacity(bytes)
+    ovl_runtime::plan::scratch::set_capacity(bytes)
 }
 
 /// The bytes the CPU runner's pool of temporaries holds now, and its capacity
@@ -163,7 +163,7 @@ pub fn set_scratch_capacity(bytes: usize) {
 /// assert!(held <= capacity);
 /// ```
 pub fn scratch_usage() -> (usize, usize) {
-    crate::runner::scratch::usage()
+    ovl_runtime::plan::scratch::usage()
 }
 
 /// Sets how many entries `cache` keeps (least recently used evicted first; 0 turns it off).

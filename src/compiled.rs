@@ -33,13 +33,13 @@ use crate::evaluate::Evaluate;
 use crate::executor::{self, Prepared};
 use crate::export::feed_slots;
 use crate::options::Options;
-use crate::runner::Input;
 use crate::views::{FeedData, FeedView, OutputView};
 use crate::Error;
-use ovl_codegen::cuda::{DeviceError, DeviceTensor};
 use ovl_core::lazy::GraphInput;
 use ovl_core::lazy::Node;
 use ovl_core::{DType, HostTensor, LazyTensor};
+use ovl_runtime::cuda::{DeviceError, DeviceTensor};
+use ovl_runtime::plan::Input;
 
 /// A graph fused and compiled once by [`compile`]; [`run_into`](Compiled::run_into) runs it
 /// with new data for its placeholders.
@@ -63,7 +63,7 @@ enum DeviceGraphState {
     /// Device runs so far, each run eagerly.
     Eager(u32),
     /// Recorded: every device run replays it.
-    Recorded(crate::runner::DeviceGraph),
+    Recorded(ovl_runtime::plan::DeviceGraph),
     /// Not recorded (disabled, or recording failed): every device run is eager.
     Off,
 }
@@ -362,7 +362,7 @@ impl Compiled {
             .iter()
             .map(|i| match i {
                 GraphInput::Host(h) => DeviceTensor::upload(h).map(Some),
-                GraphInput::Device(d) => crate::runner::on_device(&**d).map(Some),
+                GraphInput::Device(d) => ovl_runtime::plan::on_device(&**d).map(Some),
                 GraphInput::Placeholder { .. } => Ok(None),
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -199,7 +199,7 @@ pub fn evaluate_with<O: Evaluate>(outputs: O, options: &Options) -> Result<O::Ou
 /// # Ok(()) }
 /// ```
 pub fn from_device<T: ovl_core::Scalar>(
-    tensor: &ovl_codegen::cuda::DeviceTensor,
+    tensor: &ovl_runtime::cuda::DeviceTensor,
 ) -> Result<crate::Lazy<T>, Error> {
     let handle = ovl_core::LazyTensor::device(std::sync::Arc::new(tensor.clone()));
     crate::Lazy::<T>::try_from(handle).map_err(|_| {
@@ -212,14 +212,14 @@ pub fn from_device<T: ovl_core::Scalar>(
 
 /// Evaluates on the GPU ([`Options::cuda()`]) and returns the outputs as device tensors, in the
 /// order of `outputs.tensors()`: no host copy between the kernels of the graph nor of the
-/// results (read them with [`ovl_codegen::cuda::DeviceTensor::to_host`]). The graph's host data
+/// results (read them with [`ovl_runtime::cuda::DeviceTensor::to_host`]). The graph's host data
 /// is uploaded at every call; for a loop, [`crate::compile`] the graph on placeholders and call
 /// [`crate::Compiled::run_device`] with device tensors.
 pub fn evaluate_device<O: Evaluate>(
     outputs: O,
     options: &Options,
-) -> Result<Vec<ovl_codegen::cuda::DeviceTensor>, Error> {
-    use ovl_codegen::cuda::DeviceTensor;
+) -> Result<Vec<ovl_runtime::cuda::DeviceTensor>, Error> {
+    use ovl_runtime::cuda::DeviceTensor;
     if options.target != crate::Target::Cuda {
         return Err(crate::error::CompiledError::NotCuda {
             what: "evaluate_device",
@@ -233,7 +233,7 @@ pub fn evaluate_device<O: Evaluate>(
         .iter()
         .map(|i| match i {
             ovl_core::GraphInput::Host(h) => Ok(DeviceTensor::upload(h)?),
-            ovl_core::GraphInput::Device(d) => Ok(crate::runner::on_device(&**d)?),
+            ovl_core::GraphInput::Device(d) => Ok(ovl_runtime::plan::on_device(&**d)?),
             ovl_core::GraphInput::Placeholder { name, .. } => {
                 Err(Error::Placeholder { name: name.clone() })
             }

@@ -2,12 +2,13 @@
 //! the target, plans it, and runs it with the graph's host data (or data fed to placeholders).
 
 use crate::options::{Options, Target};
-use crate::runner::{GemmKernel, Input, Kernel, Output, Plan, RunFailure};
 use crate::{Error, InternalError};
-use ovl_codegen::{CodegenError, CompiledOperator};
+use ovl_codegen::CodegenError;
 use ovl_core::ir;
 use ovl_core::lazy::Graph;
 use ovl_core::{GraphInput, HostTensor};
+use ovl_runtime::plan::{GemmKernel, Input, Kernel, Output, Plan, RunFailure};
+use ovl_runtime::CompiledOperator;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,25 +87,25 @@ pub(crate) fn kernels_with_libraries(
             let dags: Vec<&ir::ExpressionDag> = wanted.iter().map(|&k| &dag.operators[k]).collect();
             wanted
                 .into_iter()
-                .zip(ovl_codegen::compile_all(&dags, &compile))
+                .zip(ovl_runtime::compile_all(&dags, &compile))
                 .collect()
         } else {
             HashMap::new()
         };
     // Likewise the GPU's, compiled by NVRTC concurrently (cuBLAS runs the products).
-    let mut loaded: HashMap<usize, Result<Arc<ovl_codegen::cuda::CudaOperator>, CodegenError>> =
+    let mut loaded: HashMap<usize, Result<Arc<ovl_runtime::cuda::CudaOperator>, CodegenError>> =
         if matches!(options.target, Target::Cuda) {
             let wanted: Vec<usize> = (0..dag.operators.len())
                 .filter(|&k| {
                     let op = &dag.operators[k];
                     !op.workgroup_shape.contains(&0)
-                        && ovl_codegen::cuda::CublasGemm::for_operator(op).is_none()
+                        && ovl_runtime::cuda::CublasGemm::for_operator(op).is_none()
                 })
                 .collect();
             let dags: Vec<&ir::ExpressionDag> = wanted.iter().map(|&k| &dag.operators[k]).collect();
             wanted
                 .into_iter()
-                .zip(ovl_codegen::cuda::load_all(&dags, &options.cuda_options()))
+                .zip(ovl_runtime::cuda::load_all(&dags, &options.cuda_options()))
                 .collect()
         } else {
             HashMap::new()
@@ -126,21 +127,21 @@ pub(crate) fn kernels_with_libraries(
                 Ok(Kernel::Cpu(
                     match libraries.iter().find(|l| l.operator as usize == k) {
                         Some(library) => {
-                            ovl_codegen::cpu::cache::compile_embedded(op, library, &compile)?
+                            ovl_runtime::cpu::cache::compile_embedded(op, library, &compile)?
                         }
                         None => compiled
                             .remove(&k)
-                            .unwrap_or_else(|| ovl_codegen::compile(op, &compile))?,
+                            .unwrap_or_else(|| ovl_runtime::compile(op, &compile))?,
                     },
                 ))
             }
             Target::Cuda => {
                 // A GEMM runs through cuBLAS where it loads, else as its reference program.
-                if let Some(gemm) = ovl_codegen::cuda::CublasGemm::for_operator(op) {
+                if let Some(gemm) = ovl_runtime::cuda::CublasGemm::for_operator(op) {
                     return Ok(Kernel::CudaGemm(gemm.with_tf32(options.cuda_tf32)));
                 }
                 Ok(Kernel::Cuda(loaded.remove(&k).unwrap_or_else(|| {
-                    ovl_codegen::cuda::load(op, &options.cuda_options())
+                    ovl_runtime::cuda::load(op, &options.cuda_options())
                 })?))
             }
             Target::CudaValidate => {
@@ -148,7 +149,7 @@ pub(crate) fn kernels_with_libraries(
                 // when cached), then ptxas checks it for each architecture.
                 let cuda = options.cuda_options().with_force_recompile(true);
                 for arch in options.validate_archs() {
-                    ovl_codegen::cuda::validate(op, arch, &cuda)?;
+                    ovl_runtime::cuda::validate(op, arch, &cuda)?;
                 }
                 Ok(interpreter())
             }
@@ -287,7 +288,7 @@ impl Prepared {
             .iter()
             .enumerate()
             .map(|(i, input)| match (fed.get(i).copied().flatten(), input) {
-                (None, GraphInput::Device(d)) => crate::runner::on_host(&**d).map(Some),
+                (None, GraphInput::Device(d)) => ovl_runtime::plan::on_host(&**d).map(Some),
                 _ => Ok(None),
             })
             .collect::<Result<Vec<_>, _>>()?)

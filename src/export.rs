@@ -101,7 +101,7 @@ impl TfExport {
 
     /// Whether the programs carry the compiled library (`op.so`) of each of their operators
     /// (default: no). A receiver whose target is this machine's (the same target, compiler
-    /// flags and CPU features, see `ovl_codegen::cpu::cache::target_key`) then runs them
+    /// flags and CPU features, see `ovl_runtime::cpu::cache::target_key`) then runs them
     /// without a C++ compiler; any other receiver compiles the IR as usual. The libraries are
     /// inside the sealed programs, so the digest covers them. Needs [`Target::Cpu`] (the
     /// default); a bundle grows by about 20 KB of base64 per operator.
@@ -329,7 +329,9 @@ fn pack_program(
         // Device data becomes a constant of the program like host data (copied to the host).
         let data = match input {
             GraphInput::Host(h) => constant_bytes(h).map_err(err)?,
-            GraphInput::Device(d) => constant_bytes(&crate::runner::on_host(&**d)?).map_err(err)?,
+            GraphInput::Device(d) => {
+                constant_bytes(&ovl_runtime::plan::on_host(&**d)?).map_err(err)?
+            }
             GraphInput::Placeholder { .. } => continue,
         };
         constants.push(ir::ProgramConstant {
@@ -363,19 +365,19 @@ fn compile_program(
         let wanted: Vec<&ir::ExpressionDag> = g
             .operators
             .iter()
-            .filter(|op| crate::runner::GemmKernel::for_operator(op).is_none())
+            .filter(|op| ovl_runtime::plan::GemmKernel::for_operator(op).is_none())
             .collect();
-        let _ = ovl_codegen::compile_all(&wanted, &compile);
+        let _ = ovl_runtime::compile_all(&wanted, &compile);
         for (k, op) in g.operators.iter().enumerate() {
-            if crate::runner::GemmKernel::for_operator(op).is_some() {
+            if ovl_runtime::plan::GemmKernel::for_operator(op).is_some() {
                 // Run by its library on the CPU: nothing to compile.
                 continue;
             }
             if embed_libraries {
-                let library = ovl_codegen::cpu::cache::embed_library(op, k as u32, &compile)?;
+                let library = ovl_runtime::cpu::cache::embed_library(op, k as u32, &compile)?;
                 program.libraries.push(library);
             } else {
-                ovl_codegen::compile(op, &compile)?;
+                ovl_runtime::compile(op, &compile)?;
             }
         }
     }

@@ -98,8 +98,7 @@ mod plan_cache;
 pub mod polymorphic;
 pub mod program;
 pub mod program_batch;
-pub mod runner;
-pub use runner::{set_gemm_epilogue, EpilogueMode};
+pub use ovl_runtime::plan::{set_gemm_epilogue, EpilogueMode};
 pub mod views;
 
 pub use caches::{
@@ -162,14 +161,14 @@ pub use ovl_codegen::{cache_dir, compiler_invocations};
 /// operators), so that the next evaluation traces, fuses and compiles again.
 pub fn clear_cache() -> Result<(), ovl_codegen::CodegenError> {
     clear_caches();
-    ovl_codegen::clear_cache()
+    ovl_runtime::clear_cache()
 }
 
 /// The CUDA backend behind [`Target::Cuda`] and [`Target::CudaValidate`]: what this machine has
 /// ([`cuda::gpu_status`], [`cuda::nvrtc_status`], [`cuda::ptxas_path`]), NVRTC and ptxas
 /// counters ([`cuda::stats`]), and direct access to generated CUDA, PTX and CUBIN
 /// ([`cuda::compile`], [`cuda::generate_cuda`]).
-pub use ovl_codegen::cuda;
+pub use ovl_runtime::cuda;
 
 /// The IR of everything `outputs` depend on, as an [`ir::OperatorDag`].
 pub fn graph<O: Evaluate>(outputs: O) -> Result<Graph, Error> {

@@ -106,9 +106,9 @@ impl Options {
     /// The options of the CUDA backend these options imply (cache root, recompilation, source
     /// dumps, block size), for calling [`crate::cuda`] directly:
     /// `ovl::cuda::compile(op, &options.cuda_options())`.
-    pub fn cuda_options(&self) -> ovl_codegen::cuda::CudaCompileOptions {
+    pub fn cuda_options(&self) -> ovl_runtime::cuda::CudaCompileOptions {
         let mut o =
-            ovl_codegen::cuda::CudaCompileOptions::default().with_block_size(self.cuda_block_size);
+            ovl_runtime::cuda::CudaCompileOptions::default().with_block_size(self.cuda_block_size);
         if let Some(dir) = &self.cache_dir {
             o = o.with_cache_dir(dir.clone());
         }

@@ -28,11 +28,11 @@
 use crate::error::{InternalError, Mismatch};
 use crate::executor::Prepared;
 use crate::options::Options;
-use crate::runner::{Input, Output};
 use crate::Error;
 use ndarray::{ArrayBase, ArrayView, ArrayViewMut, Data, DataMut, Dimension};
 use ovl_core::lazy::layout::{assign_standard_order, standard_order};
 use ovl_core::{DType, HostTensor, Scalar};
+use ovl_runtime::plan::{Input, Output};
 use std::ffi::c_void;
 use std::marker::PhantomData;
 

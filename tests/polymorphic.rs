@@ -140,7 +140,7 @@ fn the_largest_work_follows_the_bound_batch_and_inline_runs_match_threaded_ones(
     assert_eq!(w20, 2 * w10, "twice the workers, twice the work");
     // Large enough for the runtime to split it over threads.
     let b = 8192;
-    assert!(work(b) >= ovl_codegen::PARALLEL_MIN_WORK, "{}", work(b));
+    assert!(work(b) >= ovl_runtime::PARALLEL_MIN_WORK, "{}", work(b));
     let z = host(&pseudo_random((b, 4 * HIDDEN), 5));
     let c = host(&pseudo_random((b, HIDDEN), 6));
     let inline = loaded.run_host(&[&z, &c], 1).unwrap();

@@ -159,8 +159,8 @@ fn every_single_bit_flip_is_refused_before_decoding() {
 }
 
 /// The error of planning `dag` (which must not plan).
-fn plan_error(dag: ovl_core::ir::OperatorDag) -> ovl::runner::PlanError {
-    match ovl::runner::Plan::new(std::sync::Arc::new(dag)) {
+fn plan_error(dag: ovl_core::ir::OperatorDag) -> ovl_runtime::plan::PlanError {
+    match ovl_runtime::plan::Plan::new(std::sync::Arc::new(dag)) {
         Err(e) => e,
         Ok(_) => panic!("a malformed graph was planned"),
     }
@@ -168,7 +168,7 @@ fn plan_error(dag: ovl_core::ir::OperatorDag) -> ovl::runner::PlanError {
 
 #[test]
 fn malformed_wiring_is_a_typed_plan_error() {
-    use ovl::runner::{PlanError, Wiring};
+    use ovl_runtime::plan::{PlanError, Wiring};
     let program = ovl::program::open_program(&exported(), "the test program").unwrap();
     let graph = program.graph.unwrap();
 

@@ -7,9 +7,10 @@
 mod common;
 
 use common::*;
-use ovl_codegen::{compile_with_outcome, CompileOptions};
+use ovl_codegen::CompileOptions;
 use ovl_ir::ir::Op;
 use ovl_ir::{DType, HostTensor};
+use ovl_runtime::compile_with_outcome;
 use std::time::Instant;
 
 fn main() -> anyhow::Result<()> {
@@ -124,7 +125,7 @@ fn main() -> anyhow::Result<()> {
         let n: usize = dims.iter().product();
         let a = HostTensor::from_vec(&dims, vec![1.0f32; n]).unwrap();
         let c = HostTensor::from_vec(&dims, vec![2.0f32; n]).unwrap();
-        let op = ovl_codegen::compile(&dag, &options)?;
+        let op = ovl_runtime::compile(&dag, &options)?;
         let mut out = zero_outputs(&dag);
         for threads in [1, 0] {
             let mut best = std::time::Duration::MAX;

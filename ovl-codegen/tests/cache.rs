@@ -4,12 +4,10 @@
 mod common;
 
 use common::*;
-use ovl_codegen::{
-    cache_dir, clear_cache_at, compile, compile_with_outcome, CacheOutcome, CodegenError,
-    CompileOptions, Origin,
-};
+use ovl_codegen::{cache_dir, CacheOutcome, CodegenError, CompileOptions};
 use ovl_ir::ir::{self, Op};
 use ovl_ir::{DType, HostTensor};
+use ovl_runtime::{clear_cache_at, compile, compile_with_outcome, Origin};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -29,7 +27,7 @@ fn scale(c: f32) -> ir::ExpressionDag {
     b.build()
 }
 
-fn check_scale(op: &ovl_codegen::CompiledOperator, c: f32) {
+fn check_scale(op: &ovl_runtime::CompiledOperator, c: f32) {
     let x = HostTensor::from_vec(&[1000], (0..1000).map(|v| v as f32).collect::<Vec<_>>()).unwrap();
     let mut out = vec![HostTensor::zeros(DType::F32, &[1000])];
     op.run(&[&x], &mut out, &[], 0).unwrap();
@@ -600,7 +598,7 @@ const NO_COMPILER: &str = "/nonexistent/ovl-test-c++";
 
 #[test]
 fn an_embedded_library_is_installed_and_loaded_without_a_compiler() {
-    use ovl_codegen::cpu::cache::{compile_embedded, embed_library, target_key};
+    use ovl_runtime::cpu::cache::{compile_embedded, embed_library, target_key};
     use sha2::Digest as _;
     let exporter = TestCache::new();
     let dag = scale(3.0);
@@ -660,7 +658,7 @@ fn an_embedded_library_is_installed_and_loaded_without_a_compiler() {
 
 #[test]
 fn an_embedded_library_for_another_machine_is_compiled_or_a_clear_error() {
-    use ovl_codegen::cpu::cache::{compile_embedded, embed_library};
+    use ovl_runtime::cpu::cache::{compile_embedded, embed_library};
     let dag = scale(5.0);
     let mut library = embed_library(&dag, 0, &TestCache::new().options()).unwrap();
     library.target_key = "0".repeat(32);
@@ -716,7 +714,7 @@ fn an_embedded_library_for_another_machine_is_compiled_or_a_clear_error() {
     // A cache key that is not one (it names the entry's directory) is refused before use.
     let mut bad = embed_library(&dag, 0, &TestCache::new().options()).unwrap();
     bad.cache_key = "../../escape".into();
-    let reason = ovl_codegen::cpu::cache::load_embedded(&dag, &bad, &TestCache::new().options())
+    let reason = ovl_runtime::cpu::cache::load_embedded(&dag, &bad, &TestCache::new().options())
         .unwrap_err();
     assert!(
         matches!(&reason, ovl_codegen::NotEmbedded::BadCacheKey { key } if key == "../../escape"),
@@ -733,7 +731,7 @@ fn compile_all_compiles_each_distinct_operator_once() {
     let factors = [2.0, 3.0, 2.0, 4.0];
     let dags: Vec<ir::ExpressionDag> = factors.iter().map(|&c| scale(c)).collect();
     let refs: Vec<&ir::ExpressionDag> = dags.iter().collect();
-    let ops: Vec<_> = ovl_codegen::compile_all(&refs, &cache.options())
+    let ops: Vec<_> = ovl_runtime::compile_all(&refs, &cache.options())
         .into_iter()
         .map(|r| r.unwrap())
         .collect();

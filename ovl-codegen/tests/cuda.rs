@@ -6,11 +6,11 @@
 mod common;
 
 use common::{first_negative_dag, nested_walk_dag, Builder, IN, OUT};
-use ovl_codegen::cuda::{self, CudaBinary, CudaCompileOptions};
 use ovl_codegen::{CacheOutcome, CodegenError};
 use ovl_ir::fixtures::{add_2d, gather, literals_and_control};
 use ovl_ir::ir::{ExpressionDag, Op};
 use ovl_ir::{DType, HostTensor};
+use ovl_runtime::cuda::{self, CudaBinary, CudaCompileOptions};
 
 fn options(dir: &std::path::Path) -> CudaCompileOptions {
     CudaCompileOptions::default().with_cache_dir(dir)

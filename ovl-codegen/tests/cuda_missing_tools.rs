@@ -2,8 +2,8 @@
 //! that say what is missing and how to install it, and never panics. (A test binary of its own:
 //! the tools are located once per process.)
 
-use ovl_codegen::cuda::{self, CudaCompileOptions};
 use ovl_codegen::CodegenError;
+use ovl_runtime::cuda::{self, CudaCompileOptions};
 
 #[test]
 fn missing_nvrtc_and_ptxas_are_clear_errors() {

@@ -15,7 +15,7 @@
 //! - **Inline execution.** The program runs on TensorFlow's calling thread unless one of its
 //!   kernels has a large estimated work (workers times the cost of a worker, at least
 //!   [`parallel_min_work`]); only then may it hand chunks to ovl's thread pool (which splits
-//!   only kernels of at least `ovl_codegen::PARALLEL_MIN_WORK`). TensorFlow already runs
+//!   only kernels of at least `ovl_runtime::PARALLEL_MIN_WORK`). TensorFlow already runs
 //!   independent ops of a graph on its own threads: a hand-off to another pool for a kernel of
 //!   tens of microseconds waits for a thread those ops keep busy, and made a training step
 //!   slower, not faster (docs/benchmarks.md, the language model).

@@ -2,8 +2,8 @@
 
 pub mod export;
 pub mod program;
-pub mod run;
 
+pub use ovl_runtime::Mismatch;
 use thiserror::Error;
 
 /// Everything that can go wrong between calling operators and getting arrays back.
@@ -71,7 +71,7 @@ pub enum Error {
     /// A device tensor could not be allocated or copied, or has another dtype or shape than the
     /// graph needs (the message names it).
     #[error(transparent)]
-    Device(#[from] ovl_codegen::cuda::DeviceError),
+    Device(#[from] ovl_runtime::cuda::DeviceError),
     /// An output or intermediate tensor could not be allocated (names its dtype and shape).
     #[error(transparent)]
     OutOfMemory(#[from] ovl_core::AllocError),
@@ -119,105 +119,7 @@ pub enum InternalError {
     },
     /// The fused graph could not be planned (fusion makes well-formed graphs only).
     #[error("the fused graph cannot be planned: {0}")]
-    Unplannable(#[source] run::PlanError),
-}
-
-/// What does not fit when buffers are handed to a graph's run: counts, dtypes and shapes,
-/// layouts, device placement. Each names the buffer it is about.
-#[derive(Clone, Debug, PartialEq, Eq, Error)]
-pub enum Mismatch {
-    /// A device tensor made into a lazy handle of another element type.
-    #[error("the device tensor is {given}, but a Lazy<{wanted}> holds {wanted} elements")]
-    DeviceDtype {
-        /// The tensor's dtype and shape, e.g. `f32[2, 3]`.
-        given: String,
-        /// The handle's element type.
-        wanted: ovl_core::DType,
-    },
-    /// Not as many output arrays as the graph has outputs.
-    #[error("{outputs} outputs but {arrays} arrays to write them into")]
-    OutputCount {
-        /// The graph's outputs.
-        outputs: usize,
-        /// The arrays given.
-        arrays: usize,
-    },
-    /// An output array whose elements are not its whole buffer in row-major order.
-    #[error("the output array is not in row-major order or is a view into a larger buffer")]
-    NotRowMajor,
-    /// The plan was given other numbers of kernels, inputs or outputs than its graph has.
-    #[error(
-        "{kernels} kernels, {inputs} {kind}inputs and {outputs} {kind}outputs given; the graph has \
-         {graph_kernels}, {graph_inputs} and {graph_outputs}",
-        kind = if *.device { "device " } else { "" }
-    )]
-    Counts {
-        /// Device tensors (rather than host buffers) were given.
-        device: bool,
-        /// Kernels given.
-        kernels: usize,
-        /// Inputs given.
-        inputs: usize,
-        /// Outputs given.
-        outputs: usize,
-        /// The graph's operators.
-        graph_kernels: usize,
-        /// The graph's inputs.
-        graph_inputs: usize,
-        /// The graph's outputs.
-        graph_outputs: usize,
-    },
-    /// A graph input of another dtype or shape than the graph reads.
-    #[error("graph input {input} is {given}, the graph reads {wanted}")]
-    Input {
-        /// The input's number.
-        input: usize,
-        /// Its dtype and shape, e.g. `f32[2, 3]`.
-        given: String,
-        /// What the graph reads.
-        wanted: String,
-    },
-    /// An output array of another dtype or shape than the graph makes.
-    #[error("the array for output {output} is {given}, but the graph makes {wanted}")]
-    Output {
-        /// The output's number.
-        output: usize,
-        /// Its dtype and shape.
-        given: String,
-        /// What the graph makes.
-        wanted: String,
-    },
-    /// Raw buffers passed where only host tensors are taken.
-    #[error("run_host takes host tensors only; raw buffers need Plan::run")]
-    RawBuffers,
-    /// An output device tensor sharing its memory with another tensor of the run.
-    #[error(
-        "output {output} shares its device memory with another tensor passed (a clone); pass a \
-         tensor of its own"
-    )]
-    SharedDeviceMemory {
-        /// The output's number.
-        output: usize,
-    },
-    /// A library call (GEMM) whose operands do not fit it, or the kernel prepared for it.
-    #[error("library call `{name}`: {problem}")]
-    LibraryCall {
-        /// The call's operator name.
-        name: String,
-        /// What does not fit.
-        problem: String,
-    },
-    /// Device tensors given to a graph with an operator compiled for another target.
-    #[error(
-        "operator {operator} (`{name}`) was not compiled for the GPU: device tensors need a \
-         graph compiled with `Options::cuda()`"
-    )]
-    NotCompiledForGpu {
-        /// The operator's number in the fused graph.
-        operator: usize,
-        /// Its name.
-        name: String,
-    },
+    Unplannable(#[source] ovl_runtime::PlanError),
 }
 
 /// What was wrong when compiling a graph on placeholders ([`crate::compile`]) or feeding it.

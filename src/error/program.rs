@@ -3,9 +3,9 @@
 //! holds a `ProgramError` and which `ProgramError::Compile` holds, so that `error` and
 //! `program` do not import each other.
 
-use super::run::{PlanError, RunFailure};
 use ovl_core::symbolic::SymbolError;
 use ovl_core::validate::{BadValueRef, ValidationError};
+use ovl_runtime::{PlanError, RunFailure};
 
 /// Why sealed program bytes (a bundle's `program` or `gradient`, the `DynamicLib` op's
 /// attributes) were refused before decoding. `what` names them (`bundle "x.json" (program)`,

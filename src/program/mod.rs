@@ -9,11 +9,11 @@
 mod check;
 
 pub use crate::error::program::{MalformedProgram, ProgramError, ProgramMismatch, SealError};
-use crate::runner::{Input, Kernel, Output, Plan, PlanError, RunFailure, Sig};
 use crate::{executor, Error, Options};
 pub use check::check_program;
 use ovl_core::ir;
 use ovl_core::{DType, HostTensor};
+use ovl_runtime::plan::{Input, Kernel, Output, Plan, PlanError, RunFailure, Sig};
 use std::ffi::c_void;
 use std::fmt;
 use std::sync::{Arc, Mutex};

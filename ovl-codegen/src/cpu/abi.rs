@@ -34,14 +34,14 @@
 //! generated code, sizes given at run time are computed from `symbols` (worker count, row
 //! length, strides, bounds checks, OP_SYMBOL).
 
-pub(crate) use crate::shared::fault::Status;
+pub use crate::shared::fault::Status;
 use std::ffi::{c_char, c_void};
 
 /// The version of this ABI; a cached library with another version is recompiled.
 pub const ABI_VERSION: u32 = 2;
 
 /// `ovl_run`.
-pub(crate) type RunFn = unsafe extern "C" fn(
+pub type RunFn = unsafe extern "C" fn(
     inputs: *const *const c_void,
     outputs: *const *mut c_void,
     symbols: *const i64,
@@ -51,13 +51,13 @@ pub(crate) type RunFn = unsafe extern "C" fn(
 ) -> i32;
 
 /// `ovl_abi_version`.
-pub(crate) type AbiVersionFn = unsafe extern "C" fn() -> u32;
+pub type AbiVersionFn = unsafe extern "C" fn() -> u32;
 
 /// `ovl_cache_key`.
-pub(crate) type CacheKeyFn = unsafe extern "C" fn() -> *const c_char;
+pub type CacheKeyFn = unsafe extern "C" fn() -> *const c_char;
 
 /// `ovl_worker_count`.
-pub(crate) type WorkerCountFn = unsafe extern "C" fn(symbols: *const i64) -> i64;
+pub type WorkerCountFn = unsafe extern "C" fn(symbols: *const i64) -> i64;
 
 /// `ovl_symbol_count`.
-pub(crate) type SymbolCountFn = unsafe extern "C" fn() -> u32;
+pub type SymbolCountFn = unsafe extern "C" fn() -> u32;

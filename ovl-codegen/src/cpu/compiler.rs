@@ -47,11 +47,11 @@ pub fn compiler_flags() -> Vec<String> {
 }
 
 /// Libraries linked after the source: the C math library (the generated code calls `sinf`...).
-pub(crate) const LINK_FLAGS: &[&str] = &["-lm"];
+pub const LINK_FLAGS: &[&str] = &["-lm"];
 
 /// A C++ compiler, its flags and the identity that goes into cache keys.
 #[derive(Debug)]
-pub(crate) struct Toolchain {
+pub struct Toolchain {
     /// The compiler executable (as `cc` found it, possibly a bare name looked up in `PATH`).
     pub path: PathBuf,
     /// Environment variables `cc` wants set when running it.
@@ -232,10 +232,14 @@ impl cc::BuildMessageLogger for CcMessages {
     }
 }
 
+/// The target triple this crate was built for (what `cc` needs to find the C++ compiler at run
+/// time, outside a build script); part of the cache's target key.
+pub const TARGET_TRIPLE: &str = env!("OVL_CODEGEN_TARGET");
+
 /// The C++ compiler `cc` finds (honouring `$CXX`), without a build script's environment and
 /// without printing anything.
 fn find_compiler() -> Result<(PathBuf, Vec<(OsString, OsString)>), CodegenError> {
-    let target = env!("OVL_CODEGEN_TARGET");
+    let target = TARGET_TRIPLE;
     let messages = std::sync::Arc::new(CcMessages::default());
     let mut b = cc::Build::new();
     b.cpp(true)
@@ -295,7 +299,7 @@ fn identify(path: &Path, env: &[(OsString, OsString)]) -> Result<String, Codegen
 
 /// The instruction-set features of this CPU that `-march=native` may use, as one string: the
 /// CPU's part of the cache key.
-pub(crate) fn cpu_target() -> String {
+pub fn cpu_target() -> String {
     static CPU: OnceLock<String> = OnceLock::new();
     CPU.get_or_init(|| {
         #[allow(unused_mut)]

@@ -1,13 +1,11 @@
 //! The C++ backend: the frame around the shared worker program ([`generate_cpp`]), the compiler
-//! driver, the operator cache's C++ entries ([`cache`]), the C entry points of a compiled
-//! operator ([`abi`]) and the multi-threaded runtime.
+//! driver ([`compiler`]), the precompiled prelude ([`pch`]) and the C entry points of a compiled
+//! operator ([`abi`]). `ovl-runtime` finds or builds an operator's cache entry with these and
+//! loads it.
 
 pub mod abi;
-pub mod cache;
-pub(crate) mod compiler;
+pub mod compiler;
 mod frame;
-mod pch;
-pub(crate) mod pool;
-pub(crate) mod runtime;
+pub mod pch;
 
 pub use frame::generate_cpp;

@@ -30,7 +30,7 @@ const HEADER: &str = "ovl_prelude.h";
 /// place, so concurrent processes never see a partial file; one thread of this process makes
 /// them while the others wait), or `None` when the compiler is not GCC or the header could not
 /// be made in this process before (the caller compiles full sources).
-pub(crate) fn header(toolchain: &Toolchain, root: &Path) -> Option<PathBuf> {
+pub fn header(toolchain: &Toolchain, root: &Path) -> Option<PathBuf> {
     if !is_gcc(&toolchain.version) {
         return None;
     }
@@ -55,7 +55,7 @@ pub(crate) fn header(toolchain: &Toolchain, root: &Path) -> Option<PathBuf> {
 
 /// `source` (a generated translation unit) with its prelude replaced by an `#include` of
 /// `header`, or `None` when the prelude is not in it once.
-pub(crate) fn stub(source: &str, header: &Path) -> Option<String> {
+pub fn stub(source: &str, header: &Path) -> Option<String> {
     let at = source.find(PRELUDE)?;
     if source[at + PRELUDE.len()..].contains(PRELUDE) {
         return None;

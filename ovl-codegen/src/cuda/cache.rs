@@ -84,12 +84,12 @@ fn memory() -> &'static Memory {
 }
 
 /// The CUDA artifacts of this process, for `ovl::cache_stats` and its siblings.
-pub(crate) fn memory_cache() -> &'static dyn CacheControl {
+pub fn memory_cache() -> &'static dyn CacheControl {
     memory()
 }
 
 /// Forgets the artifacts of the cache rooted at `root` (used by [`crate::clear_cache_at`]).
-pub(crate) fn forget_root(root: &Path) {
+pub fn forget_root(root: &Path) {
     memory().lock().retain(|(r, _)| r != root);
 }
 

@@ -334,7 +334,7 @@ const LANES_MARKER: &str = "Vector lanes:";
 
 /// How many workers one thread of the kernel in `source` runs when its accesses are aligned:
 /// [`lanes::WIDTH`] for a kernel with a lane program, else 1.
-pub(crate) fn workers_per_thread(source: &str) -> u64 {
+pub fn workers_per_thread(source: &str) -> u64 {
     if source.contains(LANES_MARKER) {
         lanes::WIDTH
     } else {

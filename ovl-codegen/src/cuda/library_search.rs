@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// Copies the entry point `name` out of `library` (valid while it stays loaded); the error
 /// says the library is not `what` (like "an NVRTC library"). `T` must be the C signature the
 /// library documents for `name`.
-pub(crate) fn entry_point<T: Copy>(
+pub fn entry_point<T: Copy>(
     library: &libloading::Library,
     name: &str,
     what: &str,
@@ -22,7 +22,7 @@ pub(crate) fn entry_point<T: Copy>(
 }
 
 /// Where one library is looked for.
-pub(crate) struct Search {
+pub struct Search {
     /// The environment variable naming the library (or a directory holding it).
     pub env: &'static str,
     /// Its file names, in the order tried (like `libnvrtc.so.13`, `.12`, `libnvrtc.so`).
@@ -36,12 +36,12 @@ pub(crate) struct Search {
 impl Search {
     /// The candidate paths, in order, and whether they came from the environment variable
     /// (then nothing else is tried). Bare names at the end are for the dynamic loader.
-    pub(crate) fn candidates(&self) -> (Vec<PathBuf>, bool) {
+    pub fn candidates(&self) -> (Vec<PathBuf>, bool) {
         self.candidates_for(std::env::var_os(self.env))
     }
 
     /// [`Search::candidates`] for a value of the environment variable.
-    pub(crate) fn candidates_for(&self, explicit: Option<OsString>) -> (Vec<PathBuf>, bool) {
+    pub fn candidates_for(&self, explicit: Option<OsString>) -> (Vec<PathBuf>, bool) {
         if let Some(v) = explicit.filter(|v| !v.is_empty()) {
             let p = PathBuf::from(v);
             if p.is_dir() {
@@ -68,7 +68,7 @@ impl Search {
     /// was found) and the candidates tried. `open`'s error for a library the dynamic loader
     /// cannot load starts with "cannot load": for a bare name that is no news (the loader's
     /// search found nothing) and is left out of the message.
-    pub(crate) fn load<T>(
+    pub fn load<T>(
         &self,
         open: impl Fn(&Path) -> Result<T, String>,
     ) -> Result<T, (String, Vec<PathBuf>)> {

@@ -1,26 +1,21 @@
 //! The CUDA backend: generates CUDA C++ from an operator, compiles it with NVRTC (CUDA 12 or
 //! 13, loaded at run time) into PTX or CUBIN kept in the operator cache, validates PTX with
-//! `ptxas` where no GPU is present, and runs kernels on a GPU through the CUDA driver API.
+//! `ptxas` where no GPU is present. Loading and running the kernels is `ovl-runtime`'s `cuda`
+//! module (which re-exports this one's names).
 //!
 //! ```no_run
-//! # fn demo(dag: &ovl_ir::ir::ExpressionDag, x: &ovl_ir::HostTensor) -> anyhow::Result<()> {
+//! # fn demo(dag: &ovl_ir::ir::ExpressionDag) -> anyhow::Result<()> {
 //! use ovl_codegen::cuda::{self, CudaCompileOptions};
 //! // Without a GPU: compile to PTX for sm_90 and assemble it with ptxas.
 //! let artifact = cuda::validate(dag, 90, &CudaCompileOptions::default())?;
 //! println!("{}", artifact.binary_path().display());
-//! // With a GPU: compile to CUBIN for the device, load and run.
-//! let op = cuda::load(dag, &CudaCompileOptions::default())?;
-//! let mut out = vec![ovl_ir::HostTensor::zeros(ovl_ir::DType::F32, &[4])];
-//! let gpu_time = op.run(&[x], &mut out, &[])?; // no symbol values
 //! # Ok(()) }
 //! ```
 //!
 //! - [`generate_cuda`]: the emitter (the worker program is shared with the C++ backend).
 //! - [`compile`], [`compile_with_outcome`]: NVRTC and the operator cache (layout below).
 //! - [`validate`]: NVRTC to PTX, then `ptxas` for an architecture: needs no GPU.
-//! - [`load`], [`CudaOperator::run`]: the GPU runtime.
-//! - [`CublasGemm`]: matrix products (GEMM library calls) through cuBLAS.
-//! - [`gpu_status`], [`nvrtc_status`], [`cublas_status`], [`ptxas_path`]: what this machine has.
+//! - [`nvrtc_status`], [`ptxas_path`]: what this machine has.
 //!
 //! Cache layout: `<root>/v1/cuda/<key>/` holds `op.cu` (the source), `op.ptx` or `op.cubin` and
 //! `meta`, plus a `lock` file; the key hashes the operator's canonical hash, the CUDA codegen
@@ -47,32 +42,15 @@
 //! `OVL_NVRTC_LIB`, `OVL_PTXAS`, `OVL_PYTHON`, `VIRTUAL_ENV` and `CUDA_HOME` locate the tools.
 
 mod cache;
-mod cublas;
-mod device;
 mod frame;
-mod graph;
-mod library_search;
+pub mod library_search;
 mod nvrtc;
 mod ptxas;
-mod runtime;
 
-pub use cache::{compile, compile_with_outcome, CudaArtifact};
-pub use cublas::{cublas_status, CublasGemm, CublasInfo};
-pub use device::{
-    allocator_stats, gpu_time, release_cached_memory, synchronize, AllocatorStats, DeviceError,
-    DeviceTensor,
-};
-pub use frame::{generate_cuda, KERNEL_NAME};
-pub use graph::{capture, CapturedGraph};
+pub use cache::{compile, compile_with_outcome, forget_root, memory_cache, CudaArtifact};
+pub use frame::{generate_cuda, workers_per_thread, KERNEL_NAME};
 pub use nvrtc::{nvrtc_libraries, nvrtc_status, Nvrtc, NvrtcInfo};
 pub use ptxas::{ptxas_path, validate};
-pub use runtime::{
-    device_copy_bandwidth, gpu_status, load, load_all, CudaOperator, GpuInfo, StatusBlock,
-    STATUS_BYTES,
-};
-
-pub(crate) use cache::{forget_root, memory_cache};
-pub(crate) use runtime::loaded_cache;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -182,7 +160,7 @@ impl CudaCompileOptions {
     }
 
     /// The block size to launch with (a valid one, whatever was asked).
-    pub(crate) fn effective_block_size(&self) -> u32 {
+    pub fn effective_block_size(&self) -> u32 {
         match self.block_size {
             0 => DEFAULT_BLOCK_SIZE,
             b => (b.clamp(32, 1024) / 32) * 32,
@@ -241,7 +219,7 @@ fn count(update: impl Fn(&mut CudaStats)) {
 }
 
 /// Runs `f`, turning a panic (cudarc panics when a library or a symbol is missing) into `Err`.
-pub(crate) fn no_panic<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, String> {
+pub fn no_panic<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
         let msg = p
             .downcast_ref::<String>()
@@ -254,7 +232,7 @@ pub(crate) fn no_panic<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, String
 
 /// Python environments that may hold the NVIDIA wheels: `$OVL_PYTHON`'s, `$VIRTUAL_ENV`, and
 /// this project's `.venv` (next to the workspace this crate was built in).
-pub(crate) fn python_environments() -> Vec<PathBuf> {
+pub fn python_environments() -> Vec<PathBuf> {
     let mut envs = Vec::new();
     if let Some(py) = std::env::var_os("OVL_PYTHON").filter(|v| !v.is_empty()) {
         // <env>/bin/python: the path as given (a venv's python is a symlink out of the env).
@@ -272,7 +250,7 @@ pub(crate) fn python_environments() -> Vec<PathBuf> {
 }
 
 /// `<env>/lib/python3.*/site-packages/<relative>` for each Python environment that has it.
-pub(crate) fn in_python_environments(relative: &str) -> Vec<PathBuf> {
+pub fn in_python_environments(relative: &str) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for env in python_environments() {
         let Ok(entries) = std::fs::read_dir(env.join("lib")) else {

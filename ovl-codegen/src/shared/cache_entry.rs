@@ -59,12 +59,12 @@ pub fn cache_dir() -> PathBuf {
         .clone()
 }
 
-pub(crate) fn env_flag(name: &str) -> bool {
+pub fn env_flag(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
 /// Prints a generated source file (`language`: `C++`, `CUDA`) to stderr for `OVL_DUMP_SOURCE`.
-pub(crate) fn dump_source_file(language: &str, operator: &str, path: &Path) {
+pub fn dump_source_file(language: &str, operator: &str, path: &Path) {
     match fs::read_to_string(path) {
         Ok(src) => eprintln!(
             "ovl: {language} source of operator `{operator}` ({}):\n{src}\novl: end of {}",
@@ -83,7 +83,7 @@ pub const CACHE_LAYOUT: &str = "v1";
 
 /// The backend an entry belongs to: the directory under `<root>/v1/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Backend {
+pub enum Backend {
     /// C++ entries: `cpu/`.
     Cpu,
     /// CUDA entries: `cuda/`.
@@ -107,14 +107,14 @@ const DIGEST_FIELD: &str = "artifact sha256: ";
 
 /// One cache entry: its directory and the name of its artifact (`op.so`, `op.ptx`, `op.cubin`).
 #[derive(Clone, Debug)]
-pub(crate) struct Entry {
+pub struct Entry {
     dir: PathBuf,
     artifact: &'static str,
 }
 
 /// What a check of an entry's artifact against its `meta` found.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Check {
+pub enum Check {
     /// The artifact's bytes, with the length and digest that `meta` records.
     Valid(Vec<u8>),
     /// There is no artifact.
@@ -126,7 +126,7 @@ pub(crate) enum Check {
 impl Entry {
     /// The entry of `key` for `backend` in the cache rooted at `root`, whose artifact is the file
     /// `artifact`.
-    pub(crate) fn new(root: &Path, backend: Backend, key: &str, artifact: &'static str) -> Entry {
+    pub fn new(root: &Path, backend: Backend, key: &str, artifact: &'static str) -> Entry {
         Entry {
             dir: root.join(CACHE_LAYOUT).join(backend.dir_name()).join(key),
             artifact,
@@ -134,17 +134,17 @@ impl Entry {
     }
 
     /// A file of the entry.
-    pub(crate) fn file(&self, name: &str) -> PathBuf {
+    pub fn file(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
 
     /// The artifact's path.
-    pub(crate) fn artifact_path(&self) -> PathBuf {
+    pub fn artifact_path(&self) -> PathBuf {
         self.file(self.artifact)
     }
 
     /// Reads the artifact and checks its length and digest against `meta`.
-    pub(crate) fn check(&self) -> Check {
+    pub fn check(&self) -> Check {
         let bytes = match fs::read(self.artifact_path()) {
             Ok(b) => b,
             Err(e)
@@ -208,7 +208,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// backend rejects it (then it is rebuilt like a damaged one). `build` runs with the lock held
 /// and writes the entry through the [`Writer`]; it is skipped on a hit. With `force`, the disk is
 /// not read and `build` always runs (still under the lock).
-pub(crate) fn get_or_build<T>(
+pub fn get_or_build<T>(
     entry: &Entry,
     force: bool,
     accept: impl Fn(&Path, Vec<u8>) -> Result<T, String>,
@@ -266,7 +266,7 @@ fn not_a_directory(dir: &Path) -> Option<PathBuf> {
 
 /// Writes one entry while holding its lock (released when dropped).
 #[derive(Debug)]
-pub(crate) struct Writer<'a> {
+pub struct Writer<'a> {
     entry: &'a Entry,
     _lock: fs::File,
 }
@@ -288,13 +288,13 @@ impl<'a> Writer<'a> {
     }
 
     /// Writes a file of the entry (a generated source) atomically.
-    pub(crate) fn write(&self, name: &str, bytes: &[u8]) -> Result<(), CodegenError> {
+    pub fn write(&self, name: &str, bytes: &[u8]) -> Result<(), CodegenError> {
         write_atomic(&self.entry.dir, name, bytes)
     }
 
     /// A new, uniquely named temporary file in the entry for a tool to write the artifact to
     /// (`.op.XXXXXX.so` for `op.so`); removed when dropped unless published.
-    pub(crate) fn temp_artifact(&self) -> Result<tempfile::TempPath, CodegenError> {
+    pub fn temp_artifact(&self) -> Result<tempfile::TempPath, CodegenError> {
         let (stem, ext) = self
             .entry
             .artifact
@@ -310,7 +310,7 @@ impl<'a> Writer<'a> {
 
     /// Publishes an artifact a tool wrote to [`Writer::temp_artifact`]: syncs it, writes `meta`
     /// (`description`, after its length and digest) and renames it into place.
-    pub(crate) fn publish_file(
+    pub fn publish_file(
         &self,
         tmp: tempfile::TempPath,
         description: &str,
@@ -328,11 +328,7 @@ impl<'a> Writer<'a> {
 
     /// Publishes an artifact held in memory: writes `meta` (`description`, after the artifact's
     /// length and digest), then the artifact, atomically.
-    pub(crate) fn publish_bytes(
-        &self,
-        bytes: &[u8],
-        description: &str,
-    ) -> Result<PathBuf, CodegenError> {
+    pub fn publish_bytes(&self, bytes: &[u8], description: &str) -> Result<PathBuf, CodegenError> {
         self.write_meta(bytes, description)?;
         write_atomic(&self.entry.dir, self.entry.artifact, bytes)?;
         Ok(self.entry.artifact_path())
@@ -350,10 +346,7 @@ impl<'a> Writer<'a> {
 }
 
 /// A function that wraps an I/O error on `path` into [`CodegenError::Cache`].
-pub(crate) fn io_err(
-    action: &'static str,
-    path: &Path,
-) -> impl FnOnce(std::io::Error) -> CodegenError {
+pub fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CodegenError {
     let path = path.to_path_buf();
     move |source| CodegenError::Cache {
         action,
@@ -363,7 +356,7 @@ pub(crate) fn io_err(
 }
 
 /// Writes `bytes` to `dir/name` atomically (a unique temporary file, synced, then a rename).
-pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CodegenError> {
+pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CodegenError> {
     let mut tmp = tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(".tmp")

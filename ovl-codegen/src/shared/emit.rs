@@ -175,7 +175,7 @@ mod cooperative;
 pub(crate) mod lanes;
 mod reduce;
 mod values;
-pub(crate) use blocked::BLOCK as BLOCKED_WORKERS;
+pub use blocked::BLOCK as BLOCKED_WORKERS;
 
 /// The statement that ends the current worker after a fault was recorded (see
 /// [`Emitter::worker_program`]).

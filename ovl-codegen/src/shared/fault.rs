@@ -7,7 +7,7 @@ use ovl_ir::ir::TensorKind;
 /// `ovl_status`, as the prelude (`super::prelude`) lays it out.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Status {
+pub struct Status {
     pub code: i32,
     pub expression: i32,
     pub tensor_kind: i32,
@@ -21,9 +21,9 @@ pub(crate) struct Status {
 }
 
 /// Status codes.
-pub(crate) const STATUS_OUT_OF_BOUNDS: i32 = 1;
-pub(crate) const STATUS_NON_POSITIVE_STEP: i32 = 2;
-pub(crate) const STATUS_WHILE_LIMIT: i32 = 3;
+pub const STATUS_OUT_OF_BOUNDS: i32 = 1;
+pub const STATUS_NON_POSITIVE_STEP: i32 = 2;
+pub const STATUS_WHILE_LIMIT: i32 = 3;
 
 /// The position of a flattened worker index in a workgroup.
 fn position(workgroup: &[u64], worker: i64) -> Vec<u64> {
@@ -39,7 +39,7 @@ fn position(workgroup: &[u64], worker: i64) -> Vec<u64> {
 
 /// The error for a fault status of the generated code (shared by the C++ and CUDA runtimes).
 /// `writes[k]` says whether expression `k` is a WRITE.
-pub(crate) fn fault_error(
+pub fn fault_error(
     name: &str,
     defined_at: &str,
     workgroup: &[u64],

@@ -11,10 +11,14 @@
 //!   spells them and as a run resolves them.
 //! - [`symbols`]: the tensor types and workgroup both runtimes check a run against.
 
-pub(crate) mod cache_entry;
+pub mod cache_entry;
 pub(crate) mod emit;
-pub(crate) mod fault;
+pub mod fault;
 pub(crate) mod literal;
 pub mod prelude;
-pub(crate) mod sizes;
-pub(crate) mod symbols;
+pub mod sizes;
+pub mod symbols;
+
+/// How many consecutive workers of a row generated C++ runs in lockstep (see the emitter's
+/// blocked mode); a run hands out workers in multiples of it.
+pub use emit::BLOCKED_WORKERS;

@@ -8,7 +8,7 @@ use ovl_ir::ir;
 
 /// One dimension of a workgroup or tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Size {
+pub enum Size {
     /// Known when compiled.
     Known(u64),
     /// `scale * S[symbol] + offset`, known when the operator runs.
@@ -64,7 +64,7 @@ impl Size {
 
 /// The sizes of a shape: `shape[d]`, or its [`Size::Symbolic`] where `symbolic` names `d`
 /// (then `shape[d]` is only the size it was traced with and is not used).
-pub(crate) fn sizes(shape: &[u64], symbolic: &[ir::SymbolicDim]) -> Vec<Size> {
+pub fn sizes(shape: &[u64], symbolic: &[ir::SymbolicDim]) -> Vec<Size> {
     let mut out: Vec<Size> = shape.iter().map(|&n| Size::Known(n)).collect();
     for s in symbolic {
         if let Some(slot) = out.get_mut(s.dim as usize) {
@@ -79,12 +79,12 @@ pub(crate) fn sizes(shape: &[u64], symbolic: &[ir::SymbolicDim]) -> Vec<Size> {
 }
 
 /// Whether any size is symbolic.
-pub(crate) fn any_symbolic(sizes: &[Size]) -> bool {
+pub fn any_symbolic(sizes: &[Size]) -> bool {
     sizes.iter().any(|s| s.known().is_none())
 }
 
 /// The product of a resolved shape (0 when a dimension is 0).
-pub(crate) fn product(shape: &[u64]) -> u64 {
+pub fn product(shape: &[u64]) -> u64 {
     if shape.contains(&0) {
         return 0;
     }
@@ -96,7 +96,7 @@ pub(crate) fn product(shape: &[u64]) -> u64 {
 /// that a symbolic dimension's `shape[dim]` holds set to 0: generated code never uses it, so
 /// traces of one program at different sizes share one cache entry (which serves every size),
 /// while a concrete operator, whose hash has no symbolic fields, never shares it.
-pub(crate) fn code_hash(dag: &ir::ExpressionDag) -> ovl_ir::hash::Digest {
+pub fn code_hash(dag: &ir::ExpressionDag) -> ovl_ir::hash::Digest {
     if dag.symbol_count == 0
         && dag.symbolic_workgroup.is_empty()
         && dag

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 
 /// A tensor type: dtype, shape and symbolic dimensions.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct TensorSig {
+pub struct TensorSig {
     pub dtype: DType,
     ty: ir::TensorType,
 }
@@ -40,7 +40,7 @@ impl TensorSig {
 
 /// The tensor types, the workgroup and the symbol count of an operator.
 #[derive(Clone, Debug)]
-pub(crate) struct Geometry {
+pub struct Geometry {
     pub inputs: Vec<TensorSig>,
     pub outputs: Vec<TensorSig>,
     /// The workgroup as a shape with symbolic dimensions (its dtype is unused).
@@ -128,7 +128,7 @@ impl Geometry {
     }
 
     /// The shape of one tensor for `symbols` (checked), with its bytes within `i64::MAX`.
-    pub(crate) fn shape(
+    pub fn shape(
         &self,
         operator: &str,
         symbols: &[u64],

@@ -282,7 +282,7 @@ pub(crate) fn on_a_gpu_if_there_is_one(
     what: &str,
     cases: &[(ExpressionDag, Vec<HostTensor>, u32)],
 ) {
-    use ovl_codegen::cuda::{self, CudaCompileOptions};
+    use ovl_runtime::cuda::{self, CudaCompileOptions};
     use std::io::Write as _;
     let say = |s: &str| {
         let _ = writeln!(std::io::stderr(), "{s}");
@@ -350,7 +350,7 @@ pub(crate) fn compile_for_sm_80_and_sm_90(
     programs: Vec<(&str, ExpressionDag)>,
     check: impl Fn(&str, &ExpressionDag, &str),
 ) {
-    use ovl_codegen::cuda::{self, CudaCompileOptions};
+    use ovl_runtime::cuda::{self, CudaCompileOptions};
     use std::io::Write as _;
     if let Err(e) = cuda::nvrtc_status().and_then(|_| cuda::ptxas_path()) {
         let _ = writeln!(

@@ -10,10 +10,10 @@
 use crate::common;
 
 use common::{bits, compiled, run, zero_outputs};
-use ovl_codegen::cuda::{self, CudaCompileOptions};
 use ovl_ir::accuracy::MathBackend;
 use ovl_ir::fixtures::{self, Fixture};
 use ovl_ir::{HostTensor, TensorData};
+use ovl_runtime::cuda::{self, CudaCompileOptions};
 use std::io::Write as _;
 
 /// Writes to stderr directly (the test harness captures only `print!`/`eprint!`).

@@ -269,7 +269,7 @@ fn local_tensor_too_large_is_rejected() {
     b.local(DType::F64, &[200, 200], Literal::Float(0.0));
     let dag = b.build();
     let cache = TestCache::new();
-    let err = ovl_codegen::compile(&dag, &cache.options()).unwrap_err();
+    let err = ovl_runtime::compile(&dag, &cache.options()).unwrap_err();
     let msg = err.to_string();
     assert!(
         msg.contains("local 0") && msg.contains("320000 bytes") && msg.contains("262144"),

@@ -11,12 +11,13 @@
 use crate::common;
 
 use common::{bits, element, zero_outputs, TestCache};
-use ovl_codegen::cuda::{self, CudaCompileOptions};
-use ovl_codegen::{compile_with_outcome, CacheOutcome, RunError};
+use ovl_codegen::{CacheOutcome, RunError};
 use ovl_ir::fixtures::{self, SymbolicFixture};
 use ovl_ir::ir;
 use ovl_ir::symbolic::{dim_size, specialize_operator};
 use ovl_ir::{DType, HostTensor};
+use ovl_runtime::compile_with_outcome;
+use ovl_runtime::cuda::{self, CudaCompileOptions};
 use ovl_testkit::without_hang;
 use std::io::Write as _;
 use std::path::Path;

@@ -3,9 +3,10 @@
 
 #![allow(dead_code)]
 
-use ovl_codegen::{compile_with_outcome, CacheOutcome, CompileOptions, CompiledOperator};
+use ovl_codegen::{CacheOutcome, CompileOptions};
 use ovl_ir::ir::{self, TensorKind};
 use ovl_ir::{DType, HostTensor};
+use ovl_runtime::{compile_with_outcome, CompiledOperator};
 use std::sync::Arc;
 
 #[allow(unused_imports)]

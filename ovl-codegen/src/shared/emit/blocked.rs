@@ -49,7 +49,7 @@ use ovl_ir::typed::{Inst, Kernel, ValueId};
 use std::collections::BTreeSet;
 
 /// Workers per block of most kernels (`ovl_ir::lockstep::width` decides each kernel's).
-pub(crate) const BLOCK: u64 = lockstep::WORKERS;
+pub const BLOCK: u64 = lockstep::WORKERS;
 
 /// The blocked program's layout: which segment each expression belongs to, and the values
 /// crossing segments.

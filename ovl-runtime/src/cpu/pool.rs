@@ -61,7 +61,7 @@ impl Pool {
     /// The process's pool, with a helper per core but one (started on first use).
     pub fn get() -> Option<&'static Pool> {
         static POOL: OnceLock<Option<Pool>> = OnceLock::new();
-        POOL.get_or_init(|| Pool::start(super::runtime::cpu_count().max(2) - 1))
+        POOL.get_or_init(|| Pool::start(cpu_count().max(2) - 1))
             .as_ref()
     }
 
@@ -198,6 +198,40 @@ fn wait_for_job(shared: &Shared, seen: u64) -> u64 {
             .wake
             .wait(lock)
             .unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+/// The number of CPUs this process may use (computed once: it costs a system call): what a
+/// run on 0 threads ("one per core") uses, here and in the facade's library-call kernels.
+pub fn cpu_count() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| num_cpus::get().max(1))
+}
+
+/// Runs `work(i)` for every `i` in `0..tasks` on the calling thread and up to `threads - 1`
+/// threads (0: one per core) of the pool the generated kernels run on, each taking the next
+/// task until none is left. Library kernels (the facade's GEMM) use this so that one pool of
+/// threads serves every kernel of a run: two pools on the same cores would each keep threads
+/// awake after their kernels end and take the cores from the other's next kernel.
+pub fn for_each_parallel(tasks: usize, threads: usize, work: &(dyn Fn(usize) + Sync)) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let threads = match threads {
+        0 => cpu_count(),
+        t => t,
+    }
+    .min(tasks);
+    let pool = (threads > 1).then(Pool::get).flatten();
+    let next = AtomicUsize::new(0);
+    let drain = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= tasks {
+            break;
+        }
+        work(i);
+    };
+    match pool {
+        Some(pool) => pool.run(threads, &drain),
+        None => drain(),
     }
 }
 

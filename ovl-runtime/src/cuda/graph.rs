@@ -3,7 +3,7 @@
 //! one call instead of one launch each. What is recorded keeps its device addresses: the caller
 //! owns every block the recorded work touches for as long as it replays it.
 
-use super::device::{bound_device, DeviceError};
+use super::tensor::{bound_device, DeviceError};
 use cudarc::driver::{sys, CudaGraph};
 use std::sync::Mutex;
 

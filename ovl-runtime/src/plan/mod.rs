@@ -1,5 +1,5 @@
 //! The one graph runner: runs an [`ir::OperatorDag`] operator by operator on prepared
-//! kernels. `evaluate`, [`crate::compile`], [`crate::program::run_program`] and the TensorFlow
+//! kernels. The facade's `evaluate`, `compile` and `program::run_program` and the TensorFlow
 //! bridge's `DynamicLib` kernel all run graphs through it.
 //!
 //! A [`Plan`] is made once per graph: it decides where every value lives during a run (a graph
@@ -19,23 +19,17 @@ use std::sync::{Arc, OnceLock};
 
 mod device;
 mod device_graph;
-mod epilogue;
-mod gemm;
-#[cfg(target_arch = "x86_64")]
-mod gemm_large;
-#[cfg(target_arch = "x86_64")]
-mod gemm_small;
 mod host;
 mod pointers;
-pub(crate) mod scratch;
+pub mod scratch;
 mod sig;
 mod views;
 
-pub use crate::error::run::{PlanError, RunFailure, Wiring};
-pub(crate) use device::{on_device, on_host};
+pub use crate::error::{PlanError, RunFailure, Wiring};
+pub use crate::gemm::epilogue::{set_gemm_epilogue, EpilogueMode};
+pub use crate::gemm::GemmKernel;
+pub use device::{on_device, on_host};
 pub use device_graph::DeviceGraph;
-pub use epilogue::{set_gemm_epilogue, EpilogueMode};
-pub use gemm::GemmKernel;
 pub use sig::Sig;
 
 /// One operator, ready to run on a backend.
@@ -50,11 +44,11 @@ pub enum Kernel {
         reduction_order: ovl_core::cooperative::ReductionOrder,
     },
     /// A compiled C++ library.
-    Cpu(Arc<ovl_codegen::CompiledOperator>),
+    Cpu(Arc<crate::CompiledOperator>),
     /// A CUDA module (copies in and out of the GPU per operator).
-    Cuda(Arc<ovl_codegen::cuda::CudaOperator>),
+    Cuda(Arc<crate::cuda::CudaOperator>),
     /// A library call run by cuBLAS on the GPU (a GEMM on f32 or f64).
-    CudaGemm(ovl_codegen::cuda::CublasGemm),
+    CudaGemm(crate::cuda::CublasGemm),
     /// A library call run by its library on the CPU (a GEMM on f32 or f64).
     Gemm(GemmKernel),
 }
@@ -260,7 +254,7 @@ impl Plan {
             }
         }
         // A GEMM run at its consumer's turn reads its inputs then.
-        let (deferred, epilogue_of) = epilogue::pairs(&dag);
+        let (deferred, epilogue_of) = crate::gemm::epilogue::pairs(&dag);
         for (g, c) in deferred.iter().enumerate() {
             let Some(c) = *c else { continue };
             for v in &dag.operator_inputs[g].inputs {

@@ -11,9 +11,9 @@
 //! driver stages pageable memory), [`DeviceTensor::to_host`] waits for the stream. Kernels are
 //! queued without waiting.
 
-use super::runtime::{device, Device};
-use crate::error::CodegenError;
+use super::context::{device, Device};
 use cudarc::driver::{result, sys, DriverError};
+use ovl_codegen::CodegenError;
 use ovl_ir::{DType, HostTensor};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};

@@ -1,19 +1,19 @@
 //! Loading a compiled operator and running it on host tensors, multi-threaded.
 
-use crate::cpu::abi::{
+use crate::cpu::pool::{cpu_count, Pool};
+use ovl_codegen::cpu::abi::{
     AbiVersionFn, CacheKeyFn, RunFn, Status, SymbolCountFn, WorkerCountFn, ABI_VERSION,
 };
-use crate::cpu::pool::Pool;
-use crate::error::{defined_at, LoadError, RunError};
-pub use crate::shared::cache_entry::CacheOutcome;
-use crate::shared::fault::fault_error;
-use crate::shared::sizes;
-use crate::shared::symbols::Geometry;
+use ovl_codegen::shared::fault::fault_error;
+use ovl_codegen::shared::sizes;
+use ovl_codegen::shared::symbols::Geometry;
+use ovl_codegen::shared::BLOCKED_WORKERS;
+use ovl_codegen::{LoadError, RunError};
 use ovl_ir::ir::{self, Op};
+use ovl_ir::names::defined_at;
 use ovl_ir::HostTensor;
 use std::ffi::{c_void, CStr};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 /// Below this estimated amount of work (workers times the per-worker cost, where expressions in
 /// loops count more), an operator runs on the calling thread: waking other threads costs more
@@ -77,13 +77,6 @@ struct Pointers {
 unsafe impl Send for Pointers {}
 unsafe impl Sync for Pointers {}
 
-/// The number of CPUs this process may use (computed once: it costs a system call): what a
-/// run on 0 threads ("one per core") uses, here and in the facade's library-call kernels.
-pub fn cpu_count() -> usize {
-    static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| num_cpus::get().max(1))
-}
-
 /// Chunks a parallel run takes per thread (at most): enough that a thread slowed down by another
 /// process on its core leaves its share to the others, few enough that each chunk is long.
 const CHUNKS_PER_THREAD: u64 = 4;
@@ -91,7 +84,7 @@ const CHUNKS_PER_THREAD: u64 = 4;
 /// How a parallel run of `workers` workers of cost `cost` each on `threads` threads is cut:
 /// `(size, count)`, chunks of `size` consecutive workers (the last may be shorter). Up to
 /// [`CHUNKS_PER_THREAD`] per thread, each at least a quarter of [`PARALLEL_MIN_WORK`]; a chunk
-/// of more than [`BLOCKED_WORKERS`](crate::shared::emit::BLOCKED_WORKERS) workers is a multiple
+/// of more than [`BLOCKED_WORKERS`](BLOCKED_WORKERS) workers is a multiple
 /// of `block` (the kernel's block width, [`block_width`]; at least that), so that blocked
 /// programs run whole blocks.
 fn chunking(workers: u64, cost: u64, threads: u64, block: u64) -> (u64, u64) {
@@ -102,48 +95,21 @@ fn chunking(workers: u64, cost: u64, threads: u64, block: u64) -> (u64, u64) {
         .max(threads)
         .min(workers);
     let mut size = workers.div_ceil(count.max(1));
-    let block = block.max(crate::shared::emit::BLOCKED_WORKERS);
-    if size > crate::shared::emit::BLOCKED_WORKERS {
+    let block = block.max(BLOCKED_WORKERS);
+    if size > BLOCKED_WORKERS {
         size = size.div_ceil(block) * block;
     }
     (size, workers.div_ceil(size))
 }
 
 /// The width of `dag`'s blocks of workers in lockstep (`ovl_ir::lockstep::width`, the rule the
-/// generated code follows), or [`BLOCKED_WORKERS`](crate::shared::emit::BLOCKED_WORKERS) for a
+/// generated code follows), or [`BLOCKED_WORKERS`](BLOCKED_WORKERS) for a
 /// kernel without.
 fn block_width(dag: &ir::ExpressionDag) -> u64 {
     ovl_ir::typed::Kernel::decode(&ovl_ir::library::expand(dag))
         .ok()
         .and_then(|k| ovl_ir::lockstep::width(&k))
-        .unwrap_or(crate::shared::emit::BLOCKED_WORKERS)
-}
-
-/// Runs `work(i)` for every `i` in `0..tasks` on the calling thread and up to `threads - 1`
-/// threads (0: one per core) of the pool the generated kernels run on, each taking the next
-/// task until none is left. Library kernels (the facade's GEMM) use this so that one pool of
-/// threads serves every kernel of a run: two pools on the same cores would each keep threads
-/// awake after their kernels end and take the cores from the other's next kernel.
-pub fn for_each_parallel(tasks: usize, threads: usize, work: &(dyn Fn(usize) + Sync)) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let threads = match threads {
-        0 => cpu_count(),
-        t => t,
-    }
-    .min(tasks);
-    let pool = (threads > 1).then(Pool::get).flatten();
-    let next = AtomicUsize::new(0);
-    let drain = || loop {
-        let i = next.fetch_add(1, Ordering::Relaxed);
-        if i >= tasks {
-            break;
-        }
-        work(i);
-    };
-    match pool {
-        Some(pool) => pool.run(threads, &drain),
-        None => drain(),
-    }
+        .unwrap_or(BLOCKED_WORKERS)
 }
 
 impl CompiledOperator {
@@ -551,7 +517,8 @@ unsafe fn call(run_fn: RunFn, p: Pointers, lo: u64, hi: u64, st: &mut Status) {
 
 #[cfg(test)]
 mod tests {
-    use super::{chunking, for_each_parallel, CHUNKS_PER_THREAD, PARALLEL_MIN_WORK};
+    use super::{chunking, CHUNKS_PER_THREAD, PARALLEL_MIN_WORK};
+    use crate::cpu::pool::for_each_parallel;
 
     /// The chunks of a parallel run cover the workers once, at least one per thread, at most
     /// [`CHUNKS_PER_THREAD`] per thread, and whole blocks (of 64, or of the kernel's wider

@@ -24,7 +24,7 @@ const FETCH_STRIPS_AHEAD: usize = 2;
 ///
 /// # Safety
 /// The pointers hold the elements described; C overlaps neither input.
-pub(in crate::runner) unsafe fn gemm_nn(
+pub(in crate::gemm) unsafe fn gemm_nn(
     (m, n, k): (usize, usize, usize),
     a: *const f32,
     a_strides: (usize, usize),
@@ -244,7 +244,7 @@ unsafe fn gemm_nn_with(
         // page).
         // (0 threads: one per core, as for_each_task takes it.)
         let threads = if threads == 0 {
-            ovl_codegen::cpu_count()
+            crate::cpu::pool::cpu_count()
         } else {
             threads
         };

@@ -1,11 +1,17 @@
 //! The CPU kernel of a library call: a GEMM (`proto/ovl.proto`, "Library calls") on `f32` or
-//! `f64`: on `f32` with AVX-512F through this crate's kernels where they apply (`gemm_small`:
-//! few rows or a short sum; `gemm_large`: many rows and a long sum), else through the `gemm`
-//! crate (the README says why that crate). Other dtypes run the call's reference program,
-//! compiled like any operator.
+//! `f64`: on `f32` with AVX-512F through this crate's kernels where they apply (`small`: few
+//! rows or a short sum; `large`: many rows and a long sum), else through the `gemm` crate
+//! (docs/matmul.md says why that crate). Other dtypes run the call's reference program,
+//! compiled like any operator. [`epilogue`] runs a GEMM with the elementwise operator that
+//! consumes it, block by block.
 
-use super::RunFailure;
-use crate::error::Mismatch;
+pub mod epilogue;
+#[cfg(target_arch = "x86_64")]
+mod large;
+#[cfg(target_arch = "x86_64")]
+mod small;
+
+use crate::error::{Mismatch, RunFailure};
 use ovl_core::ir;
 use ovl_core::library::{gemm_dims, GemmDims};
 use ovl_core::DType;
@@ -267,7 +273,7 @@ unsafe fn product<T: Element>(
 /// The threads a product runs on: `threads`, 0 meaning one per core, as for every kernel.
 fn thread_count(threads: usize) -> usize {
     match threads {
-        0 => ovl_codegen::cpu_count(),
+        0 => crate::cpu::pool::cpu_count(),
         n => n,
     }
 }
@@ -426,8 +432,8 @@ impl Element for f32 {
         c: *mut f32,
         threads: usize,
     ) -> bool {
-        use super::gemm_large::{self, Operand};
-        use super::gemm_small::{self, nt_broadcast};
+        use large::{self, Operand};
+        use small::{self, nt_broadcast};
         // The fewest rows from which `C = A · Bᵀ` runs faster through the broadcast kernel than
         // through the dot-product kernel (below: each block's rows of A stay in L1); measured
         // in docs/benchmarks.md, section "A whole LSTM layer".
@@ -435,8 +441,8 @@ impl Element for f32 {
         // Few rows: the weight B is streamed, not packed. A short sum (few rows of B, as in a
         // weight gradient `x_tᵀ · dz_t` of one step): B's strip stays in L1 while every block
         // of rows passes over it; the crate's packing would dominate.
-        let (few_rows, short_sum) = (m <= gemm_small::MAX_ROWS, k <= gemm_small::MAX_ROWS);
-        if !(few_rows || short_sum) || !gemm_small::available() {
+        let (few_rows, short_sum) = (m <= small::MAX_ROWS, k <= small::MAX_ROWS);
+        if !(few_rows || short_sum) || !small::available() {
             return false;
         }
         // Small products are not worth waking threads for (as for the crate above).
@@ -448,7 +454,7 @@ impl Element for f32 {
         // SAFETY: the caller's contract, with the layouts each kernel requires checked here.
         unsafe {
             if b_strides == (n, 1) {
-                gemm_small::gemm_nn((m, n, k), a, a_strides, b, c, threads);
+                small::gemm_nn((m, n, k), a, a_strides, b, c, threads);
                 true
             } else if few_rows
                 && b_strides == (1, k)
@@ -460,8 +466,8 @@ impl Element for f32 {
             } else if few_rows
                 // (Only on CPUs without AVX-512DQ, for the broadcast kernel above.)
                 && b_strides == (1, k)
-                && m >= gemm_large::NT_MIN_ROWS
-                && gemm_large::enough_strips(n, threads)
+                && m >= large::NT_MIN_ROWS
+                && large::enough_strips(n, threads)
             {
                 let a = Operand {
                     terms: &[a],
@@ -474,10 +480,10 @@ impl Element for f32 {
                     strides: (k, 1),
                     k_term: k,
                 };
-                gemm_large::gemm_packed((m, n, k), a, bt, c, threads);
+                large::gemm_packed((m, n, k), a, bt, c, threads);
                 true
             } else if few_rows && b_strides == (1, k) && a_strides == (k, 1) {
-                gemm_small::gemm_nt((m, n, k), a, b, c, threads);
+                small::gemm_nt((m, n, k), a, b, c, threads);
                 true
             } else {
                 false
@@ -487,7 +493,7 @@ impl Element for f32 {
 
     #[cfg(target_arch = "x86_64")]
     fn packed_applies((m, n, k): (usize, usize, usize), threads: usize) -> bool {
-        super::gemm_large::applies((m, n, k), threads)
+        large::applies((m, n, k), threads)
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -498,7 +504,7 @@ impl Element for f32 {
         c: *mut f32,
         threads: usize,
     ) {
-        use super::gemm_large::{gemm_packed, Operand};
+        use large::{gemm_packed, Operand};
         let a = Operand {
             terms: a,
             strides: (a_rs, a_cs),

@@ -12,7 +12,7 @@
 
 use super::device::STREAM;
 use super::{Kernel, Plan, RunFailure};
-use ovl_codegen::cuda::{capture, CapturedGraph, DeviceTensor, StatusBlock};
+use crate::cuda::{capture, CapturedGraph, DeviceTensor, StatusBlock};
 
 /// A plan's device run recorded as a CUDA graph, with the blocks it owns.
 pub struct DeviceGraph {

@@ -18,11 +18,11 @@
 //! math mode, full-precision `f32`, unless the kernel allows TF32 tensor cores
 //! ([`CublasGemm::with_tf32`], `Options::cuda_tf32`).
 
-use super::device::{DeviceError, DeviceTensor};
-use super::library_search::{entry_point, Search};
-use super::runtime::device;
-use crate::error::{CodegenError, RunError};
+use super::context::device;
+use super::tensor::{DeviceError, DeviceTensor};
 use cudarc::driver::sys;
+use ovl_codegen::cuda::library_search::{entry_point, Search};
+use ovl_codegen::{CodegenError, RunError};
 use ovl_ir::ir;
 use ovl_ir::library::{gemm_dims, GemmDims};
 use ovl_ir::{DType, HostTensor};
@@ -395,7 +395,7 @@ impl CublasGemm {
         let d_out = DeviceTensor::uninit(output.dtype(), &output.shape, "the product")
             .map_err(err("allocating the product"))?;
         let ins: Vec<u64> = d_in.iter().map(|t| t.ptr()).collect();
-        let (launched, time) = super::gpu_time(|| {
+        let (launched, time) = super::tensor::gpu_time(|| {
             // SAFETY: the uploads hold the inputs' types, which the runner checked against
             // `op`; the product is a fresh block.
             Ok::<_, DeviceError>(unsafe { self.launch_device(op, &ins, d_out.ptr()) })

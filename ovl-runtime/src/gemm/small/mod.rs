@@ -85,7 +85,7 @@ pub(super) fn row_blocks(m: usize, max: usize) -> Vec<(usize, usize)> {
 /// Runs `work(task)` for every task in `0..tasks`, on up to `threads` threads of the pool the
 /// generated kernels run on (`ovl_codegen::for_each_parallel`: one pool for every kernel).
 pub(super) fn for_each_task(tasks: usize, threads: usize, work: impl Fn(usize) + Sync) {
-    ovl_codegen::for_each_parallel(tasks, threads, &work);
+    crate::cpu::pool::for_each_parallel(tasks, threads, &work);
 }
 
 /// `C[m, n] = A[m, k] · B[n, k]ᵀ`: C row-major (row stride `n`), A and B row-major with row

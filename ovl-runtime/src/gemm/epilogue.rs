@@ -13,9 +13,10 @@
 //! paired with the cell), its forward + backward the same. [`set_gemm_epilogue`] (or
 //! `OVL_GEMM_EPILOGUE=off|always` in the environment) says otherwise.
 
-use super::gemm::{library_mismatch, Element, RowProduct};
-use super::RunFailure;
-use ovl_codegen::{CompiledOperator, RunError};
+use super::{library_mismatch, Element, RowProduct};
+use crate::error::RunFailure;
+use crate::CompiledOperator;
+use ovl_codegen::RunError;
 use ovl_core::ir;
 use ovl_core::library::gemm_dims;
 use ovl_core::DType;
@@ -57,7 +58,7 @@ pub fn set_gemm_epilogue(mode: EpilogueMode) {
 }
 
 /// The mode in force.
-pub(super) fn mode() -> EpilogueMode {
+pub(crate) fn mode() -> EpilogueMode {
     if STATE.load(Ordering::Relaxed) == 0 {
         let mode = match std::env::var("OVL_GEMM_EPILOGUE").as_deref().map(str::trim) {
             Ok("off" | "0") => EpilogueMode::Off,
@@ -77,7 +78,7 @@ pub(super) fn mode() -> EpilogueMode {
 /// The pairs of `dag` as `(per operator: the consumer a GEMM is deferred to, per operator:
 /// the GEMM a consumer runs with)`: every pair the rules allow; [`run_pair`] decides with the
 /// mode in force whether it runs as one step.
-pub(super) fn pairs(dag: &ir::OperatorDag) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
+pub(crate) fn pairs(dag: &ir::OperatorDag) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
     let n = dag.operators.len();
     let (mut deferred, mut epilogue_of) = (vec![None; n], vec![None; n]);
     for p in gemm_pair::possible_pairs(dag) {
@@ -97,7 +98,7 @@ pub(super) type Buffers<'a> = (&'a [*const c_void], &'a [*mut c_void]);
 /// As for [`super::GemmKernel::run`] and [`CompiledOperator::run_raw`]: every pointer names a
 /// buffer of its operator's types; C is one of the consumer's inputs, and no buffer written
 /// overlaps another buffer passed.
-pub(super) unsafe fn run_pair(
+pub(crate) unsafe fn run_pair(
     op: &ir::ExpressionDag,
     gemm: Buffers<'_>,
     consumer: &CompiledOperator,
@@ -162,7 +163,7 @@ unsafe fn run_typed<T: Element>(
     }
     let per_row = workers / m as u64;
     let threads = match threads {
-        0 => ovl_codegen::cpu_count(),
+        0 => crate::cpu::pool::cpu_count(),
         t => t,
     };
     let threads = if m * n * (dims.k as usize * dims.terms as usize) < 64 * 64 * 64 {
@@ -191,7 +192,7 @@ unsafe fn run_typed<T: Element>(
     }
     let faults: Mutex<Vec<(usize, RunError)>> = Mutex::new(Vec::new());
     let shared = Shared { c, ins, outs };
-    ovl_codegen::for_each_parallel(blocks, threads, &|b| {
+    crate::cpu::pool::for_each_parallel(blocks, threads, &|b| {
         let (first, end) = (b * rows_per_block, ((b + 1) * rows_per_block).min(m));
         // SAFETY: blocks are disjoint rows of C, each computed then read by its own workers
         // only (the pair's rule), on this thread; the caller's contract for the buffers.

@@ -12,7 +12,7 @@
 //! where the `gemm` crate's product of terms needed the terms copied side by side first (two
 //! more passes over both operands), the terms are read in place here.
 
-use super::gemm_small::{available, for_each_task, row_blocks, Shared};
+use super::small::{available, for_each_task, row_blocks, Shared};
 use std::arch::x86_64::*;
 
 /// Rows of C per register block (6 rows x 64 columns: 24 of the 32 registers).
@@ -61,7 +61,7 @@ impl Operand<'_> {
 /// rows and a long sum (else `gemm_small`'s kernels or the `gemm` crate), and enough columns
 /// to give every thread work ([`enough_strips`]).
 pub(super) fn applies((m, n, k): (usize, usize, usize), threads: usize) -> bool {
-    use super::gemm_small::MAX_ROWS;
+    use super::small::MAX_ROWS;
     m > MAX_ROWS && k > MAX_ROWS && enough_strips(n, threads) && available()
 }
 

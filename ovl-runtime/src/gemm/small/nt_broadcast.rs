@@ -28,7 +28,7 @@
 //! the dot-product kernel adds 16 partial sums: up to several times its rounding error on long
 //! sums (measured in docs/benchmarks.md, section "A whole LSTM layer").
 
-use super::super::gemm_large::transpose_16;
+use super::super::large::transpose_16;
 use super::{for_each_task, Shared, MAX_ROWS};
 use std::arch::x86_64::*;
 
@@ -46,7 +46,7 @@ const PANEL_BLOCKS: usize = 8;
 const KEEP_FLOATS: usize = 1 << 20;
 
 /// Whether this CPU runs [`gemm_nt_broadcast`].
-pub(in crate::runner) fn available() -> bool {
+pub(in crate::gemm) fn available() -> bool {
     super::available() && is_x86_feature_detected!("avx512dq")
 }
 
@@ -99,7 +99,7 @@ impl Layout {
 ///
 /// # Safety
 /// The pointers hold the elements described; C overlaps neither input.
-pub(in crate::runner) unsafe fn gemm_nt_broadcast(
+pub(in crate::gemm) unsafe fn gemm_nt_broadcast(
     (m, n, k): (usize, usize, usize),
     a: *const f32,
     (a_rs, a_cs): (usize, usize),

@@ -1,6 +1,5 @@
-//! Why a graph cannot be planned or a run failed: the runner's errors (`crate::runner`
-//! re-exports them). They live here, with the facade's other errors, so that no module of the
-//! crate and `error` import each other.
+//! Why a graph cannot be planned ([`PlanError`], [`Wiring`]) or a run failed ([`RunFailure`],
+//! [`Mismatch`]).
 
 /// Why a graph cannot be planned: it is malformed (a damaged or hand-made program; fusion and
 /// `evaluate` only make well-formed graphs).
@@ -97,7 +96,7 @@ pub enum Wiring {
 pub enum RunFailure {
     /// A buffer does not fit the graph (count, dtype or shape).
     #[error(transparent)]
-    Mismatch(#[from] super::Mismatch),
+    Mismatch(#[from] Mismatch),
     /// The interpreter failed (for example an index out of bounds).
     #[error(transparent)]
     Interpreter(#[from] ovl_core::interp::InterpError),
@@ -106,8 +105,106 @@ pub enum RunFailure {
     Run(#[from] ovl_codegen::RunError),
     /// A device tensor could not be allocated, copied, or has another type than expected.
     #[error(transparent)]
-    Device(#[from] ovl_codegen::cuda::DeviceError),
+    Device(#[from] crate::cuda::DeviceError),
     /// An intermediate or output buffer could not be allocated.
     #[error(transparent)]
     OutOfMemory(#[from] ovl_core::AllocError),
+}
+
+/// What does not fit when buffers are handed to a graph's run: counts, dtypes and shapes,
+/// layouts, device placement. Each names the buffer it is about.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Mismatch {
+    /// A device tensor made into a lazy handle of another element type.
+    #[error("the device tensor is {given}, but a Lazy<{wanted}> holds {wanted} elements")]
+    DeviceDtype {
+        /// The tensor's dtype and shape, e.g. `f32[2, 3]`.
+        given: String,
+        /// The handle's element type.
+        wanted: ovl_core::DType,
+    },
+    /// Not as many output arrays as the graph has outputs.
+    #[error("{outputs} outputs but {arrays} arrays to write them into")]
+    OutputCount {
+        /// The graph's outputs.
+        outputs: usize,
+        /// The arrays given.
+        arrays: usize,
+    },
+    /// An output array whose elements are not its whole buffer in row-major order.
+    #[error("the output array is not in row-major order or is a view into a larger buffer")]
+    NotRowMajor,
+    /// The plan was given other numbers of kernels, inputs or outputs than its graph has.
+    #[error(
+        "{kernels} kernels, {inputs} {kind}inputs and {outputs} {kind}outputs given; the graph has \
+         {graph_kernels}, {graph_inputs} and {graph_outputs}",
+        kind = if *.device { "device " } else { "" }
+    )]
+    Counts {
+        /// Device tensors (rather than host buffers) were given.
+        device: bool,
+        /// Kernels given.
+        kernels: usize,
+        /// Inputs given.
+        inputs: usize,
+        /// Outputs given.
+        outputs: usize,
+        /// The graph's operators.
+        graph_kernels: usize,
+        /// The graph's inputs.
+        graph_inputs: usize,
+        /// The graph's outputs.
+        graph_outputs: usize,
+    },
+    /// A graph input of another dtype or shape than the graph reads.
+    #[error("graph input {input} is {given}, the graph reads {wanted}")]
+    Input {
+        /// The input's number.
+        input: usize,
+        /// Its dtype and shape, e.g. `f32[2, 3]`.
+        given: String,
+        /// What the graph reads.
+        wanted: String,
+    },
+    /// An output array of another dtype or shape than the graph makes.
+    #[error("the array for output {output} is {given}, but the graph makes {wanted}")]
+    Output {
+        /// The output's number.
+        output: usize,
+        /// Its dtype and shape.
+        given: String,
+        /// What the graph makes.
+        wanted: String,
+    },
+    /// Raw buffers passed where only host tensors are taken.
+    #[error("run_host takes host tensors only; raw buffers need Plan::run")]
+    RawBuffers,
+    /// An output device tensor sharing its memory with another tensor of the run.
+    #[error(
+        "output {output} shares its device memory with another tensor passed (a clone); pass a \
+         tensor of its own"
+    )]
+    SharedDeviceMemory {
+        /// The output's number.
+        output: usize,
+    },
+    /// A library call (GEMM) whose operands do not fit it, or the kernel prepared for it.
+    #[error("library call `{name}`: {problem}")]
+    LibraryCall {
+        /// The call's operator name.
+        name: String,
+        /// What does not fit.
+        problem: String,
+    },
+    /// Device tensors given to a graph with an operator compiled for another target.
+    #[error(
+        "operator {operator} (`{name}`) was not compiled for the GPU: device tensors need a \
+         graph compiled with `Options::cuda()`"
+    )]
+    NotCompiledForGpu {
+        /// The operator's number in the fused graph.
+        operator: usize,
+        /// Its name.
+        name: String,
+    },
 }

@@ -1,13 +1,13 @@
 //! Running a plan on device tensors: the GPU half of the runner.
 
 use super::{Input, Kernel, Output, Plan, RunFailure, Slot};
+use crate::cuda::{DeviceError, DeviceTensor, StatusBlock};
 use crate::error::Mismatch;
-use ovl_codegen::cuda::{DeviceError, DeviceTensor, StatusBlock};
 use ovl_core::{DeviceData, HostTensor};
 
 /// Device data of a lazy graph (`ovl::from_device`) as a device tensor: the tensor itself (it
 /// shares the memory), or, for data some other device holds, a copy through the host.
-pub(crate) fn on_device(data: &dyn DeviceData) -> Result<DeviceTensor, DeviceError> {
+pub fn on_device(data: &dyn DeviceData) -> Result<DeviceTensor, DeviceError> {
     match data.as_any().downcast_ref::<DeviceTensor>() {
         Some(t) => Ok(t.clone()),
         None => DeviceTensor::upload(&on_host(data)?),
@@ -15,7 +15,7 @@ pub(crate) fn on_device(data: &dyn DeviceData) -> Result<DeviceTensor, DeviceErr
 }
 
 /// Device data of a lazy graph copied to the host, for a backend that runs there.
-pub(crate) fn on_host(data: &dyn DeviceData) -> Result<HostTensor, DeviceError> {
+pub fn on_host(data: &dyn DeviceData) -> Result<HostTensor, DeviceError> {
     match data.as_any().downcast_ref::<DeviceTensor>() {
         Some(t) => t.to_host(),
         None => data.to_host().map_err(|e| DeviceError::Driver {
@@ -122,7 +122,7 @@ impl Plan {
     }
 
     /// Checks a device run's tensors and kernels (see [`Plan::run_device`]).
-    pub(crate) fn check_device(
+    pub fn check_device(
         &self,
         kernels: &[Kernel],
         inputs: &[&DeviceTensor],

@@ -2,8 +2,9 @@
 //! operator on the CPU's kernels (or the interpreter, or GPU kernels through host copies when
 //! timed), or as one device run when every kernel is on the GPU.
 
-use super::{epilogue, pointers::Pointers, scratch, Input, Kernel, Output, Plan, RunFailure, Slot};
+use super::{pointers::Pointers, scratch, Input, Kernel, Output, Plan, RunFailure, Slot};
 use crate::error::Mismatch;
+use crate::gemm::epilogue;
 use ovl_core::interp;
 use ovl_core::ir;
 use ovl_core::{DType, HostTensor};
