@@ -1,8 +1,8 @@
 //! Does running the consumer of a GEMM as its epilogue pay (`ovl-fuse/src/gemm_pair.rs`,
-//! `src/runner/epilogue.rs`)? `tanh(x · W + b)` (f32, compiled once at the default level: the
+//! `ovl-runtime/src/gemm/epilogue.rs`)? `tanh(x · W + b)` (f32, compiled once at the default level: the
 //! library GEMM and one fused `add+tanh` kernel) run with the pair as one step (C by blocks of
 //! rows, each block's `add+tanh` right after it on the same thread) and as two kernels one
-//! after the other ([`ovl::set_gemm_epilogue`]: `Off`, the default; `WherePays`, which pairs
+//! after the other (`Options::gemm_epilogue`: `Off`; `WherePays`, which pairs
 //! only where the extra reads of W per block cost less than reading C back; `Always`), and
 //! the GEMM alone for scale. Best of 20 calls per round, in alternating rounds (5, or 2 with
 //! `--quick`), the smallest per cell; threads: one per core.
@@ -34,7 +34,7 @@ struct Case {
     out: Vec<ArrayD<f32>>,
 }
 
-fn case((m, k, n): (usize, usize, usize), gemm_only: bool) -> Case {
+fn case((m, k, n): (usize, usize, usize), gemm_only: bool, mode: EpilogueMode) -> Case {
     let x = ovl::placeholder::<f32>("x", &[m, k]);
     let w = ovl::placeholder::<f32>("w", &[k, n]);
     let b = ovl::placeholder::<f32>("b", &[n]);
@@ -44,8 +44,8 @@ fn case((m, k, n): (usize, usize, usize), gemm_only: bool) -> Case {
     } else {
         ops::tanh(ops::add(&c, &b))
     };
-    let compiled =
-        ovl::compile((&x, &w, &b), std::slice::from_ref(&y), &Options::cpu()).expect("compile");
+    let options = Options::cpu().with_gemm_epilogue(mode);
+    let compiled = ovl::compile((&x, &w, &b), std::slice::from_ref(&y), &options).expect("compile");
     let fill = |shape: &[usize], s: usize| {
         Lazy::from(ArrayD::from_shape_fn(IxDyn(shape), |i| {
             ((i.slice().iter().sum::<usize>() * 7 + s) % 13) as f32 * 0.01
@@ -84,17 +84,16 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|");
     for size in SIZES {
-        let mut alone = case(size, true);
-        let mut fused = case(size, false);
+        let mut alone = case(size, true, EpilogueMode::Off);
+        let mut separate = case(size, false, EpilogueMode::Off);
+        let mut pays = case(size, false, EpilogueMode::WherePays);
+        let mut always = case(size, false, EpilogueMode::Always);
         let (mut a, mut s, mut d, mut e) = (f64::MAX, f64::MAX, f64::MAX, f64::MAX);
         for _ in 0..rounds {
-            ovl::set_gemm_epilogue(EpilogueMode::Off);
             a = a.min(time(&mut alone, 20));
-            s = s.min(time(&mut fused, 20));
-            ovl::set_gemm_epilogue(EpilogueMode::WherePays);
-            d = d.min(time(&mut fused, 20));
-            ovl::set_gemm_epilogue(EpilogueMode::Always);
-            e = e.min(time(&mut fused, 20));
+            s = s.min(time(&mut separate, 20));
+            d = d.min(time(&mut pays, 20));
+            e = e.min(time(&mut always, 20));
         }
         let (m, k, n) = size;
         println!(

@@ -14,7 +14,7 @@
 //! | `CudaArtifacts` | PTX/CUBIN read or compiled in this process | cache root + cache key | 1024 |
 //! | `CudaModules` | CUDA functions loaded onto the GPU | cache root + cache key | 1024 |
 //!
-//! The on-disk operator cache ([`crate::cache_dir`]) is not one of them: [`crate::clear_cache`]
+//! The on-disk operator cache ([`crate::cache_dir`]) is not one of them: [`crate::clear_cache_dir`]
 //! empties it (and every in-memory cache). Nor is the CPU runner's pool of temporaries (buffers
 //! of a graph's intermediate tensors kept for the next run, shared by every thread, at most
 //! 1 GiB unless `OVL_SCRATCH_BYTES` or [`set_scratch_capacity`] says otherwise; see
@@ -29,11 +29,12 @@ pub use ovl_core::lru::LruCounters as CacheCounters;
 /// keeps).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Cache {
-    /// Prepared plans of graphs evaluated before ([`crate::plan_cache_stats`]).
+    /// Prepared plans of graphs evaluated before.
     Plans,
-    /// Backward graphs replayed by [`crate::backward`] ([`crate::backward_cache_stats`]).
+    /// Backward graphs replayed by [`crate::backward`] (its counters' `bypassed`: backward
+    /// passes that could not be keyed, such as a gradient closure without a key).
     BackwardGraphs,
-    /// Memoized operator traces ([`crate::trace_memo_stats`]).
+    /// Memoized operator traces.
     TraceMemo,
     /// Batched operators built by [`crate::vmap`].
     VmapOperators,
@@ -77,6 +78,17 @@ impl Cache {
     /// The cache's name (its field in [`CacheStats`]).
     pub fn name(self) -> &'static str {
         self.control().name()
+    }
+
+    /// Empties this cache and resets its counters (its capacity stays); [`clear_caches`]
+    /// empties them all.
+    ///
+    /// ```
+    /// ovl::Cache::Plans.clear();
+    /// assert_eq!(ovl::cache_stats().plans.entries, 0);
+    /// ```
+    pub fn clear(self) {
+        self.control().clear()
     }
 }
 
@@ -140,7 +152,7 @@ pub fn cache_stats() -> CacheStats {
 
 /// Empties every in-memory cache and resets its counters (capacities stay). Operators already
 /// compiled are still found in the operator cache on disk, which this leaves alone (see
-/// [`crate::clear_cache`]); handles and plans already made stay usable.
+/// [`crate::clear_cache_dir`]); handles and plans already made stay usable.
 pub fn clear_caches() {
     for cache in Cache::ALL {
         cache.control().clear();
@@ -167,8 +179,8 @@ pub fn scratch_usage() -> (usize, usize) {
 }
 
 /// Sets how many entries `cache` keeps (least recently used evicted first; 0 turns it off).
-/// [`crate::set_plan_cache_capacity`] is this for [`Cache::Plans`] and
-/// [`Cache::BackwardGraphs`] together.
+/// The first capacity of [`Cache::Plans`] and [`Cache::BackwardGraphs`] is
+/// `OVL_PLAN_CACHE_SIZE`, else 128.
 pub fn set_cache_capacity(cache: Cache, capacity: usize) {
     cache.control().set_capacity(capacity)
 }

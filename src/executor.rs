@@ -174,7 +174,9 @@ pub(crate) struct Prepared {
 /// Compiles the kernels of `graph` (already fused) and plans it.
 pub(crate) fn prepare(graph: Graph, options: &Options) -> Result<Prepared, Error> {
     let kernels = kernels(&graph.dag, options)?;
-    let plan = Plan::new(Arc::new(graph.dag)).map_err(InternalError::Unplannable)?;
+    let plan = Plan::new(Arc::new(graph.dag))
+        .map_err(InternalError::Unplannable)?
+        .with_epilogue(options.gemm_epilogue);
     Ok(Prepared {
         planned: Arc::new(Planned { plan, kernels }),
         inputs: graph.inputs,

@@ -32,10 +32,10 @@
 //! with `#[operator(gradient = grad_fn)]`, see [`macro@operator`]), then build the backward graph
 //! lazily with [`backward`]; it is fused and compiled like any other graph. A backward pass over
 //! a forward graph seen before (same structure, shapes, seeds and gradient functions; any data)
-//! is replayed from a cache bounded like the plan cache ([`backward_cache_stats`]); a gradient
+//! is replayed from a cache bounded like the plan cache ([`Cache::BackwardGraphs`]); a gradient
 //! closure that captures values takes part only when attached with [`set_gradient_keyed`].
 //! An operator without a gradient function gets one derived from its IR (reverse mode, see the
-//! README's "Derived gradients"); what cannot be derived is a [`GradError::Underivable`]
+//! docs/gradients.md); what cannot be derived is a [`GradError::Underivable`]
 //! naming the operator, its line and the [`Construct`].
 //!
 //! ```
@@ -87,6 +87,7 @@
 
 mod caches;
 mod compiled;
+mod deprecated;
 mod destination;
 mod error;
 mod evaluate;
@@ -98,7 +99,7 @@ mod plan_cache;
 pub mod polymorphic;
 pub mod program;
 pub mod program_batch;
-pub use ovl_runtime::plan::{set_gemm_epilogue, EpilogueMode};
+pub use ovl_runtime::plan::EpilogueMode;
 pub mod views;
 
 pub use caches::{
@@ -106,6 +107,12 @@ pub use caches::{
     CacheCounters, CacheStats,
 };
 pub use compiled::{compile, Compiled};
+#[allow(deprecated)]
+pub use deprecated::{
+    backward_cache_stats, clear_cache, clear_plan_cache, clear_trace_memo, plan_cache_stats,
+    set_gemm_epilogue, set_plan_cache_capacity, trace_memo_stats, BackwardCacheStats,
+    PlanCacheStats, TraceMemoStats,
+};
 pub use destination::{Destination, Destinations};
 pub use error::export::{ExportError, UnifyProgramError};
 pub use error::{CompiledError, Error, InternalError, Mismatch};
@@ -117,8 +124,8 @@ pub use export::{as_tensorflow, placeholder, Bundle, TfExport};
 pub use options::{Options, Target};
 /// Reverse-mode differentiation of the lazy graph: attach gradients, build backward graphs.
 pub use ovl_core::autodiff::{
-    backward, backward_cache_stats, backward_untyped, set_gradient, set_gradient_keyed,
-    BackwardCacheStats, GradError, GradientCall, GradientFn, Gradients,
+    backward, backward_untyped, set_gradient, set_gradient_keyed, GradError, GradientCall,
+    GradientFn, Gradients,
 };
 pub use ovl_core::broadcast;
 /// Why a gradient could not be derived from an operator's IR (inside [`GradError::Underivable`]).
@@ -127,9 +134,7 @@ pub use ovl_core::lazy::Graph;
 /// Memoized operator traces: a call with the same input dtypes and shapes and trace-time
 /// arguments reuses its traced IR instead of running the operator's body again (see
 /// [`ovl_core::trace::memo`] for the key and its rules; `OVL_TRACE_MEMO=0` turns it off).
-pub use ovl_core::trace::memo::{
-    clear_trace_memo, set_trace_memo, trace_memo_stats, TraceArg, TraceKey, TraceMemoStats,
-};
+pub use ovl_core::trace::memo::{set_trace_memo, TraceArg, TraceKey};
 pub use ovl_core::trace::{Expr, Position, Tensor, Var};
 /// Batching over a new leading axis: [`vmap`] turns a function written for one example (a lazy
 /// graph of operators) into the batched graph, with each input [`Batched`] or [`Shared`]; see
@@ -140,7 +145,6 @@ pub use ovl_core::{
     TraceError,
 };
 pub use ovl_macros::{helper, operator};
-pub use plan_cache::{clear_plan_cache, plan_cache_stats, set_plan_cache_capacity, PlanCacheStats};
 pub use polymorphic::{as_tensorflow_polymorphic, IntoExport, PolymorphicExport};
 pub use views::{FeedView, OutputView};
 
@@ -159,7 +163,7 @@ pub use ovl_codegen::{cache_dir, compiler_invocations};
 /// Empties the on-disk operator cache at [`cache_dir`] and every in-memory cache
 /// ([`clear_caches`]: plans, backward graphs, traces, batched operators, fusion results, loaded
 /// operators), so that the next evaluation traces, fuses and compiles again.
-pub fn clear_cache() -> Result<(), ovl_codegen::CodegenError> {
+pub fn clear_cache_dir() -> Result<(), ovl_codegen::CodegenError> {
     clear_caches();
     ovl_runtime::clear_cache()
 }

@@ -2,6 +2,7 @@
 //! compiled.
 
 use ovl_fuse::OptLevel;
+use ovl_runtime::plan::EpilogueMode;
 use std::path::PathBuf;
 
 /// Where operators run.
@@ -58,6 +59,10 @@ pub struct Options {
     /// Ampere on. Off by default: full-precision f32, as ovl's other backends compute
     /// (PyTorch's matmul default too; its cuDNN LSTM and JAX's default precision use TF32).
     pub cuda_tf32: bool,
+    /// On the CPU, when a matrix product and the kernel reading its result by rows run as one
+    /// step, block by block ([`EpilogueMode`]; the values are the same in every mode). `None`:
+    /// `OVL_GEMM_EPILOGUE` (`off`, `always`), else where the measured rule says it pays.
+    pub gemm_epilogue: Option<EpilogueMode>,
 }
 
 impl Options {
@@ -86,6 +91,12 @@ impl Options {
             target: Target::CudaValidate,
             ..Options::default()
         }
+    }
+
+    /// These options with [`Options::gemm_epilogue`] set to `mode`.
+    pub fn with_gemm_epilogue(mut self, mode: EpilogueMode) -> Options {
+        self.gemm_epilogue = Some(mode);
+        self
     }
 
     /// These options with [`Options::cuda_tf32`] set to `allow`.

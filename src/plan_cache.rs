@@ -21,14 +21,10 @@ use crate::Error;
 use ovl_core::lru::{CacheControl, SharedLru, DEFAULT_CAPACITY, PLAN_CACHE_SIZE_VAR};
 use ovl_core::LazyTensor;
 use ovl_fuse::OptLevel;
+use ovl_runtime::plan::EpilogueMode;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-/// What [`plan_cache_stats`] reports: counters since the process started (or since
-/// [`clear_plan_cache`]) and the current size; the plan cache's field of
-/// [`crate::cache_stats`].
-pub type PlanCacheStats = crate::CacheCounters;
 
 /// Plans by [`Key`], compared exactly.
 static CACHE: SharedLru<Key, Arc<Planned>> =
@@ -63,6 +59,7 @@ struct Prepares {
     /// The bound on `while` iterations (resolved: the option, else the environment).
     while_limit: u64,
     cuda_tf32: bool,
+    gemm_epilogue: Option<EpilogueMode>,
 }
 
 impl Key {
@@ -80,6 +77,7 @@ impl Key {
             cuda_validate_archs: _,
             max_while_iterations: _,
             cuda_tf32,
+            gemm_epilogue,
         } = options;
         Key {
             graph,
@@ -91,38 +89,12 @@ impl Key {
                 cache_dir: cache_dir.clone(),
                 while_limit: options.while_limit(),
                 cuda_tf32: *cuda_tf32,
+                gemm_epilogue: *gemm_epilogue,
             },
             env_cache_dir: std::env::var_os("OVL_CACHE_DIR"),
             env_force_recompile: std::env::var_os("OVL_FORCE_RECOMPILE"),
         }
     }
-}
-
-/// The counters and size of the plan cache (see the [`crate::evaluate`] documentation).
-///
-/// ```
-/// let before = ovl::plan_cache_stats();
-/// assert!(before.entries <= before.capacity);
-/// ```
-pub fn plan_cache_stats() -> PlanCacheStats {
-    CACHE.counters()
-}
-
-/// Empties the plan cache and resets its counters: the next evaluation of any graph fuses and
-/// prepares it again (kernels already compiled are still found in the operator cache). It also
-/// empties the cache of backward graphs ([`ovl_core::autodiff::clear_backward_cache`]), which
-/// follows the plan cache's policy. [`crate::clear_cache`] calls it too.
-pub fn clear_plan_cache() {
-    CACHE.clear();
-    ovl_core::autodiff::clear_backward_cache();
-}
-
-/// Sets how many plans the cache keeps (least recently used ones are evicted first); 0 turns
-/// the cache off. Overrides `OVL_PLAN_CACHE_SIZE`. The cache of backward graphs
-/// ([`crate::backward`]) gets the same capacity.
-pub fn set_plan_cache_capacity(capacity: usize) {
-    CACHE.set_capacity(capacity);
-    ovl_core::autodiff::set_backward_cache_capacity(capacity);
 }
 
 /// The prepared graph behind `outputs`: from the cache when it was seen before under these

@@ -11,7 +11,7 @@
 
 use ndarray::{Array1, Array2, ArrayD};
 use ovl::prelude::*;
-use ovl::{BackwardCacheStats, GradientCall, LazyTensor};
+use ovl::{CacheCounters, GradientCall, LazyTensor};
 use ovl_stdlib as ops;
 use std::sync::{Mutex, MutexGuard};
 
@@ -21,13 +21,25 @@ static SERIAL: Mutex<()> = Mutex::new(());
 fn fresh() -> MutexGuard<'static, ()> {
     let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     ovl::set_trace_memo(true);
-    ovl::set_plan_cache_capacity(128);
-    ovl::clear_plan_cache();
+    plan_capacity(128);
+    clear_plans();
     guard
 }
 
-fn stats() -> BackwardCacheStats {
-    ovl::backward_cache_stats()
+fn stats() -> CacheCounters {
+    ovl::cache_stats().backward_graphs
+}
+
+/// The capacity of the plan cache and of the cache of backward graphs (which follows it).
+fn plan_capacity(n: usize) {
+    ovl::set_cache_capacity(ovl::Cache::Plans, n);
+    ovl::set_cache_capacity(ovl::Cache::BackwardGraphs, n);
+}
+
+/// Empties the plan cache and the cache of backward graphs.
+fn clear_plans() {
+    ovl::Cache::Plans.clear();
+    ovl::Cache::BackwardGraphs.clear();
 }
 
 /// (hits, misses, bypassed) of the backward cache.
@@ -72,7 +84,7 @@ fn a_repeated_backward_pass_is_a_hit_with_fresh_values_and_a_plan_cache_hit() {
         assert!(close(&got, &want), "call {k}: {got} vs {want}");
     }
     assert_eq!(counts(), (3, 1, 0));
-    let plans = ovl::plan_cache_stats();
+    let plans = ovl::cache_stats().plans;
     assert_eq!(
         (plans.misses, plans.hits),
         (1, 3),
@@ -118,10 +130,10 @@ fn the_lstm_cell_replayed_equals_the_uncached_path() {
     let cached: Vec<_> = (2..5).map(cell).collect();
     assert_eq!(counts(), (3, 1, 0));
     // The same calls with every cache off: a backward pass built at every call.
-    ovl::set_plan_cache_capacity(0);
+    plan_capacity(0);
     let fresh_first = cell(1);
     let uncached: Vec<_> = (2..5).map(cell).collect();
-    ovl::set_plan_cache_capacity(128);
+    plan_capacity(128);
     assert_eq!(first, fresh_first);
     assert_eq!(
         cached, uncached,
@@ -363,7 +375,7 @@ fn second_order_through_a_replayed_graph() {
 #[test]
 fn the_cache_stays_within_its_capacity_and_is_cleared_with_the_plan_cache() {
     let _g = fresh();
-    ovl::set_plan_cache_capacity(2);
+    plan_capacity(2);
     for n in [2usize, 3, 4, 2, 3, 4] {
         let (got, want) = tanh_chain(&data(n, 0.0), &data(n, 1.0));
         assert!(close(&got, &want));
@@ -374,10 +386,10 @@ fn the_cache_stays_within_its_capacity_and_is_cleared_with_the_plan_cache() {
     assert_eq!(s.evictions, 4);
     tanh_chain(&data(4, 0.0), &data(4, 1.0));
     assert_eq!(stats().hits, 1, "the most recently used entry stays");
-    ovl::clear_plan_cache();
+    clear_plans();
     assert_eq!(
         stats(),
-        BackwardCacheStats {
+        CacheCounters {
             capacity: 2,
             ..Default::default()
         }
@@ -385,11 +397,11 @@ fn the_cache_stays_within_its_capacity_and_is_cleared_with_the_plan_cache() {
     tanh_chain(&data(4, 0.0), &data(4, 1.0));
     assert_eq!(counts(), (0, 1, 0));
     // Capacity 0 turns it off.
-    ovl::set_plan_cache_capacity(0);
+    plan_capacity(0);
     let (got, want) = tanh_chain(&data(4, 0.0), &data(4, 1.0));
     assert!(close(&got, &want));
     assert_eq!((stats().entries, stats().hits), (0, 0));
-    ovl::set_plan_cache_capacity(128);
+    plan_capacity(128);
 }
 
 #[test]

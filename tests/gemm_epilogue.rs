@@ -1,4 +1,4 @@
-//! GEMM epilogue pairs (`ovl-fuse/src/gemm_pair.rs`, `src/runner/epilogue.rs`): a library GEMM
+//! GEMM epilogue pairs (`ovl-fuse/src/gemm_pair.rs`, `ovl-runtime/src/gemm/epilogue.rs`): a library GEMM
 //! whose result is read by one kernel, each worker only in its own row, runs with that kernel
 //! as an epilogue (C by blocks of rows, each block's workers right after it on the same
 //! thread). Values against a plain f64 loop and the interpreter (which runs the two kernels
@@ -10,18 +10,20 @@
 use ndarray::{ArrayD, IxDyn};
 use ovl::{EpilogueMode, Lazy, NotPairedReason, Options};
 use ovl_stdlib as ops;
-use std::sync::{Mutex, MutexGuard};
+use std::cell::Cell;
 
-/// Sets the epilogue mode (global to the process) for one test: the tests of this file take
-/// turns.
-fn mode(mode: EpilogueMode) -> MutexGuard<'static, ()> {
-    static TURN: Mutex<()> = Mutex::new(());
-    let guard = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    ovl::set_gemm_epilogue(mode);
-    guard
+thread_local! {
+    /// The epilogue mode of this test's runs (each test runs on a thread of its own).
+    static MODE: Cell<EpilogueMode> = const { Cell::new(EpilogueMode::WherePays) };
+}
+
+/// Sets the epilogue mode [`options`] gives this test's runs.
+fn mode(mode: EpilogueMode) {
+    MODE.set(mode);
 }
 
 fn options(target: Options) -> Options {
+    let target = target.with_gemm_epilogue(MODE.get());
     match std::env::var_os("OVL_CACHE_DIR") {
         Some(dir) => Options {
             cache_dir: Some(dir.into()),
@@ -71,7 +73,7 @@ fn bias_tanh(x: &Lazy<f64>, w: &Lazy<f64>, b: &Lazy<f64>) -> Lazy<f64> {
 
 #[test]
 fn bias_and_activation_run_as_the_epilogue_with_the_interpreters_values() {
-    let _turn = mode(EpilogueMode::Always);
+    mode(EpilogueMode::Always);
     // Rows: one, a few, more than a block of C (256 KiB: 8 rows of 4096 f64) and not a
     // multiple of it; k = 0.
     for (m, k, n) in [
@@ -138,7 +140,7 @@ fn cell(z: &Lazy<f64>, c: &Lazy<f64>) -> (Lazy<f64>, Lazy<f64>) {
 
 #[test]
 fn an_lstm_cells_gates_run_as_the_epilogue() {
-    let _turn = mode(EpilogueMode::Always);
+    mode(EpilogueMode::Always);
     let (batch, hidden) = (40, 8);
     let (hs, us, bs, cs) = (
         values(&[batch, hidden], 4),
@@ -181,7 +183,7 @@ fn an_lstm_cells_gates_run_as_the_epilogue() {
 
 #[test]
 fn consumers_reading_other_rows_are_refused_with_the_reason() {
-    let _turn = mode(EpilogueMode::Always);
+    mode(EpilogueMode::Always);
     let m = 9;
     let (xs, ws) = (values(&[m, 6], 8), values(&[6, m], 9));
     let (x, w) = (Lazy::from(xs.clone()), Lazy::from(ws.clone()));
@@ -249,7 +251,7 @@ fn consumers_reading_other_rows_are_refused_with_the_reason() {
 
 #[test]
 fn the_two_schedules_give_the_same_values() {
-    let _turn = mode(EpilogueMode::Always);
+    mode(EpilogueMode::Always);
     // f32 on the few-row kernel and f64 on the `gemm` crate, 2 threads, C over several blocks.
     let (m, k, n) = (45, 9, 2600);
     let (xs, ws, bs) = (values(&[m, k], 11), values(&[k, n], 12), values(&[n], 13));
@@ -260,8 +262,8 @@ fn the_two_schedules_give_the_same_values() {
     );
     let f32s = |a: &ArrayD<f64>| Lazy::from(a.mapv(|v| v as f32));
     let y32 = ops::tanh(ops::add(ops::matmul(f32s(&xs), f32s(&ws)), f32s(&bs)));
-    let o = options(Options::cpu().with_threads(2));
     let run = || {
+        let o = options(Options::cpu().with_threads(2));
         (
             ovl::evaluate_with(std::slice::from_ref(&y), &o).unwrap(),
             ovl::evaluate_with(std::slice::from_ref(&y32), &o).unwrap(),
@@ -269,14 +271,14 @@ fn the_two_schedules_give_the_same_values() {
     };
     let paired = run();
     for other in [EpilogueMode::Off, EpilogueMode::WherePays] {
-        ovl::set_gemm_epilogue(other);
+        mode(other);
         assert_eq!(paired, run(), "{other:?}");
     }
 }
 
 #[test]
 fn a_pair_that_would_read_the_weight_again_more_than_it_saves_is_refused() {
-    let _turn = mode(EpilogueMode::WherePays);
+    mode(EpilogueMode::WherePays);
     // 64 rows of 8192 f64: 16 blocks of 4 rows (256 KiB each), more than 8 calls; 200 rows of
     // 2048: more rows than the kernel that streams the weight takes (each block would pack it).
     for ((m, k, n), reason) in [
@@ -335,7 +337,7 @@ fn a_product_with_the_weight_transposed_is_not_paired_where_it_pays_only() {
     let want = (product(&xs, &ws.t().to_owned()) + &bs).mapv(f64::tanh);
     let mut got = Vec::new();
     for schedule in [EpilogueMode::WherePays, EpilogueMode::Always] {
-        let _turn = mode(schedule);
+        mode(schedule);
         let y = evaluate(std::slice::from_ref(&y), Options::cpu().with_threads(2));
         close(&y[0], &want, &format!("{schedule:?}"));
         got.push(y);
@@ -345,7 +347,7 @@ fn a_product_with_the_weight_transposed_is_not_paired_where_it_pays_only() {
 
 #[test]
 fn a_pair_that_does_not_pay_on_more_threads_runs_as_two_kernels() {
-    let _turn = mode(EpilogueMode::WherePays);
+    mode(EpilogueMode::WherePays);
     // Paired for two threads (2 blocks); on 16 threads 16 blocks would each read the weight:
     // the runner runs the kernels separately.
     let (m, k, n) = (64, 30, 100);
@@ -366,7 +368,7 @@ fn a_pair_that_does_not_pay_on_more_threads_runs_as_two_kernels() {
 
 #[test]
 fn a_kernel_reading_two_products_is_the_epilogue_of_one() {
-    let _turn = mode(EpilogueMode::Always);
+    mode(EpilogueMode::Always);
     let (m, k1, k2, n) = (30, 7, 5, 40);
     let (xs, ws, hs, us) = (
         values(&[m, k1], 20),

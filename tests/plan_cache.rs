@@ -8,7 +8,7 @@
 
 use ndarray::{array, Array1, ArrayD, IxDyn};
 use ovl::prelude::*;
-use ovl::PlanCacheStats;
+use ovl::CacheCounters;
 use std::sync::{Mutex, MutexGuard};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -16,13 +16,25 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Takes the lock and starts from an empty cache of the default capacity.
 fn fresh() -> MutexGuard<'static, ()> {
     let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    ovl::set_plan_cache_capacity(128);
-    ovl::clear_plan_cache();
+    plan_capacity(128);
+    clear_plans();
     guard
 }
 
-fn stats() -> PlanCacheStats {
-    ovl::plan_cache_stats()
+fn stats() -> CacheCounters {
+    ovl::cache_stats().plans
+}
+
+/// The capacity of the plan cache and of the cache of backward graphs (which follows it).
+fn plan_capacity(n: usize) {
+    ovl::set_cache_capacity(ovl::Cache::Plans, n);
+    ovl::set_cache_capacity(ovl::Cache::BackwardGraphs, n);
+}
+
+/// Empties the plan cache and the cache of backward graphs.
+fn clear_plans() {
+    ovl::Cache::Plans.clear();
+    ovl::Cache::BackwardGraphs.clear();
 }
 
 #[operator]
@@ -232,7 +244,7 @@ fn another_operator_of_the_same_name_is_a_miss() {
 #[test]
 fn the_cache_stays_within_its_capacity() {
     let _g = fresh();
-    ovl::set_plan_cache_capacity(2);
+    plan_capacity(2);
     let x = data(3, 0.0);
     for round in 0..2 {
         for shift in [1.0f32, 2.0, 3.0, 4.0] {
@@ -249,14 +261,14 @@ fn the_cache_stays_within_its_capacity() {
     evaluate_with(&chain(&x, 1.0, 3.0), &interp()).unwrap();
     assert_eq!((stats().misses, stats().hits), (8, 2));
     // Shrinking evicts, 0 turns the cache off.
-    ovl::set_plan_cache_capacity(1);
+    plan_capacity(1);
     assert_eq!(stats().entries, 1);
-    ovl::set_plan_cache_capacity(0);
+    plan_capacity(0);
     let y = evaluate_with(&chain(&x, 1.0, 3.0), &interp()).unwrap();
     assert_eq!(y, chain_expected(&x, 1.0, 3.0));
     let s = stats();
     assert_eq!((s.misses, s.hits, s.entries), (8, 2, 0));
-    ovl::set_plan_cache_capacity(128);
+    plan_capacity(128);
 }
 
 #[test]
@@ -264,10 +276,10 @@ fn clearing_the_cache_forgets_every_plan() {
     let _g = fresh();
     let x = data(3, 0.0);
     evaluate_with(&chain(&x, 1.0, 1.0), &interp()).unwrap();
-    ovl::clear_plan_cache();
+    clear_plans();
     assert_eq!(
         stats(),
-        PlanCacheStats {
+        CacheCounters {
             capacity: 128,
             ..Default::default()
         }
@@ -358,7 +370,7 @@ fn every_in_memory_cache_reports_clears_and_is_bounded_alike() {
         assert_eq!(y, chain_expected(&x, 3.0, 1.0));
     }
     let s = ovl::cache_stats();
-    assert_eq!(s.plans, ovl::plan_cache_stats());
+    assert_eq!(s.plans, stats());
     assert_eq!((s.plans.misses, s.plans.hits), (1, 1));
     assert_eq!((s.trace_memo.misses, s.trace_memo.hits), (2, 2));
     assert_eq!(
@@ -368,7 +380,7 @@ fn every_in_memory_cache_reports_clears_and_is_bounded_alike() {
 
     // With the plan cache off, every evaluation asks the fusion cache: a capacity of 1 keeps
     // only the graph of the last evaluation.
-    ovl::set_plan_cache_capacity(0);
+    plan_capacity(0);
     ovl::set_cache_capacity(Cache::Fusion, 1);
     assert_eq!(ovl::cache_stats().fusion.entries, 1);
     for scale in [3.0, 3.0, 4.0, 3.0] {
@@ -390,5 +402,35 @@ fn every_in_memory_cache_reports_clears_and_is_bounded_alike() {
     }
     assert_eq!(s.fusion.capacity, 1, "clearing keeps the capacity");
     ovl::set_cache_capacity(Cache::Fusion, 512); // the default
-    ovl::set_plan_cache_capacity(128);
+    plan_capacity(128);
+}
+
+/// The names this release replaced still answer, through the one cache API.
+#[test]
+#[allow(deprecated)]
+fn the_replaced_names_still_answer() {
+    let _g = fresh();
+    let x = data(3, 0.0);
+    evaluate_with(&chain(&x, 1.0, 1.0), &interp()).unwrap();
+    assert_eq!(ovl::plan_cache_stats(), stats());
+    assert_eq!(ovl::plan_cache_stats().entries, 1);
+    assert_eq!(
+        ovl::trace_memo_stats().entries,
+        ovl::cache_stats().trace_memo.entries
+    );
+    assert_eq!(
+        ovl::backward_cache_stats().capacity,
+        ovl::cache_stats().backward_graphs.capacity
+    );
+    ovl::set_plan_cache_capacity(7);
+    assert_eq!(
+        (
+            stats().capacity,
+            ovl::cache_stats().backward_graphs.capacity
+        ),
+        (7, 7)
+    );
+    ovl::clear_plan_cache();
+    assert_eq!((stats().entries, stats().misses), (0, 0));
+    plan_capacity(128);
 }

@@ -48,6 +48,7 @@ pub struct Lru<K, V> {
     hits: u64,
     misses: u64,
     evictions: u64,
+    bypassed: u64,
 }
 
 /// Counters of an [`Lru`] since it was created or last cleared, and its size.
@@ -63,6 +64,9 @@ pub struct LruCounters {
     pub entries: usize,
     /// The most entries kept at once (0: the cache is off).
     pub capacity: usize,
+    /// Requests served without the cache because they could not be keyed (counted by the
+    /// caches that can meet such requests: the backward graphs').
+    pub bypassed: u64,
 }
 
 impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
@@ -75,6 +79,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
             hits: 0,
             misses: 0,
             evictions: 0,
+            bypassed: 0,
         }
     }
 
@@ -116,6 +121,11 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
         self.misses += 1;
     }
 
+    /// Counts a request served without the cache (it could not be keyed).
+    pub fn note_bypass(&mut self) {
+        self.bypassed += 1;
+    }
+
     /// Keeps only the entries whose key passes `keep` (not counted as evictions).
     pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
         self.map.retain(|k, _| keep(k));
@@ -144,6 +154,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
         self.hits = 0;
         self.misses = 0;
         self.evictions = 0;
+        self.bypassed = 0;
     }
 
     /// The counters and the size.
@@ -154,6 +165,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
             evictions: self.evictions,
             entries: self.map.len(),
             capacity: self.capacity,
+            bypassed: self.bypassed,
         }
     }
 

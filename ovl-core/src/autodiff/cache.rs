@@ -39,10 +39,9 @@ use crate::fast_hash::FastBuild;
 use crate::hash::Digest;
 use crate::ir;
 use crate::lazy::{GradientSlot, LazyTensor, Node, OperatorNode};
-use crate::lru::{CacheControl, LruCounters, SharedLru, DEFAULT_CAPACITY, PLAN_CACHE_SIZE_VAR};
+use crate::lru::{CacheControl, SharedLru, DEFAULT_CAPACITY, PLAN_CACHE_SIZE_VAR};
 use std::any::TypeId;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// What [`backward_cache_stats`] reports: counters since the process started (or the last
@@ -108,33 +107,10 @@ struct Template {
 
 static CACHE: SharedLru<Key, Arc<Template>> =
     SharedLru::with_env("backward_graphs", DEFAULT_CAPACITY, PLAN_CACHE_SIZE_VAR);
-static BYPASSED: AtomicU64 = AtomicU64::new(0);
-
-/// The cache as [`CacheControl`] sees it: clearing it also resets the count of bypasses.
-struct Control;
-
-impl CacheControl for Control {
-    fn name(&self) -> &'static str {
-        CACHE.name()
-    }
-
-    fn counters(&self) -> LruCounters {
-        CACHE.counters()
-    }
-
-    fn clear(&self) {
-        clear_backward_cache()
-    }
-
-    fn set_capacity(&self, capacity: usize) {
-        CACHE.set_capacity(capacity)
-    }
-}
-
 /// The cache of backward graphs, for `ovl::cache_stats`, `ovl::clear_caches` and
 /// `ovl::set_cache_capacity`.
 pub fn cache() -> &'static dyn CacheControl {
-    &Control
+    &CACHE
 }
 
 /// The counters and size of the cache of backward graphs.
@@ -148,7 +124,7 @@ pub fn backward_cache_stats() -> BackwardCacheStats {
     BackwardCacheStats {
         hits: c.hits,
         misses: c.misses,
-        bypassed: BYPASSED.load(Ordering::Relaxed),
+        bypassed: c.bypassed,
         evictions: c.evictions,
         entries: c.entries,
         capacity: c.capacity,
@@ -159,7 +135,6 @@ pub fn backward_cache_stats() -> BackwardCacheStats {
 /// it).
 pub fn clear_backward_cache() {
     CACHE.clear();
-    BYPASSED.store(0, Ordering::Relaxed);
 }
 
 /// Sets how many backward graphs the cache keeps (least recently used evicted first; 0 turns
@@ -192,7 +167,7 @@ pub(super) fn lookup(seeds: &[(&LazyTensor, &LazyTensor)], wrt: &[&LazyTensor]) 
         return Lookup::Bypass;
     }
     let Some((key, walked)) = key_of(seeds, wrt) else {
-        BYPASSED.fetch_add(1, Ordering::Relaxed);
+        CACHE.lock().note_bypass();
         return Lookup::Bypass;
     };
     let found = CACHE.get(&key);
@@ -224,7 +199,7 @@ impl Miss {
                 CACHE.insert(self.key, Arc::new(template));
             }
             None => {
-                BYPASSED.fetch_add(1, Ordering::Relaxed);
+                CACHE.lock().note_bypass();
             }
         }
     }

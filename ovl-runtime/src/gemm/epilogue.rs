@@ -25,9 +25,10 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
 
-/// When a GEMM and the kernel reading its result by rows run as one step
-/// ([`set_gemm_epilogue`]). The values are the same in every mode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// When a GEMM and the kernel reading its result by rows run as one step (the facade's
+/// `Options::gemm_epilogue`, [`crate::plan::Plan::with_epilogue`]). The values are the same in
+/// every mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EpilogueMode {
     /// Never: the two kernels one after the other (`OVL_GEMM_EPILOGUE=off`).
     Off,
@@ -52,12 +53,15 @@ fn encode(mode: EpilogueMode) -> u8 {
     MODES.iter().position(|&m| m == mode).unwrap_or(0) as u8 + 1
 }
 
-/// Sets when GEMM epilogue pairs run as one step, for every later run in this process.
+/// Sets when GEMM epilogue pairs run as one step, for every later run in this process whose
+/// plan does not say ([`crate::plan::Plan::with_epilogue`]).
+#[deprecated(note = "set `Options::gemm_epilogue` (a plan's own mode) instead")]
 pub fn set_gemm_epilogue(mode: EpilogueMode) {
     STATE.store(encode(mode), Ordering::Relaxed);
 }
 
-/// The mode in force.
+/// The process default: `set_gemm_epilogue`'s mode, else `OVL_GEMM_EPILOGUE`, else where it
+/// pays.
 pub(crate) fn mode() -> EpilogueMode {
     if STATE.load(Ordering::Relaxed) == 0 {
         let mode = match std::env::var("OVL_GEMM_EPILOGUE").as_deref().map(str::trim) {

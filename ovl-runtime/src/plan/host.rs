@@ -54,7 +54,7 @@ impl Plan {
             return unsafe { self.run_through_device(kernels, inputs, outputs) };
         }
         // Decided once per run: a GEMM deferred to its consumer must run there.
-        let epilogue_mode = epilogue::mode();
+        let epilogue_mode = self.epilogue.unwrap_or_else(epilogue::mode);
         let mut temps: Vec<Option<HostTensor>> = vec![None; self.temps.len()];
         for (i, op) in self.dag.operators.iter().enumerate() {
             for (j, slot) in self.op_slots[i].iter().enumerate() {

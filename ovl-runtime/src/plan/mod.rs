@@ -26,7 +26,9 @@ mod sig;
 mod views;
 
 pub use crate::error::{PlanError, RunFailure, Wiring};
-pub use crate::gemm::epilogue::{set_gemm_epilogue, EpilogueMode};
+#[allow(deprecated)]
+pub use crate::gemm::epilogue::set_gemm_epilogue;
+pub use crate::gemm::epilogue::EpilogueMode;
 pub use crate::gemm::GemmKernel;
 pub use device::{on_device, on_host};
 pub use device_graph::DeviceGraph;
@@ -121,6 +123,9 @@ pub struct Plan {
     epilogue_of: Vec<Option<usize>>,
     /// Per operator: whether its outputs are views of its input and it does not run (`views`).
     viewed: Vec<bool>,
+    /// When GEMM epilogue pairs run as one step ([`Plan::with_epilogue`]); `None`: the
+    /// process default (`OVL_GEMM_EPILOGUE`, else where it pays).
+    epilogue: Option<EpilogueMode>,
 }
 
 impl fmt::Debug for Plan {
@@ -288,7 +293,14 @@ impl Plan {
             deferred,
             epilogue_of,
             viewed,
+            epilogue: None,
         })
+    }
+
+    /// This plan, its GEMM epilogue pairs run as `mode` says (`None`: the process default).
+    pub fn with_epilogue(mut self, mode: Option<EpilogueMode>) -> Plan {
+        self.epilogue = mode;
+        self
     }
 
     /// Plans a graph with symbolic sizes for the symbol values `symbols`: the plan places
