@@ -19,6 +19,8 @@ echo "== Python environment"
 OVL_PYTHON="$(scripts/python-env.sh)"
 export OVL_PYTHON
 
+echo "== structure (no import circles between sibling modules, no source over 800 lines)"
+python3 scripts/check-structure.py
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

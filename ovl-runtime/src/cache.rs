@@ -1,10 +1,9 @@
-//! The operator cache as a whole: where it is ([`cache_dir`]), its in-memory parts, how to
-//! empty it, and how to fill it for many operators at once. Its C++ entries are
+//! The operator cache as a whole: where it is ([`cache_dir`]), its in-memory parts and how to
+//! empty it. Its C++ entries are
 //! [`crate::cpu::cache`], its CUDA entries `ovl_codegen::cuda`'s, both written by one entry
 //! protocol (`ovl_codegen::shared::cache_entry`).
 
 use ovl_codegen::CodegenError;
-use ovl_ir::ir;
 use ovl_ir::lru::CacheControl;
 use std::fs;
 use std::path::Path;
@@ -62,36 +61,4 @@ pub fn clear_cache_at(root: &Path) -> Result<(), CodegenError> {
         }
     }
     Ok(())
-}
-
-/// Runs `warm` once per distinct operator of `dags` (by `key`), the largest first, on one
-/// thread per core: what [`crate::compile_all`] and [`crate::cuda::load_all`] do before they
-/// collect their results in order from the memory cache. Nothing happens with one core or one
-/// operator.
-pub(crate) fn warm_concurrently<K: Eq + std::hash::Hash>(
-    dags: &[&ir::ExpressionDag],
-    key: impl Fn(&ir::ExpressionDag) -> K,
-    warm: impl Fn(&ir::ExpressionDag) + Sync,
-) {
-    let mut seen = std::collections::HashSet::new();
-    let mut distinct: Vec<&ir::ExpressionDag> = dags
-        .iter()
-        .copied()
-        .filter(|dag| seen.insert(key(dag)))
-        .collect();
-    // The largest first: started last, it would end the batch alone.
-    distinct.sort_by_key(|dag| std::cmp::Reverse(dag.expressions.len()));
-    let threads = crate::cpu::pool::cpu_count().min(distinct.len());
-    if threads > 1 {
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| loop {
-                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(dag) = distinct.get(k) else { break };
-                    warm(dag);
-                });
-            }
-        });
-    }
 }

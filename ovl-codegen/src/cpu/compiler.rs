@@ -165,7 +165,7 @@ impl Toolchain {
     /// the operator in errors, which carry the command, the compiler's output and the source
     /// path.
     ///
-    /// With `prelude` (the precompiled prelude's header, [`super::pch`]) the source is compiled
+    /// With `prelude` (the precompiled prelude's header, `super::pch`) the source is compiled
     /// from a stub that includes it, and again from the full source if that fails.
     pub fn compile(
         &self,
@@ -178,7 +178,7 @@ impl Toolchain {
         if let Some(header) = prelude {
             let stub = std::fs::read_to_string(source)
                 .ok()
-                .and_then(|s| super::pch::stub(&s, header));
+                .and_then(|s| stub(&s, header));
             let stub_path = output.with_extension("stub.cpp");
             if stub.is_some_and(|s| std::fs::write(&stub_path, s).is_ok()) {
                 COMPILER_RUNS.fetch_add(1, Ordering::Relaxed);
@@ -230,6 +230,24 @@ impl cc::BuildMessageLogger for CcMessages {
             m.push(format!("{kind:?}: {msg}"));
         }
     }
+}
+
+/// `source` (a generated translation unit) with its prelude replaced by an `#include` of
+/// `header`, or `None` when the prelude is not in it once.
+pub fn stub(source: &str, header: &Path) -> Option<String> {
+    let at = source.find(crate::shared::prelude::CPP)?;
+    if source[at + crate::shared::prelude::CPP.len()..].contains(crate::shared::prelude::CPP) {
+        return None;
+    }
+    let include = format!("#include \"{}\"\n", header.display());
+    Some(
+        [
+            &source[..at],
+            &include,
+            &source[at + crate::shared::prelude::CPP.len()..],
+        ]
+        .concat(),
+    )
 }
 
 /// The target triple this crate was built for (what `cc` needs to find the C++ compiler at run

@@ -53,17 +53,6 @@ pub fn header(toolchain: &Toolchain, root: &Path) -> Option<PathBuf> {
     header
 }
 
-/// `source` (a generated translation unit) with its prelude replaced by an `#include` of
-/// `header`, or `None` when the prelude is not in it once.
-pub fn stub(source: &str, header: &Path) -> Option<String> {
-    let at = source.find(PRELUDE)?;
-    if source[at + PRELUDE.len()..].contains(PRELUDE) {
-        return None;
-    }
-    let include = format!("#include \"{}\"\n", header.display());
-    Some([&source[..at], &include, &source[at + PRELUDE.len()..]].concat())
-}
-
 /// Whether the compiler's `--version` line names GCC's C++ compiler.
 fn is_gcc(version: &str) -> bool {
     let v = version.to_ascii_lowercase();
@@ -132,14 +121,15 @@ mod tests {
     #[test]
     fn a_stub_includes_the_header_in_place_of_the_prelude() {
         let source = format!("// head\n{PRELUDE}\nnamespace {{}}\n");
-        let s = stub(&source, Path::new("/c/ovl_prelude.h")).expect("a stub");
+        let s =
+            super::super::compiler::stub(&source, Path::new("/c/ovl_prelude.h")).expect("a stub");
         assert_eq!(
             s,
             "// head\n#include \"/c/ovl_prelude.h\"\n\nnamespace {}\n"
         );
-        assert!(stub("int x;", Path::new("/c/h")).is_none());
+        assert!(super::super::compiler::stub("int x;", Path::new("/c/h")).is_none());
         let twice = format!("{PRELUDE}{PRELUDE}");
-        assert!(stub(&twice, Path::new("/c/h")).is_none());
+        assert!(super::super::compiler::stub(&twice, Path::new("/c/h")).is_none());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! and an in-memory map per process).
 
 use super::nvrtc::{self, NvrtcInfo};
-use super::{generate_cuda, nvrtc_options, sm, CudaBinary, CudaCompileOptions};
+use super::{full_options, generate_cuda, sm, CudaBinary, CudaCompileOptions};
 use crate::error::{defined_at, CodegenError, CudaCompileFailure};
 use crate::shared::cache_entry::{cache_dir, dump_source_file, env_flag, CacheOutcome};
 use crate::shared::cache_entry::{get_or_build, Backend, Entry, Writer};
@@ -91,17 +91,6 @@ pub fn memory_cache() -> &'static dyn CacheControl {
 /// Forgets the artifacts of the cache rooted at `root` (used by [`crate::clear_cache_at`]).
 pub fn forget_root(root: &Path) {
     memory().lock().retain(|(r, _)| r != root);
-}
-
-/// The complete NVRTC option list for an architecture and output kind.
-pub(crate) fn full_options(arch: u32, binary: CudaBinary, extra: &[String]) -> Vec<String> {
-    let mut o = nvrtc_options();
-    o.push(match binary {
-        CudaBinary::Ptx => format!("--gpu-architecture=compute_{arch}"),
-        CudaBinary::Cubin => format!("--gpu-architecture=sm_{arch}"),
-    });
-    o.extend(extra.iter().cloned());
-    o
 }
 
 /// The cache key: 32 hex digits of SHA-256 over the operator's canonical hash, the CUDA codegen

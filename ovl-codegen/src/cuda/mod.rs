@@ -168,6 +168,17 @@ impl CudaCompileOptions {
     }
 }
 
+/// The complete NVRTC option list for an architecture and output kind.
+pub(crate) fn full_options(arch: u32, binary: CudaBinary, extra: &[String]) -> Vec<String> {
+    let mut o = nvrtc_options();
+    o.push(match binary {
+        CudaBinary::Ptx => format!("--gpu-architecture=compute_{arch}"),
+        CudaBinary::Cubin => format!("--gpu-architecture=sm_{arch}"),
+    });
+    o.extend(extra.iter().cloned());
+    o
+}
+
 /// The NVRTC options every operator is compiled with (before the architecture and
 /// [`CudaCompileOptions::extra_options`]): C++17, no FMA contraction (the IR's semantics: FMA is
 /// explicit), IEEE division and square root, no flush of denormals to zero.

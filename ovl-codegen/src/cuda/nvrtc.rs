@@ -165,7 +165,7 @@ impl Nvrtc {
         arch: u32,
         binary: CudaBinary,
     ) -> Result<Vec<u8>, CodegenError> {
-        let options = super::cache::full_options(arch, binary, &[]);
+        let options = super::full_options(arch, binary, &[]);
         self.compile_source(source, "source.cu", binary, &options)
             .map(|(bytes, _)| bytes)
             .map_err(|f| {

@@ -118,7 +118,7 @@ pub fn compile_all(
     options: &CompileOptions,
 ) -> Vec<Result<Arc<CompiledOperator>, CodegenError>> {
     // One of each distinct operator (by the key that names its library).
-    crate::cache::warm_concurrently(
+    crate::cpu::pool::warm_concurrently(
         dags,
         |dag| target_key(dag, options),
         |dag| {

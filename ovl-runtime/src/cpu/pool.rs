@@ -235,6 +235,38 @@ pub fn for_each_parallel(tasks: usize, threads: usize, work: &(dyn Fn(usize) + S
     }
 }
 
+/// Runs `warm` once per distinct operator of `dags` (by `key`), the largest first, on one
+/// thread per core (compilations, not kernels: they run beside the pool): what [`crate::compile_all`] and [`crate::cuda::load_all`] do before they
+/// collect their results in order from the memory cache. Nothing happens with one core or one
+/// operator.
+pub(crate) fn warm_concurrently<K: Eq + std::hash::Hash>(
+    dags: &[&ovl_ir::ir::ExpressionDag],
+    key: impl Fn(&ovl_ir::ir::ExpressionDag) -> K,
+    warm: impl Fn(&ovl_ir::ir::ExpressionDag) + Sync,
+) {
+    let mut seen = std::collections::HashSet::new();
+    let mut distinct: Vec<&ovl_ir::ir::ExpressionDag> = dags
+        .iter()
+        .copied()
+        .filter(|dag| seen.insert(key(dag)))
+        .collect();
+    // The largest first: started last, it would end the batch alone.
+    distinct.sort_by_key(|dag| std::cmp::Reverse(dag.expressions.len()));
+    let threads = cpu_count().min(distinct.len());
+    if threads > 1 {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| loop {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(dag) = distinct.get(k) else { break };
+                    warm(dag);
+                });
+            }
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Pool;

@@ -90,7 +90,7 @@ pub fn load_all(
 ) -> Vec<Result<Arc<CudaOperator>, CodegenError>> {
     if let Ok((arch, binary)) = device().and_then(target) {
         let options = options.clone().with_target(arch, binary);
-        crate::cache::warm_concurrently(dags, sizes::code_hash, |dag| {
+        crate::cpu::pool::warm_concurrently(dags, sizes::code_hash, |dag| {
             // Kept by the memory cache; an error is met again by `load` below.
             let _ = compile(dag, &options);
         });

@@ -12,7 +12,7 @@
 //! where the `gemm` crate's product of terms needed the terms copied side by side first (two
 //! more passes over both operands), the terms are read in place here.
 
-use super::small::{available, for_each_task, row_blocks, Shared};
+use super::small::{available, for_each_task, row_blocks, transpose_16, Shared};
 use std::arch::x86_64::*;
 
 /// Rows of C per register block (6 rows x 64 columns: 24 of the 32 registers).
@@ -182,63 +182,6 @@ pub(super) unsafe fn gemm_packed(
             })
         });
     });
-}
-
-/// Writes the transpose of the 16 x 16 tile at `src` (row stride `lds`) at `dst` (row stride
-/// `ldd`): `dst[l][j] = src[j][l]`.
-///
-/// # Safety
-/// Both tiles lie in their buffers; AVX-512F is available.
-#[target_feature(enable = "avx512f")]
-pub(super) unsafe fn transpose_16(src: *const f32, lds: usize, dst: *mut f32, ldd: usize) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let r: [__m512; 16] = std::array::from_fn(|j| _mm512_loadu_ps(src.add(j * lds)));
-        // Pairs of rows interleaved by elements, then by pairs of elements (within each 128-bit
-        // lane), then 128-bit lanes exchanged twice.
-        let t: [__m512; 16] = std::array::from_fn(|i| {
-            let (p, hi) = (i / 2 * 2, i % 2 == 1);
-            if hi {
-                _mm512_unpackhi_ps(r[p], r[p + 1])
-            } else {
-                _mm512_unpacklo_ps(r[p], r[p + 1])
-            }
-        });
-        let u: [__m512; 16] = std::array::from_fn(|i| {
-            // Within each group of 4: (t0, t2) lo, (t0, t2) hi, (t1, t3) lo, (t1, t3) hi.
-            let g = i / 4 * 4;
-            let (x, y) = match i % 4 {
-                0 | 1 => (t[g], t[g + 2]),
-                _ => (t[g + 1], t[g + 3]),
-            };
-            let (x, y) = (_mm512_castps_pd(x), _mm512_castps_pd(y));
-            _mm512_castpd_ps(if i % 2 == 0 {
-                _mm512_unpacklo_pd(x, y)
-            } else {
-                _mm512_unpackhi_pd(x, y)
-            })
-        });
-        let v: [__m512; 16] = std::array::from_fn(|i| {
-            // Groups of 8: (u_i, u_{i+4}) for the first four of each half, lanes 0 and 2 of
-            // each, then lanes 1 and 3.
-            let g = i / 8 * 8;
-            let q = i % 4;
-            if i % 8 < 4 {
-                _mm512_shuffle_f32x4::<0x88>(u[g + q], u[g + q + 4])
-            } else {
-                _mm512_shuffle_f32x4::<0xdd>(u[g + q], u[g + q + 4])
-            }
-        });
-        for i in 0..16 {
-            let q = i % 8;
-            let w = if i < 8 {
-                _mm512_shuffle_f32x4::<0x88>(v[q], v[q + 8])
-            } else {
-                _mm512_shuffle_f32x4::<0xdd>(v[q], v[q + 8])
-            };
-            _mm512_storeu_ps(dst.add(i * ldd), w);
-        }
-    }
 }
 
 /// The arguments of [`block`] after its sizes.

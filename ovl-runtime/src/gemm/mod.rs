@@ -237,37 +237,64 @@ unsafe fn product<T: Element>(
         unsafe { T::packed((m, n, k), (&[a], a_strides), (&[b], b_strides), c, threads) };
         return;
     }
-    let parallelism = if threads > 1 && m * n * k >= 64 * 64 * 64 {
-        gemm::Parallelism::Rayon(threads)
+    // The `gemm` crate's own threads would be a second pool on the same cores (rayon's): its
+    // product is cut instead into one block of C per thread, rows or columns, whichever C has
+    // more of, each block a single-threaded call of the crate run on ovl's pool.
+    let tasks = if threads > 1 && m * n * k >= 64 * 64 * 64 {
+        threads.min(m.max(n))
     } else {
-        gemm::Parallelism::None
+        1
     };
+    let by_rows = m >= n;
+    let len = if by_rows { m } else { n };
+    let chunk = len.div_ceil(tasks);
     let ((a_rs, a_cs), (b_rs, b_cs)) = (a_strides, b_strides);
-    // SAFETY: the caller's contract. `read_dst = false`: C is overwritten (`beta`, the
-    // product's factor, is 1).
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c,
-            1,
-            n as isize,
-            false,
-            a,
-            a_cs as isize,
-            a_rs as isize,
-            b,
-            b_cs as isize,
-            b_rs as isize,
-            T::ZERO,
-            T::ONE,
-            false,
-            false,
-            false,
-            parallelism,
-        )
+    // Addresses, so that the tasks may share them (each block is read or written by one task).
+    let (a, b, c) = (a as usize, b as usize, c as usize);
+    let block = |t: usize| {
+        let (start, end) = (t * chunk, ((t + 1) * chunk).min(len));
+        if start >= end {
+            return;
+        }
+        let size = end - start;
+        let elem = std::mem::size_of::<T>();
+        let (rows, cols, a, b, c) = if by_rows {
+            (size, n, a + start * a_rs * elem, b, c + start * n * elem)
+        } else {
+            (m, size, a, b + start * b_cs * elem, c + start * elem)
+        };
+        // SAFETY: the caller's contract: the block's rows of A (or columns of B) and of C lie
+        // inside the operands; blocks of C are disjoint. `read_dst = false`: C is overwritten
+        // (`beta`, the product's factor, is 1).
+        unsafe {
+            gemm::gemm(
+                rows,
+                cols,
+                k,
+                c as *mut T,
+                1,
+                n as isize,
+                false,
+                a as *const T,
+                a_cs as isize,
+                a_rs as isize,
+                b as *const T,
+                b_cs as isize,
+                b_rs as isize,
+                T::ZERO,
+                T::ONE,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            )
+        };
     };
+    if tasks == 1 {
+        block(0);
+    } else {
+        crate::cpu::pool::for_each_parallel(tasks, threads, &block);
+    }
 }
 
 /// The threads a product runs on: `threads`, 0 meaning one per core, as for every kernel.

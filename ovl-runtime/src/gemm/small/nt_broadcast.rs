@@ -28,8 +28,7 @@
 //! the dot-product kernel adds 16 partial sums: up to several times its rounding error on long
 //! sums (measured in docs/benchmarks.md, section "A whole LSTM layer").
 
-use super::super::large::transpose_16;
-use super::{for_each_task, Shared, MAX_ROWS};
+use super::{for_each_task, transpose_16, Shared, MAX_ROWS};
 use std::arch::x86_64::*;
 
 /// Lanes of a vector.
