@@ -431,6 +431,7 @@ unsafe fn raw_binding(kernel: &Kernel, inputs: &[RawInput]) -> Result<Arc<Bound>
         .iter()
         // SAFETY: forwarded.
         .map(|i| {
+            // SAFETY: forwarded (the caller's contract).
             unsafe { raw_dims(i) }
                 .iter()
                 .map(|&d| d.max(0) as usize)

@@ -669,6 +669,7 @@ fn emulate_at_offset(
     let mut ins: Vec<Vec<u128>> = inputs.iter().map(|t| place(&raw(t))).collect();
     let mut outputs = zero_outputs(dag);
     let mut outs: Vec<Vec<u128>> = outputs.iter().map(|t| place(&raw(t))).collect();
+    // SAFETY: `offset` is inside every placed buffer (the test's layout).
     let at = |b: &mut Vec<u128>| unsafe { (b.as_mut_ptr() as *mut u8).add(offset) as *mut c_void };
     let in_ptrs: Vec<*mut c_void> = ins.iter_mut().map(at).collect();
     let out_ptrs: Vec<*mut c_void> = outs.iter_mut().map(at).collect();

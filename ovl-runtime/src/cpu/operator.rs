@@ -75,6 +75,7 @@ struct Pointers {
 // the tensors they point into; disjoint worker ranges write through them concurrently, which is
 // the contract of `ovl_run`.
 unsafe impl Send for Pointers {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for Pointers {}
 
 /// Chunks a parallel run takes per thread (at most): enough that a thread slowed down by another

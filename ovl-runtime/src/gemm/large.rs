@@ -324,7 +324,7 @@ unsafe fn block<const R: usize, const V: usize>(
     (kc, ap, bp, (c, ldc), masks, accumulate): BlockArgs,
 ) {
     let mut acc = [[_mm512_setzero_ps(); V]; R];
-    // SAFETY (all loads and stores): inside the buffers by the contract; masked-off lanes of C
+    // SAFETY: all loads and stores: inside the buffers by the contract; masked-off lanes of C
     // are neither read nor written. (No closures: every intrinsic inlines here.)
     unsafe {
         if accumulate {

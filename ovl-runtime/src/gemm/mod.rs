@@ -124,6 +124,7 @@ unsafe fn gemm_sum<T: Element>(
         // op(A) [m, k]: stored [k, m] (k its rows) when transposed, else [m, k] (k its columns).
         // SAFETY: each input holds `batch` matrices of these sizes.
         let a = unsafe { join_along_k::<T>(inputs, 0, batch, (m, k), dims.transpose_a) };
+        // SAFETY: as for A.
         let b = unsafe { join_along_k::<T>(inputs, 1, batch, (n, k), !dims.transpose_b) };
         // SAFETY: the joined operands hold the joined sizes; C's batch lies inside C.
         unsafe {

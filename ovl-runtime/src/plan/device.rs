@@ -225,7 +225,7 @@ impl Plan {
                 .map(|v| ptr(self.slot_of(v)))
                 .collect();
             let outs: Vec<u64> = self.op_slots[i].iter().map(|&s| ptr(s)).collect();
-            // SAFETY (both): every address is a live block of the type the operator declares
+            // SAFETY: both: every address is a live block of the type the operator declares
             // (graph inputs and outputs checked by `check_device`, intermediates allocated from
             // the plan's types, which `Plan::new` matched against the operators through the
             // wiring); the outputs are distinct from each other and from the inputs (a DAG, and
@@ -233,8 +233,10 @@ impl Plan {
             match &kernels[i] {
                 // Its outputs are read in place.
                 _ if self.viewed[i] => {}
+                // SAFETY: the buffers are the operator's, of its types (the plan's wiring).
                 Kernel::CudaGemm(k) => unsafe { k.launch_device(op, &ins, outs[0]) }?,
                 Kernel::Cuda(k) => {
+                    // SAFETY: the buffers are the operator's, of its types (the plan's wiring).
                     unsafe {
                         k.launch_device(
                             &ins,

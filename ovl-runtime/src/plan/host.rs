@@ -123,7 +123,7 @@ impl Plan {
                 None
             } else {
                 match &kernels[i] {
-                    // SAFETY (both): every pointer names a buffer of the type the operator
+                    // SAFETY: both: every pointer names a buffer of the type the operator
                     // declares (host tensors checked, raw ones by the caller's contract,
                     // intermediates allocated from the plan's types, which `Plan::new` matched
                     // against the operators through the wiring); the buffers written are distinct
@@ -131,6 +131,7 @@ impl Plan {
                     // (concrete) operator whose types the buffers have.
                     Kernel::Cpu(k) => {
                         let (ins, outs) = self.pointers(i, wiring, inputs, outputs, &mut temps);
+                        // SAFETY: the buffers are the operator's, of its types (the plan's wiring).
                         unsafe {
                             k.run_raw(&ins, &outs, self.symbols_for(k.symbol_count()), threads)
                         }?;
@@ -138,6 +139,7 @@ impl Plan {
                     }
                     Kernel::Gemm(k) => {
                         let (ins, outs) = self.pointers(i, wiring, inputs, outputs, &mut temps);
+                        // SAFETY: the buffers are the operator's, of its types (the plan's wiring).
                         unsafe { k.run(op, &ins, &outs, threads) }?;
                         None
                     }

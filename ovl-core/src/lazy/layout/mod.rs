@@ -140,7 +140,8 @@ unsafe fn copy_contiguous<T: Copy + Send + Sync>(s: &[T], dst: *mut T) {
     let n = s.len();
     let threads = threads_for(std::mem::size_of_val(s));
     if threads == 1 {
-        std::ptr::copy_nonoverlapping(s.as_ptr(), dst, n);
+        // SAFETY: the caller's contract: `dst` has room for `n` elements, apart from `s`.
+        unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), dst, n) };
         return;
     }
     // Chunks of 1 MiB or more (whole cache lines), about 4 per thread.
@@ -168,29 +169,32 @@ unsafe fn copy<T: Copy + Send + Sync>(
     (dst, ds): (*mut T, &[isize]),
     shape: &[usize],
 ) {
-    if shape.contains(&0) {
-        return;
-    }
-    // Axes of length 1 do not change the order: without them, every axis moves.
-    let keep: Vec<usize> = (0..shape.len()).filter(|&i| shape[i] != 1).collect();
-    let pick = |v: &[isize]| keep.iter().map(|&i| v[i]).collect::<Vec<_>>();
-    let (shape, ss, ds): (Vec<usize>, _, _) =
-        (keep.iter().map(|&i| shape[i]).collect(), pick(ss), pick(ds));
-    if shape.is_empty() {
-        dst.write(*src); // one element
-        return;
-    }
-    // The axis each side walks fastest: its smallest nonzero stride (a broadcast axis, stride
-    // 0, reads one element again and again wherever it is).
-    let fastest = |strides: &[isize]| {
-        (0..strides.len())
-            .filter(|&i| strides[i] != 0)
-            .min_by_key(|&i| strides[i].unsigned_abs())
-    };
-    let line = fastest(&ds).unwrap_or(shape.len() - 1);
-    match fastest(&ss) {
-        Some(a) if a != line => tiles::copy_planes((src, &ss), (dst, &ds), &shape, (a, line)),
-        _ => by_lines((src, &ss), (dst, &ds), &shape, line),
+    // SAFETY: the caller's contract (`# Safety` above) covers every access below.
+    unsafe {
+        if shape.contains(&0) {
+            return;
+        }
+        // Axes of length 1 do not change the order: without them, every axis moves.
+        let keep: Vec<usize> = (0..shape.len()).filter(|&i| shape[i] != 1).collect();
+        let pick = |v: &[isize]| keep.iter().map(|&i| v[i]).collect::<Vec<_>>();
+        let (shape, ss, ds): (Vec<usize>, _, _) =
+            (keep.iter().map(|&i| shape[i]).collect(), pick(ss), pick(ds));
+        if shape.is_empty() {
+            dst.write(*src); // one element
+            return;
+        }
+        // The axis each side walks fastest: its smallest nonzero stride (a broadcast axis, stride
+        // 0, reads one element again and again wherever it is).
+        let fastest = |strides: &[isize]| {
+            (0..strides.len())
+                .filter(|&i| strides[i] != 0)
+                .min_by_key(|&i| strides[i].unsigned_abs())
+        };
+        let line = fastest(&ds).unwrap_or(shape.len() - 1);
+        match fastest(&ss) {
+            Some(a) if a != line => tiles::copy_planes((src, &ss), (dst, &ds), &shape, (a, line)),
+            _ => by_lines((src, &ss), (dst, &ds), &shape, line),
+        }
     }
 }
 
@@ -283,8 +287,11 @@ unsafe fn strided_line<T: Copy, const S: isize, const D: isize>(
     to: *mut T,
     len: usize,
 ) {
-    for j in 0..len as isize {
-        to.offset(j * D).write(*from.offset(j * S));
+    // SAFETY: the caller's contract: `len` elements at these strides lie inside both sides.
+    unsafe {
+        for j in 0..len as isize {
+            to.offset(j * D).write(*from.offset(j * S));
+        }
     }
 }
 

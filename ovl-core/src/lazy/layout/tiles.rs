@@ -152,10 +152,11 @@ pub(super) unsafe fn copy_planes<T: Copy + Send + Sync>(
                 .sum()
         };
         planes.push(Plane::new(
-            // SAFETY (both offsets): the position of the odometer is a valid index (with 0 on
+            // SAFETY: both offsets: the position of the odometer is a valid index (with 0 on
             // `a` and `b`), so each offset stays inside its tensor (the caller's contract).
             unsafe { src.offset(base(ss)) },
             (ss[a], ss[b]),
+            // SAFETY: as for `src` above.
             unsafe { dst.offset(base(ds)) },
             (ds[a], ds[b]),
         ));
@@ -222,22 +223,25 @@ unsafe impl<T: Send + Sync> Sync for SendPlanes<T> {}
 /// # Safety
 /// The plane's source and destination hold `nf` x `nl` elements.
 unsafe fn copy_group<T: Copy>(p: &Plane<T>, (nf, nl): (usize, usize), (g, h): (usize, usize)) {
-    let clip = |start: isize, n: usize| -> (usize, usize) {
-        let lo = start.max(0) as usize;
-        (lo.min(n), ((start + TILE as isize).max(0) as usize).min(n))
-    };
-    let f_start = Plane::<T>::grid(p.phase_f) + (g * GROUP_F) as isize;
-    let l_start = Plane::<T>::grid(p.phase_l) + (h * GROUP_L) as isize;
-    for row in (f_start..f_start + GROUP_F as isize).step_by(TILE * STACK) {
-        for l in (l_start..l_start + GROUP_L as isize).step_by(TILE) {
-            let (l0, l1) = clip(l, nl);
-            if l0 >= l1 {
-                continue;
-            }
-            for f in (row..row + (TILE * STACK) as isize).step_by(TILE) {
-                let (f0, f1) = clip(f, nf);
-                if f0 < f1 {
-                    copy_tile(p, (f0, f1), (l0, l1));
+    // SAFETY: the caller's contract (`# Safety` above) covers every access below.
+    unsafe {
+        let clip = |start: isize, n: usize| -> (usize, usize) {
+            let lo = start.max(0) as usize;
+            (lo.min(n), ((start + TILE as isize).max(0) as usize).min(n))
+        };
+        let f_start = Plane::<T>::grid(p.phase_f) + (g * GROUP_F) as isize;
+        let l_start = Plane::<T>::grid(p.phase_l) + (h * GROUP_L) as isize;
+        for row in (f_start..f_start + GROUP_F as isize).step_by(TILE * STACK) {
+            for l in (l_start..l_start + GROUP_L as isize).step_by(TILE) {
+                let (l0, l1) = clip(l, nl);
+                if l0 >= l1 {
+                    continue;
+                }
+                for f in (row..row + (TILE * STACK) as isize).step_by(TILE) {
+                    let (f0, f1) = clip(f, nf);
+                    if f0 < f1 {
+                        copy_tile(p, (f0, f1), (l0, l1));
+                    }
                 }
             }
         }
@@ -250,44 +254,51 @@ unsafe fn copy_group<T: Copy>(p: &Plane<T>, (nf, nl): (usize, usize), (g, h): (u
 /// Every element of the tile is inside the plane's source and destination.
 #[inline]
 unsafe fn copy_tile<T: Copy>(p: &Plane<T>, (f0, f1): (usize, usize), (l0, l1): (usize, usize)) {
-    let (f, l) = (f0 as isize, l0 as isize);
-    #[cfg(target_arch = "x86_64")]
-    if p.avx512 {
-        // 4-byte elements, source lines along `a` and destination lines along `b` contiguous
-        // (see `Plane::new`): the whole tile in 16 AVX-512 registers, each source line read
-        // whole and each destination line written whole, no buffer; a partial tile through
-        // masks.
-        let from = (p.src as *const f32).offset(f + l * p.sl);
-        let to = (p.dst as *mut f32).offset(f * p.df + l);
-        transpose16(from, p.sl, to, p.df, (f1 - f0, l1 - l0), p.stream);
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::mem::size_of::<T>() == 4 && p.sf == 1 && p.dl == 1 && f1 - f0 == TILE && l1 - l0 == TILE
-    {
-        // Through a buffer: each of the source's 16 lines (16 elements along `a`) is read
-        // whole, 4 x 4 blocks at a time through SSE registers (bits moved unchanged), and each
-        // of the destination's 16 lines is written whole, so lines that share a cache set
-        // (strides a power of two of 4 KiB) are each touched once.
-        // Not zeroed first (a memset of the whole buffer per tile cost a quarter of the copy):
-        // the 4 x 4 blocks write every element before the rows are read.
-        let mut buffer = std::mem::MaybeUninit::<[f32; TILE * TILE]>::uninit();
-        let buf = buffer.as_mut_ptr().cast::<f32>();
-        let src = p.src as *const f32;
-        for jq in (0..TILE).step_by(4) {
-            for iq in (0..TILE).step_by(4) {
-                let from = src.offset(f + iq as isize + (l + jq as isize) * p.sl);
-                transpose4(from, p.sl, buf.add(iq * TILE + jq), TILE);
+    // SAFETY: the caller's contract (`# Safety` above) covers every access below.
+    unsafe {
+        let (f, l) = (f0 as isize, l0 as isize);
+        #[cfg(target_arch = "x86_64")]
+        if p.avx512 {
+            // 4-byte elements, source lines along `a` and destination lines along `b` contiguous
+            // (see `Plane::new`): the whole tile in 16 AVX-512 registers, each source line read
+            // whole and each destination line written whole, no buffer; a partial tile through
+            // masks.
+            let from = (p.src as *const f32).offset(f + l * p.sl);
+            let to = (p.dst as *mut f32).offset(f * p.df + l);
+            transpose16(from, p.sl, to, p.df, (f1 - f0, l1 - l0), p.stream);
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if std::mem::size_of::<T>() == 4
+            && p.sf == 1
+            && p.dl == 1
+            && f1 - f0 == TILE
+            && l1 - l0 == TILE
+        {
+            // Through a buffer: each of the source's 16 lines (16 elements along `a`) is read
+            // whole, 4 x 4 blocks at a time through SSE registers (bits moved unchanged), and each
+            // of the destination's 16 lines is written whole, so lines that share a cache set
+            // (strides a power of two of 4 KiB) are each touched once.
+            // Not zeroed first (a memset of the whole buffer per tile cost a quarter of the copy):
+            // the 4 x 4 blocks write every element before the rows are read.
+            let mut buffer = std::mem::MaybeUninit::<[f32; TILE * TILE]>::uninit();
+            let buf = buffer.as_mut_ptr().cast::<f32>();
+            let src = p.src as *const f32;
+            for jq in (0..TILE).step_by(4) {
+                for iq in (0..TILE).step_by(4) {
+                    let from = src.offset(f + iq as isize + (l + jq as isize) * p.sl);
+                    transpose4(from, p.sl, buf.add(iq * TILE + jq), TILE);
+                }
             }
+            let dst = p.dst as *mut f32;
+            for r in 0..TILE {
+                let to = dst.offset((f + r as isize) * p.df + l);
+                std::ptr::copy_nonoverlapping(buf.add(r * TILE), to, TILE);
+            }
+            return;
         }
-        let dst = p.dst as *mut f32;
-        for r in 0..TILE {
-            let to = dst.offset((f + r as isize) * p.df + l);
-            std::ptr::copy_nonoverlapping(buf.add(r * TILE), to, TILE);
-        }
-        return;
+        copy_elements(p, (f0, f1), (l0, l1));
     }
-    copy_elements(p, (f0, f1), (l0, l1));
 }
 
 /// Positions `f0..f1` along `a`, `l0..l1` along `b`, element by element.
@@ -296,10 +307,13 @@ unsafe fn copy_tile<T: Copy>(p: &Plane<T>, (f0, f1): (usize, usize), (l0, l1): (
 /// As [`copy_tile`].
 #[inline]
 unsafe fn copy_elements<T: Copy>(p: &Plane<T>, (f0, f1): (usize, usize), (l0, l1): (usize, usize)) {
-    for i in f0 as isize..f1 as isize {
-        let (s_row, d_row) = (p.src.offset(i * p.sf), p.dst.offset(i * p.df));
-        for j in l0 as isize..l1 as isize {
-            d_row.offset(j * p.dl).write(*s_row.offset(j * p.sl));
+    // SAFETY: the caller's contract (`# Safety` above) covers every access below.
+    unsafe {
+        for i in f0 as isize..f1 as isize {
+            let (s_row, d_row) = (p.src.offset(i * p.sf), p.dst.offset(i * p.df));
+            for j in l0 as isize..l1 as isize {
+                d_row.offset(j * p.dl).write(*s_row.offset(j * p.sl));
+            }
         }
     }
 }
@@ -324,32 +338,36 @@ unsafe fn transpose16(
     (len, lines): (usize, usize),
     stream: bool,
 ) {
-    use std::arch::x86_64::*;
-    if len == TILE && lines == TILE {
-        // Unrolled whole: no masks, the 16 registers never spilled.
-        let r: [__m512; 16] = std::array::from_fn(|l| _mm512_loadu_ps(src.offset(l as isize * sl)));
-        let t = transpose_registers(r);
-        if stream && (dst as usize).is_multiple_of(LINE) {
-            for (i, v) in t.iter().enumerate() {
-                _mm512_stream_ps(dst.offset(i as isize * df), *v);
+    // SAFETY: the caller's contract (`# Safety` above) covers every access below.
+    unsafe {
+        use std::arch::x86_64::*;
+        if len == TILE && lines == TILE {
+            // Unrolled whole: no masks, the 16 registers never spilled.
+            let r: [__m512; 16] =
+                std::array::from_fn(|l| _mm512_loadu_ps(src.offset(l as isize * sl)));
+            let t = transpose_registers(r);
+            if stream && (dst as usize).is_multiple_of(LINE) {
+                for (i, v) in t.iter().enumerate() {
+                    _mm512_stream_ps(dst.offset(i as isize * df), *v);
+                }
+            } else {
+                for (i, v) in t.iter().enumerate() {
+                    _mm512_storeu_ps(dst.offset(i as isize * df), *v);
+                }
             }
-        } else {
-            for (i, v) in t.iter().enumerate() {
-                _mm512_storeu_ps(dst.offset(i as isize * df), *v);
+            return;
+        }
+        let mask = |n: usize| -> __mmask16 { ((1u32 << n) - 1) as __mmask16 };
+        let r: [__m512; 16] = std::array::from_fn(|l| {
+            if l < lines {
+                _mm512_maskz_loadu_ps(mask(len), src.offset(l as isize * sl))
+            } else {
+                _mm512_setzero_ps()
             }
+        });
+        for (i, v) in transpose_registers(r).iter().enumerate().take(len) {
+            _mm512_mask_storeu_ps(dst.offset(i as isize * df), mask(lines), *v);
         }
-        return;
-    }
-    let mask = |n: usize| -> __mmask16 { ((1u32 << n) - 1) as __mmask16 };
-    let r: [__m512; 16] = std::array::from_fn(|l| {
-        if l < lines {
-            _mm512_maskz_loadu_ps(mask(len), src.offset(l as isize * sl))
-        } else {
-            _mm512_setzero_ps()
-        }
-    });
-    for (i, v) in transpose_registers(r).iter().enumerate().take(len) {
-        _mm512_mask_storeu_ps(dst.offset(i as isize * df), mask(lines), *v);
     }
 }
 
@@ -407,18 +425,21 @@ unsafe fn transpose_registers(
 #[cfg(target_arch = "x86_64")]
 #[inline]
 unsafe fn transpose4(src: *const f32, sl: isize, dst: *mut f32, df: usize) {
-    use std::arch::x86_64::*;
-    // SSE is part of x86_64: always available.
-    let c0 = _mm_loadu_ps(src);
-    let c1 = _mm_loadu_ps(src.offset(sl));
-    let c2 = _mm_loadu_ps(src.offset(2 * sl));
-    let c3 = _mm_loadu_ps(src.offset(3 * sl));
-    let t0 = _mm_unpacklo_ps(c0, c1);
-    let t1 = _mm_unpacklo_ps(c2, c3);
-    let t2 = _mm_unpackhi_ps(c0, c1);
-    let t3 = _mm_unpackhi_ps(c2, c3);
-    _mm_storeu_ps(dst, _mm_movelh_ps(t0, t1));
-    _mm_storeu_ps(dst.add(df), _mm_movehl_ps(t1, t0));
-    _mm_storeu_ps(dst.add(2 * df), _mm_movelh_ps(t2, t3));
-    _mm_storeu_ps(dst.add(3 * df), _mm_movehl_ps(t3, t2));
+    // SAFETY: the caller's contract (`# Safety` above) covers every access below.
+    unsafe {
+        use std::arch::x86_64::*;
+        // SSE is part of x86_64: always available.
+        let c0 = _mm_loadu_ps(src);
+        let c1 = _mm_loadu_ps(src.offset(sl));
+        let c2 = _mm_loadu_ps(src.offset(2 * sl));
+        let c3 = _mm_loadu_ps(src.offset(3 * sl));
+        let t0 = _mm_unpacklo_ps(c0, c1);
+        let t1 = _mm_unpacklo_ps(c2, c3);
+        let t2 = _mm_unpackhi_ps(c0, c1);
+        let t3 = _mm_unpackhi_ps(c2, c3);
+        _mm_storeu_ps(dst, _mm_movelh_ps(t0, t1));
+        _mm_storeu_ps(dst.add(df), _mm_movehl_ps(t1, t0));
+        _mm_storeu_ps(dst.add(2 * df), _mm_movelh_ps(t2, t3));
+        _mm_storeu_ps(dst.add(3 * df), _mm_movehl_ps(t3, t2));
+    }
 }

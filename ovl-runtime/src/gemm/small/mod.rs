@@ -51,6 +51,7 @@ pub(super) struct Shared {
 // SAFETY: the pointers are only dereferenced inside one call, whose contract makes every
 // thread's writes disjoint and the inputs unchanged while it runs.
 unsafe impl Send for Shared {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for Shared {}
 
 // Closures call these (not the fields), so that they capture the whole `Shared` (`Sync`), not
@@ -148,7 +149,7 @@ unsafe fn nt_block<const R: usize>(
         *row = unsafe { b.add(j.min(cols - 1) * k) };
     }
     let mut acc = [[_mm512_setzero_ps(); NT_COLS]; R];
-    // SAFETY (all loads and stores): inside the rows by the contract; masked-off lanes are not
+    // SAFETY: all loads and stores: inside the rows by the contract; masked-off lanes are not
     // read. (No closures here: every intrinsic inlines into this function.)
     unsafe {
         for offset in (0..k).step_by(16) {

@@ -350,7 +350,7 @@ unsafe fn nn_block<const R: usize, const Q: usize>(
     }
     let full = masks[..Q].iter().all(|&mask| mask == u16::MAX);
     let Fetch { ahead, copy, next } = fetch;
-    // SAFETY (all loads, stores and prefetches): inside the buffers by the contract;
+    // SAFETY: all loads, stores and prefetches: inside the buffers by the contract;
     // masked-off lanes are neither read nor written. (No closures here: every intrinsic inlines
     // into this function.)
     unsafe {

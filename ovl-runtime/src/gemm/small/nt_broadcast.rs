@@ -246,6 +246,7 @@ unsafe fn pack(
     // SAFETY: (i, l) with i < m, l < k is an element of A.
     let at = |i: usize, l: usize| {
         if i < m && l < k {
+            // SAFETY: (i, l) with i < m, l < k is an element of A.
             unsafe { *a.add(i * a_rs + l * a_cs) }
         } else {
             0.0
@@ -358,7 +359,7 @@ unsafe fn block_kernel<const FULL: usize, const GROUP: usize, const R: usize>(
     let vectors = FULL + usize::from(GROUP > 0);
     let mut acc = [[_mm512_setzero_ps(); FULL]; R];
     let mut last = [_mm512_setzero_ps(); R];
-    // SAFETY (all loads and stores): inside the buffers by the contract. (No closures here:
+    // SAFETY: all loads and stores: inside the buffers by the contract. (No closures here:
     // every intrinsic inlines into this function.)
     unsafe {
         if resume {
