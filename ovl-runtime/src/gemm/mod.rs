@@ -404,9 +404,59 @@ impl<T: Element> RowProduct<T> {
 /// Row and column strides of a matrix operand, in elements.
 type Strides = (usize, usize);
 
-/// The element types the library multiplies.
-pub(super) trait Element: Copy + Send + Sync + 'static {
+/// `c = a · b` for row-major `a` `[m, k]`, `b` `[k, n]` and `c` `[m, n]` (`dims` is
+/// `(m, k, n)`) on `threads` threads of ovl's pool (0: one per core), by the kernels a GEMM
+/// library call of that element type runs: the same choice of this crate's kernels or the
+/// `gemm` crate's. For benchmarks and tests of the kernels alone.
+///
+/// ```
+/// let (a, b) = ([1.0f32, 2.0, 3.0, 4.0], [1.0f32, 0.0, 0.0, 1.0]);
+/// let mut c = [0.0f32; 4];
+/// ovl_runtime::gemm::matmul(&a, &b, &mut c, (2, 2, 2), 1).unwrap();
+/// assert_eq!(c, a);
+/// ```
+pub fn matmul<T: Element>(
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    (m, k, n): (usize, usize, usize),
+    threads: usize,
+) -> Result<(), String> {
+    let want = [("a", a.len(), m * k), ("b", b.len(), k * n), ("c", c.len(), m * n)];
+    if let Some((name, got, wanted)) = want.into_iter().find(|&(_, got, wanted)| got != wanted) {
+        return Err(format!(
+            "`{name}` has {got} elements; an [m, k] x [k, n] product of {m} x {k} x {n} needs {wanted}"
+        ));
+    }
+    if k == 0 {
+        c.fill(T::ZERO);
+        return Ok(());
+    }
+    // SAFETY: the three slices hold the elements of their row-major matrices (checked above)
+    // and `c`, borrowed mutably, overlaps neither operand.
+    unsafe {
+        product::<T>(
+            (m, n, k),
+            (a.as_ptr(), (k, 1)),
+            (b.as_ptr(), (n, 1)),
+            c.as_mut_ptr(),
+            threads,
+        )
+    };
+    Ok(())
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+}
+
+/// The element types the library multiplies: `f32` and `f64`.
+pub trait Element: sealed::Sealed + Copy + Send + Sync + 'static {
+    #[doc(hidden)]
     const ZERO: Self;
+    #[doc(hidden)]
     const ONE: Self;
 
     /// Computes one `C[m, n] = op(A) · op(B)` (C row-major) with this crate's kernels for
@@ -415,6 +465,7 @@ pub(super) trait Element: Copy + Send + Sync + 'static {
     ///
     /// # Safety
     /// As [`GemmKernel::run`], for one batch's matrices; `k > 0`.
+    #[doc(hidden)]
     unsafe fn few_rows(
         _dims: (usize, usize, usize),
         _a: (*const Self, Strides),
@@ -427,6 +478,7 @@ pub(super) trait Element: Copy + Send + Sync + 'static {
 
     /// Whether [`Element::packed`] computes a product of these sizes (`k` the whole sum's) on
     /// `threads` threads.
+    #[doc(hidden)]
     fn packed_applies(_dims: (usize, usize, usize), _threads: usize) -> bool {
         false
     }
@@ -437,6 +489,7 @@ pub(super) trait Element: Copy + Send + Sync + 'static {
     ///
     /// # Safety
     /// As [`GemmKernel::run`], for one batch's matrices of every term; `k > 0`.
+    #[doc(hidden)]
     unsafe fn packed(
         _dims: (usize, usize, usize),
         _a: (&[*const Self], Strides),
