@@ -40,7 +40,7 @@ pub use cpu::generate_cpp;
 pub use cpu::runtime::{cpu_count, for_each_parallel, CompiledOperator, Origin, PARALLEL_MIN_WORK};
 pub use error::{
     Access, CodegenError, CompileFailure, CudaCompileFailure, GeometryError, LoadError,
-    NotEmbedded, OutOfBounds, RunError,
+    NonPositiveStep, NotEmbedded, OutOfBounds, RunError, WhileLimit, WorkerFault,
 };
 pub use options::CompileOptions;
 pub use shared::cache_entry::CacheOutcome;
