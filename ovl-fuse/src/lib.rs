@@ -63,12 +63,12 @@ pub use dot::{render_dot, render_dot_bytes, to_dot, to_dot_pair, ImageFormat};
 pub use error::FuseError;
 pub use gemm_pair::{EpiloguePair, NotPaired, NotPairedReason};
 pub use ovl_ir::pattern::{Affine, IndexPattern};
+pub use ovl_ir::unstack::cut_offsets;
 pub use report::NotEpilogue;
 pub use report::{
     FusionReport, Merge, MergeKind, NotStacked, NotStackedReason, Reason, Refusal, RowBuffer,
     SplitPass, Stacked,
 };
-pub use stack::cut_offsets;
 
 use graph::{Src, Work};
 use ovl_ir::ir;

@@ -37,6 +37,7 @@ pub mod symbolic;
 pub mod text;
 pub mod typed;
 pub mod unify;
+pub mod unstack;
 pub mod validate;
 pub mod written;
 
