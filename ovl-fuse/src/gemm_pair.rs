@@ -22,10 +22,10 @@
 //! assumes a parallel run on two threads (at least two blocks); the runner checks again with
 //! its thread count and runs the kernels separately when the pair would not pay.
 
-use ovl_ir::ir::Op;
 use ovl_ir::ir::{self, value_ref::Source};
 use ovl_ir::library::{gemm_dims, is_library_call, FEW_ROWS};
 use ovl_ir::pattern::{Affine, PatternAnalysis};
+use ovl_ir::typed::Kernel;
 use std::fmt;
 
 /// The most bytes of C per block of rows: well inside a core's L2 cache, which also holds the
@@ -304,13 +304,13 @@ fn pair_of(dag: &ir::OperatorDag, g: usize, priced: bool) -> Result<EpiloguePair
         coeffs: (0..wg.len()).map(|a| i64::from(a == 0)).collect(),
         constant: 0,
     };
-    let mut patterns = PatternAnalysis::new(consumer);
-    for (i, e) in consumer.expressions.iter().enumerate() {
-        let reads_slot = e.code == Op::Read as i32
-            && e.tensor.as_ref().is_some_and(|t| {
-                t.kind == ir::TensorKind::Input as i32
-                    && slots.get(t.index as usize).copied().unwrap_or(false)
-            });
+    // The graph was validated (fusion's result, or the runner's plan of a validated graph).
+    let kernel = Kernel::from_validated(consumer);
+    let mut patterns = PatternAnalysis::new(&kernel, wg);
+    for i in 0..kernel.exprs.len() {
+        let reads_slot = kernel
+            .input_read(i)
+            .is_some_and(|t| slots.get(t as usize).copied().unwrap_or(false));
         if !reads_slot {
             continue;
         }

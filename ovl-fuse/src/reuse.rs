@@ -183,8 +183,7 @@ impl<F: Fn(usize, usize) -> bool> Equivalence<'_, F> {
     fn same(&mut self, a: u32, b: u32) -> bool {
         let (ai, bi) = (a as usize, b as usize);
         if ai < self.l1 || bi < self.l1 {
-            let e = &self.dag.expressions[ai];
-            return a == b && crate::merge::is_pure(e.code);
+            return a == b && crate::merge::is_pure(&self.kernel.exprs[ai].inst);
         }
         if ai == self.l1 && bi == self.l2 {
             return true;
@@ -197,7 +196,8 @@ impl<F: Fn(usize, usize) -> bool> Equivalence<'_, F> {
         }
         let dag = self.dag;
         let (x, y) = (&dag.expressions[ai], &dag.expressions[bi]);
-        let alike = (crate::merge::is_pure(x.code) || self.kernel.input_read(ai).is_some())
+        let alike = (crate::merge::is_pure(&self.kernel.exprs[ai].inst)
+            || self.kernel.input_read(ai).is_some())
             && Fields::of(x) == Fields::of(y);
         let same = alike
             && x.operands
