@@ -270,7 +270,7 @@ pub struct CudaCompileFailure {
     pub log: String,
 }
 
-pub use ovl_ir::error::{Access, OutOfBounds, WhileLimit};
+pub use ovl_ir::fault::{Access, NonPositiveStep, OutOfBounds, WhileLimit, WorkerFault};
 
 /// What went wrong when running a compiled operator.
 ///
@@ -349,23 +349,8 @@ pub enum RunError {
     #[error(transparent)]
     IndexOutOfBounds(Box<OutOfBounds>),
     /// A RANGE loop's step was zero or negative; the faulting worker stopped there.
-    #[error(
-        "operator `{operator}`{}: the worker at position {position:?} entered the range loop \
-         %{expression} with step {step}; the step must be positive (the worker stopped there)",
-        at(.defined_at)
-    )]
-    NonPositiveStep {
-        /// The operator's name.
-        operator: String,
-        /// `file:line` of the operator's function, or empty when unknown.
-        defined_at: String,
-        /// The RANGE expression.
-        expression: usize,
-        /// The step.
-        step: i64,
-        /// The worker's position in the workgroup.
-        position: Vec<u64>,
-    },
+    #[error(transparent)]
+    NonPositiveStep(Box<NonPositiveStep>),
     /// A `while` loop ran more iterations in one worker than the bound (`OVL_WHILE_LIMIT` in the
     /// generated code: `ovl_ir::limits::WHILE_ITERATIONS` unless set); the worker stopped there.
     #[error(transparent)]
@@ -389,6 +374,17 @@ pub enum RunError {
         /// What went wrong.
         message: String,
     },
+}
+
+impl From<WorkerFault> for RunError {
+    /// The variant of the same name.
+    fn from(f: WorkerFault) -> Self {
+        match f {
+            WorkerFault::IndexOutOfBounds(f) => RunError::IndexOutOfBounds(f),
+            WorkerFault::NonPositiveStep(f) => RunError::NonPositiveStep(f),
+            WorkerFault::WhileLimit(f) => RunError::WhileLimit(f),
+        }
+    }
 }
 
 /// Why a library was not loaded as the operator's (a cache entry's, a fresh build's or an

@@ -28,7 +28,7 @@ pub use cpu::compiler::{compiler_flags, compiler_invocations};
 pub use cpu::generate_cpp;
 pub use error::{
     Access, CodegenError, CompileFailure, CudaCompileFailure, GeometryError, LoadError,
-    NotEmbedded, OutOfBounds, RunError,
+    NonPositiveStep, NotEmbedded, OutOfBounds, RunError, WhileLimit, WorkerFault,
 };
 pub use options::CompileOptions;
 pub use shared::cache_entry::{cache_dir, CacheOutcome, CACHE_LAYOUT};

@@ -13,72 +13,76 @@
 //! concrete sizes, and C read by no other kernel (a requested output of the graph is fine:
 //! every row of C is still written).
 //!
-//! And it must pay ([`pays`]): every block reads the whole second operand W again, which costs
-//! little only where the few-row kernel streams it (C of at most `FEW_ROWS` rows, W not
-//! transposed; with more rows every block's call would pack W), W stays in the last-level
-//! cache and the blocks are few. The rule is the measured one (`benches/gemm_epilogue.rs`,
+//! And it must pay ([`FusionTarget::pays`]): every block reads the whole second operand W
+//! again, which costs little only where the few-row kernel streams it (C of at most
+//! [`FusionTarget::few_rows`] rows, W not transposed; with more rows every block's call would
+//! pack W), W stays in the last-level cache and the blocks are few (the target's
+//! [`FusionTarget::pair_weight_bytes`] and [`FusionTarget::pair_max_blocks`]). The rule is the measured one (`benches/gemm_epilogue.rs`,
 //! docs/benchmarks.md "GEMM epilogue": `[20, 650] x [650, 2600]` in 2 blocks 3-7% faster
 //! paired; W of 16 MB 1.6-1.7x slower, `[512, 1024] x [1024, 1024]` 7-12%). The report
 //! assumes a parallel run on two threads (at least two blocks); the runner checks again with
 //! its thread count and runs the kernels separately when the pair would not pay.
 
-use ovl_ir::ir::Op;
+use crate::target::FusionTarget;
 use ovl_ir::ir::{self, value_ref::Source};
-use ovl_ir::library::{gemm_dims, is_library_call, FEW_ROWS};
+use ovl_ir::library::{gemm_dims, is_library_call};
 use ovl_ir::pattern::{Affine, PatternAnalysis};
+use ovl_ir::typed::Kernel;
 use std::fmt;
 
-/// The most bytes of C per block of rows: well inside a core's L2 cache, which also holds the
-/// GEMM's packed operands.
-pub const BLOCK_BYTES: u64 = 256 << 10;
-
-/// The rows per block of an `m`-row C of `row_bytes` bytes per row on `threads` threads (at
-/// least one block per thread where there are rows for it).
+/// The rows per block of an `m`-row C of `row_bytes` bytes per row on `threads` threads, on
+/// the CPU ([`FusionTarget::rows_per_block`] of [`FusionTarget::CPU`]).
 pub fn rows_per_block(m: u64, row_bytes: u64, threads: u64) -> u64 {
-    let by_cache = (BLOCK_BYTES / row_bytes.max(1)).max(1);
-    by_cache.min(m.div_ceil(threads.max(1))).max(1)
+    FusionTarget::CPU.rows_per_block(m, row_bytes, threads)
 }
-
-/// The most bytes of the second operand W a pair reads again per block (a quarter of the
-/// 32 MiB L3 cache of the machine measured).
-pub const WEIGHT_BYTES: u64 = 8 << 20;
-
-/// The most blocks of rows a pair computes C in (each a call of the library).
-pub const MAX_BLOCKS: u64 = 8;
 
 /// Whether computing the `rows` rows of C in `blocks` blocks, each reading the `weight_bytes`
-/// of W again, pays (module documentation). Only where each block streams W, unpacked:
-/// - C has at most [`FEW_ROWS`] rows. With more, every block's call packs W again: `[512,
-///   1024] x [1024, 1024]` measured 7-12% slower paired on the Zen 5 (three runs).
-/// - W is not read transposed (`C = A · Wᵀ`, `transpose_b`). That product's few-row kernel
-///   puts C's rows in the vector lanes, so a block of half the rows does half the work per
-///   value of W it loads: the LSTM layer's backward `dz Uᵀ`, `[20, 2600] x [2600, 650]`, took
-///   0.32 ms per step paired against 0.22 separate, with its step's kernel. `C = A · W`'s
-///   register blocks of up to 12 rows are the same in a block of 10 rows
-///   (`benches/gemm_epilogue.rs`: 3-7% faster paired).
+/// of W again, pays on the CPU ([`FusionTarget::pays`] of [`FusionTarget::CPU`]).
 pub fn pays(rows: u64, weight_bytes: u64, blocks: u64, transpose_b: bool) -> bool {
-    refusal(rows, weight_bytes, blocks, transpose_b).is_none()
+    FusionTarget::CPU.pays(rows, weight_bytes, blocks, transpose_b)
 }
 
-/// Why computing C as [`pays`] describes does not pay, or `None` where it does: the one rule,
-/// which the report names and the runner asks.
-fn refusal(
-    rows: u64,
-    weight_bytes: u64,
-    blocks: u64,
-    transpose_b: bool,
-) -> Option<NotPairedReason> {
-    if transpose_b {
-        Some(NotPairedReason::TransposedWeight)
-    } else if rows > FEW_ROWS {
-        Some(NotPairedReason::ManyRows { rows })
-    } else if weight_bytes > WEIGHT_BYTES || blocks > MAX_BLOCKS {
-        Some(NotPairedReason::CostsMore {
-            blocks,
-            weight_bytes,
-        })
-    } else {
-        None
+impl FusionTarget {
+    /// Whether computing the `rows` rows of C in `blocks` blocks, each reading the
+    /// `weight_bytes` of W again, pays (module documentation). Only where each block streams W,
+    /// unpacked:
+    /// - C has at most [`FusionTarget::few_rows`] rows. With more, every block's call packs W
+    ///   again: `[512, 1024] x [1024, 1024]` measured 7-12% slower paired on the Zen 5 (three
+    ///   runs).
+    /// - W is not read transposed (`C = A · Wᵀ`, `transpose_b`). That product's few-row kernel
+    ///   puts C's rows in the vector lanes, so a block of half the rows does half the work per
+    ///   value of W it loads: the LSTM layer's backward `dz Uᵀ`, `[20, 2600] x [2600, 650]`,
+    ///   took 0.32 ms per step paired against 0.22 separate, with its step's kernel. `C = A ·
+    ///   W`'s register blocks of up to 12 rows are the same in a block of 10 rows
+    ///   (`benches/gemm_epilogue.rs`: 3-7% faster paired).
+    /// - W fits [`FusionTarget::pair_weight_bytes`] and the blocks are at most
+    ///   [`FusionTarget::pair_max_blocks`].
+    pub fn pays(&self, rows: u64, weight_bytes: u64, blocks: u64, transpose_b: bool) -> bool {
+        self.refusal(rows, weight_bytes, blocks, transpose_b)
+            .is_none()
+    }
+
+    /// Why computing C as [`FusionTarget::pays`] describes does not pay, or `None` where it
+    /// does: the one rule, which the report names and the runner asks.
+    fn refusal(
+        &self,
+        rows: u64,
+        weight_bytes: u64,
+        blocks: u64,
+        transpose_b: bool,
+    ) -> Option<NotPairedReason> {
+        if transpose_b {
+            Some(NotPairedReason::TransposedWeight)
+        } else if rows > self.few_rows {
+            Some(NotPairedReason::ManyRows { rows })
+        } else if weight_bytes > self.pair_weight_bytes || blocks > self.pair_max_blocks {
+            Some(NotPairedReason::CostsMore {
+                blocks,
+                weight_bytes,
+            })
+        } else {
+            None
+        }
     }
 }
 
@@ -177,10 +181,13 @@ pub enum NotPairedReason {
         /// The other GEMM's kernel.
         gemm: usize,
     },
-    /// Reading the second operand again per block costs more than it saves ([`pays`]).
+    /// Reading the second operand again per block costs more than it saves
+    /// ([`FusionTarget::pays`]; the limits named are [`FusionTarget::CPU`]'s, the runner's).
     #[error(
-        "{blocks} blocks of rows (at most {MAX_BLOCKS}) would each read the {weight_bytes}-byte \
-         second operand (at most {WEIGHT_BYTES})"
+        "{blocks} blocks of rows (at most {}) would each read the {weight_bytes}-byte \
+         second operand (at most {})",
+        FusionTarget::CPU.pair_max_blocks,
+        FusionTarget::CPU.pair_weight_bytes
     )]
     CostsMore {
         /// Blocks of rows (two threads).
@@ -188,17 +195,18 @@ pub enum NotPairedReason {
         /// Bytes of the second operand (all terms).
         weight_bytes: u64,
     },
-    /// The product reads W transposed ([`pays`]).
+    /// The product reads W transposed ([`FusionTarget::pays`]).
     #[error(
         "the product reads its second operand transposed: blocks of fewer rows would run its \
          kernel with fewer rows in each vector"
     )]
     TransposedWeight,
     /// C has more rows than the kernel that streams W takes: every block would pack W
-    /// ([`pays`]).
+    /// ([`FusionTarget::pays`]; the limit named is [`FusionTarget::CPU`]'s, the runner's).
     #[error(
-        "the product has {rows} rows, more than the {FEW_ROWS} of the kernel that streams its \
-         second operand: every block of rows would pack it again"
+        "the product has {rows} rows, more than the {} of the kernel that streams its \
+         second operand: every block of rows would pack it again",
+        FusionTarget::CPU.few_rows
     )]
     ManyRows {
         /// C's rows.
@@ -218,18 +226,26 @@ pub enum NotPairedReason {
     },
 }
 
-/// The pairs of `dag` (in GEMM order) and the GEMMs not paired, with the reason.
-pub fn epilogue_pairs(dag: &ir::OperatorDag) -> (Vec<EpiloguePair>, Vec<NotPaired>) {
-    pairs_priced(dag, true)
+/// The pairs of `dag` (in GEMM order) and the GEMMs not paired, with the reason, where they
+/// pay on `target`.
+pub fn epilogue_pairs(
+    dag: &ir::OperatorDag,
+    target: &FusionTarget,
+) -> (Vec<EpiloguePair>, Vec<NotPaired>) {
+    pairs_priced(dag, Some(target))
 }
 
 /// Every pair the rules allow, whether it pays or not (the runner decides that with its
 /// thread count, or runs every pair when told to).
 pub fn possible_pairs(dag: &ir::OperatorDag) -> Vec<EpiloguePair> {
-    pairs_priced(dag, false).0
+    pairs_priced(dag, None).0
 }
 
-fn pairs_priced(dag: &ir::OperatorDag, priced: bool) -> (Vec<EpiloguePair>, Vec<NotPaired>) {
+/// The pairs, priced on the target given (none: every pair the rules allow).
+fn pairs_priced(
+    dag: &ir::OperatorDag,
+    priced: Option<&FusionTarget>,
+) -> (Vec<EpiloguePair>, Vec<NotPaired>) {
     let (mut pairs, mut refused) = (Vec::new(), Vec::new());
     for (g, op) in dag.operators.iter().enumerate() {
         if !is_library_call(op) {
@@ -256,7 +272,11 @@ fn pairs_priced(dag: &ir::OperatorDag, priced: bool) -> (Vec<EpiloguePair>, Vec<
     (pairs, refused)
 }
 
-fn pair_of(dag: &ir::OperatorDag, g: usize, priced: bool) -> Result<EpiloguePair, NotPairedReason> {
+fn pair_of(
+    dag: &ir::OperatorDag,
+    g: usize,
+    priced: Option<&FusionTarget>,
+) -> Result<EpiloguePair, NotPairedReason> {
     use NotPairedReason as No;
     let op = &dag.operators[g];
     let dims = gemm_dims(op).map_err(|e| No::NotGemm(e.to_string()))?;
@@ -304,13 +324,13 @@ fn pair_of(dag: &ir::OperatorDag, g: usize, priced: bool) -> Result<EpiloguePair
         coeffs: (0..wg.len()).map(|a| i64::from(a == 0)).collect(),
         constant: 0,
     };
-    let mut patterns = PatternAnalysis::new(consumer);
-    for (i, e) in consumer.expressions.iter().enumerate() {
-        let reads_slot = e.code == Op::Read as i32
-            && e.tensor.as_ref().is_some_and(|t| {
-                t.kind == ir::TensorKind::Input as i32
-                    && slots.get(t.index as usize).copied().unwrap_or(false)
-            });
+    // The graph was validated (fusion's result, or the runner's plan of a validated graph).
+    let kernel = Kernel::from_validated(consumer);
+    let mut patterns = PatternAnalysis::new(&kernel, wg);
+    for i in 0..kernel.exprs.len() {
+        let reads_slot = kernel
+            .input_read(i)
+            .is_some_and(|t| slots.get(t as usize).copied().unwrap_or(false));
         if !reads_slot {
             continue;
         }
@@ -328,10 +348,12 @@ fn pair_of(dag: &ir::OperatorDag, g: usize, priced: bool) -> Result<EpiloguePair
     }
     let k = dims.k.saturating_mul(dims.terms);
     let row_bytes = dims.n.saturating_mul(dims.dtype.size() as u64);
-    let blocks = dims.m.div_ceil(rows_per_block(dims.m, row_bytes, 2));
-    let weight_bytes = k.saturating_mul(row_bytes);
-    if let Some(no) = refusal(dims.m, weight_bytes, blocks, dims.transpose_b).filter(|_| priced) {
-        return Err(no);
+    if let Some(target) = priced {
+        let blocks = dims.m.div_ceil(target.rows_per_block(dims.m, row_bytes, 2));
+        let weight_bytes = k.saturating_mul(row_bytes);
+        if let Some(no) = target.refusal(dims.m, weight_bytes, blocks, dims.transpose_b) {
+            return Err(no);
+        }
     }
     Ok(EpiloguePair {
         gemm: g,

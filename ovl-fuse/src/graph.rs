@@ -380,7 +380,7 @@ impl Work {
         }
         let dag = &self.node(n).dag;
         let boundary =
-            ovl_ir::library::is_library_call(dag) || crate::stack::cut_offsets(dag).is_some();
+            ovl_ir::library::is_library_call(dag) || ovl_ir::unstack::cut_offsets(dag).is_some();
         self.boundaries.borrow_mut().insert(n, boundary);
         boundary
     }

@@ -96,7 +96,7 @@ pub(crate) fn check_writes(
     outputs.dedup();
 
     let kp = work.kernel(producer);
-    let mut writes_of = PatternAnalysis::new(&p.dag);
+    let mut writes_of = PatternAnalysis::new(&kp, &p.dag.workgroup_shape);
     let mut handoffs = Vec::new();
     let mut write_patterns = Vec::new();
     for &o in &outputs {
@@ -175,9 +175,9 @@ fn check_reads(work: &Work, producer: usize, consumer: usize) -> Result<Vertical
     let slot_output = &plan.slot_output;
 
     // Every read of a handed-over tensor in the consumer.
-    let mut reads_of = PatternAnalysis::new(&c.dag);
-    let mut reads = Vec::new();
     let kc = work.kernel(consumer);
+    let mut reads_of = PatternAnalysis::new(&kc, &c.dag.workgroup_shape);
+    let mut reads = Vec::new();
     for i in 0..kc.exprs.len() {
         let Some(slot) = kc.input_read(i) else {
             continue;

@@ -57,18 +57,20 @@ mod search;
 mod stack;
 mod strategy;
 mod substitute;
+mod target;
 
 pub use cache::{cache as fusion_cache, FUSION_VERSION};
 pub use dot::{render_dot, render_dot_bytes, to_dot, to_dot_pair, ImageFormat};
 pub use error::FuseError;
 pub use gemm_pair::{EpiloguePair, NotPaired, NotPairedReason};
 pub use ovl_ir::pattern::{Affine, IndexPattern};
+pub use ovl_ir::unstack::cut_offsets;
 pub use report::NotEpilogue;
 pub use report::{
     FusionReport, Merge, MergeKind, NotStacked, NotStackedReason, Reason, Refusal, RowBuffer,
     SplitPass, Stacked,
 };
-pub use stack::cut_offsets;
+pub use target::FusionTarget;
 
 use graph::{Src, Work};
 use ovl_ir::ir;
@@ -290,7 +292,18 @@ pub fn fuse_with(
     level: OptLevel,
     reuse: RowReuse,
 ) -> Result<Fusion, FuseError> {
-    let (after, _, report) = run(dag, level, reuse)?;
+    fuse_for(dag, level, reuse, &FusionTarget::default())
+}
+
+/// [`fuse_with`] for the machine `target` describes (the constants its rules are tuned by;
+/// the other entry points take [`FusionTarget::default`], the CPU).
+pub fn fuse_for(
+    dag: &ir::OperatorDag,
+    level: OptLevel,
+    reuse: RowReuse,
+    target: &FusionTarget,
+) -> Result<Fusion, FuseError> {
+    let (after, _, report) = run_replanning(dag, level, reuse, false, target)?;
     Ok(Fusion {
         before: dag.clone(),
         after,
@@ -337,7 +350,7 @@ pub(crate) fn run(
     level: OptLevel,
     reuse: RowReuse,
 ) -> Result<(ir::OperatorDag, Vec<usize>, FusionReport), FuseError> {
-    run_replanning(dag, level, reuse, false)
+    run_replanning(dag, level, reuse, false, &FusionTarget::default())
 }
 
 /// [`fuse_with`] re-planning every pair at every step instead of keeping the refusals that
@@ -349,7 +362,7 @@ pub fn fuse_replanning_every_step(
     level: OptLevel,
     reuse: RowReuse,
 ) -> Result<Fusion, FuseError> {
-    let (after, _, report) = run_replanning(dag, level, reuse, true)?;
+    let (after, _, report) = run_replanning(dag, level, reuse, true, &FusionTarget::default())?;
     Ok(Fusion {
         before: dag.clone(),
         after,
@@ -362,6 +375,7 @@ fn run_replanning(
     level: OptLevel,
     reuse: RowReuse,
     replan_every_step: bool,
+    target: &FusionTarget,
 ) -> Result<(ir::OperatorDag, Vec<usize>, FusionReport), FuseError> {
     ovl_ir::validate::validate_operator_dag(dag)?;
     let mut originals: Vec<String> = dag.operators.iter().map(|o| o.name.clone()).collect();
@@ -462,6 +476,6 @@ fn run_replanning(
     ovl_ir::validate::validate_operator_dag(&fused)
         .map_err(|e| FuseError::Internal(format!("the fused graph is invalid: {e}")))?;
     report.kernels_after = fused.operators.len();
-    (report.epilogue_pairs, report.not_paired) = gemm_pair::epilogue_pairs(&fused);
+    (report.epilogue_pairs, report.not_paired) = gemm_pair::epilogue_pairs(&fused, target);
     Ok((fused, sources, report))
 }

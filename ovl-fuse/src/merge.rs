@@ -9,9 +9,9 @@
 
 use crate::graph::{label, Node, Src};
 use crate::legality::VerticalPlan;
-use ovl_ir::ir::{self, Op, TensorKind};
+use ovl_ir::ir::{self, TensorKind};
 use ovl_ir::typed::{Inst, Kernel};
-use ovl_ir::DType;
+use ovl_ir::{DType, Literal};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -337,34 +337,54 @@ pub(crate) fn merge_vertical(
 
 /// Whether an expression only computes a value (no effect, no possible fault): it may be
 /// shared or dropped. Reads are not: an out-of-bounds read is an error to report.
-pub(crate) fn is_pure(code: i32) -> bool {
-    ovl_ir::ops::info_of_code(code).is_some_and(|row| row.is_pure())
+pub(crate) fn is_pure(inst: &Inst) -> bool {
+    ovl_ir::ops::info(inst.op()).is_some_and(|row| row.is_pure())
+}
+
+/// What makes two top-level expressions one value that [`tidy`] shares: a position's axis, or
+/// a literal's bits, of one dtype.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Shared {
+    Position(u32),
+    Float(u64),
+    Int(i64),
+    UInt(u64),
+    Bool(bool),
+}
+
+impl Shared {
+    fn of(inst: &Inst) -> Option<Shared> {
+        Some(match *inst {
+            Inst::Position { axis } => Shared::Position(axis),
+            Inst::Const(Literal::Float(v)) => Shared::Float(v.to_bits()),
+            Inst::Const(Literal::Int(v)) => Shared::Int(v),
+            Inst::Const(Literal::UInt(v)) => Shared::UInt(v),
+            Inst::Const(Literal::Bool(v)) => Shared::Bool(v),
+            _ => return None,
+        })
+    }
 }
 
 /// Tidies a merged operator: positions and literals repeated by the merged parts are shared
 /// (the first one at the top level serves all later ones), and pure expressions nobody uses
 /// are dropped.
+///
+/// The decisions are made on the typed form (the merged parts were valid, and so is their
+/// concatenation); the protobuf form is what is rewritten.
 pub(crate) fn tidy(dag: &mut ir::ExpressionDag) {
+    let kernel = Kernel::from_validated(dag);
     let depths = ovl_ir::analysis::nesting_depths(dag);
     let n = dag.expressions.len();
     let mut canon: Vec<u32> = (0..n as u32).collect();
-    let mut first: HashMap<(i32, i32, u32, u64, i64, u64), u32> = HashMap::new();
+    let mut first: HashMap<(Option<DType>, Shared), u32> = HashMap::new();
     for i in 0..n {
         let e = &mut dag.expressions[i];
         for op in &mut e.operands {
             *op = canon[*op as usize];
         }
-        let key = match Op::try_from(e.code) {
-            Ok(Op::Position) => (e.code, e.dtype, e.axis, 0, 0, 0),
-            Ok(Op::Const) => (
-                e.code,
-                e.dtype,
-                0,
-                e.float_value.to_bits(),
-                e.int_value,
-                e.uint_value,
-            ),
-            _ => continue,
+        let x = &kernel.exprs[i];
+        let Some(key) = Shared::of(&x.inst).map(|s| (x.dtype, s)) else {
+            continue;
         };
         match first.get(&key) {
             Some(&f) => canon[i] = f,
@@ -378,7 +398,7 @@ pub(crate) fn tidy(dag: &mut ir::ExpressionDag) {
     let mut used = vec![false; n];
     for i in (0..n).rev() {
         let e = &dag.expressions[i];
-        live[i] = canon[i] == i as u32 && (!is_pure(e.code) || used[i]);
+        live[i] = canon[i] == i as u32 && (!is_pure(&kernel.exprs[i].inst) || used[i]);
         if live[i] {
             for &op in &e.operands {
                 used[op as usize] = true;

@@ -102,7 +102,7 @@ fn reuse_once(
                     .push(e1);
             }
             for &e2 in &bodies[&l2.range] {
-                if !storable(dag, e2, l1.n, room) {
+                if !storable(&kernel, e2, l1.n, room) {
                     continue;
                 }
                 let Some(candidates) = alike.get(&Fields::of(&dag.expressions[e2])) else {
@@ -128,17 +128,13 @@ fn reuse_once(
         None => with_buffer(dag, e1, e2, l1, l2),
     };
     ovl_ir::validate::validate(&out).ok()?;
-    let e = &dag.expressions[e1];
+    let e = &kernel.exprs[e1];
     let record = RowBuffer {
         kernel: dag.name.clone(),
-        value: ovl_ir::ops::info_of_code(e.code)
+        value: ovl_ir::ops::info(e.inst.op())
             .map_or("value", |r| r.name)
             .to_string(),
-        buffer: format!(
-            "{}[{}]",
-            DType::from_ir(e.dtype).map_or("?", |d| d.name()),
-            l1.n
-        ),
+        buffer: format!("{}[{}]", e.dtype.map_or("?", |d| d.name()), l1.n),
     };
     Some((out, record))
 }
@@ -156,12 +152,12 @@ fn counted_top_level_loops(kernel: &Kernel) -> Vec<Loop> {
 
 /// Whether the value of expression `i` can be kept in a buffer of `n` elements of at most
 /// `room` bytes.
-fn storable(dag: &ir::ExpressionDag, i: usize, n: u64, room: u64) -> bool {
-    let e = &dag.expressions[i];
-    let Some(d) = DType::from_ir(e.dtype) else {
+fn storable(kernel: &Kernel, i: usize, n: u64, room: u64) -> bool {
+    let e = &kernel.exprs[i];
+    let Some(d) = e.dtype else {
         return false;
     };
-    let produces = ovl_ir::ops::info_of_code(e.code).is_some_and(|r| r.produces_value());
+    let produces = ovl_ir::ops::info(e.inst.op()).is_some_and(|r| r.produces_value());
     produces && d != DType::Bool && (d.size() as u64).checked_mul(n).is_some_and(|b| b <= room)
 }
 
@@ -183,8 +179,7 @@ impl<F: Fn(usize, usize) -> bool> Equivalence<'_, F> {
     fn same(&mut self, a: u32, b: u32) -> bool {
         let (ai, bi) = (a as usize, b as usize);
         if ai < self.l1 || bi < self.l1 {
-            let e = &self.dag.expressions[ai];
-            return a == b && crate::merge::is_pure(e.code);
+            return a == b && crate::merge::is_pure(&self.kernel.exprs[ai].inst);
         }
         if ai == self.l1 && bi == self.l2 {
             return true;
@@ -197,7 +192,8 @@ impl<F: Fn(usize, usize) -> bool> Equivalence<'_, F> {
         }
         let dag = self.dag;
         let (x, y) = (&dag.expressions[ai], &dag.expressions[bi]);
-        let alike = (crate::merge::is_pure(x.code) || self.kernel.input_read(ai).is_some())
+        let alike = (crate::merge::is_pure(&self.kernel.exprs[ai].inst)
+            || self.kernel.input_read(ai).is_some())
             && Fields::of(x) == Fields::of(y);
         let same = alike
             && x.operands

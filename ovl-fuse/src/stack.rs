@@ -12,7 +12,8 @@
 //! merge with the operators that write the `A_i`, which the search does like any other pair);
 //! the product over it; one operator over the products' result shape (`[.., m, n]`) with an
 //! output per original product (output `i` reads rows `i m ..` of the stacked result), which
-//! takes the products' places. One operator, not a slice each: a slice's offset would be
+//! takes the products' places: the cut, an IR construct (`ovl_ir::unstack::UnstackRows`) that
+//! the search and the runner recognize by asking the IR, not by its name. One operator, not a slice each: a slice's offset would be
 //! substituted into its readers, and T steps that were the same kernel would become T kernels
 //! differing by a constant, each compiled on its own.
 //!
@@ -28,6 +29,7 @@ use ovl_ir::builder::{Builder, IN, OUT};
 use ovl_ir::dtype::DType;
 use ovl_ir::ir::{self, Op};
 use ovl_ir::library::{self, GemmDims};
+use ovl_ir::unstack::UnstackRows;
 use std::collections::BTreeMap;
 
 /// A product that may be stacked: its node, sizes and operands.
@@ -316,7 +318,13 @@ fn stack(
         .flat_map(|g| work.node(g.node).members.clone())
         .map(|m| (m, originals[m].clone()))
         .collect();
-    let mut cut = cut_operator(dtype, &result.shape, &c, group.len());
+    let mut cut = UnstackRows {
+        dtype,
+        stacked: result.shape.clone(),
+        piece: c,
+        count: group.len(),
+    }
+    .operator();
     cut.source = source.clone();
     if let Some(g) = group
         .iter()
@@ -356,85 +364,4 @@ fn stack(
         },
         product_node,
     ))
-}
-
-/// The name of the operator cutting a stacked result into the products' results.
-const CUT: &str = "unstack_rows";
-
-/// The operator cutting a stacked product's result (`stacked`) into `count` pieces shaped
-/// `piece` along the rows (axis `r - 2`): output `i` reads rows `i m ..` of the input.
-fn cut_operator(dtype: DType, stacked: &[u64], piece: &[u64], count: usize) -> ir::ExpressionDag {
-    let r = piece.len();
-    let mut b = Builder::new(CUT, piece);
-    b.input(dtype, stacked);
-    let pos: Vec<u32> = (0..r as u32).map(|d| b.position(d)).collect();
-    for i in 0..count as u32 {
-        b.output(dtype, piece);
-        let mut at = pos.clone();
-        let offset = b.i64((i as u64 * piece[r - 2]) as i64);
-        at[r - 2] = b.op(Op::Add, &[pos[r - 2], offset]);
-        let v = b.read(IN, 0, &at);
-        b.write(OUT, i, &pos, v);
-    }
-    b.build()
-}
-
-/// When `op` is the cut of a stacked result as stacking makes it (and nothing else), and each
-/// of its outputs is a contiguous block of its input (every axis before the rows of extent 1):
-/// the offset, in elements, of each output's block in the input. A runner may then let the
-/// readers of output `i` read the input at that offset instead of running the copy.
-pub fn cut_offsets(op: &ir::ExpressionDag) -> Option<Vec<u64>> {
-    if op.name != CUT
-        || op.library_call.is_some()
-        || op.symbol_count != 0
-        || !op.symbolic_workgroup.is_empty()
-        || op.inputs.len() != 1
-        || op.outputs.is_empty()
-    {
-        return None;
-    }
-    let piece = &op.outputs[0];
-    let r = piece.shape.len();
-    if r < 2 || piece.shape[..r - 2].iter().any(|&d| d != 1) {
-        return None;
-    }
-    let dtype = DType::from_ir(piece.dtype)?;
-    let expected = cut_operator(dtype, &op.inputs[0].shape, &piece.shape, op.outputs.len());
-    let same = expected.expressions == op.expressions
-        && expected.inputs == op.inputs
-        && expected.outputs == op.outputs
-        && expected.locals == op.locals
-        && expected.workgroup_shape == op.workgroup_shape;
-    let size: u64 = piece.shape.iter().product();
-    same.then(|| (0..op.outputs.len() as u64).map(|i| i * size).collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The cut stacking makes is recognized, with each piece's offset; pieces in batches (not
-    /// contiguous) and any other operator are not.
-    #[test]
-    fn cut_offsets_recognize_the_cut_alone() {
-        let cut = cut_operator(DType::F32, &[12, 5], &[4, 5], 3);
-        assert_eq!(cut_offsets(&cut), Some(vec![0, 20, 40]));
-        let unit_batch = cut_operator(DType::F64, &[1, 6, 2], &[1, 3, 2], 2);
-        assert_eq!(cut_offsets(&unit_batch), Some(vec![0, 6]));
-        let batched = cut_operator(DType::F32, &[2, 12, 5], &[2, 4, 5], 3);
-        assert_eq!(cut_offsets(&batched), None);
-        let mut renamed = cut.clone();
-        renamed.name = "copy".into();
-        assert_eq!(cut_offsets(&renamed), None);
-        // Another program under the same name (pieces read from other rows).
-        let mut other = cut.clone();
-        let constant = other
-            .expressions
-            .iter_mut()
-            .rev()
-            .find(|e| e.int_value != 0)
-            .expect("an offset constant");
-        constant.int_value += 1;
-        assert_eq!(cut_offsets(&other), None);
-    }
 }

@@ -96,7 +96,7 @@ pub(crate) fn check(
     }
     let c_iv = work.intervals(consumer);
     let (kp, kc) = (work.kernel(producer), work.kernel(consumer));
-    let mut c_patterns = PatternAnalysis::new(&c.dag);
+    let mut c_patterns = PatternAnalysis::new(&kc, &c.dag.workgroup_shape);
     let p_workers: f64 = p.dag.workgroup_shape.iter().map(|&d| d as f64).product();
     let c_workers: f64 = c.dag.workgroup_shape.iter().map(|&d| d as f64).product();
     // The producer's outputs other readers (or the graph's results) still need: it stays.

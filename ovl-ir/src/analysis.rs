@@ -30,8 +30,8 @@ pub fn nesting_depths(dag: &ir::ExpressionDag) -> Vec<u32> {
 
 /// The bounds `(start, end)` of expression `i` when it is a RANGE that runs every iteration of
 /// `start..end` one by one: integer constants `0 <= start < end` and step 1. On the protobuf
-/// form, for `crate::cooperative`'s plan; passes on the typed form use
-/// [`crate::typed::Kernel::counted_loop`].
+/// form, for the gradient's builder (`crate::grad`), which edits it; passes on the typed form
+/// use [`crate::typed::Kernel::counted_loop`].
 pub fn counted_range(dag: &ir::ExpressionDag, i: usize) -> Option<(u64, u64)> {
     let constant = |id: u32| -> Option<i64> {
         let e = dag.expressions.get(id as usize)?;

@@ -185,7 +185,6 @@ pub fn batched_symbolic(dims: &[ir::SymbolicDim]) -> Vec<ir::SymbolicDim> {
 mod tests {
     use super::*;
     use crate::builder::{Builder, IN, LOC, OUT};
-    use crate::ir::Op;
     use crate::ops::Combiner;
     use crate::DType;
 
@@ -228,10 +227,19 @@ mod tests {
         assert_eq!(batched.outputs[1].shape, vec![3, 2]);
         assert_eq!(batched.locals, dag.locals);
         assert_eq!(batched.expressions.len(), dag.expressions.len() + 1);
-        for (old, new) in dag.expressions.iter().zip(&batched.expressions[1..]) {
-            let kind = new.tensor.as_ref().map(|t| (t.kind, t.index));
-            let gains = matches!(kind, Some((k, _)) if k == TensorKind::Output as i32)
-                || kind == Some((TensorKind::Input as i32, 0));
+        let (before, after) = (
+            Kernel::decode(&dag).unwrap(),
+            Kernel::decode(&batched).unwrap(),
+        );
+        let pairs = dag.expressions.iter().zip(&batched.expressions[1..]);
+        for ((old, new), (x, y)) in pairs.zip(before.exprs.iter().zip(&after.exprs[1..])) {
+            let gains = match &y.inst {
+                Inst::Read { tensor, .. } | Inst::Write { tensor, .. } => {
+                    tensor.kind == TensorKind::Output
+                        || (tensor.kind == TensorKind::Input && tensor.index == 0)
+                }
+                _ => false,
+            };
             let shifted: Vec<u32> = old.operands.iter().map(|o| o + 1).collect();
             if gains {
                 assert_eq!(new.operands[0], 0);
@@ -239,8 +247,8 @@ mod tests {
             } else {
                 assert_eq!(new.operands, shifted);
             }
-            if old.code == Op::Position as i32 {
-                assert_eq!(new.axis, old.axis + 1);
+            if let Inst::Position { axis } = x.inst {
+                assert_eq!(y.inst, Inst::Position { axis: axis + 1 });
             }
         }
     }

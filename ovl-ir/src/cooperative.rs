@@ -25,10 +25,11 @@
 //! (which computes in this order when asked, [`ReductionOrder::Cuda`]) agree. Every other
 //! operator, and every operator on the other backends, keeps the one-thread order.
 
-use crate::analysis::{counted_range, innermost_loops, nesting_depths, reduction_loops};
 use crate::intervals::Intervals;
-use crate::ir::{self, Op, TensorKind};
+use crate::ir::{self, TensorKind};
 use crate::ops::REDUCE_LANES;
+use crate::typed::{Inst, Kernel, ValueId};
+use crate::DType;
 
 /// The order a backend reduces in (`proto/ovl.proto`, "Accumulators").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -202,35 +203,40 @@ pub fn column_layout(workers: u64, n: u64, fold_bytes: u64) -> Option<(u32, u32)
 ///   axis with the loop's index (neighbouring workers read neighbouring elements of one row),
 ///   and [`column_layout`] finds the workers few enough and the loops long enough.
 pub fn plan(dag: &ir::ExpressionDag) -> Option<Cooperative> {
+    // The callers (the interpreter, the CUDA emitter) run operators that passed validation.
+    plan_of(dag, &Kernel::from_validated(dag))
+}
+
+/// [`plan`] of `dag` decoded (`kernel`).
+fn plan_of(dag: &ir::ExpressionDag, kernel: &Kernel) -> Option<Cooperative> {
     if dag.symbol_count > 0 || !dag.symbolic_workgroup.is_empty() {
         return None;
     }
-    if Intervals::analyse(dag).first_possible_fault(dag).is_some() {
+    if Intervals::of(kernel).first_possible_fault(dag).is_some() {
         return None;
     }
-    let depths = nesting_depths(dag);
-    let inner = innermost_loops(dag);
-    let reductions = reduction_loops(dag);
-    let code = |i: usize| Op::try_from(dag.expressions[i].code).unwrap_or(Op::Unspecified);
+    let reductions = reduction_loops(kernel);
+    let top_level = |i: usize| kernel.exprs[i].block.is_none();
 
     // The top-level loop around each expression (its opener and closer included).
-    let mut top: Vec<Option<usize>> = vec![None; dag.expressions.len()];
+    let mut top: Vec<Option<usize>> = vec![None; kernel.exprs.len()];
     let mut loops = Vec::new();
     let mut open: Option<usize> = None;
     let mut longest = 0u64;
-    for i in 0..dag.expressions.len() {
-        let op = code(i);
-        if depths[i] == 0 && op == Op::Range {
-            let (start, end) = counted_range(dag, i)?;
-            longest = longest.max(end - start);
-            loops.push(i);
-            open = Some(i);
-        }
-        if depths[i] == 0 && matches!(op, Op::If | Op::WhileBegin) {
-            open = None;
+    for (i, e) in kernel.exprs.iter().enumerate() {
+        let at_top = top_level(i);
+        match e.inst {
+            Inst::Range { .. } if at_top => {
+                let (start, end) = kernel.counted_loop(i)?;
+                longest = longest.max(end - start);
+                loops.push(i);
+                open = Some(i);
+            }
+            Inst::If { .. } | Inst::WhileBegin { .. } if at_top => open = None,
+            _ => {}
         }
         top[i] = open;
-        if depths[i] == 0 && op == Op::EndRange {
+        if at_top && matches!(e.inst, Inst::EndRange { .. }) {
             open = None;
         }
     }
@@ -241,13 +247,13 @@ pub fn plan(dag: &ir::ExpressionDag) -> Option<Cooperative> {
     {
         return None;
     }
-    let start_of = |l: usize| counted_range(dag, l).map(|(s, _)| s);
-    let operand = |i: usize, j: usize| dag.expressions[i].operands.get(j).map(|&o| o as usize);
-    let inner_axis = dag.workgroup_shape.len().checked_sub(1)? as u32;
-    let is_inner_position = |o: u32| {
-        dag.expressions
+    let start_of = |l: usize| kernel.counted_loop(l).map(|(s, _)| s);
+    let inner_axis = kernel.workgroup.len().checked_sub(1)? as u32;
+    let is_inner_position = |o: ValueId| {
+        kernel
+            .exprs
             .get(o as usize)
-            .is_some_and(|e| e.code == Op::Position as i32 && e.axis == inner_axis)
+            .is_some_and(|e| e.inst == Inst::Position { axis: inner_axis })
     };
 
     // Per output: written inside top-level loops (with the axes every such write indexes with
@@ -257,59 +263,60 @@ pub fn plan(dag: &ir::ExpressionDag) -> Option<Cooperative> {
     // Some read walks a row; some read indexes another axis with its loop's index; some read
     // walks a column (that, and its last index the innermost position).
     let (mut walks_row, mut across, mut walks_column) = (false, false, false);
-    for (i, e) in dag.expressions.iter().enumerate() {
-        let op = code(i);
-        let inside = top[i].filter(|&l| l != i && depths[i] > 0);
-        match op {
-            Op::Assign => {
-                if let (Some(l), Some(var)) = (inside, operand(i, 0)) {
-                    if var < l {
+    for (i, e) in kernel.exprs.iter().enumerate() {
+        let inside = top[i].filter(|&l| l != i && !top_level(i));
+        match &e.inst {
+            Inst::Assign { variable, .. } => {
+                if let Some(l) = inside {
+                    if (*variable as usize) < l {
                         return None;
                     }
                 }
             }
-            Op::Accumulate => {
-                if let (Some(l), Some(acc)) = (inside, operand(i, 0)) {
-                    if inner[i] != Some(l) && acc < l {
+            Inst::Accumulate { accumulator, .. } => {
+                if let Some(l) = inside {
+                    let inner = kernel.enclosing_loops(i).next().map(|r| r as usize);
+                    if inner != Some(l) && (*accumulator as usize) < l {
                         return None;
                     }
                 }
             }
             // A fill of the whole local, in every thread (of its own elements).
-            Op::LocalTensor if depths[i] > 0 => return None,
-            Op::Read | Op::Write => {
-                let t = e.tensor.as_ref()?;
-                let kind = TensorKind::try_from(t.kind).ok()?;
-                let index = t.index as usize;
-                match kind {
+            Inst::LocalTensor { .. } if !top_level(i) => return None,
+            Inst::Read { tensor, indices }
+            | Inst::Write {
+                tensor, indices, ..
+            } => {
+                let index = tensor.index as usize;
+                match tensor.kind {
                     TensorKind::Input => {
-                        if let Some(l) = inside {
-                            let rank = dag.inputs.get(index)?.shape.len();
-                            let indices = &e.operands[..rank.min(e.operands.len())];
-                            if let Some((last, rest)) = indices.split_last() {
-                                let other = rest.contains(&(l as u32));
-                                walks_row |= *last == l as u32;
-                                across |= other;
-                                walks_column |= other && is_inner_position(*last);
-                            }
+                        if let (Some(l), Some((last, rest))) = (inside, indices.split_last()) {
+                            let l = l as u32;
+                            let other = rest.contains(&l);
+                            walks_row |= *last == l;
+                            across |= other;
+                            walks_column |= other && is_inner_position(*last);
                         }
                     }
                     TensorKind::Local => {
                         let l = inside?;
                         let shape = &dag.locals.get(index)?.shape;
-                        if shape.len() != 1 || operand(i, 0) != Some(l) || start_of(l) != Some(0) {
+                        if shape.len() != 1
+                            || indices.first() != Some(&(l as u32))
+                            || start_of(l) != Some(0)
+                        {
                             return None;
                         }
                     }
-                    TensorKind::Output if op == Op::Write => {
-                        let rank = dag.outputs.get(index)?.shape.len();
+                    TensorKind::Output if matches!(e.inst, Inst::Write { .. }) => {
+                        let rank = indices.len();
                         match inside {
                             Some(l) => {
                                 if rank == 0 || start_of(l) != Some(0) {
                                     return None;
                                 }
                                 let axes: Vec<bool> =
-                                    (0..rank).map(|a| operand(i, a) == Some(l)).collect();
+                                    indices.iter().map(|&x| x as usize == l).collect();
                                 let both = match &in_loops[index] {
                                     None => axes,
                                     Some(had) => {
@@ -350,7 +357,8 @@ pub fn plan(dag: &ir::ExpressionDag) -> Option<Cooperative> {
             .workgroup_shape
             .iter()
             .try_fold(1u64, |n, &s| n.checked_mul(s))?;
-        let (width, per_block) = column_layout(workers, longest, fold_bytes(dag, &loops))?;
+        let (width, per_block) =
+            column_layout(workers, longest, fold_bytes(kernel, &reductions, &loops))?;
         (Layout::Columns, width, per_block)
     } else {
         return None;
@@ -372,16 +380,15 @@ pub fn plan(dag: &ir::ExpressionDag) -> Option<Cooperative> {
 /// The shared memory per thread that a column block's folds take (`shared::emit::cooperative`
 /// in ovl-codegen): per accumulator dtype, its size times the most accumulators of that dtype
 /// one top-level loop reduces.
-fn fold_bytes(dag: &ir::ExpressionDag, loops: &[usize]) -> u64 {
-    let reductions = reduction_loops(dag);
-    let mut most: std::collections::BTreeMap<i32, (u64, u64)> = Default::default();
+fn fold_bytes(kernel: &Kernel, reductions: &Reductions, loops: &[usize]) -> u64 {
+    let mut most: std::collections::BTreeMap<Option<DType>, (u64, u64)> = Default::default();
     for l in loops {
-        let mut here: std::collections::BTreeMap<i32, u64> = Default::default();
+        let mut here: std::collections::BTreeMap<Option<DType>, u64> = Default::default();
         for &acc in reductions.get(l).map_or(&[][..], |v| v.as_slice()) {
-            *here.entry(dag.expressions[acc].dtype).or_default() += 1;
+            *here.entry(kernel.exprs[acc].dtype).or_default() += 1;
         }
         for (d, n) in here {
-            let size = crate::DType::from_ir(d).map_or(8, |d| d.size() as u64);
+            let size = d.map_or(8, |d| d.size() as u64);
             let m = most.entry(d).or_insert((0, size));
             m.0 = m.0.max(n);
         }
@@ -389,22 +396,42 @@ fn fold_bytes(dag: &ir::ExpressionDag, loops: &[usize]) -> u64 {
     most.values().map(|(n, size)| n * size).sum()
 }
 
+/// For each RANGE that is a reduction loop, the accumulators it reduces (in the order of their
+/// first ACCUMULATE in the loop).
+type Reductions = std::collections::BTreeMap<usize, Vec<usize>>;
+
+/// The reductions of `kernel` ([`crate::analysis::reduction_loops`] on the typed form).
+fn reduction_loops(kernel: &Kernel) -> Reductions {
+    let mut out = Reductions::new();
+    for e in &kernel.exprs {
+        if let Inst::Accumulate {
+            accumulator, range, ..
+        } = e.inst
+        {
+            let accs = out.entry(range as usize).or_default();
+            if !accs.contains(&(accumulator as usize)) {
+                accs.push(accumulator as usize);
+            }
+        }
+    }
+    out
+}
+
 /// The lanes of each RANGE's reductions in `order` (indexed by expression; 0 where the
 /// expression is not a RANGE).
 pub fn range_lanes(dag: &ir::ExpressionDag, order: ReductionOrder) -> Vec<usize> {
+    let kernel = Kernel::from_validated(dag);
     let plan = match order {
         ReductionOrder::Lanes => None,
-        ReductionOrder::Cuda => plan(dag),
+        ReductionOrder::Cuda => plan_of(dag, &kernel),
     };
-    dag.expressions
+    kernel
+        .exprs
         .iter()
         .enumerate()
-        .map(|(i, e)| {
-            if e.code != Op::Range as i32 {
-                0
-            } else {
-                plan.as_ref().map_or(REDUCE_LANES, |p| p.lanes_of(i))
-            }
+        .map(|(i, e)| match e.inst {
+            Inst::Range { .. } => plan.as_ref().map_or(REDUCE_LANES, |p| p.lanes_of(i)),
+            _ => 0,
         })
         .collect()
 }

@@ -15,6 +15,7 @@ pub mod derivatives;
 pub mod dtype;
 pub mod error;
 pub mod fast_hash;
+pub mod fault;
 /// Hand-built programs the tests of every crate share: only with the feature `testing` (which
 /// the crates' dev-dependencies turn on), never in a build of the library for users.
 #[cfg(any(test, feature = "testing"))]
@@ -36,6 +37,7 @@ pub mod symbolic;
 pub mod text;
 pub mod typed;
 pub mod unify;
+pub mod unstack;
 pub mod validate;
 pub mod written;
 
@@ -49,5 +51,5 @@ pub mod ir {
 pub const IR_VERSION: u32 = 2;
 
 pub use dtype::{DType, Literal};
-pub use error::{OutOfBounds, WhileLimit};
+pub use fault::{NonPositiveStep, OutOfBounds, WhileLimit, WorkerFault};
 pub use host::{AllocError, DeviceData, HostTensor, Scalar, TensorData};

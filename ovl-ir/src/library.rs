@@ -9,12 +9,6 @@ use crate::dtype::{DType, Literal};
 use crate::ir::{self, Op};
 use std::borrow::Cow;
 
-/// The most rows of C for which the CPU runs a GEMM without packing its second operand: the
-/// few-row kernels stream it (`src/runner/gemm_small`), where a product with more rows packs
-/// it on every call. The runner's kernels and the rule that pairs a GEMM with its consumer
-/// (`ovl-fuse`'s `gemm_pair`, each block of rows a call) both go by it.
-pub const FEW_ROWS: u64 = 64;
-
 /// The sizes of one GEMM call, read from its operator's tensor types (the traced sizes of a
 /// symbolic operator; concrete sizes after specialization).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,8 +7,9 @@
 //! tensor, a variable, a loop index, a division, a product of two position-dependent values, an
 //! operation that could wrap around), is *opaque* and never matches anything.
 
-use crate::ir::{self, Op};
-use crate::DType;
+use crate::ir::{Op, TensorKind};
+use crate::typed::{Inst, Kernel, ValueId};
+use crate::{DType, Literal};
 use std::collections::HashMap;
 use std::fmt;
 
@@ -268,9 +269,11 @@ fn gcd(a: i128, b: i128) -> i128 {
     }
 }
 
-/// Analyses the index operands of the accesses of one operator, remembering sub-results.
+/// Analyses the index operands of the accesses of one operator (its typed form), remembering
+/// sub-results.
 pub struct PatternAnalysis<'a> {
-    dag: &'a ir::ExpressionDag,
+    kernel: &'a Kernel,
+    workgroup: &'a [u64],
     memo: HashMap<u32, Result<Affine, String>>,
 }
 
@@ -278,10 +281,13 @@ pub struct PatternAnalysis<'a> {
 const MAX_DEPTH: usize = 256;
 
 impl<'a> PatternAnalysis<'a> {
-    /// An analysis of `dag`.
-    pub fn new(dag: &'a ir::ExpressionDag) -> Self {
+    /// An analysis of `kernel`, whose workgroup is `workgroup` (the operator's
+    /// `workgroup_shape`: the traced sizes where a dimension is symbolic), over which an index
+    /// must not wrap around its dtype.
+    pub fn new(kernel: &'a Kernel, workgroup: &'a [u64]) -> Self {
         PatternAnalysis {
-            dag,
+            kernel,
+            workgroup,
             memo: HashMap::new(),
         }
     }
@@ -289,22 +295,18 @@ impl<'a> PatternAnalysis<'a> {
     /// The pattern of the READ or WRITE expression `access` (the index operands; a WRITE's
     /// value operand is not part of it).
     pub fn access(&mut self, access: usize) -> IndexPattern {
-        let Some(e) = self.dag.expressions.get(access) else {
+        let Some(e) = self.kernel.exprs.get(access) else {
             return IndexPattern::Opaque {
                 why: format!("expression %{access} does not exist"),
             };
         };
-        let rank = match e.code {
-            c if c == Op::Read as i32 => e.operands.len(),
-            c if c == Op::Write as i32 => e.operands.len().saturating_sub(1),
-            _ => {
-                return IndexPattern::Opaque {
-                    why: format!("expression %{access} is not a read or a write"),
-                }
-            }
+        let (Inst::Read { indices, .. } | Inst::Write { indices, .. }) = &e.inst else {
+            return IndexPattern::Opaque {
+                why: format!("expression %{access} is not a read or a write"),
+            };
         };
-        let mut maps = Vec::with_capacity(rank);
-        for &operand in &e.operands[..rank] {
+        let mut maps = Vec::with_capacity(indices.len());
+        for &operand in indices {
             match self.index(operand, 0) {
                 Ok(a) => maps.push(a),
                 Err(why) => return IndexPattern::Opaque { why },
@@ -316,17 +318,15 @@ impl<'a> PatternAnalysis<'a> {
     /// The map of each index operand of the READ or WRITE `access` on its own: `None` for an
     /// operand that is not an affine function of the position (a loop index, data read), where
     /// [`PatternAnalysis::access`] makes the whole pattern opaque. `x[k, p1]` in a loop over
-    /// `k` gives `[None, Some(p1)]`.
+    /// `k` gives `[None, Some(p1)]`. (Of another expression: the map of each of its operands.)
     pub fn operand_maps(&mut self, access: usize) -> Vec<Option<Affine>> {
-        let Some(e) = self.dag.expressions.get(access) else {
+        let Some(e) = self.kernel.exprs.get(access) else {
             return Vec::new();
         };
-        let rank = if e.code == Op::Write as i32 {
-            e.operands.len().saturating_sub(1)
-        } else {
-            e.operands.len()
+        let operands: Vec<ValueId> = match &e.inst {
+            Inst::Read { indices, .. } | Inst::Write { indices, .. } => indices.clone(),
+            _ => self.kernel.operands(access).collect(),
         };
-        let operands = e.operands[..rank].to_vec();
         operands
             .into_iter()
             .map(|o| self.index(o, 0).ok())
@@ -346,47 +346,44 @@ impl<'a> PatternAnalysis<'a> {
         if depth > MAX_DEPTH {
             return Err("the index expression is too deep to analyse".into());
         }
-        let rank = self.dag.workgroup_shape.len();
-        let e = self
-            .dag
-            .expressions
+        let rank = self.workgroup.len();
+        let kernel = self.kernel;
+        let e = kernel
+            .exprs
             .get(id as usize)
             .ok_or_else(|| format!("expression %{id} does not exist"))?;
-        let op = Op::try_from(e.code).map_err(|_| format!("unknown opcode {}", e.code))?;
-        let dtype = DType::from_ir(e.dtype);
-        let operand = |k: usize| -> Result<u32, String> {
-            e.operands
-                .get(k)
-                .copied()
-                .ok_or_else(|| format!("expression %{id} lacks operand {k}"))
-        };
-        let result = match op {
-            Op::Const => {
-                let v: i128 = match dtype {
-                    Some(d) if d.is_signed_int() => e.int_value as i128,
-                    Some(d) if d.is_unsigned_int() => e.uint_value as i128,
+        let dtype = e.dtype;
+        let overflow = || "the index arithmetic overflows".to_string();
+        let result = match e.inst {
+            Inst::Const(literal) => {
+                let v: i128 = match (dtype, literal) {
+                    (Some(d), Literal::Int(v)) if d.is_signed_int() => v as i128,
+                    (Some(d), Literal::UInt(v)) if d.is_unsigned_int() => v as i128,
                     _ => return Err(format!("the index uses the non-integer constant %{id}")),
                 };
                 let v = i64::try_from(v).map_err(|_| "an index constant beyond i64".to_string())?;
                 Affine::constant(rank, v)
             }
-            Op::Position => {
-                let axis = e.axis as usize;
+            Inst::Position { axis } => {
+                let axis = axis as usize;
                 if axis >= rank {
                     return Err(format!("position axis {axis} is outside the workgroup"));
                 }
                 Affine::position(rank, axis)
             }
-            Op::Add | Op::Sub => {
-                let a = self.index(operand(0)?, depth + 1)?;
-                let b = self.index(operand(1)?, depth + 1)?;
+            Inst::Binary {
+                op: op @ (Op::Add | Op::Sub),
+                a,
+                b,
+            } => {
+                let a = self.index(a, depth + 1)?;
+                let b = self.index(b, depth + 1)?;
                 let sign = if op == Op::Add { 1 } else { -1 };
-                a.combine(&b, sign)
-                    .ok_or_else(|| "the index arithmetic overflows".to_string())?
+                a.combine(&b, sign).ok_or_else(overflow)?
             }
-            Op::Mul => {
-                let a = self.index(operand(0)?, depth + 1)?;
-                let b = self.index(operand(1)?, depth + 1)?;
+            Inst::Binary { op: Op::Mul, a, b } => {
+                let a = self.index(a, depth + 1)?;
+                let b = self.index(b, depth + 1)?;
                 let scaled = if b.is_constant() {
                     a.scale(b.constant)
                 } else if a.is_constant() {
@@ -396,44 +393,36 @@ impl<'a> PatternAnalysis<'a> {
                         "the index multiplies two position-dependent values (%{id})"
                     ));
                 };
-                scaled.ok_or_else(|| "the index arithmetic overflows".to_string())?
+                scaled.ok_or_else(overflow)?
             }
-            Op::Neg => self
-                .index(operand(0)?, depth + 1)?
-                .scale(-1)
-                .ok_or_else(|| "the index arithmetic overflows".to_string())?,
-            Op::Cast => {
-                let from = self
-                    .dag
-                    .expressions
-                    .get(operand(0)? as usize)
-                    .and_then(|x| DType::from_ir(x.dtype));
+            Inst::Unary { op: Op::Neg, a } => {
+                self.index(a, depth + 1)?.scale(-1).ok_or_else(overflow)?
+            }
+            Inst::Cast { value } => {
+                let from = kernel.exprs.get(value as usize).and_then(|x| x.dtype);
                 if !from.is_some_and(|d| d.is_int()) {
                     return Err(format!("the index casts a non-integer value (%{id})"));
                 }
-                self.index(operand(0)?, depth + 1)?
+                self.index(value, depth + 1)?
             }
-            Op::Read => {
-                let what = e
-                    .tensor
-                    .as_ref()
-                    .map(|t| {
-                        let kind = match ir::TensorKind::try_from(t.kind) {
-                            Ok(ir::TensorKind::Input) => "input",
-                            Ok(ir::TensorKind::Local) => "local",
-                            _ => "tensor",
-                        };
-                        format!("{kind} {}", t.index)
-                    })
-                    .unwrap_or_else(|| "a tensor".into());
-                return Err(format!("depends on data read from {what} (%{id})"));
+            Inst::Read { tensor, .. } => {
+                let kind = match tensor.kind {
+                    TensorKind::Input => "input",
+                    TensorKind::Local => "local",
+                    _ => "tensor",
+                };
+                return Err(format!(
+                    "depends on data read from {kind} {} (%{id})",
+                    tensor.index
+                ));
             }
-            Op::Variable => return Err(format!("depends on the variable %{id}")),
-            Op::Range => return Err(format!("depends on the loop index %{id}")),
-            other => {
+            Inst::Variable { .. } => return Err(format!("depends on the variable %{id}")),
+            Inst::Range { .. } => return Err(format!("depends on the loop index %{id}")),
+            ref other => {
                 return Err(format!(
                     "uses `{}` (%{id}), which is not an affine operation",
                     other
+                        .op()
                         .as_str_name()
                         .trim_start_matches("OP_")
                         .to_ascii_lowercase()
@@ -444,7 +433,7 @@ impl<'a> PatternAnalysis<'a> {
         let Some((lo, hi)) = dtype.filter(|d| d.is_int()).and_then(DType::int_range) else {
             return Err(format!("the index %{id} is not an integer"));
         };
-        match result.range(&self.dag.workgroup_shape) {
+        match result.range(self.workgroup) {
             Some((a, b)) if a >= lo && b <= hi => Ok(result),
             _ => Err(format!(
                 "the index %{id} may wrap around its dtype {}",

@@ -1,7 +1,7 @@
 //! The fault status of generated code, shared by both backends: `ovl_status` (the struct the
 //! prelude defines, written by the first faulting worker) and the error it becomes.
 
-use crate::error::{Access, OutOfBounds, RunError, WhileLimit};
+use crate::error::{Access, NonPositiveStep, OutOfBounds, RunError, WhileLimit, WorkerFault};
 use ovl_ir::ir::TensorKind;
 
 /// `ovl_status`, as the prelude (`super::prelude`) lays it out.
@@ -61,7 +61,7 @@ pub fn fault_error(
             } else {
                 st.index_bits as i128
             };
-            RunError::IndexOutOfBounds(Box::new(OutOfBounds {
+            WorkerFault::IndexOutOfBounds(Box::new(OutOfBounds {
                 operator: name.to_string(),
                 defined_at: defined_at.to_string(),
                 expression,
@@ -76,21 +76,24 @@ pub fn fault_error(
                 size: st.size,
                 position,
             }))
+            .into()
         }
-        STATUS_NON_POSITIVE_STEP => RunError::NonPositiveStep {
+        STATUS_NON_POSITIVE_STEP => WorkerFault::NonPositiveStep(Box::new(NonPositiveStep {
             operator: name.to_string(),
             defined_at: defined_at.to_string(),
             expression,
             step: st.step,
             position,
-        },
-        STATUS_WHILE_LIMIT => RunError::WhileLimit(Box::new(WhileLimit {
+        }))
+        .into(),
+        STATUS_WHILE_LIMIT => WorkerFault::WhileLimit(Box::new(WhileLimit {
             operator: name.to_string(),
             defined_at: defined_at.to_string(),
             expression,
             limit: st.size,
             position,
-        })),
+        }))
+        .into(),
         code => RunError::Internal {
             operator: name.to_string(),
             message: format!("unknown status code {code} from the generated code"),

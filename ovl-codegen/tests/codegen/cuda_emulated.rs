@@ -329,16 +329,15 @@ fn same_as_cpp_with(
                     "{what}"
                 );
             }
-            Err(RunError::NonPositiveStep {
-                expression,
-                step,
-                position: p,
-                ..
-            }) => {
+            Err(RunError::NonPositiveStep(fault)) => {
                 assert_eq!(st.code, 2, "{what}: {st:?}");
-                assert_eq!(st.expression as usize, *expression, "{what}");
-                assert_eq!(st.step, *step, "{what}");
-                assert_eq!(position(&dag.workgroup_shape, st.worker), *p, "{what}");
+                assert_eq!(st.expression as usize, fault.expression, "{what}");
+                assert_eq!(st.step, fault.step, "{what}");
+                assert_eq!(
+                    position(&dag.workgroup_shape, st.worker),
+                    fault.position,
+                    "{what}"
+                );
             }
             Err(e) => panic!("{what}: unexpected C++ error {e}"),
         }

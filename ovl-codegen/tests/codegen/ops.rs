@@ -178,12 +178,13 @@ fn non_positive_step_is_an_error() {
     let mut out = zero_outputs(&dag);
     let err = op.run(&[&steps], &mut out, &[], 1).unwrap_err();
     match &err {
-        RunError::NonPositiveStep {
-            expression,
-            step,
-            position,
-            ..
-        } => {
+        RunError::NonPositiveStep(fault) => {
+            let ovl_codegen::NonPositiveStep {
+                expression,
+                step,
+                position,
+                ..
+            } = &**fault;
             assert_eq!(
                 (*expression, *step, position.as_slice()),
                 (5, 0, &[2u64][..])

@@ -65,23 +65,8 @@ pub enum InterpError {
     IndexOutOfBounds(Box<OutOfBounds>),
     /// A RANGE loop's step was zero or negative; the faulting worker stopped there. Reported for
     /// the first faulting worker in row-major order.
-    #[error(
-        "operator `{operator}`{}: the worker at position {position:?} entered the range loop \
-         %{expression} with step {step}; the step must be positive (the worker stopped there)",
-        at(.defined_at)
-    )]
-    NonPositiveStep {
-        /// The operator's name.
-        operator: String,
-        /// `file:line` of the operator's function, or empty when unknown.
-        defined_at: String,
-        /// The RANGE expression.
-        expression: usize,
-        /// The step.
-        step: i64,
-        /// The worker's position in the workgroup.
-        position: Vec<u64>,
-    },
+    #[error(transparent)]
+    NonPositiveStep(Box<NonPositiveStep>),
     /// A `while` loop ran more iterations in one worker than the bound
     /// ([`InterpOptions::max_while_iterations`]); the worker stopped there. Reported for the
     /// first faulting worker in row-major order.
@@ -106,8 +91,18 @@ pub enum InterpError {
 }
 
 pub use crate::error::{Access, OutOfBounds};
-pub use ovl_ir::error::WhileLimit;
-use ovl_ir::names::at;
+pub use ovl_ir::fault::{NonPositiveStep, WhileLimit, WorkerFault};
+
+impl From<WorkerFault> for InterpError {
+    /// The variant of the same name.
+    fn from(f: WorkerFault) -> Self {
+        match f {
+            WorkerFault::IndexOutOfBounds(f) => InterpError::IndexOutOfBounds(f),
+            WorkerFault::NonPositiveStep(f) => InterpError::NonPositiveStep(f),
+            WorkerFault::WhileLimit(f) => InterpError::WhileLimit(f),
+        }
+    }
+}
 
 /// Options of [`interpret_with`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -298,7 +293,7 @@ fn fault_error(dag: &ir::ExpressionDag, prog: &Program, f: FirstFault) -> Interp
             axis,
             index,
             size,
-        } => InterpError::IndexOutOfBounds(Box::new(OutOfBounds {
+        } => WorkerFault::IndexOutOfBounds(Box::new(OutOfBounds {
             operator: dag.name.clone(),
             defined_at: defined_at(dag),
             expression,
@@ -312,21 +307,26 @@ fn fault_error(dag: &ir::ExpressionDag, prog: &Program, f: FirstFault) -> Interp
             index,
             size,
             position: f.position,
-        })),
-        Fault::WhileLimit { expression, limit } => InterpError::WhileLimit(Box::new(WhileLimit {
+        }))
+        .into(),
+        Fault::WhileLimit { expression, limit } => WorkerFault::WhileLimit(Box::new(WhileLimit {
             operator: dag.name.clone(),
             defined_at: defined_at(dag),
             expression,
             limit,
             position: f.position,
-        })),
-        Fault::NonPositiveStep { expression, step } => InterpError::NonPositiveStep {
-            operator: dag.name.clone(),
-            defined_at: defined_at(dag),
-            expression,
-            step,
-            position: f.position,
-        },
+        }))
+        .into(),
+        Fault::NonPositiveStep { expression, step } => {
+            WorkerFault::NonPositiveStep(Box::new(NonPositiveStep {
+                operator: dag.name.clone(),
+                defined_at: defined_at(dag),
+                expression,
+                step,
+                position: f.position,
+            }))
+            .into()
+        }
         Fault::Internal {
             expression,
             message,

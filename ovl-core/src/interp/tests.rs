@@ -433,13 +433,14 @@ fn non_positive_step_is_an_error_and_ends_the_worker() {
     let (r, out) = run_with(&dag, &[t(&[3], vec![2i64, 0, -1])], Some(1));
     assert_eq!(vals::<i64>(&out[0]), vec![2, 0, 0]);
     match r {
-        Err(InterpError::NonPositiveStep {
-            operator,
-            expression,
-            step,
-            position,
-            ..
-        }) => {
+        Err(InterpError::NonPositiveStep(fault)) => {
+            let NonPositiveStep {
+                operator,
+                expression,
+                step,
+                position,
+                ..
+            } = *fault;
             assert_eq!(operator, "bad_step");
             assert_eq!(expression, 6);
             assert_eq!(step, 0);

@@ -85,7 +85,7 @@ pub(crate) fn plan(dag: &ir::ExpressionDag, kernel: &Kernel) -> Option<Plan> {
         return None;
     }
     let last = workgroup.len() - 1;
-    let mut patterns = PatternAnalysis::new(dag);
+    let mut patterns = PatternAnalysis::new(kernel, workgroup);
     // Whether lanes can share one vector access for access `k` of tensor `t` (see the module
     // documentation).
     let mut vectorizable = |k: usize, t: &ir::TensorType| -> bool {

@@ -28,7 +28,7 @@ pub(super) use nn::gemm_nn;
 
 /// The most rows of C (or, for `C = A · B`, terms of each sum) these kernels take; larger
 /// products go to the `gemm` crate.
-pub(super) const MAX_ROWS: usize = ovl_core::library::FEW_ROWS as usize;
+pub(super) const MAX_ROWS: usize = ovl_fuse::FusionTarget::CPU.few_rows as usize;
 
 /// Whether this CPU runs the kernels of this module.
 pub(super) fn available() -> bool {
