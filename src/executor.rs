@@ -1,4 +1,4 @@
-//! Prepares a lazy graph for the [`crate::runner`]: fuses it, compiles a kernel per operator for
+//! Prepares a lazy graph for the runner ([`ovl_runtime::plan`]): fuses it, compiles a kernel per operator for
 //! the target, plans it, and runs it with the graph's host data (or data fed to placeholders).
 
 use crate::options::{Options, Target};

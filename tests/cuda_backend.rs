@@ -97,7 +97,7 @@ fn cuda_validate_compiles_checks_and_evaluates_without_a_gpu() {
     }
 }
 
-/// The README's direct call: `ovl::cuda::compile(op, &options.cuda_options())` with `op` from
+/// docs/cuda.md's direct call: `ovl::cuda::compile(op, &options.cuda_options())` with `op` from
 /// `ovl::graph` and `options` an `ovl::Options`.
 #[test]
 fn cuda_compile_takes_the_facade_options() {

@@ -1,5 +1,5 @@
 //! Device runs replayed as CUDA graphs (`Compiled::run_device_into` from its second call on,
-//! `src/runner/device_graph.rs`): new inputs at every call give the interpreter's values, the
+//! `ovl-runtime/src/plan/device_graph.rs`): new inputs at every call give the interpreter's values, the
 //! graph's own data is read in place, outputs belong to the caller (a later call does not
 //! change an earlier call's outputs), a fault in a replay is reported and the next replay
 //! works, and cuBLAS products are recorded with the kernels. Without a GPU each test says it

@@ -279,7 +279,7 @@ proptest! {
         let reference = ovl::evaluate_with(outputs, &Options::interpreter().with_opt_level(0))
             .map_err(|e| TestCaseError::fail(format!("interpreter: {e}")))?;
         // f32 `exp` is the C library's in the interpreter and ovl's vectorizable one in C++
-        // (within 1 ulp of each other, README): with it, C++ is compared with C++ unfused.
+        // (within 1 ulp of each other, docs/dsl.md): with it, C++ is compared with C++ unfused.
         let uses_exp = steps.iter().any(|s| s.kind % 17 >= 15);
         let cpp_reference = ovl::evaluate_with(outputs, &Options::cpu().with_opt_level(0))
             .map_err(|e| TestCaseError::fail(format!("C++ unfused: {e}")))?;

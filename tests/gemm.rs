@@ -588,7 +588,7 @@ fn a_weight_used_in_a_product_and_elementwise_is_added_as_before() {
 }
 
 /// Products with many rows and a long sum, in f32 on two threads (the CPU's packed AVX-512
-/// kernel where the CPU has AVX-512F, `src/runner/gemm_large.rs`): every form against the
+/// kernel where the CPU has AVX-512F, `ovl-runtime/src/gemm/large.rs`): every form against the
 /// reference, sizes leaving partial strips of columns, partial blocks of rows and a sum split
 /// into chunks; few rows with B transposed (`dz · Uᵀ` of an LSTM step) too. Then a weight's
 /// gradient summing three such products (the kernel reads the terms in place).
@@ -653,7 +653,7 @@ fn many_rows_long_sums_in_every_form() {
     }
 }
 
-/// The CPU runner keeps a thread's temporaries between runs (`src/runner/scratch.rs`): two
+/// The CPU runner keeps a thread's temporaries between runs (`ovl-runtime/src/plan/scratch.rs`): two
 /// compiled graphs whose intermediates have the same sizes, run in turns on one thread with
 /// new data each time, give a plain loop's values every time.
 #[test]

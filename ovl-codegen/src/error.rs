@@ -281,7 +281,7 @@ pub use ovl_ir::fault::{Access, NonPositiveStep, OutOfBounds, WhileLimit, Worker
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum RunError {
-    /// A range of workers asked of [`crate::CompiledOperator::run_workers_raw`] is not inside
+    /// A range of workers asked of `ovl_runtime::CompiledOperator::run_workers_raw` is not inside
     /// the workgroup.
     #[error("operator `{operator}` has {workers} workers; workers [{begin}, {end}) were asked")]
     WorkerRange {
@@ -433,7 +433,7 @@ pub enum LoadError {
 }
 
 /// Why the library an exported program carries for an operator was not used
-/// ([`crate::cpu::cache::load_embedded`]).
+/// (`ovl_runtime::cpu::cache::load_embedded`).
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum NotEmbedded {

@@ -1,5 +1,5 @@
 //! GEMM epilogue pairs: a library-call GEMM and the one kernel that reads its result C, run as
-//! one step by the CPU runner (`src/runner/epilogue.rs`): C is computed in blocks of rows, and
+//! one step by the CPU runner (`ovl-runtime/src/gemm/epilogue.rs`): C is computed in blocks of rows, and
 //! after each block the consumer's workers of those rows run on the same thread while the
 //! block is still in cache.
 //!

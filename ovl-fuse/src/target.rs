@@ -13,7 +13,7 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FusionTarget {
     /// The most rows of C for which the CPU runs a GEMM without packing its second operand:
-    /// the few-row kernels stream it (`src/runner/gemm_small`), where a product with more rows
+    /// the few-row kernels stream it (`ovl-runtime/src/gemm/small`), where a product with more rows
     /// packs it on every call. The runner's kernels and the rule that pairs a GEMM with its
     /// consumer (`gemm_pair`, each block of rows a call) both go by it: with more rows, every
     /// block's call packs W again (`[512, 1024] x [1024, 1024]` measured 7-12% slower paired
@@ -34,7 +34,7 @@ pub struct FusionTarget {
 
 impl FusionTarget {
     /// The CPU ovl's rules were measured on (a Zen 5 with AVX-512, 32 MiB of L3 cache) and its
-    /// runner (`src/runner`).
+    /// runner (`ovl-runtime/src/plan`).
     pub const CPU: FusionTarget = FusionTarget {
         few_rows: 64,
         pair_block_bytes: 256 << 10,

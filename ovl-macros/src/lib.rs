@@ -73,8 +73,8 @@ use proc_macro::TokenStream;
 /// # Gradients: `#[operator(gradient = grad_fn)]`
 ///
 /// Without the argument, or with `#[operator(gradient = auto)]` (which says so explicitly;
-/// `auto` is reserved there), `ovl::backward` derives the gradient from the traced IR (see the
-/// README's "Derived gradients"); a written gradient always wins.
+/// `auto` is reserved there), `ovl::backward` derives the gradient from the traced IR (see
+/// docs/gradients.md); a written gradient always wins.
 ///
 /// The attribute's only argument names the function that computes the input gradients of a
 /// call; it is attached to **every call** of the operator, as `ovl::set_gradient` would, so that

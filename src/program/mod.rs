@@ -3,7 +3,7 @@
 //! ([`check_program`]), and [`LoadedProgram`]: a program decoded, checked, compiled for a
 //! target, planned, and run on buffers the caller owns (TensorFlow's tensors, without copies)
 //! or on host tensors. [`run_program`] and the TensorFlow bridge's `DynamicLib` kernel both run
-//! programs through [`LoadedProgram`], and it runs graphs through the one [`crate::runner`].
+//! programs through [`LoadedProgram`], and it runs graphs through the one runner ([`ovl_runtime::plan`]).
 //! The exporter that makes programs is [`crate::export`].
 
 mod check;
@@ -372,7 +372,7 @@ impl LoadedProgram {
     }
 
     /// The largest estimated work of one compiled kernel of a run with `binding` (its workers
-    /// times the cost of a worker, see [`ovl_codegen::CompiledOperator::work`]; 0 for kernels
+    /// times the cost of a worker, see [`ovl_runtime::CompiledOperator::work`]; 0 for kernels
     /// that are not compiled C++): what a caller compares with a threshold to decide whether
     /// a run should stay on its own thread (`threads` = 1).
     pub fn largest_work(&self, binding: &Binding) -> u64 {

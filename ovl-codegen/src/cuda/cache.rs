@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// An operator compiled by NVRTC: the PTX or CUBIN bytes and where they are in the cache. Needs
-/// no GPU; [`super::load`] turns it into a runnable [`super::CudaOperator`].
+/// no GPU; `ovl_runtime::cuda::load` turns it into a runnable `CudaOperator`.
 #[derive(Debug)]
 pub struct CudaArtifact {
     name: String,
@@ -88,7 +88,7 @@ pub fn memory_cache() -> &'static dyn CacheControl {
     memory()
 }
 
-/// Forgets the artifacts of the cache rooted at `root` (used by [`crate::clear_cache_at`]).
+/// Forgets the artifacts of the cache rooted at `root` (used by `ovl_runtime::clear_cache_at`).
 pub fn forget_root(root: &Path) {
     memory().lock().retain(|(r, _)| r != root);
 }

@@ -333,7 +333,7 @@ fn lane_loop(s: &mut String, e: &Emitter<'_>, lp: &LaneProgram) {
 const LANES_MARKER: &str = "Vector lanes:";
 
 /// How many workers one thread of the kernel in `source` runs when its accesses are aligned:
-/// [`lanes::WIDTH`] for a kernel with a lane program, else 1.
+/// The lane program's width for a kernel with a lane program, else 1.
 pub fn workers_per_thread(source: &str) -> u64 {
     if source.contains(LANES_MARKER) {
         lanes::WIDTH

@@ -94,10 +94,10 @@ pub struct CudaCompileOptions {
     pub force_recompile: bool,
     /// Print the generated source and its path to stderr (also `OVL_DUMP_SOURCE=1`).
     pub dump_source: bool,
-    /// The architecture for [`compile`] (like 90 for `sm_90`). [`load`] uses the device's own
+    /// The architecture for [`compile`] (like 90 for `sm_90`). `ovl_runtime::cuda::load` uses the device's own
     /// and ignores it; [`validate`] takes its own.
     pub arch: u32,
-    /// PTX or CUBIN for [`compile`] ([`load`] prefers CUBIN for the device's architecture,
+    /// PTX or CUBIN for [`compile`] (`ovl_runtime::cuda::load` prefers CUBIN for the device's architecture,
     /// [`validate`] needs PTX).
     pub binary: CudaBinary,
     /// Threads per block at launch (a multiple of 32 up to 1024; 0: [`DEFAULT_BLOCK_SIZE`]).

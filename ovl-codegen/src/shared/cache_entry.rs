@@ -33,7 +33,7 @@ use std::sync::OnceLock;
 /// loads it again from the operator cache on disk.
 pub const MODULES_CAPACITY: usize = 1024;
 
-/// Where a call of [`crate::compile_with_outcome`] found the operator.
+/// Where a call of `ovl_runtime::compile_with_outcome` found the operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CacheOutcome {
     /// The C++ compiler ran.

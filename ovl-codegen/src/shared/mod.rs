@@ -1,8 +1,8 @@
 //! Code shared by the C++ and CUDA backends.
 //!
-//! - [`emit`]: the worker-program emitter (both dialects) and its limits.
+//! - `emit`: the worker-program emitter (both dialects) and its limits.
 //! - Index checks are emitted only where `ovl_ir::intervals` cannot prove an index inside.
-//! - [`literal`]: C++ types and literals of every dtype.
+//! - `literal`: C++ types and literals of every dtype.
 //! - [`prelude`]: the `ovl::` helpers of generated code, one source for both dialects.
 //! - [`cache_entry`]: one entry of the on-disk operator cache (layout, lock, double-check,
 //!   atomic writes, `meta`, integrity check), the cache root and the environment switches.

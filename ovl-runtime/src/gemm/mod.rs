@@ -422,7 +422,11 @@ pub fn matmul<T: Element>(
     (m, k, n): (usize, usize, usize),
     threads: usize,
 ) -> Result<(), String> {
-    let want = [("a", a.len(), m * k), ("b", b.len(), k * n), ("c", c.len(), m * n)];
+    let want = [
+        ("a", a.len(), m * k),
+        ("b", b.len(), k * n),
+        ("c", c.len(), m * n),
+    ];
     if let Some((name, got, wanted)) = want.into_iter().find(|&(_, got, wanted)| got != wanted) {
         return Err(format!(
             "`{name}` has {got} elements; an [m, k] x [k, n] product of {m} x {k} x {n} needs {wanted}"

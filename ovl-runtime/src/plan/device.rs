@@ -99,7 +99,7 @@ impl Plan {
         Ok(())
     }
 
-    /// Runs the graph on device tensors ([`crate::Target::Cuda`] kernels): `inputs[i]` is graph
+    /// Runs the graph on device tensors (the facade's `Target::Cuda` kernels): `inputs[i]` is graph
     /// input `i`, `outputs[k]` receives requested output `k`. Everything stays on the GPU:
     /// intermediates come from the caching allocator and go back to it after their last
     /// reader, kernels are queued on the one stream without waiting, and the call waits only

@@ -39,7 +39,7 @@ pub enum Kernel {
     /// The reference interpreter (also what `Target::CudaValidate` runs after checking), with
     /// its bound on `while` iterations (0: none).
     Interpreter {
-        /// [`crate::Options::max_while_iterations`], resolved.
+        /// The facade's `Options::max_while_iterations`, resolved.
         max_while_iterations: u64,
         /// The order reductions run in: the CUDA backend's for `Target::CudaValidate`, so that
         /// its values are the GPU's.

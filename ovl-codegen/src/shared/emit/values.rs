@@ -114,7 +114,7 @@ impl Emitter<'_> {
         if_false: ValueId,
     ) -> Emitted {
         let (c, (a, d), b) = (condition, self.value(if_true), if_false);
-        // Floats through `ovl::pick`, which GCC if-converts (ARCHITECTURE.md, ovl-codegen).
+        // Floats through `ovl::pick`, which GCC if-converts (docs/codegen.md).
         let value = if d.is_float() {
             format!("ovl::pick(v{c}, v{a}, v{b})")
         } else {
