@@ -9,6 +9,8 @@
 //! - [`plan`]: a graph of operators made ready to run ([`plan::Plan`]): where every value lives,
 //!   the kernels that compute them, host and device runs, scratch buffers, recorded device
 //!   graphs.
+//! - [`dlpack`]: tensors exchanged with other libraries through DLPack, without copies:
+//!   imported ([`dlpack::DlpackTensor`]) and exported ([`dlpack::export_versioned`]).
 //! - [`gemm`]: the CPU kernels of matrix products (library calls) and their epilogues.
 //! - [`cache`]: the operator cache as a whole (in memory and on disk) and how to empty it.
 //!
@@ -27,6 +29,7 @@
 pub mod cache;
 pub mod cpu;
 pub mod cuda;
+pub mod dlpack;
 mod error;
 pub mod gemm;
 pub mod plan;
