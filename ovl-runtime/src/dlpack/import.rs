@@ -292,7 +292,7 @@ impl DlpackTensor {
             return Ok(NonNull::<u64>::dangling().as_ptr().cast());
         }
         let align = self.dtype.size();
-        if (self.first as usize) % align != 0 {
+        if !(self.first as usize).is_multiple_of(align) {
             return Err(DlpackError::Misaligned {
                 address: self.first as usize,
                 align,
