@@ -1,0 +1,154 @@
+//! Exports the programs the Python tests of the package `ovl` call (`ovl-py/tests`), one bundle
+//! file each: `cargo run -p ovl-py --example py_bundles -- <directory>`.
+//!
+//! Each program is restated with NumPy in the tests, which compare the two. (Not named
+//! `make_bundles`: that is the TensorFlow bridge's example, and the examples of a workspace
+//! share `target/<profile>/examples/`.)
+
+use ovl::prelude::*;
+use std::path::{Path, PathBuf};
+
+/// `2 x + b`, elementwise over a matrix.
+#[operator]
+fn scale_add(x: Tensor<f32>, b: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = x.dims::<2>();
+    let p = position_in([rows, cols]);
+    let out = output_like(&x);
+    out[[p[0], p[1]]] = 2.0 * x[[p[0], p[1]]] + b[[p[0], p[1]]];
+    out
+}
+
+/// Elementwise minimum and maximum: two outputs.
+#[operator]
+fn min_max(a: Tensor<f32>, b: Tensor<f32>) -> (Tensor<f32>, Tensor<f32>) {
+    let i = position_in(a.shape())[0];
+    let lo = output_like(&a);
+    let hi = output_like(&a);
+    lo[[i]] = min(a[[i]], b[[i]]);
+    hi[[i]] = max(a[[i]], b[[i]]);
+    (lo, hi)
+}
+
+#[operator]
+fn affine_f64(x: Tensor<f64>) -> Tensor<f64> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = x[[i]] * 0.5 - 3.0;
+    out
+}
+
+#[operator]
+fn mul_add_i32(a: Tensor<i32>, b: Tensor<i32>) -> Tensor<i32> {
+    let i = position_in(a.shape())[0];
+    let out = output_like(&a);
+    out[[i]] = a[[i]] * b[[i]] + 7;
+    out
+}
+
+/// `where(m, a, -a)` and `!m`: a bool input and a bool output.
+#[operator]
+fn masked_negate(m: Tensor<bool>, a: Tensor<f32>) -> (Tensor<f32>, Tensor<bool>) {
+    let i = position_in(a.shape())[0];
+    let out = output_like(&a);
+    let flipped = output(m.shape());
+    out[[i]] = select(m[[i]], a[[i]], -a[[i]]);
+    flipped[[i]] = !m[[i]];
+    (out, flipped)
+}
+
+/// Each row of `x` times its factor in `s`.
+#[operator]
+fn scale_rows(x: Tensor<f32>, s: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = x.dims::<2>();
+    let p = position_in([rows, cols]);
+    let out = output_like(&x);
+    out[[p[0], p[1]]] = x[[p[0], p[1]]] * s[[p[0]]];
+    out
+}
+
+fn write(dir: &Path, file: &str, export: ovl::TfExport) -> Result<(), ovl::Error> {
+    let bundle = export.write(dir.join(file))?;
+    println!("{file}: {} kernel(s)", bundle.kernel_count());
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .ok_or("usage: py_bundles <output directory>")?,
+    );
+    std::fs::create_dir_all(&dir)?;
+
+    // Elementwise, two inputs.
+    let (x, b) = (
+        ovl::placeholder::<f32>("x", &[4, 5]),
+        ovl::placeholder::<f32>("b", &[4, 5]),
+    );
+    write(
+        &dir,
+        "scale_add.json",
+        ovl::as_tensorflow((&x, &b), scale_add(&x, &b)),
+    )?;
+
+    // Two outputs.
+    let (a, b) = (
+        ovl::placeholder::<f32>("a", &[7]),
+        ovl::placeholder::<f32>("b", &[7]),
+    );
+    let (lo, hi) = min_max(&a, &b);
+    write(
+        &dir,
+        "min_max.json",
+        ovl::as_tensorflow((&a, &b), (&lo, &hi)),
+    )?;
+
+    // Other dtypes.
+    let x = ovl::placeholder::<f64>("x", &[9]);
+    write(
+        &dir,
+        "affine_f64.json",
+        ovl::as_tensorflow(&x, affine_f64(&x)),
+    )?;
+    let (a, b) = (
+        ovl::placeholder::<i32>("a", &[9]),
+        ovl::placeholder::<i32>("b", &[9]),
+    );
+    write(
+        &dir,
+        "mul_add_i32.json",
+        ovl::as_tensorflow((&a, &b), mul_add_i32(&a, &b)),
+    )?;
+    let (m, a) = (
+        ovl::placeholder::<bool>("m", &[6]),
+        ovl::placeholder::<f32>("a", &[6]),
+    );
+    let (negated, flipped) = masked_negate(&m, &a);
+    write(
+        &dir,
+        "masked_negate.json",
+        ovl::as_tensorflow((&m, &a), (&negated, &flipped)),
+    )?;
+
+    // A reduction: the sums of a matrix's rows, and its softmax along rows (the last axis) (from ovl-stdlib).
+    let x = ovl::placeholder::<f32>("x", &[3, 8]);
+    write(
+        &dir,
+        "row_stats.json",
+        ovl::as_tensorflow(&x, (&ovl_stdlib::sum(&x, 1), &ovl_stdlib::softmax(&x))),
+    )?;
+
+    // Any batch: rows scaled by a factor each, and their sums (inputs sharing the batch).
+    let bundle = ovl::as_tensorflow_polymorphic(|batch| {
+        let x = ovl::placeholder::<f32>("x", &[batch, 5]);
+        let s = ovl::placeholder::<f32>("s", &[batch]);
+        let y = scale_rows(&x, &s);
+        ovl::as_tensorflow((&x, &s), (&y, &ovl_stdlib::sum(&y, 1))).name("scale_rows")
+    })
+    .write(dir.join("scale_rows_any_batch.json"))?;
+    println!(
+        "scale_rows_any_batch.json: {} kernel(s)",
+        bundle.kernel_count()
+    );
+    Ok(())
+}
