@@ -242,7 +242,11 @@ impl DlpackExport {
     /// `DlpackExport(float32[4, 5])`, or `DlpackExport(exported)`.
     fn __repr__(&self) -> String {
         match self.tensor.lock().ok().as_deref() {
-            Some(Some(t)) => format!("DlpackExport({}{:?})", t.dtype(), t.shape),
+            Some(Some(t)) => format!(
+                "DlpackExport({}{:?})",
+                ovl::program::tensorflow_dtype_name(t.dtype()),
+                t.shape
+            ),
             _ => "DlpackExport(exported)".into(),
         }
     }
