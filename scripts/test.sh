@@ -63,4 +63,17 @@ site="$("$wheelhouse/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_
 cp ovl-tf-bridge/python/tests/installed_check.py "$wheelhouse/"
 (cd "$wheelhouse" && env -u OVL_TF_LIBRARY TF_CPP_MIN_LOG_LEVEL=2 \
     "$wheelhouse/venv/bin/python" installed_check.py "$bundles")
+
+echo "== Python package ovl: the wheel, installed in a fresh virtual environment, and its tests"
+# setuptools-rust builds the native module (ovl-py, PyO3 on the stable ABI) with cargo into
+# the wheel; it goes into the fresh environment above (NumPy and pytest come from .venv
+# through its .pth line), and the tests run from outside the checkout against it.
+"$OVL_PYTHON" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+    -w "$wheelhouse/dist" ./ovl-py
+"$wheelhouse/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+    "$wheelhouse"/dist/ovl-*-abi3-*.whl
+py_bundles="$PWD/target/ovl-py-bundles" py_tests="$PWD/ovl-py/tests"
+cargo run --locked --release -p ovl-py --example py_bundles -- "$py_bundles" >/dev/null
+(cd "$wheelhouse" && OVL_PY_BUNDLE_DIR="$py_bundles" \
+    "$wheelhouse/venv/bin/python" -m pytest -q -p no:cacheprovider "$py_tests")
 echo "== all tests passed"
