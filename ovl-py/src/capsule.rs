@@ -54,12 +54,31 @@ pub fn import(array: &Bound<'_, PyAny>, what: &str) -> PyResult<DlpackTensor> {
     let kwargs = PyDict::new(py);
     kwargs.set_item("max_version", (1, 0))?;
     let capsule = match dlpack.call((), Some(&kwargs)) {
-        Ok(c) => c,
         // A producer from before DLPack 1.0 does not take `max_version`.
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => dlpack.call0()?,
-        Err(e) => return Err(e),
-    };
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => dlpack.call0(),
+        done => done,
+    }
+    .map_err(|e| producer_error(py, e, what))?;
     take_capsule(&capsule, what)
+}
+
+/// The producer's own refusal (NumPy's `BufferError` for a read-only array asked for a legacy
+/// capsule, ...), named after the input: the same type, the message prefixed, the original as
+/// its cause. Types whose constructors take other arguments pass through unchanged.
+fn producer_error(py: Python<'_>, e: PyErr, what: &str) -> PyErr {
+    let ty = e.get_type(py);
+    let known = [
+        py.get_type::<PyBufferError>(),
+        py.get_type::<PyTypeError>(),
+        py.get_type::<PyValueError>(),
+        py.get_type::<pyo3::exceptions::PyRuntimeError>(),
+    ];
+    if !known.iter().any(|k| ty.is(k)) {
+        return e;
+    }
+    let named = PyErr::from_type(ty, format!("{what}: its `__dlpack__` failed: {e}"));
+    named.set_cause(py, Some(e));
+    named
 }
 
 fn type_name(x: &Bound<'_, PyAny>) -> String {

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ovl
-from conftest import Capsule
+from conftest import Capsule, Legacy
 
 RNG = np.random.default_rng(11)
 
@@ -121,6 +121,16 @@ def test_not_a_capsule(bundle):
     with pytest.raises(TypeError, match=r"input 0 \(`x`\): its `__dlpack__` returned a str"):
         f(Capsule("not a capsule"), f32(4, 5))
     still_works(f)
+
+
+def test_producer_refuses(bundle):
+    f = bundle("scale_add")
+    x = f32(4, 5)
+    x.flags.writeable = False
+    # NumPy cannot flag a legacy capsule read-only, so it refuses to make one.
+    with pytest.raises(BufferError, match=r"input 0 \(`x`\): its `__dlpack__` failed: .*read"):
+        f(Legacy(x), f32(4, 5))
+    still_works(f, (x, x.copy()))
 
 
 def test_gpu_array(bundle):
