@@ -18,9 +18,11 @@ const LEGACY: &CStr = c"dltensor";
 const USED_VERSIONED: &CStr = c"used_dltensor_versioned";
 const USED_LEGACY: &CStr = c"used_dltensor";
 
-/// `kDLCUDA`, `kDLCUDAManaged` and `kDLROCM`...: device types whose memory the host does not
-/// read; the message says GPU inputs are not supported yet.
-const GPU_DEVICE_TYPES: [i64; 4] = [2, 10, 11, 13];
+/// GPU memory: `kDLCUDA` (2), `kDLOpenCL` (4), `kDLVulkan` (7), `kDLMetal` (8), `kDLROCM`
+/// (10), `kDLCUDAManaged` (13), `kDLOneAPI` (14), `kDLWebGPU` (15): refused before anything is
+/// exported, saying GPU inputs are not supported yet. Other devices ovl does not read are
+/// refused by the import (`UnsupportedDevice`).
+const GPU_DEVICE_TYPES: [i64; 8] = [2, 4, 7, 8, 10, 13, 14, 15];
 
 /// The message of a GPU input, `what` naming it.
 pub fn gpu_input(what: &str) -> PyErr {
