@@ -644,10 +644,7 @@ fn an_embedded_library_is_installed_and_loaded_without_a_compiler() {
         .join(&library.cache_key);
     assert_eq!(std::fs::read(entry.join("op.so")).unwrap(), library.library);
     let meta = std::fs::read_to_string(entry.join("meta")).unwrap();
-    let digest: String = sha2::Sha256::digest(&library.library)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let digest = ovl_ir::hash::hex(&sha2::Sha256::digest(&library.library));
     assert!(
         meta.contains(&format!("artifact length: {}\n", library.library.len()))
             && meta.contains(&format!("artifact sha256: {digest}\n")),

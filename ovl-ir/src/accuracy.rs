@@ -7,7 +7,7 @@
 //! `erf`. The bounds, vs. the interpreter, for finite results:
 //!
 //! - **C++**: f32 `exp` (the prelude's, at most 1 ulp from the correctly rounded value), `tanh`
-//!   (the prelude's rational approximation, at most 6 ulp; `tests/math_accuracy.rs`), `sigmoid`
+//!   (the prelude's rational approximation, at most 6 ulp; `tests/core/math_accuracy.rs`), `sigmoid`
 //!   (the prelude's, at most 4 ulp from the f32 formula the interpreter computes), `erf` (the C
 //!   library's, 1 ulp from the `libm` crate's), f64 `erf` 1; every other function is the same C
 //!   library the interpreter calls.

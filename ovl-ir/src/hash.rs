@@ -18,17 +18,38 @@ pub struct Digest(pub [u8; 32]);
 impl Digest {
     /// The digest as 64 lower-case hex digits.
     pub fn to_hex(&self) -> String {
-        self.to_string()
+        hex(&self.0)
     }
 }
 
 impl std::fmt::Display for Digest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        f.write_str(&hex(&self.0))
     }
+}
+
+/// `bytes` as lower-case hexadecimal text, two digits a byte: the workspace's one hex encoder
+/// (digests, cache keys, the XLA custom call's attributes, golden files).
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(2 * bytes.len());
+    for &b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    out
+}
+
+/// The bytes of hexadecimal text ([`hex`]'s inverse; upper-case digits are accepted too), or
+/// `None` when `text` has an odd length or a character that is not a hex digit.
+pub fn unhex(text: &[u8]) -> Option<Vec<u8>> {
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    text.chunks(2)
+        .map(|p| match p {
+            [a, b] => Some(digit(*a)? << 4 | digit(*b)?),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Feeds a canonical encoding of values to SHA-256.
@@ -232,6 +253,23 @@ mod tests {
     use crate::builder::{Builder, IN, OUT};
     use crate::dtype::{DType, Literal};
     use crate::ir::Op;
+
+    #[test]
+    fn hex_writes_two_lower_case_digits_a_byte_and_unhex_reads_them_back() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        let text = hex(&bytes);
+        assert_eq!(&text[..8], "00010203");
+        assert_eq!(&text[text.len() - 4..], "feff");
+        let formatted: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(text, formatted);
+        assert_eq!(unhex(text.as_bytes()).unwrap(), bytes);
+        assert_eq!(unhex(b"0A"), Some(vec![10]));
+        assert_eq!(hex(&[]), "");
+        for bad in [&b"abc"[..], b"0g", b"+1", b" 1"] {
+            assert_eq!(unhex(bad), None, "{bad:?}");
+        }
+        assert_eq!(Digest([0xab; 32]).to_string(), "ab".repeat(32));
+    }
 
     fn add_op(c: f32) -> ir::ExpressionDag {
         let mut b = Builder::new("add_const", &[4]);

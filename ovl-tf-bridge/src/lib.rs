@@ -74,3 +74,4 @@ pub mod programs;
 mod tf;
 #[cfg(not(test))]
 pub mod xla;
+mod xla_cache;

@@ -9,14 +9,17 @@
 //! a key (a 64-bit FNV-1a hash of the shapes and the program) and the shapes and sealed program
 //! themselves, as hexadecimal text. [`ovl_tf_xla_output`] gives each output's dtype and shape.
 //! At run time XLA calls the handler with the attributes and its buffers, and
-//! [`ovl_tf_xla_run`] finds the prepared program by its key (the thread's last one by comparing
-//! the key, else a cache; an evicted one is prepared again from the text) and runs it on XLA's
-//! buffers, on the calling thread unless it is large (as `crate::compute` decides).
+//! [`ovl_tf_xla_run`] finds the prepared program by its key and its text (the thread's last
+//! one, else a cache, `crate::xla_cache`; the key only says where to look, the text is
+//! compared, so programs whose keys collide each run their own; an evicted one is prepared
+//! again from the text) and runs it on XLA's buffers, on the calling thread unless it is large
+//! (as `crate::compute` decides).
 //!
 //! Every function runs under `catch_unwind` and reports a failure as a message in the caller's
 //! buffer and a non-zero result, never a panic.
 
 use crate::compute::parallel_min_work;
+use crate::xla_cache::{Entry, Last, PreparedCache};
 use ovl::program::{tensorflow_type_name, Binding, LoadedProgram};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void};
@@ -31,17 +34,20 @@ const PREPARED: usize = 64;
 
 /// A program prepared for static shapes.
 struct Prepared {
-    key: u64,
     program: LoadedProgram,
     binding: Binding,
     threads: usize,
 }
 
-static CACHE: ovl_core::lru::SharedLru<u64, Arc<Prepared>> =
-    ovl_core::lru::SharedLru::new("DynamicLib programs prepared for XLA", PREPARED);
+static CACHE: PreparedCache<Prepared> = PreparedCache::new(
+    "DynamicLib programs prepared for XLA",
+    PREPARED,
+    fnv1a,
+    &LAST,
+);
 
 thread_local! {
-    static LAST: RefCell<Option<Arc<Prepared>>> = const { RefCell::new(None) };
+    static LAST: Last<Prepared> = const { RefCell::new(None) };
 }
 
 /// Writes `message` into the caller's buffer (cut to fit, NUL-terminated).
@@ -99,20 +105,6 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &[u8]) -> Option<Vec<u8>> {
-    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    text.chunks(2)
-        .map(|p| match p {
-            [a, b] => Some(digit(*a)? << 4 | digit(*b)?),
-            _ => None,
-        })
-        .collect()
-}
-
 /// The shapes and the sealed program of opaque bytes made by [`opaque_of`].
 fn parse_opaque(opaque: &[u8]) -> Option<(Vec<Vec<usize>>, &[u8])> {
     let mut rest = opaque.strip_prefix(OPAQUE_HEADER)?;
@@ -135,7 +127,7 @@ fn parse_opaque(opaque: &[u8]) -> Option<(Vec<Vec<usize>>, &[u8])> {
 }
 
 /// Loads and binds the program of `opaque` (the slow path: a cache miss).
-fn prepare(opaque: &[u8], dtypes: Option<&[c_int]>) -> Result<Arc<Prepared>, String> {
+fn prepare(opaque: &[u8], dtypes: Option<&[c_int]>) -> Result<Prepared, String> {
     let (shapes, sealed) =
         parse_opaque(opaque).ok_or("the custom call's opaque bytes are damaged")?;
     let program =
@@ -171,36 +163,17 @@ fn prepare(opaque: &[u8], dtypes: Option<&[c_int]>) -> Result<Arc<Prepared>, Str
     } else {
         0
     };
-    let prepared = Arc::new(Prepared {
-        key: fnv1a(opaque),
+    Ok(Prepared {
         program,
         binding,
         threads,
-    });
-    CACHE.insert(prepared.key, prepared.clone());
-    Ok(prepared)
+    })
 }
 
-/// The prepared program of `key`: the thread's last one when the key is the same, else the
-/// cache's, else prepared now from `text` (the hexadecimal opaque bytes).
-fn find(key: u64, text: &[u8]) -> Result<Arc<Prepared>, String> {
-    if let Some(p) = LAST.with(|l| l.borrow().clone()) {
-        if p.key == key {
-            return Ok(p);
-        }
-    }
-    let p = match CACHE.get(&key) {
-        Some(p) => p,
-        None => {
-            let opaque = unhex(text).ok_or("the custom call's attributes are damaged")?;
-            if fnv1a(&opaque) != key {
-                return Err("the custom call's attributes are damaged".into());
-            }
-            prepare(&opaque, None)?
-        }
-    };
-    LAST.with(|l| *l.borrow_mut() = Some(p.clone()));
-    Ok(p)
+/// The prepared program of `key` and `text` (the hexadecimal opaque bytes): the thread's last
+/// one, else the cache's, else prepared now from `text`.
+fn find(key: u64, text: &[u8]) -> Result<Arc<Entry<Prepared>>, String> {
+    CACHE.find(key, text, |opaque| prepare(opaque, None))
 }
 
 /// Prepares a `DynamicLib` program for inputs of the given dtypes (TensorFlow's enum values) and
@@ -250,8 +223,8 @@ pub unsafe extern "C" fn ovl_tf_xla_prepare(
             shapes.push(shape);
         }
         let bytes = opaque_of(sealed, &shapes);
-        let prepared = prepare(&bytes, Some(dtypes))?;
-        let boxed = hex(&bytes).into_bytes().into_boxed_slice();
+        let prepared = CACHE.insert(&bytes, prepare(&bytes, Some(dtypes))?);
+        let boxed = prepared.text.clone();
         // SAFETY: the caller's contract; freed by ovl_tf_xla_free with this length.
         unsafe {
             *key = prepared.key;
@@ -276,15 +249,19 @@ pub unsafe extern "C" fn ovl_tf_xla_free(text: *mut u8, text_len: usize) {
     }
 }
 
-/// Output `k` of the program prepared under `key`: its dtype (TensorFlow's enum value) in
-/// `*dtype`, its rank in `*rank` and its dimensions in `dims` (at most `dims_cap`). Returns 0,
-/// or non-zero when there is no such output or it does not fit.
+/// Output `k` of the program prepared under `key` and `text` (what [`ovl_tf_xla_prepare`]
+/// returned): its dtype (TensorFlow's enum value) in `*dtype`, its rank in `*rank` and its
+/// dimensions in `dims` (at most `dims_cap`). Returns 0, or non-zero when there is no such
+/// output or it does not fit.
 ///
 /// # Safety
-/// `dtype` and `rank` must be writable, `dims` for `dims_cap` entries.
+/// `text` must hold `text_len` bytes; `dtype` and `rank` must be writable, `dims` for
+/// `dims_cap` entries.
 #[no_mangle]
 pub unsafe extern "C" fn ovl_tf_xla_output(
     key: u64,
+    text: *const u8,
+    text_len: usize,
     k: usize,
     dtype: *mut c_int,
     rank: *mut u32,
@@ -292,8 +269,10 @@ pub unsafe extern "C" fn ovl_tf_xla_output(
     dims_cap: usize,
 ) -> c_int {
     let result = catch_unwind(AssertUnwindSafe(|| {
-        let p = find(key, b"").ok()?;
-        let sig = p.binding.outputs.get(k)?;
+        // SAFETY: the caller's contract.
+        let text = unsafe { std::slice::from_raw_parts(text, text_len) };
+        let p = find(key, text).ok()?;
+        let sig = p.value.binding.outputs.get(k)?;
         if sig.shape.len() > dims_cap {
             return None;
         }
@@ -335,7 +314,7 @@ pub unsafe extern "C" fn ovl_tf_xla_run(
     let result = catch_unwind(AssertUnwindSafe(|| -> Result<(), String> {
         // SAFETY: the caller's contract.
         let text = unsafe { std::slice::from_raw_parts(text, text_len) };
-        let p = find(key, text)?;
+        let p = &find(key, text)?.value;
         // SAFETY: the caller's contract: one buffer per input and output.
         let (ins, outs) = unsafe {
             (

@@ -64,11 +64,7 @@ fn key(toolchain: &Toolchain) -> String {
     let mut h = Sha256::new();
     h.update(toolchain.fingerprint);
     h.update(PRELUDE.as_bytes());
-    h.finalize()
-        .iter()
-        .take(16)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    ovl_ir::hash::hex(&h.finalize()[..16])
 }
 
 /// Writes the header and compiles its `.gch` in `dir` unless both are there.

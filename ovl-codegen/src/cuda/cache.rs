@@ -110,7 +110,7 @@ fn cache_key(dag: &ir::ExpressionDag, nvrtc: &NvrtcInfo, options: &[String]) -> 
         field(o.as_bytes());
     }
     let out = h.finalize();
-    out[..16].iter().map(|b| format!("{b:02x}")).collect()
+    ovl_ir::hash::hex(&out[..16])
 }
 
 /// Compiles an operator with NVRTC for [`CudaCompileOptions::arch`] and

@@ -196,10 +196,7 @@ fn recorded(meta: &str) -> Option<(u64, String)> {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    ovl_ir::hash::hex(&Sha256::digest(bytes))
 }
 
 /// Finds the entry's artifact or builds it, by the protocol of the module documentation.

@@ -87,7 +87,7 @@ pub(crate) fn cache_key(dag: &ir::ExpressionDag, toolchain: &Toolchain) -> Strin
     h.update(digest.0);
     h.update(toolchain.fingerprint);
     let out = h.finalize();
-    out[..16].iter().map(|b| format!("{b:02x}")).collect()
+    ovl_ir::hash::hex(&out[..16])
 }
 
 fn dump(operator: &str, path: &Path) {
@@ -252,7 +252,7 @@ pub fn target_key(dag: &ir::ExpressionDag, options: &CompileOptions) -> String {
     }
     field(cpu_target().as_bytes());
     let out = h.finalize();
-    out[..16].iter().map(|b| format!("{b:02x}")).collect()
+    ovl_ir::hash::hex(&out[..16])
 }
 
 /// Compiles `dag` (or finds it in the cache) and returns its library to carry in an exported

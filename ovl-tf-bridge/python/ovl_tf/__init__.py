@@ -89,11 +89,16 @@ __all__ = [
 # `_bundle` (the bundle schema, `Program`, `load`), `_sealed` (the sealed program format),
 # `_kernel` (the C++ CPU kernel), `_gradient` (the op's gradient), `_pfor` (its pfor
 # converter), `_keras` (`Layer`).
+# Imports flow one way: `_library` imports none of the others, and what `_kernel` and `_xla` add
+# to it (the C++ kernel after a load, the XLA check of an op in a graph) is connected here.
 from ._bundle import BUNDLE_FORMAT, BundleError, Program, load  # noqa: E402
 from ._gradient import _register_gradient  # noqa: E402
-from ._library import _library_file, dynamic_lib, library_path, load_library  # noqa: E402
-from ._kernel import kernel_kind  # noqa: E402
-from ._xla import enable_xla, xla_enabled  # noqa: E402
+from ._library import _connect, _library_file, dynamic_lib, library_path, load_library  # noqa: E402
+from ._kernel import _enable as _enable_kernel, kernel_kind  # noqa: E402
+from ._xla import _check_xla, enable_xla, xla_enabled  # noqa: E402
+
+_connect(after_load=_enable_kernel, check_graph_op=_check_xla)
+del _connect, _enable_kernel, _check_xla
 
 # The public names say they are the package's, as before it was split (tracebacks, pickling,
 # help()).

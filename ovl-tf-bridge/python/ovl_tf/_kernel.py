@@ -27,6 +27,9 @@ from typing import Optional
 
 import tensorflow as tf
 
+from ._library import _library_file, load_library
+from ._xla import _build, _cache_root, _compiler
+
 _HERE = Path(__file__).resolve().parent / "kernel"
 _SOURCE = _HERE / "dynamic_lib_kernel.cc"
 _CHOICES = ("auto", "c++", "c-api")
@@ -39,8 +42,6 @@ def kernel_kind() -> str:
     """Which CPU kernel of ``DynamicLib`` this process runs: ``"c++"`` (compiled against
     TensorFlow's headers by ``load_library``) or ``"c-api"`` (the bridge's own). Loads the
     bridge library first if needed."""
-    from ._library import load_library
-
     load_library()
     return _kind or "c-api"
 
@@ -58,8 +59,6 @@ def _choice() -> str:
 
 def _load(bridge_file: str) -> Path:
     """Compiles (once, cached) and loads the C++ kernel, and connects it to the bridge."""
-    from ._xla import _build, _cache_root, _compiler
-
     compiler = _compiler("ovl_tf: the C++ kernel of DynamicLib")
     flags = tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
     key = hashlib.sha256()
@@ -80,7 +79,8 @@ def _load(bridge_file: str) -> Path:
 
 
 def _enable(bridge_file: str) -> None:
-    """Called once by ``load_library`` after the bridge library is loaded."""
+    """Called once by ``load_library`` after the bridge library is loaded (``ovl_tf/__init__``
+    connects it)."""
     global _kind
     choice = _choice()
     if choice == "c-api":
@@ -106,8 +106,6 @@ def program_stats() -> dict:
     ``loads`` (programs a ``DynamicLib`` kernel loaded), ``reuses`` (kernels that took the
     program another live kernel loaded: the nodes of an unrolled cell, the gradient nodes of
     one program) and ``fixed_bindings`` (fixed-shape bindings made, once per loaded program)."""
-    from ._library import _library_file
-
     bridge = ctypes.CDLL(_library_file())
     out = (ctypes.c_uint64 * 3)()
     bridge.ovl_tf_program_stats(out)

@@ -1,4 +1,9 @@
-"""Finding and loading the bridge library (``tf.load_op_library``), and the raw op."""
+"""Finding and loading the bridge library (``tf.load_op_library``), and the raw op.
+
+The bottom of the package: it imports none of the other ``ovl_tf`` modules. Two of them add to
+what it does, connected by ``ovl_tf/__init__`` (``_connect``) when the package is imported:
+``_kernel`` enables the C++ kernel once the library is loaded, and ``_xla`` checks each op built
+into a graph (an XLA cluster needs ``enable_xla``)."""
 
 from __future__ import annotations
 
@@ -14,6 +19,24 @@ _LIBRARY_NAME = "libovl_tf_bridge.so"
 _lock = threading.Lock()
 _module = None
 _module_path: Optional[str] = None
+
+
+def _nothing(_) -> None:
+    pass
+
+
+# Set by `_connect`: `_after_load` is called with the library's file once it is loaded (under the
+# lock, before `load_library` returns; an exception leaves the library unloaded),
+# `_check_graph_op` with the program of each op built into a graph.
+_after_load = _nothing
+_check_graph_op = _nothing
+
+
+def _connect(after_load, check_graph_op) -> None:
+    """Connects the modules above this one (see the module documentation)."""
+    global _after_load, _check_graph_op
+    _after_load = after_load
+    _check_graph_op = check_graph_op
 
 
 def _packaged_library() -> Optional[Path]:
@@ -67,21 +90,17 @@ def library_path() -> Path:
 def load_library(path: Optional[os.PathLike] = None):
     """Loads the bridge library (once per process) with ``tf.load_op_library``, which
     registers the ``DynamicLib`` op and its C-API kernel, then the C++ kernel that replaces it
-    when it compiles (``_kernel``, ``$OVL_TF_KERNEL``), and registers the op's gradient. Returns the
-    op module (its ``dynamic_lib`` function is the raw op)."""
+    when it compiles (``_kernel``, ``$OVL_TF_KERNEL``). Returns the op module (its
+    ``dynamic_lib`` function is the raw op). The op's gradient is registered when ``ovl_tf`` is
+    imported, before any load."""
     global _module, _module_path
     with _lock:
         if _module is None:
             file = str(path or library_path())
             module = tf.load_op_library(file)
-            from ._kernel import _enable
-
-            _enable(file)
+            _after_load(file)
             _module = module
             _module_path = file
-            from ._gradient import _register_gradient
-
-            _register_gradient()
         return _module
 
 
@@ -116,9 +135,7 @@ def _call_op(inputs, program, out_types, out_shapes, gradient, name, static_shap
     time) and sets ``static_shapes`` (default: ``out_shapes``) on the outputs in a graph."""
     module = _module or load_library()
     if not tf.executing_eagerly():
-        from ._xla import _check_xla
-
-        _check_xla(program)
+        _check_graph_op(program)
     outputs = list(
         module.dynamic_lib(
             inputs=inputs,

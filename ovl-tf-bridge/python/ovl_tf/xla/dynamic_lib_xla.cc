@@ -30,8 +30,8 @@ typedef int (*PrepareFn)(const uint8_t* program, size_t program_len, size_t n_in
                          uint64_t* key, uint8_t** text, size_t* text_len, char* error,
                          size_t error_len);
 typedef void (*FreeFn)(uint8_t* text, size_t text_len);
-typedef int (*OutputFn)(uint64_t key, size_t k, int* dtype, uint32_t* rank, int64_t* dims,
-                        size_t dims_cap);
+typedef int (*OutputFn)(uint64_t key, const uint8_t* text, size_t text_len, size_t k,
+                        int* dtype, uint32_t* rank, int64_t* dims, size_t dims_cap);
 typedef int (*RunFn)(uint64_t key, const uint8_t* text, size_t text_len,
                      const void* const* inputs, void* const* outputs, char* error,
                      size_t error_len);
@@ -94,18 +94,20 @@ class DynamicLibXlaOp : public tensorflow::XlaOpKernel {
                         ranks.size(), dtypes.data(), ranks.data(), dims.data(), &key, &text,
                         &text_len, error.data(), error.size());
     OP_REQUIRES(ctx, rc == 0, absl::InvalidArgumentError(node + ": " + error.data()));
-    // The attributes of the typed FFI call, as an MLIR dictionary (the text is hexadecimal).
-    std::string config = "{ovl_key = " + std::to_string(static_cast<int64_t>(key)) +
-                         " : i64, ovl_program = \"" +
-                         std::string(reinterpret_cast<const char*>(text), text_len) + "\"}";
+    // The bridge finds a prepared program by its key and its text (hexadecimal), both.
+    const std::string hex(reinterpret_cast<const char*>(text), text_len);
     free_fn(text, text_len);
+    const uint8_t* hex_data = reinterpret_cast<const uint8_t*>(hex.data());
+    // The attributes of the typed FFI call, as an MLIR dictionary.
+    std::string config = "{ovl_key = " + std::to_string(static_cast<int64_t>(key)) +
+                         " : i64, ovl_program = \"" + hex + "\"}";
     std::vector<xla::Shape> out_shapes;
     for (size_t k = 0; k < out_types_.size(); ++k) {
       int dtype = 0;
       uint32_t rank = 0;
       int64_t out_dims[64];
       OP_REQUIRES(ctx,
-                  output_fn(key, k, &dtype, &rank, out_dims, 64) == 0 &&
+                  output_fn(key, hex_data, hex.size(), k, &dtype, &rank, out_dims, 64) == 0 &&
                       dtype == static_cast<int>(out_types_[k]),
                   absl::InvalidArgumentError(
                       node + ": the attributes declare other outputs than the program makes "
@@ -118,7 +120,9 @@ class DynamicLibXlaOp : public tensorflow::XlaOpKernel {
     int dtype = 0;
     uint32_t rank = 0;
     int64_t out_dims[64];
-    OP_REQUIRES(ctx, output_fn(key, out_types_.size(), &dtype, &rank, out_dims, 64) != 0,
+    OP_REQUIRES(ctx,
+                output_fn(key, hex_data, hex.size(), out_types_.size(), &dtype, &rank, out_dims,
+                          64) != 0,
                 absl::InvalidArgumentError(
                     node + ": the program makes more outputs than the attributes declare"));
     xla::Shape tuple = xla::ShapeUtil::MakeTupleShape(out_shapes);

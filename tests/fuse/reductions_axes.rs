@@ -6,8 +6,7 @@
 //! included. Values: the C++ backend against the interpreter and both against a plain-Rust f64
 //! reference; kernel counts asserted; and the blocked program is checked to be generated.
 
-#[path = "support/reductions.rs"]
-mod reductions;
+use crate::reduction_kernels as reductions;
 
 use ndarray::{Array2, ArrayD, IxDyn};
 use ovl::prelude::*;
@@ -411,11 +410,8 @@ fn the_fused_column_kernels_are_pinned_for_the_cuda_emulation() {
                         continue;
                     }
                     let hex: String = ovl::ir_tools::to_bytes(op)
-                        .iter()
-                        .map(|b| format!("{b:02x}"))
-                        .collect::<Vec<_>>()
                         .chunks(48)
-                        .map(|line| line.concat() + "\n")
+                        .map(|line| ovl_core::hash::hex(line) + "\n")
                         .collect();
                     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
                     let name = format!(

@@ -3,8 +3,7 @@
 //! plain-Rust f64 reference on the interpreter and the C++ backend, evaluated per call and
 //! compiled once on placeholders; and the benchmark's tolerance check rejects a wrong value.
 
-#[path = "support/reductions.rs"]
-mod reductions;
+use crate::reduction_kernels as reductions;
 
 use ndarray::{ArrayD, Ix2};
 use ovl::prelude::*;
@@ -238,11 +237,8 @@ fn the_fused_row_kernels_are_pinned_for_the_cuda_emulation() {
                         continue;
                     }
                     let hex: String = ovl::ir_tools::to_bytes(op)
-                        .iter()
-                        .map(|b| format!("{b:02x}"))
-                        .collect::<Vec<_>>()
                         .chunks(48)
-                        .map(|line| line.concat() + "\n")
+                        .map(|line| ovl_core::hash::hex(line) + "\n")
                         .collect();
                     let name = format!("{}_{pass}_{rows}x{cols}_{k}.hex", kernel.name());
                     ovl_testkit::golden::assert_golden(format!("{dir}/{name}"), &hex);
