@@ -20,16 +20,14 @@
 # and the report says there was no GPU. It exits non-zero when a test failed or timed out.
 set -euo pipefail
 
-# The GPU test binaries: package and test target.
+# The GPU test binaries: package, test target, and the name filters of the tests to run when
+# not all (a binary of several test files, tests/<group>.rs, also holds CPU-only tests).
 TESTS=(
-    "ovl conformance_cuda"
-    "ovl cuda_backend"
+    "ovl cuda"
     "ovl device_tensors"
-    "ovl reductions"
-    "ovl vmap"
-    "ovl gemm"
-    "ovl gemm_cuda"
-    "ovl cuda_graphs"
+    "ovl fuse reductions::"
+    "ovl core vmap::"
+    "ovl runtime gemm::"
     "ovl-codegen cuda"
     "ovl-codegen codegen"
     "ovl-stdlib stdlib"
@@ -79,7 +77,7 @@ pack() {
     for pkg in $(printf '%s\n' "${TESTS[@]}" | cut -d' ' -f1 | sort -u); do
         local targets=()
         for spec in "${TESTS[@]}"; do
-            read -r p t <<<"$spec"
+            read -r p t _ <<<"$spec"
             [ "$p" = "$pkg" ] && targets+=(--test "$t")
         done
         cargo test --locked --release --no-run --message-format=json -p "$pkg" "${targets[@]}" \
@@ -97,20 +95,22 @@ pack() {
         echo "root $root"
         echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD -- || echo ' (with uncommitted changes)')"
     } >"$manifest"
-    local kind pkg target exe name
+    local kind pkg target exe name filters
     while read -r kind pkg target exe; do
         # A benchmark may share its name with a test (`reductions`): the kind keeps them apart.
         name="$pkg--$target"
         [ "$kind" = bench ] && name="$pkg--bench-$target"
         # Only the targets asked for (cargo also reports dependencies' build scripts).
-        if [ "$kind" = test ] && ! printf '%s\n' "${TESTS[@]}" | grep -qx "$pkg $target"; then
-            continue
+        if [ "$kind" = test ]; then
+            spec="$(printf '%s\n' "${TESTS[@]}" | grep -m1 -E "^$pkg $target( |\$)" || true)"
+            [ -n "$spec" ] || continue
+            read -r _ _ filters <<<"$spec"
         fi
         if [ "$kind" = bench ]; then
             printf '%s\n' "${BENCHES[@]}" | grep -qx "$pkg $target" || continue
             echo "bench $name" >>"$manifest"
         else
-            echo "test $name" >>"$manifest"
+            echo "test $name $filters" >>"$manifest"
         fi
         cp "$exe" "$stage/gpu-check/bin/$name"
         strip "$stage/gpu-check/bin/$name"
@@ -198,8 +198,10 @@ run() {
         # (golden-file tests resolve their paths through the variable at run time).
         local package="${name%%--*}" package_dir="$root"
         [ "$package" = ovl ] || package_dir="$root/$package"
+        # `rest`: the test name filters of the manifest line (word-split on purpose).
+        # shellcheck disable=SC2086
         (cd "$package_dir" && CARGO_MANIFEST_DIR="$package_dir" \
-            timeout -k 5 "$limit" "$dir/bin/$name" </dev/null >"$log" 2>&1) || rc=$?
+            timeout -k 5 "$limit" "$dir/bin/$name" $rest </dev/null >"$log" 2>&1) || rc=$?
         local passed nfailed result skipped
         passed="$(grep -o '[0-9]* passed' "$log" | awk '{s+=$1} END {print s+0}' || true)"
         nfailed="$(grep -o '[0-9]* failed' "$log" | awk '{s+=$1} END {print s+0}' || true)"

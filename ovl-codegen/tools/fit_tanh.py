@@ -7,7 +7,7 @@ near 0. Coefficients are then rounded to f32 one at a time, highest degrees firs
 others after each, so that the rounded set is as good as the exact one.
 
 Usage: python fit_tanh.py   (needs numpy; prints p0..p4 q0..q4, to paste into prelude.rs)
-The prelude's accuracy is checked by tests/math_accuracy.rs; the exhaustive check over every
+The prelude's accuracy is checked by tests/core/math_accuracy.rs; the exhaustive check over every
 f32 that gave the documented bound (6 ulp) was a one-off C++ loop against double tanh.
 """
 

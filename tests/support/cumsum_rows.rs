@@ -1,6 +1,7 @@
 //! The README's first operator, a running sum along each row (one worker per row, a staged loop
-//! with a loop-carried variable), shared by `tests/program.rs` and `tests/ir_dump.rs`, which
-//! include this file with `#[path]`.
+//! with a loop-carried variable), shared by `tests/programs/program.rs` and
+//! `tests/core/ir_dump.rs` (`tests/programs.rs` and `tests/core.rs` include this file with
+//! `#[path]`).
 
 use ovl::prelude::*;
 

@@ -1,4 +1,4 @@
-//! The operator and printing helper the device tests share (`tests/cuda_graphs.rs`,
+//! The operator and printing helper the device tests share (`tests/cuda/cuda_graphs.rs`,
 //! `tests/device_tensors.rs`).
 
 use ovl::prelude::*;

@@ -1,7 +1,7 @@
 //! The LSTM cell's nonlinearity written from small operators (a gate split, sigmoid, tanh) and
-//! arithmetic on handles, and deterministic values to feed it: shared by `tests/fusion.rs`,
-//! `tests/compiled.rs`, `examples/fusion.rs` and `benches/lstm_fusion.rs` and `benches/lstm.rs`,
-//! which include this file with `#[path]`.
+//! arithmetic on handles, and deterministic values to feed it: shared by the test binaries
+//! `tests/fuse/`, `tests/runtime/` and `tests/cuda/`, `examples/fusion.rs`,
+//! `benches/lstm_fusion.rs` and `benches/lstm.rs`, which include this file with `#[path]`.
 
 #![allow(dead_code)]
 

@@ -1,5 +1,5 @@
 //! A matrix product as a user writes it without the library: a worker per element of the
-//! result, a fold over `k` (shared by tests/fusion_memory.rs and benches/fusion_menu.rs).
+//! result, a fold over `k` (shared by tests/fuse/fusion_memory.rs and benches/fusion_menu.rs).
 use ovl::prelude::*;
 
 #[operator]

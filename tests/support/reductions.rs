@@ -1,8 +1,8 @@
 //! The kernels of the reductions benchmark (layer norm, softmax, RMS norm, logsumexp along the
 //! last axis of a `[rows, cols]` f32 tensor, forward and the gradient with respect to `x`), each
 //! written three ways, and a plain-Rust f64 reference for them. Shared by
-//! `benches/reductions.rs` and `tests/reductions_bench.rs`, which include this file with
-//! `#[path]`.
+//! `benches/reductions.rs` and `tests/fuse/` (`reductions_bench.rs`, `reductions_axes.rs`),
+//! which include this file with `#[path]`.
 //!
 //! - [`Way::Ops`]: composed from `ovl_stdlib` operators with row statistics kept as `[rows, 1]`
 //!   (`max_keepdim`, `sum_keepdim`, `mean_keepdim`) and broadcast back with numpy's rule; the

@@ -197,7 +197,7 @@ fn the_f64_fold_buffers_are_per_dtype() {
 fn the_fused_column_kernels_match_the_interpreter_in_the_cuda_order() {
     // The stdlib operators' softmax, layer norm, RMS norm and logsumexp along axis 0 and a
     // middle axis, forward and backward (the gradient `ovl::backward` derives), fused as for
-    // the GPU (pinned by `tests/reductions_axes.rs` at the workspace root), each operator on
+    // the GPU (pinned by `tests/fuse/reductions_axes.rs` at the workspace root), each operator on
     // pseudo-random inputs of its own.
     use prost::Message as _;
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/column_kernels");

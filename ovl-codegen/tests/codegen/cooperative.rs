@@ -409,7 +409,7 @@ fn an_accumulator_reduced_by_two_loops_folds_twice() {
 #[test]
 fn the_benchmarks_fused_row_kernels_match_the_interpreter_in_the_cuda_order() {
     // The stdlib's softmax, layer norm, RMS norm and logsumexp, forward and backward, fused as
-    // for the GPU (pinned by `tests/reductions_bench.rs` at the workspace root), each operator
+    // for the GPU (pinned by `tests/fuse/reductions_bench.rs` at the workspace root), each operator
     // on pseudo-random inputs of its own.
     use prost::Message as _;
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/row_kernels");

@@ -3,7 +3,7 @@
 //! included) and of the row kernels run as generated CUDA and match the reference interpreter:
 //! within the math contract's bounds (`ovl_ir::accuracy`) on several grids for one thread per
 //! worker, bit for bit in the CUDA order for the gradients a GPU runs with a group of threads
-//! per row. (Their values against central differences: `tests/autodiff/`.)
+//! per row. (Their values against central differences: `tests/core/autodiff/`.)
 
 use crate::cooperative::emulated_as_interpreted;
 use crate::cuda_emulated::{build, emulate_launch};

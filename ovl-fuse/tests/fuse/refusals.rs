@@ -3,13 +3,13 @@
 //! graph's result checked against values computed here (or its fault, where the graph faults).
 //!
 //! The other reasons are tested elsewhere: `OptLevel` (`optimize.rs`
-//! `level_zero_refuses_everything`; the facade's `tests/fusion.rs` `opt_levels_one_and_two`),
+//! `level_zero_refuses_everything`; the facade's `tests/fuse/fusion.rs` `opt_levels_one_and_two`),
 //! `WouldCreateCycle` (`a_merge_that_would_make_a_cycle_is_refused`), `WriteInControlFlow`
 //! (`cumsum_rows_then_cumsum_cols_is_refused_and_correct`), `PatternMismatch` and
 //! `DifferentWorkgroup` (`transpose_then_add_is_refused_with_both_patterns`), `Stencil`
 //! (`stencil_is_refused`) and `Broadcast` (`broadcast_read_is_refused`), all in the facade's
-//! `tests/fusion.rs`. `ShapeMismatch` and `InvalidMerge` cannot be reached by a valid graph: see
-//! the tests at the end.
+//! `tests/fuse/fusion.rs`. `ShapeMismatch` and `InvalidMerge` cannot be reached by a valid graph:
+//! see the tests at the end.
 
 use ovl_core::builder::{Builder, IN, OUT};
 use ovl_core::interp::{interpret_with, InterpError, InterpOptions};
@@ -412,7 +412,7 @@ fn shape_mismatch_is_rejected_before_fusion() {
 /// once `check_vertical` has proven it legal, and the spliced operator is valid by construction
 /// (the producer's expressions go first, the handed-over value replaces the consumer's reads,
 /// locals and variables are renumbered), so no valid graph reaches it unless the merger is
-/// wrong. The facade's `tests/fusion_props.rs` checks on random graphs that it never appears;
+/// wrong. The facade's `tests/fuse/fusion_props.rs` checks on random graphs that it never appears;
 /// here, on every graph of this file at every level, no refusal is `InvalidMerge` and the fused
 /// graph is valid.
 #[test]

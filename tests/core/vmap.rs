@@ -9,8 +9,7 @@ use ovl::prelude::*;
 use ovl::{Batched, LazyTensor, Shared, VmapError, VmapInput};
 use ovl_stdlib as ops;
 
-#[path = "support/lstm_small_ops.rs"]
-mod lstm_small_ops;
+use crate::lstm_small_ops;
 use lstm_small_ops::{lstm_cell, pseudo_random};
 
 fn targets() -> [(&'static str, Options); 2] {
@@ -290,7 +289,7 @@ fn bad_arguments_are_clear_errors() {
     .unwrap_err();
     let msg = e.to_string();
     assert!(
-        msg.contains("cannot batch operator `scale_cols` (defined at tests/vmap.rs:"),
+        msg.contains("cannot batch operator `scale_cols` (defined at tests/core/vmap.rs:"),
         "{msg}"
     );
     let ovl_error: ovl::Error = e.into();

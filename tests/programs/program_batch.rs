@@ -4,8 +4,7 @@
 //! unbatched outputs; the batched gradient program, whose shared feeds' gradients are the sums
 //! over the examples (in the accumulator order `proto/ovl.proto` defines); errors.
 
-#[path = "support/cumsum_rows.rs"]
-mod cumsum;
+use crate::cumsum;
 
 use cumsum::cumsum_rows;
 use ovl::prelude::*;

@@ -6,8 +6,7 @@
 //! included. Values: the C++ backend against the interpreter and both against a plain-Rust f64
 //! reference; kernel counts asserted; and the blocked program is checked to be generated.
 
-#[path = "support/reductions.rs"]
-mod reductions;
+use crate::reduction_kernels as reductions;
 
 use ndarray::{Array2, ArrayD, IxDyn};
 use ovl::prelude::*;

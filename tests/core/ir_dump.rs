@@ -1,9 +1,8 @@
 //! A user can get an operator's IR: the protobuf bytes, and a readable text dump.
 
+use crate::cumsum;
 use ndarray::array;
 use ovl::ir;
-#[path = "support/cumsum_rows.rs"]
-mod cumsum;
 
 use cumsum::cumsum_rows;
 use ovl::prelude::*;

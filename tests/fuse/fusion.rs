@@ -558,8 +558,7 @@ fn arithmetic_on_mismatched_shapes_is_an_error() {
 
 // ---------------------------------------------------------------- the LSTM cell
 
-#[path = "support/lstm_small_ops.rs"]
-mod lstm_small_ops;
+use crate::lstm_small_ops;
 use lstm_small_ops::lstm_cell;
 
 #[test]

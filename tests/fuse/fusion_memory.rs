@@ -6,16 +6,14 @@
 //! kernels it replaces (a transposed operand substituted into such a product) is refused.
 //! Outcomes only: what merged, what was refused and why, values.
 
-#[path = "support/lstm_small_ops.rs"]
-mod lstm_small_ops;
+use crate::lstm_small_ops;
 
 use lstm_small_ops::{lstm_cell, pseudo_random};
 use ndarray::{Array2, ArrayD};
 use ovl::prelude::*;
 use ovl::{MergeKind, Reason};
 
-#[path = "support/product_per_element.rs"]
-mod product_per_element;
+use crate::product_per_element;
 use product_per_element::product_per_element;
 
 /// `a · b` in f64, summed in the operator's order, rounded to f32 at each step like it.

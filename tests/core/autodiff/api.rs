@@ -352,7 +352,7 @@ fn constructs_that_are_not_differentiated_are_errors_naming_the_operator_and_lin
     let msg = e.to_string();
     assert!(
         msg.contains("row_products")
-            && msg.contains("tests/autodiff/api.rs:")
+            && msg.contains("tests/core/autodiff/api.rs:")
             && msg.contains("loop"),
         "{msg}"
     );

@@ -126,8 +126,7 @@ fn gradient_of(f: &'static Forward) -> impl Fn(&[Lazy<f64>]) -> Vec<Lazy<f64>> {
 }
 
 mod api;
-#[path = "../conformance/mod.rs"]
-mod conformance;
+use crate::conformance;
 mod elementwise;
 mod loops;
 mod props;

@@ -3,7 +3,7 @@
 //! generated C++, for random data (drawn from the suite's edge values), random batch sizes
 //! (0 included) and a random choice of batched and shared inputs.
 
-mod conformance;
+use crate::conformance;
 
 use conformance::support::Reference;
 use conformance::{arithmetic, casts, control, math, paper};

@@ -6,7 +6,6 @@
 //! ptxas for sm_80 and sm_90 (any failure fails the test), and values come from the reference
 //! interpreter. Either way each test prints (past the test harness's capture) what it did, so a
 //! run without a GPU says plainly that GPU execution did not run.
-mod conformance;
 
 use ovl::Options;
 use std::io::Write as _;

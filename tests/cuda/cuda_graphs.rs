@@ -5,12 +5,9 @@
 //! works, and cuBLAS products are recorded with the kernels. Without a GPU each test says it
 //! did not run.
 
-#[path = "support/gather_op.rs"]
-mod gather_op;
-#[path = "support/gemm_values.rs"]
-mod gemm_values;
-#[path = "support/lstm_small_ops.rs"]
-mod lstm_small_ops;
+use crate::gather_op;
+use crate::gemm_values;
+use crate::lstm_small_ops;
 
 use gather_op::{gather, say};
 use gemm_values::{options, values};

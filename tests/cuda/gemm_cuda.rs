@@ -4,10 +4,8 @@
 //! against the reference product by a plain loop or the interpreter. A GEMM that cuBLAS runs
 //! compiles no kernel. Without a GPU or without cuBLAS each test says it did not run.
 
-#[path = "support/gemm_values.rs"]
-mod gemm_values;
-#[path = "support/lstm_small_ops.rs"]
-mod lstm_small_ops;
+use crate::gemm_values;
+use crate::lstm_small_ops;
 
 use gemm_values::{close, options, reference, shapes, values, FORMS, SIZES};
 use ndarray::{ArrayD, IxDyn};

@@ -1,7 +1,6 @@
 //! `ovl::compile`: a graph on placeholders fused and compiled once, run with new data each call.
 
-#[path = "support/lstm_small_ops.rs"]
-mod lstm_small_ops;
+use crate::lstm_small_ops;
 
 use ndarray::{Array2, ArrayD, IxDyn};
 use ovl::prelude::*;

@@ -1,8 +1,7 @@
 //! The program runner shared by `run_program` and the TensorFlow bridge (`LoadedProgram`): raw
 //! caller buffers, intermediates, outputs requested twice and passed-through feeds.
 
-#[path = "support/cumsum_rows.rs"]
-mod cumsum;
+use crate::cumsum;
 
 use cumsum::cumsum_rows;
 use ovl::prelude::*;

@@ -236,7 +236,10 @@ fn multiply_into_a_sum(x: Tensor<f32>) -> Tensor<f32> {
 fn trace_error_of<T: ovl::prelude::Scalar>(y: Lazy<T>) -> String {
     let e = ovl::evaluate(&y).expect_err("a misuse of an accumulator");
     let m = e.to_string();
-    assert!(m.contains("tests/reductions.rs:"), "names the line: {m}");
+    assert!(
+        m.contains("tests/fuse/reductions.rs:"),
+        "names the line: {m}"
+    );
     m
 }
 

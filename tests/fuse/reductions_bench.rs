@@ -3,8 +3,7 @@
 //! plain-Rust f64 reference on the interpreter and the C++ backend, evaluated per call and
 //! compiled once on placeholders; and the benchmark's tolerance check rejects a wrong value.
 
-#[path = "support/reductions.rs"]
-mod reductions;
+use crate::reduction_kernels as reductions;
 
 use ndarray::{ArrayD, Ix2};
 use ovl::prelude::*;

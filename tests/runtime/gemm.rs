@@ -5,10 +5,8 @@
 //! boundary (report and DOT), the LSTM step included; CUDA code for graphs holding one; export
 //! to a program run like the TensorFlow op runs it.
 
-#[path = "support/gemm_values.rs"]
-mod gemm_values;
-#[path = "support/lstm_small_ops.rs"]
-mod lstm_small_ops;
+use crate::gemm_values;
+use crate::lstm_small_ops;
 
 use ndarray::{ArrayD, IxDyn};
 use ovl::{Lazy, Options, Reason};
@@ -138,7 +136,10 @@ fn shapes_that_do_not_multiply_are_evaluate_errors_naming_them() {
             e.contains("matmul") && e.contains(a) && e.contains(b),
             "{e}"
         );
-        assert!(e.contains("tests/gemm.rs"), "names the caller's line: {e}");
+        assert!(
+            e.contains("tests/runtime/gemm.rs"),
+            "names the caller's line: {e}"
+        );
     }
     let t = |s: &[usize]| Lazy::from(ArrayD::<bool>::from_elem(IxDyn(s), true));
     let e = ovl::evaluate(&ovl::gemm(&t(&[2, 2]), &t(&[2, 2]), false, false)).unwrap_err();
