@@ -7,10 +7,10 @@
 //! `erf`. The bounds, vs. the interpreter, for finite results:
 //!
 //! - **C++**: f32 `exp` (the prelude's, at most 1 ulp from the correctly rounded value), `tanh`
-//!   (the prelude's rational approximation, at most 6 ulp; `tests/math_accuracy.rs`), `sigmoid`
-//!   (the prelude's, at most 4 ulp from the f32 formula the interpreter computes), `erf` (the C
-//!   library's, 1 ulp from the `libm` crate's), f64 `erf` 1; every other function is the same C
-//!   library the interpreter calls.
+//!   (the prelude's rational approximation, at most 6 ulp; `tests/core/math_accuracy.rs`),
+//!   `sigmoid` (the prelude's, at most 4 ulp from the f32 formula the interpreter computes),
+//!   `erf` (the C library's, 1 ulp from the `libm` crate's), f64 `erf` 1; every other function
+//!   is the same C library the interpreter calls.
 //! - **CUDA**: the device math library (f32 `tan`, `pow` and `atan2` computed in f64 and
 //!   rounded). f32: the largest differences measured on an NVIDIA H200 over 262,156 inputs per
 //!   function (issue 29): `exp`, `exp2`, `log10`, `asin` 2; `sinh`, `cosh`, `tanh`, `sigmoid` 3;

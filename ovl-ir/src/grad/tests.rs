@@ -1,5 +1,5 @@
 //! Structural tests of the pass; the values are checked against central differences on the
-//! interpreter, C++ and CUDA validation in `tests/autodiff/`.
+//! interpreter, C++ and CUDA validation in `tests/core/autodiff/`.
 
 use super::*;
 use crate::builder::{Builder, IN, OUT};
