@@ -241,13 +241,16 @@ unsafe fn product<T: Element>(
     // The `gemm` crate's own threads would be a second pool on the same cores (rayon's): its
     // product is cut instead into one block of C per thread, rows or columns, whichever C has
     // more of, each block a single-threaded call of the crate run on ovl's pool.
+    let by_rows = m >= n;
+    let len = if by_rows { m } else { n };
+    // Blocks of at least `MIN_BLOCK` rows or columns: a thinner one would spend more on packing
+    // the other operand than it computes.
+    const MIN_BLOCK: usize = 32;
     let tasks = if threads > 1 && m * n * k >= 64 * 64 * 64 {
-        threads.min(m.max(n))
+        threads.min(len.div_ceil(MIN_BLOCK))
     } else {
         1
     };
-    let by_rows = m >= n;
-    let len = if by_rows { m } else { n };
     let chunk = len.div_ceil(tasks);
     let ((a_rs, a_cs), (b_rs, b_cs)) = (a_strides, b_strides);
     // Addresses, so that the tasks may share them (each block is read or written by one task).
