@@ -75,5 +75,5 @@ echo "== Python package ovl: the wheel, installed in a fresh virtual environment
 py_bundles="$PWD/target/ovl-py-bundles" py_tests="$PWD/ovl-py/tests"
 cargo run --locked --release -p ovl-py --example py_bundles -- "$py_bundles" >/dev/null
 (cd "$wheelhouse" && OVL_PY_BUNDLE_DIR="$py_bundles" \
-    "$wheelhouse/venv/bin/python" -m pytest -q -p no:cacheprovider "$py_tests")
+    "$wheelhouse/venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$py_tests")
 echo "== all tests passed"

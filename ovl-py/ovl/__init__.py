@@ -12,9 +12,10 @@ known only at run time, ``ovl::as_tensorflow_polymorphic(..).write(path)`` (the 
 TensorFlow package ``ovl_tf`` loads).
 
 What runs today: programs on the CPU, inputs from any object with ``__dlpack__`` in host memory
-(NumPy arrays; PyTorch, JAX and CuPy arrays on the CPU through the same protocol), outputs as
-NumPy arrays. Not yet: GPU inputs (a ``ValueError``), gradients, a PyTorch custom op, a JAX
-FFI call.
+(NumPy arrays; PyTorch, JAX and CuPy arrays on the CPU through the same protocol), outputs in
+the inputs' framework (NumPy in, NumPy out; JAX in, ``jax.Array`` out; PyTorch in,
+``torch.Tensor`` out; mixed, NumPy out). Not yet: GPU inputs (a ``ValueError``), gradients, a
+PyTorch custom op, a JAX FFI call.
 
 Errors:
 
@@ -31,6 +32,7 @@ Errors:
 from __future__ import annotations
 
 import os
+import sys
 from typing import NamedTuple, Optional, Tuple, Union
 
 from ._native import BundleError
@@ -81,7 +83,7 @@ class Program:
 
     def __call__(self, *arrays):
         """``program(*arrays)``: runs the program on the CPU and returns its output, or a tuple
-        of outputs when it has several, as new NumPy arrays.
+        of outputs when it has several, as new arrays of the caller's framework.
 
         Each input is any object with ``__dlpack__`` in host memory: a NumPy array, or a
         PyTorch, JAX or CuPy array on the CPU. Its memory is read in place, without a copy,
@@ -89,19 +91,70 @@ class Program:
         or sliced view, negative or zero strides) is copied into a contiguous buffer first,
         and gives the same values. Inputs are only read: they stay valid and unchanged.
 
+        The inputs decide the outputs' framework: when every input comes from one framework,
+        the outputs are that framework's arrays (``torch.Tensor`` for PyTorch inputs, a
+        ``jax.Array`` for JAX inputs, on the CPU), handed over through DLPack without a copy;
+        otherwise (NumPy inputs, inputs from several frameworks, from another DLPack
+        producer, or no inputs) they are NumPy arrays. The framework is read from the
+        inputs' types (``type(x).__module__``); nothing is imported that the caller has not
+        imported.
+
         Raises ``TypeError`` for a wrong number of inputs, an object without ``__dlpack__``
         or a wrong dtype, and ``ValueError`` for a wrong shape, inputs that disagree on a size
         known only at run time, a DLPack capsule already consumed, or an array on a GPU (not
         supported yet); each message names the input (its position and its name).
         """
         exports = self._native.run(arrays)
-        import numpy
-
-        outputs = tuple(numpy.from_dlpack(e) for e in exports)
+        wrap = _consumer(_framework(arrays))
+        outputs = tuple(wrap(e) for e in exports)
         return outputs[0] if len(outputs) == 1 else outputs
 
     def __repr__(self) -> str:
         return repr(self._native)
+
+
+# The frameworks whose arrays a call hands back, by the top package of their array types'
+# modules (`type(x).__module__`: "torch", "jaxlib._jax", "cupy", "numpy").
+_FRAMEWORKS = {"numpy": "numpy", "torch": "torch", "jax": "jax", "jaxlib": "jax", "cupy": "cupy"}
+
+
+def _framework(arrays) -> str:
+    """The framework of the outputs: the inputs' when they all come from one known framework,
+    else ``"numpy"``."""
+    found = {_FRAMEWORKS.get(type(a).__module__.partition(".")[0]) for a in arrays}
+    if len(found) == 1:
+        (name,) = found
+        if name is not None:
+            return name
+    return "numpy"
+
+
+def _consumer(framework: str):
+    """The DLPack consumer that wraps an output (an object with ``__dlpack__`` in host memory)
+    as an array of ``framework``, taken from the modules the caller already imported; NumPy's
+    for NumPy and whenever the framework's module is not there."""
+    if framework == "torch":
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            return torch.from_dlpack
+    elif framework == "jax":
+        if "jax" in sys.modules:
+            # Imported with `jax` itself; `jax.numpy.from_dlpack` takes an object with
+            # `__dlpack__` (older versions' `jax.dlpack.from_dlpack` only took a capsule).
+            import jax.numpy
+
+            if hasattr(jax.numpy, "from_dlpack"):
+                return jax.numpy.from_dlpack
+            import jax.dlpack
+
+            return lambda e: jax.dlpack.from_dlpack(e.__dlpack__())
+    elif framework == "cupy":
+        cupy = sys.modules.get("cupy")
+        if cupy is not None:
+            return cupy.from_dlpack
+    import numpy
+
+    return numpy.from_dlpack
 
 
 def load(path: Union[str, os.PathLike]) -> Program:
