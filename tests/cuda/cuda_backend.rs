@@ -80,9 +80,15 @@ fn copy_bandwidth_is_measured_on_a_gpu_or_says_what_is_missing() {
 #[test]
 fn cuda_validate_compiles_checks_and_evaluates_without_a_gpu() {
     let x = Array1::from(vec![3.0f32, 0.25]);
+    // A cache of its own: another test of this binary may compile the same kernel (the cache
+    // key ignores names and lines) at the same moment, and this thread would then find it.
+    let cache = tempfile::tempdir().expect("a temporary directory");
+    let options = Options {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..Options::cuda_validate()
+    };
     let before = ovl::cuda::thread_stats();
-    let y = ovl::evaluate_with(&scale_shift(&x), &Options::cuda_validate())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let y = ovl::evaluate_with(&scale_shift(&x), &options).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(y, x.mapv(|v| v * 2.0 + 1.0).into_dyn());
     let after = ovl::cuda::thread_stats();
     assert_eq!(
