@@ -28,6 +28,7 @@ TESTS=(
     "ovl fuse reductions::"
     "ovl core vmap::"
     "ovl runtime gemm::"
+    "ovl-runtime dlpack"
     "ovl-codegen cuda"
     "ovl-codegen codegen"
     "ovl-stdlib stdlib"
