@@ -34,7 +34,7 @@
 //! a forward graph seen before (same structure, shapes, seeds and gradient functions; any data)
 //! is replayed from a cache bounded like the plan cache ([`Cache::BackwardGraphs`]); a gradient
 //! closure that captures values takes part only when attached with [`set_gradient_keyed`].
-//! An operator without a gradient function gets one derived from its IR (reverse mode, see the
+//! An operator without a gradient function gets one derived from its IR (reverse mode, see
 //! docs/gradients.md); what cannot be derived is a [`GradError::Underivable`]
 //! naming the operator, its line and the [`Construct`].
 //!
