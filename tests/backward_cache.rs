@@ -15,6 +15,10 @@ use ovl::{CacheCounters, GradientCall, LazyTensor};
 use ovl_stdlib as ops;
 use std::sync::{Mutex, MutexGuard};
 
+#[path = "support/plan_caches.rs"]
+mod plan_caches;
+use plan_caches::{clear_plans, plan_capacity};
+
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Takes the lock and starts from empty caches of the default capacity.
@@ -28,18 +32,6 @@ fn fresh() -> MutexGuard<'static, ()> {
 
 fn stats() -> CacheCounters {
     ovl::cache_stats().backward_graphs
-}
-
-/// The capacity of the plan cache and of the cache of backward graphs (which follows it).
-fn plan_capacity(n: usize) {
-    ovl::set_cache_capacity(ovl::Cache::Plans, n);
-    ovl::set_cache_capacity(ovl::Cache::BackwardGraphs, n);
-}
-
-/// Empties the plan cache and the cache of backward graphs.
-fn clear_plans() {
-    ovl::Cache::Plans.clear();
-    ovl::Cache::BackwardGraphs.clear();
 }
 
 /// (hits, misses, bypassed) of the backward cache.

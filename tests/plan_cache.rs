@@ -11,6 +11,10 @@ use ovl::prelude::*;
 use ovl::CacheCounters;
 use std::sync::{Mutex, MutexGuard};
 
+#[path = "support/plan_caches.rs"]
+mod plan_caches;
+use plan_caches::{clear_plans, plan_capacity};
+
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Takes the lock and starts from an empty cache of the default capacity.
@@ -23,18 +27,6 @@ fn fresh() -> MutexGuard<'static, ()> {
 
 fn stats() -> CacheCounters {
     ovl::cache_stats().plans
-}
-
-/// The capacity of the plan cache and of the cache of backward graphs (which follows it).
-fn plan_capacity(n: usize) {
-    ovl::set_cache_capacity(ovl::Cache::Plans, n);
-    ovl::set_cache_capacity(ovl::Cache::BackwardGraphs, n);
-}
-
-/// Empties the plan cache and the cache of backward graphs.
-fn clear_plans() {
-    ovl::Cache::Plans.clear();
-    ovl::Cache::BackwardGraphs.clear();
 }
 
 #[operator]
