@@ -49,7 +49,7 @@ mod ptxas;
 
 pub use cache::{compile, compile_with_outcome, forget_root, memory_cache, CudaArtifact};
 pub use frame::{generate_cuda, workers_per_thread, KERNEL_NAME};
-pub use nvrtc::{nvrtc_libraries, nvrtc_status, Nvrtc, NvrtcInfo};
+pub use nvrtc::{get as nvrtc_info, nvrtc_libraries, nvrtc_status, Nvrtc, NvrtcInfo};
 pub use ptxas::{ptxas_path, validate};
 
 use std::cell::RefCell;

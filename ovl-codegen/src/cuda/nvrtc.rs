@@ -374,8 +374,8 @@ pub(crate) fn library() -> Result<&'static Nvrtc, CodegenError> {
     }
 }
 
-/// The version and architectures of this process's NVRTC.
-pub(crate) fn get() -> Result<&'static NvrtcInfo, CodegenError> {
+/// The version and architectures of this process's NVRTC (found once per process).
+pub fn get() -> Result<&'static NvrtcInfo, CodegenError> {
     library().map(|n| &n.info)
 }
 

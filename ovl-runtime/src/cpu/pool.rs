@@ -236,9 +236,9 @@ pub fn for_each_parallel(tasks: usize, threads: usize, work: &(dyn Fn(usize) + S
 }
 
 /// Runs `warm` once per distinct operator of `dags` (by `key`), the largest first, on one
-/// thread per core (compilations, not kernels: they run beside the pool): what [`crate::compile_all`] and [`crate::cuda::load_all`] do before they
-/// collect their results in order from the memory cache. Nothing happens with one core or one
-/// operator.
+/// thread per core (compilations, not kernels: they run beside the pool): what
+/// [`crate::compile_all`] and [`crate::cuda::load_all`] do before they collect their results in
+/// order from the memory cache. Nothing happens with one core or one operator.
 pub(crate) fn warm_concurrently<K: Eq + std::hash::Hash>(
     dags: &[&ovl_ir::ir::ExpressionDag],
     key: impl Fn(&ovl_ir::ir::ExpressionDag) -> K,

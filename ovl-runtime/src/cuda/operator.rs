@@ -70,7 +70,7 @@ pub(crate) fn loaded_cache() -> &'static dyn CacheControl {
 /// What this process compiles for: CUBIN for the GPU's own architecture when NVRTC knows it,
 /// else PTX for the newest architecture NVRTC knows below it (the driver compiles it on load).
 fn target(dev: &Device) -> Result<(u32, CudaBinary), CodegenError> {
-    let nv = ovl_codegen::cuda::nvrtc_status()?;
+    let nv = ovl_codegen::cuda::nvrtc_info()?;
     let arch = dev.info.arch;
     Ok(if nv.archs.contains(&arch) || nv.archs.is_empty() {
         (arch, CudaBinary::Cubin)
