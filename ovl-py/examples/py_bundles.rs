@@ -150,5 +150,38 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "scale_rows_any_batch.json: {} kernel(s)",
         bundle.kernel_count()
     );
+
+    // Gradients derived from the operators' IR: rows scaled by a factor each at any batch
+    // (two input gradients: dx = s dy, ds = the rows' sums of x dy), and a layer norm along
+    // rows (the stdlib's).
+    let bundle = ovl::as_tensorflow_polymorphic(|batch| {
+        let x = ovl::placeholder::<f32>("x", &[batch, 5]);
+        let s = ovl::placeholder::<f32>("s", &[batch]);
+        let dy = ovl::placeholder::<f32>("dy", &[batch, 5]);
+        let y = scale_rows(&x, &s);
+        let export = ovl::as_tensorflow((&x, &s), &y).name("scale_rows_grad");
+        match ovl::backward(&[(&y, &dy)], &[&x, &s]) {
+            Ok(g) => match (g.of(&x), g.of(&s)) {
+                (Some(dx), Some(ds)) => export.gradient(&dy, (&dx, &ds)),
+                _ => export,
+            },
+            Err(_) => export,
+        }
+    })
+    .write(dir.join("scale_rows_grad.json"))?;
+    if bundle.gradient_kernel_count() == 0 {
+        return Err("scale_rows_grad: no gradient derived".into());
+    }
+    let x = ovl::placeholder::<f32>("x", &[6, 33]);
+    let dy = ovl::placeholder::<f32>("dy", &[6, 33]);
+    let y = ovl_stdlib::layernorm(&x, 1e-5);
+    let dx = ovl::backward(&[(&y, &dy)], &[&x])?
+        .of(&x)
+        .ok_or("layernorm: x has no gradient")?;
+    write(
+        &dir,
+        "layernorm_grad.json",
+        ovl::as_tensorflow(&x, &y).gradient(&dy, &dx),
+    )?;
     Ok(())
 }

@@ -14,8 +14,8 @@ TensorFlow package ``ovl_tf`` loads).
 What runs today: programs on the CPU, inputs from any object with ``__dlpack__`` in host memory
 (NumPy arrays; PyTorch, JAX and CuPy arrays on the CPU through the same protocol), outputs in
 the inputs' framework (NumPy in, NumPy out; JAX in, ``jax.Array`` out; PyTorch in,
-``torch.Tensor`` out; mixed, NumPy out). Not yet: GPU inputs (a ``ValueError``), gradients, a
-PyTorch custom op, a JAX FFI call.
+``torch.Tensor`` out; mixed, NumPy out), and the bundle's gradient program (``program.gradient``).
+Not yet: GPU inputs (a ``ValueError``), a PyTorch custom op, a JAX FFI call.
 
 Errors:
 
@@ -64,6 +64,7 @@ class Program:
         self.outputs: Tuple[TensorSpec, ...] = tuple(
             TensorSpec(n, d, tuple(s)) for n, d, s in native.outputs
         )
+        self._gradient: Optional[Program] = None
 
     @property
     def name(self) -> str:
@@ -75,6 +76,24 @@ class Program:
         """The names of the sizes known only at run time (``("batch",)``), empty for a program
         with fixed shapes."""
         return tuple(self._native.symbols)
+
+    @property
+    def has_gradient(self) -> bool:
+        """Whether the bundle carries a gradient program (exported in Rust with
+        ``TfExport::gradient``)."""
+        return self._native.has_gradient
+
+    @property
+    def gradient(self) -> Optional["Program"]:
+        """The bundle's gradient program, or ``None`` when it carries none. It is loaded
+        (checked and compiled) on first use and kept. It takes the program's inputs followed by
+        one gradient per output (each of its output's type, named as the Rust export named its
+        placeholder, e.g. ``dy``) and
+        returns one gradient per input, of the input's type (zeros for integer and bool
+        inputs): the vector-Jacobian product, what ``torch.autograd`` and ``jax.vjp`` call."""
+        if self._gradient is None and self._native.has_gradient:
+            self._gradient = Program(self._native.gradient(), self.source)
+        return self._gradient
 
     @property
     def kernel_count(self) -> int:

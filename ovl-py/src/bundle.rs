@@ -76,8 +76,10 @@ pub struct BundleFile {
     pub inputs: Vec<TensorInfo>,
     /// Its outputs, in order.
     pub outputs: Vec<TensorInfo>,
-    /// Whether it carries a gradient program (not run by this package yet).
-    pub has_gradient: bool,
+    /// The sealed gradient program's bytes (not verified yet), when the bundle carries one:
+    /// it takes the inputs followed by one gradient per output and returns one gradient per
+    /// input.
+    pub gradient: Option<Vec<u8>>,
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -150,12 +152,23 @@ pub fn read(text: &[u8]) -> Result<BundleFile, String> {
     ))?;
     let sealed = base64_decode(program)
         .ok_or("the field \"program\" is not valid base64: the bundle was modified or corrupted")?;
-    let has_gradient = obj.get("gradient").is_some_and(|g| !g.is_null());
+    let gradient = match obj.get("gradient") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(base64_decode(text).ok_or(
+            "the field \"gradient\" is not valid base64: the bundle was modified or corrupted",
+        )?),
+        Some(other) => {
+            return Err(format!(
+                "the field \"gradient\" must be a base64 string, not {}",
+                kind(other)
+            ))
+        }
+    };
     Ok(BundleFile {
         sealed,
         inputs,
         outputs,
-        has_gradient,
+        gradient,
     })
 }
 

@@ -25,7 +25,10 @@ pub struct Program {
     loaded: LoadedProgram,
     inputs: Vec<TensorInfo>,
     outputs: Vec<TensorInfo>,
-    has_gradient: bool,
+    /// The gradient program's sealed bytes, loaded on demand ([`Program::gradient`]).
+    gradient: Option<Vec<u8>>,
+    /// Where the program came from, for messages (the bundle's path).
+    source: String,
 }
 
 /// The feed and output pointers of one run, moved to the thread that runs it without the GIL.
@@ -93,6 +96,46 @@ impl Program {
     }
 }
 
+impl Program {
+    /// Verifies, checks and compiles a sealed program whose feeds and outputs the bundle types
+    /// as `inputs` and `outputs`; `what` names it in errors, `source` is the bundle's path.
+    fn open(
+        py: Python<'_>,
+        sealed: &[u8],
+        inputs: Vec<TensorInfo>,
+        outputs: Vec<TensorInfo>,
+        gradient: Option<Vec<u8>>,
+        what: &str,
+        source: &str,
+    ) -> PyResult<Program> {
+        let program =
+            open_program(sealed, what).map_err(|e| BundleError::new_err(e.to_string()))?;
+        let options = ovl::Options::default();
+        // Compiling may take seconds: other Python threads run meanwhile.
+        let loaded = py
+            .detach(|| LoadedProgram::new(program, &options))
+            .map_err(|e| program_error(e, source))?;
+        if loaded.feeds.len() != inputs.len() || loaded.outputs.len() != outputs.len() {
+            return Err(BundleError::new_err(format!(
+                "{what}: its inputs and outputs do not match its program's; export it again"
+            )));
+        }
+        // The program names its feeds (a gradient program's upstream gradients by their
+        // placeholders' names): messages and `inputs` use those names.
+        let mut inputs = inputs;
+        for (t, (name, _)) in inputs.iter_mut().zip(&loaded.feeds) {
+            t.name = Some(name.clone());
+        }
+        Ok(Program {
+            loaded,
+            inputs,
+            outputs,
+            gradient,
+            source: source.to_string(),
+        })
+    }
+}
+
 /// An ovl error at load or run time as a Python exception.
 fn program_error(e: ProgramError, source: &str) -> PyErr {
     match e {
@@ -125,25 +168,38 @@ impl Program {
     fn new(py: Python<'_>, text: &[u8], source: &str) -> PyResult<Program> {
         let file: BundleFile = crate::bundle::read(text)
             .map_err(|why| BundleError::new_err(format!("bundle \"{source}\": {why}")))?;
-        let what = format!("bundle \"{source}\"");
-        let program =
-            open_program(&file.sealed, &what).map_err(|e| BundleError::new_err(e.to_string()))?;
-        let options = ovl::Options::default();
-        // Compiling may take seconds: other Python threads run meanwhile.
-        let loaded = py
-            .detach(|| LoadedProgram::new(program, &options))
-            .map_err(|e| program_error(e, source))?;
-        if loaded.feeds.len() != file.inputs.len() || loaded.outputs.len() != file.outputs.len() {
-            return Err(BundleError::new_err(format!(
-                "{what}: its inputs and outputs do not match its program's; export it again"
-            )));
-        }
-        Ok(Program {
-            loaded,
-            inputs: file.inputs,
-            outputs: file.outputs,
-            has_gradient: file.has_gradient,
-        })
+        Program::open(
+            py,
+            &file.sealed,
+            file.inputs,
+            file.outputs,
+            file.gradient,
+            &format!("bundle \"{source}\""),
+            source,
+        )
+    }
+
+    /// The bundle's gradient program, loaded (checked and compiled) now, or `None` when the
+    /// bundle carries none. It takes the inputs followed by one gradient per output (of the
+    /// output's type, named as the export named its placeholder) and returns one gradient per
+    /// input, of the input's type.
+    fn gradient(&self, py: Python<'_>) -> PyResult<Option<Program>> {
+        let Some(sealed) = &self.gradient else {
+            return Ok(None);
+        };
+        let mut inputs = self.inputs.clone();
+        // Named by the gradient program's feeds when it is opened.
+        inputs.extend(self.outputs.iter().cloned());
+        let outputs = self
+            .inputs
+            .iter()
+            .map(|t| TensorInfo {
+                name: None,
+                ..t.clone()
+            })
+            .collect();
+        let what = format!("bundle \"{}\": the gradient program", self.source);
+        Program::open(py, sealed, inputs, outputs, None, &what, &self.source).map(Some)
     }
 
     /// The program's name.
@@ -194,10 +250,10 @@ impl Program {
         self.loaded.kernel_count()
     }
 
-    /// Whether the bundle carries a gradient program (not run by this package yet).
+    /// Whether the bundle carries a gradient program.
     #[getter]
     fn has_gradient(&self) -> bool {
-        self.has_gradient
+        self.gradient.is_some()
     }
 
     /// Runs the program on `arrays` (objects with `__dlpack__`, one per input) and returns
