@@ -215,6 +215,9 @@ pub mod prelude {
     pub use ovl_core::trace::{ix, trace_error, Idx, IndexPart};
     /// Reductions in a defined order that vectorizes (see [`ovl_core::trace::reduce`]).
     pub use ovl_core::trace::{max_of, min_of, product_of, sum_of, Acc};
+    /// Random numbers in kernels: Philox-4x32-10 and variates from its words (see
+    /// [`ovl_core::trace::random`]).
+    pub use ovl_core::trace::{normal_f32, normal_f64, philox4x32, uniform_f32, uniform_f64};
     pub use ovl_core::{DType, Scalar};
 }
 

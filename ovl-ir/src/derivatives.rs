@@ -136,6 +136,7 @@ pub fn rule(op: Op) -> Rule {
             Un(Neg, &Bin(Div, &A, &Bin(Add, &A2, &Bin(Mul, &B, &B)))),
         ]),
         Lt | Le | Gt | Ge | Eq | Ne | And | Or => Rule::NoFloatResult,
+        BitAnd | BitOr | BitXor | Shl | Shr => Rule::NoFloatResult,
         Select => Rule::Route,
         Fma => Rule::Partials(&[B, A, K(1.0)]),
         Unspecified | Const | Position | Read | Write | Variable | Assign | LocalTensor | Cast

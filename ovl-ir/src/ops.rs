@@ -59,6 +59,8 @@ pub enum Class {
     Float,
     /// bool and integers.
     BoolOrInt,
+    /// Integers only (not bool, not floats).
+    Int,
     /// bool only.
     Bool,
     /// i64 only (range bounds).
@@ -73,6 +75,7 @@ impl Class {
             Class::Numeric => d != DType::Bool,
             Class::Float => d.is_float(),
             Class::BoolOrInt => d == DType::Bool || d.is_int(),
+            Class::Int => d.is_int(),
             Class::Bool => d == DType::Bool,
             Class::I64 => d == DType::I64,
         }
@@ -85,6 +88,7 @@ impl Class {
             Class::Numeric => "integer or float operands (not bool)",
             Class::Float => "float operands (f32 or f64); cast integers first",
             Class::BoolOrInt => "bool or integer operands",
+            Class::Int => "integer operands (not bool or floats); cast first",
             Class::Bool => "bool operands",
             Class::I64 => "i64 operands",
         }
@@ -183,6 +187,10 @@ impl Spelling {
 
     const fn numeric(float: Form, int: Form) -> Spelling {
         Spelling::new(float, int, int, Form::No)
+    }
+
+    const fn int(f: &'static str) -> Spelling {
+        Spelling::new(Form::No, Form::Call(f), Form::Call(f), Form::No)
     }
 
     const fn all(form: Form) -> Spelling {
@@ -437,7 +445,7 @@ use ResultRule as R;
 
 /// Every opcode but `OP_UNSPECIFIED`, in the order of `proto/ovl.proto`.
 #[rustfmt::skip]
-pub const TABLE: [OpInfo; 67] = [
+pub const TABLE: [OpInfo; 72] = [
     // ---- values
     row(Op::Const, "const", C::Leaf, Some(0), "none", K::Any, R::Declared, B::None, Spelling::NONE),
     row(Op::Position, "position", C::Leaf, Some(0), "none", K::Any, R::I64, B::None, Spelling::NONE),
@@ -496,6 +504,11 @@ pub const TABLE: [OpInfo; 67] = [
     compare(Op::Ne, "ne", K::Any, Spelling::all(Infix("!="))),
     compare(Op::And, "and", K::Bool, Spelling::new(Form::No, Form::No, Form::No, Infix("&&"))),
     compare(Op::Or, "or", K::Bool, Spelling::new(Form::No, Form::No, Form::No, Infix("||"))),
+    binary(Op::BitAnd, "bit_and", K::Int, Spelling::int("ovl::band")),
+    binary(Op::BitOr, "bit_or", K::Int, Spelling::int("ovl::bor")),
+    binary(Op::BitXor, "bit_xor", K::Int, Spelling::int("ovl::bxor")),
+    binary(Op::Shl, "shl", K::Int, Spelling::int("ovl::shl")),
+    binary(Op::Shr, "shr", K::Int, Spelling::int("ovl::shr")),
     // ---- ternary
     row(Op::Select, "select", C::Ternary, Some(3), "condition, if_true, if_false", K::Any, R::SameAsOperands, B::None, Spelling::NONE),
     row(Op::Fma, "fma", C::Ternary, Some(3), "a, b, c of a * b + c", K::Float, R::SameAsOperands, B::None, Spelling::float("ovl::fma")),

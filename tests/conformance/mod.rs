@@ -9,6 +9,7 @@ pub mod casts;
 pub mod control;
 pub mod math;
 pub mod paper;
+pub mod random;
 pub mod support;
 
 /// Instantiates every conformance test for the backend selected by `$options`.
@@ -64,7 +65,17 @@ macro_rules! conformance_suite {
             chained_operators => $crate::conformance::control::chained_operators,
             paper_log1p_expm1 => $crate::conformance::paper::log1p_and_expm1,
             paper_triangle_counting => $crate::conformance::paper::triangle_counting,
-            paper_convolution_1d => $crate::conformance::paper::convolution_1d
+            paper_convolution_1d => $crate::conformance::paper::convolution_1d,
+            bitwise_i8 => $crate::conformance::random::bitwise::<i8>,
+            bitwise_i16 => $crate::conformance::random::bitwise::<i16>,
+            bitwise_i32 => $crate::conformance::random::bitwise::<i32>,
+            bitwise_i64 => $crate::conformance::random::bitwise::<i64>,
+            bitwise_u8 => $crate::conformance::random::bitwise::<u8>,
+            bitwise_u16 => $crate::conformance::random::bitwise::<u16>,
+            bitwise_u32 => $crate::conformance::random::bitwise::<u32>,
+            bitwise_u64 => $crate::conformance::random::bitwise::<u64>,
+            philox_known_answers => $crate::conformance::random::philox_known_answers,
+            random_streams => $crate::conformance::random::streams
         );
     };
     (@tests $options:expr; $($name:ident => $check:path),* $(,)?) => {

@@ -375,6 +375,12 @@ macro_rules! int_binary {
             }
             Op::Min => a.min(b),
             Op::Max => a.max(b),
+            Op::BitAnd => a & b,
+            Op::BitOr => a | b,
+            Op::BitXor => a ^ b,
+            // The count modulo the width: `wrapping_shl` keeps its low bits.
+            Op::Shl => a.wrapping_shl(b as u32),
+            Op::Shr => a.wrapping_shr(b as u32),
             _ => return None,
         }
     }};

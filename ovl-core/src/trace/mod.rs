@@ -21,6 +21,7 @@ pub mod math;
 pub mod memo;
 pub mod operator;
 pub mod ops;
+pub mod random;
 pub mod reduce;
 pub mod state;
 pub mod tensor;
@@ -28,6 +29,7 @@ pub mod tensor;
 pub use expr::{constant, Expr, Float, Int, IntoExpr, Num, One, Signed, Typed, Var, Zero};
 pub use math::*;
 pub use ops::Logical;
+pub use random::{normal_f32, normal_f64, philox4x32, uniform_f32, uniform_f64};
 pub use reduce::{max_of, min_of, product_of, sum_of, Acc};
 pub use state::OperatorSite;
 pub use tensor::{

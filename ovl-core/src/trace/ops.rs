@@ -1,12 +1,14 @@
-//! Operator overloading on staged values: `+ - * / %`, unary `-` and `!`, compound assignment.
+//! Operator overloading on staged values: `+ - * / %`, the bitwise `& | ^ << >>` of integers,
+//! unary `-` and `!`, compound assignment.
 
-use super::expr::{Expr, IntoExpr, Num, Var};
+use super::expr::{Expr, Int, IntoExpr, Num, Var};
 use super::state;
 use crate::dtype::DType;
 use crate::host::Scalar;
 use crate::ir;
 use std::ops::{
-    Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Not, Rem, RemAssign, Sub, SubAssign,
+    Add, AddAssign, BitAnd, BitAndAssign, BitOr, BitOrAssign, BitXor, BitXorAssign, Div, DivAssign,
+    Mul, MulAssign, Neg, Not, Rem, RemAssign, Shl, ShlAssign, Shr, ShrAssign, Sub, SubAssign,
 };
 use std::panic::Location;
 
@@ -53,53 +55,53 @@ pub(crate) fn check_rebind<T>(old: Expr<T>) {
 }
 
 macro_rules! arith {
-    ($($trait:ident $method:ident $atrait:ident $amethod:ident $code:ident),*) => {$(
-        impl<T: Num, R: IntoExpr<T>> $trait<R> for Expr<T> {
+    ($bound:ident; $plain:tt; $($trait:ident $method:ident $atrait:ident $amethod:ident $code:ident),*) => {$(
+        impl<T: $bound, R: IntoExpr<T>> $trait<R> for Expr<T> {
             type Output = Expr<T>;
             #[track_caller]
             fn $method(self, rhs: R) -> Expr<T> {
                 binary(ir::Op::$code, self, rhs.into_expr())
             }
         }
-        impl<T: Num, R: IntoExpr<T>> $trait<R> for Var<T> {
+        impl<T: $bound, R: IntoExpr<T>> $trait<R> for Var<T> {
             type Output = Expr<T>;
             #[track_caller]
             fn $method(self, rhs: R) -> Expr<T> {
                 binary(ir::Op::$code, self.get(), rhs.into_expr())
             }
         }
-        impl<T: Num, R: IntoExpr<T>> $trait<R> for &Var<T> {
+        impl<T: $bound, R: IntoExpr<T>> $trait<R> for &Var<T> {
             type Output = Expr<T>;
             #[track_caller]
             fn $method(self, rhs: R) -> Expr<T> {
                 binary(ir::Op::$code, self.get(), rhs.into_expr())
             }
         }
-        impl<T: Num, R: IntoExpr<T>> $atrait<R> for Var<T> {
+        impl<T: $bound, R: IntoExpr<T>> $atrait<R> for Var<T> {
             #[track_caller]
             fn $amethod(&mut self, rhs: R) {
                 let value = binary(ir::Op::$code, self.get(), rhs.into_expr());
                 self.set(value);
             }
         }
-        impl<T: Num, R: IntoExpr<T>> $atrait<R> for Expr<T> {
+        impl<T: $bound, R: IntoExpr<T>> $atrait<R> for Expr<T> {
             #[track_caller]
             fn $amethod(&mut self, rhs: R) {
                 check_rebind(*self);
                 *self = binary(ir::Op::$code, *self, rhs.into_expr());
             }
         }
-        arith!(@plain $trait $method $code; f32 f64 i8 i16 i32 i64 isize u8 u16 u32 u64 usize);
+        arith!(@plain $bound $trait $method $code; $plain);
     )*};
-    (@plain $trait:ident $method:ident $code:ident; $($p:ty)*) => {$(
-        impl<T: Num> $trait<Expr<T>> for $p where $p: IntoExpr<T> {
+    (@plain $bound:ident $trait:ident $method:ident $code:ident; [$($p:ty)*]) => {$(
+        impl<T: $bound> $trait<Expr<T>> for $p where $p: IntoExpr<T> {
             type Output = Expr<T>;
             #[track_caller]
             fn $method(self, rhs: Expr<T>) -> Expr<T> {
                 binary(ir::Op::$code, self.into_expr(), rhs)
             }
         }
-        impl<T: Num> $trait<Var<T>> for $p where $p: IntoExpr<T> {
+        impl<T: $bound> $trait<Var<T>> for $p where $p: IntoExpr<T> {
             type Output = Expr<T>;
             #[track_caller]
             fn $method(self, rhs: Var<T>) -> Expr<T> {
@@ -110,11 +112,23 @@ macro_rules! arith {
 }
 
 arith! {
+    Num; [f32 f64 i8 i16 i32 i64 isize u8 u16 u32 u64 usize];
     Add add AddAssign add_assign Add,
     Sub sub SubAssign sub_assign Sub,
     Mul mul MulAssign mul_assign Mul,
     Div div DivAssign div_assign Div,
     Rem rem RemAssign rem_assign Mod
+}
+
+// The bitwise operators of integers (`ir::Op::BitAnd` ... `Shr`): a shift's count is a value
+// of the same type, taken modulo the width (see `proto/ovl.proto`).
+arith! {
+    Int; [i8 i16 i32 i64 isize u8 u16 u32 u64 usize];
+    BitAnd bitand BitAndAssign bitand_assign BitAnd,
+    BitOr bitor BitOrAssign bitor_assign BitOr,
+    BitXor bitxor BitXorAssign bitxor_assign BitXor,
+    Shl shl ShlAssign shl_assign Shl,
+    Shr shr ShrAssign shr_assign Shr
 }
 
 impl<T: super::expr::Signed> Neg for Expr<T> {

@@ -64,6 +64,22 @@ template <class T> OVL_FN T sub(T a, T b) { return (T)((uw<T>)a - (uw<T>)b); }
 template <class T> OVL_FN T mul(T a, T b) { return (T)((uw<T>)a * (uw<T>)b); }
 template <class T> OVL_FN T neg(T a) { return (T)((uw<T>)0 - (uw<T>)a); }
 template <class T> OVL_FN T bnot(T a) { return (T)(~(uw<T>)a); }
+template <class T> OVL_FN T band(T a, T b) { return (T)((uw<T>)a & (uw<T>)b); }
+template <class T> OVL_FN T bor(T a, T b) { return (T)((uw<T>)a | (uw<T>)b); }
+template <class T> OVL_FN T bxor(T a, T b) { return (T)((uw<T>)a ^ (uw<T>)b); }
+// Shifts by the count modulo the width (its low bits); SHR is arithmetic on signed types (the
+// sign fills: `>>` on a negative value, arithmetic in C++20 and in GCC, Clang and NVCC before).
+template <class T> OVL_FN T shl(T a, T n) {
+  return (T)((uw<T>)a << ((unsigned)n & (unsigned)(sizeof(T) * 8 - 1)));
+}
+template <class T> OVL_FN T shr(T a, T n) {
+  const unsigned k = (unsigned)n & (unsigned)(sizeof(T) * 8 - 1);
+  if constexpr (traits<T>::is_signed) {
+    return (T)(a >> k);
+  } else {
+    return (T)((uw<T>)a >> k);
+  }
+}
 template <class T> OVL_FN T iabs(T a) { return a < 0 ? neg(a) : a; }
 
 // x / 0 == 0, x % 0 == 0, MIN / -1 == MIN, MIN % -1 == 0; otherwise C's (truncating) / and %.
