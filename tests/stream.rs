@@ -185,13 +185,17 @@ struct Keeping {
 }
 
 impl DeviceAllocator for Keeping {
-    fn alloc(&self, bytes: usize) -> Result<u64, String> {
+    fn alloc(&self, device: i32, _stream: usize, bytes: usize) -> Result<u64, String> {
+        let mut current: sys::CUdevice = -1;
+        // SAFETY: a valid out-pointer.
+        unsafe { sys::cuCtxGetDevice(&mut current) };
+        assert_eq!(current, device, "the call's device is current");
         // SAFETY: a plain allocation in the current context (the call's device).
         let p = unsafe { result::malloc_sync(bytes) }.map_err(|e| e.to_string())?;
         self.blocks.lock().unwrap().push(p);
         Ok(p)
     }
-    fn free(&self, _ptr: u64, _bytes: usize) {
+    fn free(&self, _device: i32, _stream: usize, _ptr: u64, _bytes: usize) {
         self.freed.fetch_add(1, Ordering::SeqCst);
     }
 }
@@ -283,6 +287,17 @@ fn runs_on_the_callers_stream_on_every_device_with_every_scratch_source() {
                     check(&read_outputs(&gpu, &binding, &outs), &want, &what);
                     cuda.check_faults().unwrap();
                 }
+                // Outputs from ovl's stream-ordered allocation.
+                let call = StreamCall::new(ordinal, stream);
+                // SAFETY: the stream outlives the buffers (dropped before the test ends).
+                let owned = unsafe { cuda.stream_outputs(&binding, &call) }.unwrap();
+                let outs: Vec<u64> = owned.iter().map(|b| b.ptr()).collect();
+                // SAFETY: buffers of the bound types on this device.
+                unsafe { cuda.run_on_stream(&binding, &[x], &outs, &call) }.unwrap();
+                gpu.sync(stream);
+                let what = format!("device {ordinal}, batch {batch}, outputs from the pool");
+                check(&read_outputs(&gpu, &binding, &outs), &want, &what);
+                drop(owned);
                 assert_eq!(
                     keeping.blocks.lock().unwrap().len(),
                     keeping.freed.load(Ordering::SeqCst),

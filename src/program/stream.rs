@@ -4,7 +4,7 @@
 
 use super::{Binding, LoadedProgram, ProgramError, Source};
 use ovl_core::HostTensor;
-use ovl_runtime::cuda::stream::{OpenCall, StreamCall};
+use ovl_runtime::cuda::stream::{OpenCall, StreamBuffer, StreamCall};
 use ovl_runtime::cuda::DeviceError;
 use ovl_runtime::plan::{Plan, RunFailure};
 
@@ -105,6 +105,27 @@ impl LoadedProgram {
             .plan
             .prepare_stream(&self.kernels, &open)
             .map_err(|e| self.run_failure(e))
+    }
+
+    /// Output buffers for `binding` from ovl's stream-ordered allocation on `call`'s stream
+    /// (for a caller without an allocator of its own), each freed in the stream's order when
+    /// dropped. Refused while the stream captures.
+    ///
+    /// # Safety
+    /// As [`StreamBuffer::alloc`]: the stream outlives the buffers.
+    pub unsafe fn stream_outputs(
+        &self,
+        binding: &Binding,
+        call: &StreamCall<'_>,
+    ) -> Result<Vec<StreamBuffer>, ProgramError> {
+        let open = call.open().map_err(|e| self.stream_failure(e))?;
+        binding
+            .outputs
+            .iter()
+            // SAFETY: forwarded to the caller.
+            .map(|s| unsafe { StreamBuffer::alloc(&open, s.bytes()) })
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.stream_failure(e))
     }
 
     /// The scratch a run on a caller's stream takes at most for `binding`, in bytes: what a

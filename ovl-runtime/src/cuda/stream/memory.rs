@@ -10,13 +10,16 @@ use cudarc::driver::{result, sys};
 /// other. ovl asks for each intermediate before the first kernel that writes it is queued and
 /// gives it back once the last kernel that reads it is queued; the allocator may hand the block
 /// to work queued later on the same stream.
+///
+/// The call's device ordinal and stream handle come with each request, so that one allocator
+/// serves every call; the device's primary context is current meanwhile.
 pub trait DeviceAllocator: Sync {
-    /// `bytes` bytes (more than 0) of the call's device, usable by work queued on the call's
-    /// stream from now on; at least 256-byte aligned.
-    fn alloc(&self, bytes: usize) -> Result<u64, String>;
-    /// Takes back a block [`alloc`](Self::alloc) gave, in stream order (work already queued
-    /// may still use it).
-    fn free(&self, ptr: u64, bytes: usize);
+    /// `bytes` bytes (more than 0) of GPU `device`, usable by work queued on `stream` from now
+    /// on; at least 256-byte aligned.
+    fn alloc(&self, device: i32, stream: usize, bytes: usize) -> Result<u64, String>;
+    /// Takes back a block [`alloc`](Self::alloc) gave for `device` and `stream`, in stream
+    /// order (work already queued may still use it).
+    fn free(&self, device: i32, stream: usize, ptr: u64, bytes: usize);
 }
 
 /// Where a run on a caller's stream takes its scratch memory from.
@@ -111,7 +114,7 @@ impl<'a> CallScratch<'a> {
                 unsafe { result::malloc_async(self.stream as sys::CUstream, bytes) }
                     .map_err(|e| fail(e.to_string()))
             }
-            Scratch::Allocator(a) => a.alloc(bytes).map_err(fail),
+            Scratch::Allocator(a) => a.alloc(self.device, self.stream, bytes).map_err(fail),
             Scratch::Arena { ptr, bytes: len } => {
                 let offset = self.used;
                 let end = offset + arena_bytes([bytes]);
@@ -137,7 +140,7 @@ impl<'a> CallScratch<'a> {
                     .map_err(|e| StreamError::driver(self.device, "freeing scratch", e))
             }
             Scratch::Allocator(a) => {
-                a.free(ptr, bytes.max(1));
+                a.free(self.device, self.stream, ptr, bytes.max(1));
                 Ok(())
             }
             // Blocks of an arena are not reused within a call (its size is the sum of all).
@@ -180,26 +183,24 @@ mod tests {
     struct Recorder(Mutex<Vec<String>>);
 
     impl DeviceAllocator for Recorder {
-        fn alloc(&self, bytes: usize) -> Result<u64, String> {
+        fn alloc(&self, device: i32, stream: usize, bytes: usize) -> Result<u64, String> {
             let mut log = self.0.lock().unwrap();
-            log.push(format!("alloc {bytes}"));
+            log.push(format!("alloc {bytes} on {device}/{stream:#x}"));
             if bytes > 1000 {
                 return Err("too big".into());
             }
             Ok(0x1000 * log.len() as u64)
         }
-        fn free(&self, ptr: u64, bytes: usize) {
-            self.0
-                .lock()
-                .unwrap()
-                .push(format!("free {ptr:#x} {bytes}"));
+        fn free(&self, device: i32, stream: usize, ptr: u64, bytes: usize) {
+            let what = format!("free {ptr:#x} {bytes} on {device}/{stream:#x}");
+            self.0.lock().unwrap().push(what);
         }
     }
 
     #[test]
     fn the_callers_allocator_gets_every_request_and_its_errors_name_the_block() {
         let a = Recorder(Mutex::new(Vec::new()));
-        let mut s = CallScratch::new(Scratch::Allocator(&a), 1, 0, true);
+        let mut s = CallScratch::new(Scratch::Allocator(&a), 1, 0x50, true);
         let p = s.alloc(0, "x").unwrap();
         s.free(p, 0).unwrap();
         let e = s.alloc(5000, "an intermediate of operator 2").unwrap_err();
@@ -210,7 +211,11 @@ mod tests {
         );
         assert_eq!(
             *a.0.lock().unwrap(),
-            ["alloc 1", "free 0x1000 1", "alloc 5000"]
+            [
+                "alloc 1 on 1/0x50",
+                "free 0x1000 1 on 1/0x50",
+                "alloc 5000 on 1/0x50"
+            ]
         );
     }
 

@@ -30,7 +30,7 @@ pub(crate) use memory::CallScratch;
 pub use memory::{arena_bytes, DeviceAllocator, Scratch, SCRATCH_ALIGN};
 
 use crate::cuda::operator::STATUS_BYTES;
-use cudarc::driver::result;
+use cudarc::driver::{result, sys};
 use ovl_ir::HostTensor;
 use std::sync::{Arc, Mutex};
 
@@ -159,6 +159,76 @@ impl OpenCall<'_> {
             self.call.stream,
             self.gpu.memory_pools,
         )
+    }
+}
+
+/// Device memory from ovl's stream-ordered allocation on a call's stream (`cuMemAllocAsync`
+/// from the device's default pool), given back in that stream's order when dropped
+/// (`cuMemFreeAsync`): outputs for a caller without an allocator of its own.
+pub struct StreamBuffer {
+    ptr: u64,
+    bytes: usize,
+    gpu: &'static Gpu,
+    stream: usize,
+}
+
+impl std::fmt::Debug for StreamBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamBuffer")
+            .field("device", &self.gpu.ordinal)
+            .field("bytes", &self.bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamBuffer {
+    /// `bytes` bytes of the call's device (uninitialized), usable by work queued on its stream
+    /// from now on. Refused while the stream captures (a block allocated inside a graph is the
+    /// graph's; give the capture the caller's own buffers).
+    ///
+    /// # Safety
+    /// The call's stream outlives the buffer (it is freed on that stream), and work on other
+    /// streams that uses it is ordered after its allocation and before its drop by the caller.
+    pub unsafe fn alloc(call: &OpenCall<'_>, bytes: usize) -> Result<StreamBuffer, StreamError> {
+        call.refuse_if_capturing("an output buffer", "allocating it outside the graph")?;
+        let mut scratch = CallScratch::new(
+            Scratch::StreamOrdered,
+            call.device(),
+            call.stream(),
+            call.gpu.memory_pools,
+        );
+        let ptr = scratch.alloc(bytes, "an output buffer")?;
+        Ok(StreamBuffer {
+            ptr,
+            bytes,
+            gpu: call.gpu,
+            stream: call.stream(),
+        })
+    }
+
+    /// Its device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Its length in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Its device.
+    pub fn device(&self) -> i32 {
+        self.gpu.ordinal
+    }
+}
+
+impl Drop for StreamBuffer {
+    fn drop(&mut self) {
+        if let Ok(_bound) = self.gpu.bind() {
+            // SAFETY: allocated on this stream by `alloc`, freed once, in the stream's order
+            // (the stream outlives the buffer: `alloc`'s contract).
+            let _ = unsafe { result::free_async(self.ptr, self.stream as sys::CUstream) };
+        }
     }
 }
 
