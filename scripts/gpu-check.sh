@@ -25,6 +25,7 @@ set -euo pipefail
 TESTS=(
     "ovl cuda"
     "ovl device_tensors"
+    "ovl stream"
     "ovl fuse reductions::"
     "ovl core vmap::"
     "ovl runtime gemm::"

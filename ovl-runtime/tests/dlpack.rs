@@ -729,3 +729,43 @@ fn device_tensors_export_as_cuda_memory() {
     drop(d); // the export still holds the memory
     drop(t);
 }
+
+/// The feeds of a run on a caller's stream: device pointers and the one device; tensors on two
+/// devices, or host memory among them, are refused naming them.
+#[test]
+fn cuda_tensors_give_their_pointers_and_one_device_for_a_stream_run() {
+    let on = |device_id: i32, device_type: i32| {
+        let mut spec = Spec::f32(&[2], &[0.0, 0.0]);
+        spec.device = DLDevice {
+            device_type,
+            device_id,
+        };
+        spec.import().0.unwrap()
+    };
+    let (a, b, c, h) = (
+        on(1, K_DL_CUDA),
+        on(1, K_DL_CUDA),
+        on(0, K_DL_CUDA),
+        on(0, K_DL_CPU),
+    );
+    let (ptrs, device) = DlpackTensor::cuda_pointers(&[&a, &b]).unwrap();
+    assert_eq!(ptrs, vec![a.cuda_ptr().unwrap().0, b.cuda_ptr().unwrap().0]);
+    assert_eq!(device, Some(1));
+    assert_eq!(DlpackTensor::cuda_pointers(&[]).unwrap(), (vec![], None));
+    let err = DlpackTensor::cuda_pointers(&[&a, &b, &c]).unwrap_err();
+    assert_eq!(
+        err,
+        DlpackError::MixedDevices {
+            first: 0,
+            first_device: 1,
+            index: 2,
+            device: 0
+        }
+    );
+    assert!(
+        err.to_string().contains("tensor 2 is on CUDA device 0"),
+        "{err}"
+    );
+    let err = DlpackTensor::cuda_pointers(&[&c, &h]).unwrap_err();
+    assert!(matches!(err, DlpackError::WrongDevice { .. }), "{err}");
+}

@@ -7,6 +7,7 @@
 //! The exporter that makes programs is [`crate::export`].
 
 mod check;
+mod stream;
 
 pub use crate::error::program::{MalformedProgram, ProgramError, ProgramMismatch, SealError};
 use crate::{executor, Error, Options};
@@ -190,6 +191,8 @@ pub struct LoadedProgram {
     constants: Vec<HostTensor>,
     /// Per graph input: where its data comes from.
     sources: Vec<Source>,
+    /// What runs on callers' streams keep per device (`stream.rs`).
+    streams: ovl_runtime::cuda::stream::Residents,
 }
 
 /// A program's shapes for one call: the symbol values the fed shapes give, the outputs'
@@ -297,6 +300,7 @@ impl LoadedProgram {
             kernels,
             constants,
             sources,
+            streams: Default::default(),
         })
     }
 

@@ -31,6 +31,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+// Products on a caller's stream (any device): `cuda::stream`.
+#[path = "cublas_stream.rs"]
+mod on_stream;
+
 type Handle = *mut c_void;
 type Status = c_int;
 const SUCCESS: Status = 0;

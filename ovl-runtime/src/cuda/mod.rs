@@ -25,6 +25,8 @@ mod context;
 mod cublas;
 mod graph;
 mod operator;
+pub mod stream;
+mod stream_error;
 mod tensor;
 
 pub use context::{device_copy_bandwidth, gpu_status, GpuInfo};

@@ -194,6 +194,9 @@ struct CudaStatus {
 /// The bytes of one kernel's fault status on the device.
 pub const STATUS_BYTES: usize = std::mem::size_of::<CudaStatus>();
 
+/// Where a status's spin lock is (a `u32` the kernel holds while it writes a fault).
+pub(crate) const STATUS_LOCK_OFFSET: usize = std::mem::offset_of!(CudaStatus, lock);
+
 /// The fault statuses of the kernels of one run on device tensors: [`STATUS_BYTES`] zeroed
 /// bytes per kernel in one device block, read back once at the end of the run.
 pub struct StatusBlock {
@@ -335,6 +338,12 @@ impl CudaOperator {
     /// Whether the kernel can report a fault (a checked index or range step).
     pub fn can_fault(&self) -> bool {
         self.can_fault
+    }
+
+    /// Workers per block at launch (see the field): what a launch on another device's stream
+    /// sizes its grid by.
+    pub(crate) fn workers_per_block(&self) -> u32 {
+        self.workers_per_block
     }
 
     /// Runs the operator on device tensors: `outputs` are written in place (elements no worker

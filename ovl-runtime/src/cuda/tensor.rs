@@ -46,6 +46,9 @@ pub enum DeviceError {
         /// The driver's error.
         message: String,
     },
+    /// A run on a caller's stream could not be made (`cuda::stream`).
+    #[error(transparent)]
+    Stream(#[from] super::stream_error::StreamError),
     /// A tensor of another dtype or shape than expected.
     #[error("{tensor} is {got}, but {expected} is expected")]
     Mismatch {

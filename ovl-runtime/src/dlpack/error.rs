@@ -115,6 +115,21 @@ pub enum DlpackError {
         /// What to do.
         hint: &'static str,
     },
+    /// Tensors of one call on two CUDA devices.
+    #[error(
+        "tensor {index} is on CUDA device {device}, but tensor {first} is on device {first_device}; \
+         pass tensors of one device (move them with `x.to(device)`, `jax.device_put`)"
+    )]
+    MixedDevices {
+        /// The first tensor's position.
+        first: usize,
+        /// Its device.
+        first_device: i32,
+        /// The position of the one on another device.
+        index: usize,
+        /// Its device.
+        device: i32,
+    },
     /// A host copy of the tensor could not be allocated.
     #[error(transparent)]
     Alloc(#[from] ovl_ir::AllocError),

@@ -358,6 +358,35 @@ impl DlpackTensor {
         }
     }
 
+    /// The device addresses of CUDA tensors used in place and their one device ordinal: the
+    /// feeds or outputs of a run on a caller's stream (`LoadedProgram::run_on_stream`, with a
+    /// [`StreamCall`](crate::cuda::stream::StreamCall) on that device). `None` for no tensors.
+    /// Errors as [`cuda_ptr`](Self::cuda_ptr) for each, and tensors on two devices
+    /// ([`DlpackError::MixedDevices`], naming both).
+    pub fn cuda_pointers(
+        tensors: &[&DlpackTensor],
+    ) -> Result<(Vec<u64>, Option<i32>), DlpackError> {
+        let mut ptrs = Vec::with_capacity(tensors.len());
+        let mut device: Option<(usize, i32)> = None;
+        for (index, t) in tensors.iter().enumerate() {
+            let (ptr, ordinal) = t.cuda_ptr()?;
+            match device {
+                None => device = Some((index, ordinal)),
+                Some((first, first_device)) if first_device != ordinal => {
+                    return Err(DlpackError::MixedDevices {
+                        first,
+                        first_device,
+                        index,
+                        device: ordinal,
+                    })
+                }
+                Some(_) => {}
+            }
+            ptrs.push(ptr);
+        }
+        Ok((ptrs, device.map(|(_, d)| d)))
+    }
+
     /// A copy of the elements in a fresh row-major [`HostTensor`], whatever the strides
     /// (negative, zero, padded) or alignment: the explicit way to take a tensor that cannot be
     /// used in place. `bool` elements are read as bytes, any non-zero byte being `true`.

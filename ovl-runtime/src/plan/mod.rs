@@ -23,6 +23,7 @@ mod host;
 mod pointers;
 pub mod scratch;
 mod sig;
+mod stream;
 mod views;
 
 pub use crate::error::{PlanError, RunFailure, Wiring};
