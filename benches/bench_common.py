@@ -57,7 +57,9 @@ def machine():
             break
         if kind in ("Data", "Unified"):
             caches += f", L{level}{'d' if kind == 'Data' else ''} {size}"
-    return f"{model}{core}, {len(os.sched_getaffinity(0))} cores{caches}"
+    isa = os.environ.get("OVL_CPU_ISA", "").strip().lower()
+    held = f", held to {isa.upper()} (OVL_CPU_ISA={isa})" if isa not in ("", "native") else ""
+    return f"{model}{core}, {len(os.sched_getaffinity(0))} cores{caches}{held}"
 
 
 def timed(fn, args, reps, warmup=3, sync=None):

@@ -11,22 +11,32 @@
 #   scripts/bench-lstm-layer.sh            quick mode: the first size, 3 repetitions
 #   scripts/bench-lstm-layer.sh --full     every size, 7 repetitions (for the record)
 #   scripts/bench-lstm-layer.sh --peers    also install JAX and PyTorch when missing
+#   scripts/bench-lstm-layer.sh --isa avx2 ovl and its peers held to AVX2 (scripts/isa-env.sh);
+#                                          writes target/lstm-layer-bench-avx2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode="--quick"
 peers=0
-for arg in "$@"; do
+isa=native
+while [ $# -gt 0 ]; do
+    arg="$1"
+    shift
     case "$arg" in
+        --isa)
+            isa="${1:-}"
+            shift
+            ;;
         --full) mode="" ;;
         --peers) peers=1 ;;
         *)
-            echo "usage: scripts/bench-lstm-layer.sh [--full] [--peers]" >&2
+            echo "usage: scripts/bench-lstm-layer.sh [--full] [--peers] [--isa avx2|native]" >&2
             exit 2
             ;;
     esac
 done
-out="$PWD/target/lstm-layer-bench"
+source scripts/isa-env.sh "$isa"
+out="$PWD/target/lstm-layer-bench$ISA_SUFFIX"
 mkdir -p "$out"
 rm -f "$out"/tf.json "$out"/jax.json "$out"/torch.json
 

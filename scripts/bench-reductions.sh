@@ -16,6 +16,9 @@
 #                                            ovl, JAX and TensorFlow's XLA; they also run at the
 #                                            end of every run. Writes
 #                                            target/reductions-bench/layouts.md.
+#   --isa avx2                               holds ovl and its peers to AVX2 (scripts/isa-env.sh:
+#                                            OVL_CPU_ISA=avx2, XLA's and oneDNN's limits); writes
+#                                            target/reductions-bench-avx2
 #   OVL_LAYOUT_RUNS=N                        repeats the layout cases N times (ovl, JAX and XLA
 #                                            alternating) and keeps each time's minimum
 set -euo pipefail
@@ -24,18 +27,26 @@ cd "$(dirname "$0")/.."
 mode="--quick"
 peers=0
 layouts_only=0
-for arg in "$@"; do
+isa=native
+while [ $# -gt 0 ]; do
+    arg="$1"
+    shift
     case "$arg" in
+        --isa)
+            isa="${1:-}"
+            shift
+            ;;
         --full) mode="" ;;
         --peers) peers=1 ;;
         --layouts) layouts_only=1 ;;
         *)
-            echo "usage: scripts/bench-reductions.sh [--full] [--peers] [--layouts]" >&2
+            echo "usage: scripts/bench-reductions.sh [--full] [--peers] [--layouts] [--isa avx2|native]" >&2
             exit 2
             ;;
     esac
 done
-out="$PWD/target/reductions-bench"
+source scripts/isa-env.sh "$isa"
+out="$PWD/target/reductions-bench$ISA_SUFFIX"
 mkdir -p "$out"
 rm -rf "$out/data" "$out/jax.json" "$out/jax_layouts.json"
 peer_python=""

@@ -168,6 +168,10 @@ pub fn clear_cache_dir() -> Result<(), ovl_codegen::CodegenError> {
     ovl_runtime::clear_cache()
 }
 
+/// The instruction sets ovl uses on the CPU, and `OVL_CPU_ISA`, the switch that holds its
+/// run-time dispatch and the C++ compiler's target to AVX2 ([`isa::CpuIsa`]).
+pub use ovl_core::isa;
+
 /// The CUDA backend behind [`Target::Cuda`] and [`Target::CudaValidate`]: what this machine has
 /// ([`cuda::gpu_status`], [`cuda::nvrtc_status`], [`cuda::ptxas_path`]), NVRTC and ptxas
 /// counters ([`cuda::stats`]), and direct access to generated CUDA, PTX and CUBIN

@@ -15,6 +15,8 @@ mod lstm_small_ops;
 mod borrowed_views;
 #[path = "runtime/compiled.rs"]
 mod compiled;
+#[path = "runtime/cpu_isa.rs"]
+mod cpu_isa;
 #[path = "runtime/evaluate_into.rs"]
 mod evaluate_into;
 #[path = "runtime/gemm.rs"]

@@ -144,7 +144,20 @@ pub fn machine() -> String {
         _ => String::new(),
     };
     let cores = std::thread::available_parallelism().map_or(1, |t| t.get());
-    format!("{model}{core}, {cores} cores{}", caches())
+    format!("{model}{core}, {cores} cores{}{}", caches(), isa_note())
+}
+
+/// ", ovl held to AVX2 (OVL_CPU_ISA=avx2)" when the switch holds ovl there (empty otherwise):
+/// the label of every table measured so.
+pub fn isa_note() -> String {
+    match ovl::isa::process() {
+        ovl::isa::CpuIsa::Native => String::new(),
+        isa => format!(
+            ", ovl held to {} (OVL_CPU_ISA={})",
+            isa.name().to_uppercase(),
+            isa.name()
+        ),
+    }
 }
 
 /// The data caches of CPU 0 from sysfs, e.g. ", L1d 48K, L2 1024K, L3 32768K" (empty when

@@ -60,6 +60,9 @@ pub enum CodegenError {
         /// The limit for all locals of a worker.
         total_limit: u64,
     },
+    /// `OVL_CPU_ISA` holds a value ovl does not know.
+    #[error("cannot choose the C++ compiler's target: {0}")]
+    Isa(#[from] ovl_ir::isa::IsaError),
     /// No C++ compiler could be found.
     #[error(
         "no C++ compiler found (looked for one the way the `cc` crate does: $CXX, then c++/g++/\

@@ -24,7 +24,7 @@ mod error;
 mod options;
 pub mod shared;
 
-pub use cpu::compiler::{compiler_flags, compiler_invocations};
+pub use cpu::compiler::{compiler_flags, compiler_flags_for, compiler_invocations};
 pub use cpu::generate_cpp;
 pub use error::{
     Access, CodegenError, CompileFailure, CudaCompileFailure, GeometryError, LoadError,

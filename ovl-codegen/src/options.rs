@@ -24,6 +24,10 @@ pub struct CompileOptions {
     pub compiler: Option<PathBuf>,
     /// Flags appended to [`crate::compiler_flags`] (part of the cache key).
     pub extra_flags: Vec<String>,
+    /// The instruction sets the generated code may use (`None`: the process's setting,
+    /// `OVL_CPU_ISA`; see [`ovl_ir::isa`]). Part of the cache key, through the compiler flags
+    /// and the CPU features.
+    pub isa: Option<ovl_ir::isa::CpuIsa>,
 }
 
 impl CompileOptions {
@@ -60,5 +64,20 @@ impl CompileOptions {
     pub fn with_extra_flag(mut self, flag: impl Into<String>) -> CompileOptions {
         self.extra_flags.push(flag.into());
         self
+    }
+
+    /// The same options, compiling for `isa` whatever `OVL_CPU_ISA` says.
+    pub fn with_isa(mut self, isa: ovl_ir::isa::CpuIsa) -> CompileOptions {
+        self.isa = Some(isa);
+        self
+    }
+
+    /// The instruction sets to compile for: [`CompileOptions::isa`], else `OVL_CPU_ISA`'s
+    /// (an unknown value of it is an error).
+    pub fn resolved_isa(&self) -> Result<ovl_ir::isa::CpuIsa, ovl_ir::isa::IsaError> {
+        match self.isa {
+            Some(isa) => Ok(isa),
+            None => ovl_ir::isa::from_env(),
+        }
     }
 }

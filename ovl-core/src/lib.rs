@@ -20,8 +20,8 @@ pub mod vmap;
 
 pub use ovl_ir::{
     accuracy, analysis, batch, batch_ops, builder, cooperative, derivatives, dtype, fast_hash,
-    grad, hash, host, ir, library, limits, lru, symbolic, text, unify, validate, with_tensor_data,
-    written, IR_VERSION,
+    grad, hash, host, ir, isa, library, limits, lru, symbolic, text, unify, validate,
+    with_tensor_data, written, IR_VERSION,
 };
 
 pub use error::TraceError;

@@ -24,6 +24,7 @@ pub mod grad;
 pub mod hash;
 pub mod host;
 pub mod intervals;
+pub mod isa;
 pub mod library;
 pub mod limits;
 pub mod lockstep;

@@ -3,6 +3,7 @@
 
 use crate::error::{CodegenError, CompileFailure};
 use crate::options::CompileOptions;
+use ovl_ir::isa::CpuIsa;
 use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -11,10 +12,19 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// The flags every operator is compiled with (before [`CompileOptions::extra_flags`]).
+/// The flags every operator is compiled with (before [`CompileOptions::extra_flags`]) under
+/// the process's setting of `OVL_CPU_ISA` (see [`compiler_flags_for`]).
+pub fn compiler_flags() -> Vec<String> {
+    compiler_flags_for(ovl_ir::isa::process())
+}
+
+/// The flags every operator is compiled with for `isa` (before
+/// [`CompileOptions::extra_flags`]):
 ///
 /// - `-O3` and `-march=native` (`-mcpu=native` on ARM): the library is specific to this CPU;
-///   the cache key holds the CPU's features.
+///   the cache key holds the CPU's features. Held to AVX2 ([`CpuIsa::Avx2`]), also
+///   `-mno-avx512f` (which turns off every AVX-512 extension): the code is what the compiler
+///   makes for a CPU like this one without AVX-512, tuned the same.
 /// - `-ffp-contract=off`: no implicit FMA (the IR's semantics; FMA is explicit).
 /// - `-fno-math-errno`: the code never reads `errno`; this lets `sqrt` vectorize. Results are
 ///   unchanged: there is no `-ffast-math`, NaN, infinities and signed zeros behave per IEEE 754.
@@ -22,13 +32,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 ///   which turns the cast of `-0.0` into `-0.0` instead of `+0.0`.)
 /// - `-fwrapv`: a safety net (the generated code does integer arithmetic in unsigned types).
 /// - `-fvisibility=hidden`: only the `ovl_*` entry points are exported.
-pub fn compiler_flags() -> Vec<String> {
-    let march = if cfg!(any(target_arch = "x86_64", target_arch = "x86")) {
-        "-march=native"
-    } else {
-        "-mcpu=native"
-    };
-    [
+pub fn compiler_flags_for(isa: CpuIsa) -> Vec<String> {
+    let x86 = cfg!(any(target_arch = "x86_64", target_arch = "x86"));
+    let march = if x86 { "-march=native" } else { "-mcpu=native" };
+    let mut flags: Vec<String> = [
         "-std=c++17",
         "-O3",
         march,
@@ -43,7 +50,11 @@ pub fn compiler_flags() -> Vec<String> {
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect()
+    .collect();
+    if x86 && isa == CpuIsa::Avx2 {
+        flags.insert(3, "-mno-avx512f".to_string());
+    }
+    flags
 }
 
 /// Libraries linked after the source: the C math library (the generated code calls `sinf`...).
@@ -74,7 +85,7 @@ pub fn compiler_invocations() -> u64 {
     COMPILER_RUNS.load(Ordering::Relaxed)
 }
 
-type ToolchainKey = (Option<PathBuf>, Vec<String>);
+type ToolchainKey = (Option<PathBuf>, Vec<String>, CpuIsa);
 
 fn toolchains() -> &'static Mutex<HashMap<ToolchainKey, Arc<Toolchain>>> {
     static T: OnceLock<Mutex<HashMap<ToolchainKey, Arc<Toolchain>>>> = OnceLock::new();
@@ -84,25 +95,26 @@ fn toolchains() -> &'static Mutex<HashMap<ToolchainKey, Arc<Toolchain>>> {
 impl Toolchain {
     /// The toolchain for these options, discovered and identified once per process.
     pub fn get(options: &CompileOptions) -> Result<Arc<Toolchain>, CodegenError> {
-        let key = (options.compiler.clone(), options.extra_flags.clone());
+        let isa = options.resolved_isa()?;
+        let key = (options.compiler.clone(), options.extra_flags.clone(), isa);
         let mut map = toolchains().lock().unwrap_or_else(|p| p.into_inner());
         if let Some(t) = map.get(&key) {
             return Ok(t.clone());
         }
-        let t = Arc::new(Toolchain::discover(options)?);
+        let t = Arc::new(Toolchain::discover(options, isa)?);
         map.insert(key, t.clone());
         Ok(t)
     }
 
-    fn discover(options: &CompileOptions) -> Result<Toolchain, CodegenError> {
+    fn discover(options: &CompileOptions, isa: CpuIsa) -> Result<Toolchain, CodegenError> {
         let (path, env) = match &options.compiler {
             Some(p) => (p.clone(), Vec::new()),
             None => find_compiler()?,
         };
-        let mut flags = compiler_flags();
+        let mut flags = compiler_flags_for(isa);
         flags.extend(options.extra_flags.iter().cloned());
         let version = identify(&path, &env)?;
-        let cpu = cpu_target();
+        let cpu = cpu_target_for(isa);
         let mut h = Sha256::new();
         let mut field = |s: &[u8]| {
             h.update((s.len() as u64).to_le_bytes());
@@ -315,11 +327,17 @@ fn identify(path: &Path, env: &[(OsString, OsString)]) -> Result<String, Codegen
     Ok(first)
 }
 
-/// The instruction-set features of this CPU that `-march=native` may use, as one string: the
-/// CPU's part of the cache key.
+/// The instruction-set features of this CPU that generated code may use under the process's
+/// setting of `OVL_CPU_ISA`, as one string: the CPU's part of the cache key.
 pub fn cpu_target() -> String {
+    cpu_target_for(ovl_ir::isa::process())
+}
+
+/// The instruction-set features of this CPU that `-march=native` may use under `isa` (held to
+/// AVX2: none of AVX-512's), as one string: the CPU's part of the cache key.
+pub fn cpu_target_for(isa: CpuIsa) -> String {
     static CPU: OnceLock<String> = OnceLock::new();
-    CPU.get_or_init(|| {
+    let all = CPU.get_or_init(|| {
         #[allow(unused_mut)]
         let mut s = format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS);
         #[cfg(target_arch = "x86_64")]
@@ -373,6 +391,16 @@ pub fn cpu_target() -> String {
             );
         }
         s
-    })
-    .clone()
+    });
+    match isa {
+        CpuIsa::Native => all.clone(),
+        CpuIsa::Avx2 => {
+            let mut kept: Vec<&str> = all
+                .split('+')
+                .filter(|f| !f.starts_with("avx512"))
+                .collect();
+            kept.push("held-to-avx2");
+            kept.join("+")
+        }
+    }
 }

@@ -30,7 +30,7 @@
 use crate::cpu::operator::{CompiledOperator, Origin};
 use ovl_codegen::cpu::abi::ABI_VERSION;
 use ovl_codegen::cpu::compiler::{
-    compiler_flags, cpu_target, Toolchain, LINK_FLAGS, TARGET_TRIPLE,
+    compiler_flags_for, cpu_target_for, Toolchain, LINK_FLAGS, TARGET_TRIPLE,
 };
 use ovl_codegen::cpu::{generate_cpp, pch};
 use ovl_codegen::shared::cache_entry::{
@@ -212,11 +212,11 @@ pub fn compile_with_outcome(
     remember(op, outcome)
 }
 
-/// The target this crate compiles operators for, as people read it: the target triple (or
-/// architecture and OS) and the CPU features.
-fn target_name() -> String {
+/// The target this crate compiles operators for with `options`, as people read it: the target
+/// triple (or architecture and OS) and the CPU features.
+fn target_name(options: &CompileOptions) -> String {
     let target = TARGET_TRIPLE;
-    let cpu = cpu_target();
+    let cpu = cpu_target_for(options.resolved_isa().unwrap_or_default());
     if target.is_empty() {
         cpu
     } else {
@@ -226,10 +226,12 @@ fn target_name() -> String {
 
 /// What a compiled library of `dag` depends on besides the compiler's identity: 32 hex digits of
 /// SHA-256 over the operator's canonical hash, the codegen and ABI versions, the prelude, the
-/// target, the compiler flags (with [`CompileOptions::extra_flags`]) and the CPU features. Two
-/// machines with the same target key can run each other's libraries of `dag`. Computed without
-/// a compiler.
+/// target, the compiler flags (with [`CompileOptions::extra_flags`]) and the CPU features, both
+/// for the instruction sets of [`CompileOptions::isa`] (`OVL_CPU_ISA`). Two machines with the
+/// same target key can run each other's libraries of `dag`. Computed without a compiler (an
+/// unknown `OVL_CPU_ISA` counts as `native` here; compiling reports it).
 pub fn target_key(dag: &ir::ExpressionDag, options: &CompileOptions) -> String {
+    let isa = options.resolved_isa().unwrap_or_default();
     let digest = code_hash(dag);
     let mut h = Sha256::new();
     let mut field = |s: &[u8]| {
@@ -242,7 +244,7 @@ pub fn target_key(dag: &ir::ExpressionDag, options: &CompileOptions) -> String {
     field(prelude_digest());
     field(&digest.0);
     field(TARGET_TRIPLE.as_bytes());
-    for f in compiler_flags()
+    for f in compiler_flags_for(isa)
         .iter()
         .chain(&options.extra_flags)
         .map(String::as_str)
@@ -250,7 +252,7 @@ pub fn target_key(dag: &ir::ExpressionDag, options: &CompileOptions) -> String {
     {
         field(f.as_bytes());
     }
-    field(cpu_target().as_bytes());
+    field(cpu_target_for(isa).as_bytes());
     let out = h.finalize();
     ovl_ir::hash::hex(&out[..16])
 }
@@ -276,7 +278,11 @@ pub fn embed_library(
         operator: index,
         target_key: target_key(dag, options),
         cache_key: op.cache_key().to_string(),
-        target: format!("{}, compiled by {}", target_name(), toolchain.version),
+        target: format!(
+            "{}, compiled by {}",
+            target_name(options),
+            toolchain.version
+        ),
         library: bytes,
     })
 }
@@ -305,7 +311,7 @@ pub fn load_embedded(
         return Err(NotEmbedded::OtherTarget {
             target: embedded.target.clone(),
             target_key: embedded.target_key.clone(),
-            here: target_name(),
+            here: target_name(options),
             here_key: here,
         });
     }

@@ -15,6 +15,7 @@ use crate::error::{Mismatch, RunFailure};
 use ovl_core::ir;
 use ovl_core::library::{gemm_dims, GemmDims};
 use ovl_core::DType;
+use ovl_ir::isa::CpuIsa;
 use std::ffi::c_void;
 
 /// A GEMM run by the library on the CPU.
@@ -89,14 +90,15 @@ unsafe fn gemm_sum<T: Element>(
     threads: usize,
 ) {
     let terms = dims.terms as usize;
+    let isa = ovl_ir::isa::process();
     if terms <= 1 {
         // SAFETY: the caller's contract.
-        return unsafe { gemm_batched::<T>(dims, inputs[0], inputs[1], c, threads) };
+        return unsafe { gemm_batched::<T>(dims, inputs[0], inputs[1], c, threads, isa) };
     }
     let (m, n, k) = (dims.m as usize, dims.n as usize, dims.k as usize);
     let (a_strides, b_strides) = strides(dims, k);
     let threads = thread_count(threads);
-    if T::packed_applies((m, n, k * terms), threads) {
+    if T::packed_applies((m, n, k * terms), threads, isa) {
         for batch in 0..dims.batch as usize {
             let of = |which: usize, size: usize| -> Vec<*const T> {
                 inputs[which..]
@@ -129,7 +131,14 @@ unsafe fn gemm_sum<T: Element>(
         // SAFETY: the joined operands hold the joined sizes; C's batch lies inside C.
         unsafe {
             let c = c.cast::<T>().add(batch * m * n).cast::<c_void>();
-            gemm_batched::<T>(&joined, a.as_ptr().cast(), b.as_ptr().cast(), c, threads);
+            gemm_batched::<T>(
+                &joined,
+                a.as_ptr().cast(),
+                b.as_ptr().cast(),
+                c,
+                threads,
+                isa,
+            );
         }
     }
 }
@@ -178,6 +187,7 @@ unsafe fn gemm_batched<T: Element>(
     b: *const c_void,
     c: *mut c_void,
     threads: usize,
+    isa: CpuIsa,
 ) {
     let (m, n, k) = (dims.m as usize, dims.n as usize, dims.k as usize);
     let (a, b, c) = (a.cast::<T>(), b.cast::<T>(), c.cast::<T>());
@@ -202,6 +212,7 @@ unsafe fn gemm_batched<T: Element>(
                 (b.add(batch * k * n), b_strides),
                 c.add(batch * m * n),
                 threads,
+                isa,
             )
         };
     }
@@ -217,7 +228,8 @@ fn strides(dims: &GemmDims, k: usize) -> (Strides, Strides) {
 }
 
 /// One `C[m, n] = op(A) · op(B)` (`k > 0`, C row-major) on up to `threads` threads (0: one per
-/// core): this crate's few-row or packed kernels where they apply, else the `gemm` crate.
+/// core): this crate's few-row or packed kernels where they apply and `isa` allows them (they
+/// need AVX-512), else the `gemm` crate.
 ///
 /// # Safety
 /// A, B and C hold the elements the sizes and strides describe; C overlaps neither operand.
@@ -227,13 +239,14 @@ unsafe fn product<T: Element>(
     (b, b_strides): (*const T, Strides),
     c: *mut T,
     threads: usize,
+    isa: CpuIsa,
 ) {
     let threads = thread_count(threads);
     // SAFETY: the caller's contract.
-    if unsafe { T::few_rows((m, n, k), (a, a_strides), (b, b_strides), c, threads) } {
+    if unsafe { T::few_rows((m, n, k), (a, a_strides), (b, b_strides), c, threads, isa) } {
         return;
     }
-    if T::packed_applies((m, n, k), threads) {
+    if T::packed_applies((m, n, k), threads, isa) {
         // SAFETY: the caller's contract (one term).
         unsafe { T::packed((m, n, k), (&[a], a_strides), (&[b], b_strides), c, threads) };
         return;
@@ -399,6 +412,7 @@ impl<T: Element> RowProduct<T> {
                 self.b,
                 c,
                 threads,
+                ovl_ir::isa::process(),
             )
         };
     }
@@ -410,7 +424,8 @@ type Strides = (usize, usize);
 /// `c = a · b` for row-major `a` `[m, k]`, `b` `[k, n]` and `c` `[m, n]` (`dims` is
 /// `(m, k, n)`) on `threads` threads of ovl's pool (0: one per core), by the kernels a GEMM
 /// library call of that element type runs: the same choice of this crate's kernels or the
-/// `gemm` crate's. For benchmarks and tests of the kernels alone.
+/// `gemm` crate's, under the process's setting of `OVL_CPU_ISA`. For benchmarks and tests of
+/// the kernels alone.
 ///
 /// ```
 /// let (a, b) = ([1.0f32, 2.0, 3.0, 4.0], [1.0f32, 0.0, 0.0, 1.0]);
@@ -419,6 +434,19 @@ type Strides = (usize, usize);
 /// assert_eq!(c, a);
 /// ```
 pub fn matmul<T: Element>(
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    (m, k, n): (usize, usize, usize),
+    threads: usize,
+) -> Result<(), String> {
+    matmul_for(ovl_ir::isa::process(), a, b, c, (m, k, n), threads)
+}
+
+/// [`matmul`] by the kernels `isa` allows (held to AVX2: never this crate's AVX-512 kernels),
+/// whatever `OVL_CPU_ISA` says: for comparing them in one process.
+pub fn matmul_for<T: Element>(
+    isa: CpuIsa,
     a: &[T],
     b: &[T],
     c: &mut [T],
@@ -448,6 +476,7 @@ pub fn matmul<T: Element>(
             (b.as_ptr(), (n, 1)),
             c.as_mut_ptr(),
             threads,
+            isa,
         )
     };
     Ok(())
@@ -468,7 +497,7 @@ pub trait Element: sealed::Sealed + Copy + Send + Sync + 'static {
 
     /// Computes one `C[m, n] = op(A) · op(B)` (C row-major) with this crate's kernels for
     /// products with few rows (`gemm_small`) when they apply to the sizes, layout, element
-    /// type and CPU; `false`: not computed.
+    /// type, CPU and `isa`; `false`: not computed.
     ///
     /// # Safety
     /// As [`GemmKernel::run`], for one batch's matrices; `k > 0`.
@@ -479,14 +508,15 @@ pub trait Element: sealed::Sealed + Copy + Send + Sync + 'static {
         _b: (*const Self, Strides),
         _c: *mut Self,
         _threads: usize,
+        _isa: CpuIsa,
     ) -> bool {
         false
     }
 
     /// Whether [`Element::packed`] computes a product of these sizes (`k` the whole sum's) on
-    /// `threads` threads.
+    /// `threads` threads where `isa` allows it.
     #[doc(hidden)]
-    fn packed_applies(_dims: (usize, usize, usize), _threads: usize) -> bool {
+    fn packed_applies(_dims: (usize, usize, usize), _threads: usize, _isa: CpuIsa) -> bool {
         false
     }
 
@@ -519,6 +549,7 @@ impl Element for f32 {
         (b, b_strides): (*const f32, Strides),
         c: *mut f32,
         threads: usize,
+        isa: CpuIsa,
     ) -> bool {
         use large::{self, Operand};
         use small::{self, nt_broadcast};
@@ -530,7 +561,7 @@ impl Element for f32 {
         // weight gradient `x_tᵀ · dz_t` of one step): B's strip stays in L1 while every block
         // of rows passes over it; the crate's packing would dominate.
         let (few_rows, short_sum) = (m <= small::MAX_ROWS, k <= small::MAX_ROWS);
-        if !(few_rows || short_sum) || !small::available() {
+        if !(few_rows || short_sum) || !isa.avx512f() {
             return false;
         }
         // Small products are not worth waking threads for (as for the crate above).
@@ -547,7 +578,7 @@ impl Element for f32 {
             } else if few_rows
                 && b_strides == (1, k)
                 && (m >= NT_BROADCAST_MIN_ROWS || a_strides != (k, 1))
-                && nt_broadcast::available()
+                && isa.avx512dq()
             {
                 nt_broadcast::gemm_nt_broadcast((m, n, k), a, a_strides, b, c, threads);
                 true
@@ -580,8 +611,8 @@ impl Element for f32 {
     }
 
     #[cfg(target_arch = "x86_64")]
-    fn packed_applies((m, n, k): (usize, usize, usize), threads: usize) -> bool {
-        large::applies((m, n, k), threads)
+    fn packed_applies((m, n, k): (usize, usize, usize), threads: usize, isa: CpuIsa) -> bool {
+        large::applies((m, n, k), threads) && isa.avx512f()
     }
 
     #[cfg(target_arch = "x86_64")]

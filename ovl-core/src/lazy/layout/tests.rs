@@ -7,6 +7,9 @@ std::thread_local! {
     /// Forces the transposing copy's choice of non-temporal stores on this thread
     /// (`tiles::streams`), which depends on the size of the machine's last-level cache.
     pub(super) static FORCE_STREAM: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+    /// Forces the transposing copy's registers on this thread (`tiles::registers`), which
+    /// depend on the CPU and `OVL_CPU_ISA`.
+    pub(super) static FORCE_REGISTERS: std::cell::Cell<Option<super::tiles::Registers>> = const { std::cell::Cell::new(None) };
 }
 
 fn reference<T: Copy>(a: &ndarray::ArrayViewD<'_, T>) -> Vec<T> {
@@ -274,4 +277,69 @@ fn transposing_copies_with_non_temporal_stores_give_the_same_elements() {
         assign_into(&format!("large fortran, stream {stream}"), &mut back, |v| v);
     }
     FORCE_STREAM.with(|c| c.set(None));
+}
+
+/// The transposing copy through AVX-512 registers, AVX2 registers and neither gives the same
+/// bits (NaN payloads included) for whole and partial tiles at every alignment, with and without
+/// non-temporal stores: the AVX2 kernel is what `OVL_CPU_ISA=avx2` and CPUs without AVX-512 run.
+#[test]
+fn transposing_copies_through_avx2_and_avx512_registers_agree() {
+    use super::tiles::Registers;
+    #[cfg(target_arch = "x86_64")]
+    let kinds: Vec<Registers> = [
+        (Registers::None, true),
+        (Registers::Avx2, std::arch::is_x86_feature_detected!("avx2")),
+        (
+            Registers::Avx512,
+            std::arch::is_x86_feature_detected!("avx512f"),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(r, has)| {
+        if !has {
+            eprintln!("DID NOT RUN: {r:?}: this CPU lacks it");
+        }
+        has.then_some(r)
+    })
+    .collect();
+    #[cfg(not(target_arch = "x86_64"))]
+    let kinds = vec![Registers::None];
+    let aligned = Array::from_shape_fn((1024, 96).f(), |(i, j)| {
+        f32::from_bits(0x7fc0_0000 | (i * 1000 + j) as u32)
+    });
+    let large = Array::from_shape_fn((1100, 1000).f(), |(i, j)| (i * 1000 + j) as f32);
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    let mut results: Vec<Vec<Vec<u32>>> = Vec::new();
+    for &kind in &kinds {
+        FORCE_REGISTERS.with(|c| c.set(Some(kind)));
+        let mut got = Vec::new();
+        for stream in [false, true] {
+            FORCE_STREAM.with(|c| c.set(Some(stream)));
+            for off in 0..=17 {
+                for (rows, cols) in [(1024 - off, 96 - off), (21, 64), (3, 5), (16 + off, 17)] {
+                    let v = aligned.slice(s![off..off + rows, off % 7..off % 7 + cols]);
+                    let out = bits(standard_order(v));
+                    assert_eq!(
+                        out,
+                        bits(reference(&v.into_dyn())),
+                        "{kind:?}, stream {stream}, offset {off}, {rows} x {cols}"
+                    );
+                    got.push(out);
+                }
+            }
+            let v = large.slice(s![3.., 5..]).into_dyn();
+            let out = bits(standard_order(v.view()));
+            assert_eq!(out, bits(reference(&v.view())), "{kind:?}, stream {stream}");
+            got.push(out);
+            let mut back = Array::<f32, _>::zeros((1100, 1000).f()).into_dyn();
+            assign_into(&format!("{kind:?}, stream {stream}"), &mut back, |v| v);
+        }
+        results.push(got);
+    }
+    FORCE_REGISTERS.with(|c| c.set(None));
+    FORCE_STREAM.with(|c| c.set(None));
+    for (kind, r) in kinds.iter().zip(&results) {
+        assert_eq!(r, &results[0], "{kind:?} against {:?}", kinds[0]);
+    }
+    assert!(results.iter().all(|r| r.len() == 2 * (18 * 4 + 1)));
 }

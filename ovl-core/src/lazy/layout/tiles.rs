@@ -1,10 +1,12 @@
 //! The transposing copy of a plane: the source walked along its fastest axis `a`, the
 //! destination written along its own fastest axis `b`, in tiles of [`TILE`] x [`TILE`]
 //! elements, each source line read whole and each destination line written whole (4-byte
-//! elements: a 16 x 16 tile in AVX-512 registers where the CPU has AVX-512F, its tiles placed so
-//! that their lines are aligned cache lines and the partial ones at the edges read and written
-//! through masks; else through SSE registers and a small buffer on x86_64, so lines that share a
-//! cache set, strides a power of two of 4 KiB, are touched once each), and tiles in groups that
+//! elements: a 16 x 16 tile in AVX-512 registers where the CPU has AVX-512F, or as four 8 x 8
+//! blocks in AVX2 registers where it has AVX2 (or `OVL_CPU_ISA=avx2` holds ovl there, see
+//! `ovl_ir::isa`), its tiles placed so that their lines are aligned cache lines and the partial
+//! ones at the edges read and written through masks; else through SSE registers and a small
+//! buffer on x86_64, so lines that share a cache set, strides a power of two of 4 KiB, are
+//! touched once each), and tiles in groups that
 //! keep the pages in the TLB and write each destination line as one sequential run. A strided
 //! element-by-element copy of a transposed 16 MB matrix touches a new cache line (and a new page)
 //! at every element; this one moves whole lines.
@@ -58,9 +60,36 @@ fn streams(bytes: usize) -> bool {
     2 * bytes >= crate::machine::last_level_cache()
 }
 
+/// How whole lines of a tile of 4-byte elements move through registers (see [`Plane::new`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Registers {
+    /// Not through vector registers as whole lines: SSE and a buffer, or element by element.
+    None,
+    /// Four 8 x 8 blocks in AVX2 registers ([`transpose16_avx2`]).
+    Avx2,
+    /// One 16 x 16 block in AVX-512 registers ([`transpose16`]).
+    Avx512,
+}
+
+/// The registers the tiles of 4-byte elements go through on this CPU, under `OVL_CPU_ISA`.
+fn registers() -> Registers {
+    #[cfg(test)]
+    if let Some(forced) = super::tests::FORCE_REGISTERS.with(|f| f.get()) {
+        return forced;
+    }
+    let isa = ovl_ir::isa::process();
+    if isa.avx512f() {
+        Registers::Avx512
+    } else if isa.avx2_fma() {
+        Registers::Avx2
+    } else {
+        Registers::None
+    }
+}
+
 /// One 2-d plane to copy: the first element and the strides along `a` and `b` of the source and
-/// of the destination; where its tiles start (see [`Plane::grid`]) and whether they go through
-/// AVX-512 registers.
+/// of the destination; where its tiles start (see [`Plane::grid`]) and which vector registers
+/// they go through.
 #[derive(Clone, Copy)]
 struct Plane<T> {
     src: *const T,
@@ -73,7 +102,7 @@ struct Plane<T> {
     /// along `b`.
     phase_f: usize,
     phase_l: usize,
-    avx512: bool,
+    registers: Registers,
     /// Whether whole tiles are written with non-temporal stores (see [`streams`]).
     stream: bool,
 }
@@ -90,22 +119,18 @@ impl<T> Plane<T> {
             dl,
             phase_f: 0,
             phase_l: 0,
-            avx512: false,
+            registers: Registers::None,
             stream: false,
         };
         #[cfg(target_arch = "x86_64")]
-        if std::mem::size_of::<T>() == 4
-            && sf == 1
-            && dl == 1
-            && std::arch::is_x86_feature_detected!("avx512f")
-        {
+        if std::mem::size_of::<T>() == 4 && sf == 1 && dl == 1 && registers() != Registers::None {
             // Through registers, with masked loads and stores for partial tiles, so the tiles
             // can start anywhere: where every source line and every destination line of a
             // whole tile is one aligned cache line (a line straddling two costs both; measured
             // on a transposed 4096 x 1024 f32 matrix: 1.07-1.13 ms with neither side aligned,
             // 0.81-0.86 ms with both). Possible on a side whose lines all share an alignment,
             // its stride a multiple of a cache line.
-            p.avx512 = true;
+            p.registers = registers();
             let phase = |addr: usize, stride: isize| -> usize {
                 if (stride * 4).rem_euclid(LINE as isize) != 0 || !addr.is_multiple_of(4) {
                     return 0;
@@ -181,7 +206,7 @@ pub(super) unsafe fn copy_planes<T: Copy + Send + Sync>(
     let n: usize = shape.iter().product();
     if streams(n * std::mem::size_of::<T>()) {
         for p in planes.iter_mut() {
-            p.stream = p.avx512 && (p.df * 4).rem_euclid(LINE as isize) == 0;
+            p.stream = p.registers != Registers::None && (p.df * 4).rem_euclid(LINE as isize) == 0;
         }
     }
     let planes = SendPlanes(planes);
@@ -258,14 +283,19 @@ unsafe fn copy_tile<T: Copy>(p: &Plane<T>, (f0, f1): (usize, usize), (l0, l1): (
     unsafe {
         let (f, l) = (f0 as isize, l0 as isize);
         #[cfg(target_arch = "x86_64")]
-        if p.avx512 {
+        if p.registers != Registers::None {
             // 4-byte elements, source lines along `a` and destination lines along `b` contiguous
-            // (see `Plane::new`): the whole tile in 16 AVX-512 registers, each source line read
-            // whole and each destination line written whole, no buffer; a partial tile through
-            // masks.
+            // (see `Plane::new`): the whole tile in 16 AVX-512 registers, or as four 8 x 8
+            // blocks in AVX2 registers, each source line read whole and each destination line
+            // written whole, no buffer; a partial tile through masks.
             let from = (p.src as *const f32).offset(f + l * p.sl);
             let to = (p.dst as *mut f32).offset(f * p.df + l);
-            transpose16(from, p.sl, to, p.df, (f1 - f0, l1 - l0), p.stream);
+            let shape = (f1 - f0, l1 - l0);
+            if p.registers == Registers::Avx512 {
+                transpose16(from, p.sl, to, p.df, shape, p.stream);
+            } else {
+                transpose16_avx2(from, p.sl, to, p.df, shape, p.stream);
+            }
             return;
         }
         #[cfg(target_arch = "x86_64")]
@@ -415,6 +445,105 @@ unsafe fn transpose_registers(
         r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xdd);
     }
     r
+}
+
+/// [`transpose16`] through AVX2 registers: the block as four 8 x 8 blocks, the two that make
+/// destination lines `8 h .. 8 h + 8` transposed together and each of those lines then written
+/// whole (its two halves one after the other). A partial block through AVX masks.
+///
+/// # Safety
+/// As [`transpose16`], with AVX2 for AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose16_avx2(
+    src: *const f32,
+    sl: isize,
+    dst: *mut f32,
+    df: isize,
+    (len, lines): (usize, usize),
+    stream: bool,
+) {
+    // SAFETY: the caller's contract (`# Safety` above) covers every access below: only the
+    // `len` x `lines` elements are read and written (the masks cover the rest).
+    unsafe {
+        use std::arch::x86_64::*;
+        // Lanes `0..n` set: the 8 values from `8 - n` of [-1 x 8, 0 x 8].
+        const SIGNS: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
+        let mask = |n: usize| _mm256_loadu_si256(SIGNS.as_ptr().add(8 - n).cast());
+        let whole = len == TILE && lines == TILE;
+        let stream = whole && stream && (dst as usize).is_multiple_of(LINE);
+        for h in 0..2 {
+            // Elements `8 h ..` of each source line: destination lines `8 h ..`.
+            let n = len.saturating_sub(8 * h).min(8);
+            if n == 0 {
+                break;
+            }
+            let halves: [[__m256; 8]; 2] = std::array::from_fn(|q| {
+                // Source lines `8 q ..`: elements `8 q ..` of the destination lines.
+                let m = lines.saturating_sub(8 * q).min(8);
+                let at = |l: usize| src.offset(8 * h as isize + (8 * q + l) as isize * sl);
+                transpose8(std::array::from_fn(|l| {
+                    if whole {
+                        _mm256_loadu_ps(at(l))
+                    } else if l < m {
+                        _mm256_maskload_ps(at(l), mask(n))
+                    } else {
+                        _mm256_setzero_ps()
+                    }
+                }))
+            });
+            for i in 0..n {
+                let line = dst.offset((8 * h + i) as isize * df);
+                for (q, half) in halves.iter().enumerate() {
+                    let m = lines.saturating_sub(8 * q).min(8);
+                    if stream {
+                        _mm256_stream_ps(line.add(8 * q), half[i]);
+                    } else if whole {
+                        _mm256_storeu_ps(line.add(8 * q), half[i]);
+                    } else if m > 0 {
+                        _mm256_maskstore_ps(line.add(8 * q), mask(m), half[i]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The transpose of 8 registers of 8 lanes: lane `i` of register `l` becomes lane `l` of
+/// register `i`. Pairs interleaved by 1 lane, then by 2, then the 128-bit halves exchanged.
+///
+/// # Safety
+/// The CPU has AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+#[inline]
+unsafe fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
+    use std::arch::x86_64::*;
+    let t: [__m256; 8] = std::array::from_fn(|k| {
+        let (a, b) = (r[2 * (k / 2)], r[2 * (k / 2) + 1]);
+        if k % 2 == 0 {
+            _mm256_unpacklo_ps(a, b)
+        } else {
+            _mm256_unpackhi_ps(a, b)
+        }
+    });
+    // s[4 g + c] holds column c (c in 0..4, of each 128-bit half) of lines 4 g .. 4 g + 4.
+    let s: [__m256; 8] = std::array::from_fn(|j| {
+        let (g, c) = (j / 4, j % 4);
+        let (a, b) = (t[4 * g + c / 2], t[4 * g + c / 2 + 2]);
+        if c % 2 == 0 {
+            _mm256_shuffle_ps::<0x44>(a, b)
+        } else {
+            _mm256_shuffle_ps::<0xee>(a, b)
+        }
+    });
+    std::array::from_fn(|i| {
+        if i < 4 {
+            _mm256_permute2f128_ps::<0x20>(s[i], s[i + 4])
+        } else {
+            _mm256_permute2f128_ps::<0x31>(s[i - 4], s[i])
+        }
+    })
 }
 
 /// A 4 x 4 block: source rows `src + c * sl` (c in 0..4) of 4 contiguous elements become the
