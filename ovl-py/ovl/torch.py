@@ -40,7 +40,7 @@ import torch
 from . import Program
 from ._native import TorchKernel, symbolic_dims
 
-__all__ = ["NAMESPACE", "Op", "op"]
+__all__ = ["NAMESPACE", "Op", "kernel_kind", "op"]
 
 #: The ``torch.library`` namespace of ovl's operators (``torch.ops.ovl``).
 NAMESPACE = "ovl"
@@ -251,6 +251,12 @@ class Op:
 
     def __repr__(self) -> str:
         return f"<ovl.torch.Op torch.ops.{NAMESPACE}.{self.name} for {self.program!r}>"
+
+
+def kernel_kind() -> str:
+    """How the ops' CPU kernels are registered: ``"python"`` (the native module's kernel,
+    called by PyTorch's dispatcher as a Python kernel)."""
+    return "python"
 
 
 def _name(program: Program) -> str:
