@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import hashlib
 import keyword
+import os
 import re
 import threading
+import warnings
 from typing import Dict, List, Optional
 
 import torch
@@ -48,6 +50,8 @@ NAMESPACE = "ovl"
 _lib = torch.library.Library(NAMESPACE, "FRAGMENT")
 _ops: Dict[str, "Op"] = {}
 _lock = threading.Lock()
+_KINDS = ("auto", "c++", "python")
+_kind: Optional[str] = None
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -154,18 +158,66 @@ class _Shapes:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def _define(name: str, program: Program) -> "torch._ops.OpOverload":
-    """Defines ``ovl::<name>`` for ``program``: schema, CPU kernel, fake implementation."""
+def _kernel_kind() -> str:
+    """Decides once per process which CPU kernel the ops get (see ``kernel_kind``)."""
+    global _kind
+    if _kind is None:
+        given = os.environ.get("OVL_TORCH_KERNEL", "auto").strip().lower() or "auto"
+        if given not in _KINDS:
+            raise ValueError(
+                f"OVL_TORCH_KERNEL={given!r}: expected one of {', '.join(_KINDS)} (the C++ "
+                "kernel when it compiles, the C++ kernel or an error, or the Python one)"
+            )
+        if given == "python":
+            _kind = "python"
+        else:
+            try:
+                from . import _torch_cpp
+
+                _torch_cpp.library()
+                _kind = "c++"
+            except (RuntimeError, OSError, AttributeError) as e:
+                if given == "c++":
+                    raise RuntimeError(f"OVL_TORCH_KERNEL=c++: {e}") from e
+                warnings.warn(
+                    f"ovl.torch: the ops run through their Python kernel (slower per call): {e}",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+                _kind = "python"
+    return _kind
+
+
+def kernel_kind() -> str:
+    """Which CPU kernel this process's ops have: ``"c++"`` (``_torch_kernel.cc``, compiled
+    against the installed torch's headers on first use and cached; no Python in a call) or
+    ``"python"`` (the native module's kernel called by the dispatcher as a Python kernel).
+    ``$OVL_TORCH_KERNEL`` chooses: ``auto`` (the default: C++, else Python with a warning
+    saying why, e.g. no C++ compiler), ``c++`` (or an error) or ``python``."""
+    return _kernel_kind()
+
+
+def _define(name: str, program: Program):
+    """Defines ``ovl::<name>`` for ``program``: schema, CPU kernel, fake implementation.
+    Returns the op and its kernel (which must live as long as the process)."""
     _lib.define(_schema(name, program))
     shapes = _Shapes(program)
     kernel = TorchKernel(program._native, shapes.in_dtypes, shapes.out_dtypes, torch.empty)
-    _lib.impl(name, kernel, "CPU")
-    # A CUDA tensor gets the kernel's clear `ValueError` (not on the CPU) rather than the
-    # dispatcher's "no kernel for CUDA". Running on the caller's CUDA stream comes with the
-    # runtime's stream support.
-    _lib.impl(name, kernel, "CUDA")
+    if _kernel_kind() == "c++":
+        from . import _torch_cpp
+
+        _torch_cpp.register(
+            NAMESPACE, name, kernel,
+            [t.dtype for t in program.inputs], [t.dtype for t in program.outputs],
+        )
+    else:
+        _lib.impl(name, kernel, "CPU")
+        # A CUDA tensor gets the kernel's clear `ValueError` (not on the CPU) rather than
+        # the dispatcher's "no kernel for CUDA". Running on the caller's CUDA stream comes
+        # with the runtime's stream support.
+        _lib.impl(name, kernel, "CUDA")
     torch.library.register_fake(f"{NAMESPACE}::{name}", shapes, lib=_lib)
-    return getattr(getattr(torch.ops, NAMESPACE), name).default
+    return getattr(getattr(torch.ops, NAMESPACE), name).default, kernel
 
 
 def _no_gradient(program: Program, what: str):
@@ -187,7 +239,8 @@ class Op:
     def __init__(self, name: str, program: Program):
         self.name = name
         self.program = program
-        self.overload = _define(name, program)
+        self.overload, kernel = _define(name, program)
+        self._kernels = [kernel]
         grad_program = program.gradient
         self.gradient: Optional[torch._ops.OpOverload] = None
         qualname = f"{NAMESPACE}::{name}"
@@ -196,7 +249,8 @@ class Op:
                 qualname, _no_gradient(program, "has no gradient program"), lib=_lib
             )
         else:
-            self.gradient = _define(f"{name}_grad", grad_program)
+            self.gradient, kernel = _define(f"{name}_grad", grad_program)
+            self._kernels.append(kernel)
             torch.library.register_autograd(
                 f"{NAMESPACE}::{name}_grad",
                 _no_gradient(program, "has a gradient program, but not a second one"),
@@ -251,12 +305,6 @@ class Op:
 
     def __repr__(self) -> str:
         return f"<ovl.torch.Op torch.ops.{NAMESPACE}.{self.name} for {self.program!r}>"
-
-
-def kernel_kind() -> str:
-    """How the ops' CPU kernels are registered: ``"python"`` (the native module's kernel,
-    called by PyTorch's dispatcher as a Python kernel)."""
-    return "python"
 
 
 def _name(program: Program) -> str:

@@ -33,6 +33,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<capsule::DlpackExport>()?;
     m.add_class::<torch::TorchKernel>()?;
     m.add_function(wrap_pyfunction!(torch::symbolic_dims, m)?)?;
+    m.add_function(wrap_pyfunction!(torch::torch_kernel_address, m)?)?;
+    m.add_function(wrap_pyfunction!(torch::torch_run_address, m)?)?;
     m.add("BundleError", m.py().get_type::<program::BundleError>())?;
     Ok(())
 }
