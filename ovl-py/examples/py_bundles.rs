@@ -66,6 +66,36 @@ fn scale_rows(x: Tensor<f32>, s: Tensor<f32>) -> Tensor<f32> {
     out
 }
 
+/// `x + 1`: the one-kernel op whose per-call cost the PyTorch op is measured by.
+#[operator]
+fn add_one(x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = x[[i]] + 1.0;
+    out
+}
+
+/// `where(m, 2 x, x)`: a bool input next to a float one, with a gradient.
+#[operator]
+fn masked_double(m: Tensor<bool>, x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = select(m[[i]], 2.0 * x[[i]], x[[i]]);
+    out
+}
+
+/// The gradient of [`masked_double`]: `where(m, 2 dy, dy)` for `x`, and `false` everywhere for
+/// the bool `m` (which has none: the zeros of its type).
+#[operator]
+fn masked_double_grad(m: Tensor<bool>, dy: Tensor<f32>) -> (Tensor<f32>, Tensor<bool>) {
+    let i = position_in(dy.shape())[0];
+    let dx = output_like(&dy);
+    let dm = output(m.shape());
+    dx[[i]] = select(m[[i]], 2.0 * dy[[i]], dy[[i]]);
+    dm[[i]] = select(m[[i]], !m[[i]], m[[i]]);
+    (dx, dm)
+}
+
 fn write(dir: &Path, file: &str, export: ovl::TfExport) -> Result<(), ovl::Error> {
     let bundle = export.write(dir.join(file))?;
     println!("{file}: {} kernel(s)", bundle.kernel_count());
@@ -183,5 +213,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "layernorm_grad.json",
         ovl::as_tensorflow(&x, &y).gradient(&dy, &dx),
     )?;
+
+    // The one-kernel op of the per-call cost (PyTorch op tests and benchmark).
+    let x = ovl::placeholder::<f32>("x", &[16]);
+    write(&dir, "add_one.json", ovl::as_tensorflow(&x, add_one(&x)))?;
+
+    // A bool input with a gradient program (written by hand) at any batch: PyTorch gives the
+    // bool input no gradient.
+    let bundle = ovl::as_tensorflow_polymorphic(|batch| {
+        let m = ovl::placeholder::<bool>("m", &[batch]);
+        let x = ovl::placeholder::<f32>("x", &[batch]);
+        let dy = ovl::placeholder::<f32>("dy", &[batch]);
+        let (dx, dm) = masked_double_grad(&m, &dy);
+        ovl::as_tensorflow((&m, &x), masked_double(&m, &x))
+            .name("masked_double")
+            .gradient(&dy, (&dm, &dx))
+    })
+    .write(dir.join("masked_double.json"))?;
+    println!("masked_double.json: {} kernel(s)", bundle.kernel_count());
     Ok(())
 }

@@ -11,7 +11,9 @@
 //! - [`capsule`]: DLPack capsules taken from producers (consumed once, the producer's deleter
 //!   called when the run is done) and [`capsule::DlpackExport`], an output handed to
 //!   `numpy.from_dlpack`;
-//! - [`bundle`]: the bundle file's JSON, read without Python.
+//! - [`bundle`]: the bundle file's JSON, read without Python;
+//! - [`torch::TorchKernel`]: a program's CPU kernel for its PyTorch custom op (`ovl.torch`),
+//!   reading and writing torch tensors in place through their data pointers.
 //!
 //! No panic reaches Python as such (PyO3 turns one into `pyo3_runtime.PanicException`), and
 //! ovl's errors are mapped to `TypeError` / `ValueError` / `RuntimeError` / `BundleError` with
@@ -20,6 +22,7 @@
 pub mod bundle;
 pub mod capsule;
 pub mod program;
+pub mod torch;
 
 use pyo3::prelude::*;
 
@@ -28,6 +31,10 @@ use pyo3::prelude::*;
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<program::Program>()?;
     m.add_class::<capsule::DlpackExport>()?;
+    m.add_class::<torch::TorchKernel>()?;
+    m.add_function(wrap_pyfunction!(torch::symbolic_dims, m)?)?;
+    m.add_function(wrap_pyfunction!(torch::torch_kernel_address, m)?)?;
+    m.add_function(wrap_pyfunction!(torch::torch_run_address, m)?)?;
     m.add("BundleError", m.py().get_type::<program::BundleError>())?;
     Ok(())
 }

@@ -22,13 +22,15 @@ pyo3::create_exception!(
 /// A loaded program.
 #[pyclass(frozen, module = "ovl._native", name = "Program")]
 pub struct Program {
-    loaded: LoadedProgram,
-    inputs: Vec<TensorInfo>,
-    outputs: Vec<TensorInfo>,
+    pub(crate) loaded: LoadedProgram,
+    pub(crate) inputs: Vec<TensorInfo>,
+    pub(crate) outputs: Vec<TensorInfo>,
     /// The gradient program's sealed bytes, loaded on demand ([`Program::gradient`]).
     gradient: Option<Vec<u8>>,
     /// Where the program came from, for messages (the bundle's path).
     source: String,
+    /// The hex SHA-256 digest of the program (the one its sealed bytes carry).
+    digest: String,
 }
 
 /// The feed and output pointers of one run, moved to the thread that runs it without the GIL.
@@ -48,14 +50,14 @@ fn dtype_name(dtype: DType) -> &'static str {
 
 impl Program {
     /// `program `name`: input 1 (`b`)`.
-    fn what(&self, k: usize) -> String {
+    pub(crate) fn what(&self, k: usize) -> String {
         format!(
             "ovl program `{}`: input {k} (`{}`)",
             self.loaded.name, self.loaded.feeds[k].0
         )
     }
 
-    fn signature(&self) -> String {
+    pub(crate) fn signature(&self) -> String {
         let inputs: Vec<String> = self
             .inputs
             .iter()
@@ -132,12 +134,22 @@ impl Program {
             outputs,
             gradient,
             source: source.to_string(),
+            digest: sealed_digest(sealed),
         })
     }
 }
 
+/// The hex SHA-256 digest a sealed program carries (after its header), `?` when there is none.
+fn sealed_digest(sealed: &[u8]) -> String {
+    let start = ovl::program::SEALED_PROGRAM_HEADER.len();
+    match sealed.get(start..start + 32) {
+        Some(d) => d.iter().map(|b| format!("{b:02x}")).collect(),
+        None => "?".into(),
+    }
+}
+
 /// An ovl error at load or run time as a Python exception.
-fn program_error(e: ProgramError, source: &str) -> PyErr {
+pub(crate) fn program_error(e: ProgramError, source: &str) -> PyErr {
     match e {
         ProgramError::Mismatch { .. } => PyValueError::new_err(format!("ovl {e}")),
         ProgramError::OutOfMemory(_) => PyMemoryError::new_err(format!("ovl: {e}")),
@@ -248,6 +260,19 @@ impl Program {
     #[getter]
     fn kernel_count(&self) -> usize {
         self.loaded.kernel_count()
+    }
+
+    /// The program's SHA-256 digest (hex), as its sealed bytes carry it: equal for the same
+    /// program loaded twice.
+    #[getter]
+    fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The gradient program's digest (hex), without loading it; `None` when there is none.
+    #[getter]
+    fn gradient_digest(&self) -> Option<String> {
+        self.gradient.as_deref().map(sealed_digest)
     }
 
     /// Whether the bundle carries a gradient program.

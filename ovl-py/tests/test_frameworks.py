@@ -122,7 +122,7 @@ def test_jax_mixed_with_numpy_gives_numpy(bundle, jnp):
         np.testing.assert_allclose(y, 2 * x + b, rtol=1e-6)
 
 
-# --- PyTorch (not installed in the project's environment: these tests skip there) --------
+# --- PyTorch (in the project's environment, scripts/requirements.txt) ----------------------
 
 
 @pytest.fixture(scope="module")

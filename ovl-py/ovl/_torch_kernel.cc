@@ -1,0 +1,189 @@
+// The C++ CPU kernel of ovl's PyTorch ops (`ovl.torch`), compiled at run time against the
+// installed torch's headers (ovl/_torch_cpp.py) and registered per op by
+// `ovl_torch_register`: a boxed kernel that hands each input's data pointer, shape, dtype match
+// and device to ovl's native module (`ovl_torch_run`, a C function of ovl._native, given as an
+// address) and allocates the outputs with at::empty when it asks. No Python runs in a call.
+#include <torch/library.h>
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+// Mirrors `TorchInput` in ovl-py/src/torch.rs.
+struct OvlTorchInput {
+  const void* data;
+  const int64_t* shape;
+  size_t rank;
+  int32_t dtype_ok;
+  int32_t on_cpu;
+  const char* dtype_name;
+  const char* device;
+};
+
+using AllocFn = void* (*)(void* ctx, size_t k, const int64_t* shape, size_t rank);
+using RunFn = int32_t (*)(const void* kernel, const OvlTorchInput* inputs, size_t n,
+                          void* ctx, AllocFn alloc, char* message, size_t message_len);
+
+// torch's name of a dtype, as Python prints it.
+const char* dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kShort: return "torch.int16";
+    case at::kChar: return "torch.int8";
+    case at::kByte: return "torch.uint8";
+    case at::kBool: return "torch.bool";
+    case at::kUInt16: return "torch.uint16";
+    case at::kUInt32: return "torch.uint32";
+    case at::kUInt64: return "torch.uint64";
+    default: return "another dtype";
+  }
+}
+
+bool parse_dtype(const std::string& name, at::ScalarType* out) {
+  static const std::pair<const char*, at::ScalarType> table[] = {
+      {"float32", at::kFloat}, {"float64", at::kDouble}, {"int32", at::kInt},
+      {"int64", at::kLong},    {"int16", at::kShort},    {"int8", at::kChar},
+      {"uint8", at::kByte},    {"bool", at::kBool},      {"uint16", at::kUInt16},
+      {"uint32", at::kUInt32}, {"uint64", at::kUInt64},
+  };
+  for (const auto& [n, t] : table) {
+    if (name == n) {
+      *out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+struct Outputs {
+  const std::vector<at::ScalarType>* dtypes;
+  c10::SmallVector<at::Tensor, 4> tensors;
+};
+
+// Called by ovl_torch_run per output, in order; never lets an exception into Rust.
+void* allocate(void* ctx, size_t k, const int64_t* shape, size_t rank) noexcept {
+  auto* outs = static_cast<Outputs*>(ctx);
+  try {
+    at::Tensor t = at::empty(c10::IntArrayRef(shape, rank),
+                             at::TensorOptions().dtype((*outs->dtypes)[k]));
+    void* p = t.data_ptr();
+    outs->tensors.push_back(std::move(t));
+    return p ? p : reinterpret_cast<void*>(alignof(std::max_align_t));
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+class OvlCpuKernel final : public c10::OperatorKernel {
+ public:
+  OvlCpuKernel(const void* kernel, RunFn run, std::vector<at::ScalarType> in,
+               std::vector<at::ScalarType> out)
+      : kernel_(kernel), run_(run), in_(std::move(in)), out_(std::move(out)) {}
+
+  void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const size_t n = in_.size();
+    c10::SmallVector<at::Tensor, 8> held;
+    c10::SmallVector<OvlTorchInput, 8> inputs;
+    c10::SmallVector<std::string, 1> devices;
+    devices.reserve(n);
+    for (size_t k = 0; k < n; ++k) {
+      at::Tensor t = torch::jit::peek(*stack, k, n).toTensor();
+      OvlTorchInput in{nullptr, t.sizes().data(), static_cast<size_t>(t.dim()),
+                       t.scalar_type() == in_[k], t.device().is_cpu(),
+                       dtype_name(t.scalar_type()), "cpu"};
+      if (in.on_cpu && in.dtype_ok) {
+        if (!t.is_contiguous()) {
+          t = t.contiguous();
+        }
+        if (reinterpret_cast<uintptr_t>(t.data_ptr()) % t.element_size() != 0) {
+          t = t.clone(at::MemoryFormat::Contiguous);  // a fresh, aligned buffer
+        }
+        in.data = t.data_ptr();
+        in.shape = t.sizes().data();
+      } else if (!in.on_cpu) {
+        devices.push_back(t.device().str());
+        in.device = devices.back().c_str();
+      }
+      held.push_back(std::move(t));
+      inputs.push_back(in);
+    }
+    Outputs outs{&out_, {}};
+    char message[2048] = {0};
+    const int32_t rc =
+        run_(kernel_, inputs.data(), n, &outs, &allocate, message, sizeof(message));
+    switch (rc) {
+      case 0: break;
+      case 1: TORCH_CHECK_TYPE(false, message);
+      case 2: TORCH_CHECK_VALUE(false, message);
+      case 4: TORCH_CHECK_WITH(OutOfMemoryError, false, message);
+      default: TORCH_CHECK(false, message);
+    }
+    torch::jit::drop(*stack, n);
+    for (auto& t : outs.tensors) {
+      torch::jit::push(*stack, std::move(t));
+    }
+  }
+
+ private:
+  const void* kernel_;
+  RunFn run_;
+  std::vector<at::ScalarType> in_;
+  std::vector<at::ScalarType> out_;
+};
+
+std::vector<std::unique_ptr<torch::Library>>& libraries() {
+  static auto* libs = new std::vector<std::unique_ptr<torch::Library>>();
+  return *libs;
+}
+
+bool dtypes(const char* list, std::vector<at::ScalarType>* out) {
+  std::string s(list);
+  size_t start = 0;
+  while (start <= s.size() && !s.empty()) {
+    size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    at::ScalarType t;
+    if (!parse_dtype(s.substr(start, end - start), &t)) return false;
+    out->push_back(t);
+    start = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+// Registers the kernel of op `ns::name` for `dispatch_key` ("CPU", "CUDA"): `kernel` is the
+// address of the native module's TorchKernel, `run` of its `ovl_torch_run`; the dtypes are
+// comma-separated NumPy names. 0 on success, else 1 with `error` filled.
+extern "C" int ovl_torch_register(const char* ns, const char* name, const char* dispatch_key,
+                                  const void* kernel, const void* run, const char* in_dtypes,
+                                  const char* out_dtypes, char* error, size_t error_len) {
+  try {
+    std::vector<at::ScalarType> in, out;
+    if (!dtypes(in_dtypes, &in) || !dtypes(out_dtypes, &out)) {
+      std::snprintf(error, error_len, "unknown dtype in '%s' -> '%s'", in_dtypes, out_dtypes);
+      return 1;
+    }
+    const c10::DispatchKey key = c10::parseDispatchKey(dispatch_key);
+    auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, key, __FILE__,
+                                                __LINE__);
+    lib->impl(name, torch::CppFunction::makeFromBoxedFunctor(std::make_unique<OvlCpuKernel>(
+                        kernel, reinterpret_cast<RunFn>(const_cast<void*>(run)),
+                        std::move(in), std::move(out))));
+    libraries().push_back(std::move(lib));
+    return 0;
+  } catch (const std::exception& e) {
+    std::snprintf(error, error_len, "%s", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,351 @@
+"""`ovl.torch.op`: programs as PyTorch custom operators, checked against the same computations
+written in torch ops: eager values, autograd from the bundles' gradient programs,
+`torch.library.opcheck`, `torch.compile` (fullgraph, and dynamic without recompiling per batch),
+and errors naming the input."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: ovl.torch untested")
+
+import ovl  # noqa: E402
+import ovl.torch  # noqa: E402
+
+torch.manual_seed(11)
+
+
+@pytest.fixture(scope="module")
+def op(bundle):
+    """`op("scale_add")`: the torch op of that bundle's program."""
+    return lambda name: ovl.torch.op(bundle(name))
+
+
+def layernorm(x, eps=1e-5):
+    return torch.nn.functional.layer_norm(x, x.shape[-1:], eps=eps)
+
+
+# --- eager values ------------------------------------------------------------------------
+
+
+def test_eager_values_every_dtype(op):
+    x, b = torch.randn(4, 5), torch.randn(4, 5)
+    y = op("scale_add")(x, b)
+    assert type(y) is torch.Tensor and y.dtype == torch.float32 and y.shape == (4, 5)
+    torch.testing.assert_close(y, 2 * x + b)
+
+    a, b = torch.randn(7), torch.randn(7)
+    lo, hi = op("min_max")(a, b)
+    torch.testing.assert_close(lo, torch.minimum(a, b))
+    torch.testing.assert_close(hi, torch.maximum(a, b))
+
+    x = torch.randn(9, dtype=torch.float64)
+    torch.testing.assert_close(op("affine_f64")(x), x * 0.5 - 3.0)
+
+    i = torch.randint(-1000, 1000, (9,), dtype=torch.int32)
+    j = torch.randint(-1000, 1000, (9,), dtype=torch.int32)
+    k = op("mul_add_i32")(i, j)
+    assert k.dtype == torch.int32
+    torch.testing.assert_close(k, i * j + 7)
+
+    m = torch.tensor([True, False, True, True, False, False])
+    v = torch.randn(6)
+    y, flipped = op("masked_negate")(m, v)
+    assert flipped.dtype == torch.bool
+    torch.testing.assert_close(y, torch.where(m, v, -v))
+    torch.testing.assert_close(flipped, ~m)
+
+    x = torch.randn(3, 8)
+    sums, soft = op("row_stats")(x)
+    torch.testing.assert_close(sums, x.sum(dim=1))
+    torch.testing.assert_close(soft, torch.softmax(x, dim=1))
+
+
+@pytest.mark.parametrize("batch", [0, 1, 3, 17])
+def test_polymorphic_batch(op, batch):
+    x, s = torch.randn(batch, 5), torch.randn(batch)
+    y, sums = op("scale_rows_any_batch")(x, s)
+    assert y.shape == (batch, 5) and sums.shape == (batch,)
+    torch.testing.assert_close(y, x * s[:, None])
+    torch.testing.assert_close(sums, (x * s[:, None]).sum(dim=1))
+
+
+def test_layouts_other_than_contiguous(op):
+    f = op("scale_add")
+    x, b = torch.randn(5, 4).t(), torch.randn(4, 10)[:, ::2]
+    assert not x.is_contiguous() and not b.is_contiguous()
+    torch.testing.assert_close(f(x, b), 2 * x + b)
+    # f32 elements at an odd address (a NumPy view of a byte buffer): copied first.
+    buf = np.zeros(4 * 20 + 1, np.uint8)
+    odd = np.frombuffer(buf.data, dtype=np.float32, count=20, offset=1).reshape(4, 5)
+    odd[...] = np.arange(20, dtype=np.float32).reshape(4, 5)
+    x = torch.from_numpy(odd)
+    assert x.data_ptr() % 4 == 1
+    torch.testing.assert_close(f(x, b), 2 * x + b)
+    # Bool bytes other than 0 and 1 read as true.
+    m = torch.tensor([2, 0, 1, 255, 0, 7], dtype=torch.uint8).view(torch.bool)
+    v = torch.randn(6)
+    y, flipped = op("masked_negate")(m, v)
+    want = torch.tensor([True, False, True, True, False, True])
+    torch.testing.assert_close(y, torch.where(want, v, -v))
+    torch.testing.assert_close(flipped, ~want)
+
+
+def test_inputs_not_written_and_outputs_fresh(op):
+    f = op("scale_add")
+    x, b = torch.randn(4, 5), torch.randn(4, 5)
+    saved = (x.clone(), b.clone())
+    y1, y2 = f(x, b), f(x, b)
+    assert y1.data_ptr() != y2.data_ptr()
+    torch.testing.assert_close(x, saved[0])
+    torch.testing.assert_close(b, saved[1])
+
+
+def test_one_op_per_program(bundle_dir, op):
+    first = ovl.torch.op(ovl.load(bundle_dir / "scale_add.json"))
+    again = ovl.torch.op(ovl.load(bundle_dir / "scale_add.json"))
+    assert first is again and first.overload is again.overload
+    assert first.overload is getattr(torch.ops.ovl, first.name).default
+    assert first.name.startswith("scale_add_")
+    assert op("min_max").name != first.name
+    # The gradient op is named after its program's op.
+    g = op("layernorm_grad")
+    assert g.gradient is getattr(torch.ops.ovl, g.name + "_grad").default
+    assert op("scale_add").gradient is None
+
+
+# --- gradients ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [1, 4, 9])
+def test_autograd_at_any_batch(op, batch):
+    f = op("scale_rows_grad")
+    x = torch.randn(batch, 5, requires_grad=True)
+    s = torch.randn(batch, requires_grad=True)
+    w = torch.randn(batch, 5)
+    (f(x, s) * w).sum().backward()
+    xr, sr = x.detach().clone().requires_grad_(), s.detach().clone().requires_grad_()
+    (xr * sr[:, None] * w).sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad)
+    torch.testing.assert_close(s.grad, sr.grad)
+
+
+def test_layernorm_autograd_against_torch(op):
+    f = op("layernorm_grad")
+    x = torch.randn(6, 33, requires_grad=True)
+    w = torch.randn(6, 33)
+    y = f(x)
+    torch.testing.assert_close(y, layernorm(x), rtol=1e-4, atol=1e-5)
+    (y * w).sum().backward()
+    xr = x.detach().clone().requires_grad_()
+    (layernorm(xr) * w).sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_bool_input_gets_no_gradient(op):
+    f = op("masked_double")
+    m = torch.tensor([True, False, True, False, True])
+    x = torch.randn(5, requires_grad=True)
+    y = f(m, x)
+    torch.testing.assert_close(y, torch.where(m, 2 * x, x))
+    y.backward(torch.arange(5.0))
+    torch.testing.assert_close(x.grad, torch.where(m, 2.0, 1.0) * torch.arange(5.0))
+    # torch.autograd.grad over both inputs: the bool one has none.
+    x.grad = None
+    (gx,) = torch.autograd.grad(f(m, x).sum(), [x])
+    torch.testing.assert_close(gx, torch.where(m, 2.0, 1.0))
+
+
+def test_no_gradient_program_says_so(op):
+    x = torch.randn(4, 5, requires_grad=True)
+    y = op("scale_add")(x, torch.randn(4, 5))
+    assert y.requires_grad
+    with pytest.raises(RuntimeError, match=r"`scale_add` has no gradient program"):
+        y.sum().backward()
+
+
+# --- opcheck -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, make",
+    [
+        ("scale_add", lambda: (torch.randn(4, 5), torch.randn(4, 5))),
+        ("mul_add_i32", lambda: (torch.randint(-9, 9, (9,), dtype=torch.int32),) * 2),
+        ("masked_negate", lambda: (torch.rand(6) > 0.5, torch.randn(6))),
+        ("scale_rows_any_batch", lambda: (torch.randn(6, 5), torch.randn(6))),
+        ("layernorm_grad", lambda: (torch.randn(6, 33, requires_grad=True),)),
+        ("scale_rows_grad", lambda: (torch.randn(3, 5, requires_grad=True),
+                                     torch.randn(3, requires_grad=True))),
+        ("masked_double", lambda: (torch.rand(7) > 0.5, torch.randn(7, requires_grad=True))),
+    ],
+)
+def test_opcheck(op, name, make):
+    f = op(name)
+    result = torch.library.opcheck(f.overload, make())
+    assert set(result.values()) == {"SUCCESS"}, result
+    if f.gradient is not None:
+        # The gradient op on its own (the inputs and one upstream gradient per output).
+        args = [t.detach() for t in make()]
+        outs = f.overload(*args)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        upstream = [torch.randn_like(o) for o in outs]
+        result = torch.library.opcheck(f.gradient, (*args, *upstream))
+        assert set(result.values()) == {"SUCCESS"}, result
+
+
+# --- torch.compile -----------------------------------------------------------------------
+
+
+class Counting:
+    """A `torch.compile` backend that counts the graphs it is given and runs them eagerly."""
+
+    def __init__(self):
+        self.graphs = 0
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        return gm.forward
+
+
+def test_compile_fullgraph_forward_and_backward(op):
+    f = op("layernorm_grad")
+    w = torch.randn(6, 33)
+
+    def step(x):
+        return (torch.relu(f(x * 1.5)) * w).sum()
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    x = torch.randn(6, 33, requires_grad=True)
+    loss = compiled(x)
+    loss.backward()
+    xr = x.detach().clone().requires_grad_()
+    want = (torch.relu(layernorm(xr * 1.5)) * w).sum()
+    want.backward()
+    torch.testing.assert_close(loss, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(x.grad, xr.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_compile_inductor_fullgraph(op):
+    f = op("scale_rows_any_batch")
+
+    def g(x, s):
+        y, sums = f(x.exp(), s)
+        return y.sum(dim=1) - sums + 1
+
+    compiled = torch.compile(g, fullgraph=True)
+    x, s = torch.randn(6, 5), torch.randn(6)
+    torch.testing.assert_close(compiled(x, s), torch.ones(6), rtol=1e-4, atol=1e-4)
+
+
+def test_no_graph_break(op):
+    f = op("scale_rows_grad")
+    explained = torch._dynamo.explain(lambda x, s: f(x, s).relu())(
+        torch.randn(3, 5), torch.randn(3)
+    )
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+
+
+def test_compile_dynamic_compiles_once_for_every_batch(op):
+    f = op("scale_rows_grad")
+    backend = Counting()
+    torch._dynamo.reset()
+
+    def g(x, s):
+        return f(x, s) * 2
+
+    compiled = torch.compile(g, backend=backend, dynamic=True, fullgraph=True)
+    for batch in (3, 5, 8, 17, 40):
+        x, s = torch.randn(batch, 5), torch.randn(batch)
+        torch.testing.assert_close(compiled(x, s), 2 * x * s[:, None])
+    assert backend.graphs == 1
+
+
+def test_compile_dynamic_backward_compiles_once(op):
+    f = op("scale_rows_grad")
+    backend = Counting()
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, s: f(x, s).sum(), backend="aot_eager", dynamic=True)
+    counted = torch.compile(lambda x, s: f(x, s).sum(), backend=backend, dynamic=True)
+    for batch in (3, 6, 11):
+        x = torch.randn(batch, 5, requires_grad=True)
+        s = torch.randn(batch, requires_grad=True)
+        compiled(x, s).backward()
+        torch.testing.assert_close(x.grad, s.detach()[:, None].expand(batch, 5))
+        torch.testing.assert_close(s.grad, x.detach().sum(dim=1))
+        counted(x.detach(), s.detach())
+    assert backend.graphs == 1
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+def still_works(f):
+    x, b = torch.randn(4, 5), torch.randn(4, 5)
+    torch.testing.assert_close(f(x, b), 2 * x + b)
+
+
+@pytest.mark.parametrize("count", [0, 1, 3])
+def test_error_count(op, count):
+    f = op("scale_add")
+    with pytest.raises(TypeError, match=rf"`scale_add` takes 2 inputs \(x: float32\[4, 5\], "
+                       rf"b: float32\[4, 5\]\), {count} given"):
+        f(*[torch.randn(4, 5)] * count)
+    still_works(f)
+
+
+def test_error_not_a_tensor(op):
+    f = op("scale_add")
+    with pytest.raises(TypeError, match=r"input 1 \(`b`\) is a list, not a torch.Tensor"):
+        f(torch.randn(4, 5), [[0.0] * 5] * 4)
+    still_works(f)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.float16])
+def test_error_dtype(op, dtype):
+    f = op("scale_add")
+    with pytest.raises(TypeError, match=rf"input 0 \(`x`\) is {dtype}\[4, 5\], the program "
+                       rf"takes float32\[4, 5\]"):
+        f(torch.zeros(4, 5, dtype=dtype), torch.randn(4, 5))
+    still_works(f)
+
+
+@pytest.mark.parametrize("shape", [(4, 6), (5, 5), (20,), (4, 5, 1), ()])
+def test_error_shape(op, shape):
+    f = op("scale_add")
+    with pytest.raises(ValueError, match=rf"input 1 \(`b`\) has shape \[.*\], the program takes "
+                       rf"float32\[4, 5\]"):
+        f(torch.randn(4, 5), torch.randn(shape))
+    still_works(f)
+
+
+def test_error_batch_disagreement(op):
+    f = op("scale_rows_grad")
+    with pytest.raises(ValueError, match=r"input 1 \(`s`\).*batch"):
+        f(torch.randn(3, 5), torch.randn(4))
+    with pytest.raises(ValueError, match=r"input 0 \(`x`\) has shape \[3, 6\], the program "
+                       r"takes float32\[batch, 5\]"):
+        f(torch.randn(3, 6), torch.randn(3))
+    x, s = torch.randn(2, 5), torch.randn(2)
+    torch.testing.assert_close(f(x, s), x * s[:, None])
+
+
+def test_error_gradient_op_names_the_upstream_gradient(op):
+    g = op("scale_rows_grad").gradient
+    with pytest.raises(ValueError, match=r"input 2 \(`dy`\).*batch"):
+        g(torch.randn(2, 5), torch.randn(2), torch.randn(3, 5))
+
+
+def test_error_not_on_the_cpu(op):
+    # A CUDA tensor reaches the same check (no GPU here): the meta device stands in for a
+    # device other than the CPU when the kernel is called directly.
+    kernel = ovl._native.TorchKernel(
+        op("scale_add").program._native, [torch.float32] * 2, [torch.float32], torch.empty
+    )
+    with pytest.raises(ValueError, match=r"input 0 \(`x`\) is on device `meta`: .*CPU only"):
+        kernel(torch.empty(4, 5, device="meta"), torch.randn(4, 5))
+    still_works(op("scale_add"))
+
+
+def test_error_op_takes_a_program():
+    with pytest.raises(TypeError, match="takes an ovl.Program"):
+        ovl.torch.op("scale_add.json")
