@@ -66,6 +66,39 @@ fn scale_rows(x: Tensor<f32>, s: Tensor<f32>) -> Tensor<f32> {
     out
 }
 
+/// `x + 1` (the per-call cost of a one-kernel op from JAX).
+#[operator]
+fn add_one(x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = x[[i]] + 1.0;
+    out
+}
+
+/// Each column of `x` times its factor in `w` (shared by every row).
+#[operator]
+fn scale_cols(x: Tensor<f32>, w: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = x.dims::<2>();
+    let p = position_in([rows, cols]);
+    let out = output_like(&x);
+    out[[p[0], p[1]]] = x[[p[0], p[1]]] * w[[p[1]]];
+    out
+}
+
+/// The first negative element of `x`: the walk leaves `x` when there is none (an index out of
+/// bounds at run time, which the run reports).
+#[operator]
+fn first_negative(x: Tensor<f32>) -> Tensor<f32> {
+    let _ = position_in([1]);
+    let out = output::<f32>([1]);
+    let mut j = variable(0i64);
+    while x[[j]] >= 0.0 {
+        j += 1;
+    }
+    out[[0]] = x[[j]];
+    out
+}
+
 fn write(dir: &Path, file: &str, export: ovl::TfExport) -> Result<(), ovl::Error> {
     let bundle = export.write(dir.join(file))?;
     println!("{file}: {} kernel(s)", bundle.kernel_count());
@@ -182,6 +215,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &dir,
         "layernorm_grad.json",
         ovl::as_tensorflow(&x, &y).gradient(&dy, &dx),
+    )?;
+
+    // For `ovl.jax`: a one-kernel op, a polymorphic program with an input shared by every row
+    // (vmap and sharding), and a program that fails at run time.
+    let x = ovl::placeholder::<f32>("x", &[16]);
+    write(&dir, "add_one.json", ovl::as_tensorflow(&x, add_one(&x)))?;
+    let bundle = ovl::as_tensorflow_polymorphic(|batch| {
+        let x = ovl::placeholder::<f32>("x", &[batch, 5]);
+        let w = ovl::placeholder::<f32>("w", &[5]);
+        let dy = ovl::placeholder::<f32>("dy", &[batch, 5]);
+        let y = scale_cols(&x, &w);
+        let export = ovl::as_tensorflow((&x, &w), &y).name("scale_cols");
+        match ovl::backward(&[(&y, &dy)], &[&x, &w]) {
+            Ok(g) => match (g.of(&x), g.of(&w)) {
+                (Some(dx), Some(dw)) => export.gradient(&dy, (&dx, &dw)),
+                _ => export,
+            },
+            Err(_) => export,
+        }
+    })
+    .write(dir.join("scale_cols_grad.json"))?;
+    if bundle.gradient_kernel_count() == 0 {
+        return Err("scale_cols_grad: no gradient derived".into());
+    }
+    let x = ovl::placeholder::<f32>("x", &[8]);
+    write(
+        &dir,
+        "first_negative.json",
+        ovl::as_tensorflow(&x, first_negative(&x)),
     )?;
     Ok(())
 }

@@ -11,7 +11,8 @@
 //! - [`capsule`]: DLPack capsules taken from producers (consumed once, the producer's deleter
 //!   called when the run is done) and [`capsule::DlpackExport`], an output handed to
 //!   `numpy.from_dlpack`;
-//! - [`bundle`]: the bundle file's JSON, read without Python.
+//! - [`bundle`]: the bundle file's JSON, read without Python;
+//! - [`xla_ffi`]: the XLA FFI handler and program registry behind `ovl.jax`.
 //!
 //! No panic reaches Python as such (PyO3 turns one into `pyo3_runtime.PanicException`), and
 //! ovl's errors are mapped to `TypeError` / `ValueError` / `RuntimeError` / `BundleError` with
@@ -20,6 +21,7 @@
 pub mod bundle;
 pub mod capsule;
 pub mod program;
+pub mod xla_ffi;
 
 use pyo3::prelude::*;
 
@@ -29,5 +31,6 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<program::Program>()?;
     m.add_class::<capsule::DlpackExport>()?;
     m.add("BundleError", m.py().get_type::<program::BundleError>())?;
+    xla_ffi::add(m)?;
     Ok(())
 }

@@ -10,6 +10,7 @@ use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError}
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::ffi::c_void;
+use std::sync::Arc;
 
 pyo3::create_exception!(
     _native,
@@ -22,7 +23,8 @@ pyo3::create_exception!(
 /// A loaded program.
 #[pyclass(frozen, module = "ovl._native", name = "Program")]
 pub struct Program {
-    loaded: LoadedProgram,
+    /// Shared with the XLA handler's registry (`crate::xla_ffi`).
+    pub(crate) loaded: Arc<LoadedProgram>,
     inputs: Vec<TensorInfo>,
     outputs: Vec<TensorInfo>,
     /// The gradient program's sealed bytes, loaded on demand ([`Program::gradient`]).
@@ -127,7 +129,7 @@ impl Program {
             t.name = Some(name.clone());
         }
         Ok(Program {
-            loaded,
+            loaded: Arc::new(loaded),
             inputs,
             outputs,
             gradient,
