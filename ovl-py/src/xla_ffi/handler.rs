@@ -139,18 +139,19 @@ fn invalid(message: String) -> Failure {
 unsafe fn buffer(
     list: &c_api::List,
     k: usize,
-    what: &str,
-) -> Result<&'static c_api::Buffer, Failure> {
+    what: impl Fn() -> String,
+) -> Result<&c_api::Buffer, Failure> {
     // SAFETY: the caller's contract; XLA's lists hold `size` types and items.
     let (kind, item) = unsafe { (*list.types.add(k), *list.items.add(k)) };
     if kind != c_api::BUFFER || item.is_null() {
-        return Err(invalid(format!("{what} is not a buffer")));
+        return Err(invalid(format!("{} is not a buffer", what())));
     }
     // SAFETY: a buffer item points to an XLA_FFI_Buffer alive for the call.
     let b = unsafe { &*item.cast::<c_api::Buffer>() };
     if b.struct_size < c_api::BUFFER_SIZE {
         return Err(invalid(format!(
-            "{what}: XLA's buffer struct is older than expected"
+            "{}: XLA's buffer struct is older than expected",
+            what()
         )));
     }
     Ok(b)
@@ -292,7 +293,7 @@ unsafe fn call(frame: &CallFrame) -> Result<(), Failure> {
     let mut at = 0;
     for (k, (_, sig)) in program.feeds.iter().enumerate() {
         // SAFETY: k < args.size.
-        let b = unsafe { buffer(&frame.args, k, &what(k)) }?;
+        let b = unsafe { buffer(&frame.args, k, || what(k)) }?;
         // SAFETY: b is a buffer of the frame.
         let d = unsafe { dims(b) };
         if b.dtype != xla_dtype(sig.dtype) || d.len() != sig.shape.len() {
@@ -408,16 +409,17 @@ unsafe fn run(
     let mut outs = [std::ptr::null_mut::<c_void>(); INLINE];
     let mut outs_vec = Vec::new();
     for (k, sig) in bound.binding.outputs.iter().enumerate() {
-        let what = format!("ovl program `{}`: output {k}", program.name);
+        let what = || format!("ovl program `{}`: output {k}", program.name);
         // SAFETY: k < rets.size (checked by the caller).
-        let b = unsafe { buffer(&frame.rets, k, &what) }?;
+        let b = unsafe { buffer(&frame.rets, k, what) }?;
         // SAFETY: a buffer of the frame.
         let d = unsafe { dims(b) };
         if b.dtype != xla_dtype(sig.dtype)
             || !d.iter().map(|&x| x as usize).eq(sig.shape.iter().copied())
         {
             return Err(invalid(format!(
-                "{what} is an XLA buffer of dtype {} and shape {d:?}, the program gives {}",
+                "{} is an XLA buffer of dtype {} and shape {d:?}, the program gives {}",
+                what(),
                 b.dtype,
                 tensorflow_type_name(sig)
             )));
