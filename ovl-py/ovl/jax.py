@@ -91,6 +91,9 @@ class Op:
         self.vmap = vmap
         self._gradient: Optional[Op] = None
         self._fn = self._build()
+        # Called through jit, also eagerly: an eager call is then one compiled custom call
+        # (JAX caches it per shape) instead of a trace of the custom_vjp and custom_vmap rules.
+        self._jit = jax.jit(self._fn)
 
     # -- trace-time checks and the custom call -------------------------------------------
 
@@ -223,7 +226,7 @@ class Op:
 
     def __call__(self, *args):
         args = self._check(args)
-        outs = self._fn(*args)
+        outs = self._jit(*args)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def __repr__(self) -> str:

@@ -218,3 +218,15 @@ def test_run_time_failure_is_an_xla_error_and_the_next_call_works(op):
 def test_op_takes_programs_only():
     with pytest.raises(TypeError, match="takes an ovl.Program"):
         oj.op("scale_add.json")
+
+
+def test_float64_with_x64_enabled(op):
+    f = op("affine_f64")
+    with jax.enable_x64(True):
+        x = jnp.arange(9, dtype=jnp.float64) / 3
+        y = jax.jit(f)(x)
+        assert y.dtype == jnp.float64
+        np.testing.assert_array_equal(np.asarray(y), np.asarray(x) * 0.5 - 3.0)
+    # Without x64, JAX makes float32 arrays: the dtype check names the input.
+    with pytest.raises(TypeError, match=r"input 0 \(`x`\) is float32\[9\]"):
+        f(jnp.arange(9, dtype=jnp.float32))
