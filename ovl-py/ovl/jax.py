@@ -17,7 +17,7 @@ inputs' shapes at trace time.
   without a gradient program raises ``TypeError`` when differentiated. Forward mode (``jvp``,
   ``jacfwd``) is not supported (custom_vjp).
 - ``vmap``: see ``op``'s ``vmap`` argument: a polymorphic program folds the mapped axis into
-  its batch; otherwise the program runs once per example (``lax.map``).
+  its batch; otherwise ovl batches the program over the mapped axis (one call).
 - sharding: ``shard(op, mesh, axis)`` runs the op with ``jax.shard_map`` on each device's rows.
 - errors at trace time: a wrong number of inputs or a wrong dtype is a ``TypeError``, a wrong
   shape a ``ValueError``, each naming the input; a concrete array on a GPU a ``ValueError``. A
@@ -79,9 +79,9 @@ class Op:
         self._id = _native._xla_register(program._native)
         self._foldable = _foldable(program)
         if vmap is None:
-            vmap = "fold" if self._foldable else "sequential"
-        if vmap not in ("fold", "sequential"):
-            raise ValueError(f"vmap must be 'fold' or 'sequential', not {vmap!r}")
+            vmap = "fold" if self._foldable else "batch"
+        if vmap not in ("fold", "batch", "sequential"):
+            raise ValueError(f"vmap must be 'fold', 'batch' or 'sequential', not {vmap!r}")
         if vmap == "fold" and not self._foldable:
             raise ValueError(
                 f"ovl program `{program.name}` cannot fold a vmapped axis into its batch: "
@@ -90,6 +90,9 @@ class Op:
             )
         self.vmap = vmap
         self._gradient: Optional[Op] = None
+        # Programs batched by ovl for vmap, per (mapped inputs, axis size): (Op, batched
+        # outputs), or None where ovl cannot batch the program.
+        self._batched = {}
         self._fn = self._build()
         # Called through jit, also eagerly: an eager call is then one compiled custom call
         # (JAX caches it per shape) instead of a trace of the custom_vjp and custom_vmap rules.
@@ -153,11 +156,15 @@ class Op:
 
         @batched_call.def_vmap
         def rule(axis_size, in_batched, *args):
+            every = (True,) * len(self.program.outputs)
             if self.vmap == "fold" and self._fold_applies(in_batched):
-                return self._fold(axis_size, in_batched, args), (True,) * len(self.program.outputs)
-            return _sequential(batched_call, axis_size, in_batched, args), (True,) * len(
-                self.program.outputs
-            )
+                return self._fold(axis_size, in_batched, args), every
+            if self.vmap in ("fold", "batch"):
+                batched = self._batched_op(axis_size, tuple(bool(b) for b in in_batched))
+                if batched is not None:
+                    op, out_batched = batched
+                    return op._fn(*args), out_batched
+            return _sequential(batched_call, axis_size, in_batched, args), every
 
         @jax.custom_vjp
         def fn(*args):
@@ -192,6 +199,31 @@ class Op:
             flat.append(a)
         outs = self._fn_unchecked(flat)
         return tuple(o.reshape((axis_size, o.shape[0] // axis_size) + tuple(o.shape[1:])) for o in outs)
+
+    def _batched_op(self, axis_size, in_batched):
+        """The program batched by ovl over ``axis_size`` examples of the mapped inputs
+        (``ovl::program_batch``, as the TensorFlow bridge does for ``tf.vectorized_map``):
+        one call for the whole batch, the unmapped inputs shared, exact for any program; with
+        its batched outputs. ``None`` when ovl cannot batch the program (then ``vmap`` runs it
+        once per example)."""
+        key = (in_batched, int(axis_size))
+        if key not in self._batched:
+            try:
+                native, out_batched = _native._xla_batch(
+                    self.program._native, list(in_batched), int(axis_size)
+                )
+            except ValueError:
+                self._batched[key] = None
+            else:
+                op = Op(Program(native, self.program.source), vmap=self.vmap_inner)
+                self._batched[key] = (op, tuple(out_batched))
+        return self._batched[key]
+
+    @property
+    def vmap_inner(self) -> Optional[str]:
+        """The vmap of a batched program (a vmap inside a vmap): the same, except that
+        ``"fold"`` leaves the choice to the batched program."""
+        return None if self.vmap == "fold" else self.vmap
 
     def _fn_unchecked(self, args):
         return self._fn(*args)
@@ -259,13 +291,19 @@ def op(program: Program, *, vmap: Optional[str] = None) -> Op:
     """The program as a JAX function (an ``Op``), usable eagerly and under ``jit``, ``grad``
     and ``vmap``; see the module's documentation.
 
-    ``vmap``: ``"fold"`` (the default for a polymorphic program whose outputs all lead with its
-    batch) folds a mapped axis into the program's batch and runs one call: it assumes that the
-    program treats its batch rows independently (row ``b`` of each output depends on row ``b``
-    of the batched inputs and on the inputs without the batch), as programs written per row
-    do (an LSTM cell, a layer norm over rows). A program that mixes rows of its batch (a sum
-    or a scan over the batch) must use ``"sequential"`` (the default otherwise), which runs
-    the program once per example."""
+    ``vmap``: how ``jax.vmap`` runs the program over a mapped axis.
+
+    - ``"fold"`` (the default for a polymorphic program whose outputs all lead with its
+      batch) folds the mapped axis into the program's batch and runs one call: it assumes that
+      the program treats its batch rows independently (row ``b`` of each output depends on row
+      ``b`` of the batched inputs and on the inputs without the batch), as programs written per
+      row do (an LSTM cell, a layer norm over rows). A program that mixes rows of its batch (a
+      sum or a scan over the batch) must use ``"batch"``. Where a mapped input has no batch to
+      fold into (a mapped weight), ``"batch"`` applies.
+    - ``"batch"`` (the default otherwise) runs the program batched by ovl over the mapped axis
+      (``ovl::program_batch``): one call, exact for any program, compiled once per mapped
+      inputs and axis size; where ovl cannot batch the program, ``"sequential"`` applies.
+    - ``"sequential"`` runs the program once per example (``lax.map``)."""
     return Op(program, vmap=vmap)
 
 

@@ -25,12 +25,14 @@ pyo3::create_exception!(
 pub struct Program {
     /// Shared with the XLA handler's registry (`crate::xla_ffi`).
     pub(crate) loaded: Arc<LoadedProgram>,
-    inputs: Vec<TensorInfo>,
-    outputs: Vec<TensorInfo>,
+    pub(crate) inputs: Vec<TensorInfo>,
+    pub(crate) outputs: Vec<TensorInfo>,
+    /// The program's sealed bytes (`ovl.jax` batches them for `vmap`).
+    pub(crate) sealed: Vec<u8>,
     /// The gradient program's sealed bytes, loaded on demand ([`Program::gradient`]).
-    gradient: Option<Vec<u8>>,
+    pub(crate) gradient: Option<Vec<u8>>,
     /// Where the program came from, for messages (the bundle's path).
-    source: String,
+    pub(crate) source: String,
 }
 
 /// The feed and output pointers of one run, moved to the thread that runs it without the GIL.
@@ -101,7 +103,7 @@ impl Program {
 impl Program {
     /// Verifies, checks and compiles a sealed program whose feeds and outputs the bundle types
     /// as `inputs` and `outputs`; `what` names it in errors, `source` is the bundle's path.
-    fn open(
+    pub(crate) fn open(
         py: Python<'_>,
         sealed: &[u8],
         inputs: Vec<TensorInfo>,
@@ -132,6 +134,7 @@ impl Program {
             loaded: Arc::new(loaded),
             inputs,
             outputs,
+            sealed: sealed.to_vec(),
             gradient,
             source: source.to_string(),
         })

@@ -137,20 +137,52 @@ def test_vmap_folds_into_the_batch(op):
     close(jax.vmap(f, in_axes=(1, 1))(xs, ss), jnp.swapaxes(xs, 0, 1) * ss.T[..., None])
 
 
-def test_vmap_with_a_shared_input_and_the_fallback(op):
+def test_vmap_with_a_shared_input_and_ovl_batching(op):
     f = op("scale_cols_grad")
     xs, w = f32(3, 4, 5), f32(5)
     close(jax.jit(jax.vmap(f, in_axes=(0, None)))(xs, w), xs * w)
-    # w mapped: it has no batch dimension to fold into, so the program runs per example.
+    # w mapped: it has no batch dimension to fold into, so ovl batches the program over the
+    # mapped axis (one call, no loop).
     ws = f32(3, 5)
     vf = jax.jit(jax.vmap(f))
     close(vf(xs, ws), xs * ws[:, None, :])
-    assert "while" in vf.lower(xs, ws).as_text()
-    # A program with fixed shapes runs per example.
+    text = vf.lower(xs, ws).as_text()
+    assert text.count("ovl_program") == 1 and "while" not in text
+    # A program with fixed shapes is batched by ovl too, shared inputs staying shared.
     g = op("scale_add")
-    assert g.vmap == "sequential"
+    assert g.vmap == "batch"
     a, b = f32(3, 4, 5), f32(3, 4, 5)
-    close(jax.vmap(g)(a, b), 2 * a + b)
+    vg = jax.jit(jax.vmap(g))
+    close(vg(a, b), 2 * a + b)
+    assert "while" not in vg.lower(a, b).as_text()
+    close(jax.vmap(g, in_axes=(0, None))(a, b[0]), 2 * a + b[0])
+    aa, bb = f32(2, 3, 4, 5), f32(2, 3, 4, 5)
+    close(jax.vmap(jax.vmap(g))(aa, bb), 2 * aa + bb)
+    # Several outputs, an input shared.
+    xs7, c = f32(3, 7), f32(7)
+    lo, hi = jax.vmap(op("min_max"), in_axes=(0, None))(xs7, c)
+    close(lo, jnp.minimum(xs7, c))
+    close(hi, jnp.maximum(xs7, c))
+
+
+def test_vmap_sequential_runs_once_per_example(bundle):
+    f = oj.op(bundle("scale_add"), vmap="sequential")
+    a, b = f32(3, 4, 5), f32(3, 4, 5)
+    vf = jax.jit(jax.vmap(f))
+    close(vf(a, b), 2 * a + b)
+    assert "while" in vf.lower(a, b).as_text()
+
+
+def test_vmap_of_grad_of_a_fixed_shape_program(op):
+    ln = op("layernorm_grad")
+    xs, ws = f32(3, 6, 33), f32(3, 6, 33)
+    got = jax.jit(jax.vmap(jax.grad(lambda x, w: jnp.sum(ln(x) * w))))(xs, ws)
+    want = jax.vmap(jax.grad(lambda x, w: jnp.sum(layernorm(x) * w)))(xs, ws)
+    close(got, want, rtol=1e-3, atol=2e-4)
+    # And grad of a vmapped call.
+    got = jax.grad(lambda x: jnp.sum(jax.vmap(ln)(x) * ws))(xs)
+    want = jax.grad(lambda x: jnp.sum(jax.vmap(layernorm)(x) * ws))(xs)
+    close(got, want, rtol=1e-3, atol=2e-4)
 
 
 def test_vmap_and_grad_compose(op):
@@ -173,7 +205,7 @@ def test_vmap_and_grad_compose(op):
 def test_fold_refused_where_it_cannot_apply(bundle):
     with pytest.raises(ValueError, match="cannot fold"):
         oj.op(bundle("scale_add"), vmap="fold")
-    with pytest.raises(ValueError, match="must be 'fold' or 'sequential'"):
+    with pytest.raises(ValueError, match="must be 'fold', 'batch' or 'sequential'"):
         oj.op(bundle("scale_add"), vmap="loop")
     # A fold-capable program may still ask for one call per example.
     f = oj.op(bundle("scale_rows_grad"), vmap="sequential")

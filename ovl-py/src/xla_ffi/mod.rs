@@ -7,11 +7,13 @@
 //! - `_xla_register(program)`: registers a program, returns its id (the custom call's
 //!   `program` attribute);
 //! - `_xla_output_types(id, shapes)`: binds the inputs' shapes (at trace time) and returns the
-//!   outputs' `(dtype, shape)`, or raises `ValueError` naming the input.
+//!   outputs' `(dtype, shape)`, or raises `ValueError` naming the input;
+//! - `_xla_batch(program, batched, n)`: the program batched over `n` examples (for `vmap`).
 
 pub mod c_api;
 pub mod handler;
 
+use crate::bundle::{Dim, TensorInfo};
 use crate::program::Program;
 use ovl::program::ProgramError;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -62,10 +64,61 @@ fn _xla_output_types(id: u64, shapes: Vec<Vec<usize>>) -> PyResult<Vec<(String, 
         .collect())
 }
 
+/// Program `program` batched over `n` examples by ovl (`ovl::program_batch::batch_sealed`, what
+/// the TensorFlow bridge does for `tf.vectorized_map`): the inputs marked in `batched` gain a
+/// leading axis of `n`, the others stay shared; returns the batched program (with its batched
+/// gradient program) and which outputs are batched. A program that cannot be batched is a
+/// `ValueError`.
+#[pyfunction]
+fn _xla_batch(
+    py: Python<'_>,
+    program: &Bound<'_, Program>,
+    batched: Vec<bool>,
+    n: u64,
+) -> PyResult<(Program, Vec<bool>)> {
+    let p = program.get();
+    let gradient = p.gradient.as_deref().unwrap_or(&[]);
+    let batch = py
+        .detach(|| ovl::program_batch::batch_sealed(&p.sealed, gradient, &batched, n))
+        .map_err(|e| PyValueError::new_err(format!("ovl: {e}")))?;
+    let lead = |t: &TensorInfo, b: bool| {
+        let mut t = t.clone();
+        if b {
+            t.dims.insert(0, Dim::Fixed(n as usize));
+        }
+        t
+    };
+    let inputs = p
+        .inputs
+        .iter()
+        .zip(&batched)
+        .map(|(t, &b)| lead(t, b))
+        .collect();
+    let outputs = p
+        .outputs
+        .iter()
+        .zip(&batch.batched_outputs)
+        .map(|(t, &b)| lead(t, b))
+        .collect();
+    let gradient = (!batch.gradient.is_empty()).then_some(batch.gradient);
+    let what = format!("bundle \"{}\" batched over {n} examples", p.source);
+    let batched_program = Program::open(
+        py,
+        &batch.program,
+        inputs,
+        outputs,
+        gradient,
+        &what,
+        &p.source,
+    )?;
+    Ok((batched_program, batch.batched_outputs))
+}
+
 /// Adds the functions to `ovl._native`.
 pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_xla_handlers, m)?)?;
     m.add_function(wrap_pyfunction!(_xla_register, m)?)?;
     m.add_function(wrap_pyfunction!(_xla_output_types, m)?)?;
+    m.add_function(wrap_pyfunction!(_xla_batch, m)?)?;
     Ok(())
 }
