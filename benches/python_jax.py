@@ -5,7 +5,8 @@ written in `jax.numpy` under `jax.jit`, in one run.
   1024x4096, forward and forward + backward (`jax.vjp` with given upstream gradients; ovl's
   backward is the bundle's gradient program);
 - the per-call cost of a one-kernel op, `x + 1` on f32[16], inside `jit` (`ovl.jax.op` against
-  `jnp.add`), and of the eager `program(x)` call (DLPack in and out) for reference.
+  `jnp.add`: a jitted call of one op, and per call in a chain of 51 inside one jit), and of
+  the eager calls (`ovl.jax.op`, and `program(x)` through DLPack) for reference.
 
     python benches/python_jax.py --bundles DIR [--out target/python-jax-bench] [--quick]
 
@@ -139,6 +140,28 @@ def main():
                          best_us=best * 1e6, median_us=median * 1e6, max_err=0.0))
         print(f"x + 1     f32[16]     per call         {name:<26} best {best * 1e6:8.2f} us  "
               f"median {median * 1e6:8.2f} us", flush=True)
+
+    # The op's own cost inside a compiled function: 51 calls chained in one jit (an
+    # optimization barrier after each, so that XLA neither fuses nor drops them) less one call,
+    # per call; jit's dispatch drops out.
+    def chain(f, n):
+        def g(x):
+            for _ in range(n):
+                x = jax.lax.optimization_barrier(f(x))
+            return x
+
+        return jax.jit(g).lower(x).compile()
+
+    for name, fn in (("jnp.add", lambda x: jnp.add(x, 1.0)), ("ovl.jax.op", op)):
+        one, many = chain(fn, 1), chain(fn, 51)
+        np.testing.assert_allclose(np.asarray(many(x)), np.asarray(x) + 51)
+        t1 = best_of(one, (x,), 1000, repeat)[0]
+        t51 = best_of(many, (x,), 1000, repeat)[0]
+        per = (t51 - t1) / 50
+        rows.append(dict(kernel="x + 1", shape="16", pass_="per call in a chain of 51 in jit",
+                         variant=name, best_us=per * 1e6, median_us=None, max_err=0.0))
+        print(f"x + 1     f32[16]     in a chain       {name:<26} {per * 1e6:8.3f} us per call "
+              f"(1 call {t1 * 1e6:.2f} us, 51 calls {t51 * 1e6:.2f} us)", flush=True)
 
     result = {
         "machine": machine(),
