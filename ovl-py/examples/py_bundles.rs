@@ -99,6 +99,27 @@ fn first_negative(x: Tensor<f32>) -> Tensor<f32> {
     out
 }
 
+/// `x` doubled where `m` holds: a bool input next to a float one.
+#[operator]
+fn masked_scale(m: Tensor<bool>, x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = select(m[[i]], 2.0 * x[[i]], x[[i]]);
+    out
+}
+
+/// The gradient of [`masked_scale`], written by hand: `false` for `m` (a bool input has no
+/// gradient; the bundle carries zeros of its type), `dy` doubled where `m` holds for `x`.
+#[operator]
+fn masked_scale_grad(m: Tensor<bool>, dy: Tensor<f32>) -> (Tensor<bool>, Tensor<f32>) {
+    let i = position_in(dy.shape())[0];
+    let dm = output(m.shape());
+    let dx = output_like(&dy);
+    dm[[i]] = false;
+    dx[[i]] = select(m[[i]], 2.0 * dy[[i]], dy[[i]]);
+    (dm, dx)
+}
+
 fn write(dir: &Path, file: &str, export: ovl::TfExport) -> Result<(), ovl::Error> {
     let bundle = export.write(dir.join(file))?;
     println!("{file}: {} kernel(s)", bundle.kernel_count());
@@ -239,6 +260,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if bundle.gradient_kernel_count() == 0 {
         return Err("scale_cols_grad: no gradient derived".into());
     }
+    let (m, x) = (
+        ovl::placeholder::<bool>("m", &[6]),
+        ovl::placeholder::<f32>("x", &[6]),
+    );
+    let dy = ovl::placeholder::<f32>("dy", &[6]);
+    let (dm, dx) = masked_scale_grad(&m, &dy);
+    write(
+        &dir,
+        "masked_scale_grad.json",
+        ovl::as_tensorflow((&m, &x), masked_scale(&m, &x)).gradient(&dy, (&dm, &dx)),
+    )?;
     let x = ovl::placeholder::<f32>("x", &[8]);
     write(
         &dir,

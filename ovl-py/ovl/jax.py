@@ -136,7 +136,13 @@ class Op:
         return out
 
     def _out_types(self, args):
-        shapes = [tuple(int(d) for d in a.shape) for a in args]
+        try:
+            shapes = [tuple(int(d) for d in a.shape) for a in args]
+        except Exception as e:  # a symbolic dimension (jax.export's shape polymorphism)
+            raise ValueError(
+                f"ovl program `{self.name}`: its inputs' shapes must be known when JAX traces "
+                f"the call (symbolic shapes, as jax.export makes them, are not supported): {e}"
+            ) from None
         return _native._xla_output_types(self._id, shapes)
 
     def _call(self, *args):

@@ -262,3 +262,18 @@ def test_float64_with_x64_enabled(op):
     # Without x64, JAX makes float32 arrays: the dtype check names the input.
     with pytest.raises(TypeError, match=r"input 0 \(`x`\) is float32\[9\]"):
         f(jnp.arange(9, dtype=jnp.float32))
+
+
+def test_grad_with_a_bool_input(op):
+    # The bool input gets a float0 cotangent (JAX's zero for non-float inputs); the float one
+    # the gradient program's.
+    f = op("masked_scale_grad")
+    m = jnp.array([True, False, False, True, True, False])
+    x, w = f32(6), f32(6)
+    close(jax.jit(f)(m, x), jnp.where(m, 2 * x, x))
+    got = jax.jit(jax.grad(lambda m, x: jnp.sum(f(m, x) * w), argnums=1))(m, x)
+    close(got, jnp.where(m, 2 * w, w))
+    _, vjp = jax.vjp(f, m, x)
+    dm, dx = vjp(w)
+    assert dm.dtype == jax.dtypes.float0 and dm.shape == (6,)
+    close(dx, jnp.where(m, 2 * w, w))
