@@ -66,13 +66,58 @@ fn scale_rows(x: Tensor<f32>, s: Tensor<f32>) -> Tensor<f32> {
     out
 }
 
-/// `x + 1`: the one-kernel op whose per-call cost the PyTorch op is measured by.
+/// `x + 1`: the one-kernel op whose per-call cost the PyTorch and JAX ops are measured by.
 #[operator]
 fn add_one(x: Tensor<f32>) -> Tensor<f32> {
     let i = position_in(x.shape())[0];
     let out = output_like(&x);
     out[[i]] = x[[i]] + 1.0;
     out
+}
+
+/// Each column of `x` times its factor in `w` (shared by every row).
+#[operator]
+fn scale_cols(x: Tensor<f32>, w: Tensor<f32>) -> Tensor<f32> {
+    let [rows, cols] = x.dims::<2>();
+    let p = position_in([rows, cols]);
+    let out = output_like(&x);
+    out[[p[0], p[1]]] = x[[p[0], p[1]]] * w[[p[1]]];
+    out
+}
+
+/// The first negative element of `x`: the walk leaves `x` when there is none (an index out of
+/// bounds at run time, which the run reports).
+#[operator]
+fn first_negative(x: Tensor<f32>) -> Tensor<f32> {
+    let _ = position_in([1]);
+    let out = output::<f32>([1]);
+    let mut j = variable(0i64);
+    while x[[j]] >= 0.0 {
+        j += 1;
+    }
+    out[[0]] = x[[j]];
+    out
+}
+
+/// `x` doubled where `m` holds: a bool input next to a float one.
+#[operator]
+fn masked_scale(m: Tensor<bool>, x: Tensor<f32>) -> Tensor<f32> {
+    let i = position_in(x.shape())[0];
+    let out = output_like(&x);
+    out[[i]] = select(m[[i]], 2.0 * x[[i]], x[[i]]);
+    out
+}
+
+/// The gradient of [`masked_scale`], written by hand: `false` for `m` (a bool input has no
+/// gradient; the bundle carries zeros of its type), `dy` doubled where `m` holds for `x`.
+#[operator]
+fn masked_scale_grad(m: Tensor<bool>, dy: Tensor<f32>) -> (Tensor<bool>, Tensor<f32>) {
+    let i = position_in(dy.shape())[0];
+    let dm = output(m.shape());
+    let dx = output_like(&dy);
+    dm[[i]] = false;
+    dx[[i]] = select(m[[i]], 2.0 * dy[[i]], dy[[i]]);
+    (dm, dx)
 }
 
 /// `where(m, 2 x, x)`: a bool input next to a float one, with a gradient.
@@ -214,10 +259,45 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ovl::as_tensorflow(&x, &y).gradient(&dy, &dx),
     )?;
 
-    // The one-kernel op of the per-call cost (PyTorch op tests and benchmark).
+    // For `ovl.jax`: a one-kernel op, a polymorphic program with an input shared by every row
+    // (vmap and sharding), and a program that fails at run time.
     let x = ovl::placeholder::<f32>("x", &[16]);
     write(&dir, "add_one.json", ovl::as_tensorflow(&x, add_one(&x)))?;
-
+    let bundle = ovl::as_tensorflow_polymorphic(|batch| {
+        let x = ovl::placeholder::<f32>("x", &[batch, 5]);
+        let w = ovl::placeholder::<f32>("w", &[5]);
+        let dy = ovl::placeholder::<f32>("dy", &[batch, 5]);
+        let y = scale_cols(&x, &w);
+        let export = ovl::as_tensorflow((&x, &w), &y).name("scale_cols");
+        match ovl::backward(&[(&y, &dy)], &[&x, &w]) {
+            Ok(g) => match (g.of(&x), g.of(&w)) {
+                (Some(dx), Some(dw)) => export.gradient(&dy, (&dx, &dw)),
+                _ => export,
+            },
+            Err(_) => export,
+        }
+    })
+    .write(dir.join("scale_cols_grad.json"))?;
+    if bundle.gradient_kernel_count() == 0 {
+        return Err("scale_cols_grad: no gradient derived".into());
+    }
+    let (m, x) = (
+        ovl::placeholder::<bool>("m", &[6]),
+        ovl::placeholder::<f32>("x", &[6]),
+    );
+    let dy = ovl::placeholder::<f32>("dy", &[6]);
+    let (dm, dx) = masked_scale_grad(&m, &dy);
+    write(
+        &dir,
+        "masked_scale_grad.json",
+        ovl::as_tensorflow((&m, &x), masked_scale(&m, &x)).gradient(&dy, (&dm, &dx)),
+    )?;
+    let x = ovl::placeholder::<f32>("x", &[8]);
+    write(
+        &dir,
+        "first_negative.json",
+        ovl::as_tensorflow(&x, first_negative(&x)),
+    )?;
     // A bool input with a gradient program (written by hand) at any batch: PyTorch gives the
     // bool input no gradient.
     let bundle = ovl::as_tensorflow_polymorphic(|batch| {

@@ -14,6 +14,7 @@
 //! - [`bundle`]: the bundle file's JSON, read without Python;
 //! - [`torch::TorchKernel`]: a program's CPU kernel for its PyTorch custom op (`ovl.torch`),
 //!   reading and writing torch tensors in place through their data pointers.
+//! - [`xla_ffi`]: the XLA FFI handler and program registry behind `ovl.jax`.
 //!
 //! No panic reaches Python as such (PyO3 turns one into `pyo3_runtime.PanicException`), and
 //! ovl's errors are mapped to `TypeError` / `ValueError` / `RuntimeError` / `BundleError` with
@@ -23,6 +24,7 @@ pub mod bundle;
 pub mod capsule;
 pub mod program;
 pub mod torch;
+pub mod xla_ffi;
 
 use pyo3::prelude::*;
 
@@ -36,5 +38,6 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(torch::torch_kernel_address, m)?)?;
     m.add_function(wrap_pyfunction!(torch::torch_run_address, m)?)?;
     m.add("BundleError", m.py().get_type::<program::BundleError>())?;
+    xla_ffi::add(m)?;
     Ok(())
 }

@@ -10,6 +10,7 @@ use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError}
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::ffi::c_void;
+use std::sync::Arc;
 
 pyo3::create_exception!(
     _native,
@@ -22,15 +23,16 @@ pyo3::create_exception!(
 /// A loaded program.
 #[pyclass(frozen, module = "ovl._native", name = "Program")]
 pub struct Program {
-    pub(crate) loaded: LoadedProgram,
+    /// Shared with the XLA handler's registry (`crate::xla_ffi`).
+    pub(crate) loaded: Arc<LoadedProgram>,
     pub(crate) inputs: Vec<TensorInfo>,
     pub(crate) outputs: Vec<TensorInfo>,
+    /// The program's sealed bytes (`ovl.jax` batches them for `vmap`).
+    pub(crate) sealed: Vec<u8>,
     /// The gradient program's sealed bytes, loaded on demand ([`Program::gradient`]).
-    gradient: Option<Vec<u8>>,
+    pub(crate) gradient: Option<Vec<u8>>,
     /// Where the program came from, for messages (the bundle's path).
-    source: String,
-    /// The hex SHA-256 digest of the program (the one its sealed bytes carry).
-    digest: String,
+    pub(crate) source: String,
 }
 
 /// The feed and output pointers of one run, moved to the thread that runs it without the GIL.
@@ -101,7 +103,7 @@ impl Program {
 impl Program {
     /// Verifies, checks and compiles a sealed program whose feeds and outputs the bundle types
     /// as `inputs` and `outputs`; `what` names it in errors, `source` is the bundle's path.
-    fn open(
+    pub(crate) fn open(
         py: Python<'_>,
         sealed: &[u8],
         inputs: Vec<TensorInfo>,
@@ -129,9 +131,10 @@ impl Program {
             t.name = Some(name.clone());
         }
         Ok(Program {
-            loaded,
+            loaded: Arc::new(loaded),
             inputs,
             outputs,
+            sealed: sealed.to_vec(),
             gradient,
             source: source.to_string(),
             digest: sealed_digest(sealed),
