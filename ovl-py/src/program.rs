@@ -33,6 +33,8 @@ pub struct Program {
     pub(crate) gradient: Option<Vec<u8>>,
     /// Where the program came from, for messages (the bundle's path).
     pub(crate) source: String,
+    /// The hex SHA-256 digest of the program (the one its sealed bytes carry).
+    pub(crate) digest: String,
 }
 
 /// The feed and output pointers of one run, moved to the thread that runs it without the GIL.
