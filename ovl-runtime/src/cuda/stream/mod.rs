@@ -372,16 +372,14 @@ impl Residents {
     /// clearing it; others stay for the next read. Reads host-mapped memory: waits for
     /// nothing, so a fault of work still queued is found by a later read.
     pub fn take_fault(&self) -> Option<TakenFault> {
-        let devices: Vec<Arc<DeviceResident>> = self
-            .devices
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        for d in devices {
-            let blocks = d.faults.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            for (symbols, block) in blocks {
+        // Under the locks: taking a status is a few reads (no driver call); `faults` never
+        // takes the devices' lock, so the order cannot deadlock.
+        let devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
+        for d in devices.iter() {
+            let blocks = d.faults.lock().unwrap_or_else(|p| p.into_inner());
+            for (symbols, block) in blocks.iter() {
                 if let Some((slot, status)) = block.take_first() {
-                    return Some((symbols, slot, status));
+                    return Some((symbols.clone(), slot, status));
                 }
             }
         }
