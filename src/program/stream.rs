@@ -45,6 +45,8 @@ impl LoadedProgram {
         let open = call.open().map_err(|e| self.stream_failure(e))?;
         self.check_faults()?;
         let plan: &Plan = &binding.plan;
+        plan.check_stream(&self.kernels, self.sources.len(), outputs.len())
+            .map_err(|e| self.run_failure(e))?;
         for (i, source) in self.sources.iter().enumerate() {
             if let Source::Feed(k) = *source {
                 let what = format!("input {k} (`{}`)", self.feeds[k].0);
