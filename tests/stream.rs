@@ -593,3 +593,49 @@ fn faults_surface_at_the_next_call_or_check() {
     cuda.check_faults().unwrap();
     say("faults_surface_at_the_next_call: ran on the GPU");
 }
+
+/// Two threads call one program on two streams of GPU 0 at once, ten calls each with new
+/// inputs (cuBLAS products included: each call's workspace is its own), the address checks
+/// off as a framework's op may turn them: every call's outputs are the interpreter's.
+#[test]
+fn two_streams_at_once_each_get_their_own_values() {
+    let _serial = serial();
+    if gpus("two_streams_at_once") == 0 {
+        return;
+    }
+    let program = program(false);
+    let cuda = LoadedProgram::new(program.clone(), &options(Options::cuda())).unwrap();
+    let binding = cuda.bind(&[&[4, FEATURES]]).unwrap();
+    std::thread::scope(|scope| {
+        for lane in 0..2usize {
+            let (cuda, binding, program) = (&cuda, &binding, &program);
+            scope.spawn(move || {
+                let gpu = Gpu::new(0);
+                let stream = gpu.stream();
+                let call = StreamCall::new(0, stream).without_pointer_checks();
+                let runs: Vec<(Vec<f32>, Vec<u64>)> = (0..10)
+                    .map(|r| {
+                        let xs = features(4, 100 * lane + r);
+                        let x = gpu.upload(&xs);
+                        let outs = gpu.outputs(binding);
+                        // SAFETY: buffers of the bound types on device 0, kept until synchronized.
+                        unsafe { cuda.run_on_stream(binding, &[x], &outs, &call) }
+                            .unwrap_or_else(|e| panic!("{e}"));
+                        (xs, outs)
+                    })
+                    .collect();
+                gpu.sync(stream);
+                for (r, (xs, outs)) in runs.iter().enumerate() {
+                    let what = format!("stream {lane}, call {r}");
+                    check(
+                        &read_outputs(&gpu, binding, outs),
+                        &reference(program, 4, xs),
+                        &what,
+                    );
+                }
+            });
+        }
+    });
+    cuda.check_faults().unwrap();
+    say("two_streams_at_once: ran on the GPU");
+}

@@ -95,7 +95,9 @@ impl Plan {
             workspace: 0,
         };
         if gemm {
-            ops.workspace = ops.alloc(CublasGemm::STREAM_WORKSPACE_BYTES, "cuBLAS' workspace")?;
+            ops.workspace = ops.alloc(CublasGemm::STREAM_WORKSPACE_BYTES, &|| {
+                "cuBLAS' workspace".into()
+            })?;
         }
         // SAFETY: forwarded (the caller's contract); `ops` launches this plan's kernels.
         let queued = unsafe { self.queue_stream(kernels, inputs, outputs, &mut ops) };
@@ -144,7 +146,7 @@ impl Plan {
                 let (ptr, bytes) = match *slot {
                     Slot::Temp(t) => {
                         let bytes = self.temps[t].bytes();
-                        let what = format!("an intermediate of operator {i} (`{}`)", op.name);
+                        let what = || format!("an intermediate of operator {i} (`{}`)", op.name);
                         let p = ops.alloc(bytes, &what)?;
                         temps[t] = Some(p);
                         (p, bytes)
@@ -232,8 +234,8 @@ impl Plan {
 /// What queuing a run on a stream does, one step at a time: the driver's calls on the caller's
 /// stream ([`Driver`]), or a record of them in the tests.
 trait StreamOps {
-    /// A scratch block of `bytes` bytes for `what`.
-    fn alloc(&mut self, bytes: usize, what: &str) -> Result<u64, RunFailure>;
+    /// A scratch block of `bytes` bytes for what `what()` names (in an error).
+    fn alloc(&mut self, bytes: usize, what: &dyn Fn() -> String) -> Result<u64, RunFailure>;
     /// Gives a scratch block back (in stream order).
     fn free(&mut self, ptr: u64, bytes: usize) -> Result<(), RunFailure>;
     /// Zeroes `bytes` bytes at `ptr`.
@@ -271,7 +273,7 @@ impl Driver<'_, '_> {
 }
 
 impl StreamOps for Driver<'_, '_> {
-    fn alloc(&mut self, bytes: usize, what: &str) -> Result<u64, RunFailure> {
+    fn alloc(&mut self, bytes: usize, what: &dyn Fn() -> String) -> Result<u64, RunFailure> {
         self.scratch.alloc(bytes, what).map_err(stream_err)
     }
 
@@ -352,7 +354,7 @@ mod tests {
     }
 
     impl StreamOps for Record {
-        fn alloc(&mut self, bytes: usize, _what: &str) -> Result<u64, RunFailure> {
+        fn alloc(&mut self, bytes: usize, _what: &dyn Fn() -> String) -> Result<u64, RunFailure> {
             self.next += 0x1000;
             self.held.push(self.next);
             self.steps
