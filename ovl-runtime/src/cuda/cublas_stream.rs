@@ -78,6 +78,17 @@ impl CublasGemm {
                 ),
             ));
         }
+        // This path calls the f32 and f64 entry points only; a product of another element
+        // type (the half-precision GemmEx calls) is refused rather than misread.
+        if !matches!(self.dtype, DType::F32 | DType::F64) {
+            return Err(err(
+                "checking the call",
+                format!(
+                    "products of {} are not run on a caller's stream yet (f32 and f64 are)",
+                    self.dtype
+                ),
+            ));
+        }
         let (m, n, k) = (dims.m, dims.n, dims.k);
         if dims.batch == 0 || m == 0 || n == 0 {
             return Ok(());
@@ -192,6 +203,7 @@ impl CublasGemm {
             let r = unsafe {
                 match self.dtype {
                     DType::F64 => call.run(cublas.dgemm, handle, pair, output, t == 0),
+                    // f32: the only other element type admitted above.
                     _ => call.run(cublas.sgemm, handle, pair, output, t == 0),
                 }
             };
