@@ -45,15 +45,17 @@ impl LoadedProgram {
         let open = call.open().map_err(|e| self.stream_failure(e))?;
         self.check_faults()?;
         let plan: &Plan = &binding.plan;
+        plan.check_stream(&self.kernels, self.sources.len(), outputs.len())
+            .map_err(|e| self.run_failure(e))?;
         for (i, source) in self.sources.iter().enumerate() {
             if let Source::Feed(k) = *source {
-                let what = format!("input {k} (`{}`)", self.feeds[k].0);
-                open.check_pointer(feeds[k], plan.inputs()[i].bytes(), &what)
+                let what = || format!("input {k} (`{}`)", self.feeds[k].0);
+                open.check_pointer(feeds[k], plan.inputs()[i].bytes(), what)
                     .map_err(|e| self.stream_failure(e))?;
             }
         }
         for (k, (&p, sig)) in outputs.iter().zip(&binding.outputs).enumerate() {
-            open.check_pointer(p, sig.bytes(), &format!("output {k}"))
+            open.check_pointer(p, sig.bytes(), || format!("output {k}"))
                 .map_err(|e| self.stream_failure(e))?;
         }
         let resident = self.resident(&open)?;

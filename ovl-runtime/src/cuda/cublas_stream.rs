@@ -19,10 +19,11 @@ use std::sync::{Mutex, OnceLock};
 
 type SetWorkspace = unsafe extern "C" fn(Handle, *mut c_void, usize) -> Status;
 
-/// One handle per device, and its math mode now.
+/// One handle per device and its math mode now; the entry points this module adds.
 #[derive(Default)]
 struct Handles {
     per_device: HashMap<i32, (Handle, c_int)>,
+    entries: Option<(Create, SetStream, SetWorkspace)>,
 }
 
 // SAFETY: handles are used only under the mutex that holds them, with their device's context
@@ -77,6 +78,17 @@ impl CublasGemm {
                 ),
             ));
         }
+        // This path calls the f32 and f64 entry points only; a product of another element
+        // type (the half-precision GemmEx calls) is refused rather than misread.
+        if !matches!(self.dtype, DType::F32 | DType::F64) {
+            return Err(err(
+                "checking the call",
+                format!(
+                    "products of {} are not run on a caller's stream yet (f32 and f64 are)",
+                    self.dtype
+                ),
+            ));
+        }
         let (m, n, k) = (dims.m, dims.n, dims.k);
         if dims.batch == 0 || m == 0 || n == 0 {
             return Ok(());
@@ -114,14 +126,23 @@ impl CublasGemm {
             ._libraries
             .last()
             .ok_or_else(|| err("loading cuBLAS", "no library loaded".into()))?;
-        let what = "a cuBLAS library";
-        let create: Create =
-            entry_point(lib, "cublasCreate_v2", what).map_err(|m| err("loading cuBLAS", m))?;
-        let set_stream: SetStream =
-            entry_point(lib, "cublasSetStream_v2", what).map_err(|m| err("loading cuBLAS", m))?;
-        let set_workspace: SetWorkspace = entry_point(lib, "cublasSetWorkspace_v2", what)
-            .map_err(|m| err("loading cuBLAS", m))?;
         let mut all = handles().lock().unwrap_or_else(|p| p.into_inner());
+        let (create, set_stream, set_workspace) = match all.entries {
+            Some(e) => e,
+            None => {
+                let what = "a cuBLAS library";
+                let load = || -> Result<(Create, SetStream, SetWorkspace), String> {
+                    Ok((
+                        entry_point(lib, "cublasCreate_v2", what)?,
+                        entry_point(lib, "cublasSetStream_v2", what)?,
+                        entry_point(lib, "cublasSetWorkspace_v2", what)?,
+                    ))
+                };
+                let e = load().map_err(|m| err("loading cuBLAS", m))?;
+                all.entries = Some(e);
+                e
+            }
+        };
         let (handle, math_mode) = match all.per_device.get(&device) {
             Some(&h) => h,
             None => {
@@ -182,6 +203,7 @@ impl CublasGemm {
             let r = unsafe {
                 match self.dtype {
                     DType::F64 => call.run(cublas.dgemm, handle, pair, output, t == 0),
+                    // f32: the only other element type admitted above.
                     _ => call.run(cublas.sgemm, handle, pair, output, t == 0),
                 }
             };

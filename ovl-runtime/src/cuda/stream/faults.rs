@@ -100,6 +100,11 @@ impl FaultBlock {
 impl Drop for FaultBlock {
     fn drop(&mut self) {
         if let Ok(_bound) = self.gpu.bind() {
+            // Kernels still queued may write a fault here: the device's work ends first (a
+            // program is dropped rarely; an error, e.g. under another thread's capture, frees
+            // anyway, as the program's contract allows).
+            // SAFETY: the device's context is current.
+            let _ = unsafe { sys::cuCtxSynchronize() };
             // SAFETY: allocated by `new`, freed once; the owner outlives the work that writes
             // it (the program's contract).
             let _ = unsafe { result::free_host(self.host.cast()) };

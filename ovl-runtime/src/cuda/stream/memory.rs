@@ -91,13 +91,18 @@ impl<'a> CallScratch<'a> {
         }
     }
 
-    /// A block of `bytes` bytes for `what`, usable by work queued from now on.
-    pub(crate) fn alloc(&mut self, bytes: usize, what: &str) -> Result<u64, StreamError> {
+    /// A block of `bytes` bytes for what `what()` names (in an error), usable by work queued
+    /// from now on.
+    pub(crate) fn alloc(
+        &mut self,
+        bytes: usize,
+        what: &dyn Fn() -> String,
+    ) -> Result<u64, StreamError> {
         let bytes = bytes.max(1);
         let fail = |message: String| StreamError::Alloc {
             device: self.device,
             bytes,
-            what: what.to_string(),
+            what: what(),
             message,
         };
         match self.scratch {
@@ -172,10 +177,10 @@ mod tests {
             0,
             false,
         );
-        assert_eq!(s.alloc(10, "a").unwrap(), 4096);
-        assert_eq!(s.alloc(300, "b").unwrap(), 4096 + 256);
+        assert_eq!(s.alloc(10, &|| "a".into()).unwrap(), 4096);
+        assert_eq!(s.alloc(300, &|| "b".into()).unwrap(), 4096 + 256);
         s.free(4096, 10).unwrap();
-        let e = s.alloc(1, "the third").unwrap_err();
+        let e = s.alloc(1, &|| "the third".into()).unwrap_err();
         assert!(e.to_string().contains("the third"), "{e}");
         assert!(e.to_string().contains("768"), "{e}");
     }
@@ -201,9 +206,11 @@ mod tests {
     fn the_callers_allocator_gets_every_request_and_its_errors_name_the_block() {
         let a = Recorder(Mutex::new(Vec::new()));
         let mut s = CallScratch::new(Scratch::Allocator(&a), 1, 0x50, true);
-        let p = s.alloc(0, "x").unwrap();
+        let p = s.alloc(0, &|| "x".into()).unwrap();
         s.free(p, 0).unwrap();
-        let e = s.alloc(5000, "an intermediate of operator 2").unwrap_err();
+        let e = s
+            .alloc(5000, &|| "an intermediate of operator 2".into())
+            .unwrap_err();
         assert_eq!(
             e.to_string(),
             "could not allocate 5000 bytes of scratch for an intermediate of operator 2 on CUDA \
@@ -222,7 +229,7 @@ mod tests {
     #[test]
     fn stream_ordered_scratch_needs_memory_pools() {
         let mut s = CallScratch::new(Scratch::StreamOrdered, 0, 0, false);
-        let e = s.alloc(8, "y").unwrap_err();
+        let e = s.alloc(8, &|| "y".into()).unwrap_err();
         assert!(e.to_string().contains("memory pools"), "{e}");
     }
 }

@@ -44,6 +44,11 @@ pub struct StreamCall<'a> {
     pub stream: usize,
     /// Where intermediates and cuBLAS' workspace come from.
     pub scratch: Scratch<'a>,
+    /// Whether each feed and output address is checked to be memory of `device` (one driver
+    /// query per buffer; on by default). A caller that knows it (a framework's op, whose
+    /// tensors' device it read) may turn it off: the addresses are the caller's contract
+    /// either way.
+    pub check_pointers: bool,
 }
 
 impl<'a> StreamCall<'a> {
@@ -53,7 +58,14 @@ impl<'a> StreamCall<'a> {
             device,
             stream,
             scratch: Scratch::StreamOrdered,
+            check_pointers: true,
         }
+    }
+
+    /// This call without the address checks (see [`StreamCall::check_pointers`]).
+    pub fn without_pointer_checks(mut self) -> StreamCall<'a> {
+        self.check_pointers = false;
+        self
     }
 
     /// This call with scratch from `scratch`.
@@ -130,21 +142,27 @@ impl OpenCall<'_> {
         Ok(())
     }
 
-    /// Checks that `ptr` (the buffer `what`, of `bytes` bytes) is device memory of the call's
-    /// device. An empty buffer is not checked.
-    pub fn check_pointer(&self, ptr: u64, bytes: usize, what: &str) -> Result<(), StreamError> {
-        if bytes == 0 {
+    /// Checks that `ptr` (the buffer `what()` names, of `bytes` bytes) is device memory of the
+    /// call's device. An empty buffer is not checked, nor any when the call turned the checks
+    /// off ([`StreamCall::check_pointers`]).
+    pub fn check_pointer(
+        &self,
+        ptr: u64,
+        bytes: usize,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), StreamError> {
+        if bytes == 0 || !self.call.check_pointers {
             return Ok(());
         }
         match device::pointer_device(ptr) {
             Ok(on) if on == self.call.device => Ok(()),
             Ok(on) => Err(StreamError::WrongDevice {
-                tensor: what.to_string(),
+                tensor: what(),
                 on,
                 device: self.call.device,
             }),
             Err(message) => Err(StreamError::NotDeviceMemory {
-                tensor: what.to_string(),
+                tensor: what(),
                 ptr,
                 message,
             }),
@@ -197,7 +215,7 @@ impl StreamBuffer {
             call.stream(),
             call.gpu.memory_pools,
         );
-        let ptr = scratch.alloc(bytes, "an output buffer")?;
+        let ptr = scratch.alloc(bytes, &|| "an output buffer".into())?;
         Ok(StreamBuffer {
             ptr,
             bytes,
@@ -372,16 +390,14 @@ impl Residents {
     /// clearing it; others stay for the next read. Reads host-mapped memory: waits for
     /// nothing, so a fault of work still queued is found by a later read.
     pub fn take_fault(&self) -> Option<TakenFault> {
-        let devices: Vec<Arc<DeviceResident>> = self
-            .devices
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        for d in devices {
-            let blocks = d.faults.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            for (symbols, block) in blocks {
+        // Under the locks: taking a status is a few reads (no driver call); `faults` never
+        // takes the devices' lock, so the order cannot deadlock.
+        let devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
+        for d in devices.iter() {
+            let blocks = d.faults.lock().unwrap_or_else(|p| p.into_inner());
+            for (symbols, block) in blocks.iter() {
                 if let Some((slot, status)) = block.take_first() {
-                    return Some((symbols, slot, status));
+                    return Some((symbols.clone(), slot, status));
                 }
             }
         }
