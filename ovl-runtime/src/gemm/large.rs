@@ -526,7 +526,7 @@ mod tests {
     }
 
     /// The dispatch: held to AVX2, the AVX2 register blocks wherever the CPU has AVX2 + FMA;
-    /// else AVX-512's where it has AVX-512F.
+    /// else AVX-512's where it has AVX-512F; and which GEMM epilogue pairs may run.
     #[test]
     fn the_setting_chooses_the_register_blocks() {
         let (avx2, avx512) = (CpuIsa::Native.avx2_fma(), available());
@@ -543,6 +543,14 @@ mod tests {
             "many rows, a long sum, enough strips"
         );
         assert!(!applies((20, 2600, 650), 2, CpuIsa::Avx2), "few rows");
+        // GEMM epilogue pairs: f32 pairs only where the few-row kernels compute the blocks.
+        use crate::gemm::Element;
+        assert!(!<f32 as Element>::epilogue_rule_holds(CpuIsa::Avx2));
+        assert_eq!(
+            <f32 as Element>::epilogue_rule_holds(CpuIsa::Native),
+            avx512
+        );
+        assert!(<f64 as Element>::epilogue_rule_holds(CpuIsa::Avx2));
     }
 
     /// The strips cover C's columns once, in whole vectors of at most 64 columns, and where

@@ -573,6 +573,16 @@ pub trait Element: sealed::Sealed + Copy + Send + Sync + 'static {
         false
     }
 
+    /// Whether `epilogue`'s measured rule decides where a GEMM and its consumer pair under
+    /// `isa` (else they never pair where it would pay): f32 pairs were measured with the few-row
+    /// kernels computing each block, which need AVX-512; held to AVX2 each block's call of the
+    /// `gemm` crate packs the whole weight again, the case the rule refuses for many rows. (f64
+    /// keeps the rule as it was.)
+    #[doc(hidden)]
+    fn epilogue_rule_holds(_isa: CpuIsa) -> bool {
+        true
+    }
+
     /// Whether [`Element::packed`] computes a product of these sizes (`k` the whole sum's) on
     /// `threads` threads where `isa` allows it.
     #[doc(hidden)]
@@ -669,6 +679,11 @@ impl Element for f32 {
                 false
             }
         }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn epilogue_rule_holds(isa: CpuIsa) -> bool {
+        isa.avx512f()
     }
 
     #[cfg(target_arch = "x86_64")]
