@@ -39,3 +39,4 @@ pub use cpu::cache::{compile, compile_all, compile_with_outcome};
 pub use cpu::operator::{CompiledOperator, Origin, PARALLEL_MIN_WORK};
 pub use cpu::pool::{cpu_count, for_each_parallel};
 pub use error::{Mismatch, PlanError, RunFailure, Wiring};
+pub use ovl_ir::isa;

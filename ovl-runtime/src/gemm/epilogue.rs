@@ -179,7 +179,9 @@ unsafe fn run_typed<T: Element>(
     let rows_per_block = gemm_pair::rows_per_block(m as u64, row_bytes, threads as u64) as usize;
     let blocks = m.div_ceil(rows_per_block);
     let weight_bytes = (dims.k * dims.terms).saturating_mul(row_bytes);
-    let pays = gemm_pair::pays(m as u64, weight_bytes, blocks as u64, dims.transpose_b);
+    // (Not on f32 held to AVX2: see `Element::epilogue_rule_holds`.)
+    let pays = T::epilogue_rule_holds(ovl_ir::isa::process())
+        && gemm_pair::pays(m as u64, weight_bytes, blocks as u64, dims.transpose_b);
     let paired = match mode {
         EpilogueMode::Off => false,
         EpilogueMode::WherePays => pays,

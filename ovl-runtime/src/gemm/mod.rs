@@ -1,6 +1,7 @@
 //! The CPU kernel of a library call: a GEMM (`proto/ovl.proto`, "Library calls") on `f32` or
-//! `f64`: on `f32` with AVX-512F through this crate's kernels where they apply (`small`: few
-//! rows or a short sum; `large`: many rows and a long sum), else through the `gemm` crate
+//! `f64`: on `f32` through this crate's kernels where they apply (`small`, AVX-512F: few rows
+//! or a short sum; `large`, AVX-512F or AVX2 + FMA: many rows and a long sum), else through the
+//! `gemm` crate
 //! (docs/matmul.md says why that crate). Other dtypes run the call's reference program,
 //! compiled like any operator. [`epilogue`] runs a GEMM with the elementwise operator that
 //! consumes it, block by block.
@@ -111,7 +112,7 @@ unsafe fn gemm_sum<T: Element>(
             // SAFETY: each input holds `batch` matrices of these sizes; C's batch lies inside C.
             unsafe {
                 let c = c.cast::<T>().add(batch * m * n);
-                T::packed((m, n, k), (&a, a_strides), (&b, b_strides), c, threads);
+                T::packed((m, n, k), (&a, a_strides), (&b, b_strides), c, threads, isa);
             }
         }
         return;
@@ -248,9 +249,33 @@ unsafe fn product<T: Element>(
     }
     if T::packed_applies((m, n, k), threads, isa) {
         // SAFETY: the caller's contract (one term).
-        unsafe { T::packed((m, n, k), (&[a], a_strides), (&[b], b_strides), c, threads) };
+        unsafe {
+            T::packed(
+                (m, n, k),
+                (&[a], a_strides),
+                (&[b], b_strides),
+                c,
+                threads,
+                isa,
+            )
+        };
         return;
     }
+    // SAFETY: the caller's contract.
+    unsafe { crate_product((m, n, k), (a, a_strides), (b, b_strides), c, threads) }
+}
+
+/// [`product`] through the `gemm` crate alone.
+///
+/// # Safety
+/// As [`product`].
+unsafe fn crate_product<T: Element>(
+    (m, n, k): (usize, usize, usize),
+    (a, a_strides): (*const T, Strides),
+    (b, b_strides): (*const T, Strides),
+    c: *mut T,
+    threads: usize,
+) {
     // The `gemm` crate's own threads would be a second pool on the same cores (rayon's): its
     // product is cut instead into one block of C per thread, rows or columns, whichever C has
     // more of, each block a single-threaded call of the crate run on ovl's pool.
@@ -443,6 +468,50 @@ pub fn matmul<T: Element>(
     matmul_for(ovl_ir::isa::process(), a, b, c, (m, k, n), threads)
 }
 
+/// [`matmul`] through the `gemm` crate alone, a block of C per thread, whatever the CPU: for
+/// comparing the crate with this crate's kernels (`benches/gemm.rs`).
+#[doc(hidden)]
+pub fn matmul_crate<T: Element>(
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    (m, k, n): (usize, usize, usize),
+    threads: usize,
+) -> Result<(), String> {
+    check_sizes(a.len(), b.len(), c.len(), (m, k, n))?;
+    if k > 0 {
+        // SAFETY: as in `matmul_for`.
+        unsafe {
+            crate_product::<T>(
+                (m, n, k),
+                (a.as_ptr(), (k, 1)),
+                (b.as_ptr(), (n, 1)),
+                c.as_mut_ptr(),
+                thread_count(threads),
+            )
+        };
+    } else {
+        c.fill(T::ZERO);
+    }
+    Ok(())
+}
+
+/// The sizes of a row-major `[m, k] x [k, n]` product's buffers, or which one is wrong.
+fn check_sizes(
+    a: usize,
+    b: usize,
+    c: usize,
+    (m, k, n): (usize, usize, usize),
+) -> Result<(), String> {
+    let want = [("a", a, m * k), ("b", b, k * n), ("c", c, m * n)];
+    if let Some((name, got, wanted)) = want.into_iter().find(|&(_, got, wanted)| got != wanted) {
+        return Err(format!(
+            "`{name}` has {got} elements; an [m, k] x [k, n] product of {m} x {k} x {n} needs {wanted}"
+        ));
+    }
+    Ok(())
+}
+
 /// [`matmul`] by the kernels `isa` allows (held to AVX2: never this crate's AVX-512 kernels),
 /// whatever `OVL_CPU_ISA` says: for comparing them in one process.
 pub fn matmul_for<T: Element>(
@@ -453,16 +522,7 @@ pub fn matmul_for<T: Element>(
     (m, k, n): (usize, usize, usize),
     threads: usize,
 ) -> Result<(), String> {
-    let want = [
-        ("a", a.len(), m * k),
-        ("b", b.len(), k * n),
-        ("c", c.len(), m * n),
-    ];
-    if let Some((name, got, wanted)) = want.into_iter().find(|&(_, got, wanted)| got != wanted) {
-        return Err(format!(
-            "`{name}` has {got} elements; an [m, k] x [k, n] product of {m} x {k} x {n} needs {wanted}"
-        ));
-    }
+    check_sizes(a.len(), b.len(), c.len(), (m, k, n))?;
     if k == 0 {
         c.fill(T::ZERO);
         return Ok(());
@@ -513,6 +573,16 @@ pub trait Element: sealed::Sealed + Copy + Send + Sync + 'static {
         false
     }
 
+    /// Whether `epilogue`'s measured rule decides where a GEMM and its consumer pair under
+    /// `isa` (else they never pair where it would pay): f32 pairs were measured with the few-row
+    /// kernels computing each block, which need AVX-512; held to AVX2 each block's call of the
+    /// `gemm` crate packs the whole weight again, the case the rule refuses for many rows. (f64
+    /// keeps the rule as it was.)
+    #[doc(hidden)]
+    fn epilogue_rule_holds(_isa: CpuIsa) -> bool {
+        true
+    }
+
     /// Whether [`Element::packed`] computes a product of these sizes (`k` the whole sum's) on
     /// `threads` threads where `isa` allows it.
     #[doc(hidden)]
@@ -533,6 +603,7 @@ pub trait Element: sealed::Sealed + Copy + Send + Sync + 'static {
         _b: (&[*const Self], Strides),
         _c: *mut Self,
         _threads: usize,
+        _isa: CpuIsa,
     ) {
         unreachable!("packed_applies is false")
     }
@@ -599,7 +670,7 @@ impl Element for f32 {
                     strides: (k, 1),
                     k_term: k,
                 };
-                large::gemm_packed((m, n, k), a, bt, c, threads);
+                large::gemm_packed((m, n, k), a, bt, c, threads, false);
                 true
             } else if few_rows && b_strides == (1, k) && a_strides == (k, 1) {
                 small::gemm_nt((m, n, k), a, b, c, threads);
@@ -611,8 +682,13 @@ impl Element for f32 {
     }
 
     #[cfg(target_arch = "x86_64")]
+    fn epilogue_rule_holds(isa: CpuIsa) -> bool {
+        isa.avx512f()
+    }
+
+    #[cfg(target_arch = "x86_64")]
     fn packed_applies((m, n, k): (usize, usize, usize), threads: usize, isa: CpuIsa) -> bool {
-        large::applies((m, n, k), threads) && isa.avx512f()
+        large::applies((m, n, k), threads, isa)
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -622,8 +698,9 @@ impl Element for f32 {
         (b, (b_rs, b_cs)): (&[*const f32], Strides),
         c: *mut f32,
         threads: usize,
+        isa: CpuIsa,
     ) {
-        use large::{gemm_packed, Operand};
+        use large::{gemm_packed, kernel, Operand};
         let a = Operand {
             terms: a,
             strides: (a_rs, a_cs),
@@ -636,7 +713,9 @@ impl Element for f32 {
             k_term: k,
         };
         // SAFETY: the caller's contract.
-        unsafe { gemm_packed((m, n, k * a.terms.len()), a, bt, c, threads) }
+        let avx2 = kernel(isa) == Some(true);
+        // SAFETY: the caller's contract (`packed_applies` checked the CPU for the kernel).
+        unsafe { gemm_packed((m, n, k * a.terms.len()), a, bt, c, threads, avx2) }
     }
 }
 

@@ -448,8 +448,9 @@ unsafe fn transpose_registers(
 }
 
 /// [`transpose16`] through AVX2 registers: the block as four 8 x 8 blocks, the two that make
-/// destination lines `8 h .. 8 h + 8` transposed together and each of those lines then written
-/// whole (its two halves one after the other). A partial block through AVX masks.
+/// destination lines `8 h .. 8 h + 8` transposed together ([`transpose8_halves`]) and each of
+/// those lines then written whole (its two halves one after the other). A partial block through
+/// AVX masks.
 ///
 /// # Safety
 /// As [`transpose16`], with AVX2 for AVX-512F.
@@ -470,6 +471,7 @@ unsafe fn transpose16_avx2(
         // Lanes `0..n` set: the 8 values from `8 - n` of [-1 x 8, 0 x 8].
         const SIGNS: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
         let mask = |n: usize| _mm256_loadu_si256(SIGNS.as_ptr().add(8 - n).cast());
+        let mask4 = |n: usize| _mm_loadu_si128(SIGNS.as_ptr().add(8 - n).cast());
         let whole = len == TILE && lines == TILE;
         let stream = whole && stream && (dst as usize).is_multiple_of(LINE);
         for h in 0..2 {
@@ -482,14 +484,23 @@ unsafe fn transpose16_avx2(
                 // Source lines `8 q ..`: elements `8 q ..` of the destination lines.
                 let m = lines.saturating_sub(8 * q).min(8);
                 let at = |l: usize| src.offset(8 * h as isize + (8 * q + l) as isize * sl);
-                transpose8(std::array::from_fn(|l| {
-                    if whole {
-                        _mm256_loadu_ps(at(l))
-                    } else if l < m {
-                        _mm256_maskload_ps(at(l), mask(n))
-                    } else {
-                        _mm256_setzero_ps()
-                    }
+                // Register `r` holds line `r % 4` (4 elements from `4 (r / 4)`) in its low half
+                // and line `r % 4 + 4` in its high half: inserting a 128-bit load (a load
+                // port's work) replaces the transpose's last exchange of halves.
+                let (lo, hi) = (n.min(4), n.saturating_sub(4));
+                transpose8_halves(std::array::from_fn(|r| {
+                    let (l, e) = (r % 4, 4 * (r / 4));
+                    let half = |l: usize| -> __m128 {
+                        let count = if e == 0 { lo } else { hi };
+                        if whole {
+                            _mm_loadu_ps(at(l).add(e))
+                        } else if l < m && count > 0 {
+                            _mm_maskload_ps(at(l).add(e), mask4(count))
+                        } else {
+                            _mm_setzero_ps()
+                        }
+                    };
+                    _mm256_insertf128_ps::<1>(_mm256_castps128_ps256(half(l)), half(l + 4))
                 }))
             });
             for i in 0..n {
@@ -509,39 +520,37 @@ unsafe fn transpose16_avx2(
     }
 }
 
-/// The transpose of 8 registers of 8 lanes: lane `i` of register `l` becomes lane `l` of
-/// register `i`. Pairs interleaved by 1 lane, then by 2, then the 128-bit halves exchanged.
+/// The transpose of an 8 x 8 block whose lines come in as halves: register `r` holds
+/// elements `4 (r / 4) ..` of line `r % 4` in its low 128 bits and of line `r % 4 + 4` in its
+/// high ones; register `i` of the result holds element `i` of the 8 lines. Pairs interleaved by
+/// 1 lane, then by 2: 16 shuffles where registers of whole lines take 24.
 ///
 /// # Safety
 /// The CPU has AVX.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
 #[inline]
-unsafe fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
+unsafe fn transpose8_halves(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
     use std::arch::x86_64::*;
+    // t[4 g + 2 p + s]: lines (0, 1) (p = 0) or (2, 3) (p = 1) of group g, interleaved low
+    // (s = 0) or high (s = 1).
     let t: [__m256; 8] = std::array::from_fn(|k| {
-        let (a, b) = (r[2 * (k / 2)], r[2 * (k / 2) + 1]);
-        if k % 2 == 0 {
+        let (g, p, s) = (k / 4, (k / 2) % 2, k % 2);
+        let (a, b) = (r[4 * g + 2 * p], r[4 * g + 2 * p + 1]);
+        if s == 0 {
             _mm256_unpacklo_ps(a, b)
         } else {
             _mm256_unpackhi_ps(a, b)
         }
     });
-    // s[4 g + c] holds column c (c in 0..4, of each 128-bit half) of lines 4 g .. 4 g + 4.
-    let s: [__m256; 8] = std::array::from_fn(|j| {
-        let (g, c) = (j / 4, j % 4);
-        let (a, b) = (t[4 * g + c / 2], t[4 * g + c / 2 + 2]);
-        if c % 2 == 0 {
+    // Element i = 4 g + 2 s + c: from t[4 g + s] and t[4 g + 2 + s], pairs c.
+    std::array::from_fn(|i| {
+        let (g, s, c) = (i / 4, (i / 2) % 2, i % 2);
+        let (a, b) = (t[4 * g + s], t[4 * g + 2 + s]);
+        if c == 0 {
             _mm256_shuffle_ps::<0x44>(a, b)
         } else {
             _mm256_shuffle_ps::<0xee>(a, b)
-        }
-    });
-    std::array::from_fn(|i| {
-        if i < 4 {
-            _mm256_permute2f128_ps::<0x20>(s[i], s[i + 4])
-        } else {
-            _mm256_permute2f128_ps::<0x31>(s[i - 4], s[i])
         }
     })
 }
