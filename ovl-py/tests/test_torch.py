@@ -3,6 +3,10 @@ written in torch ops: eager values, autograd from the bundles' gradient programs
 `torch.library.opcheck`, `torch.compile` (fullgraph, and dynamic without recompiling per batch),
 and errors naming the input."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -349,3 +353,53 @@ def test_error_not_on_the_cpu(op):
 def test_error_op_takes_a_program():
     with pytest.raises(TypeError, match="takes an ovl.Program"):
         ovl.torch.op("scale_add.json")
+
+
+# --- the kernels -------------------------------------------------------------------------
+
+
+def test_the_cpp_kernel_runs_here():
+    # The project's environment has a C++ compiler: the ops get the C++ kernel (a fallback to
+    # the Python kernel would warn; this says so instead of passing quietly).
+    want = os.environ.get("OVL_TORCH_KERNEL", "auto").strip().lower()
+    assert ovl.torch.kernel_kind() == ("python" if want == "python" else "c++")
+
+
+PYTHON_KERNEL_CHECK = """
+import sys, torch, ovl, ovl.torch
+assert ovl.torch.kernel_kind() == "python"
+d = sys.argv[1]
+f = ovl.torch.op(ovl.load(d + "/scale_rows_grad.json"))
+x, s = torch.randn(3, 5, requires_grad=True), torch.randn(3, requires_grad=True)
+f(x, s).sum().backward()
+torch.testing.assert_close(x.grad, s.detach()[:, None].expand(3, 5))
+torch.testing.assert_close(s.grad, x.detach().sum(dim=1))
+try:
+    f(x.double(), s)
+except TypeError as e:
+    assert "input 0 (`x`) is torch.float64[3, 5]" in str(e), e
+else:
+    raise AssertionError("no TypeError")
+print("ok")
+"""
+
+
+def test_the_python_kernel_when_chosen(bundle_dir):
+    env = dict(os.environ, OVL_TORCH_KERNEL="python")
+    done = subprocess.run([sys.executable, "-c", PYTHON_KERNEL_CHECK, str(bundle_dir)],
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+    env["OVL_TORCH_KERNEL"] = "fortran"
+    done = subprocess.run(
+        [sys.executable, "-c", "import torch, ovl, ovl.torch; ovl.torch.kernel_kind()"],
+        env=env, capture_output=True, text=True,
+    )
+    assert done.returncode != 0 and "OVL_TORCH_KERNEL='fortran'" in done.stderr
+
+
+def test_no_second_derivative_says_so(op):
+    f = op("layernorm_grad")
+    x = torch.randn(6, 33, requires_grad=True)
+    (gx,) = torch.autograd.grad(f(x).pow(2).sum(), [x], create_graph=True)
+    with pytest.raises(RuntimeError, match="cannot be differentiated twice"):
+        gx.sum().backward()
