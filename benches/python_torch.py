@@ -18,8 +18,6 @@ per call is kept (the machine may be shared), the median of rounds reported next
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -28,6 +26,7 @@ import torch
 
 import ovl
 import ovl.torch
+from bench_common import machine
 
 FORGET_BIAS = 1.0
 
@@ -139,16 +138,6 @@ def per_call_rows(bundle, quick):
     return rows
 
 
-def cpu_name():
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bundles", required=True)
@@ -156,6 +145,8 @@ def main():
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     bundles = Path(args.bundles)
+    print(f"{machine()}, PyTorch {torch.__version__} ({torch.get_num_threads()} threads), "
+          f"ovl's {ovl.torch.kernel_kind()} kernel", flush=True)
     g = torch.Generator().manual_seed(1)
 
     def uniform(*shape, requires_grad=False):
@@ -178,8 +169,8 @@ def main():
         args.quick,
     )
     doc = {
-        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(),
-                    "torch_threads": torch.get_num_threads()},
+        "machine": machine(),
+        "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "ovl_kernel": ovl.torch.kernel_kind(),
         "timing": "wall clock per call, best of rounds (median of rounds next to it); "
