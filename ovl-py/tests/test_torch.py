@@ -403,3 +403,38 @@ def test_no_second_derivative_says_so(op):
     (gx,) = torch.autograd.grad(f(x).pow(2).sum(), [x], create_graph=True)
     with pytest.raises(RuntimeError, match="cannot be differentiated twice"):
         gx.sum().backward()
+
+
+def test_op_names_are_identifiers():
+    from ovl.torch import _identifier
+
+    assert _identifier("scale_add", "program") == "scale_add"
+    assert _identifier("1st-op.v2", "program") == "program_1st_op_v2"
+    assert _identifier("", "program") == "program"
+    assert _identifier("lambda", "program") == "lambda_"
+    assert _identifier("überop", "program") == "_berop"
+
+
+def test_calls_from_several_threads(op):
+    import threading
+
+    f = op("scale_rows_any_batch")
+    errors = []
+
+    def work(seed):
+        g = torch.Generator().manual_seed(seed)
+        try:
+            for batch in (1, 7, 64, 300):
+                x, s = torch.randn(batch, 5, generator=g), torch.randn(batch, generator=g)
+                y, sums = f(x, s)
+                torch.testing.assert_close(y, x * s[:, None])
+                torch.testing.assert_close(sums, (x * s[:, None]).sum(dim=1))
+        except Exception as e:  # reported below, with the thread's seed
+            errors.append((seed, e))
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
