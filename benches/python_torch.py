@@ -138,6 +138,32 @@ def per_call_rows(bundle, quick):
     return rows
 
 
+def markdown(doc):
+    """The tables of docs/benchmarks.md ("The `ovl` package from PyTorch") for a run."""
+    cases = [r for r in doc["rows"] if "pass" in r]
+    per_call = [r for r in doc["rows"] if "pass" not in r]
+    out = [f"{doc['machine']}, PyTorch {doc['torch']} ({doc['torch_threads']} threads), "
+           f"ovl's {doc['ovl_kernel']} kernel; best of rounds (median of rounds):", "",
+           "| case | pass | torch eager | torch.compile | ovl.torch.op eager | "
+           "ovl.torch.op in torch.compile |", "|---|---|---|---|---|---|"]
+    keys = []
+    for r in cases:
+        if (r["case"], r["pass"]) not in keys:
+            keys.append((r["case"], r["pass"]))
+    for case, pass_ in keys:
+        by = {r["variant"]: r for r in cases if (r["case"], r["pass"]) == (case, pass_)}
+        cells = [f"{by[v]['best_us'] / 1000:.3g} ms ({by[v]['median_us'] / 1000:.3g}), "
+                 f"{by[v]['vs_torch_compile']:.2f}x" for v in
+                 ("torch eager", "torch.compile", "ovl.torch.op eager",
+                  "ovl.torch.op in torch.compile")]
+        out.append(f"| {case} | {pass_} | " + " | ".join(cells) + " |")
+    out += ["", "| `x + 1`, f32[16], eager | per call | / `torch.add(x, 1)` |", "|---|---|---|"]
+    for r in per_call:
+        out.append(f"| {r['variant']} | {r['best_us']:.2f} µs ({r['median_us']:.2f}) | "
+                   f"{r['vs_torch_add']:.2f}x |")
+    return "\n".join(out) + "\n"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bundles", required=True)
@@ -179,7 +205,9 @@ def main():
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=2))
-    print(f"wrote {args.out}")
+    table = Path(args.out).with_suffix(".md")
+    table.write_text(markdown(doc))
+    print(f"wrote {args.out} and {table}")
 
 
 if __name__ == "__main__":
