@@ -12,9 +12,12 @@
 (``torch.ops.ovl.<name>_<digest>``), named by the program's name and digest, so that the same
 program loaded twice is one operator. It has:
 
-- a CPU kernel in the native module (``ovl._native.TorchKernel``): tensors read and written in
-  place through their data pointers (a non-contiguous input is copied by torch first), outputs
-  allocated by ``torch.empty``;
+- a CPU kernel without Python in a call: ``_torch_kernel.cc``, compiled on first use against
+  the installed torch's headers and cached (``_torch_cpp``), hands the tensors' data pointers
+  to the native module (``ovl_torch_run``) and allocates the outputs with ``at::empty``; a
+  non-contiguous input is copied by torch first. Where it cannot be compiled, the native
+  module's ``TorchKernel`` is registered as a Python kernel instead (``kernel_kind()``,
+  ``$OVL_TORCH_KERNEL``);
 - a fake (meta) implementation computing the outputs' shapes from the inputs', a polymorphic
   program's batch kept symbolic: ``torch.compile(dynamic=True)`` compiles once for every batch;
 - autograd from the bundle's gradient program, itself a custom operator
@@ -138,7 +141,9 @@ class _Shapes:
                                 f"takes {_type_text(program.inputs[k])}"
                             )
                     else:
-                        torch._check(size == d, lambda k=k: f"{_what(program, k)}: size {d}")
+                        torch._check(
+                            size == d, lambda k=k, d=d: f"{_what(program, k)}: size {d}"
+                        )
                     continue
                 symbol, scale, offset = d
                 value = size if (scale, offset) == (1, 0) else (size - offset) // scale
