@@ -260,9 +260,12 @@ class Op:
     def __init__(self, name: str, program: Program):
         self.name = name
         self.program = program
+        # What may fail (compiling the gradient program, the C++ kernel) comes before the
+        # first registration: a failed `op()` registers nothing, and the next one starts over.
+        grad_program = program.gradient
+        _kernel_kind()
         self.overload, kernel = _define(name, program)
         self._kernels = [kernel]
-        grad_program = program.gradient
         self.gradient: Optional[torch._ops.OpOverload] = None
         if grad_program is not None:
             self.gradient, kernel = _define(f"{name}_grad", grad_program)

@@ -438,3 +438,34 @@ def test_calls_from_several_threads(op):
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def torch_lstm_cell(z, c):
+    i, j, f, o = torch.chunk(z, 4, dim=1)
+    new_c = c * torch.sigmoid(f + 1.0) + torch.sigmoid(i) * torch.tanh(j)
+    return new_c, torch.tanh(new_c) * torch.sigmoid(o)
+
+
+@pytest.mark.parametrize("use", ["both", "new_h only", "new_c only"])
+def test_lstm_cell_two_outputs_one_unused(op, use):
+    # An output that takes no part in the loss has no upstream gradient: zeros go in its place.
+    f = op("lstm_cell")
+    z = torch.randn(4, 32, requires_grad=True)
+    c = torch.randn(4, 8, requires_grad=True)
+    zr, cr = z.detach().clone().requires_grad_(), c.detach().clone().requires_grad_()
+    w = torch.randn(4, 8)
+
+    def loss(new_c, new_h):
+        return {"both": (new_c * w).sum() + new_h.sum(), "new_h only": (new_h * w).sum(),
+                "new_c only": (new_c * w).sum()}[use]
+
+    got = f(z, c)
+    want = torch_lstm_cell(zr, cr)
+    torch.testing.assert_close(got, want)
+    loss(*got).backward()
+    loss(*want).backward()
+    torch.testing.assert_close(z.grad, zr.grad)
+    torch.testing.assert_close(c.grad, cr.grad)
+    result = torch.library.opcheck(f.overload, (torch.randn(4, 32, requires_grad=True),
+                                               torch.randn(4, 8, requires_grad=True)))
+    assert set(result.values()) == {"SUCCESS"}, result
