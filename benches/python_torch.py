@@ -18,8 +18,6 @@ per call is kept (the machine may be shared), the median of rounds reported next
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -28,6 +26,7 @@ import torch
 
 import ovl
 import ovl.torch
+from bench_common import machine
 
 FORGET_BIAS = 1.0
 
@@ -139,14 +138,30 @@ def per_call_rows(bundle, quick):
     return rows
 
 
-def cpu_name():
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+def markdown(doc):
+    """The tables of docs/benchmarks.md ("The `ovl` package from PyTorch") for a run."""
+    cases = [r for r in doc["rows"] if "pass" in r]
+    per_call = [r for r in doc["rows"] if "pass" not in r]
+    out = [f"{doc['machine']}, PyTorch {doc['torch']} ({doc['torch_threads']} threads), "
+           f"ovl's {doc['ovl_kernel']} kernel; best of rounds (median of rounds):", "",
+           "| case | pass | torch eager | torch.compile | ovl.torch.op eager | "
+           "ovl.torch.op in torch.compile |", "|---|---|---|---|---|---|"]
+    keys = []
+    for r in cases:
+        if (r["case"], r["pass"]) not in keys:
+            keys.append((r["case"], r["pass"]))
+    for case, pass_ in keys:
+        by = {r["variant"]: r for r in cases if (r["case"], r["pass"]) == (case, pass_)}
+        cells = [f"{by[v]['best_us'] / 1000:.3g} ms ({by[v]['median_us'] / 1000:.3g}), "
+                 f"{by[v]['vs_torch_compile']:.2f}x" for v in
+                 ("torch eager", "torch.compile", "ovl.torch.op eager",
+                  "ovl.torch.op in torch.compile")]
+        out.append(f"| {case} | {pass_} | " + " | ".join(cells) + " |")
+    out += ["", "| `x + 1`, f32[16], eager | per call | / `torch.add(x, 1)` |", "|---|---|---|"]
+    for r in per_call:
+        out.append(f"| {r['variant']} | {r['best_us']:.2f} µs ({r['median_us']:.2f}) | "
+                   f"{r['vs_torch_add']:.2f}x |")
+    return "\n".join(out) + "\n"
 
 
 def main():
@@ -156,6 +171,8 @@ def main():
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     bundles = Path(args.bundles)
+    print(f"{machine()}, PyTorch {torch.__version__} ({torch.get_num_threads()} threads), "
+          f"ovl's {ovl.torch.kernel_kind()} kernel", flush=True)
     g = torch.Generator().manual_seed(1)
 
     def uniform(*shape, requires_grad=False):
@@ -178,8 +195,8 @@ def main():
         args.quick,
     )
     doc = {
-        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(),
-                    "torch_threads": torch.get_num_threads()},
+        "machine": machine(),
+        "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "ovl_kernel": ovl.torch.kernel_kind(),
         "timing": "wall clock per call, best of rounds (median of rounds next to it); "
@@ -188,7 +205,9 @@ def main():
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=2))
-    print(f"wrote {args.out}")
+    table = Path(args.out).with_suffix(".md")
+    table.write_text(markdown(doc))
+    print(f"wrote {args.out} and {table}")
 
 
 if __name__ == "__main__":

@@ -141,6 +141,20 @@ fn masked_double_grad(m: Tensor<bool>, dy: Tensor<f32>) -> (Tensor<f32>, Tensor<
     (dx, dm)
 }
 
+/// The LSTM cell's nonlinearity (the benchmarks' cell: stdlib operators, forget bias 1):
+/// `z` holds the 4 gates' pre-activations side by side.
+fn lstm_cell(z: &Lazy<f32>, c: &Lazy<f32>) -> (Lazy<f32>, Lazy<f32>) {
+    use ovl_stdlib as ops;
+    let gates = ops::split(z, 1, 4);
+    let bias = Lazy::from(ndarray::arr0(1.0f32));
+    let new_c = ops::add(
+        ops::mul(c, ops::sigmoid(ops::add(&gates[2], bias))),
+        ops::mul(ops::sigmoid(&gates[0]), ops::tanh(&gates[1])),
+    );
+    let new_h = ops::mul(ops::tanh(&new_c), ops::sigmoid(&gates[3]));
+    (new_c, new_h)
+}
+
 fn write(dir: &Path, file: &str, export: ovl::TfExport) -> Result<(), ovl::Error> {
     let bundle = export.write(dir.join(file))?;
     println!("{file}: {} kernel(s)", bundle.kernel_count());
@@ -311,5 +325,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })
     .write(dir.join("masked_double.json"))?;
     println!("masked_double.json: {} kernel(s)", bundle.kernel_count());
+
+    // Two outputs with a derived gradient: the LSTM cell, 4 x 8.
+    let z = ovl::placeholder::<f32>("z", &[4, 32]);
+    let c = ovl::placeholder::<f32>("c", &[4, 8]);
+    let (new_c, new_h) = lstm_cell(&z, &c);
+    let d_new_c = ovl::placeholder::<f32>("d_new_c", &[4, 8]);
+    let d_new_h = ovl::placeholder::<f32>("d_new_h", &[4, 8]);
+    let grads = ovl::backward(&[(&new_c, &d_new_c), (&new_h, &d_new_h)], &[&z, &c])?;
+    let (dz, dc) = (
+        grads.of(&z).ok_or("lstm_cell: z has no gradient")?,
+        grads.of(&c).ok_or("lstm_cell: c has no gradient")?,
+    );
+    write(
+        &dir,
+        "lstm_cell.json",
+        ovl::as_tensorflow((&z, &c), (&new_c, &new_h))
+            .name("lstm_cell")
+            .gradient((&d_new_c, &d_new_h), (&dz, &dc)),
+    )?;
     Ok(())
 }

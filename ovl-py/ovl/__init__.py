@@ -15,8 +15,9 @@ What runs today: programs on the CPU, inputs from any object with ``__dlpack__``
 (NumPy arrays; PyTorch, JAX and CuPy arrays on the CPU through the same protocol), outputs in
 the inputs' framework (NumPy in, NumPy out; JAX in, ``jax.Array`` out; PyTorch in,
 ``torch.Tensor`` out; mixed, NumPy out), and the bundle's gradient program (``program.gradient``).
-Not yet: GPU inputs (a ``ValueError``), a PyTorch custom op. JAX functions through the XLA
-FFI (``jit``, ``grad``, ``vmap``, sharding): ``ovl.jax.op(program)`` (``import ovl.jax``).
+JAX functions through the XLA FFI (``jit``, ``grad``, ``vmap``, sharding):
+``ovl.jax.op(program)`` (``import ovl.jax``). PyTorch custom ops: ``ovl.torch.op(program)``
+(``import ovl.torch``; see its docstring). Not yet: GPU inputs (a ``ValueError``).
 
 Errors:
 

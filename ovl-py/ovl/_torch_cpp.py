@@ -91,6 +91,8 @@ def library() -> ctypes.CDLL:
         lib.ovl_torch_register.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_void_p] * 2 + [
             ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t
         ]
+        lib.ovl_torch_register_autograd.restype = ctypes.c_int
+        lib.ovl_torch_register_autograd.argtypes = [ctypes.c_char_p] * 7 + [ctypes.c_size_t]
         _library = lib
     return _library
 
@@ -110,3 +112,21 @@ def register(namespace: str, name: str, kernel, input_dtypes, output_dtypes) -> 
         if rc != 0:
             raise RuntimeError(f"registering ovl's C++ kernel of {namespace}::{name} "
                                f"for {key}: {error.value.decode(errors='replace')}")
+
+
+def register_autograd(namespace: str, name: str, gradient: Optional[str], floating,
+                      output_floating, no_gradient: str) -> None:
+    """Registers the C++ autograd kernel of ``namespace::name``: below autograd when no input
+    needs a gradient, else an autograd function whose backward calls ``namespace::gradient``
+    (``None``: backward raises ``no_gradient``); ``floating`` and ``output_floating`` say which
+    inputs and outputs are floating point (the others have no gradient)."""
+    lib = library()
+    error = ctypes.create_string_buffer(4096)
+    bits = lambda flags: "".join("1" if f else "0" for f in flags).encode()  # noqa: E731
+    rc = lib.ovl_torch_register_autograd(
+        namespace.encode(), name.encode(), (gradient or "").encode(), bits(floating),
+        bits(output_floating), no_gradient.encode(), error, len(error),
+    )
+    if rc != 0:
+        raise RuntimeError(f"registering ovl's C++ autograd kernel of {namespace}::{name}: "
+                           f"{error.value.decode(errors='replace')}")

@@ -3,8 +3,14 @@
 // `ovl_torch_register`: a boxed kernel that hands each input's data pointer, shape, dtype match
 // and device to ovl's native module (`ovl_torch_run`, a C function of ovl._native, given as an
 // address) and allocates the outputs with at::empty when it asks. No Python runs in a call.
-#include <torch/library.h>
+// `ovl_torch_register_autograd` adds the op's autograd kernel: below autograd at once when no
+// input needs a gradient, else a C++ autograd function whose backward calls the gradient
+// program's op.
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
 
 #include <cstdint>
 #include <cstring>
@@ -160,7 +166,124 @@ bool dtypes(const char* list, std::vector<at::ScalarType>* out) {
   return true;
 }
 
+// What an op's autograd kernel needs: the op, its gradient op (if any), which inputs are
+// floating point (the others get no gradient), and the message of a missing gradient.
+struct AutogradInfo {
+  c10::OperatorHandle op;
+  std::optional<c10::OperatorHandle> gradient;
+  std::vector<bool> floating;
+  std::vector<bool> output_floating;
+  std::string no_gradient;
+};
+
+// The autograd function of a call that needs gradients: forward runs the op below autograd
+// and saves the inputs; backward runs the gradient op on the inputs and the outputs' gradients.
+struct OvlFunction : public torch::autograd::Function<OvlFunction> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                at::TensorList inputs,
+                                                const AutogradInfo* info) {
+    ctx->save_for_backward(inputs.vec());
+    ctx->saved_data["info"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(info));
+    torch::jit::Stack stack(inputs.begin(), inputs.end());
+    {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      info->op.callBoxed(&stack);
+    }
+    torch::autograd::variable_list outs;
+    outs.reserve(stack.size());
+    for (auto& v : stack) outs.push_back(v.toTensor());
+    for (size_t k = 0; k < outs.size(); ++k) {
+      if (!info->output_floating[k]) ctx->mark_non_differentiable({outs[k]});
+    }
+    return outs;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto* info = reinterpret_cast<const AutogradInfo*>(
+        static_cast<intptr_t>(ctx->saved_data["info"].toInt()));
+    TORCH_CHECK(info->gradient.has_value(), info->no_gradient);
+    auto inputs = ctx->get_saved_variables();
+    torch::jit::Stack stack(inputs.begin(), inputs.end());
+    for (auto& g : grads) stack.emplace_back(g);
+    info->gradient->callBoxed(&stack);
+    torch::autograd::variable_list out;
+    out.reserve(inputs.size() + 1);
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      out.push_back(info->floating[k] ? stack[k].toTensor() : at::Tensor());
+    }
+    out.emplace_back();  // the `info` argument
+    return out;
+  }
+};
+
+class OvlAutogradKernel final : public c10::OperatorKernel {
+ public:
+  explicit OvlAutogradKernel(std::unique_ptr<AutogradInfo> info) : info_(std::move(info)) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                  torch::jit::Stack* stack) {
+    const size_t n = info_->floating.size();
+    bool needed = false;
+    if (c10::GradMode::is_enabled()) {
+      for (size_t k = 0; k < n && !needed; ++k) {
+        needed = torch::jit::peek(*stack, k, n).toTensor().requires_grad();
+      }
+    }
+    if (!needed) {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
+      return;
+    }
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(n);
+    for (size_t k = 0; k < n; ++k) inputs.push_back(torch::jit::peek(*stack, k, n).toTensor());
+    torch::jit::drop(*stack, n);
+    auto outs = OvlFunction::apply(at::TensorList(inputs), info_.get());
+    for (auto& t : outs) torch::jit::push(*stack, std::move(t));
+  }
+
+ private:
+  std::unique_ptr<AutogradInfo> info_;
+};
+
+std::vector<bool> mask(const char* text) {
+  std::vector<bool> out;
+  for (const char* c = text; *c; ++c) out.push_back(*c == '1');
+  return out;
+}
+
 }  // namespace
+
+// Registers the autograd kernel of `ns::name`: `gradient` names its gradient op (in `ns`), or
+// is empty when there is none (then backward raises `no_gradient`); `floating` and
+// `output_floating` hold a '1' per floating-point input and output. 0 on success, else 1 with
+// `error` filled.
+extern "C" int ovl_torch_register_autograd(const char* ns, const char* name,
+                                           const char* gradient, const char* floating,
+                                           const char* output_floating,
+                                           const char* no_gradient, char* error,
+                                           size_t error_len) {
+  try {
+    auto& dispatcher = c10::Dispatcher::singleton();
+    const std::string prefix = std::string(ns) + "::";
+    auto info = std::unique_ptr<AutogradInfo>(new AutogradInfo{
+        dispatcher.findSchemaOrThrow((prefix + name).c_str(), ""), std::nullopt,
+        mask(floating), mask(output_floating), no_gradient});
+    if (gradient && *gradient) {
+      info->gradient = dispatcher.findSchemaOrThrow((prefix + gradient).c_str(), "");
+    }
+    auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns,
+                                                c10::DispatchKey::Autograd, __FILE__, __LINE__);
+    lib->impl(name, torch::CppFunction::makeFromBoxedFunctor(
+                        std::make_unique<OvlAutogradKernel>(std::move(info))));
+    libraries().push_back(std::move(lib));
+    return 0;
+  } catch (const std::exception& e) {
+    std::snprintf(error, error_len, "%s", e.what());
+    return 1;
+  }
+}
 
 // Registers the kernel of op `ns::name` for `dispatch_key` ("CPU", "CUDA"): `kernel` is the
 // address of the native module's TorchKernel, `run` of its `ovl_torch_run`; the dtypes are

@@ -12,9 +12,12 @@
 (``torch.ops.ovl.<name>_<digest>``), named by the program's name and digest, so that the same
 program loaded twice is one operator. It has:
 
-- a CPU kernel in the native module (``ovl._native.TorchKernel``): tensors read and written in
-  place through their data pointers (a non-contiguous input is copied by torch first), outputs
-  allocated by ``torch.empty``;
+- a CPU kernel without Python in a call: ``_torch_kernel.cc``, compiled on first use against
+  the installed torch's headers and cached (``_torch_cpp``), hands the tensors' data pointers
+  to the native module (``ovl_torch_run``) and allocates the outputs with ``at::empty``; a
+  non-contiguous input is copied by torch first. Where it cannot be compiled, the native
+  module's ``TorchKernel`` is registered as a Python kernel instead (``kernel_kind()``,
+  ``$OVL_TORCH_KERNEL``);
 - a fake (meta) implementation computing the outputs' shapes from the inputs', a polymorphic
   program's batch kept symbolic: ``torch.compile(dynamic=True)`` compiles once for every batch;
 - autograd from the bundle's gradient program, itself a custom operator
@@ -51,6 +54,7 @@ _lib = torch.library.Library(NAMESPACE, "FRAGMENT")
 _ops: Dict[str, "Op"] = {}
 _lock = threading.Lock()
 _KINDS = ("auto", "c++", "python")
+_is_compiling = torch.compiler.is_compiling
 _kind: Optional[str] = None
 
 
@@ -137,7 +141,9 @@ class _Shapes:
                                 f"takes {_type_text(program.inputs[k])}"
                             )
                     else:
-                        torch._check(size == d, lambda k=k: f"{_what(program, k)}: size {d}")
+                        torch._check(
+                            size == d, lambda k=k, d=d: f"{_what(program, k)}: size {d}"
+                        )
                     continue
                 symbol, scale, offset = d
                 value = size if (scale, offset) == (1, 0) else (size - offset) // scale
@@ -220,14 +226,29 @@ def _define(name: str, program: Program):
     return getattr(getattr(torch.ops, NAMESPACE), name).default, kernel
 
 
-def _no_gradient(program: Program, what: str):
-    def backward(ctx, *grads):
-        raise RuntimeError(
-            f"ovl program `{program.name}` {what}: export the bundle with a gradient program "
-            f"(`.gradient(..)` in Rust) to differentiate through it"
-        )
+_NO_GRADIENT = (
+    "ovl program `{}` has no gradient program: export the bundle with one (`.gradient(..)` "
+    "in Rust) to differentiate through it"
+)
 
-    return backward
+
+def _no_autograd(name: str, program: Program, message: str) -> None:
+    """The autograd kernel of an op without a gradient: calls that need none run at once; a
+    backward through it raises ``RuntimeError(message)``."""
+    if _kernel_kind() == "c++":
+        from . import _torch_cpp
+
+        _torch_cpp.register_autograd(
+            NAMESPACE, name, None,
+            [_dtype(t.dtype).is_floating_point for t in program.inputs],
+            [_dtype(t.dtype).is_floating_point for t in program.outputs], message,
+        )
+        return
+
+    def backward(ctx, *grads):
+        raise RuntimeError(message)
+
+    torch.library.register_autograd(f"{NAMESPACE}::{name}", backward, lib=_lib)
 
 
 class Op:
@@ -239,30 +260,41 @@ class Op:
     def __init__(self, name: str, program: Program):
         self.name = name
         self.program = program
+        # What may fail (compiling the gradient program, the C++ kernel) comes before the
+        # first registration: a failed `op()` registers nothing, and the next one starts over.
+        grad_program = program.gradient
+        _kernel_kind()
         self.overload, kernel = _define(name, program)
         self._kernels = [kernel]
-        grad_program = program.gradient
         self.gradient: Optional[torch._ops.OpOverload] = None
-        qualname = f"{NAMESPACE}::{name}"
-        if grad_program is None:
-            torch.library.register_autograd(
-                qualname, _no_gradient(program, "has no gradient program"), lib=_lib
-            )
-        else:
+        if grad_program is not None:
             self.gradient, kernel = _define(f"{name}_grad", grad_program)
             self._kernels.append(kernel)
-            torch.library.register_autograd(
-                f"{NAMESPACE}::{name}_grad",
-                _no_gradient(program, "has a gradient program, but not a second one"),
-                lib=_lib,
+            _no_autograd(
+                f"{name}_grad", grad_program,
+                f"ovl program `{program.name}` has a gradient program, but not a second one: "
+                "it cannot be differentiated twice",
             )
-            self._register_autograd(qualname)
+        self._register_autograd(name)
         self._count = len(program.inputs)
+        self._call = getattr(self.overload, "_op", self.overload)
 
-    def _register_autograd(self, qualname: str) -> None:
+    def _register_autograd(self, name: str) -> None:
+        program = self.program
+        floating = [_dtype(t.dtype).is_floating_point for t in program.inputs]
+        out_dtypes = [_dtype(t.dtype) for t in program.outputs]
+        if self.gradient is None:
+            _no_autograd(name, program, _NO_GRADIENT.format(program.name))
+            return
+        if _kernel_kind() == "c++":
+            from . import _torch_cpp
+
+            _torch_cpp.register_autograd(
+                NAMESPACE, name, f"{name}_grad", floating,
+                [d.is_floating_point for d in out_dtypes], "",
+            )
+            return
         gradient = self.gradient
-        floating = [_dtype(t.dtype).is_floating_point for t in self.program.inputs]
-        out_dtypes = [_dtype(t.dtype) for t in self.program.outputs]
 
         def setup_context(ctx, inputs, output):
             ctx.save_for_backward(*inputs)
@@ -280,7 +312,7 @@ class Op:
             return tuple(g if f else None for g, f in zip(result, floating))
 
         torch.library.register_autograd(
-            qualname, backward, setup_context=setup_context, lib=_lib
+            f"{NAMESPACE}::{name}", backward, setup_context=setup_context, lib=_lib
         )
 
     def __call__(self, *tensors):
@@ -293,7 +325,11 @@ class Op:
                 f"{len(tensors)} given"
             )
         try:
-            return self.overload(*tensors)
+            if _is_compiling():
+                # What torch.compile traces: the op (its fake implementation, no graph break).
+                return self.overload(*tensors)
+            # Eagerly, the op's C++ entry point without `OpOverload.__call__`'s Python frame.
+            return self._call(*tensors)
         except RuntimeError as e:
             # The dispatcher refuses a non-tensor before the kernel runs.
             for k, t in enumerate(tensors):

@@ -67,7 +67,7 @@ unsafe impl Send for Pointers {}
 
 /// A refused or failed call: the Python exception it becomes, and its message.
 #[derive(Debug)]
-pub(crate) enum Failure {
+pub enum Failure {
     /// `TypeError`.
     Type(String),
     /// `ValueError`.
@@ -90,7 +90,7 @@ impl Failure {
 
     /// The code the C++ kernel turns into an exception (1 `TypeError`, 2 `ValueError`, 3
     /// `RuntimeError`, 4 out of memory) and the message.
-    pub(crate) fn code(&self) -> (i32, &str) {
+    pub fn code(&self) -> (i32, &str) {
         match self {
             Failure::Type(m) => (1, m),
             Failure::Value(m) => (2, m),

@@ -3,6 +3,10 @@ written in torch ops: eager values, autograd from the bundles' gradient programs
 `torch.library.opcheck`, `torch.compile` (fullgraph, and dynamic without recompiling per batch),
 and errors naming the input."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -349,3 +353,119 @@ def test_error_not_on_the_cpu(op):
 def test_error_op_takes_a_program():
     with pytest.raises(TypeError, match="takes an ovl.Program"):
         ovl.torch.op("scale_add.json")
+
+
+# --- the kernels -------------------------------------------------------------------------
+
+
+def test_the_cpp_kernel_runs_here():
+    # The project's environment has a C++ compiler: the ops get the C++ kernel (a fallback to
+    # the Python kernel would warn; this says so instead of passing quietly).
+    want = os.environ.get("OVL_TORCH_KERNEL", "auto").strip().lower()
+    assert ovl.torch.kernel_kind() == ("python" if want == "python" else "c++")
+
+
+PYTHON_KERNEL_CHECK = """
+import sys, torch, ovl, ovl.torch
+assert ovl.torch.kernel_kind() == "python"
+d = sys.argv[1]
+f = ovl.torch.op(ovl.load(d + "/scale_rows_grad.json"))
+x, s = torch.randn(3, 5, requires_grad=True), torch.randn(3, requires_grad=True)
+f(x, s).sum().backward()
+torch.testing.assert_close(x.grad, s.detach()[:, None].expand(3, 5))
+torch.testing.assert_close(s.grad, x.detach().sum(dim=1))
+try:
+    f(x.double(), s)
+except TypeError as e:
+    assert "input 0 (`x`) is torch.float64[3, 5]" in str(e), e
+else:
+    raise AssertionError("no TypeError")
+print("ok")
+"""
+
+
+def test_the_python_kernel_when_chosen(bundle_dir):
+    env = dict(os.environ, OVL_TORCH_KERNEL="python")
+    done = subprocess.run([sys.executable, "-c", PYTHON_KERNEL_CHECK, str(bundle_dir)],
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+    env["OVL_TORCH_KERNEL"] = "fortran"
+    done = subprocess.run(
+        [sys.executable, "-c", "import torch, ovl, ovl.torch; ovl.torch.kernel_kind()"],
+        env=env, capture_output=True, text=True,
+    )
+    assert done.returncode != 0 and "OVL_TORCH_KERNEL='fortran'" in done.stderr
+
+
+def test_no_second_derivative_says_so(op):
+    f = op("layernorm_grad")
+    x = torch.randn(6, 33, requires_grad=True)
+    (gx,) = torch.autograd.grad(f(x).pow(2).sum(), [x], create_graph=True)
+    with pytest.raises(RuntimeError, match="cannot be differentiated twice"):
+        gx.sum().backward()
+
+
+def test_op_names_are_identifiers():
+    from ovl.torch import _identifier
+
+    assert _identifier("scale_add", "program") == "scale_add"
+    assert _identifier("1st-op.v2", "program") == "program_1st_op_v2"
+    assert _identifier("", "program") == "program"
+    assert _identifier("lambda", "program") == "lambda_"
+    assert _identifier("überop", "program") == "_berop"
+
+
+def test_calls_from_several_threads(op):
+    import threading
+
+    f = op("scale_rows_any_batch")
+    errors = []
+
+    def work(seed):
+        g = torch.Generator().manual_seed(seed)
+        try:
+            for batch in (1, 7, 64, 300):
+                x, s = torch.randn(batch, 5, generator=g), torch.randn(batch, generator=g)
+                y, sums = f(x, s)
+                torch.testing.assert_close(y, x * s[:, None])
+                torch.testing.assert_close(sums, (x * s[:, None]).sum(dim=1))
+        except Exception as e:  # reported below, with the thread's seed
+            errors.append((seed, e))
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def torch_lstm_cell(z, c):
+    i, j, f, o = torch.chunk(z, 4, dim=1)
+    new_c = c * torch.sigmoid(f + 1.0) + torch.sigmoid(i) * torch.tanh(j)
+    return new_c, torch.tanh(new_c) * torch.sigmoid(o)
+
+
+@pytest.mark.parametrize("use", ["both", "new_h only", "new_c only"])
+def test_lstm_cell_two_outputs_one_unused(op, use):
+    # An output that takes no part in the loss has no upstream gradient: zeros go in its place.
+    f = op("lstm_cell")
+    z = torch.randn(4, 32, requires_grad=True)
+    c = torch.randn(4, 8, requires_grad=True)
+    zr, cr = z.detach().clone().requires_grad_(), c.detach().clone().requires_grad_()
+    w = torch.randn(4, 8)
+
+    def loss(new_c, new_h):
+        return {"both": (new_c * w).sum() + new_h.sum(), "new_h only": (new_h * w).sum(),
+                "new_c only": (new_c * w).sum()}[use]
+
+    got = f(z, c)
+    want = torch_lstm_cell(zr, cr)
+    torch.testing.assert_close(got, want)
+    loss(*got).backward()
+    loss(*want).backward()
+    torch.testing.assert_close(z.grad, zr.grad)
+    torch.testing.assert_close(c.grad, cr.grad)
+    result = torch.library.opcheck(f.overload, (torch.randn(4, 32, requires_grad=True),
+                                               torch.randn(4, 8, requires_grad=True)))
+    assert set(result.values()) == {"SUCCESS"}, result
