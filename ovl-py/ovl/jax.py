@@ -204,7 +204,9 @@ class Op:
                 a = a.reshape((axis_size * a.shape[1],) + tuple(a.shape[2:]))
             flat.append(a)
         outs = self._fn_unchecked(flat)
-        return tuple(o.reshape((axis_size, o.shape[0] // axis_size) + tuple(o.shape[1:])) for o in outs)
+        return tuple(
+            o.reshape((axis_size, o.shape[0] // axis_size) + tuple(o.shape[1:])) for o in outs
+        )
 
     def _batched_op(self, axis_size, in_batched):
         """The program batched by ovl over ``axis_size`` examples of the mapped inputs

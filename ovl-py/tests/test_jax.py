@@ -217,9 +217,11 @@ def test_fold_refused_where_it_cannot_apply(bundle):
 def test_bad_inputs_name_the_input(op, jit):
     f = op("scale_rows_grad")
     call = jax.jit(f) if jit else f
-    with pytest.raises(TypeError, match=r"takes 2 inputs \(x: float32\[\?, 5\], s: float32\[\?\]\), 1 given"):
+    count = r"takes 2 inputs \(x: float32\[\?, 5\], s: float32\[\?\]\), 1 given"
+    with pytest.raises(TypeError, match=count):
         call(f32(2, 5))
-    with pytest.raises(TypeError, match=r"input 1 \(`s`\) is int32\[2\], the program takes float32\[\?\]"):
+    dtype = r"input 1 \(`s`\) is int32\[2\], the program takes float32\[\?\]"
+    with pytest.raises(TypeError, match=dtype):
         call(f32(2, 5), jnp.zeros(2, jnp.int32))
     with pytest.raises(ValueError, match=r"input 1 \(`s`\).*batch = 3"):
         call(f32(2, 5), f32(3))
@@ -300,7 +302,8 @@ def test_the_handler_checks_what_xla_hands_it(op):
     with pytest.raises(errors, match=r"output 0 is an XLA buffer of dtype 11 and shape \[8\]"):
         out = jax.ShapeDtypeStruct((8,), jnp.float32)
         jax.block_until_ready(raw(x, out=out, program=np.int64(f._id)))
-    with pytest.raises(errors, match=r"has 1 input\(s\) and 1 output\(s\); the custom call has 2 operand\(s\)"):
+    counts = r"has 1 input\(s\) and 1 output\(s\); the custom call has 2 operand\(s\)"
+    with pytest.raises(errors, match=counts):
         jax.block_until_ready(raw(x, x, program=np.int64(f._id)))
     close(raw(x, program=np.int64(f._id)), x + 1)
 
