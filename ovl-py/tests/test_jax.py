@@ -135,6 +135,9 @@ def test_vmap_folds_into_the_batch(op):
     sss = f32(2, 3, 4)
     close(jax.vmap(jax.vmap(f))(xss, sss), xss * sss[..., None])
     close(jax.vmap(f, in_axes=(1, 1))(xs, ss), jnp.swapaxes(xs, 0, 1) * ss.T[..., None])
+    # Empty: no examples, or examples of no rows.
+    assert jax.vmap(f)(f32(0, 4, 5), f32(0, 4)).shape == (0, 4, 5)
+    assert jax.vmap(f)(f32(3, 0, 5), f32(3, 0)).shape == (3, 0, 5)
 
 
 def test_vmap_with_a_shared_input_and_ovl_batching(op):
