@@ -196,15 +196,16 @@ class Op:
         ``B * n`` (row-major, so a reshape, no copy), the outputs ``[B * n, ...]`` reshaped to
         ``[B, n, ...]``. An input that carries the batch but is not mapped is broadcast to every
         example; an input without the batch is not mapped and stays shared."""
-        flat = []
+        flat, rows = [], 0
         for a, b, spec in zip(args, in_batched, self.program.inputs):
             if spec.shape[:1] == (None,):
                 if not b:
                     a = jnp.broadcast_to(a, (axis_size,) + tuple(a.shape))
+                rows = a.shape[1]
                 a = a.reshape((axis_size * a.shape[1],) + tuple(a.shape[2:]))
             flat.append(a)
         outs = self._fn_unchecked(flat)
-        return tuple(o.reshape((axis_size, o.shape[0] // axis_size) + tuple(o.shape[1:])) for o in outs)
+        return tuple(o.reshape((axis_size, rows) + tuple(o.shape[1:])) for o in outs)
 
     def _batched_op(self, axis_size, in_batched):
         """The program batched by ovl over ``axis_size`` examples of the mapped inputs

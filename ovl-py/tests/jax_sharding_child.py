@@ -1,4 +1,5 @@
-"""Run by ``test_jax_sharding.py`` with 4 CPU devices: ``python jax_sharding_child.py BUNDLE_DIR``."""
+"""Run by ``test_jax_sharding.py`` with 4 CPU devices:
+``python jax_sharding_child.py BUNDLE_DIR``."""
 
 import sys
 from pathlib import Path

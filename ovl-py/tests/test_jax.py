@@ -135,6 +135,9 @@ def test_vmap_folds_into_the_batch(op):
     sss = f32(2, 3, 4)
     close(jax.vmap(jax.vmap(f))(xss, sss), xss * sss[..., None])
     close(jax.vmap(f, in_axes=(1, 1))(xs, ss), jnp.swapaxes(xs, 0, 1) * ss.T[..., None])
+    # Empty: no examples, or examples of no rows.
+    assert jax.vmap(f)(f32(0, 4, 5), f32(0, 4)).shape == (0, 4, 5)
+    assert jax.vmap(f)(f32(3, 0, 5), f32(3, 0)).shape == (3, 0, 5)
 
 
 def test_vmap_with_a_shared_input_and_ovl_batching(op):
@@ -217,9 +220,11 @@ def test_fold_refused_where_it_cannot_apply(bundle):
 def test_bad_inputs_name_the_input(op, jit):
     f = op("scale_rows_grad")
     call = jax.jit(f) if jit else f
-    with pytest.raises(TypeError, match=r"takes 2 inputs \(x: float32\[\?, 5\], s: float32\[\?\]\), 1 given"):
+    count = r"takes 2 inputs \(x: float32\[\?, 5\], s: float32\[\?\]\), 1 given"
+    with pytest.raises(TypeError, match=count):
         call(f32(2, 5))
-    with pytest.raises(TypeError, match=r"input 1 \(`s`\) is int32\[2\], the program takes float32\[\?\]"):
+    dtype = r"input 1 \(`s`\) is int32\[2\], the program takes float32\[\?\]"
+    with pytest.raises(TypeError, match=dtype):
         call(f32(2, 5), jnp.zeros(2, jnp.int32))
     with pytest.raises(ValueError, match=r"input 1 \(`s`\).*batch = 3"):
         call(f32(2, 5), f32(3))
@@ -277,3 +282,48 @@ def test_grad_with_a_bool_input(op):
     dm, dx = vjp(w)
     assert dm.dtype == jax.dtypes.float0 and dm.shape == (6,)
     close(dx, jnp.where(m, 2 * w, w))
+
+
+def test_the_handler_checks_what_xla_hands_it(op):
+    # The custom call made by hand, past ovl.jax's trace-time checks: the handler refuses
+    # with an XLA error naming the problem, and the next call works.
+    f = op("add_one")
+    x = jnp.arange(16, dtype=jnp.float32)
+
+    def raw(*args, out=jax.ShapeDtypeStruct((16,), jnp.float32), **attrs):
+        return jax.ffi.ffi_call(oj.TARGET, out)(*args, **attrs)
+
+    errors = (RuntimeError, ValueError)
+    with pytest.raises(errors, match="no ovl program is registered as 1000000"):
+        jax.block_until_ready(raw(x, program=np.int64(1_000_000)))
+    with pytest.raises(errors, match="no int64 `program` attribute"):
+        jax.block_until_ready(raw(x))
+    with pytest.raises(errors, match=r"input 0 \(`x`\) is an XLA buffer of dtype 4 and rank 1"):
+        jax.block_until_ready(raw(jnp.arange(16, dtype=jnp.int32), program=np.int64(f._id)))
+    with pytest.raises(errors, match=r"input 0 \(`x`\) has shape \[8\]"):
+        jax.block_until_ready(raw(x[:8], program=np.int64(f._id)))
+    with pytest.raises(errors, match=r"output 0 is an XLA buffer of dtype 11 and shape \[8\]"):
+        out = jax.ShapeDtypeStruct((8,), jnp.float32)
+        jax.block_until_ready(raw(x, out=out, program=np.int64(f._id)))
+    counts = r"has 1 input\(s\) and 1 output\(s\); the custom call has 2 operand\(s\)"
+    with pytest.raises(errors, match=counts):
+        jax.block_until_ready(raw(x, x, program=np.int64(f._id)))
+    close(raw(x, program=np.int64(f._id)), x + 1)
+
+
+def test_calls_from_several_threads(op):
+    # Each thread binds its own batch sizes (the handler keeps one binding per thread).
+    from concurrent.futures import ThreadPoolExecutor
+
+    f = jax.jit(op("scale_rows_grad"))
+
+    def work(k):
+        for i in range(20):
+            batch = 1 + (k * 7 + i) % 9
+            x, s = jnp.full((batch, 5), float(k)), jnp.full((batch,), float(i))
+            y = f(x, s)
+            np.testing.assert_array_equal(np.asarray(y), np.full((batch, 5), float(k * i)))
+        return k
+
+    with ThreadPoolExecutor(4) as pool:
+        assert sorted(pool.map(work, range(4))) == [0, 1, 2, 3]

@@ -15,7 +15,8 @@ from pathlib import Path
 
 def test_batch_split_across_four_cpu_devices(bundle_dir):
     env = dict(os.environ)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
+    flags = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    env["XLA_FLAGS"] = flags.strip()
     env["JAX_PLATFORMS"] = "cpu"
     child = Path(__file__).with_name("jax_sharding_child.py")
     done = subprocess.run(

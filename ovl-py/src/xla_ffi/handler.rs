@@ -281,8 +281,8 @@ unsafe fn call(frame: &CallFrame) -> Result<(), Failure> {
     let (n_in, n_out) = (program.feeds.len(), program.outputs.len());
     if frame.args.size != n_in as i64 || frame.rets.size != n_out as i64 {
         return Err(invalid(format!(
-            "ovl program `{}` takes {n_in} inputs and gives {n_out} outputs; the custom call has \
-             {} and {}",
+            "ovl program `{}` has {n_in} input(s) and {n_out} output(s); the custom call has {} \
+             operand(s) and {} result(s)",
             program.name, frame.args.size, frame.rets.size
         )));
     }
