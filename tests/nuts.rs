@@ -244,3 +244,91 @@ fn numpy_transcription_agrees_draw_for_draw() {
     let (data, init) = logistic_inputs(2);
     numpy_agrees::<Logistic>("logistic", &data, &init, 0.1, 4);
 }
+
+/// A standard normal whose log density is NaN where `q[0] > 1` (a model that fails there).
+struct NanAboveOne;
+
+#[ovl::prelude::helper]
+fn nan_above_one(
+    q: &ovl::prelude::Tensor<f64>,
+    grad: &ovl::prelude::Tensor<f64>,
+) -> ovl::prelude::Expr<f64> {
+    use ovl::prelude::*;
+    let d = q.dims::<1>()[0];
+    let mut lp = variable(0.0f64);
+    for j in 0..d {
+        grad[[j]] = -q[[j]];
+        lp += q[[j]] * q[[j]];
+    }
+    select(q[[0]] > 1.0, f64::NAN, -0.5 * lp.get())
+}
+
+impl LogDensity for NanAboveOne {
+    fn log_density(
+        q: &ovl::prelude::Tensor<f64>,
+        grad: &ovl::prelude::Tensor<f64>,
+        _data: &[ovl::prelude::Tensor<f64>],
+    ) -> ovl::prelude::Expr<f64> {
+        nan_above_one(q, grad)
+    }
+}
+
+/// NaN log densities are divergences, counted, and never accepted.
+#[test]
+fn nan_log_density_is_a_counted_divergence() {
+    let (chains, dim) = (8, 3);
+    let init = initial_positions(chains, dim, 4).mapv(|v| 0.5 * v);
+    for options in [Options::interpreter(), Options::cpu()] {
+        let r = run::<NanAboveOne>(KEY, &init, 0.5, &Array1::ones(dim), &[], 50, 10, &options);
+        let divergences = r.divergent.sum();
+        assert!(divergences > 10, "{divergences} divergences");
+        assert!(r.samples.iter().all(|v| v.is_finite()));
+        for c in 0..chains {
+            for t in 0..50 {
+                assert!(r.samples[[c, t, 0]] <= 1.0, "chain {c} accepted q[0] > 1");
+            }
+        }
+    }
+}
+
+/// Arguments the sampler cannot run with are errors naming the problem.
+#[test]
+fn bad_arguments_are_errors() {
+    use ovl_stdlib::nuts::nuts;
+    let call_dim = |dim: usize, key: Vec<u32>, steps: usize, inv: usize, depth: usize| {
+        let outs = nuts::<Gaussian>(
+            Array1::from(key),
+            initial_positions(2, dim, 1),
+            Array1::from_elem(steps, 0.1),
+            Array1::<f64>::ones(inv),
+            vec![ovl::Lazy::from(ar1_precision(dim, 0.5).into_dyn())],
+            3,
+            depth,
+        );
+        match ovl::evaluate_with(&outs.0, &Options::interpreter()) {
+            Ok(_) => panic!("no error"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let dim = 10;
+    let call = |key, steps, inv, depth| call_dim(dim, key, steps, inv, depth);
+    let e = call(vec![1, 2, 3], 2, dim, 10);
+    assert!(
+        e.contains("the key must be two u32 words, shape [2], not [3]"),
+        "{e}"
+    );
+    let e = call(vec![1, 2], 3, dim, 10);
+    assert!(
+        e.contains("step_size must have one step per chain, shape [2]"),
+        "{e}"
+    );
+    let e = call(vec![1, 2], 2, 7, 10);
+    assert!(e.contains("inv_mass"), "{e}");
+    let e = call(vec![1, 2], 2, dim, 31);
+    assert!(e.contains("max_depth 31 is out of range: 1 to 30"), "{e}");
+    let e = call(vec![1, 2], 2, dim, 0);
+    assert!(e.contains("max_depth 0 is out of range"), "{e}");
+    // 1,000 dimensions x 10 levels of checkpoints x 8 bytes: over 64 KiB.
+    let e = call_dim(1000, vec![1, 2], 2, 1000, 10);
+    assert!(e.contains("use max_depth 8 or less"), "{e}");
+}

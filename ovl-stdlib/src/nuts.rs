@@ -108,6 +108,54 @@ fn leapfrog<M: LogDensity>(
     lp
 }
 
+/// The deepest tree [`nuts`] accepts: its leapfrog counts (`2^depth - 1` at most) are `i32`.
+pub const MAX_TREE_DEPTH: usize = 30;
+
+/// Bytes of one worker-local tensor on every backend (`ovl_ir::limits::PORTABLE_LOCAL_BYTES`).
+const LOCAL_TENSOR_BYTES: usize = 64 * 1024;
+
+/// Trace-time errors for arguments [`nuts`] cannot run with.
+fn check_arguments(
+    key: &Tensor<u32>,
+    step_size: &Tensor<f64>,
+    inv_mass: &Tensor<f64>,
+    chains: usize,
+    dim: usize,
+    max_depth: usize,
+) {
+    if key.shape() != [2] {
+        trace_error(format!(
+            "nuts: the key must be two u32 words, shape [2], not {:?}",
+            key.shape()
+        ));
+    }
+    if step_size.shape() != [chains] {
+        trace_error(format!(
+            "nuts: step_size must have one step per chain, shape [{chains}], not {:?}",
+            step_size.shape()
+        ));
+    }
+    if inv_mass.shape() != [dim] {
+        trace_error(format!(
+            "nuts: inv_mass (the inverse mass matrix's diagonal) must have shape [{dim}], not {:?}",
+            inv_mass.shape()
+        ));
+    }
+    let checkpoint_bytes = max_depth * dim * 8;
+    if max_depth == 0 || max_depth > MAX_TREE_DEPTH {
+        trace_error(format!(
+            "nuts: max_depth {max_depth} is out of range: 1 to {MAX_TREE_DEPTH}"
+        ));
+    } else if checkpoint_bytes > LOCAL_TENSOR_BYTES {
+        trace_error(format!(
+            "nuts: max_depth {max_depth} in {dim} dimensions needs U-turn checkpoints of \
+             {checkpoint_bytes} bytes per chain, over the {LOCAL_TENSOR_BYTES} bytes of a \
+             worker-local tensor: use max_depth {} or less",
+            LOCAL_TENSOR_BYTES / (dim * 8)
+        ));
+    }
+}
+
 /// NUTS for the model `M`: `transitions` transitions of every chain, one worker per chain.
 ///
 /// Inputs: `key` `[2]` (the Philox key, the seed), `init` `[chains, dim]` (initial positions),
@@ -133,6 +181,7 @@ pub fn nuts<M: LogDensity>(
     Tensor<f64>,
 ) {
     let [chains, dim] = init.dims::<2>();
+    check_arguments(&key, &step_size, &inv_mass, chains, dim, max_depth);
     let c = position_in([chains])[0];
     let samples = output([chains, transitions, dim]);
     let depths = output([chains, transitions]);
@@ -142,7 +191,7 @@ pub fn nuts<M: LogDensity>(
     let eps0 = step_size[[c]];
     let chain = c.cast::<u32>();
     let half = dim.div_ceil(2);
-    let slots = max_depth.max(1);
+    let slots = max_depth.clamp(1, (LOCAL_TENSOR_BYTES / (dim.max(1) * 8)).max(1));
 
     // The chain's state (also the trajectory's proposal while it is built).
     let q = zeros::<f64>([dim]);
