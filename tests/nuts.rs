@@ -332,3 +332,24 @@ fn bad_arguments_are_errors() {
     let e = call_dim(1000, vec![1, 2], 2, 1000, 10);
     assert!(e.contains("use max_depth 8 or less"), "{e}");
 }
+
+/// A chain's draws are keyed by its index, not by the number of chains: the first two chains of
+/// a run of five are a run of two.
+#[test]
+fn a_chain_does_not_depend_on_the_others() {
+    let dim = 10;
+    let prec = [ar1_precision(dim, 0.9).into_dyn()];
+    let init = initial_positions(5, dim, 2);
+    let ones = Array1::ones(dim);
+    let five = run::<Gaussian>(KEY, &init, 0.25, &ones, &prec, 5, 10, &Options::cpu());
+    let two_init = init.slice(ndarray::s![..2, ..]).to_owned();
+    let two = run::<Gaussian>(KEY, &two_init, 0.25, &ones, &prec, 5, 10, &Options::cpu());
+    let first = |a: &ArrayD<f64>| a.slice_axis(Axis(0), (0..2).into()).to_owned();
+    assert_eq!(first(&five.samples), two.samples);
+    let firsti = |a: &ArrayD<i32>| a.slice_axis(Axis(0), (0..2).into()).to_owned();
+    assert_eq!(firsti(&five.leapfrogs), two.leapfrogs);
+    assert_ne!(
+        five.samples.slice(ndarray::s![0, .., ..]),
+        five.samples.slice(ndarray::s![1, .., ..])
+    );
+}
