@@ -7,6 +7,8 @@
 #   scripts/peer-env.sh            create or update with every peer, print the python path
 #   scripts/peer-env.sh jax        only JAX (and numpy) from scripts/peer-requirements.txt
 #   scripts/peer-env.sh torch      only PyTorch (and numpy)
+#   scripts/peer-env.sh nuts       the NUTS benchmark's peers: JAX, NumPyro, TensorFlow
+#                                  Probability (its JAX substrate) and numpy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +17,9 @@ requirements="$PWD/scripts/peer-requirements.txt"
 peer="${1:-all}"
 case "$peer" in
     all) selected="$(grep -v '^[[:space:]]*#' "$requirements" | grep -v '^[[:space:]]*$')" ;;
+    nuts)
+        selected="$(grep -E "^[[:space:]]*(numpy|jax|numpyro|tfp-nightly)([^A-Za-z0-9_-]|$)" "$requirements")"
+        ;;
     jax | torch)
         # The peer's own lines and numpy, which every peer's benchmark script uses.
         selected="$(grep -E "^[[:space:]]*(numpy|$peer)([^A-Za-z0-9_-]|$)" "$requirements" || true)"
@@ -24,7 +29,7 @@ case "$peer" in
         fi
         ;;
     *)
-        echo "usage: scripts/peer-env.sh [jax|torch] (no argument: every peer)" >&2
+        echo "usage: scripts/peer-env.sh [jax|torch|nuts] (no argument: every peer)" >&2
         exit 2
         ;;
 esac

@@ -16,6 +16,8 @@ mod gather_op;
 mod gemm_values;
 #[path = "support/lstm_small_ops.rs"]
 mod lstm_small_ops;
+#[path = "support/nuts_setup.rs"]
+mod nuts_setup;
 
 #[path = "cuda/conformance_cuda.rs"]
 mod conformance_cuda;
@@ -25,3 +27,5 @@ mod cuda_backend;
 mod cuda_graphs;
 #[path = "cuda/gemm_cuda.rs"]
 mod gemm_cuda;
+#[path = "cuda/nuts_cuda.rs"]
+mod nuts_cuda;

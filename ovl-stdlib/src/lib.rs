@@ -40,6 +40,8 @@
 mod grad_kernels;
 mod index;
 mod kernels;
+pub mod nuts;
+pub mod nuts_models;
 mod reduce_kernels;
 mod reductions;
 mod shapes;

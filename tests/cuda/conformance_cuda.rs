@@ -43,12 +43,12 @@ fn say(text: &str) {
 }
 
 /// The options of one test; when the test ends, reports what it did on this thread.
-struct Run {
+pub(crate) struct Run {
     options: &'static Options,
     before: ovl::cuda::CudaStats,
 }
 
-fn cuda_run() -> Run {
+pub(crate) fn cuda_run() -> Run {
     Run {
         options: &mode().0,
         before: ovl::cuda::thread_stats(),
