@@ -19,6 +19,8 @@ mod compiled;
 mod evaluate_into;
 #[path = "runtime/gemm.rs"]
 mod gemm;
+#[path = "runtime/gemm_half.rs"]
+mod gemm_half;
 #[path = "runtime/gemm_stack.rs"]
 mod gemm_stack;
 #[path = "runtime/input_layouts.rs"]

@@ -238,7 +238,8 @@ macro_rules! limits {
     )*};
 }
 limits!(f32 => f32::EPSILON, f64 => f64::EPSILON, i8 => 1, i16 => 1, i32 => 1, i64 => 1,
-        u8 => 1, u16 => 1, u32 => 1, u64 => 1);
+        u8 => 1, u16 => 1, u32 => 1, u64 => 1, half::f16 => half::f16::EPSILON,
+        half::bf16 => half::bf16::EPSILON);
 
 /// The smallest finite value of `T` (for floats the most negative).
 pub fn min_value<T: Limits>() -> T {
