@@ -93,7 +93,12 @@ impl<T: Scalar> Var<T> {
 
 /// Element types with arithmetic (every dtype but `bool`). Generic code gets `T::ONE` /
 /// `T::ZERO`, and plain integers coerce to a staged `T` (`x == 0`, `select(c, 1, 0)`).
-pub trait Num: Scalar + IntoExpr<Self> + One + Zero {}
+pub trait Num: Scalar + IntoExpr<Self> + One + Zero {
+    /// The type values of this type are accumulated and computed in where rounding once
+    /// matters (sums, products, row statistics): f32 for the half types, the type itself
+    /// otherwise. Move between them with [`Expr::as_dtype`].
+    type Wide: Num;
+}
 /// Signed element types (`i8` .. `i64`, `f32`, `f64`, `f16`, `bf16`): the ones unary `-` applies to, as in
 /// Rust. Negating an unsigned value would wrap (`-2u8` is 254), so it is a compile error; bound
 /// a generic operator that negates by `T: Signed` (or `T: Float`).
@@ -104,23 +109,44 @@ pub trait Num: Scalar + IntoExpr<Self> + One + Zero {}
 pub trait Signed: Num {}
 
 /// Floating-point element types (`f32`, `f64`, `half::f16`, `half::bf16`).
-pub trait Float: Signed {}
+pub trait Float: Signed {
+    /// The float type values of this type are computed in where rounding once matters (row
+    /// statistics, softmax): f32 for the half types, the type itself otherwise (the same type
+    /// as [`Num::Wide`], with the float functions).
+    type Compute: Float;
+}
 /// Integer element types.
 pub trait Int: Num {}
 
-impl Num for f32 {}
-impl Num for f64 {}
+impl Num for f32 {
+    type Wide = f32;
+}
+impl Num for f64 {
+    type Wide = f64;
+}
 impl Signed for f32 {}
 impl Signed for f64 {}
-impl Float for f32 {}
-impl Float for f64 {}
-impl Num for half::f16 {}
-impl Num for half::bf16 {}
+impl Float for f32 {
+    type Compute = f32;
+}
+impl Float for f64 {
+    type Compute = f64;
+}
+impl Num for half::f16 {
+    type Wide = f32;
+}
+impl Num for half::bf16 {
+    type Wide = f32;
+}
 impl Signed for half::f16 {}
 impl Signed for half::bf16 {}
-impl Float for half::f16 {}
-impl Float for half::bf16 {}
-macro_rules! ints { ($($t:ty)*) => {$( impl Num for $t {} impl Int for $t {} )*} }
+impl Float for half::f16 {
+    type Compute = f32;
+}
+impl Float for half::bf16 {
+    type Compute = f32;
+}
+macro_rules! ints { ($($t:ty)*) => {$( impl Num for $t { type Wide = $t; } impl Int for $t {} )*} }
 ints!(i8 i16 i32 i64 u8 u16 u32 u64);
 macro_rules! signed { ($($t:ty)*) => {$( impl Signed for $t {} )*} }
 signed!(i8 i16 i32 i64);
