@@ -130,6 +130,9 @@ pub use ovl_core::autodiff::{
 pub use ovl_core::broadcast;
 /// Why a gradient could not be derived from an operator's IR (inside [`GradError::Underivable`]).
 pub use ovl_core::grad::{Construct, DeriveError};
+/// The `half` crate: `ovl::half::f16` and `ovl::half::bf16` are the element types of half
+/// tensors (`Tensor<ovl::half::bf16>`), computed in f32 and rounded once per operation.
+pub use ovl_core::half;
 pub use ovl_core::lazy::Graph;
 /// Memoized operator traces: a call with the same input dtypes and shapes and trace-time
 /// arguments reuses its traced IR instead of running the operator's body again (see

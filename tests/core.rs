@@ -26,6 +26,8 @@ mod conformance_interpreter;
 mod dsl_ergonomics;
 #[path = "core/faults.rs"]
 mod faults;
+#[path = "core/half_dsl.rs"]
+mod half_dsl;
 #[path = "core/ir_dump.rs"]
 mod ir_dump;
 #[path = "core/long_graphs.rs"]

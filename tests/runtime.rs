@@ -21,6 +21,8 @@ mod cpu_isa;
 mod evaluate_into;
 #[path = "runtime/gemm.rs"]
 mod gemm;
+#[path = "runtime/gemm_half.rs"]
+mod gemm_half;
 #[path = "runtime/gemm_stack.rs"]
 mod gemm_stack;
 #[path = "runtime/input_layouts.rs"]

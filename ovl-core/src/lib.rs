@@ -24,6 +24,9 @@ pub use ovl_ir::{
     with_tensor_data, written, IR_VERSION,
 };
 
+/// The `half` crate, whose `f16` and `bf16` are the element types of half tensors.
+pub use ovl_ir::half_float::{self, half};
+
 pub use error::TraceError;
 pub use lazy::{GraphInput, IntoLazy, Lazy, LazyTensor};
 pub use ovl_ir::{AllocError, DType, DeviceData, HostTensor, Literal, Scalar, TensorData};

@@ -1,5 +1,6 @@
 //! Element types: the [`DType`] enum and IR [`Literal`]s. The Rust types that can live in a
-//! tensor implement [`crate::host::Scalar`].
+//! tensor implement [`crate::host::Scalar`]. This is the one table of dtype facts (names, sizes,
+//! classes, ranges, IR values); the half types' rounding is [`crate::half_float`]'s.
 
 use crate::ir;
 use std::fmt;
@@ -18,11 +19,15 @@ pub enum DType {
     U32,
     U64,
     Bool,
+    /// IEEE 754 binary16 (`half::f16`): computed in f32, rounded once per operation.
+    F16,
+    /// bfloat16 (`half::bf16`, the upper half of an f32): computed in f32, rounded once.
+    BF16,
 }
 
 impl DType {
     /// Every supported dtype, in IR order.
-    pub const ALL: [DType; 11] = [
+    pub const ALL: [DType; 13] = [
         DType::F32,
         DType::F64,
         DType::I8,
@@ -34,20 +39,38 @@ impl DType {
         DType::U32,
         DType::U64,
         DType::Bool,
+        DType::F16,
+        DType::BF16,
     ];
 
     /// Size of one element in bytes (bool is one byte holding 0 or 1).
     pub fn size(self) -> usize {
         match self {
             DType::I8 | DType::U8 | DType::Bool => 1,
-            DType::I16 | DType::U16 => 2,
+            DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
         }
     }
 
+    /// A floating-point dtype: f32, f64 or a half type.
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64)
+        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+    }
+
+    /// A 16-bit float (f16 or bf16): stored in two bytes, computed in f32 and rounded once to
+    /// nearest even after every operation (`proto/ovl.proto`, "Half types").
+    pub fn is_half(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16)
+    }
+
+    /// The dtype a value of this dtype is computed in: f32 for the half types, else itself.
+    pub fn compute(self) -> DType {
+        if self.is_half() {
+            DType::F32
+        } else {
+            self
+        }
     }
 
     pub fn is_signed_int(self) -> bool {
@@ -62,7 +85,6 @@ impl DType {
         self.is_signed_int() || self.is_unsigned_int()
     }
 
-    /// The Rust name of the type (`f32`, `u8`, `bool`, ...).
     /// The inclusive value range of an integer dtype (`bool`: 0 and 1); `None` for floats. The
     /// one table of integer ranges: interval analysis, affine patterns and literal checks use it.
     pub fn int_range(self) -> Option<(i128, i128)> {
@@ -76,7 +98,7 @@ impl DType {
             DType::U32 => (0, u32::MAX as i128),
             DType::U64 => (0, u64::MAX as i128),
             DType::Bool => (0, 1),
-            DType::F32 | DType::F64 => return None,
+            DType::F32 | DType::F64 | DType::F16 | DType::BF16 => return None,
         })
     }
 
@@ -94,10 +116,11 @@ impl DType {
             DType::U32 => uint_value as u32 as i128,
             DType::U64 => uint_value as i128,
             DType::Bool => (int_value != 0) as i128,
-            DType::F32 | DType::F64 => return None,
+            DType::F32 | DType::F64 | DType::F16 | DType::BF16 => return None,
         })
     }
 
+    /// The Rust name of the type (`f32`, `u8`, `bool`, `f16`, `bf16`, ...).
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -111,6 +134,8 @@ impl DType {
             DType::U32 => "u32",
             DType::U64 => "u64",
             DType::Bool => "bool",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
         }
     }
 
@@ -128,6 +153,8 @@ impl DType {
             DType::U32 => ir::Dtype::U32,
             DType::U64 => ir::Dtype::U64,
             DType::Bool => ir::Dtype::Bool,
+            DType::F16 => ir::Dtype::F16,
+            DType::BF16 => ir::Dtype::Bf16,
         }
     }
 
@@ -145,7 +172,9 @@ impl DType {
             ir::Dtype::U32 => DType::U32,
             ir::Dtype::U64 => DType::U64,
             ir::Dtype::Bool => DType::Bool,
-            ir::Dtype::Unspecified | ir::Dtype::F16 | ir::Dtype::Bf16 => return None,
+            ir::Dtype::F16 => DType::F16,
+            ir::Dtype::Bf16 => DType::BF16,
+            ir::Dtype::Unspecified => return None,
         })
     }
 }

@@ -18,6 +18,8 @@ pub enum TensorData {
     U32(Vec<u32>),
     U64(Vec<u64>),
     Bool(Vec<bool>),
+    F16(Vec<half::f16>),
+    BF16(Vec<half::bf16>),
 }
 
 /// Runs `$body` with `$v` bound to the vector inside any `TensorData` variant.
@@ -36,6 +38,8 @@ macro_rules! with_tensor_data {
             $crate::host::TensorData::U32($v) => $body,
             $crate::host::TensorData::U64($v) => $body,
             $crate::host::TensorData::Bool($v) => $body,
+            $crate::host::TensorData::F16($v) => $body,
+            $crate::host::TensorData::BF16($v) => $body,
         }
     };
 }
@@ -102,6 +106,8 @@ impl TensorData {
             DType::U32 => TensorData::U32(zeroed_vec(len).ok_or_else(fail)?),
             DType::U64 => TensorData::U64(zeroed_vec(len).ok_or_else(fail)?),
             DType::Bool => TensorData::Bool(zeroed_vec(len).ok_or_else(fail)?),
+            DType::F16 => TensorData::F16(zeroed_vec(len).ok_or_else(fail)?),
+            DType::BF16 => TensorData::BF16(zeroed_vec(len).ok_or_else(fail)?),
         })
     }
 
@@ -118,6 +124,8 @@ impl TensorData {
             TensorData::U32(_) => DType::U32,
             TensorData::U64(_) => DType::U64,
             TensorData::Bool(_) => DType::Bool,
+            TensorData::F16(_) => DType::F16,
+            TensorData::BF16(_) => DType::BF16,
         }
     }
 
@@ -273,7 +281,9 @@ overwrite_data!(
     U16(u16),
     U32(u32),
     U64(u64),
-    Bool(bool)
+    Bool(bool),
+    F16(half::f16),
+    BF16(half::bf16)
 );
 
 /// Tensor data held outside host memory, such as a GPU tensor (`ovl_codegen::cuda::DeviceTensor`
@@ -348,7 +358,8 @@ impl HostTensor {
     }
 }
 
-/// A Rust type that can be a tensor element: `f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool`.
+/// A Rust type that can be a tensor element: `f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool`
+/// and the half types `half::f16`, `half::bf16`.
 pub trait Scalar: Copy + Send + Sync + fmt::Debug + PartialEq + Default + 'static {
     const DTYPE: DType;
     /// The value as an IR literal.
@@ -387,6 +398,7 @@ macro_rules! impl_scalar {
         }
     )*};
     (@lit Float $v:ident) => { Literal::Float($v as f64) };
+    (@lit Half $v:ident) => { Literal::Float($v.to_f64()) };
     (@lit Int $v:ident) => { Literal::Int($v as i64) };
     (@lit UInt $v:ident) => { Literal::UInt($v as u64) };
     (@lit Bool $v:ident) => { Literal::Bool($v) };
@@ -404,4 +416,6 @@ impl_scalar! {
     u32 => U32, U32, UInt;
     u64 => U64, U64, UInt;
     bool => Bool, Bool, Bool;
+    half::f16 => F16, F16, Half;
+    half::bf16 => BF16, BF16, Half;
 }

@@ -21,6 +21,7 @@ pub mod fault;
 #[cfg(any(test, feature = "testing"))]
 pub mod fixtures;
 pub mod grad;
+pub mod half_float;
 pub mod hash;
 pub mod host;
 pub mod intervals;

@@ -342,9 +342,11 @@ pub fn expand(dag: &ir::ExpressionDag) -> Cow<'_, ir::ExpressionDag> {
     let a_type = dag.inputs[0].clone();
     let r = a_type.shape.len();
     let dtype = DType::from_ir(a_type.dtype).unwrap_or(DType::F32);
+    // A half dtype accumulates in f32 and rounds once, at the write (`proto/ovl.proto`).
+    let acc_dtype = dtype.compute();
     let pos: Vec<u32> = (0..r as u32).map(|axis| b.position(axis)).collect();
     let zero = b.constant(
-        dtype,
+        acc_dtype,
         if dtype.is_float() {
             Literal::Float(0.0)
         } else {
@@ -369,14 +371,23 @@ pub fn expand(dag: &ir::ExpressionDag) -> Cow<'_, ir::ExpressionDag> {
             .copied()
             .chain(if g.transpose_b { [j, t] } else { [t, j] })
             .collect();
-        let x = b.read(IN, 2 * term, &a_at);
-        let y = b.read(IN, 2 * term + 1, &b_at);
+        let mut x = b.read(IN, 2 * term, &a_at);
+        let mut y = b.read(IN, 2 * term + 1, &b_at);
+        if acc_dtype != dtype {
+            x = b.cast(x, acc_dtype);
+            y = b.cast(y, acc_dtype);
+        }
         let product = b.op(Op::Mul, &[x, y]);
         let sum = b.op(Op::Add, &[acc, product]);
         b.assign(acc, sum);
         b.end_range();
     }
-    b.write(OUT, 0, &pos, acc);
+    let result = if acc_dtype != dtype {
+        b.cast(acc, dtype)
+    } else {
+        acc
+    };
+    b.write(OUT, 0, &pos, result);
     Cow::Owned(b.build())
 }
 

@@ -31,7 +31,7 @@ pub fn op_name(code: i32) -> String {
     }
 }
 
-/// A readable name for an IR dtype value: `f32`, or `DTYPE_F16` for unsupported ones.
+/// A readable name for an IR dtype value: `f32`, or `DTYPE_UNSPECIFIED` for values that are no dtype.
 pub fn dtype_name(value: i32) -> String {
     match DType::from_ir(value) {
         Some(d) => d.name().to_string(),

@@ -39,6 +39,13 @@ fn literal(e: &ir::Expression, d: Option<DType>) -> String {
     match d {
         Some(DType::F32) => format!("{:?}", e.float_value as f32),
         Some(DType::F64) => format!("{:?}", e.float_value),
+        Some(d @ (DType::F16 | DType::BF16)) => {
+            let bits = crate::half_float::literal_bits(d, e.float_value).unwrap_or(0);
+            format!(
+                "{:?}",
+                crate::half_float::from_bits(d, bits).unwrap_or(f32::NAN)
+            )
+        }
         Some(DType::Bool) => match e.int_value {
             0 => "false".into(),
             1 => "true".into(),
@@ -420,7 +427,7 @@ output0 = op1.output0
                 },
                 ir::Expression {
                     code: Op::Const as i32,
-                    dtype: ir::Dtype::F16 as i32,
+                    dtype: 78,
                     ..Default::default()
                 },
             ],
@@ -429,7 +436,7 @@ output0 = op1.output0
         let text = to_text(&dag);
         assert!(text.contains("op 999 %5 : dtype 77"), "{text}");
         assert!(text.contains("write <no tensor>[] = <no value>"), "{text}");
-        assert!(text.contains("DTYPE_F16"), "{text}");
+        assert!(text.contains("dtype 78"), "{text}");
         let g = ir::OperatorDag {
             operators: vec![dag],
             ..Default::default()

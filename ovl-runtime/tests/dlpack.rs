@@ -199,6 +199,16 @@ fn sample(dtype: DType, shape: &[usize]) -> HostTensor {
         DType::U32 => HostTensor::from_vec(shape, i().map(|k| (k * 99999) as u32).collect()),
         DType::U64 => HostTensor::from_vec(shape, i().map(|k| (k as u64) << 50).collect()),
         DType::Bool => HostTensor::from_vec(shape, i().map(|k| k % 3 == 0).collect()),
+        DType::F16 => HostTensor::from_vec(
+            shape,
+            i().map(|k| ovl_core::half::f16::from_f32(k as f32 * 0.375))
+                .collect(),
+        ),
+        DType::BF16 => HostTensor::from_vec(
+            shape,
+            i().map(|k| ovl_core::half::bf16::from_f32(k as f32 * -2.5e30))
+                .collect(),
+        ),
     }
     .expect("the sample's length")
 }
@@ -302,15 +312,16 @@ fn the_deleter_runs_once_on_drop_and_not_before() {
 
 #[test]
 fn a_refused_tensor_is_given_back_once() {
-    let mut f16 = Spec::f32(&[2], &[1.0, 2.0]);
-    f16.dtype = dl(K_DL_FLOAT, 16);
-    let (err, deleted) = f16.import();
+    // An 8-bit float: no ovl dtype.
+    let mut f8 = Spec::f32(&[2], &[1.0, 2.0]);
+    f8.dtype = dl(K_DL_FLOAT, 8);
+    let (err, deleted) = f8.import();
     assert!(matches!(err, Err(DlpackError::UnsupportedDtype { .. })));
     assert_eq!(deleted.load(Ordering::SeqCst), 1);
 
-    let mut f16 = Spec::f32(&[2], &[1.0, 2.0]);
-    f16.dtype = dl(K_DL_FLOAT, 16);
-    let (err, deleted) = f16.import_legacy();
+    let mut f8 = Spec::f32(&[2], &[1.0, 2.0]);
+    f8.dtype = dl(K_DL_FLOAT, 8);
+    let (err, deleted) = f8.import_legacy();
     assert!(matches!(err, Err(DlpackError::UnsupportedDtype { .. })));
     assert_eq!(deleted.load(Ordering::SeqCst), 1);
 }
@@ -436,8 +447,9 @@ fn bool_bytes_other_than_one_read_as_true() {
 #[test]
 fn unsupported_dtypes_name_code_bits_and_lanes() {
     for (code, bits, lanes) in [
-        (2u8, 16u8, 1u16),
-        (4, 16, 1),
+        (2u8, 8u8, 1u16),
+        (4, 32, 1),
+        (2, 16, 2),
         (5, 64, 1),
         (2, 32, 4),
         (6, 1, 1),

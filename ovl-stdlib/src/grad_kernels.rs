@@ -112,11 +112,11 @@ pub(crate) fn softmax_dot<T: Float>(y: Tensor<T>, g: Tensor<T>) -> Tensor<T> {
     let others = without(y.shape(), axis);
     let p = workers(&others);
     let out = output(&others);
-    let mut dot = sum_of(lit::<T>(0.0));
+    let mut dot = sum_of(lit::<T::Compute>(0.0));
     for k in 0..y.dim(axis) {
-        dot += y.read(along(&p, r, axis, k)) * g.read(along(&p, r, axis, k));
+        dot += y.read(along(&p, r, axis, k)).compute() * g.read(along(&p, r, axis, k)).compute();
     }
-    out.write(own(&p, others.len()), dot);
+    out.write(own(&p, others.len()), dot.get().as_dtype::<T>());
     out
 }
 
@@ -164,38 +164,38 @@ pub(crate) fn normalize_stats<T: Float>(
     let others = without(x.shape(), axis);
     let p = workers(&others);
     let outs: Vec<Tensor<T>> = outputs_of(4, &others);
-    let n = lit::<T>(x.dim(axis) as f64);
-    let mut s = sum_of(lit::<T>(0.0));
-    let mut sq = sum_of(lit::<T>(0.0));
+    let n = lit::<T::Compute>(x.dim(axis) as f64);
+    let mut s = sum_of(lit::<T::Compute>(0.0));
+    let mut sq = sum_of(lit::<T::Compute>(0.0));
     for k in 0..x.dim(axis) {
-        let v = x.read(along(&p, r, axis, k));
+        let v = x.read(along(&p, r, axis, k)).compute();
         s += v;
         sq += v * v;
     }
     let mean = if center {
         s / n
     } else {
-        lit::<T>(0.0).into_expr()
+        lit::<T::Compute>(0.0).into_expr()
     };
-    let scale = dsl::rsqrt(sq / n - mean * mean + lit::<T>(eps));
-    let mut gsum = sum_of(lit::<T>(0.0));
-    let mut gy = sum_of(lit::<T>(0.0));
+    let scale = dsl::rsqrt(sq / n - mean * mean + lit::<T::Compute>(eps));
+    let mut gsum = sum_of(lit::<T::Compute>(0.0));
+    let mut gy = sum_of(lit::<T::Compute>(0.0));
     for k in 0..x.dim(axis) {
-        let gk = g.read(along(&p, r, axis, k));
-        let yk = (x.read(along(&p, r, axis, k)) - mean) * scale;
+        let gk = g.read(along(&p, r, axis, k)).compute();
+        let yk = (x.read(along(&p, r, axis, k)).compute() - mean) * scale;
         gsum += gk;
         gy += gk * yk;
     }
     let gmean = if center {
         gsum / n
     } else {
-        lit::<T>(0.0).into_expr()
+        lit::<T::Compute>(0.0).into_expr()
     };
     let at = own(&p, others.len());
-    outs[0].write(at.clone(), mean);
-    outs[1].write(at.clone(), scale);
-    outs[2].write(at.clone(), gmean);
-    outs[3].write(at, gy / n);
+    outs[0].write(at.clone(), mean.as_dtype::<T>());
+    outs[1].write(at.clone(), scale.as_dtype::<T>());
+    outs[2].write(at.clone(), gmean.as_dtype::<T>());
+    outs[3].write(at, (gy / n).as_dtype::<T>());
     outs
 }
 

@@ -195,16 +195,16 @@ pub(crate) fn scan<T: Num>(x: Tensor<T>, axis: usize, product: bool, reverse: bo
     let p = workers(&others);
     let out = output_like(&x);
     let n = x.dim(axis);
-    let mut acc = variable(lit::<T>(if product { 1.0 } else { 0.0 }));
+    let mut acc = variable(lit::<T::Wide>(if product { 1.0 } else { 0.0 }));
     for k in 0..n {
         let at = if reverse { (n as i64 - 1) - k } else { k };
-        let v = x.read(along(&p, x.rank(), axis, at));
+        let v = x.read(along(&p, x.rank(), axis, at)).wide();
         if product {
             acc *= v;
         } else {
             acc += v;
         }
-        out.write(along(&p, x.rank(), axis, at), acc);
+        out.write(along(&p, x.rank(), axis, at), acc.get().as_dtype::<T>());
     }
     out
 }
@@ -224,19 +224,19 @@ pub(crate) fn softmax<T: Float>(x: Tensor<T>) -> Tensor<T> {
     let r = x.rank();
     let n = x.dim(axis);
     // From -inf, so that an empty row reads nothing (its result is empty).
-    let mut top = max_of(lit::<T>(f64::NEG_INFINITY));
+    let mut top = max_of(lit::<T::Compute>(f64::NEG_INFINITY));
     for k in 0..n {
-        top.update(x.read(along(&p, r, axis, k)));
+        top.update(x.read(along(&p, r, axis, k)).compute());
     }
     let top = top.get();
-    let mut total = sum_of(lit::<T>(0.0));
+    let mut total = sum_of(lit::<T::Compute>(0.0));
     for k in 0..n {
-        total += dsl::exp(x.read(along(&p, r, axis, k)) - top);
+        total += dsl::exp(x.read(along(&p, r, axis, k)).compute() - top);
     }
-    let scale = lit::<T>(1.0) / total.get();
+    let scale = lit::<T::Compute>(1.0) / total.get();
     for k in 0..n {
-        let e = dsl::exp(x.read(along(&p, r, axis, k)) - top);
-        out.write(along(&p, r, axis, k), e * scale);
+        let e = dsl::exp(x.read(along(&p, r, axis, k)).compute() - top);
+        out.write(along(&p, r, axis, k), (e * scale).as_dtype::<T>());
     }
     out
 }
@@ -255,16 +255,16 @@ pub(crate) fn logsumexp<T: Float>(x: Tensor<T>) -> Tensor<T> {
     let out = output(&others);
     let r = x.rank();
     // From -inf, so that a tensor with no rows reads nothing.
-    let mut top = max_of(lit::<T>(f64::NEG_INFINITY));
+    let mut top = max_of(lit::<T::Compute>(f64::NEG_INFINITY));
     for k in 0..x.dim(axis) {
-        top.update(x.read(along(&p, r, axis, k)));
+        top.update(x.read(along(&p, r, axis, k)).compute());
     }
     let top = top.get();
-    let mut total = sum_of(lit::<T>(0.0));
+    let mut total = sum_of(lit::<T::Compute>(0.0));
     for k in 0..x.dim(axis) {
-        total += dsl::exp(x.read(along(&p, r, axis, k)) - top);
+        total += dsl::exp(x.read(along(&p, r, axis, k)).compute() - top);
     }
-    out.write(own(&p, others.len()), top + dsl::log(total));
+    out.write(own(&p, others.len()), (top + dsl::log(total)).as_dtype());
     out
 }
 
@@ -284,23 +284,23 @@ pub(crate) fn normalize<T: Float>(x: Tensor<T>, eps: f64, center: bool) -> Tenso
     let p = workers(&others);
     let out = output_like(&x);
     let r = x.rank();
-    let n = lit::<T>(x.dim(axis) as f64);
-    let mut s = sum_of(lit::<T>(0.0));
-    let mut sq = sum_of(lit::<T>(0.0));
+    let n = lit::<T::Compute>(x.dim(axis) as f64);
+    let mut s = sum_of(lit::<T::Compute>(0.0));
+    let mut sq = sum_of(lit::<T::Compute>(0.0));
     for k in 0..x.dim(axis) {
-        let v = x.read(along(&p, r, axis, k));
+        let v = x.read(along(&p, r, axis, k)).compute();
         s += v;
         sq += v * v;
     }
     let mean = if center {
         s / n
     } else {
-        lit::<T>(0.0).into_expr()
+        lit::<T::Compute>(0.0).into_expr()
     };
-    let scale = dsl::rsqrt(sq / n - mean * mean + lit::<T>(eps));
+    let scale = dsl::rsqrt(sq / n - mean * mean + lit::<T::Compute>(eps));
     for k in 0..x.dim(axis) {
-        let v = x.read(along(&p, r, axis, k));
-        out.write(along(&p, r, axis, k), (v - mean) * scale);
+        let v = x.read(along(&p, r, axis, k)).compute();
+        out.write(along(&p, r, axis, k), ((v - mean) * scale).as_dtype::<T>());
     }
     out
 }

@@ -18,12 +18,12 @@ fn length(shape: &[usize], axis: usize) -> usize {
 }
 
 /// The sum of worker `p`'s row of `x` along `axis` (an accumulator loop; 0 for an empty axis),
-/// read where it is used.
+/// in `T::Wide` (f32 for the half types), read where it is used.
 #[helper]
-fn row_sum<T: Num>(x: &Tensor<T>, p: &Position, axis: usize, keep: bool) -> Acc<T> {
-    let mut acc = sum_of(lit::<T>(0.0));
+fn row_sum<T: Num>(x: &Tensor<T>, p: &Position, axis: usize, keep: bool) -> Acc<T::Wide> {
+    let mut acc = sum_of(lit::<T::Wide>(0.0));
     for k in 0..length(x.shape(), axis) {
-        acc += x.read(row_element(p, x.rank(), axis, keep, k));
+        acc += x.read(row_element(p, x.rank(), axis, keep, k)).wide();
     }
     acc
 }
@@ -33,9 +33,9 @@ fn row_sum<T: Num>(x: &Tensor<T>, p: &Position, axis: usize, keep: bool) -> Acc<
 pub(crate) fn sum<T: Num>(x: Tensor<T>, axis: usize, keep: bool) -> Tensor<T> {
     let axis = checked_axis("sum", axis, x.shape());
     let shape = reduced_shape(x.shape(), axis, keep);
-    let p = workers(&shape);
-    let out = output(&shape);
-    out.write(own(&p, shape.len()), row_sum(&x, &p, axis, keep));
+    let (p, out) = (workers(&shape), output(&shape));
+    let total = row_sum(&x, &p, axis, keep).get().as_dtype::<T>();
+    out.write(own(&p, shape.len()), total);
     out
 }
 
@@ -45,10 +45,10 @@ pub(crate) fn mean<T: Float>(x: Tensor<T>, axis: usize, keep: bool) -> Tensor<T>
     let axis = checked_axis("mean", axis, x.shape());
     let shape = reduced_shape(x.shape(), axis, keep);
     let n = length(x.shape(), axis);
-    let p = workers(&shape);
-    let out = output(&shape);
+    let (p, out) = (workers(&shape), output(&shape));
     let total = row_sum(&x, &p, axis, keep);
-    out.write(own(&p, shape.len()), total / lit::<T>(n as f64));
+    let mean = (total / lit::<T::Wide>(n as f64)).as_dtype::<T>();
+    out.write(own(&p, shape.len()), mean);
     out
 }
 
@@ -63,14 +63,14 @@ pub(crate) fn var<T: Float>(x: Tensor<T>, axis: usize, keep: bool) -> Tensor<T> 
     let r = x.rank();
     let p = workers(&shape);
     let out = output(&shape);
-    let count = lit::<T>(n as f64);
+    let count = lit::<T::Wide>(n as f64);
     let mean = row_sum(&x, &p, axis, keep) / count;
-    let mut squares = sum_of(lit::<T>(0.0));
+    let mut squares = sum_of(lit::<T::Wide>(0.0));
     for k in 0..n {
-        let d = x.read(row_element(&p, r, axis, keep, k)) - mean;
+        let d = x.read(row_element(&p, r, axis, keep, k)).wide() - mean;
         squares += d * d;
     }
-    out.write(own(&p, shape.len()), squares / count);
+    out.write(own(&p, shape.len()), (squares / count).as_dtype::<T>());
     out
 }
 
@@ -81,11 +81,11 @@ pub(crate) fn prod<T: Num>(x: Tensor<T>, axis: usize, keep: bool) -> Tensor<T> {
     let shape = reduced_shape(x.shape(), axis, keep);
     let p = workers(&shape);
     let out = output(&shape);
-    let mut acc = product_of(lit::<T>(1.0));
+    let mut acc = product_of(lit::<T::Wide>(1.0));
     for k in 0..length(x.shape(), axis) {
-        acc *= x.read(row_element(&p, x.rank(), axis, keep, k));
+        acc *= x.read(row_element(&p, x.rank(), axis, keep, k)).wide();
     }
-    out.write(own(&p, shape.len()), acc);
+    out.write(own(&p, shape.len()), acc.get().as_dtype::<T>());
     out
 }
 
@@ -158,18 +158,18 @@ pub(crate) fn prod_stats<T: Num>(x: Tensor<T>, axis: usize, keep: bool) -> Vec<T
     let shape = reduced_shape(x.shape(), axis, keep);
     let p = workers(&shape);
     let outs: Vec<Tensor<T>> = outputs_of(2, &shape);
-    let zero = lit::<T>(0.0);
-    let one = lit::<T>(1.0);
+    let zero = lit::<T::Wide>(0.0);
+    let one = lit::<T::Wide>(1.0);
     let mut nonzero = product_of(one);
     let mut zeros = sum_of(zero);
     for k in 0..length(x.shape(), axis) {
-        let v = x.read(row_element(&p, x.rank(), axis, keep, k));
+        let v = x.read(row_element(&p, x.rank(), axis, keep, k)).wide();
         let is_zero = v == zero;
         nonzero *= dsl::select(is_zero, one, v);
         zeros += dsl::select(is_zero, one, zero);
     }
-    outs[0].write(own(&p, shape.len()), nonzero);
-    outs[1].write(own(&p, shape.len()), zeros);
+    outs[0].write(own(&p, shape.len()), nonzero.get().as_dtype::<T>());
+    outs[1].write(own(&p, shape.len()), zeros.get().as_dtype::<T>());
     outs
 }
 

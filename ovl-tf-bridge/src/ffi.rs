@@ -40,7 +40,9 @@ pub const TF_INT16: TF_DataType = 5;
 pub const TF_INT8: TF_DataType = 6;
 pub const TF_INT64: TF_DataType = 9;
 pub const TF_BOOL: TF_DataType = 10;
+pub const TF_BFLOAT16: TF_DataType = 14;
 pub const TF_UINT16: TF_DataType = 17;
+pub const TF_HALF: TF_DataType = 19;
 pub const TF_UINT32: TF_DataType = 22;
 pub const TF_UINT64: TF_DataType = 23;
 

@@ -61,6 +61,8 @@ pub(crate) fn tf_dtype(dtype: DType) -> TF_DataType {
         DType::U32 => TF_UINT32,
         DType::U64 => TF_UINT64,
         DType::Bool => TF_BOOL,
+        DType::F16 => TF_HALF,
+        DType::BF16 => TF_BFLOAT16,
     }
 }
 

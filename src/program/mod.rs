@@ -153,6 +153,8 @@ pub fn tensorflow_dtype_name(dtype: DType) -> &'static str {
         DType::U32 => "uint32",
         DType::U64 => "uint64",
         DType::Bool => "bool",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
     }
 }
 

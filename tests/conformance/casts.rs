@@ -88,6 +88,26 @@ macro_rules! as_all {
 }
 as_all!(f32 => 0.0, f64 => 0.0, i8 => 0, i16 => 0, i32 => 0, i64 => 0, u8 => 0, u16 => 0, u32 => 0, u64 => 0);
 
+/// A half value casts as its exact f32 value.
+macro_rules! as_all_half {
+    ($($t:ty),*) => {$(
+        impl AsAll for $t {
+            fn as_f32(self) -> f32 { self.to_f32() }
+            fn as_f64(self) -> f64 { self.to_f32() as f64 }
+            fn as_i8(self) -> i8 { self.to_f32() as i8 }
+            fn as_i16(self) -> i16 { self.to_f32() as i16 }
+            fn as_i32(self) -> i32 { self.to_f32() as i32 }
+            fn as_i64(self) -> i64 { self.to_f32() as i64 }
+            fn as_u8(self) -> u8 { self.to_f32() as u8 }
+            fn as_u16(self) -> u16 { self.to_f32() as u16 }
+            fn as_u32(self) -> u32 { self.to_f32() as u32 }
+            fn as_u64(self) -> u64 { self.to_f32() as u64 }
+            fn as_bool(self) -> bool { self.to_f32() != 0.0 }
+        }
+    )*};
+}
+as_all_half!(ovl::half::f16, ovl::half::bf16);
+
 impl AsAll for bool {
     fn as_f32(self) -> f32 {
         self as u8 as f32
@@ -197,4 +217,70 @@ pub fn float_limits(options: &Options) {
         vec![2147483520.0f32, 2147483648.0, 3.0e9, -3.0e9, 1.8e19, 4.0e19],
         options,
     );
+}
+
+/// Casts one input to both half types.
+#[operator]
+pub fn cast_to_halves<S: Scalar>(
+    x: Tensor<S>,
+) -> (Tensor<ovl::half::f16>, Tensor<ovl::half::bf16>) {
+    let i = position_in(x.shape())[0];
+    let o = (output(x.shape()), output(x.shape()));
+    let v = x[[i]];
+    o.0[[i]] = v.cast::<ovl::half::f16>();
+    o.1[[i]] = v.cast::<ovl::half::bf16>();
+    o
+}
+
+fn check_to_halves<S: Scalar + AsAll>(values: Vec<S>, options: &Options) {
+    use ovl::half::{bf16, f16};
+    let o = cast_to_halves(Array1::from(values.clone()));
+    let (h, b) = ovl::evaluate_with((&o.0, &o.1), options).unwrap_or_else(|e| panic!("{e}"));
+    let from = std::any::type_name::<S>();
+    for (i, &v) in values.iter().enumerate() {
+        // A cast to a half type is a cast to f32, rounded once.
+        let (eh, eb) = (f16::from_f32(v.as_f32()), bf16::from_f32(v.as_f32()));
+        let same = |g: u16, e: u16, nan: bool| g == e || nan;
+        assert!(
+            same(
+                h[[i]].to_bits(),
+                eh.to_bits(),
+                eh.is_nan() && h[[i]].is_nan()
+            ),
+            "{v:?} as f16 (from {from}): {:?}, expected {eh:?}",
+            h[[i]]
+        );
+        assert!(
+            same(
+                b[[i]].to_bits(),
+                eb.to_bits(),
+                eb.is_nan() && b[[i]].is_nan()
+            ),
+            "{v:?} as bf16 (from {from}): {:?}, expected {eb:?}",
+            b[[i]]
+        );
+    }
+}
+
+/// Every dtype into the half types: overflow to infinity, subnormals, -0, NaN, ties to even.
+pub fn to_halves(options: &Options) {
+    let sub = 2f32.powi(-24);
+    let mut f32s = f32::edges();
+    f32s.extend([
+        65504.0,
+        65519.0,
+        65520.0,
+        -1e9,
+        sub * 0.5,
+        sub * 1.5,
+        1.0 + 2f32.powi(-11),
+    ]);
+    check_to_halves(f32s, options);
+    check_to_halves(f64::edges(), options);
+    check_to_halves(i64::edges(), options);
+    check_to_halves(u64::edges(), options);
+    check_to_halves(i8::edges(), options);
+    check_to_halves(vec![false, true], options);
+    check_to_halves(ovl::half::f16::edges(), options);
+    check_to_halves(ovl::half::bf16::edges(), options);
 }

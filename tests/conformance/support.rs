@@ -90,6 +90,35 @@ macro_rules! float {
 }
 float!(f32, f64);
 
+/// The half types: each operation on the exact f32 values, rounded once (`proto/ovl.proto`,
+/// "Half types"), with the `half` crate's rounding.
+macro_rules! half_float {
+    ($($t:ty),*) => {$(
+        impl Reference for $t {
+            fn edges() -> Vec<Self> {
+                let mut e: Vec<Self> = [0.0f32, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -3.25, 1e-3, 123.456, -987.5]
+                    .into_iter()
+                    .map(<$t>::from_f32)
+                    .collect();
+                e.extend([<$t>::MIN_POSITIVE, <$t>::MIN_POSITIVE_SUBNORMAL, <$t>::MAX, <$t>::MIN,
+                          <$t>::EPSILON, <$t>::INFINITY, <$t>::NEG_INFINITY, <$t>::NAN]);
+                e
+            }
+            fn add(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32() + b.to_f32()) }
+            fn sub(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32() - b.to_f32()) }
+            fn mul(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32() * b.to_f32()) }
+            fn div(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32() / b.to_f32()) }
+            fn rem(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32() % b.to_f32()) }
+            fn min(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32().min(b.to_f32())) }
+            fn max(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32().max(b.to_f32())) }
+            fn neg(a: Self) -> Self { <$t>::from_f32(-a.to_f32()) }
+            fn abs(a: Self) -> Self { <$t>::from_f32(a.to_f32().abs()) }
+            fn same(a: Self, b: Self) -> bool { (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits() }
+        }
+    )*};
+}
+half_float!(ovl::half::f16, ovl::half::bf16);
+
 /// All pairs of edge values, as two flat vectors.
 pub fn pairs<T: Reference>() -> (Vec<T>, Vec<T>) {
     let e = T::edges();

@@ -102,6 +102,8 @@ fn same(got: &HostTensor, i: usize, want: &HostTensor) -> bool {
         DType::U32 => same_example::<u32>(got, i, want, false),
         DType::U64 => same_example::<u64>(got, i, want, false),
         DType::Bool => same_example::<bool>(got, i, want, false),
+        DType::F16 => same_example::<ovl::half::f16>(got, i, want, false),
+        DType::BF16 => same_example::<ovl::half::bf16>(got, i, want, false),
     }
 }
 

@@ -2,9 +2,13 @@
 
 use ovl_ir::DType;
 
-/// The C++ type of a dtype (`bool` is one byte holding 0 or 1, like Rust's).
+/// The C++ type of a dtype (`bool` is one byte holding 0 or 1, like Rust's; a half type is the
+/// prelude's 2-byte struct of its bits, `ovl::f16` or `ovl::bf16`, computed with through
+/// [`widen`] and [`narrow`]).
 pub(crate) fn ctype(d: DType) -> &'static str {
     match d {
+        DType::F16 => "ovl::f16",
+        DType::BF16 => "ovl::bf16",
         DType::F32 => "float",
         DType::F64 => "double",
         DType::I8 => "int8_t",
@@ -16,6 +20,25 @@ pub(crate) fn ctype(d: DType) -> &'static str {
         DType::U32 => "uint32_t",
         DType::U64 => "uint64_t",
         DType::Bool => "bool",
+    }
+}
+
+/// `x`, a value of half dtype `d`, as an f32 expression (exact); `x` itself for other dtypes.
+pub(crate) fn widen(d: DType, x: &str) -> String {
+    if d.is_half() {
+        format!("ovl::widen({x})")
+    } else {
+        x.to_string()
+    }
+}
+
+/// `x`, an f32 expression, rounded once to nearest even into half dtype `d`
+/// (`proto/ovl.proto`, "Half types"); `x` itself for other dtypes.
+pub(crate) fn narrow(d: DType, x: &str) -> String {
+    match d {
+        DType::F16 => format!("ovl::narrow_f16({x})"),
+        DType::BF16 => format!("ovl::narrow_bf16({x})"),
+        _ => x.to_string(),
     }
 }
 
@@ -90,6 +113,11 @@ pub(crate) fn literal(d: DType, float_value: f64, int_value: i64, uint_value: u6
         DType::U32 => unsigned(uint_value as u32 as u64),
         DType::U64 => unsigned(uint_value),
         DType::Bool => (if int_value != 0 { "true" } else { "false" }).into(),
+        DType::F16 | DType::BF16 => {
+            let bits = ovl_ir::half_float::literal_bits(d, float_value).unwrap_or(0);
+            let value = ovl_ir::half_float::from_bits(d, bits).unwrap_or(f32::NAN);
+            format!("({}{{0x{bits:04x}u}} /* {value:?} */)", ctype(d))
+        }
     }
 }
 
@@ -136,5 +164,13 @@ mod tests {
             "(uint64_t)(18446744073709551615ULL)"
         );
         assert_eq!(literal(DType::Bool, 0.0, 1, 0), "true");
+        assert_eq!(
+            literal(DType::F16, 1.0, 0, 0),
+            "(ovl::f16{0x3c00u} /* 1.0 */)"
+        );
+        assert_eq!(
+            literal(DType::BF16, -0.0, 0, 0),
+            "(ovl::bf16{0x8000u} /* -0.0 */)"
+        );
     }
 }

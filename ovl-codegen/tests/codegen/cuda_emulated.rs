@@ -76,6 +76,7 @@ template <class T> static T ovl_exchange(T v, unsigned from) {
 template <class T> static T __shfl_down_sync(unsigned, T v, unsigned o) { return ovl_exchange(v, threadIdx.x % 32 + o); }
 template <class T> static T __shfl_sync(unsigned, T v, int from) { return ovl_exchange(v, (unsigned)from); }
 static inline float __int_as_float(int b) { float f; __builtin_memcpy(&f, &b, 4); return f; }
+static inline int __float_as_int(float f) { int b; __builtin_memcpy(&b, &f, 4); return b; }
 static inline double __longlong_as_double(long long b) { double f; __builtin_memcpy(&f, &b, 8); return f; }
 static inline unsigned atomicCAS(unsigned* p, unsigned c, unsigned v) { unsigned o = *p; if (o == c) *p = v; return o; }
 static inline unsigned atomicExch(unsigned* p, unsigned v) { unsigned o = *p; *p = v; return o; }
@@ -95,6 +96,8 @@ fn ctype(d: DType) -> &'static str {
         DType::U32 => "uint32_t",
         DType::U64 => "uint64_t",
         DType::Bool => "bool",
+        DType::F16 => "ovl::f16",
+        DType::BF16 => "ovl::bf16",
     }
 }
 

@@ -11,6 +11,7 @@ mod cuda_emulated;
 mod derived;
 mod fixtures;
 mod golden;
+mod half;
 mod isa;
 mod lanes_min_max;
 mod ops;

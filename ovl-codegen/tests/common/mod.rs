@@ -92,6 +92,26 @@ pub fn bits(t: &HostTensor) -> Vec<u64> {
         D::U32(v) => v.iter().map(|&x| x as u64).collect(),
         D::U64(v) => v.clone(),
         D::Bool(v) => v.iter().map(|&x| x as u64).collect(),
+        D::F16(v) => v
+            .iter()
+            .map(|x| {
+                if x.is_nan() {
+                    u64::MAX
+                } else {
+                    x.to_bits() as u64
+                }
+            })
+            .collect(),
+        D::BF16(v) => v
+            .iter()
+            .map(|x| {
+                if x.is_nan() {
+                    u64::MAX
+                } else {
+                    x.to_bits() as u64
+                }
+            })
+            .collect(),
     }
 }
 

@@ -46,6 +46,24 @@ impl AtomicElem for f32 {
     }
 }
 
+macro_rules! atomic_half {
+    ($($t:ty),*) => {$(
+        impl AtomicElem for $t {
+            type Atom = AtomicU16;
+            fn atom(self) -> AtomicU16 {
+                AtomicU16::new(self.to_bits())
+            }
+            fn load(a: &AtomicU16) -> $t {
+                <$t>::from_bits(a.load(Relaxed))
+            }
+            fn store(a: &AtomicU16, v: $t) {
+                a.store(v.to_bits(), Relaxed)
+            }
+        }
+    )*};
+}
+atomic_half!(half::f16, half::bf16);
+
 impl AtomicElem for f64 {
     type Atom = AtomicU64;
     fn atom(self) -> AtomicU64 {
@@ -114,6 +132,8 @@ pub(crate) enum OutView<'a> {
     U32(Shared<'a, u32>),
     U64(Shared<'a, u64>),
     Bool(Shared<'a, bool>),
+    F16(Shared<'a, half::f16>),
+    BF16(Shared<'a, half::bf16>),
 }
 
 impl<'a> OutView<'a> {
@@ -130,6 +150,8 @@ impl<'a> OutView<'a> {
             TensorData::U32(v) => OutView::U32(Shared::new(v)),
             TensorData::U64(v) => OutView::U64(Shared::new(v)),
             TensorData::Bool(v) => OutView::Bool(Shared::new(v)),
+            TensorData::F16(v) => OutView::F16(Shared::new(v)),
+            TensorData::BF16(v) => OutView::BF16(Shared::new(v)),
         }
     }
 
@@ -159,6 +181,8 @@ impl<'a> OutView<'a> {
             (OutView::U32(s), Value::U32(x)) => put!(s, u32, x),
             (OutView::U64(s), Value::U64(x)) => put!(s, u64, x),
             (OutView::Bool(s), Value::Bool(x)) => put!(s, bool, x),
+            (OutView::F16(s), Value::F16(x)) => put!(s, half::f16, x),
+            (OutView::BF16(s), Value::BF16(x)) => put!(s, half::bf16, x),
             _ => false,
         }
     }
@@ -177,6 +201,8 @@ impl<'a> OutView<'a> {
             OutView::U32(s) => s.finish(),
             OutView::U64(s) => s.finish(),
             OutView::Bool(s) => s.finish(),
+            OutView::F16(s) => s.finish(),
+            OutView::BF16(s) => s.finish(),
         }
     }
 }

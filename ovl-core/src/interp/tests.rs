@@ -843,6 +843,8 @@ fn every_cast_pair_matches_rust() {
         Value::U64(u64::MAX),
         Value::Bool(true),
         Value::Bool(false),
+        Value::F16(half::f16::from_f32(-300.5)),
+        Value::BF16(half::bf16::from_f32(3e20)),
     ];
     for v in samples {
         for to in DType::ALL {
@@ -863,6 +865,9 @@ fn every_cast_pair_matches_rust() {
                         DType::U32 => Value::U32($x as u32),
                         DType::U64 => Value::U64($x as u64),
                         DType::Bool => Value::Bool($x as f64 != 0.0 || $x as f64 != $x as f64),
+                        // To a half type: to f32, rounded once.
+                        DType::F16 => Value::F16(half::f16::from_f32($x as f32)),
+                        DType::BF16 => Value::BF16(half::bf16::from_f32($x as f32)),
                     }
                 };
             }
@@ -879,10 +884,15 @@ fn every_cast_pair_matches_rust() {
                 Value::U32(x) => direct!(x),
                 Value::U64(x) => direct!(x),
                 Value::Bool(b) => direct!(b as u8),
+                // From a half type: from its exact f32 value.
+                Value::F16(x) => direct!(x.to_f32()),
+                Value::BF16(x) => direct!(x.to_f32()),
             };
             let same = match (r, expected) {
                 (Value::F32(a), Value::F32(b)) => a.to_bits() == b.to_bits(),
                 (Value::F64(a), Value::F64(b)) => a.to_bits() == b.to_bits(),
+                (Value::F16(a), Value::F16(b)) => a.to_bits() == b.to_bits(),
+                (Value::BF16(a), Value::BF16(b)) => a.to_bits() == b.to_bits(),
                 (a, b) => a == b,
             };
             assert!(same, "cast {v:?} to {to}: {r:?} != {expected:?}");

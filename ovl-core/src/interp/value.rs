@@ -20,6 +20,8 @@ pub(crate) enum Value {
     U32(u32),
     U64(u64),
     Bool(bool),
+    F16(half::f16),
+    BF16(half::bf16),
 }
 
 /// Applies `$m!(x)` to the payload of any variant, rebuilding the same variant.
@@ -40,6 +42,37 @@ macro_rules! each_int {
 }
 
 impl Value {
+    /// A half value's exact f32 value; `None` for every other dtype.
+    #[inline]
+    fn widen(self) -> Option<f32> {
+        match self {
+            Value::F16(x) => Some(x.to_f32()),
+            Value::BF16(x) => Some(x.to_f32()),
+            _ => None,
+        }
+    }
+
+    /// `x` rounded once, to nearest even, into half dtype `d` (`proto/ovl.proto`, "Half types");
+    /// an f32 for any other `d`.
+    #[inline]
+    fn narrow(d: DType, x: f32) -> Value {
+        match d {
+            DType::F16 => Value::F16(half::f16::from_f32(x)),
+            DType::BF16 => Value::BF16(half::bf16::from_f32(x)),
+            _ => Value::F32(x),
+        }
+    }
+
+    /// The half dtype of a half value (f32 for any other).
+    #[inline]
+    fn dtype_of_half(self) -> DType {
+        match self {
+            Value::F16(_) => DType::F16,
+            Value::BF16(_) => DType::BF16,
+            _ => DType::F32,
+        }
+    }
+
     /// The zero of a dtype (`false` for bool).
     pub(crate) fn zero(d: DType) -> Value {
         match d {
@@ -54,6 +87,7 @@ impl Value {
             DType::U32 => Value::U32(0),
             DType::U64 => Value::U64(0),
             DType::Bool => Value::Bool(false),
+            DType::F16 | DType::BF16 => Value::narrow(d, 0.0),
         }
     }
 
@@ -82,6 +116,9 @@ impl Value {
             DType::U32 => Value::U32(pick!(0, 1, u32::MIN, u32::MAX)),
             DType::U64 => Value::U64(pick!(0, 1, u64::MIN, u64::MAX)),
             DType::Bool => Value::Bool(false),
+            DType::F16 | DType::BF16 => {
+                Value::narrow(d, pick!(0.0, 1.0, f32::NEG_INFINITY, f32::INFINITY))
+            }
         }
     }
 
@@ -114,6 +151,7 @@ impl Value {
             DType::U32 => Value::U32(uint_value as u32),
             DType::U64 => Value::U64(uint_value),
             DType::Bool => Value::Bool(int_value != 0),
+            DType::F16 | DType::BF16 => Value::narrow(d, float_value as f32),
         }
     }
 
@@ -132,6 +170,8 @@ impl Value {
             Value::U32(_) => DType::U32,
             Value::U64(_) => DType::U64,
             Value::Bool(_) => DType::Bool,
+            Value::F16(_) => DType::F16,
+            Value::BF16(_) => DType::BF16,
         }
     }
 
@@ -184,6 +224,8 @@ impl Value {
             TensorData::U32(v) => Value::U32(*v.get(i)?),
             TensorData::U64(v) => Value::U64(*v.get(i)?),
             TensorData::Bool(v) => Value::Bool(*v.get(i)?),
+            TensorData::F16(v) => Value::F16(*v.get(i)?),
+            TensorData::BF16(v) => Value::BF16(*v.get(i)?),
         })
     }
 
@@ -214,6 +256,8 @@ impl Value {
             (TensorData::U32(v), Value::U32(x)) => put!(v, x),
             (TensorData::U64(v), Value::U64(x)) => put!(v, x),
             (TensorData::Bool(v), Value::Bool(x)) => put!(v, x),
+            (TensorData::F16(v), Value::F16(x)) => put!(v, x),
+            (TensorData::BF16(v), Value::BF16(x)) => put!(v, x),
             _ => false,
         }
     }
@@ -232,16 +276,28 @@ impl Value {
             (TensorData::U32(v), Value::U32(x)) => v.fill(x),
             (TensorData::U64(v), Value::U64(x)) => v.fill(x),
             (TensorData::Bool(v), Value::Bool(x)) => v.fill(x),
+            (TensorData::F16(v), Value::F16(x)) => v.fill(x),
+            (TensorData::BF16(v), Value::BF16(x)) => v.fill(x),
             _ => return false,
         }
         true
     }
 }
 
-/// Rust's `as` from any value to dtype `to`; to bool is `x != 0`, from bool is 0 or 1.
+/// Rust's `as` from any value to dtype `to`; to bool is `x != 0`, from bool is 0 or 1. A half
+/// value casts as its exact f32 value; a cast to a half type is a cast to f32, rounded once.
 #[allow(clippy::unnecessary_cast)]
 #[inline]
 pub(crate) fn cast(v: Value, to: DType) -> Value {
+    if let Some(x) = v.widen() {
+        return cast(Value::F32(x), to);
+    }
+    if to.is_half() {
+        let Value::F32(x) = cast(v, DType::F32) else {
+            unreachable!("a cast to f32 is an f32")
+        };
+        return Value::narrow(to, x);
+    }
     macro_rules! to {
         ($x:expr) => {
             match to {
@@ -255,7 +311,7 @@ pub(crate) fn cast(v: Value, to: DType) -> Value {
                 DType::U16 => Value::U16($x as u16),
                 DType::U32 => Value::U32($x as u32),
                 DType::U64 => Value::U64($x as u64),
-                DType::Bool => unreachable!("handled before"),
+                DType::Bool | DType::F16 | DType::BF16 => unreachable!("handled before"),
             }
         };
     }
@@ -272,6 +328,7 @@ pub(crate) fn cast(v: Value, to: DType) -> Value {
             Value::U32(x) => x != 0,
             Value::U64(x) => x != 0,
             Value::Bool(b) => b,
+            Value::F16(_) | Value::BF16(_) => unreachable!("handled before"),
         });
     }
     match v {
@@ -286,6 +343,7 @@ pub(crate) fn cast(v: Value, to: DType) -> Value {
         Value::U32(x) => to!(x),
         Value::U64(x) => to!(x),
         Value::Bool(b) => to!(b as u8),
+        Value::F16(_) | Value::BF16(_) => unreachable!("handled before"),
     }
 }
 
@@ -328,6 +386,12 @@ macro_rules! float_unary {
 /// A unary opcode applied to a value; `None` if the opcode does not take that dtype.
 #[inline]
 pub(crate) fn unary(op: Op, v: Value) -> Option<Value> {
+    if let Some(x) = v.widen() {
+        return Some(match unary(op, Value::F32(x))? {
+            Value::F32(r) => Value::narrow(v.dtype_of_half(), r),
+            other => other,
+        });
+    }
     Some(match (op, v) {
         (Op::Isinf, Value::F32(x)) => Value::Bool(x.is_infinite()),
         (Op::Isinf, Value::F64(x)) => Value::Bool(x.is_infinite()),
@@ -409,6 +473,16 @@ macro_rules! float_binary {
 /// A binary arithmetic opcode; `None` if the dtypes differ or the opcode does not take them.
 #[inline]
 pub(crate) fn binary(op: Op, a: Value, b: Value) -> Option<Value> {
+    if let (Some(x), Some(y)) = (a.widen(), b.widen()) {
+        let d = a.dtype_of_half();
+        if d != b.dtype_of_half() {
+            return None;
+        }
+        let Value::F32(r) = binary(op, Value::F32(x), Value::F32(y))? else {
+            return None;
+        };
+        return Some(Value::narrow(d, r));
+    }
     Some(match (a, b) {
         (Value::F32(x), Value::F32(y)) => Value::F32(float_binary!(op, x, y)),
         (Value::F64(x), Value::F64(y)) => Value::F64(float_binary!(op, x, y)),
@@ -443,6 +517,12 @@ macro_rules! compare {
 /// a logical and/or (bool); `None` if the dtypes differ or do not fit.
 #[inline]
 pub(crate) fn compare(op: Op, a: Value, b: Value) -> Option<bool> {
+    if let (Some(x), Some(y)) = (a.widen(), b.widen()) {
+        if a.dtype_of_half() != b.dtype_of_half() {
+            return None;
+        }
+        return compare(op, Value::F32(x), Value::F32(y));
+    }
     Some(match (a, b) {
         (Value::Bool(x), Value::Bool(y)) => match op {
             Op::And => x && y,
@@ -466,6 +546,13 @@ pub(crate) fn compare(op: Op, a: Value, b: Value) -> Option<bool> {
 /// `a * b + c` with one rounding (floats only).
 #[inline]
 pub(crate) fn fma(a: Value, b: Value, c: Value) -> Option<Value> {
+    if let (Some(x), Some(y), Some(z)) = (a.widen(), b.widen(), c.widen()) {
+        let d = a.dtype_of_half();
+        if d != b.dtype_of_half() || d != c.dtype_of_half() {
+            return None;
+        }
+        return Some(Value::narrow(d, x.mul_add(y, z)));
+    }
     Some(match (a, b, c) {
         (Value::F32(x), Value::F32(y), Value::F32(z)) => Value::F32(x.mul_add(y, z)),
         (Value::F64(x), Value::F64(y), Value::F64(z)) => Value::F64(x.mul_add(y, z)),

@@ -303,7 +303,7 @@ pub fn or<A: Logic<B>, B>(a: A, b: impl FnOnce() -> B) -> A::Out {
 /// `e as T` for trace-time numbers (Rust's `as`) and staged values (CAST).
 #[diagnostic::on_unimplemented(
     message = "cannot cast `{Self}` to `{T}` inside an operator",
-    note = "a staged value casts to an ovl dtype: f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool"
+    note = "a staged value casts to an ovl dtype: f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool f16 bf16"
 )]
 pub trait CastTo<T> {
     type Out;
@@ -349,6 +349,20 @@ macro_rules! bool_cast {
     )*};
 }
 bool_cast!(i8, i16, i32, i64, isize, u8, u16, u32, u64, usize, bool);
+macro_rules! half_cast {
+    ($($to:ty),*) => {$(
+        impl CastTo<$to> for f32 {
+            type Out = $to;
+            fn cast_to(self) -> $to { <$to>::from_f32(self) }
+        }
+        impl CastTo<$to> for f64 {
+            type Out = $to;
+            /// Through f32, as a CAST from f64 to a half type is (`proto/ovl.proto`).
+            fn cast_to(self) -> $to { <$to>::from_f32(self as f32) }
+        }
+    )*};
+}
+half_cast!(half::f16, half::bf16);
 
 /// `e as T`.
 #[track_caller]

@@ -93,8 +93,13 @@ impl<T: Scalar> Var<T> {
 
 /// Element types with arithmetic (every dtype but `bool`). Generic code gets `T::ONE` /
 /// `T::ZERO`, and plain integers coerce to a staged `T` (`x == 0`, `select(c, 1, 0)`).
-pub trait Num: Scalar + IntoExpr<Self> + One + Zero {}
-/// Signed element types (`i8` .. `i64`, `f32`, `f64`): the ones unary `-` applies to, as in
+pub trait Num: Scalar + IntoExpr<Self> + One + Zero {
+    /// The type values of this type are accumulated and computed in where rounding once
+    /// matters (sums, products, row statistics): f32 for the half types, the type itself
+    /// otherwise. Move between them with [`Expr::as_dtype`].
+    type Wide: Num;
+}
+/// Signed element types (`i8` .. `i64`, `f32`, `f64`, `f16`, `bf16`): the ones unary `-` applies to, as in
 /// Rust. Negating an unsigned value would wrap (`-2u8` is 254), so it is a compile error; bound
 /// a generic operator that negates by `T: Signed` (or `T: Float`).
 #[diagnostic::on_unimplemented(
@@ -103,18 +108,45 @@ pub trait Num: Scalar + IntoExpr<Self> + One + Zero {}
 )]
 pub trait Signed: Num {}
 
-/// Floating-point element types (`f32`, `f64`).
-pub trait Float: Signed {}
+/// Floating-point element types (`f32`, `f64`, `half::f16`, `half::bf16`).
+pub trait Float: Signed {
+    /// The float type values of this type are computed in where rounding once matters (row
+    /// statistics, softmax): f32 for the half types, the type itself otherwise (the same type
+    /// as [`Num::Wide`], with the float functions).
+    type Compute: Float;
+}
 /// Integer element types.
 pub trait Int: Num {}
 
-impl Num for f32 {}
-impl Num for f64 {}
+impl Num for f32 {
+    type Wide = f32;
+}
+impl Num for f64 {
+    type Wide = f64;
+}
 impl Signed for f32 {}
 impl Signed for f64 {}
-impl Float for f32 {}
-impl Float for f64 {}
-macro_rules! ints { ($($t:ty)*) => {$( impl Num for $t {} impl Int for $t {} )*} }
+impl Float for f32 {
+    type Compute = f32;
+}
+impl Float for f64 {
+    type Compute = f64;
+}
+impl Num for half::f16 {
+    type Wide = f32;
+}
+impl Num for half::bf16 {
+    type Wide = f32;
+}
+impl Signed for half::f16 {}
+impl Signed for half::bf16 {}
+impl Float for half::f16 {
+    type Compute = f32;
+}
+impl Float for half::bf16 {
+    type Compute = f32;
+}
+macro_rules! ints { ($($t:ty)*) => {$( impl Num for $t { type Wide = $t; } impl Int for $t {} )*} }
 ints!(i8 i16 i32 i64 u8 u16 u32 u64);
 macro_rules! signed { ($($t:ty)*) => {$( impl Signed for $t {} )*} }
 signed!(i8 i16 i32 i64);
@@ -202,6 +234,9 @@ fn coerced<T: Scalar>(value: Literal, from: &str) -> Expr<T> {
     let loc = Location::caller();
     let fits = match (T::DTYPE, value) {
         (DType::F32, Literal::Float(f)) => !f.is_finite() || f.abs() <= f32::MAX as f64,
+        (d @ (DType::F16 | DType::BF16), Literal::Float(f)) => {
+            ovl_ir::half_float::check_literal(d, f).is_ok()
+        }
         (d, _) if d.is_float() => true,
         (d, Literal::Int(i)) => int_fits(d, i as i128),
         (d, Literal::UInt(u)) => int_fits(d, u as i128),
@@ -296,7 +331,34 @@ macro_rules! typed_plain {
         }
     )*};
 }
-typed_plain!(f32, f64, i8, i16, i32, i64, u8, u16, u32, u64, bool);
+typed_plain!(
+    f32,
+    f64,
+    i8,
+    i16,
+    i32,
+    i64,
+    u8,
+    u16,
+    u32,
+    u64,
+    bool,
+    half::f16,
+    half::bf16
+);
+
+/// A half value is a literal of its own staged type.
+macro_rules! half_into {
+    ($($t:ty),*) => {$(
+        impl IntoExpr<$t> for $t {
+            #[track_caller]
+            fn into_expr(self) -> Expr<$t> {
+                constant(self)
+            }
+        }
+    )*};
+}
+half_into!(half::f16, half::bf16);
 
 /// Element types with a one (every element type; `true` for `bool`).
 pub trait One {
@@ -321,7 +383,9 @@ zero!(
     u16 = 0,
     u32 = 0,
     u64 = 0,
-    bool = false
+    bool = false,
+    half::f16 = half::f16::ZERO,
+    half::bf16 = half::bf16::ZERO
 );
 macro_rules! one { ($($t:ty = $v:expr),*) => {$( impl One for $t { const ONE: Self = $v; } )*} }
 one!(
@@ -335,5 +399,7 @@ one!(
     u16 = 1,
     u32 = 1,
     u64 = 1,
-    bool = true
+    bool = true,
+    half::f16 = half::f16::ONE,
+    half::bf16 = half::bf16::ONE
 );

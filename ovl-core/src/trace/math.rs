@@ -212,6 +212,44 @@ impl<T: Scalar> Expr<T> {
         unary(ir::Op::Cast, self)
     }
 
+    /// This value as dtype `U`: a CAST, or the value itself (nothing recorded) when `U` is this
+    /// value's dtype. For code generic over an element type and its [`Num::Wide`] type, so that
+    /// f32 code records the same IR as before.
+    ///
+    /// [`Num::Wide`]: super::expr::Num::Wide
+    #[track_caller]
+    pub fn as_dtype<U: Scalar>(self) -> Expr<U> {
+        if U::DTYPE == T::DTYPE {
+            Expr::from_id(self.trace, self.id)
+        } else {
+            self.cast::<U>()
+        }
+    }
+
+    /// This value in its type's [`Num::Wide`] type (f32 for the half types): what sums and
+    /// products accumulate in.
+    ///
+    /// [`Num::Wide`]: super::expr::Num::Wide
+    #[track_caller]
+    pub fn wide(self) -> Expr<T::Wide>
+    where
+        T: super::expr::Num,
+    {
+        self.as_dtype()
+    }
+
+    /// This value in its type's [`Float::Compute`] type (f32 for the half types): what row
+    /// statistics and softmax compute in.
+    ///
+    /// [`Float::Compute`]: super::expr::Float::Compute
+    #[track_caller]
+    pub fn compute(self) -> Expr<T::Compute>
+    where
+        T: super::expr::Float,
+    {
+        self.as_dtype()
+    }
+
     /// The dtype of this value.
     pub fn dtype(&self) -> DType {
         T::DTYPE
@@ -238,7 +276,8 @@ macro_rules! limits {
     )*};
 }
 limits!(f32 => f32::EPSILON, f64 => f64::EPSILON, i8 => 1, i16 => 1, i32 => 1, i64 => 1,
-        u8 => 1, u16 => 1, u32 => 1, u64 => 1);
+        u8 => 1, u16 => 1, u32 => 1, u64 => 1, half::f16 => half::f16::EPSILON,
+        half::bf16 => half::bf16::EPSILON);
 
 /// The smallest finite value of `T` (for floats the most negative).
 pub fn min_value<T: Limits>() -> T {

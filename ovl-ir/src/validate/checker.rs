@@ -12,6 +12,10 @@ use crate::shape::element_count;
 pub(super) fn check_literal(e: &ir::Expression, dtype: DType) -> Result<(), String> {
     let fits = match dtype {
         DType::F32 | DType::F64 => return Ok(()),
+        DType::F16 | DType::BF16 => {
+            return crate::half_float::check_literal(dtype, e.float_value)
+                .map_err(|err| err.to_string())
+        }
         DType::I8 => i8::try_from(e.int_value).is_ok(),
         DType::I16 => i16::try_from(e.int_value).is_ok(),
         DType::I32 => i32::try_from(e.int_value).is_ok(),

@@ -1,6 +1,6 @@
-//! ovl's dtypes as DLPack element types and back: floats are `kDLFloat`, signed integers
-//! `kDLInt`, unsigned ones `kDLUInt`, `bool` is `kDLBool` of 8 bits (one byte holding 0 or 1),
-//! all with one lane.
+//! ovl's dtypes as DLPack element types and back: floats are `kDLFloat` (f16: 16 bits),
+//! bf16 is `kDLBfloat` of 16 bits, signed integers `kDLInt`, unsigned ones `kDLUInt`, `bool` is
+//! `kDLBool` of 8 bits (one byte holding 0 or 1), all with one lane.
 
 use super::error::DlpackError;
 use super::ffi::{
@@ -11,7 +11,9 @@ use ovl_core::DType;
 
 /// The DLPack element type of `dtype`.
 pub fn to_dl(dtype: DType) -> DLDataType {
-    let code = if dtype.is_float() {
+    let code = if dtype == DType::BF16 {
+        K_DL_BFLOAT
+    } else if dtype.is_float() {
         K_DL_FLOAT
     } else if dtype.is_signed_int() {
         K_DL_INT
@@ -32,6 +34,8 @@ pub fn from_dl(dt: DLDataType) -> Result<DType, DlpackError> {
     let dtype = match (dt.code, dt.bits, dt.lanes) {
         (K_DL_FLOAT, 32, 1) => Some(DType::F32),
         (K_DL_FLOAT, 64, 1) => Some(DType::F64),
+        (K_DL_FLOAT, 16, 1) => Some(DType::F16),
+        (K_DL_BFLOAT, 16, 1) => Some(DType::BF16),
         (K_DL_INT, 8, 1) => Some(DType::I8),
         (K_DL_INT, 16, 1) => Some(DType::I16),
         (K_DL_INT, 32, 1) => Some(DType::I32),
@@ -91,11 +95,25 @@ mod tests {
         assert_eq!(to_dl(DType::I16).code, K_DL_INT);
         assert_eq!(to_dl(DType::U64).code, K_DL_UINT);
         assert_eq!(to_dl(DType::F64).code, K_DL_FLOAT);
+        let half = |code| DLDataType {
+            code,
+            bits: 16,
+            lanes: 1,
+        };
+        assert_eq!(to_dl(DType::F16), half(K_DL_FLOAT));
+        assert_eq!(to_dl(DType::BF16), half(K_DL_BFLOAT));
     }
 
     #[test]
     fn others_are_refused_with_their_fields() {
-        for (code, bits, lanes) in [(2, 16, 1), (4, 16, 1), (5, 64, 1), (2, 32, 4), (6, 1, 1)] {
+        for (code, bits, lanes) in [
+            (2, 8, 1),
+            (4, 32, 1),
+            (2, 16, 2),
+            (5, 64, 1),
+            (2, 32, 4),
+            (6, 1, 1),
+        ] {
             let err = from_dl(DLDataType { code, bits, lanes }).unwrap_err();
             let text = err.to_string();
             assert!(text.contains(&format!("code {code}")), "{text}");

@@ -2,6 +2,7 @@
 
 mod forward;
 mod gradients;
+mod half;
 mod lstm;
 mod mlp;
 mod reductions;

@@ -26,7 +26,17 @@ def test_wrong_dtype_in_the_kernel(bundle):
 def test_unsupported_dtype_in_the_kernel(bundle):
     f = bundle("scale_add")
     with pytest.raises(tf.errors.InvalidArgumentError, match="not supported by ovl"):
-        ovl_tf.dynamic_lib([tf.zeros((4, 5), tf.float16)], f.program, [tf.float32], [[4, 5]])
+        ovl_tf.dynamic_lib([tf.zeros((4, 5), tf.complex64)], f.program, [tf.float32], [[4, 5]])
+
+
+def test_a_half_tensor_where_float32_is_expected_names_both(bundle):
+    f = bundle("scale_add")
+    for half in (tf.float16, tf.bfloat16):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError,
+            match=rf"input 0 \(`x`\) has dtype {half.name}, but program `scale_add` was exported for float32",
+        ):
+            ovl_tf.dynamic_lib([tf.zeros((4, 5), half)], f.program, [tf.float32], [[4, 5]])
 
 
 def test_wrong_shape_in_the_wrapper(bundle):

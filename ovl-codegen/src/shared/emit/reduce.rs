@@ -3,7 +3,7 @@
 
 use super::{Emitted, Emitter};
 use crate::error::CodegenError;
-use crate::shared::literal::ctype;
+use crate::shared::literal::{ctype, narrow, widen};
 use ovl_ir::ops::{self, Combiner, REDUCE_LANES};
 use ovl_ir::typed::{Expr, Inst, ValueId};
 use ovl_ir::DType;
@@ -72,9 +72,11 @@ impl Emitter<'_> {
         } else {
             y.to_string()
         };
+        let (x, y) = (widen(d, &x), widen(d, &y));
         row.spelling
-            .for_dtype(d)
+            .for_dtype(d.compute())
             .apply(&[&x, &y])
+            .map(|e| narrow(d, &e))
             .ok_or_else(|| self.err(None, format!("{} does not take {d}", row.name)))
     }
 

@@ -2,7 +2,7 @@
 //! unary and binary operations of the op table.
 
 use super::{Emitted, Emitter};
-use crate::shared::literal::ctype;
+use crate::shared::literal::{ctype, narrow, widen};
 use ovl_ir::ir::Op;
 use ovl_ir::ops::{self, ResultRule};
 use ovl_ir::typed::{Inst, ValueId};
@@ -84,13 +84,22 @@ impl Emitter<'_> {
         Ok(Some(DType::I64))
     }
 
-    /// A CAST (saturating float-to-integer, `!= 0` to bool).
+    /// A CAST (saturating float-to-integer, `!= 0` to bool); from a half type: from its f32
+    /// value; to a half type: to f32, rounded once.
     pub(super) fn cast(&mut self, k: usize, value: ValueId) -> Emitted {
         let (a, from) = self.value(value);
         let to = self.dtype(k);
         let ct = ctype(to);
-        let x = format!("v{a}");
-        let expr = if to == DType::Bool {
+        let x = widen(from, &format!("v{a}"));
+        let from = from.compute();
+        let expr = if to.is_half() {
+            let f = if from == DType::F32 {
+                x
+            } else {
+                format!("(float){x}")
+            };
+            narrow(to, &f)
+        } else if to == DType::Bool {
             if from == DType::Bool {
                 x
             } else {
@@ -115,7 +124,7 @@ impl Emitter<'_> {
     ) -> Emitted {
         let (c, (a, d), b) = (condition, self.value(if_true), if_false);
         // Floats through `ovl::pick`, which GCC if-converts (docs/codegen.md).
-        let value = if d.is_float() {
+        let value = if d.is_float() && !d.is_half() {
             format!("ovl::pick(v{c}, v{a}, v{b})")
         } else {
             format!("v{c} ? v{a} : v{b}")
@@ -136,15 +145,19 @@ impl Emitter<'_> {
             return Err(self.err(Some(k), "unspecified opcode"));
         };
         let d = self.dtype(operands[0] as usize);
-        let args: Vec<String> = operands.iter().map(|v| format!("v{v}")).collect();
+        // A half type computes in f32 and rounds the result once (`proto/ovl.proto`).
+        let args: Vec<String> = operands
+            .iter()
+            .map(|v| widen(d, &format!("v{v}")))
+            .collect();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let Some(expr) = row.spelling.for_dtype(d).apply(&args) else {
+        let Some(expr) = row.spelling.for_dtype(d.compute()).apply(&args) else {
             return Err(self.err(Some(k), format!("{} does not take {d} operands", row.name)));
         };
-        let rd = if row.result == ResultRule::Bool {
-            DType::Bool
+        let (rd, expr) = if row.result == ResultRule::Bool {
+            (DType::Bool, expr)
         } else {
-            d
+            (d, narrow(d, &expr))
         };
         self.line(&format!("const {} v{k} = {expr};", ctype(rd)));
         Ok(Some(rd))

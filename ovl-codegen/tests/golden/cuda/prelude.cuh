@@ -179,6 +179,82 @@ OVL_COLD void while_limit(ovl_status* s, int32_t e, int64_t w) {
 
 __device__ __forceinline__ float f32_bits(uint32_t b) { return __int_as_float((int)b); }
 __device__ __forceinline__ double f64_bits(uint64_t b) { return __longlong_as_double((long long)b); }
+__device__ __forceinline__ uint32_t f32_to_bits(float f) { return (uint32_t)__float_as_int(f); }
+
+// The half types (`proto/ovl.proto`, "Half types"): 2 bytes of bits, computed in f32. `widen` is
+// exact; `narrow_*` rounds once to nearest even, keeps subnormals and -0, overflows to +-inf and
+// keeps a NaN's sign and upper payload bits with the quiet bit set (ovl_ir::half_float, the
+// `half` crate's conversions, bit for bit). f16 uses the conversion instructions where there are
+// some (x86 F16C; the GPU's cvt, NaN aside); bf16 converts by bits everywhere (x86's
+// VCVTNEPS2BF16 flushes subnormals to zero, which the semantics do not allow).
+struct f16 { uint16_t bits; };
+struct bf16 { uint16_t bits; };
+OVL_FN float widen_f16_bits(uint32_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16, exp = h & 0x7c00u, man = h & 0x3ffu;
+  if ((h & 0x7fffu) == 0) return f32_bits(sign);
+  if (exp == 0x7c00u) return f32_bits(sign | 0x7f800000u | (man ? 0x400000u | (man << 13) : 0u));
+  if (exp == 0) {  // subnormal: normalize
+    uint32_t e = 113, m = man;
+    while ((m & 0x400u) == 0) { m <<= 1; --e; }
+    return f32_bits(sign | (e << 23) | ((m & 0x3ffu) << 13));
+  }
+  return f32_bits(sign | (((exp >> 10) + 112u) << 23) | (man << 13));
+}
+OVL_FN uint16_t narrow_f16_bits(float v) {
+  const uint32_t x = f32_to_bits(v);
+  const uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu, man = x & 0x7fffffu;
+  if (exp == 0xffu) return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0u) | (man >> 13));
+  const int e = (int)exp - 112;
+  if (e >= 0x1f) return (uint16_t)(sign | 0x7c00u);
+  if (e <= 0) {
+    if (14 - e > 24) return (uint16_t)sign;
+    const uint32_t m = man | 0x800000u, round = 1u << (13 - e);
+    uint32_t h = m >> (14 - e);
+    if ((m & round) && (m & (3u * round - 1u))) ++h;
+    return (uint16_t)(sign | h);
+  }
+  uint32_t h = ((uint32_t)e << 10) | (man >> 13);
+  if ((man & 0x1000u) && (man & 0x2fffu)) ++h;  // a carry into the exponent is right (to inf)
+  return (uint16_t)(sign | h);
+}
+#if defined(__CUDA_ARCH__)
+OVL_FN float widen(f16 x) {
+  if ((x.bits & 0x7fffu) > 0x7c00u) return widen_f16_bits(x.bits);
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+  return f;
+}
+OVL_FN f16 narrow_f16(float v) {
+  if (v != v) return f16{narrow_f16_bits(v)};
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+  return f16{h};
+}
+#elif defined(__F16C__)
+typedef float ovl_v4sf __attribute__((vector_size(16)));
+typedef short ovl_v8hi __attribute__((vector_size(16)));
+OVL_FN float widen(f16 x) {
+  const ovl_v8hi h = {(short)x.bits, 0, 0, 0, 0, 0, 0, 0};
+  return __builtin_ia32_vcvtph2ps(h)[0];
+}
+OVL_FN f16 narrow_f16(float v) {
+  const ovl_v4sf f = {v, 0.0f, 0.0f, 0.0f};
+  return f16{(uint16_t)__builtin_ia32_vcvtps2ph(f, 0)[0]};
+}
+#else
+OVL_FN float widen(f16 x) { return widen_f16_bits(x.bits); }
+OVL_FN f16 narrow_f16(float v) { return f16{narrow_f16_bits(v)}; }
+#endif
+OVL_FN float widen(bf16 x) {
+  const uint32_t b = (uint32_t)x.bits << 16;
+  return f32_bits((x.bits & 0x7fffu) > 0x7f80u ? b | 0x400000u : b);
+}
+OVL_FN bf16 narrow_bf16(float v) {
+  const uint32_t x = f32_to_bits(v);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return bf16{(uint16_t)((x >> 16) | 0x40u)};
+  return bf16{(uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16)};
+}
+
 
 #define OVL_MATH1(name)                                                           \
   __device__ __forceinline__ float name(float x) { return ::name##f(x); }         \
@@ -209,6 +285,8 @@ template <class F> __device__ __forceinline__ F rsqrt(F x) { return (F)1 / sqrt(
 template <class F> __device__ __forceinline__ F sigmoid(F x) { return (F)1 / ((F)1 + exp(-x)); }
 
 template <class T> __device__ __forceinline__ void zero(T* p, int64_t n) { for (int64_t i = 0; i < n; ++i) p[i] = (T)0; }
+__device__ __forceinline__ void zero(f16* p, int64_t n) { for (int64_t i = 0; i < n; ++i) p[i] = f16{0}; }
+__device__ __forceinline__ void zero(bf16* p, int64_t n) { for (int64_t i = 0; i < n; ++i) p[i] = bf16{0}; }
 
 // Four 4-byte elements moved as one 16-byte access (vector lanes: the address is 16-byte
 // aligned, which the kernel checks before it takes that path).
@@ -225,6 +303,10 @@ OVL_SHFL(float, float) OVL_SHFL(double, double)
 OVL_SHFL(int8_t, int) OVL_SHFL(int16_t, int) OVL_SHFL(int32_t, int) OVL_SHFL(int64_t, long long)
 OVL_SHFL(uint8_t, unsigned) OVL_SHFL(uint16_t, unsigned) OVL_SHFL(uint32_t, unsigned)
 OVL_SHFL(uint64_t, unsigned long long)
+__device__ __forceinline__ f16 shfl_down(f16 v, unsigned o) { return f16{(uint16_t)__shfl_down_sync(0xffffffffu, (unsigned)v.bits, o)}; }
+__device__ __forceinline__ f16 shfl(f16 v, int from) { return f16{(uint16_t)__shfl_sync(0xffffffffu, (unsigned)v.bits, from)}; }
+__device__ __forceinline__ bf16 shfl_down(bf16 v, unsigned o) { return bf16{(uint16_t)__shfl_down_sync(0xffffffffu, (unsigned)v.bits, o)}; }
+__device__ __forceinline__ bf16 shfl(bf16 v, int from) { return bf16{(uint16_t)__shfl_sync(0xffffffffu, (unsigned)v.bits, from)}; }
 
 // Publishes a thread's first fault if its worker precedes the one recorded so far. The lock is
 // only contended on the fault path; independent thread scheduling (sm_70 and later) makes
