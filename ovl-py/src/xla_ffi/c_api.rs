@@ -42,8 +42,10 @@ pub mod data_type {
     pub const U16: i32 = 7;
     pub const U32: i32 = 8;
     pub const U64: i32 = 9;
+    pub const F16: i32 = 10;
     pub const F32: i32 = 11;
     pub const F64: i32 = 12;
+    pub const BF16: i32 = 16;
 }
 
 /// `XLA_FFI_Extension_Base`.

@@ -111,6 +111,8 @@ pub fn entry(id: u64) -> Option<&'static Entry> {
 pub fn xla_dtype(dtype: DType) -> i32 {
     use c_api::data_type as t;
     match dtype {
+        DType::F16 => t::F16,
+        DType::BF16 => t::BF16,
         DType::F32 => t::F32,
         DType::F64 => t::F64,
         DType::I8 => t::S8,
