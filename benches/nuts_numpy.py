@@ -5,7 +5,7 @@ that every momentum, direction and multinomial choice is the operator's: the sam
 the same key gives the same trajectory, draw for draw (floating-point results equal up to the
 order of summation in dot products and the last bits of exp / log).
 
-Used by tests/nuts.rs: `python nuts_numpy.py IN.json OUT.json`, IN holding the operator's
+Used by tests/core/nuts.rs: `python nuts_numpy.py IN.json OUT.json`, IN holding the operator's
 inputs (`model`: "gaussian" or "logistic", `key`, `init` [chains][dim], `step`, `inv_mass`,
 `data` (a list of nested lists), `transitions`, `max_depth`), OUT the outputs (`samples`,
 `depth`, `leapfrogs`, `divergent`, `accept`).

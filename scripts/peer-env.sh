@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Creates or updates the optional peer environment for the benchmarks in .venv-peers (git-ignored)
-# and prints its python's path: JAX (CPU) and PyTorch (torch.compile with inductor), each in a
-# version that runs on this machine's CPU. Only the benchmark scripts call this, and only when asked
-# (`--peers`); the test command never does. PyTorch's default wheel downloads about 3 GB.
+# and prints its python's path: JAX (CPU), PyTorch (torch.compile with inductor), NumPyro and
+# TensorFlow Probability (for NUTS), each in a version that runs on this machine's CPU. Only the
+# benchmark scripts call this, and only when asked (`--peers`); the test command never does.
+# PyTorch's default wheel downloads about 3 GB.
 #
 #   scripts/peer-env.sh            create or update with every peer, print the python path
 #   scripts/peer-env.sh jax        only JAX (and numpy) from scripts/peer-requirements.txt

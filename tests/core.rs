@@ -15,6 +15,8 @@ mod conformance;
 mod cumsum;
 #[path = "support/lstm_small_ops.rs"]
 mod lstm_small_ops;
+#[path = "support/nuts_setup.rs"]
+mod nuts_setup;
 
 #[path = "core/autodiff/mod.rs"]
 mod autodiff;
@@ -36,6 +38,8 @@ mod long_graphs;
 mod math_accuracy;
 #[path = "core/never_abort.rs"]
 mod never_abort;
+#[path = "core/nuts.rs"]
+mod nuts;
 #[path = "core/trace_errors.rs"]
 mod trace_errors;
 #[path = "core/vmap.rs"]

@@ -1,5 +1,5 @@
 //! Inputs of the NUTS tests: an AR(1)-correlated Gaussian, a seeded logistic-regression data
-//! set and the sampler's call, shared by `tests/nuts.rs` and the CUDA binary.
+//! set and the sampler's call, shared by the `core` and `cuda` test binaries.
 
 #![allow(dead_code)]
 

@@ -1,13 +1,11 @@
 //! The NUTS operator (`ovl_stdlib::nuts`): its samples of a correlated Gaussian against the
 //! truth, the same trajectories on the interpreter and the C++ backend, and draw-for-draw
 //! agreement with a NumPy transcription of the same algorithm and generator
-//! (`benches/nuts_numpy.py`, run by the project's Python: `$OVL_PYTHON`, else `.venv`).
+//! (`benches/nuts_numpy.py`, run by the project's Python: `$OVL_PYTHON`, else `.venv`), the
+//! sampler's errors and divergences.
 
-#[path = "support/nuts_setup.rs"]
-mod nuts_setup;
-
+use crate::nuts_setup::{ar1_covariance, initial_positions, run, Run};
 use ndarray::{Array1, ArrayD, Axis};
-use nuts_setup::{ar1_covariance, initial_positions, run, Run};
 use ovl::Options;
 use ovl_stdlib::nuts::LogDensity;
 use ovl_stdlib::nuts_models::{ar1_precision, logistic_data, Gaussian, Logistic};
