@@ -423,3 +423,52 @@ fn half_literals_and_locals_agree() {
         }
     }
 }
+
+#[test]
+fn every_half_value_widens_and_f32_values_round_like_the_half_crate() {
+    // All 65536 bit patterns of each half type to f32 and back, and f32 values spread over
+    // every exponent (subnormals, ties and overflow included) to both half types, with NaN
+    // payloads compared exactly against the `half` crate.
+    let all: Vec<u16> = (0..=u16::MAX).collect();
+    let halves = [
+        HostTensor::from_vec(
+            &[all.len()],
+            all.iter().map(|&b| f16::from_bits(b)).collect(),
+        )
+        .unwrap(),
+        HostTensor::from_vec(
+            &[all.len()],
+            all.iter().map(|&b| bf16::from_bits(b)).collect(),
+        )
+        .unwrap(),
+    ];
+    for input in &halves {
+        let outs = casts_from(input);
+        let f = out::<f32>(&outs, DType::F32);
+        for (k, &b) in all.iter().enumerate() {
+            let want = ovl_ir::half_float::from_bits(input.dtype(), b).unwrap();
+            assert_eq!(f[k].to_bits(), want.to_bits(), "{} {b:#06x}", input.dtype());
+        }
+    }
+    let floats: Vec<f32> = (0..1u32 << 16)
+        .map(|k| f32::from_bits(k.wrapping_mul(0x9e37_79b9) ^ (k << 16)))
+        .collect();
+    let input = HostTensor::from_vec(&[floats.len()], floats.clone()).unwrap();
+    let outs = casts_from(&input);
+    for (k, &x) in floats.iter().enumerate() {
+        let h = out::<f16>(&outs, DType::F16)[k];
+        let b = out::<bf16>(&outs, DType::BF16)[k];
+        assert_eq!(
+            h.to_bits(),
+            f16::from_f32(x).to_bits(),
+            "{x:e} ({:#010x})",
+            x.to_bits()
+        );
+        assert_eq!(
+            b.to_bits(),
+            bf16::from_f32(x).to_bits(),
+            "{x:e} ({:#010x})",
+            x.to_bits()
+        );
+    }
+}

@@ -160,13 +160,19 @@ impl Emitter<'_> {
             lines.iter().for_each(|l| self.line(l));
             return Ok(Some(d));
         }
+        // A half value moves as its bits (a struct copy would keep the loop from vectorizing).
+        let element = if d.is_half() {
+            format!("{ct}{{{name}[{linear}].bits}}")
+        } else {
+            format!("{name}[{linear}]")
+        };
         if unproven.is_empty() {
-            self.line(&format!("const {ct} v{k} = {name}[{linear}];"));
+            self.line(&format!("const {ct} v{k} = {element};"));
         } else {
             let cond = Self::bounds_condition(&unproven);
             let faults = self.fault_chain(k, t, &unproven);
             self.line(&format!("{ct} v{k}{{}};"));
-            self.line(&format!("if (OVL_LIKELY({cond})) v{k} = {name}[{linear}];"));
+            self.line(&format!("if (OVL_LIKELY({cond})) v{k} = {element};"));
             self.line(&format!("else {{ {faults} }}"));
         }
         Ok(Some(d))
@@ -193,13 +199,17 @@ impl Emitter<'_> {
         }
         // Outside its split loops, a cooperative group writes from its thread 0 only.
         let only_first = self.write_guard(t.kind == TensorKind::Output);
+        // A half value moves as its bits (see `read`).
+        let bits = if t.dtype.is_half() { ".bits" } else { "" };
         if unproven.is_empty() {
-            self.line(&format!("{only_first}{name}[{linear}] = v{value};"));
+            self.line(&format!(
+                "{only_first}{name}[{linear}]{bits} = v{value}{bits};"
+            ));
         } else {
             let cond = Self::bounds_condition(&unproven);
             let faults = self.fault_chain(k, t, &unproven);
             self.line(&format!(
-                "if (OVL_LIKELY({cond})) {name}[{linear}] = v{value};"
+                "if (OVL_LIKELY({cond})) {name}[{linear}]{bits} = v{value}{bits};"
             ));
             self.line(&format!("else {{ {faults} }}"));
         }

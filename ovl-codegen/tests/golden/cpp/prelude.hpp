@@ -276,38 +276,27 @@ static inline double f64_bits(uint64_t b) { double f; __builtin_memcpy(&f, &b, s
 // The half types (`proto/ovl.proto`, "Half types"): 2 bytes of bits, computed in f32. `widen` is
 // exact; `narrow_*` rounds once to nearest even, keeps subnormals and -0, overflows to +-inf and
 // keeps a NaN's sign and upper payload bits with the quiet bit set (ovl_ir::half_float, the
-// `half` crate's conversions, bit for bit). f16 uses the conversion instructions where there are
-// some (x86 F16C; the GPU's cvt, NaN aside); bf16 converts by bits everywhere (x86's
-// VCVTNEPS2BF16 flushes subnormals to zero, which the semantics do not allow).
+// `half` crate's conversions, bit for bit). The GPU converts f16 with its cvt instructions (NaNs
+// by bits); the CPU converts by bits, branch-free, which GCC vectorizes (its scalar F16C forms
+// for _Float16 keep loops scalar); bf16 converts by bits everywhere (x86's VCVTNEPS2BF16
+// flushes subnormals to zero, which the semantics do not allow).
 struct f16 { uint16_t bits; };
 struct bf16 { uint16_t bits; };
+// Branch-free, so that loops vectorize. Widening scales the bits by 2^112 (exact, subnormals
+// included); rounding follows the usual three cases (overflow and NaN, subnormal by an f32
+// addition that rounds to nearest even, normal by integer rounding) selected by masks.
 OVL_FN float widen_f16_bits(uint32_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exp = h & 0x7c00u, man = h & 0x3ffu;
-  if ((h & 0x7fffu) == 0) return f32_bits(sign);
-  if (exp == 0x7c00u) return f32_bits(sign | 0x7f800000u | (man ? 0x400000u | (man << 13) : 0u));
-  if (exp == 0) {  // subnormal: normalize
-    uint32_t e = 113, m = man;
-    while ((m & 0x400u) == 0) { m <<= 1; --e; }
-    return f32_bits(sign | (e << 23) | ((m & 0x3ffu) << 13));
-  }
-  return f32_bits(sign | (((exp >> 10) + 112u) << 23) | (man << 13));
+  const uint32_t sign = (h & 0x8000u) << 16, em = h & 0x7fffu;
+  const uint32_t scaled = f32_to_bits(f32_bits(em << 13) * f32_bits(0x77800000u));
+  const uint32_t special = 0x7f800000u | ((em & 0x3ffu) << 13) | ((uint32_t)(em > 0x7c00u) << 22);
+  return f32_bits(sign | (em >= 0x7c00u ? special : scaled));
 }
 OVL_FN uint16_t narrow_f16_bits(float v) {
-  const uint32_t x = f32_to_bits(v);
-  const uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu, man = x & 0x7fffffu;
-  if (exp == 0xffu) return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0u) | (man >> 13));
-  const int e = (int)exp - 112;
-  if (e >= 0x1f) return (uint16_t)(sign | 0x7c00u);
-  if (e <= 0) {
-    if (14 - e > 24) return (uint16_t)sign;
-    const uint32_t m = man | 0x800000u, round = 1u << (13 - e);
-    uint32_t h = m >> (14 - e);
-    if ((m & round) && (m & (3u * round - 1u))) ++h;
-    return (uint16_t)(sign | h);
-  }
-  uint32_t h = ((uint32_t)e << 10) | (man >> 13);
-  if ((man & 0x1000u) && (man & 0x2fffu)) ++h;  // a carry into the exponent is right (to inf)
-  return (uint16_t)(sign | h);
+  const uint32_t u = f32_to_bits(v), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  const uint32_t special = a > 0x7f800000u ? 0x7e00u | ((a & 0x7fffffu) >> 13) : 0x7c00u;
+  const uint32_t sub = f32_to_bits(f32_bits(a) + f32_bits(0x3f000000u)) - 0x3f000000u;
+  const uint32_t norm = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+  return (uint16_t)(sign | (a >= 0x47800000u ? special : (a < 0x38800000u ? sub : norm)));
 }
 #if defined(__CUDA_ARCH__)
 OVL_FN float widen(f16 x) {
@@ -322,29 +311,20 @@ OVL_FN f16 narrow_f16(float v) {
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
   return f16{h};
 }
-#elif defined(__F16C__)
-typedef float ovl_v4sf __attribute__((vector_size(16)));
-typedef short ovl_v8hi __attribute__((vector_size(16)));
-OVL_FN float widen(f16 x) {
-  const ovl_v8hi h = {(short)x.bits, 0, 0, 0, 0, 0, 0, 0};
-  return __builtin_ia32_vcvtph2ps(h)[0];
-}
-OVL_FN f16 narrow_f16(float v) {
-  const ovl_v4sf f = {v, 0.0f, 0.0f, 0.0f};
-  return f16{(uint16_t)__builtin_ia32_vcvtps2ph(f, 0)[0]};
-}
 #else
 OVL_FN float widen(f16 x) { return widen_f16_bits(x.bits); }
 OVL_FN f16 narrow_f16(float v) { return f16{narrow_f16_bits(v)}; }
 #endif
+// Branch-free, so that loops vectorize: a NaN's quiet bit is set by a mask.
 OVL_FN float widen(bf16 x) {
-  const uint32_t b = (uint32_t)x.bits << 16;
-  return f32_bits((x.bits & 0x7fffu) > 0x7f80u ? b | 0x400000u : b);
+  const uint32_t nan = (uint32_t)((x.bits & 0x7fffu) > 0x7f80u);
+  return f32_bits(((uint32_t)x.bits << 16) | (nan << 22));
 }
 OVL_FN bf16 narrow_bf16(float v) {
   const uint32_t x = f32_to_bits(v);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return bf16{(uint16_t)((x >> 16) | 0x40u)};
-  return bf16{(uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16)};
+  const uint32_t nan = 0u - (uint32_t)((x & 0x7fffffffu) > 0x7f800000u);
+  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  return bf16{(uint16_t)((((x >> 16) | 0x40u) & nan) | (rounded & ~nan))};
 }
 
 
