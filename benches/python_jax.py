@@ -10,9 +10,8 @@ written in `jax.numpy` under `jax.jit`, in one run.
 
     python benches/python_jax.py --bundles DIR [--out target/python-jax-bench] [--quick]
 
-DIR holds the bundles of `cargo run --release -p ovl-py --example bench_bundles -- DIR` and
-`add_one.json` from `--example py_bundles` (`scripts/bench-python-jax.sh` makes both and runs
-this). Every function is compiled before timing (`jax.jit(f).lower(..).compile()`), each call
+DIR holds the bundles of `cargo run --release -p ovl-py --example bench_bundles -- DIR`
+(`scripts/bench-python-jax.sh` makes them and runs this). Every function is compiled before timing (`jax.jit(f).lower(..).compile()`), each call
 waits for its result (`block_until_ready`), each result is checked against the jnp version
 first. Each case is timed `--repeat` times (`--reps` calls each) and the minimum kept: the
 machine may be busy. Writes OUT/jax.json.

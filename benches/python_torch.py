@@ -8,7 +8,7 @@ ops (eager and `torch.compile`), in one run:
 
     python benches/python_torch.py --bundles DIR --out FILE.json [--quick]
 
-DIR holds the bundles `cargo run --release -p ovl-py --example torch_bench_bundles -- DIR`
+DIR holds the bundles `cargo run --release -p ovl-py --example bench_bundles -- DIR`
 writes; `scripts/bench-python.sh` does both. Every variant's outputs are checked against torch
 eager before timing. Timing: wall clock around whole calls (forward + backward: the forward call
 and `torch.autograd.grad` with the given upstream gradients), compilation and warm-up before;

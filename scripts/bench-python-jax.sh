@@ -37,7 +37,6 @@ site="$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("
 "$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
     "$work"/dist/ovl-*-abi3-*.whl
 cargo run --locked --release -q -p ovl-py --example bench_bundles -- "$out/bundles"
-cargo run --locked --release -q -p ovl-py --example py_bundles -- "$out/bundles" >/dev/null
 repo="$PWD"
 (cd "$work" && "$work/venv/bin/python" "$repo/benches/python_jax.py" \
     --bundles "$out/bundles" --out "$out" "${extra[@]}")

@@ -40,7 +40,7 @@ site="$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("
     "$work"/dist/ovl-*-abi3-*.whl
 
 echo "== bundles"
-cargo run --locked --release -p ovl-py --example torch_bench_bundles -- "$out/bundles"
+cargo run --locked --release -p ovl-py --example bench_bundles -- "$out/bundles"
 
 echo "== PyTorch (CPU)"
 (cd "$work" && "$work/venv/bin/python" "$OLDPWD/benches/python_torch.py" \
