@@ -61,6 +61,20 @@ impl Program {
         )
     }
 
+    /// The message of a call with `given` inputs when the program takes another number (the
+    /// `TypeError` of every entry: `program(..)`, the torch kernels); `None` when it fits.
+    pub(crate) fn count_error(&self, given: usize) -> Option<String> {
+        let n = self.inputs.len();
+        (given != n).then(|| {
+            format!(
+                "ovl program `{}` takes {n} input{} ({}), {given} given",
+                self.loaded.name,
+                if n == 1 { "" } else { "s" },
+                self.signature(),
+            )
+        })
+    }
+
     pub(crate) fn signature(&self) -> String {
         let inputs: Vec<String> = self
             .inputs
@@ -294,14 +308,8 @@ impl Program {
         arrays: &Bound<'py, PyTuple>,
     ) -> PyResult<Vec<Bound<'py, DlpackExport>>> {
         let n = self.loaded.feeds.len();
-        if arrays.len() != n {
-            return Err(PyTypeError::new_err(format!(
-                "ovl program `{}` takes {n} input{} ({}), {} given",
-                self.loaded.name,
-                if n == 1 { "" } else { "s" },
-                self.signature(),
-                arrays.len()
-            )));
+        if let Some(message) = self.count_error(arrays.len()) {
+            return Err(PyTypeError::new_err(message));
         }
         // Each tensor's producer keeps its memory until the tensor is dropped, at the end of
         // this call (on an error too).

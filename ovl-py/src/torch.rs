@@ -244,13 +244,8 @@ impl TorchKernel {
     ) -> Result<(), Failure> {
         let p = self.program();
         let n = p.inputs.len();
-        if inputs.len() != n {
-            return Err(Failure::Type(format!(
-                "ovl program `{}` takes {n} inputs ({}), {} given",
-                p.loaded.name,
-                p.signature(),
-                inputs.len()
-            )));
+        if let Some(message) = p.count_error(inputs.len()) {
+            return Err(Failure::Type(message));
         }
         let mut shapes: Vec<Vec<usize>> = Vec::with_capacity(n);
         let mut feeds: Vec<*const c_void> = Vec::with_capacity(n);
@@ -526,14 +521,8 @@ impl TorchKernel {
     ) -> PyResult<Bound<'py, PyAny>> {
         let p = self.program();
         let n = p.inputs.len();
-        if tensors.len() != n {
-            return Err(PyTypeError::new_err(format!(
-                "ovl program `{}` takes {n} input{} ({}), {} given",
-                p.loaded.name,
-                if n == 1 { "" } else { "s" },
-                p.signature(),
-                tensors.len()
-            )));
+        if let Some(message) = p.count_error(tensors.len()) {
+            return Err(PyTypeError::new_err(message));
         }
         let mut held = Vec::with_capacity(n);
         let mut shapes = Vec::with_capacity(n);
