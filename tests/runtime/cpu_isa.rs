@@ -45,7 +45,7 @@ fn compute() -> Results {
     results.push(("LSTM cell, h".into(), run(&new_h), true));
     // The LSTM layer's products (few rows: ovl's AVX-512 kernels where allowed, else the
     // `gemm` crate), one with many rows and few columns (the crate) and one with enough columns
-    // for ovl's packed kernel (AVX-512 or AVX2 registers), in every transposed form, each
+    // for ovl's packed kernel (AVX-512; held to AVX2, the crate), in every transposed form, each
     // within rounding of the f64 product.
     for (m, k, n) in [(20, 650, 2600), (300, 310, 290), (130, 200, 600)] {
         for (ta, tb) in FORMS {

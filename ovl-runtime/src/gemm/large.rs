@@ -1,7 +1,5 @@
 //! `f32` products with many rows and long sums (`m` and `k` above `gemm_small::MAX_ROWS`: the
-//! LSTM layer's stacked products and its weight gradients) on CPUs with AVX-512 or AVX2 + FMA
-//! (held to AVX2 by `OVL_CPU_ISA=avx2`: register blocks of 6 x 16 in 12 AVX2 registers, four
-//! per strip, the same packing), in any layout,
+//! LSTM layer's stacked products and its weight gradients) on CPUs with AVX-512, in any layout,
 //! and for a sum of products (`C = Σ_t op(A_t) · op(B_t)`, a library call with several terms)
 //! without joining the terms' operands into new matrices first.
 //!
@@ -60,24 +58,15 @@ impl Operand<'_> {
     }
 }
 
-/// Whether [`gemm_packed`] takes a product of these sizes on `threads` threads: AVX-512F, many
-/// rows and a long sum (else `gemm_small`'s kernels or the `gemm` crate), and enough columns
-/// to give every thread work ([`enough_strips`]).
+/// Whether [`gemm_packed`] takes a product of these sizes on `threads` threads: AVX-512F
+/// (not held to AVX2), many rows and a long sum (else `gemm_small`'s kernels or the `gemm`
+/// crate), and enough columns to give every thread work ([`enough_strips`]). Without AVX-512
+/// the `gemm` crate takes these products: an AVX2 version of this kernel (6 x 16 blocks in 12
+/// registers) ran 10-25% slower than the crate on AVX2 at every such shape of the kernels
+/// bench (docs/benchmarks.md, "Held to AVX2"), and was removed.
 pub(super) fn applies((m, n, k): (usize, usize, usize), threads: usize, isa: CpuIsa) -> bool {
     use super::small::MAX_ROWS;
-    m > MAX_ROWS && k > MAX_ROWS && enough_strips(n, threads) && kernel(isa).is_some()
-}
-
-/// The register blocks [`gemm_packed`] uses under `isa`: AVX-512's (`Some(false)`), AVX2's
-/// (`Some(true)`), or none (the CPU has neither).
-pub(super) fn kernel(isa: CpuIsa) -> Option<bool> {
-    if isa.avx512f() {
-        Some(false)
-    } else if isa.avx2_fma() {
-        Some(true)
-    } else {
-        None
-    }
+    m > MAX_ROWS && k > MAX_ROWS && enough_strips(n, threads) && isa.avx512f()
 }
 
 /// Whether C's `n` columns make enough strips (a task each) for `threads` threads to end at
@@ -122,9 +111,8 @@ fn strips(n: usize, threads: usize) -> Vec<(usize, usize)> {
 pub(super) const NT_MIN_ROWS: usize = 32;
 
 /// `C[m, n] = op(A) · op(B)`, op(B) given as its transpose `bt` (`[n, k]`: element `(j, l)` is
-/// op(B)'s `(l, j)`), C row-major (row stride `n`), on up to `threads` threads, through AVX2
-/// registers where `avx2` says so, else AVX-512's. Requires `k > 0`, both operands' `k_term`
-/// dividing `k` alike, and the CPU's support of the registers (AVX2 + FMA; [`available`]).
+/// op(B)'s `(l, j)`), C row-major (row stride `n`), on up to `threads` threads. Requires
+/// `k > 0`, both operands' `k_term` dividing `k` alike, and AVX-512F ([`available`]).
 ///
 /// # Safety
 /// Every term's elements lie in its buffer; C holds `m * n` values and overlaps no operand.
@@ -134,16 +122,8 @@ pub(super) unsafe fn gemm_packed(
     bt: Operand<'_>,
     c: *mut f32,
     threads: usize,
-    avx2: bool,
 ) {
-    debug_assert!(
-        k > 0
-            && if avx2 {
-                CpuIsa::Native.avx2_fma()
-            } else {
-                available()
-            }
-    );
+    debug_assert!(k > 0 && available());
     let blocks = row_blocks(m, ROWS);
     // Chunks of the sum of nearly equal lengths, at most KC.
     let chunks = row_blocks(k, KC);
@@ -191,32 +171,8 @@ pub(super) unsafe fn gemm_packed(
                 for (chunk, &(l0, kc)) in chunks.iter().enumerate() {
                     // SAFETY: the strip's columns of op(B) by the contract; the buffer holds
                     // KC x 64 values.
-                    unsafe {
-                        pack_b(
-                            bt,
-                            (first_col, cols),
-                            (l0, l0 + kc),
-                            buffer.as_mut_ptr(),
-                            avx2,
-                        )
-                    };
+                    unsafe { pack_b(bt, (first_col, cols), (l0, l0 + kc), buffer.as_mut_ptr()) };
                     let bp = buffer.as_ptr();
-                    if avx2 {
-                        for &(first, rows) in &blocks {
-                            // The strip's 16 columns at a time.
-                            for q in 0..cols.div_ceil(16) {
-                                // SAFETY: as below, for the 16 columns from `16 q`.
-                                unsafe {
-                                    let ap = shared.a().add(l0 * m + first * kc);
-                                    let cp = shared.c().add(first * n + first_col + 16 * q);
-                                    let valid = (cols - 16 * q).min(16);
-                                    let args = (kc, ap, bp.add(16 * q), (cp, n), valid, chunk > 0);
-                                    block_avx2_of(rows, valid.div_ceil(8), args);
-                                }
-                            }
-                        }
-                        continue;
-                    }
                     for &(first, rows) in &blocks {
                         // SAFETY: the block's packed A, the packed strip and the block's part
                         // of C lie inside the buffers; strips are disjoint in C.
@@ -306,7 +262,7 @@ unsafe fn pack_a(
 
 /// Packs columns `[first, first + cols)` of op(B) (rows of `bt`), sum indices `[l0, l1)`, into
 /// `dst` as `[l1 - l0][64]`, columns past `cols` as zeros; a transposed operand through
-/// AVX-512 registers unless `avx2`.
+/// AVX-512 registers.
 ///
 /// # Safety
 /// The elements lie in the operand's terms; `dst` holds `(l1 - l0) * 64` values.
@@ -315,7 +271,6 @@ unsafe fn pack_b(
     (first, cols): (usize, usize),
     range: (usize, usize),
     dst: *mut f32,
-    avx2: bool,
 ) {
     let (js, ls) = bt.strides;
     for (t, start, len, offset) in bt.segments(range) {
@@ -334,7 +289,7 @@ unsafe fn pack_b(
                 // tiles of 16 x 16 are transposed in registers; the rest (and other strides)
                 // element by element, in tiles of 16 sum indices that keep the writes in a few
                 // cache lines.
-                let tiled = if ls == 1 && !avx2 { len / 16 * 16 } else { 0 };
+                let tiled = if ls == 1 { len / 16 * 16 } else { 0 };
                 let full = cols / 16 * 16;
                 // 16 rows of `bt` at a time along the chunk: 16 streams of reads, which the
                 // hardware prefetches (64 rows at a time, their cache lines 4 KiB apart when
@@ -405,99 +360,6 @@ unsafe fn block<const R: usize, const V: usize>(
     }
 }
 
-/// The arguments of [`block_avx2`] after its sizes: as [`BlockArgs`], with the number of valid
-/// columns (at most 16) for the masks.
-type BlockArgsAvx2 = (
-    usize,
-    *const f32,
-    *const f32,
-    (*mut f32, usize),
-    usize,
-    bool,
-);
-
-/// [`block_avx2`] for `rows` rows (1 to 6) and `vectors` vectors of 8 columns (1 or 2).
-///
-/// # Safety
-/// As [`block_avx2`].
-unsafe fn block_avx2_of(rows: usize, vectors: usize, args: BlockArgsAvx2) {
-    macro_rules! by_vectors {
-        ($r:literal) => {
-            if vectors == 1 {
-                block_avx2::<$r, 1>(args)
-            } else {
-                block_avx2::<$r, 2>(args)
-            }
-        };
-    }
-    // SAFETY: the caller's contract.
-    unsafe {
-        match rows {
-            1 => by_vectors!(1),
-            2 => by_vectors!(2),
-            3 => by_vectors!(3),
-            4 => by_vectors!(4),
-            5 => by_vectors!(5),
-            _ => by_vectors!(6),
-        }
-    }
-}
-
-/// [`block`] through AVX2 registers: `R` rows by up to `8 V` (at most 16) columns of C, the
-/// first `valid` of them stored, over `kc` terms of the sum; `bp` points at the block's first
-/// column in the packed strip (rows of 64).
-///
-/// # Safety
-/// `ap` holds `kc * R` packed values, `bp` `kc` rows of 64 from the strip's start, of which
-/// the `8 V` from `bp` are read; `c` rows `0..R` (stride `ldc`) hold `valid` values; AVX2 and
-/// FMA are available.
-#[allow(clippy::needless_range_loop)]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn block_avx2<const R: usize, const V: usize>(
-    (kc, ap, bp, (c, ldc), valid, accumulate): BlockArgsAvx2,
-) {
-    // Lanes `0..n` set: the 8 values from `8 - n` of [-1 x 8, 0 x 8].
-    const SIGNS: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
-    let mut acc = [[_mm256_setzero_ps(); V]; R];
-    // SAFETY: all loads and stores: inside the buffers by the contract; masked-off lanes of C
-    // are neither read nor written.
-    unsafe {
-        let lanes: [usize; V] = std::array::from_fn(|q| valid.saturating_sub(8 * q).min(8));
-        let masks: [__m256i; V] =
-            std::array::from_fn(|q| _mm256_loadu_si256(SIGNS.as_ptr().add(8 - lanes[q]).cast()));
-        if accumulate {
-            for i in 0..R {
-                for q in 0..V {
-                    acc[i][q] = _mm256_maskload_ps(c.add(i * ldc + 8 * q), masks[q]);
-                }
-            }
-        }
-        for l in 0..kc {
-            let row = bp.add(l * COLS);
-            let mut bv = [_mm256_setzero_ps(); V];
-            for q in 0..V {
-                bv[q] = _mm256_loadu_ps(row.add(8 * q));
-            }
-            for i in 0..R {
-                let av = _mm256_broadcast_ss(&*ap.add(l * R + i));
-                for q in 0..V {
-                    acc[i][q] = _mm256_fmadd_ps(av, bv[q], acc[i][q]);
-                }
-            }
-        }
-        for i in 0..R {
-            for q in 0..V {
-                let at = c.add(i * ldc + 8 * q);
-                if lanes[q] == 8 {
-                    _mm256_storeu_ps(at, acc[i][q]);
-                } else {
-                    _mm256_maskstore_ps(at, masks[q], acc[i][q]);
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -525,24 +387,14 @@ mod tests {
         }
     }
 
-    /// The dispatch: held to AVX2, the AVX2 register blocks wherever the CPU has AVX2 + FMA;
-    /// else AVX-512's where it has AVX-512F; and which GEMM epilogue pairs may run.
+    /// The dispatch: the packed kernel on AVX-512 only (held to AVX2, the `gemm` crate), and
+    /// which GEMM epilogue pairs may run.
     #[test]
-    fn the_setting_chooses_the_register_blocks() {
-        let (avx2, avx512) = (CpuIsa::Native.avx2_fma(), available());
-        assert_eq!(kernel(CpuIsa::Avx2), avx2.then_some(true));
-        let native = if avx512 {
-            Some(false)
-        } else {
-            avx2.then_some(true)
-        };
-        assert_eq!(kernel(CpuIsa::Native), native);
-        assert_eq!(
-            applies((700, 2600, 650), 2, CpuIsa::Avx2),
-            avx2,
-            "many rows, a long sum, enough strips"
-        );
-        assert!(!applies((20, 2600, 650), 2, CpuIsa::Avx2), "few rows");
+    fn the_setting_chooses_the_kernel() {
+        let avx512 = available();
+        assert_eq!(applies((700, 2600, 650), 2, CpuIsa::Native), avx512);
+        assert!(!applies((700, 2600, 650), 2, CpuIsa::Avx2), "held to AVX2");
+        assert!(!applies((20, 2600, 650), 2, CpuIsa::Native), "few rows");
         // GEMM epilogue pairs: f32 pairs only where the few-row kernels compute the blocks.
         use crate::gemm::Element;
         assert!(!<f32 as Element>::epilogue_rule_holds(CpuIsa::Avx2));
@@ -592,20 +444,13 @@ mod tests {
 
     /// Sums of 1 to 3 products in every layout (A and B each row-major or transposed), sizes
     /// that leave partial strips, partial blocks of rows, partial 16 x 16 tiles and several
-    /// chunks of the sum, on one and two threads, against an f64 reference, through AVX-512
-    /// registers and through AVX2's (what `OVL_CPU_ISA=avx2` and CPUs without AVX-512 run),
-    /// each where the CPU has them.
+    /// chunks of the sum, on one and two threads, against an f64 reference.
     #[test]
     fn packed_products_match_the_reference() {
-        let kernels: Vec<bool> = [(false, available()), (true, CpuIsa::Native.avx2_fma())]
-            .into_iter()
-            .filter_map(|(avx2, has)| {
-                if !has {
-                    eprintln!("DID NOT RUN: this CPU lacks the registers of avx2 = {avx2}");
-                }
-                has.then_some(avx2)
-            })
-            .collect();
+        if !available() {
+            eprintln!("DID NOT RUN: this CPU has no AVX-512F");
+            return;
+        }
         for &(m, n, k, terms) in &[
             (65, 70, 65, 1),
             (70, 200, 100, 1),
@@ -627,10 +472,7 @@ mod tests {
                 let bt_strides = if tb { (k, 1) } else { (1, n) };
                 let a_ptrs: Vec<*const f32> = a.iter().map(|x| x.as_ptr()).collect();
                 let b_ptrs: Vec<*const f32> = b.iter().map(|x| x.as_ptr()).collect();
-                for (threads, &avx2) in [1, 2]
-                    .into_iter()
-                    .flat_map(|t| kernels.iter().map(move |a| (t, a)))
-                {
+                for threads in [1, 2] {
                     let mut c = vec![f32::NAN; m * n];
                     let operand = |terms, strides| Operand {
                         terms,
@@ -645,7 +487,6 @@ mod tests {
                             operand(&b_ptrs, bt_strides),
                             c.as_mut_ptr(),
                             threads,
-                            avx2,
                         )
                     };
                     for i in 0..m {

@@ -112,7 +112,7 @@ unsafe fn gemm_sum<T: Element>(
             // SAFETY: each input holds `batch` matrices of these sizes; C's batch lies inside C.
             unsafe {
                 let c = c.cast::<T>().add(batch * m * n);
-                T::packed((m, n, k), (&a, a_strides), (&b, b_strides), c, threads, isa);
+                T::packed((m, n, k), (&a, a_strides), (&b, b_strides), c, threads);
             }
         }
         return;
@@ -249,16 +249,7 @@ unsafe fn product<T: Element>(
     }
     if T::packed_applies((m, n, k), threads, isa) {
         // SAFETY: the caller's contract (one term).
-        unsafe {
-            T::packed(
-                (m, n, k),
-                (&[a], a_strides),
-                (&[b], b_strides),
-                c,
-                threads,
-                isa,
-            )
-        };
+        unsafe { T::packed((m, n, k), (&[a], a_strides), (&[b], b_strides), c, threads) };
         return;
     }
     // SAFETY: the caller's contract.
@@ -603,7 +594,6 @@ pub trait Element: sealed::Sealed + Copy + Send + Sync + 'static {
         _b: (&[*const Self], Strides),
         _c: *mut Self,
         _threads: usize,
-        _isa: CpuIsa,
     ) {
         unreachable!("packed_applies is false")
     }
@@ -670,7 +660,7 @@ impl Element for f32 {
                     strides: (k, 1),
                     k_term: k,
                 };
-                large::gemm_packed((m, n, k), a, bt, c, threads, false);
+                large::gemm_packed((m, n, k), a, bt, c, threads);
                 true
             } else if few_rows && b_strides == (1, k) && a_strides == (k, 1) {
                 small::gemm_nt((m, n, k), a, b, c, threads);
@@ -698,9 +688,8 @@ impl Element for f32 {
         (b, (b_rs, b_cs)): (&[*const f32], Strides),
         c: *mut f32,
         threads: usize,
-        isa: CpuIsa,
     ) {
-        use large::{gemm_packed, kernel, Operand};
+        use large::{gemm_packed, Operand};
         let a = Operand {
             terms: a,
             strides: (a_rs, a_cs),
@@ -712,10 +701,8 @@ impl Element for f32 {
             strides: (b_cs, b_rs),
             k_term: k,
         };
-        // SAFETY: the caller's contract.
-        let avx2 = kernel(isa) == Some(true);
         // SAFETY: the caller's contract (`packed_applies` checked the CPU for the kernel).
-        unsafe { gemm_packed((m, n, k * a.terms.len()), a, bt, c, threads, avx2) }
+        unsafe { gemm_packed((m, n, k * a.terms.len()), a, bt, c, threads) }
     }
 }
 
