@@ -22,6 +22,7 @@
 
 pub mod bundle;
 pub mod capsule;
+pub mod cuda;
 pub mod program;
 pub mod torch;
 pub mod xla_ffi;

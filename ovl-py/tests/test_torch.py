@@ -339,14 +339,17 @@ def test_error_gradient_op_names_the_upstream_gradient(op):
         g(torch.randn(2, 5), torch.randn(2), torch.randn(3, 5))
 
 
-def test_error_not_on_the_cpu(op):
-    # A CUDA tensor reaches the same check (no GPU here): the meta device stands in for a
-    # device other than the CPU when the kernel is called directly.
+def test_error_neither_cpu_nor_cuda(op):
+    # The meta device stands in for a device that is neither the CPU nor CUDA when the kernel
+    # is called directly (CUDA tensors, and a CPU and a CUDA input together, are in
+    # test_gpu.py).
     kernel = ovl._native.TorchKernel(
         op("scale_add").program._native, [torch.float32] * 2, [torch.float32], torch.empty
     )
-    with pytest.raises(ValueError, match=r"input 0 \(`x`\) is on device `meta`: .*CPU only"):
+    with pytest.raises(ValueError, match=r"input 0 \(`x`\) is on device `meta`: .*CPU and on CUDA"):
         kernel(torch.empty(4, 5, device="meta"), torch.randn(4, 5))
+    with pytest.raises(ValueError, match=r"input 1 \(`b`\) is on device `meta`"):
+        kernel(torch.randn(4, 5), torch.empty(4, 5, device="meta"))
     still_works(op("scale_add"))
 
 

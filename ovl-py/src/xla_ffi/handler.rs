@@ -61,6 +61,8 @@ impl Bound {
 /// A registered program.
 pub struct Entry {
     pub program: Arc<LoadedProgram>,
+    /// Its GPU build, made at the first call on a GPU (the CUDA handler's).
+    pub gpu: Arc<crate::cuda::CudaProgram>,
     /// The binding of a program with fixed shapes.
     fixed: Option<Bound>,
 }
@@ -74,7 +76,10 @@ thread_local! {
 }
 
 /// Registers `program` and returns its id (the same id for the same program).
-pub fn register(program: &Arc<LoadedProgram>) -> Result<u64, String> {
+pub fn register(
+    program: &Arc<LoadedProgram>,
+    gpu: &Arc<crate::cuda::CudaProgram>,
+) -> Result<u64, String> {
     let mut registry = REGISTRY
         .write()
         .map_err(|_| "the ovl.jax registry is poisoned")?;
@@ -93,6 +98,7 @@ pub fn register(program: &Arc<LoadedProgram>) -> Result<u64, String> {
     };
     let entry: &'static Entry = Box::leak(Box::new(Entry {
         program: program.clone(),
+        gpu: gpu.clone(),
         fixed,
     }));
     registry.push(entry);
@@ -128,9 +134,9 @@ pub fn xla_dtype(dtype: DType) -> i32 {
 }
 
 /// A failure: an XLA error code and a message.
-type Failure = (i32, String);
+pub(super) type Failure = (i32, String);
 
-fn invalid(message: String) -> Failure {
+pub(super) fn invalid(message: String) -> Failure {
     (c_api::INVALID_ARGUMENT, message)
 }
 
@@ -138,7 +144,7 @@ fn invalid(message: String) -> Failure {
 ///
 /// # Safety
 /// `list` must be the frame's args or rets, `k < list.size`.
-unsafe fn buffer(
+pub(super) unsafe fn buffer(
     list: &c_api::List,
     k: usize,
     what: impl Fn() -> String,
@@ -163,7 +169,7 @@ unsafe fn buffer(
 ///
 /// # Safety
 /// `b` must be a buffer of the call frame.
-unsafe fn dims(b: &c_api::Buffer) -> &[i64] {
+pub(super) unsafe fn dims(b: &c_api::Buffer) -> &[i64] {
     if b.rank <= 0 || b.dims.is_null() {
         return &[];
     }
@@ -175,7 +181,7 @@ unsafe fn dims(b: &c_api::Buffer) -> &[i64] {
 ///
 /// # Safety
 /// `attrs` must be the frame's attributes.
-unsafe fn program_id(attrs: &c_api::Attrs) -> Result<u64, Failure> {
+pub(super) unsafe fn program_id(attrs: &c_api::Attrs) -> Result<u64, Failure> {
     for k in 0..usize::try_from(attrs.size).unwrap_or(0) {
         // SAFETY: XLA's attributes hold `size` types, names and values.
         let (kind, name, value) = unsafe {
@@ -217,7 +223,10 @@ unsafe fn program_id(attrs: &c_api::Attrs) -> Result<u64, Failure> {
 ///
 /// # Safety
 /// `ext` must be XLA's metadata extension; `api` XLA's API or null.
-unsafe fn metadata(ext: *mut c_api::ExtensionBase, api: *const c_api::Api) -> Result<(), Failure> {
+pub(super) unsafe fn metadata(
+    ext: *mut c_api::ExtensionBase,
+    api: *const c_api::Api,
+) -> Result<(), Failure> {
     // SAFETY: the caller's contract.
     let ext = unsafe { &mut *ext.cast::<c_api::MetadataExtension>() };
     if ext.extension_base.struct_size < c_api::METADATA_EXTENSION_SIZE || ext.metadata.is_null() {
@@ -487,7 +496,7 @@ unsafe fn xla_error(api: *const c_api::Api, (code, message): Failure) -> *mut c_
 ///
 /// # Safety
 /// `frame` must be XLA's call frame (or null).
-unsafe fn guarded(
+pub(super) unsafe fn guarded(
     frame: *mut CallFrame,
     body: impl FnOnce(&CallFrame) -> Result<(), Failure>,
 ) -> *mut c_api::Error {
@@ -523,37 +532,6 @@ pub unsafe extern "C" fn handler_cpu(frame: *mut CallFrame) -> *mut c_api::Error
     let body = |f: &CallFrame| {
         // SAFETY: XLA's call frame.
         unsafe { call(f) }
-    };
-    // SAFETY: XLA's call frame.
-    unsafe { guarded(frame, body) }
-}
-
-/// The typed-FFI handler of the CUDA platform: answers the metadata query, and a call with an
-/// error saying that GPU buffers are not supported yet (the runtime cannot yet run on the
-/// caller's CUDA stream). When it can, this handler reads the stream (`XLA_FFI_Stream_Get`)
-/// and runs the device program there.
-///
-/// # Safety
-/// XLA calls it with its call frame.
-pub unsafe extern "C" fn handler_cuda(frame: *mut CallFrame) -> *mut c_api::Error {
-    let body = |f: &CallFrame| {
-        // SAFETY: XLA's extension chain (null or valid).
-        let metadata_query = !f.extension_start.is_null()
-            && unsafe { (*f.extension_start).kind } == c_api::EXTENSION_METADATA;
-        if metadata_query {
-            // SAFETY: the metadata extension.
-            return unsafe { metadata(f.extension_start, f.api) };
-        }
-        if f.stage != c_api::STAGE_EXECUTE {
-            return Ok(());
-        }
-        Err((
-            c_api::UNIMPLEMENTED,
-            "ovl.jax: ovl programs run on the CPU only for now, this call is on a GPU: put \
-             its inputs on the CPU (jax.device_put(x, jax.devices(\"cpu\")[0])) or run the \
-             function on the CPU backend"
-                .into(),
-        ))
     };
     // SAFETY: XLA's call frame.
     unsafe { guarded(frame, body) }
