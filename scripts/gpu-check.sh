@@ -18,7 +18,7 @@
 #                                         current directory.
 #
 # `GPU_CHECK_BENCH=0 scripts/gpu-check.sh run ARCHIVE` runs the tests only.
-# `GPU_CHECK_PARTS` picks the parts of `run` (default: all, in this order, each under its own
+# `GPU_CHECK_PARTS` picks the parts of `pack` and `run` (default: all, in this order, each under its own
 # time limit, a failure of one not stopping the others): `rust` (the test binaries, then the
 # GPU benchmarks unless GPU_CHECK_BENCH=0: TOTAL_SECONDS), `python` (the package's GPU tests,
 # ovl-py/tests/test_gpu.py, then its other tests on that Python: PY_TEST_SECONDS each) and
@@ -56,6 +56,9 @@ TOTAL_SECONDS=300
 PY_TEST_SECONDS=240
 PY_BENCH_SECONDS=240
 
+# Whether GPU_CHECK_PARTS (default: all) names part $1 (`rust`, `python`, `pybench`).
+has_part() { [[ ",${GPU_CHECK_PARTS:-rust,python,pybench}," == *",$1,"* ]]; }
+
 usage() {
     echo "usage: scripts/gpu-check.sh pack [ARCHIVE] | run ARCHIVE" >&2
     exit 2
@@ -86,11 +89,15 @@ pack() {
     mkdir -p "$stage/gpu-check/bin" "$stage/gpu-check/src"
 
     local spec
-    echo "== building the GPU test binaries (release)" >&2
     # One cargo call per package keeps `--test` names unambiguous.
     local built="$stage/built.txt"
     : >"$built"
-    for pkg in $(printf '%s\n' "${TESTS[@]}" | cut -d' ' -f1 | sort -u); do
+    # Without the `rust` part (GPU_CHECK_PARTS=python,pybench: a quick pack of the Python
+    # package alone) no Rust test binary is built or packed.
+    local rust_packages=""
+    has_part rust && rust_packages="$(printf '%s\n' "${TESTS[@]}" | cut -d' ' -f1 | sort -u)"
+    [ -n "$rust_packages" ] && echo "== building the GPU test binaries (release)" >&2
+    for pkg in $rust_packages; do
         local targets=()
         for spec in "${TESTS[@]}"; do
             read -r p t _ <<<"$spec"
@@ -99,8 +106,8 @@ pack() {
         cargo test --locked --release --no-run --message-format=json -p "$pkg" "${targets[@]}" \
             | executables | sed "s/^/test $pkg /" >>"$built"
     done
-    echo "== building the GPU benchmarks (release)" >&2
     for spec in "${BENCHES[@]}"; do
+        has_part rust || break
         read -r pkg target _ <<<"$spec"
         cargo bench --locked --no-run --message-format=json -p "$pkg" --bench "$target" \
             | executables | sed "s/^/bench $pkg /" >>"$built"
@@ -132,6 +139,7 @@ pack() {
         strip "$stage/gpu-check/bin/$name"
     done <"$built"
 
+    if has_part python || has_part pybench; then
     echo "== the Python package: the abi3 wheel, its bundles, pytest" >&2
     local python
     python="$(scripts/python-env.sh)"
@@ -152,6 +160,7 @@ print(os.path.dirname(origin) if origin.endswith('__init__.py') else origin)" "$
             | xargs -r -I{} cp -r {} "$stage/gpu-check/python/site/"
     done
     find "$stage/gpu-check/python/site" -name __pycache__ -prune -exec rm -rf {} +
+    fi
 
     echo "== packing the git-tracked source tree" >&2
     git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$stage/gpu-check/src"
@@ -219,7 +228,6 @@ run() {
     } >"$report"
 
     local failed=0 kind name rest remaining limit log rc
-    has_part() { [[ ",$parts," == *",$1,"* ]]; }
     if has_part rust; then
     {
         echo "## Tests"

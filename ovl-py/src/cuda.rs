@@ -5,8 +5,7 @@
 //! from the caller's allocator (a framework's, stream-ordered), nothing synchronizing the host
 //! (`docs/streams.md`).
 
-use crate::program::Program;
-use crate::torch::Failure;
+use crate::failure::Failure;
 use ovl::cuda::stream::{Scratch, StreamCall};
 use ovl::program::{Binding, LoadedProgram, ProgramError};
 use ovl::Options;
@@ -30,6 +29,14 @@ impl CudaProgram {
             what,
             loaded: Mutex::new(None),
         })
+    }
+
+    /// The error of a program that could not be compiled for the GPU.
+    pub fn compile_failure(&self, e: ProgramError) -> Failure {
+        Failure::Runtime(format!(
+            "{}: compiling its program for the GPU failed: {e}",
+            self.what
+        ))
     }
 
     /// The program compiled for the GPU (`Options::cuda()`, the operator cache of
@@ -70,7 +77,7 @@ pub struct CudaCall<'a> {
     pub stream: usize,
 }
 
-/// Binds the shapes on the GPU build of `program`, takes the outputs and the scratch from
+/// Binds the shapes on `program`'s GPU build, takes the outputs and the scratch from
 /// `memory` and queues the run on the call's stream; returns once queued (no host
 /// synchronization). A first call on a device while the stream captures a CUDA graph is the
 /// runtime's error saying to call once before the capture (the warm-up).
@@ -80,11 +87,11 @@ pub struct CudaCall<'a> {
 /// contiguous), until the queued work has run in the stream's order; `memory` gives blocks of
 /// that device, alive the same way.
 pub unsafe fn run(
-    program: &Program,
+    program: &CudaProgram,
     call: &CudaCall<'_>,
     memory: &mut dyn CallerMemory,
 ) -> Result<(), Failure> {
-    let loaded = program.gpu.get().map_err(|e| compile_failure(program, e))?;
+    let loaded = program.get().map_err(|e| program.compile_failure(e))?;
     let binding = loaded.bind(call.shapes).map_err(Failure::from_program)?;
     let mut outputs = Vec::with_capacity(binding.outputs.len());
     for (k, sig) in binding.outputs.iter().enumerate() {
@@ -122,12 +129,4 @@ pub unsafe fn run_bound(
 ) -> Result<(), Failure> {
     // SAFETY: forwarded.
     unsafe { loaded.run_on_stream(binding, feeds, outputs, call) }.map_err(Failure::from_program)
-}
-
-/// The error of a program that could not be compiled for the GPU.
-fn compile_failure(program: &Program, e: ProgramError) -> Failure {
-    Failure::Runtime(format!(
-        "ovl program `{}`: compiling it for the GPU failed: {e}",
-        program.loaded.name
-    ))
 }

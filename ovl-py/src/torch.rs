@@ -9,7 +9,9 @@
 //! run); larger ones release the GIL and use ovl's thread pool.
 
 use crate::bundle::Dim;
+use crate::failure::Failure;
 use crate::program::{program_error, Program};
+use crate::torch_memory::{CppMemory, PyMemory};
 use ovl::program::Binding;
 use ovl_core::DType;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -64,52 +66,6 @@ struct Pointers(Vec<*const c_void>, Vec<*mut c_void>);
 // SAFETY: the pointers are read through by the run only, while the caller holds the tensors
 // they point into.
 unsafe impl Send for Pointers {}
-
-/// A refused or failed call: the Python exception it becomes, and its message.
-#[derive(Debug)]
-pub enum Failure {
-    /// `TypeError`.
-    Type(String),
-    /// `ValueError`.
-    Value(String),
-    /// `RuntimeError`.
-    Runtime(String),
-    /// `MemoryError` (`torch.OutOfMemoryError` from the C++ kernel).
-    Memory(String),
-}
-
-impl Failure {
-    pub(crate) fn from_program(e: ovl::program::ProgramError) -> Failure {
-        use ovl::program::ProgramError as E;
-        match e {
-            E::Mismatch { .. } => Failure::Value(format!("ovl {e}")),
-            E::OutOfMemory(_) => Failure::Memory(format!("ovl: {e}")),
-            e => Failure::Runtime(format!("ovl {e}")),
-        }
-    }
-
-    /// The code the C++ kernel turns into an exception (1 `TypeError`, 2 `ValueError`, 3
-    /// `RuntimeError`, 4 out of memory) and the message.
-    pub fn code(&self) -> (i32, &str) {
-        match self {
-            Failure::Type(m) => (1, m),
-            Failure::Value(m) => (2, m),
-            Failure::Runtime(m) => (3, m),
-            Failure::Memory(m) => (4, m),
-        }
-    }
-}
-
-impl From<Failure> for PyErr {
-    fn from(f: Failure) -> PyErr {
-        match f {
-            Failure::Type(m) => PyTypeError::new_err(m),
-            Failure::Value(m) => PyValueError::new_err(m),
-            Failure::Runtime(m) => pyo3::exceptions::PyRuntimeError::new_err(m),
-            Failure::Memory(m) => pyo3::exceptions::PyMemoryError::new_err(m),
-        }
-    }
-}
 
 /// [`Given::place`] of a tensor in host memory.
 pub const ON_CPU: i32 = -1;
@@ -372,7 +328,7 @@ impl TorchKernel {
             )));
         }
         let mut memory = CppMemory {
-            program: self.program(),
+            name: &self.program().loaded.name,
             ctx,
             alloc,
         };
@@ -383,7 +339,7 @@ impl TorchKernel {
             stream: stream.stream,
         };
         // SAFETY: forwarded.
-        unsafe { crate::cuda::run(self.program(), &call, &mut memory) }
+        unsafe { crate::cuda::run(&self.program().gpu, &call, &mut memory) }
     }
 
     /// Checks input `k` (a Python object; `first`: input 0's place and device, `None` for
@@ -451,100 +407,6 @@ impl TorchKernel {
     }
 }
 
-/// A CUDA call's outputs and scratch from the C++ kernel's allocator (torch's caching
-/// allocator on the current stream of the inputs' device).
-struct CppMemory<'a> {
-    program: &'a Program,
-    ctx: *mut c_void,
-    alloc: AllocFn,
-}
-
-impl CppMemory<'_> {
-    fn take(
-        &mut self,
-        k: usize,
-        dims: &[i64],
-        what: impl FnOnce() -> String,
-    ) -> Result<u64, Failure> {
-        // SAFETY: `alloc` and `ctx` are the C++ kernel's; it catches its exceptions.
-        let ptr = unsafe { (self.alloc)(self.ctx, k, dims.as_ptr(), dims.len()) };
-        if ptr.is_null() {
-            return Err(Failure::Memory(format!(
-                "ovl program `{}`: torch could not allocate {} on the GPU",
-                self.program.loaded.name,
-                what()
-            )));
-        }
-        Ok(ptr as u64)
-    }
-}
-
-impl crate::cuda::CallerMemory for CppMemory<'_> {
-    fn output(&mut self, k: usize, shape: &[usize]) -> Result<u64, Failure> {
-        let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
-        self.take(k, &dims, || format!("output {k} ({shape:?})"))
-    }
-
-    fn scratch(&mut self, bytes: usize) -> Result<u64, Failure> {
-        self.take(usize::MAX, &[bytes as i64], || {
-            format!("{bytes} bytes of scratch")
-        })
-    }
-}
-
-/// A CUDA call's outputs and scratch from `torch.empty` on the inputs' device (the Python
-/// kernel's), the tensors kept in `held` until the run is queued.
-struct PyMemory<'py, 'a> {
-    kernel: &'a TorchKernel,
-    device: Bound<'py, PyAny>,
-    held: Vec<Bound<'py, PyAny>>,
-}
-
-impl PyMemory<'_, '_> {
-    fn empty(&mut self, shape: &[usize], dtype: Bound<'_, PyAny>) -> PyResult<u64> {
-        let py = self.device.py();
-        let kwargs = PyDict::new(py);
-        kwargs.set_item("dtype", dtype)?;
-        kwargs.set_item("device", &self.device)?;
-        let t = self
-            .kernel
-            .empty
-            .bind(py)
-            .call((PyTuple::new(py, shape)?,), Some(&kwargs))?;
-        let ptr: u64 = t.call_method0(intern!(py, "data_ptr"))?.extract()?;
-        // Bound to 'py of the device (the same interpreter lifetime).
-        self.held
-            .push(t.into_any().unbind().into_bound(self.device.py()));
-        Ok(ptr)
-    }
-
-    fn failure(e: PyErr) -> Failure {
-        Failure::Memory(format!("ovl: torch.empty on the GPU failed: {e}"))
-    }
-}
-
-impl crate::cuda::CallerMemory for PyMemory<'_, '_> {
-    fn output(&mut self, k: usize, shape: &[usize]) -> Result<u64, Failure> {
-        let py = self.device.py();
-        let dtype = self.kernel.out_kwargs[k]
-            .bind(py)
-            .get_item("dtype")
-            .ok()
-            .flatten()
-            .ok_or_else(|| Failure::Runtime("ovl: no output dtype".into()))?;
-        self.empty(shape, dtype).map_err(Self::failure)
-    }
-
-    fn scratch(&mut self, bytes: usize) -> Result<u64, Failure> {
-        let py = self.device.py();
-        let uint8 = py
-            .import("torch")
-            .and_then(|t| t.getattr("uint8"))
-            .map_err(Self::failure)?;
-        self.empty(&[bytes], uint8).map_err(Self::failure)
-    }
-}
-
 /// The slice of `len` elements at `p`, empty when `p` is null.
 ///
 /// # Safety
@@ -600,12 +462,7 @@ pub struct TorchStream {
     pub known: i32,
 }
 
-/// The C++ kernel's allocator: a new tensor on the inputs' device of output `k`'s dtype and
-/// `shape` (`rank` sizes), or for `k == usize::MAX` a byte tensor of `shape[0]` bytes (a CUDA
-/// call's scratch), its first element returned (null when it could not allocate). On CUDA
-/// the memory comes from torch's caching allocator on the current stream.
-pub type AllocFn =
-    unsafe extern "C" fn(ctx: *mut c_void, k: usize, shape: *const i64, rank: usize) -> *mut c_void;
+pub use crate::torch_memory::AllocFn;
 
 /// A call from the C++ kernel of a program's op: checks the inputs, binds their shapes,
 /// allocates the outputs through `alloc` and runs the program, without Python. Returns 0, or
@@ -797,8 +654,14 @@ impl TorchKernel {
             .call_method1("current_stream", (device,))?
             .getattr("cuda_stream")?
             .extract()?;
+        let dtypes = self
+            .out_kwargs
+            .iter()
+            .map(|kw| kw.bind(py).as_any().get_item("dtype"))
+            .collect::<PyResult<Vec<_>>>()?;
         let mut memory = PyMemory {
-            kernel: self,
+            empty: self.empty.bind(py).clone(),
+            dtypes,
             device: torch.call_method1("device", ("cuda", device))?,
             held: Vec::new(),
         };
@@ -812,7 +675,7 @@ impl TorchKernel {
         // SAFETY: the inputs' device memory (contiguous, aligned, of the checked dtypes and
         // bound shapes) held in `held` for the call and by torch's allocator in stream order
         // after it; outputs and scratch torch tensors on that device.
-        unsafe { crate::cuda::run(self.program(), &call, &mut memory) }?;
+        unsafe { crate::cuda::run(&self.program().gpu, &call, &mut memory) }?;
         drop(held);
         let n_out = self.out_kwargs.len();
         let mut outputs: Vec<Bound<'py, PyAny>> = memory.held.drain(..n_out).collect();

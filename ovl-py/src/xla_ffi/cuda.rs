@@ -246,13 +246,8 @@ unsafe fn call(frame: &CallFrame) -> Result<(), Failure> {
         )));
     }
     let program = entry.gpu.get().map_err(|e| {
-        (
-            c_api::INTERNAL,
-            format!(
-                "ovl program `{}`: compiling it for the GPU failed: {e}",
-                host.name
-            ),
-        )
+        let f = entry.gpu.compile_failure(e);
+        (c_api::INTERNAL, f.code().1.to_string())
     })?;
     let mut feeds = Vec::with_capacity(n_in);
     let mut shapes: Vec<Vec<usize>> = Vec::with_capacity(n_in);
