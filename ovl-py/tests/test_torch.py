@@ -368,6 +368,25 @@ def test_the_cpp_kernel_runs_here():
     assert ovl.torch.kernel_kind() == ("python" if want == "python" else "c++")
 
 
+def test_the_cpp_kernel_compiles_its_cuda_branch_where_it_can():
+    # Where torch has CUDA and the CUDA runtime's headers are found (here: torch's CUDA wheel
+    # and nvidia/cu13), the C++ kernel is compiled with its CUDA branch (the current stream
+    # from c10_cuda); the CUDA tensors themselves run in the GPU check only (test_gpu.py).
+    from ovl import _torch_cpp
+
+    if ovl.torch.kernel_kind() != "c++":
+        pytest.skip("the Python kernel was chosen")
+    headers = _torch_cpp.cuda_headers()
+    if torch.version.cuda is None or headers is None:
+        print("the C++ kernel's CUDA branch: did not compile (torch without CUDA, or no CUDA "
+              "runtime headers found)")
+        assert not _torch_cpp.has_cuda()
+        return
+    assert (headers / "cuda_runtime_api.h").is_file()
+    assert _torch_cpp.has_cuda()
+    _torch_cpp.library()  # compiled (and cached) with it
+
+
 PYTHON_KERNEL_CHECK = """
 import sys, torch, ovl, ovl.torch
 assert ovl.torch.kernel_kind() == "python"
