@@ -13,9 +13,10 @@
 
 use super::c_api::{self, CallFrame};
 use super::handler::Failure;
-use super::handler::{buffer, dims, entry, guarded, invalid, metadata, program_id, xla_dtype};
+use super::handler::{
+    check_counts, entry, guarded, input_buffer, invalid, metadata, output_buffer, program_id,
+};
 use ovl::cuda::stream::{pointer_device, Scratch, StreamCall, SCRATCH_ALIGN};
-use ovl::program::tensorflow_type_name;
 use std::ffi::{c_void, CStr};
 
 /// The typed-FFI handler of the CUDA platform (`XLA_FFI_Handler`).
@@ -236,36 +237,17 @@ unsafe fn call(frame: &CallFrame) -> Result<(), Failure> {
             "no ovl program is registered as {id} in this process"
         ))
     })?;
-    let host = &*entry.program;
-    let (n_in, n_out) = (host.feeds.len(), host.outputs.len());
-    if frame.args.size != n_in as i64 || frame.rets.size != n_out as i64 {
-        return Err(invalid(format!(
-            "ovl program `{}` has {n_in} input(s) and {n_out} output(s); the custom call has {} \
-             operand(s) and {} result(s)",
-            host.name, frame.args.size, frame.rets.size
-        )));
-    }
+    check_counts(frame, &entry.program)?;
+    let (n_in, n_out) = (entry.program.feeds.len(), entry.program.outputs.len());
     let program = entry.gpu.get().map_err(|e| {
         let f = entry.gpu.compile_failure(e);
         (c_api::INTERNAL, f.code().1.to_string())
     })?;
     let mut feeds = Vec::with_capacity(n_in);
     let mut shapes: Vec<Vec<usize>> = Vec::with_capacity(n_in);
-    for (k, (name, sig)) in program.feeds.iter().enumerate() {
-        let what = || format!("ovl program `{}`: input {k} (`{name}`)", program.name);
-        // SAFETY: k < args.size.
-        let b = unsafe { buffer(&frame.args, k, what) }?;
-        // SAFETY: a buffer of the frame.
-        let d = unsafe { dims(b) };
-        if b.dtype != xla_dtype(sig.dtype) || d.len() != sig.shape.len() {
-            return Err(invalid(format!(
-                "{} is an XLA buffer of dtype {} and rank {}, the program takes {}",
-                what(),
-                b.dtype,
-                d.len(),
-                tensorflow_type_name(sig)
-            )));
-        }
+    for k in 0..n_in {
+        // SAFETY: the counts are checked.
+        let (b, d) = unsafe { input_buffer(frame, &program, k) }?;
         feeds.push(b.data as u64);
         shapes.push(
             d.iter()
@@ -279,22 +261,9 @@ unsafe fn call(frame: &CallFrame) -> Result<(), Failure> {
         .map_err(|e| invalid(format!("ovl {e}")))?;
     let mut outputs = Vec::with_capacity(n_out);
     for (k, sig) in binding.outputs.iter().enumerate() {
-        let what = || format!("ovl program `{}`: output {k}", program.name);
-        // SAFETY: k < rets.size.
-        let b = unsafe { buffer(&frame.rets, k, what) }?;
-        // SAFETY: a buffer of the frame.
-        let d = unsafe { dims(b) };
-        if b.dtype != xla_dtype(sig.dtype)
-            || !d.iter().map(|&x| x as usize).eq(sig.shape.iter().copied())
-        {
-            return Err(invalid(format!(
-                "{} is an XLA buffer of dtype {} and shape {d:?}, the program gives {}",
-                what(),
-                b.dtype,
-                tensorflow_type_name(sig)
-            )));
-        }
-        outputs.push(b.data as u64);
+        // SAFETY: the counts are checked.
+        let data = unsafe { output_buffer(frame, &program, k, sig) }?;
+        outputs.push(data as u64);
     }
     let stream = stream(frame)?;
     let all: Vec<u64> = feeds.iter().chain(&outputs).copied().collect();

@@ -259,6 +259,74 @@ pub(super) unsafe fn metadata(
     Ok(())
 }
 
+/// Checks the counts of the frame's operands and results against the program's.
+pub(super) fn check_counts(frame: &CallFrame, program: &LoadedProgram) -> Result<(), Failure> {
+    let (n_in, n_out) = (program.feeds.len(), program.outputs.len());
+    if frame.args.size != n_in as i64 || frame.rets.size != n_out as i64 {
+        return Err(invalid(format!(
+            "ovl program `{}` has {n_in} input(s) and {n_out} output(s); the custom call has {} \
+             operand(s) and {} result(s)",
+            program.name, frame.args.size, frame.rets.size
+        )));
+    }
+    Ok(())
+}
+
+/// Input `k`'s buffer and dims, checked against the program's dtype and rank for it.
+///
+/// # Safety
+/// `frame`'s operands are checked to be as many as the program's inputs, `k` one of them.
+pub(super) unsafe fn input_buffer<'f>(
+    frame: &'f CallFrame,
+    program: &LoadedProgram,
+    k: usize,
+) -> Result<(&'f c_api::Buffer, &'f [i64]), Failure> {
+    let (name, sig) = &program.feeds[k];
+    let what = || format!("ovl program `{}`: input {k} (`{name}`)", program.name);
+    // SAFETY: k < args.size (the caller's contract).
+    let b = unsafe { buffer(&frame.args, k, what) }?;
+    // SAFETY: a buffer of the frame.
+    let d = unsafe { dims(b) };
+    if b.dtype != xla_dtype(sig.dtype) || d.len() != sig.shape.len() {
+        return Err(invalid(format!(
+            "{} is an XLA buffer of dtype {} and rank {}, the program takes {}",
+            what(),
+            b.dtype,
+            d.len(),
+            tensorflow_type_name(sig)
+        )));
+    }
+    Ok((b, d))
+}
+
+/// Output `k`'s buffer, checked to be of `sig`'s dtype and shape.
+///
+/// # Safety
+/// `frame`'s results are checked to be as many as the program's outputs, `k` one of them.
+pub(super) unsafe fn output_buffer(
+    frame: &CallFrame,
+    program: &LoadedProgram,
+    k: usize,
+    sig: &ovl_runtime::plan::Sig,
+) -> Result<*mut c_void, Failure> {
+    let what = || format!("ovl program `{}`: output {k}", program.name);
+    // SAFETY: k < rets.size (the caller's contract).
+    let b = unsafe { buffer(&frame.rets, k, what) }?;
+    // SAFETY: a buffer of the frame.
+    let d = unsafe { dims(b) };
+    if b.dtype != xla_dtype(sig.dtype)
+        || !d.iter().map(|&x| x as usize).eq(sig.shape.iter().copied())
+    {
+        return Err(invalid(format!(
+            "{} is an XLA buffer of dtype {} and shape {d:?}, the program gives {}",
+            what(),
+            b.dtype,
+            tensorflow_type_name(sig)
+        )));
+    }
+    Ok(b.data)
+}
+
 /// The handler's body.
 ///
 /// # Safety
@@ -283,39 +351,16 @@ unsafe fn call(frame: &CallFrame) -> Result<(), Failure> {
         ))
     })?;
     let program = &*entry.program;
-    let what = |k: usize| {
-        format!(
-            "ovl program `{}`: input {k} (`{}`)",
-            program.name, program.feeds[k].0
-        )
-    };
-    let (n_in, n_out) = (program.feeds.len(), program.outputs.len());
-    if frame.args.size != n_in as i64 || frame.rets.size != n_out as i64 {
-        return Err(invalid(format!(
-            "ovl program `{}` has {n_in} input(s) and {n_out} output(s); the custom call has {} \
-             operand(s) and {} result(s)",
-            program.name, frame.args.size, frame.rets.size
-        )));
-    }
+    check_counts(frame, program)?;
+    let n_in = program.feeds.len();
     let mut feeds = [std::ptr::null::<c_void>(); INLINE];
     let mut feeds_vec = Vec::new();
     let mut all_dims = [0i64; 4 * INLINE];
     let mut all_dims_vec = Vec::new();
     let mut at = 0;
-    for (k, (_, sig)) in program.feeds.iter().enumerate() {
-        // SAFETY: k < args.size.
-        let b = unsafe { buffer(&frame.args, k, || what(k)) }?;
-        // SAFETY: b is a buffer of the frame.
-        let d = unsafe { dims(b) };
-        if b.dtype != xla_dtype(sig.dtype) || d.len() != sig.shape.len() {
-            return Err(invalid(format!(
-                "{} is an XLA buffer of dtype {} and rank {}, the program takes {}",
-                what(k),
-                b.dtype,
-                d.len(),
-                tensorflow_type_name(sig)
-            )));
-        }
+    for (k, _) in program.feeds.iter().enumerate() {
+        // SAFETY: the counts are checked.
+        let (b, d) = unsafe { input_buffer(frame, program, k) }?;
         if n_in <= INLINE {
             feeds[k] = b.data.cast_const();
         } else {
@@ -420,25 +465,12 @@ unsafe fn run(
     let mut outs = [std::ptr::null_mut::<c_void>(); INLINE];
     let mut outs_vec = Vec::new();
     for (k, sig) in bound.binding.outputs.iter().enumerate() {
-        let what = || format!("ovl program `{}`: output {k}", program.name);
-        // SAFETY: k < rets.size (checked by the caller).
-        let b = unsafe { buffer(&frame.rets, k, what) }?;
-        // SAFETY: a buffer of the frame.
-        let d = unsafe { dims(b) };
-        if b.dtype != xla_dtype(sig.dtype)
-            || !d.iter().map(|&x| x as usize).eq(sig.shape.iter().copied())
-        {
-            return Err(invalid(format!(
-                "{} is an XLA buffer of dtype {} and shape {d:?}, the program gives {}",
-                what(),
-                b.dtype,
-                tensorflow_type_name(sig)
-            )));
-        }
+        // SAFETY: the counts are checked by the caller.
+        let data = unsafe { output_buffer(frame, program, k, sig) }?;
         if n_out <= INLINE {
-            outs[k] = b.data;
+            outs[k] = data;
         } else {
-            outs_vec.push(b.data);
+            outs_vec.push(data);
         }
     }
     let outs: &[*mut c_void] = if n_out <= INLINE {
