@@ -135,7 +135,7 @@ OvlTorchStream current_stream(int32_t index) {
 class OvlKernel final : public c10::OperatorKernel {
  public:
   OvlKernel(const void* kernel, RunFn run, std::vector<at::ScalarType> in,
-               std::vector<at::ScalarType> out)
+            std::vector<at::ScalarType> out)
       : kernel_(kernel), run_(run), in_(std::move(in)), out_(std::move(out)) {}
 
   void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack* stack) {
