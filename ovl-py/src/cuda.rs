@@ -1,6 +1,6 @@
 //! A program run on a framework's CUDA stream: what the PyTorch kernels (C++ and Python) and the
 //! XLA CUDA handler share. The program is compiled for the GPU on first use
-//! ([`Program::cuda`]: NVRTC, cached like the host operators) and run with
+//! ([`CudaProgram::get`]: NVRTC, cached like the host operators) and run with
 //! `LoadedProgram::run_on_stream` on the caller's stream and device, its outputs and its scratch
 //! from the caller's allocator (a framework's, stream-ordered), nothing synchronizing the host
 //! (`docs/streams.md`).

@@ -67,9 +67,10 @@ struct Pointers(Vec<*const c_void>, Vec<*mut c_void>);
 // they point into.
 unsafe impl Send for Pointers {}
 
-/// [`Given::place`] of a tensor in host memory.
+/// `Given::place` (and [`TorchInput::place`]) of a tensor in host memory.
 pub const ON_CPU: i32 = -1;
-/// [`Given::place`] of a tensor on a device that is neither the CPU nor a CUDA GPU.
+/// `Given::place` (and [`TorchInput::place`]) of a tensor on a device that is neither the CPU
+/// nor a CUDA GPU.
 pub const ON_OTHER: i32 = -2;
 
 /// What a call knows of input `k` before its memory is used.
