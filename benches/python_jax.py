@@ -1,5 +1,5 @@
-"""ovl programs from JAX on the CPU: `ovl.jax.op` inside `jax.jit` against the same computation
-written in `jax.numpy` under `jax.jit`, in one run.
+"""ovl programs from JAX on the CPU or a GPU (`--device gpu`, in the GPU check): `ovl.jax.op`
+inside `jax.jit` against the same computation written in `jax.numpy` under `jax.jit`, in one run.
 
 - the LSTM cell's nonlinearity at 20x200 and 1024x4096 and the layer norm over rows at
   1024x4096, forward and forward + backward (`jax.vjp` with given upstream gradients; ovl's
@@ -9,6 +9,7 @@ written in `jax.numpy` under `jax.jit`, in one run.
   the eager calls (`ovl.jax.op`, and `program(x)` through DLPack) for reference.
 
     python benches/python_jax.py --bundles DIR [--out target/python-jax-bench] [--quick]
+        [--device cpu|gpu]
 
 DIR holds the bundles of `cargo run --release -p ovl-py --example bench_bundles -- DIR`
 (`scripts/bench-python-jax.sh` makes them and runs this). Every function is compiled before timing (`jax.jit(f).lower(..).compile()`), each call
@@ -77,13 +78,16 @@ def main():
     parser.add_argument("--out", default="target/python-jax-bench")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                        help="where the arrays are, and so where both sides run")
     args = parser.parse_args()
+    device = jax.devices(args.device)[0]
     bundles, out = Path(args.bundles), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     repeat = 2 if args.quick else args.repeat
     rng = np.random.default_rng(1)
     rows = []
-    print(f"JAX {jax.__version__} on {jax.devices()[0]} ({machine()})", flush=True)
+    print(f"JAX {jax.__version__} on {device} ({machine()})", flush=True)
 
     cases = [("lstm", 20, 200), ("lstm", 1024, 4096), ("layernorm", 1024, 4096)]
     for kind, b, h in cases:
@@ -96,8 +100,8 @@ def main():
             program = ovl.load(bundles / f"layernorm_{b}x{h}.json")
             ins, ups = [rng.standard_normal((b, h))], [rng.standard_normal((b, h))]
             ref, n_out = jnp_layernorm, 1
-        ins = [jnp.asarray(a, jnp.float32) for a in ins]
-        ups = [jnp.asarray(a, jnp.float32) for a in ups]
+        ins = [jax.device_put(jnp.asarray(a, jnp.float32), device) for a in ins]
+        ups = [jax.device_put(jnp.asarray(a, jnp.float32), device) for a in ups]
         ovl_fn = oj.op(program)
         reps = 200 if b * h < 100_000 else (5 if args.quick else 20)
         for backward in (False, True):
@@ -123,7 +127,7 @@ def main():
 
     # Per-call cost: x + 1 on f32[16].
     add_one = ovl.load(bundles / "add_one.json")
-    x = jnp.arange(16, dtype=jnp.float32)
+    x = jax.device_put(jnp.arange(16, dtype=jnp.float32), device)
     op = oj.op(add_one)
     calls = {
         "jnp.add in jit": jax.jit(lambda x: jnp.add(x, 1.0)).lower(x).compile(),
@@ -164,6 +168,7 @@ def main():
 
     result = {
         "machine": machine(),
+        "device": str(device),
         "jax": jax.__version__,
         "cores": os.cpu_count(),
         "timing": "wall time per call of the compiled function (block_until_ready), best "

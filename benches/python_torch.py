@@ -1,4 +1,5 @@
-"""The PyTorch benchmark of the `ovl` package (CPU): ovl programs called through
+"""The PyTorch benchmark of the `ovl` package (CPU, or CUDA with `--device cuda` in the GPU
+check): ovl programs called through
 `ovl.torch.op`, eagerly and inside `torch.compile`, against the same computation written in torch
 ops (eager and `torch.compile`), in one run:
 
@@ -6,7 +7,7 @@ ops (eager and `torch.compile`), in one run:
   and forward + backward (the bundles' gradient programs against torch's autograd);
 - the per-call cost of a one-kernel op, `x + 1` on f32[16], against `torch.add`.
 
-    python benches/python_torch.py --bundles DIR --out FILE.json [--quick]
+    python benches/python_torch.py --bundles DIR --out FILE.json [--quick] [--device cpu|cuda]
 
 DIR holds the bundles `cargo run --release -p ovl-py --example bench_bundles -- DIR`
 writes; `scripts/bench-python.sh` does both. Every variant's outputs are checked against torch
@@ -29,6 +30,14 @@ import ovl.torch
 from bench_common import machine
 
 FORGET_BIAS = 1.0
+#: Where the tensors are (`--device`).
+DEVICE = "cpu"
+
+
+def sync():
+    """Waits for the GPU's queued work (a CUDA run's time is the GPU's, not the queuing's)."""
+    if DEVICE != "cpu":
+        torch.cuda.synchronize()
 
 
 def torch_cell(z, c):
@@ -65,9 +74,11 @@ def timed_rounds(variants, args_of, calls, rounds):
     for _ in range(rounds):
         for name, fn in variants:
             args = args_of(name)
+            sync()
             t0 = time.perf_counter()
             for _ in range(calls):
                 fn(*args)
+            sync()
             times[name].append((time.perf_counter() - t0) / calls)
     return {n: (min(t), statistics.median(t)) for n, t in times.items()}
 
@@ -117,8 +128,8 @@ def case_rows(label, bundle, torch_fn, make_inputs, make_upstream, quick):
 
 def per_call_rows(bundle, quick):
     op = ovl.torch.op(ovl.load(bundle))
-    x = torch.randn(16)
-    one = torch.ones(16)
+    x = torch.randn(16, device=DEVICE)
+    one = torch.ones(16, device=DEVICE)
     torch.testing.assert_close(op(x), x + 1)
     variants = [
         ("torch.add(x, 1)", lambda: torch.add(x, 1)),
@@ -142,7 +153,7 @@ def markdown(doc):
     """The tables of docs/benchmarks.md ("The `ovl` package from PyTorch") for a run."""
     cases = [r for r in doc["rows"] if "pass" in r]
     per_call = [r for r in doc["rows"] if "pass" not in r]
-    out = [f"{doc['machine']}, PyTorch {doc['torch']} ({doc['torch_threads']} threads), "
+    out = [f"{doc['machine']}, on {doc.get('device', 'cpu')}, PyTorch {doc['torch']} ({doc['torch_threads']} threads), "
            f"ovl's {doc['ovl_kernel']} kernel; best of rounds (median of rounds):", "",
            "| case | pass | torch eager | torch.compile | ovl.torch.op eager | "
            "ovl.torch.op in torch.compile |", "|---|---|---|---|---|---|"]
@@ -169,14 +180,19 @@ def main():
     parser.add_argument("--bundles", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
     bundles = Path(args.bundles)
-    print(f"{machine()}, PyTorch {torch.__version__} ({torch.get_num_threads()} threads), "
+    print(f"{machine()}, on {DEVICE}, PyTorch {torch.__version__} "
+          f"({torch.get_num_threads()} threads), "
           f"ovl's {ovl.torch.kernel_kind()} kernel", flush=True)
     g = torch.Generator().manual_seed(1)
 
     def uniform(*shape, requires_grad=False):
-        return (torch.rand(*shape, generator=g) * 4 - 2).requires_grad_(requires_grad)
+        t = (torch.rand(*shape, generator=g) * 4 - 2).to(DEVICE)
+        return t.requires_grad_(requires_grad)
 
     rows = []
     rows += per_call_rows(bundles / "add_one.json", args.quick)
@@ -196,6 +212,7 @@ def main():
     )
     doc = {
         "machine": machine(),
+        "device": DEVICE,
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "ovl_kernel": ovl.torch.kernel_kind(),

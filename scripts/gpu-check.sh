@@ -4,7 +4,10 @@
 #   scripts/gpu-check.sh pack [ARCHIVE]   here (no GPU needed): builds every GPU test binary and
 #                                         GPU benchmark in release mode, strips them, and packs
 #                                         them with the git-tracked source tree into ARCHIVE
-#                                         (default target/gpu-check.tar.xz)
+#                                         (default target/gpu-check.tar.xz), with the Python
+#                                         package `ovl` as an abi3 wheel, its test and benchmark
+#                                         bundles, and pytest (pure Python) for a machine
+#                                         without it
 #   scripts/gpu-check.sh run ARCHIVE      there: unpacks, puts the source tree at the path the
 #                                         binaries were built in (a symlink: test binaries read
 #                                         files through CARGO_MANIFEST_DIR), runs every test
@@ -15,6 +18,15 @@
 #                                         current directory.
 #
 # `GPU_CHECK_BENCH=0 scripts/gpu-check.sh run ARCHIVE` runs the tests only.
+# `GPU_CHECK_PARTS` picks the parts of `pack` and `run` (default: all, in this order, each under its own
+# time limit, a failure of one not stopping the others): `rust` (the test binaries, then the
+# GPU benchmarks unless GPU_CHECK_BENCH=0: TOTAL_SECONDS), `python` (the package's GPU tests,
+# ovl-py/tests/test_gpu.py, then its other tests on that Python: PY_TEST_SECONDS each) and
+# `pybench` (scripts/bench-python*.sh's benchmarks on the GPU, quick: PY_BENCH_SECONDS each).
+# All parts take at most about 17 minutes; a 10-minute command runs `GPU_CHECK_PARTS=rust` and
+# `GPU_CHECK_PARTS=python,pybench` apart (the report of a subset is named after it:
+# gpu-check-report-python-pybench.md).
+# The Python is `$GPU_CHECK_PYTHON` (default python3, with PyTorch and JAX with CUDA).
 #
 # `run` works without a GPU too (a dry run): the tests then print which GPU parts did not run,
 # and the report says there was no GPU. It exits non-zero when a test failed or timed out.
@@ -41,6 +53,11 @@ BENCHES=(
     "ovl reductions"
 )
 TOTAL_SECONDS=300
+PY_TEST_SECONDS="${PY_TEST_SECONDS:-240}"
+PY_BENCH_SECONDS="${PY_BENCH_SECONDS:-240}"
+
+# Whether GPU_CHECK_PARTS (default: all) names part $1 (`rust`, `python`, `pybench`).
+has_part() { [[ ",${GPU_CHECK_PARTS:-rust,python,pybench}," == *",$1,"* ]]; }
 
 usage() {
     echo "usage: scripts/gpu-check.sh pack [ARCHIVE] | run ARCHIVE" >&2
@@ -72,11 +89,15 @@ pack() {
     mkdir -p "$stage/gpu-check/bin" "$stage/gpu-check/src"
 
     local spec
-    echo "== building the GPU test binaries (release)" >&2
     # One cargo call per package keeps `--test` names unambiguous.
     local built="$stage/built.txt"
     : >"$built"
-    for pkg in $(printf '%s\n' "${TESTS[@]}" | cut -d' ' -f1 | sort -u); do
+    # Without the `rust` part (GPU_CHECK_PARTS=python,pybench: a quick pack of the Python
+    # package alone) no Rust test binary is built or packed.
+    local rust_packages=""
+    has_part rust && rust_packages="$(printf '%s\n' "${TESTS[@]}" | cut -d' ' -f1 | sort -u)"
+    [ -n "$rust_packages" ] && echo "== building the GPU test binaries (release)" >&2
+    for pkg in $rust_packages; do
         local targets=()
         for spec in "${TESTS[@]}"; do
             read -r p t _ <<<"$spec"
@@ -85,8 +106,8 @@ pack() {
         cargo test --locked --release --no-run --message-format=json -p "$pkg" "${targets[@]}" \
             | executables | sed "s/^/test $pkg /" >>"$built"
     done
-    echo "== building the GPU benchmarks (release)" >&2
     for spec in "${BENCHES[@]}"; do
+        has_part rust || break
         read -r pkg target _ <<<"$spec"
         cargo bench --locked --no-run --message-format=json -p "$pkg" --bench "$target" \
             | executables | sed "s/^/bench $pkg /" >>"$built"
@@ -118,6 +139,29 @@ pack() {
         strip "$stage/gpu-check/bin/$name"
     done <"$built"
 
+    if has_part python || has_part pybench; then
+    echo "== the Python package: the abi3 wheel, its bundles, pytest" >&2
+    local python
+    python="$(scripts/python-env.sh)"
+    mkdir -p "$stage/gpu-check/python/site"
+    "$python" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+        -w "$stage/gpu-check/python" ./ovl-py
+    cargo run --locked --release -q -p ovl-py --example py_bundles -- \
+        "$stage/gpu-check/python/bundles" >/dev/null
+    cargo run --locked --release -q -p ovl-py --example bench_bundles -- \
+        "$stage/gpu-check/python/bench-bundles" >/dev/null
+    # pytest and what it imports, pure Python: used there only when that Python lacks pytest.
+    local pkg
+    for pkg in pytest _pytest pluggy iniconfig packaging pygments py.py; do
+        "$python" -c "import importlib.util, os, sys
+spec = importlib.util.find_spec(sys.argv[1].removesuffix('.py'))
+origin = spec.origin if spec else ''
+print(os.path.dirname(origin) if origin.endswith('__init__.py') else origin)" "$pkg" \
+            | xargs -r -I{} cp -r {} "$stage/gpu-check/python/site/"
+    done
+    find "$stage/gpu-check/python/site" -name __pycache__ -prune -exec rm -rf {} +
+    fi
+
     echo "== packing the git-tracked source tree" >&2
     git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$stage/gpu-check/src"
     cp "$0" "$stage/gpu-check/gpu-check.sh"
@@ -140,7 +184,10 @@ run() {
     started="$(date +%s)"
     local out="${OUT:-$PWD}"
     mkdir -p "$out"
-    local report="$out/gpu-check-report.md"
+    local parts="${GPU_CHECK_PARTS:-rust,python,pybench}"
+    local suffix=""
+    [ "$parts" = "rust,python,pybench" ] || suffix="-${parts//,/-}"
+    local report="$out/gpu-check-report$suffix.md"
     local logs="$out/gpu-check-logs"
     mkdir -p "$logs"
     local work
@@ -176,14 +223,18 @@ run() {
         echo "- GPU: $gpu"
         echo "- NVRTC in the toolkit: ${nvrtc:-none found}"
         echo "- $(sed -n 's/^commit /commit: /p' "$dir/manifest")"
+        echo "- parts: $parts"
         echo
+    } >"$report"
+
+    local failed=0 kind name rest remaining limit log rc
+    if has_part rust; then
+    {
         echo "## Tests"
         echo
         echo "| binary | passed | failed | result | did not run (GPU parts) |"
         echo "|---|---|---|---|---|"
-    } >"$report"
-
-    local failed=0 kind name rest remaining limit log rc
+    } >>"$report"
     while read -r kind name rest; do
         [ "$kind" = test ] || continue
         remaining=$((TOTAL_SECONDS - ($(date +%s) - started)))
@@ -267,13 +318,103 @@ run() {
             done
         } >>"$report"
     fi
+    fi  # rust
 
-    echo "total: $(($(date +%s) - started)) s of $TOTAL_SECONDS" >>"$report"
+    has_part python && { python_tests "$dir" "$root" "$work" "$report" "$logs" || failed=1; }
+    has_part pybench && { python_benches "$dir" "$root" "$work" "$report" "$logs" "$out" || true; }
+
+    echo "total: $(($(date +%s) - started)) s" >>"$report"
     [ -n "$linked" ] && rm -f "$linked"
     rm -rf "$work"
     echo "== report: $report" >&2
     cat "$report"
     return "$failed"
+}
+
+# The Python package there: the wheel unpacked into WORK/py (an abi3 wheel is a zip; no pip
+# needed), pytest from the archive when that Python lacks it. Prints the PYTHONPATH to use.
+python_setup() {
+    local dir="$1" work="$2" python="${GPU_CHECK_PYTHON:-python3}"
+    if [ ! -d "$work/py" ]; then
+        mkdir -p "$work/py"
+        "$python" -m zipfile -e "$dir"/python/ovl-*-abi3-*.whl "$work/py" >&2
+    fi
+    if "$python" -c 'import pytest' 2>/dev/null; then
+        echo "$work/py"
+    else
+        echo "$work/py:$dir/python/site"
+    fi
+}
+
+# Runs `timeout LIMIT` on the rest, its output in LOG, and appends a report section TITLE with
+# the exit status and the log's tail. Returns the command's status.
+python_step() {
+    local title="$1" limit="$2" log="$3" report="$4"
+    shift 4
+    local rc=0
+    echo "== $title (limit ${limit}s)" >&2
+    timeout -k 5 "$limit" "$@" </dev/null >"$log" 2>&1 || rc=$?
+    local result="ok"
+    case "$rc" in
+        0) ;;
+        124 | 137) result="TIMED OUT after ${limit}s" ;;
+        *) result="FAILED (exit $rc)" ;;
+    esac
+    {
+        echo "## $title: $result"
+        echo
+        echo '```'
+        grep -i 'did not run' "$log" | sort | uniq -c | head -20 || true
+        tail -40 "$log"
+        echo '```'
+        echo
+    } >>"$report"
+    echo "   $result" >&2
+    return "$rc"
+}
+
+# The package's tests on that Python: its GPU tests first, then the rest (CPU, values and
+# errors: the wheel built here imports and works there), each under PY_TEST_SECONDS.
+python_tests() {
+    local dir="$1" root="$2" work="$3" report="$4" logs="$5"
+    local python="${GPU_CHECK_PYTHON:-python3}" path failed=0
+    path="$(python_setup "$dir" "$work")" || {
+        echo "## Python: the wheel could not be unpacked" >>"$report"
+        return 1
+    }
+    local tests="$root/ovl-py/tests"
+    # From $work: the checkout's ovl-py/ovl (without the native module) must not shadow it.
+    local run=(env PYTHONPATH="$path" OVL_PY_BUNDLE_DIR="$dir/python/bundles"
+        XLA_PYTHON_CLIENT_PREALLOCATE=false "$python" -m pytest -q -rs -s -p no:cacheprovider)
+    (cd "$work" && python_step "Python: the package's GPU tests (test_gpu.py)" \
+        "$PY_TEST_SECONDS" "$logs/python-gpu.log" "$report" "${run[@]}" "$tests/test_gpu.py") \
+        || failed=1
+    (cd "$work" && python_step "Python: the package's other tests" "$PY_TEST_SECONDS" \
+        "$logs/python-rest.log" "$report" "${run[@]}" "$tests" --ignore="$tests/test_gpu.py" \
+        --ignore="$tests/test_torch_distributed.py") || failed=1
+    return "$failed"
+}
+
+# The Python benchmarks (scripts/bench-python.sh's and bench-python-jax.sh's) on the GPU,
+# quick, each under PY_BENCH_SECONDS; their tables go to OUT/python-bench.
+python_benches() {
+    local dir="$1" root="$2" work="$3" report="$4" logs="$5" out="$6"
+    local python="${GPU_CHECK_PYTHON:-python3}" path
+    path="$(python_setup "$dir" "$work")" || return 1
+    mkdir -p "$out/python-bench"
+    if ! "$python" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+        echo "## Python benchmarks: did not run: no GPU for PyTorch ($python)" >>"$report"
+        return 0
+    fi
+    (cd "$work" && python_step "Python benchmark: PyTorch on CUDA (quick)" "$PY_BENCH_SECONDS" \
+        "$logs/python-bench-torch.log" "$report" env PYTHONPATH="$path:$root/benches" \
+        "$python" "$root/benches/python_torch.py" --bundles "$dir/python/bench-bundles" \
+        --out "$out/python-bench/torch-cuda.json" --quick --device cuda) || true
+    (cd "$work" && python_step "Python benchmark: JAX on the GPU (quick)" "$PY_BENCH_SECONDS" \
+        "$logs/python-bench-jax.log" "$report" env PYTHONPATH="$path:$root/benches" \
+        XLA_PYTHON_CLIENT_PREALLOCATE=false "$python" "$root/benches/python_jax.py" \
+        --bundles "$dir/python/bench-bundles" --out "$out/python-bench" --quick --device gpu) \
+        || true
 }
 
 case "${1:-}" in

@@ -17,7 +17,9 @@ the inputs' framework (NumPy in, NumPy out; JAX in, ``jax.Array`` out; PyTorch i
 ``torch.Tensor`` out; mixed, NumPy out), and the bundle's gradient program (``program.gradient``).
 JAX functions through the XLA FFI (``jit``, ``grad``, ``vmap``, sharding):
 ``ovl.jax.op(program)`` (``import ovl.jax``). PyTorch custom ops: ``ovl.torch.op(program)``
-(``import ovl.torch``; see its docstring). Not yet: GPU inputs (a ``ValueError``).
+(``import ovl.torch``; see its docstring). GPU arrays: all inputs CUDA ``torch.Tensor``s (run
+on torch's current stream, outputs from its allocator) or all GPU ``jax.Array``s (run through
+``ovl.jax.op`` on XLA's stream); a CPU and a GPU input together are a ``ValueError``.
 
 Errors:
 
@@ -27,8 +29,9 @@ Errors:
 - an operator that does not compile: ``RuntimeError`` with the compiler's message;
 - a call with the wrong number of inputs, an input without ``__dlpack__`` or of the wrong
   dtype: ``TypeError``; a wrong shape (or inputs that disagree on the batch size), a DLPack
-  capsule already consumed, a GPU array: ``ValueError``. Each message names the input by its
-  position and its name in the program.
+  capsule already consumed, inputs on two devices, a GPU array from another framework than
+  PyTorch and JAX: ``ValueError``. Each message names the input by its position and its name
+  in the program.
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ class Program:
             TensorSpec(n, d, tuple(s)) for n, d, s in native.outputs
         )
         self._gradient: Optional[Program] = None
+        self._torch_kernel = None  # for CUDA tensors (`_cuda_runner`)
+        self._jax_op = None  # for GPU jax.Arrays
 
     @property
     def name(self) -> str:
@@ -120,15 +125,58 @@ class Program:
         inputs' types (``type(x).__module__``); nothing is imported that the caller has not
         imported.
 
+        On a GPU: when every input is a ``torch.Tensor`` and one is on a CUDA device, the
+        program runs there on torch's current stream of that device (the same kernel as
+        ``ovl.torch.op``'s, outputs and scratch from torch's caching allocator, no host
+        synchronization) and returns CUDA tensors; when every input is a ``jax.Array`` and one
+        is on a GPU, it runs through ``ovl.jax.op(program)`` on XLA's stream and returns
+        ``jax.Array``s there. The program is compiled for the GPU at its first GPU call. GPU
+        arrays of other producers (CuPy) are a ``ValueError`` for now.
+
         Raises ``TypeError`` for a wrong number of inputs, an object without ``__dlpack__``
         or a wrong dtype, and ``ValueError`` for a wrong shape, inputs that disagree on a size
-        known only at run time, a DLPack capsule already consumed, or an array on a GPU (not
-        supported yet); each message names the input (its position and its name).
+        known only at run time, a DLPack capsule already consumed, inputs on two devices (a CPU
+        and a GPU one), or a GPU array of another framework; each message names the input (its
+        position and its name).
         """
+        runner = self._gpu_runner(arrays)
+        if runner is not None:
+            return runner(*arrays)
         exports = self._native.run(arrays)
         wrap = _consumer(_framework(arrays))
         outputs = tuple(wrap(e) for e in exports)
         return outputs[0] if len(outputs) == 1 else outputs
+
+    def _gpu_runner(self, arrays):
+        """What runs a call whose inputs are all PyTorch or all JAX arrays and one is on a GPU:
+        the torch kernel (CUDA tensors) or the ``ovl.jax`` op; ``None`` for a CPU call."""
+        framework = _framework(arrays)
+        if framework == "torch":
+            if not any(getattr(a, "is_cuda", False) for a in arrays):
+                return None
+            if self._torch_kernel is None:
+                import torch
+
+                from ._native import TorchKernel
+
+                dtype = lambda name: getattr(torch, name)  # noqa: E731
+                self._torch_kernel = TorchKernel(
+                    self._native, [dtype(t.dtype) for t in self.inputs],
+                    [dtype(t.dtype) for t in self.outputs], torch.empty,
+                )
+            return self._torch_kernel
+        if framework == "jax":
+            on_gpu = any(
+                d.platform != "cpu" for a in arrays if hasattr(a, "devices") for d in a.devices()
+            )
+            if not on_gpu:
+                return None
+            if self._jax_op is None:
+                from . import jax as ovl_jax
+
+                self._jax_op = ovl_jax.op(self)
+            return self._jax_op
+        return None
 
     def __repr__(self) -> str:
         return repr(self._native)
@@ -136,7 +184,10 @@ class Program:
 
 # The frameworks whose arrays a call hands back, by the top package of their array types'
 # modules (`type(x).__module__`: "torch", "jaxlib._jax", "cupy", "numpy").
-_FRAMEWORKS = {"numpy": "numpy", "torch": "torch", "jax": "jax", "jaxlib": "jax", "cupy": "cupy"}
+_FRAMEWORKS = {
+    "numpy": "numpy", "torch": "torch", "jax": "jax", "jaxlib": "jax", "cupy": "cupy",
+    "tensorflow": "tensorflow",
+}
 
 
 def _framework(arrays) -> str:
@@ -173,6 +224,11 @@ def _consumer(framework: str):
         cupy = sys.modules.get("cupy")
         if cupy is not None:
             return cupy.from_dlpack
+    elif framework == "tensorflow":
+        tf = sys.modules.get("tensorflow")
+        if tf is not None:
+            # TensorFlow takes a legacy capsule (`to_dlpack`'s kind), not an object.
+            return lambda e: tf.experimental.dlpack.from_dlpack(e.__dlpack__())
     import numpy
 
     return numpy.from_dlpack

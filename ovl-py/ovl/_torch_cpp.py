@@ -1,12 +1,14 @@
-"""The C++ CPU kernel of ovl's PyTorch ops (``_torch_kernel.cc``), compiled at run time.
+"""The C++ kernel of ovl's PyTorch ops (``_torch_kernel.cc``), compiled at run time.
 
 A kernel registered from Python (``torch.library.Library.impl``) costs a trip through the
 interpreter on every call: the dispatcher calls into Python, which calls the native module,
 which calls back into torch for each attribute and for ``torch.empty``. The C++ kernel is a
-boxed ``c10::OperatorKernel`` registered per op for the CPU (and CUDA, which it refuses with a
-clear error): it hands the inputs' data pointers and shapes to the native module's
-``ovl_torch_run`` (a C function, given by address) and allocates the outputs with
-``at::empty``. No Python runs in a call.
+boxed ``c10::OperatorKernel`` registered per op for the CPU and CUDA: it hands the inputs' data
+pointers and shapes to the native module's ``ovl_torch_run`` (a C function, given by address)
+and allocates the outputs with ``at::empty``. No Python runs in a call. Its CUDA branch (the
+current stream, ``c10::cuda::getCurrentCUDAStream``) is compiled when torch was built with CUDA
+and the CUDA runtime's headers are found (``cuda_headers()``: ``$CUDA_HOME``, the NVIDIA wheels
+torch depends on, ``/usr/local/cuda``); without them a CUDA tensor is an error that says so.
 
 It is compiled against the installed torch's headers (``torch.utils.cpp_extension``'s include
 and library paths), once per torch version, compiler and source, into the operator cache
@@ -44,15 +46,49 @@ def _compiler() -> str:
     raise RuntimeError("no C++ compiler found (set CXX, or install g++ or clang++)")
 
 
+def cuda_headers() -> Optional[Path]:
+    """The directory holding the CUDA runtime's headers (``cuda_runtime_api.h``) for the C++
+    kernel's CUDA branch, or ``None`` when torch has no CUDA or none is found."""
+    if torch.version.cuda is None:
+        return None
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    try:
+        import nvidia  # the CUDA wheels torch depends on (nvidia/cu13, nvidia/cuda_runtime, ...)
+
+        for root in list(getattr(nvidia, "__path__", [])):
+            candidates += [str(p.parent) for p in Path(root).glob("*/include")]
+    except ImportError:
+        pass
+    candidates.append("/usr/local/cuda")
+    for c in candidates:
+        if not c:
+            continue
+        for include in (Path(c) / "include", Path(c)):
+            if (include / "cuda_runtime_api.h").is_file():
+                return include
+    return None
+
+
 def _flags() -> List[str]:
     from torch.utils import cpp_extension
 
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     flags = ["-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
     flags += [f"-I{p}" for p in cpp_extension.include_paths()]
+    libs = ["-lc10", "-ltorch_cpu"]
+    cuda = cuda_headers()
+    torch_lib = Path(torch.__file__).resolve().parent / "lib"
+    if cuda is not None and (torch_lib / "libc10_cuda.so").is_file():
+        flags += ["-DOVL_TORCH_CUDA", f"-I{cuda}"]
+        libs.append("-lc10_cuda")
     for lib in cpp_extension.library_paths():
         flags += [f"-L{lib}", f"-Wl,-rpath,{lib}"]
-    return flags + ["-lc10", "-ltorch_cpu"]
+    return flags + libs
+
+
+def has_cuda() -> bool:
+    """Whether the compiled kernel runs CUDA tensors (its CUDA branch was compiled)."""
+    return "-DOVL_TORCH_CUDA" in _flags()
 
 
 def _build(out: Path, compiler: str, flags: List[str]) -> None:

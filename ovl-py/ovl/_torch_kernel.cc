@@ -1,20 +1,28 @@
-// The C++ CPU kernel of ovl's PyTorch ops (`ovl.torch`), compiled at run time against the
-// installed torch's headers (ovl/_torch_cpp.py) and registered per op by
+// The C++ kernel of ovl's PyTorch ops (`ovl.torch`), for the CPU and CUDA, compiled at run
+// time against the installed torch's headers (ovl/_torch_cpp.py) and registered per op by
 // `ovl_torch_register`: a boxed kernel that hands each input's data pointer, shape, dtype match
 // and device to ovl's native module (`ovl_torch_run`, a C function of ovl._native, given as an
-// address) and allocates the outputs with at::empty when it asks. No Python runs in a call.
+// address) and allocates the outputs (and, on CUDA, the scratch) with at::empty on the inputs'
+// device when it asks. On CUDA the run is queued on torch's current stream of that device
+// (read here, `OVL_TORCH_CUDA`: built where the CUDA runtime's headers are found), memory from
+// torch's caching allocator, nothing synchronizing the host. No Python runs in a call.
 // `ovl_torch_register_autograd` adds the op's autograd kernel: below autograd at once when no
 // input needs a gradient, else a C++ autograd function whose backward calls the gradient
 // program's op.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
+#ifdef OVL_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,14 +34,21 @@ struct OvlTorchInput {
   const int64_t* shape;
   size_t rank;
   int32_t dtype_ok;
-  int32_t on_cpu;
+  int32_t place;  // -1 CPU, a CUDA device ordinal, -2 another device
   const char* dtype_name;
   const char* device;
 };
 
+// Mirrors `TorchStream` in ovl-py/src/torch.rs.
+struct OvlTorchStream {
+  uintptr_t stream;
+  int32_t known;
+};
+
 using AllocFn = void* (*)(void* ctx, size_t k, const int64_t* shape, size_t rank);
 using RunFn = int32_t (*)(const void* kernel, const OvlTorchInput* inputs, size_t n,
-                          void* ctx, AllocFn alloc, char* message, size_t message_len);
+                          const OvlTorchStream* stream, void* ctx, AllocFn alloc, char* message,
+                          size_t message_len);
 
 // torch's name of a dtype, as Python prints it.
 const char* dtype_name(at::ScalarType t) {
@@ -73,41 +88,68 @@ bool parse_dtype(const std::string& name, at::ScalarType* out) {
 
 struct Outputs {
   const std::vector<at::ScalarType>* dtypes;
+  c10::Device device;
   c10::SmallVector<at::Tensor, 4> tensors;
+  at::Tensor scratch;  // a CUDA call's, freed (in stream order) when the call returns
 };
 
-// Called by ovl_torch_run per output, in order; never lets an exception into Rust.
+// Called by ovl_torch_run per output, in order, and for a CUDA call's scratch (k = SIZE_MAX,
+// shape[0] bytes); on the inputs' device; never lets an exception into Rust.
 void* allocate(void* ctx, size_t k, const int64_t* shape, size_t rank) noexcept {
   auto* outs = static_cast<Outputs*>(ctx);
   try {
+    const bool scratch = k == SIZE_MAX;
     at::Tensor t = at::empty(c10::IntArrayRef(shape, rank),
-                             at::TensorOptions().dtype((*outs->dtypes)[k]));
+                             at::TensorOptions()
+                                 .dtype(scratch ? at::kByte : (*outs->dtypes)[k])
+                                 .device(outs->device));
     void* p = t.data_ptr();
-    outs->tensors.push_back(std::move(t));
+    if (scratch) {
+      outs->scratch = std::move(t);
+    } else {
+      outs->tensors.push_back(std::move(t));
+    }
     return p ? p : reinterpret_cast<void*>(alignof(std::max_align_t));
   } catch (...) {
     return nullptr;
   }
 }
 
-class OvlCpuKernel final : public c10::OperatorKernel {
+// Where a tensor is, as OvlTorchInput::place says.
+int32_t place_of(const at::Tensor& t) {
+  if (t.device().is_cpu()) return -1;
+  if (t.device().is_cuda()) return t.device().index();
+  return -2;
+}
+
+// The current stream of CUDA device `index` (torch's, what its own ops run on).
+OvlTorchStream current_stream(int32_t index) {
+#ifdef OVL_TORCH_CUDA
+  return {reinterpret_cast<uintptr_t>(c10::cuda::getCurrentCUDAStream(index).stream()), 1};
+#else
+  (void)index;
+  return {0, 0};
+#endif
+}
+
+class OvlKernel final : public c10::OperatorKernel {
  public:
-  OvlCpuKernel(const void* kernel, RunFn run, std::vector<at::ScalarType> in,
-               std::vector<at::ScalarType> out)
+  OvlKernel(const void* kernel, RunFn run, std::vector<at::ScalarType> in,
+            std::vector<at::ScalarType> out)
       : kernel_(kernel), run_(run), in_(std::move(in)), out_(std::move(out)) {}
 
   void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const size_t n = in_.size();
     c10::SmallVector<at::Tensor, 8> held;
     c10::SmallVector<OvlTorchInput, 8> inputs;
-    c10::SmallVector<std::string, 1> devices;
+    c10::SmallVector<std::string, 8> devices;
     devices.reserve(n);
     for (size_t k = 0; k < n; ++k) {
       at::Tensor t = torch::jit::peek(*stack, k, n).toTensor();
       OvlTorchInput in{nullptr, t.sizes().data(), static_cast<size_t>(t.dim()),
-                       t.scalar_type() == in_[k], t.device().is_cpu(),
+                       t.scalar_type() == in_[k], place_of(t),
                        dtype_name(t.scalar_type()), "cpu"};
-      if (in.on_cpu && in.dtype_ok) {
+      if (in.place != -2 && in.dtype_ok) {
         if (!t.is_contiguous()) {
           t = t.contiguous();
         }
@@ -116,17 +158,29 @@ class OvlCpuKernel final : public c10::OperatorKernel {
         }
         in.data = t.data_ptr();
         in.shape = t.sizes().data();
-      } else if (!in.on_cpu) {
+      }
+      if (in.place != -1) {
         devices.push_back(t.device().str());
         in.device = devices.back().c_str();
       }
       held.push_back(std::move(t));
       inputs.push_back(in);
     }
-    Outputs outs{&out_, {}};
+    // A CUDA call runs on the first input's device (the others are checked to be there):
+    // its current stream, outputs and scratch allocated there.
+    const int32_t place = n > 0 ? inputs[0].place : -1;
+    OvlTorchStream stream{0, 0};
+    c10::Device device(c10::kCPU);
+    std::optional<c10::DeviceGuard> guard;
+    if (place >= 0) {
+      device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(place));
+      guard.emplace(device);
+      stream = current_stream(place);
+    }
+    Outputs outs{&out_, device, {}, {}};
     char message[2048] = {0};
-    const int32_t rc =
-        run_(kernel_, inputs.data(), n, &outs, &allocate, message, sizeof(message));
+    const int32_t rc = run_(kernel_, inputs.data(), n, &stream, &outs, &allocate, message,
+                            sizeof(message));
     switch (rc) {
       case 0: break;
       case 1: TORCH_CHECK_TYPE(false, message);
@@ -300,7 +354,7 @@ extern "C" int ovl_torch_register(const char* ns, const char* name, const char* 
     const c10::DispatchKey key = c10::parseDispatchKey(dispatch_key);
     auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, key, __FILE__,
                                                 __LINE__);
-    lib->impl(name, torch::CppFunction::makeFromBoxedFunctor(std::make_unique<OvlCpuKernel>(
+    lib->impl(name, torch::CppFunction::makeFromBoxedFunctor(std::make_unique<OvlKernel>(
                         kernel, reinterpret_cast<RunFn>(const_cast<void*>(run)),
                         std::move(in), std::move(out))));
     libraries().push_back(std::move(lib));

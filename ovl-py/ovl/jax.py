@@ -7,7 +7,11 @@
     dz = jax.grad(lambda z, c: cell(z, c)[1].sum())(z, c)   # the bundle's gradient program
 
 The call is an XLA custom call (``jax.ffi.ffi_call``) to a typed-FFI handler in ovl's native
-module, registered for the CPU platform: inside ``jit`` no Python runs per call. The custom
+module, registered for the CPU and CUDA platforms: inside ``jit`` no Python runs per call. On
+a GPU the program (compiled for it at its first GPU call) runs on XLA's stream of the call,
+its outputs XLA's buffers, its scratch one block from XLA's allocator; the handler is not
+marked safe for command buffers (it allocates from XLA's allocator per call), so XLA runs it
+as its own step outside a captured command buffer. The custom
 call's ``program`` attribute names the program in a registry of the process (a small integer);
 output shapes come from the program's types, a polymorphic program's batch bound from the
 inputs' shapes at trace time.
@@ -20,7 +24,8 @@ inputs' shapes at trace time.
   its batch; otherwise ovl batches the program over the mapped axis (one call).
 - sharding: ``shard(op, mesh, axis)`` runs the op with ``jax.shard_map`` on each device's rows.
 - errors at trace time: a wrong number of inputs or a wrong dtype is a ``TypeError``, a wrong
-  shape a ``ValueError``, each naming the input; a concrete array on a GPU a ``ValueError``. A
+  shape a ``ValueError``, each naming the input; concrete arrays on two platforms (CPU and
+  GPU) a ``ValueError``. A
   failure while the program runs (an index out of bounds) is raised by JAX with ovl's message
   (``jax.errors.JaxRuntimeError`` on a jitted function's first call, a ``ValueError`` from
   ``jit``'s fast path later, in jax 0.10); the next call works.
@@ -48,8 +53,7 @@ _registered = False
 
 
 def _register_target() -> None:
-    """Registers the handler with JAX once per process: for the CPU platform, and for CUDA a
-    handler that answers each call with an error saying GPUs are not supported yet."""
+    """Registers the handlers with JAX once per process, for the CPU and CUDA platforms."""
     global _registered
     with _lock:
         if _registered:
@@ -110,6 +114,7 @@ class Op:
                 f"{len(args)} given"
             )
         out = []
+        first = None  # input 0's platform, the others must be on it
         for k, (a, spec) in enumerate(zip(args, program.inputs)):
             what = f"ovl program `{program.name}`: input {k} (`{spec.name}`)"
             if not hasattr(a, "dtype") or not hasattr(a, "shape"):
@@ -119,11 +124,19 @@ class Op:
                     raise TypeError(f"{what} is not an array: {e}") from None
             if isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer):
                 platforms = {d.platform for d in a.devices()}
-                if platforms != {"cpu"}:
+                unknown = platforms - {"cpu", "gpu", "cuda"}
+                if unknown:
                     raise ValueError(
-                        f"{what} is on {', '.join(sorted(platforms))}: ovl programs run on the "
-                        "CPU only for now; put it on the CPU first "
-                        '(jax.device_put(x, jax.devices("cpu")[0]))'
+                        f"{what} is on {', '.join(sorted(unknown))}: ovl programs run on the "
+                        "CPU and on CUDA GPUs; put it there first (jax.device_put)"
+                    )
+                if first is None:
+                    first = (k, platforms)
+                elif platforms != first[1]:
+                    raise ValueError(
+                        f"{what} is on {', '.join(sorted(platforms))}, input {first[0]} on "
+                        f"{', '.join(sorted(first[1]))}: all inputs must be on one platform "
+                        "(jax.device_put)"
                     )
             given = np.dtype(a.dtype).name
             if given != spec.dtype:

@@ -12,12 +12,16 @@
 (``torch.ops.ovl.<name>_<digest>``), named by the program's name and digest, so that the same
 program loaded twice is one operator. It has:
 
-- a CPU kernel without Python in a call: ``_torch_kernel.cc``, compiled on first use against
-  the installed torch's headers and cached (``_torch_cpp``), hands the tensors' data pointers
-  to the native module (``ovl_torch_run``) and allocates the outputs with ``at::empty``; a
-  non-contiguous input is copied by torch first. Where it cannot be compiled, the native
-  module's ``TorchKernel`` is registered as a Python kernel instead (``kernel_kind()``,
-  ``$OVL_TORCH_KERNEL``);
+- a CPU and CUDA kernel without Python in a call: ``_torch_kernel.cc``, compiled on first use
+  against the installed torch's headers and cached (``_torch_cpp``), hands the tensors' data
+  pointers to the native module (``ovl_torch_run``) and allocates the outputs with
+  ``at::empty``; a non-contiguous input is copied by torch first. On CUDA tensors (all on one
+  device) the program, compiled for the GPU at its first CUDA call, runs on torch's current
+  stream of that device, its outputs and scratch from torch's caching allocator, nothing
+  synchronizing the host, so that it can be captured (``torch.cuda.graph``; call it once
+  before the capture: a first call on a device while capturing is an error saying so). Where
+  it cannot be compiled, the native module's ``TorchKernel`` is registered as a Python kernel
+  instead (``kernel_kind()``, ``$OVL_TORCH_KERNEL``), for the CPU and CUDA too;
 - a fake (meta) implementation computing the outputs' shapes from the inputs', a polymorphic
   program's batch kept symbolic: ``torch.compile(dynamic=True)`` compiles once for every batch;
 - autograd from the bundle's gradient program, itself a custom operator
@@ -26,8 +30,8 @@ program loaded twice is one operator. It has:
   a gradient program raises at ``backward()``, saying so.
 
 Errors (eager): a wrong number of inputs, a non-tensor or a wrong dtype is a ``TypeError``, a
-wrong shape, inputs that disagree on the batch or a tensor not on the CPU (CUDA tensors are
-not supported yet) a ``ValueError``; each names the input.
+wrong shape, inputs that disagree on the batch, inputs on two devices or a tensor neither on
+the CPU nor on CUDA a ``ValueError``; each names the input.
 """
 
 from __future__ import annotations
@@ -195,7 +199,7 @@ def _kernel_kind() -> str:
 
 
 def kernel_kind() -> str:
-    """Which CPU kernel this process's ops have: ``"c++"`` (``_torch_kernel.cc``, compiled
+    """Which kernel (CPU and CUDA) this process's ops have: ``"c++"`` (``_torch_kernel.cc``, compiled
     against the installed torch's headers on first use and cached; no Python in a call) or
     ``"python"`` (the native module's kernel called by the dispatcher as a Python kernel).
     ``$OVL_TORCH_KERNEL`` chooses: ``auto`` (the default: C++, else Python with a warning
@@ -218,9 +222,7 @@ def _define(name: str, program: Program):
         )
     else:
         _lib.impl(name, kernel, "CPU")
-        # A CUDA tensor gets the kernel's clear `ValueError` (not on the CPU) rather than
-        # the dispatcher's "no kernel for CUDA". Running on the caller's CUDA stream comes
-        # with the runtime's stream support.
+        # On torch's current stream of the tensors' device (`torch.cuda.current_stream`).
         _lib.impl(name, kernel, "CUDA")
     torch.library.register_fake(f"{NAMESPACE}::{name}", shapes, lib=_lib)
     return getattr(getattr(torch.ops, NAMESPACE), name).default, kernel

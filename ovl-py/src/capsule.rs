@@ -27,8 +27,10 @@ const GPU_DEVICE_TYPES: [i64; 8] = [2, 4, 7, 8, 10, 13, 14, 15];
 /// The message of a GPU input, `what` naming it.
 pub fn gpu_input(what: &str) -> PyErr {
     PyValueError::new_err(format!(
-        "{what} is on a GPU: GPU inputs are not supported yet by ovl.load programs; copy it \
-         to the host first (e.g. `x.cpu()` in PyTorch, `cupy.asnumpy(x)`, \
+        "{what} is on a GPU: a program called on GPU arrays takes them all from PyTorch \
+         (`torch.Tensor` on CUDA) or all from JAX (`jax.Array` on a GPU), and runs on that \
+         framework's stream; with other inputs (NumPy, CuPy, another framework) it runs on the \
+         CPU: copy it to the host first (`x.cpu()`, `cupy.asnumpy(x)`, \
          `jax.device_put(x, jax.devices(\"cpu\")[0])`)"
     ))
 }
@@ -36,10 +38,14 @@ pub fn gpu_input(what: &str) -> PyErr {
 /// Takes the tensor of `array` through the DLPack protocol: checks `__dlpack_device__` when
 /// it has one (a GPU array is refused before anything is exported), calls
 /// `__dlpack__(max_version=(1, 0))`, or `__dlpack__()` for a producer that does not take
-/// `max_version`, and consumes the capsule (see [`take_capsule`]). `what` names the input in
-/// errors.
+/// `max_version`, and consumes the capsule (see [`take_capsule`]). A DLPack capsule itself
+/// (what `tf.experimental.dlpack.to_dlpack` and other older exporters return) is consumed as
+/// it is. `what` names the input in errors.
 pub fn import(array: &Bound<'_, PyAny>, what: &str) -> PyResult<DlpackTensor> {
     let py = array.py();
+    if array.is_instance_of::<PyCapsule>() {
+        return take_capsule(array, what);
+    }
     let Ok(dlpack) = array.getattr("__dlpack__") else {
         return Err(PyTypeError::new_err(format!(
             "{what} is a {}, not an array with `__dlpack__` (a NumPy array, or a PyTorch, JAX \

@@ -12,9 +12,12 @@
 //!   called when the run is done) and [`capsule::DlpackExport`], an output handed to
 //!   `numpy.from_dlpack`;
 //! - [`bundle`]: the bundle file's JSON, read without Python;
-//! - [`torch::TorchKernel`]: a program's CPU kernel for its PyTorch custom op (`ovl.torch`),
-//!   reading and writing torch tensors in place through their data pointers.
-//! - [`xla_ffi`]: the XLA FFI handler and program registry behind `ovl.jax`.
+//! - [`torch::TorchKernel`]: a program's kernel for its PyTorch custom op (`ovl.torch`), CPU and
+//!   CUDA, reading and writing torch tensors in place through their data pointers;
+//!   [`torch_memory`]: a CUDA call's outputs and scratch from torch's caching allocator;
+//! - [`cuda`]: a program's GPU build and its run on a framework's stream, shared by the torch
+//!   kernels and the XLA CUDA handler; [`failure::Failure`]: their errors;
+//! - [`xla_ffi`]: the XLA FFI handlers (CPU and CUDA) and program registry behind `ovl.jax`.
 //!
 //! No panic reaches Python as such (PyO3 turns one into `pyo3_runtime.PanicException`), and
 //! ovl's errors are mapped to `TypeError` / `ValueError` / `RuntimeError` / `BundleError` with
@@ -22,8 +25,11 @@
 
 pub mod bundle;
 pub mod capsule;
+pub mod cuda;
+pub mod failure;
 pub mod program;
 pub mod torch;
+pub mod torch_memory;
 pub mod xla_ffi;
 
 use pyo3::prelude::*;

@@ -35,6 +35,8 @@ pub struct Program {
     pub(crate) source: String,
     /// The hex SHA-256 digest of the program (the one its sealed bytes carry).
     pub(crate) digest: String,
+    /// The program compiled for the GPU, on first use (`crate::cuda`).
+    pub(crate) gpu: Arc<crate::cuda::CudaProgram>,
 }
 
 /// The feed and output pointers of one run, moved to the thread that runs it without the GIL.
@@ -154,6 +156,7 @@ impl Program {
             gradient,
             source: source.to_string(),
             digest: sealed_digest(sealed),
+            gpu: crate::cuda::CudaProgram::new(sealed.to_vec(), what.to_string()),
         })
     }
 }

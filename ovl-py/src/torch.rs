@@ -9,7 +9,9 @@
 //! run); larger ones release the GIL and use ovl's thread pool.
 
 use crate::bundle::Dim;
+use crate::failure::Failure;
 use crate::program::{program_error, Program};
+use crate::torch_memory::{CppMemory, PyMemory};
 use ovl::program::Binding;
 use ovl_core::DType;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -65,51 +67,11 @@ struct Pointers(Vec<*const c_void>, Vec<*mut c_void>);
 // they point into.
 unsafe impl Send for Pointers {}
 
-/// A refused or failed call: the Python exception it becomes, and its message.
-#[derive(Debug)]
-pub enum Failure {
-    /// `TypeError`.
-    Type(String),
-    /// `ValueError`.
-    Value(String),
-    /// `RuntimeError`.
-    Runtime(String),
-    /// `MemoryError` (`torch.OutOfMemoryError` from the C++ kernel).
-    Memory(String),
-}
-
-impl Failure {
-    fn from_program(e: ovl::program::ProgramError) -> Failure {
-        use ovl::program::ProgramError as E;
-        match e {
-            E::Mismatch { .. } => Failure::Value(format!("ovl {e}")),
-            E::OutOfMemory(_) => Failure::Memory(format!("ovl: {e}")),
-            e => Failure::Runtime(format!("ovl {e}")),
-        }
-    }
-
-    /// The code the C++ kernel turns into an exception (1 `TypeError`, 2 `ValueError`, 3
-    /// `RuntimeError`, 4 out of memory) and the message.
-    pub fn code(&self) -> (i32, &str) {
-        match self {
-            Failure::Type(m) => (1, m),
-            Failure::Value(m) => (2, m),
-            Failure::Runtime(m) => (3, m),
-            Failure::Memory(m) => (4, m),
-        }
-    }
-}
-
-impl From<Failure> for PyErr {
-    fn from(f: Failure) -> PyErr {
-        match f {
-            Failure::Type(m) => PyTypeError::new_err(m),
-            Failure::Value(m) => PyValueError::new_err(m),
-            Failure::Runtime(m) => pyo3::exceptions::PyRuntimeError::new_err(m),
-            Failure::Memory(m) => pyo3::exceptions::PyMemoryError::new_err(m),
-        }
-    }
-}
+/// `Given::place` (and [`TorchInput::place`]) of a tensor in host memory.
+pub const ON_CPU: i32 = -1;
+/// `Given::place` (and [`TorchInput::place`]) of a tensor on a device that is neither the CPU
+/// nor a CUDA GPU.
+pub const ON_OTHER: i32 = -2;
 
 /// What a call knows of input `k` before its memory is used.
 pub(crate) struct Given<'a> {
@@ -117,12 +79,18 @@ pub(crate) struct Given<'a> {
     pub dtype_ok: bool,
     /// Its dtype as torch prints it (`torch.float64`), for messages.
     pub dtype: &'a dyn std::fmt::Display,
-    /// Whether it is in host memory.
-    pub on_cpu: bool,
+    /// Where it is: [`ON_CPU`], a CUDA device ordinal, or [`ON_OTHER`].
+    pub place: i32,
     /// Its device as torch prints it (`cuda:0`), for messages.
     pub device: &'a dyn std::fmt::Display,
     /// Its shape.
     pub shape: &'a [usize],
+}
+
+/// Where a call runs: the place ([`Given::place`]) and device text of its first input.
+pub(crate) struct Place<'a> {
+    pub place: i32,
+    pub device: &'a dyn std::fmt::Display,
 }
 
 /// A program's CPU kernel for PyTorch: called with one `torch.Tensor` per input, returns a
@@ -155,9 +123,10 @@ impl TorchKernel {
         self.program.get()
     }
 
-    /// Checks input `k`: dtype (a `TypeError`), device and the sizes known at export (a
-    /// `ValueError`); sizes known only at run time are checked by [`plan`](Self::plan).
-    pub(crate) fn check(&self, k: usize, given: &Given<'_>) -> Result<(), Failure> {
+    /// Checks input `k`: dtype (a `TypeError`), device (the first input's, `at`) and the sizes
+    /// known at export (a `ValueError`); sizes known only at run time are checked by
+    /// [`plan`](Self::plan).
+    pub(crate) fn check(&self, k: usize, given: &Given<'_>, at: &Place<'_>) -> Result<(), Failure> {
         let p = self.program();
         let info = &p.inputs[k];
         if !given.dtype_ok {
@@ -170,12 +139,21 @@ impl TorchKernel {
                 info.dtype
             )));
         }
-        if !given.on_cpu {
+        if given.place == ON_OTHER {
             return Err(Failure::Value(format!(
-                "{} is on device `{}`: ovl's PyTorch op runs on the CPU only for now (CUDA \
-                 tensors are not supported yet); move it with `.cpu()`",
+                "{} is on device `{}`: ovl's PyTorch op runs on the CPU and on CUDA GPUs; move \
+                 it with `.cpu()` or `.cuda()`",
                 p.what(k),
                 given.device
+            )));
+        }
+        if given.place != at.place {
+            return Err(Failure::Value(format!(
+                "{} is on device `{}`, input 0 on `{}`: all inputs must be on one device \
+                 (move it with `.to(device)`)",
+                p.what(k),
+                given.device,
+                at.device
             )));
         }
         let fits = given.shape.len() == info.dims.len()
@@ -239,6 +217,7 @@ impl TorchKernel {
     unsafe fn run_c(
         &self,
         inputs: &[TorchInput],
+        stream: &TorchStream,
         ctx: *mut c_void,
         alloc: AllocFn,
     ) -> Result<(), Failure> {
@@ -249,6 +228,16 @@ impl TorchKernel {
         }
         let mut shapes: Vec<Vec<usize>> = Vec::with_capacity(n);
         let mut feeds: Vec<*const c_void> = Vec::with_capacity(n);
+        // SAFETY: a call-long C string from the C++ kernel.
+        let first = inputs
+            .first()
+            .map(|t| (t.place, unsafe { c_text(t.device) }));
+        let at = Place {
+            place: first.as_ref().map_or(ON_CPU, |f| f.0),
+            device: first
+                .as_ref()
+                .map_or(&"cpu" as &dyn std::fmt::Display, |f| &f.1),
+        };
         for (k, t) in inputs.iter().enumerate() {
             // SAFETY: the C++ kernel's `sizes().data()`, `rank` long, alive for the call.
             let shape: Vec<usize> = unsafe { slice_or_empty(t.shape, t.rank) }
@@ -262,10 +251,11 @@ impl TorchKernel {
                 &Given {
                     dtype_ok: t.dtype_ok != 0,
                     dtype: &dtype,
-                    on_cpu: t.on_cpu != 0,
+                    place: t.place,
                     device: &device,
                     shape: &shape,
                 },
+                &at,
             )?;
             let len: usize = shape.iter().product();
             feeds.push(if len == 0 || t.data.is_null() {
@@ -276,6 +266,13 @@ impl TorchKernel {
             shapes.push(shape);
         }
         let slices: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        if at.place >= 0 {
+            let feeds: Vec<u64> = feeds.iter().map(|&f| f as u64).collect();
+            // SAFETY: the C++ kernel's contract: the inputs' device memory, held for the call
+            // (and by torch's allocator in stream order after it); `alloc` gives torch tensors
+            // on that device.
+            return unsafe { self.run_c_cuda(at.place, &slices, &feeds, stream, ctx, alloc) };
+        }
         let plan = self.plan(&slices)?;
         // SAFETY: feed `k` points to input `k`'s contiguous elements (the C++ kernel's
         // contract).
@@ -309,13 +306,53 @@ impl TorchKernel {
         result.map_err(Failure::from_program)
     }
 
-    /// Checks input `k` (a Python object) and returns it usable in place (contiguous, aligned:
-    /// `t` itself, or a copy made by torch) with its shape and first element.
+    /// The C++ kernel's call on CUDA tensors of device `device` (see [`ovl_torch_run`]).
+    ///
+    /// # Safety
+    /// As for [`ovl_torch_run`]; `feeds` are the inputs' device addresses.
+    unsafe fn run_c_cuda(
+        &self,
+        device: i32,
+        shapes: &[&[usize]],
+        feeds: &[u64],
+        stream: &TorchStream,
+        ctx: *mut c_void,
+        alloc: AllocFn,
+    ) -> Result<(), Failure> {
+        if stream.known == 0 {
+            return Err(Failure::Runtime(format!(
+                "ovl program `{}`: ovl's C++ kernel for PyTorch was compiled without CUDA \
+                 support (no CUDA runtime headers were found for the installed torch, or torch \
+                 has no CUDA): set OVL_TORCH_KERNEL=python to run CUDA tensors through the \
+                 Python kernel",
+                self.program().loaded.name
+            )));
+        }
+        let mut memory = CppMemory {
+            name: &self.program().loaded.name,
+            ctx,
+            alloc,
+        };
+        let call = crate::cuda::CudaCall {
+            feeds,
+            shapes,
+            device,
+            stream: stream.stream,
+        };
+        // SAFETY: forwarded.
+        unsafe { crate::cuda::run(&self.program().gpu, &call, &mut memory) }
+    }
+
+    /// Checks input `k` (a Python object; `first`: input 0's place and device, `None` for
+    /// input 0 itself) and returns it usable in place (contiguous, aligned: `t` itself, or a
+    /// copy made by torch) with its shape, first element, place and device.
+    #[allow(clippy::type_complexity)]
     fn take<'py>(
         &self,
         k: usize,
         t: Bound<'py, PyAny>,
-    ) -> PyResult<(Bound<'py, PyAny>, Vec<usize>, *const c_void)> {
+        first: Option<&(i32, String)>,
+    ) -> PyResult<(Bound<'py, PyAny>, Vec<usize>, *const c_void, (i32, String))> {
         let py = t.py();
         let p = self.program();
         let Ok(dtype) = t.getattr(intern!(py, "dtype")) else {
@@ -327,20 +364,30 @@ impl TorchKernel {
         };
         let shape: Vec<usize> = t.getattr(intern!(py, "shape"))?.extract()?;
         let dtype_ok = dtype.is(self.in_dtypes[k].bind(py));
-        let on_cpu = t.getattr(intern!(py, "is_cpu"))?.is_truthy()?;
-        let device = if on_cpu {
-            None
+        let here = if t.getattr(intern!(py, "is_cpu"))?.is_truthy()? {
+            (ON_CPU, "cpu".to_string())
         } else {
-            Some(t.getattr(intern!(py, "device"))?)
+            let device = t.getattr(intern!(py, "device"))?;
+            let place = if t.getattr(intern!(py, "is_cuda"))?.is_truthy()? {
+                device.getattr(intern!(py, "index"))?.extract::<i32>()?
+            } else {
+                ON_OTHER
+            };
+            (place, device.to_string())
         };
+        let at = first.unwrap_or(&here);
         self.check(
             k,
             &Given {
                 dtype_ok,
                 dtype: &dtype,
-                on_cpu,
-                device: &device.as_ref().map_or("cpu".to_string(), |d| d.to_string()),
+                place: here.0,
+                device: &here.1,
                 shape: &shape,
+            },
+            &Place {
+                place: at.0,
+                device: &at.1,
             },
         )?;
         let mut t = t;
@@ -357,7 +404,7 @@ impl TorchKernel {
         if shape.contains(&0) || ptr == 0 {
             ptr = dangling();
         }
-        Ok((t, shape, ptr as *const c_void))
+        Ok((t, shape, ptr as *const c_void, here))
     }
 }
 
@@ -390,8 +437,8 @@ unsafe fn c_text<'a>(p: *const c_char) -> std::borrow::Cow<'a, str> {
 /// One input of a call from the C++ kernel (`ovl/_torch_kernel.cc` mirrors it).
 #[repr(C)]
 pub struct TorchInput {
-    /// The first element (contiguous, aligned), or null when not on the CPU or the dtype is
-    /// wrong.
+    /// The first element (contiguous, aligned; host or device memory), or null when the
+    /// dtype is wrong or the device neither the CPU nor CUDA.
     pub data: *const c_void,
     /// `rank` sizes.
     pub shape: *const i64,
@@ -399,18 +446,24 @@ pub struct TorchInput {
     pub rank: usize,
     /// Nonzero when the dtype is the program's.
     pub dtype_ok: i32,
-    /// Nonzero when the tensor is in host memory.
-    pub on_cpu: i32,
+    /// Where it is: [`ON_CPU`], a CUDA device ordinal, or [`ON_OTHER`].
+    pub place: i32,
     /// torch's name of its dtype (`torch.float64`).
     pub dtype_name: *const c_char,
     /// Its device (`cuda:0`).
     pub device: *const c_char,
 }
 
-/// The C++ kernel's output allocator: a new tensor of output `k`'s dtype and `shape`
-/// (`rank` sizes), its first element returned (null when it could not allocate).
-pub type AllocFn =
-    unsafe extern "C" fn(ctx: *mut c_void, k: usize, shape: *const i64, rank: usize) -> *mut c_void;
+/// The stream of a CUDA call from the C++ kernel: the current stream of the first input's device.
+#[repr(C)]
+pub struct TorchStream {
+    /// The raw `cudaStream_t` (`c10::cuda::getCurrentCUDAStream(device).stream()`).
+    pub stream: usize,
+    /// Nonzero when the C++ kernel was built with CUDA support and `stream` was read.
+    pub known: i32,
+}
+
+pub use crate::torch_memory::AllocFn;
 
 /// A call from the C++ kernel of a program's op: checks the inputs, binds their shapes,
 /// allocates the outputs through `alloc` and runs the program, without Python. Returns 0, or
@@ -418,7 +471,8 @@ pub type AllocFn =
 ///
 /// # Safety
 /// `kernel` is a live `TorchKernel` (its address from `torch_kernel_address`); `inputs` holds
-/// `n` inputs as [`TorchInput`] documents, their memory held by the caller for the call;
+/// `n` inputs as [`TorchInput`] documents, their memory held by the caller for the call (and,
+/// on CUDA, in `stream`'s order after it); `stream` points to a [`TorchStream`];
 /// `alloc(ctx, ..)` returns memory for an output of its shape and the program's dtype, alive
 /// for the call; `message` is writable for `message_len` bytes.
 #[no_mangle]
@@ -426,6 +480,7 @@ pub unsafe extern "C" fn ovl_torch_run(
     kernel: *const TorchKernel,
     inputs: *const TorchInput,
     n: usize,
+    stream: *const TorchStream,
     ctx: *mut c_void,
     alloc: AllocFn,
     message: *mut c_char,
@@ -433,9 +488,9 @@ pub unsafe extern "C" fn ovl_torch_run(
 ) -> i32 {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: the caller's contract.
-        let (kernel, inputs) = unsafe { (&*kernel, slice_or_empty(inputs, n)) };
+        let (kernel, inputs, stream) = unsafe { (&*kernel, slice_or_empty(inputs, n), &*stream) };
         // SAFETY: forwarded.
-        unsafe { kernel.run_c(inputs, ctx, alloc) }
+        unsafe { kernel.run_c(inputs, stream, ctx, alloc) }
     }));
     let failure = match result {
         Ok(Ok(())) => return 0,
@@ -527,13 +582,18 @@ impl TorchKernel {
         let mut held = Vec::with_capacity(n);
         let mut shapes = Vec::with_capacity(n);
         let mut feeds = Vec::with_capacity(n);
+        let mut first: Option<(i32, String)> = None;
         for (k, t) in tensors.iter().enumerate() {
-            let (t, shape, ptr) = self.take(k, t)?;
+            let (t, shape, ptr, here) = self.take(k, t, first.as_ref())?;
             held.push(t);
             shapes.push(shape);
             feeds.push(ptr);
+            first.get_or_insert(here);
         }
         let slices: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        if let Some((device, _)) = first.filter(|f| f.0 >= 0) {
+            return self.call_cuda(py, device, &slices, &feeds, held);
+        }
         let plan = self.plan(&slices)?;
         // SAFETY: feed `k` points to input `k`'s contiguous elements (`take`), held in `held`.
         let bools = unsafe { self.normalize_bools(&slices, &mut feeds) };
@@ -570,6 +630,56 @@ impl TorchKernel {
         drop(held);
         drop(bools);
         result.map_err(|e| program_error(e, &p.loaded.name))?;
+        if outputs.len() == 1 {
+            Ok(outputs.remove(0))
+        } else {
+            PyTuple::new(py, outputs)?.into_bound_py_any(py)
+        }
+    }
+}
+
+impl TorchKernel {
+    /// The Python kernel's call on CUDA tensors of `device`: on torch's current stream of that
+    /// device, outputs and scratch from `torch.empty` there (the caching allocator, stream-ordered).
+    fn call_cuda<'py>(
+        &self,
+        py: Python<'py>,
+        device: i32,
+        shapes: &[&[usize]],
+        feeds: &[*const c_void],
+        held: Vec<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let torch = py.import("torch")?;
+        let stream: usize = torch
+            .getattr("cuda")?
+            .call_method1("current_stream", (device,))?
+            .getattr("cuda_stream")?
+            .extract()?;
+        let dtypes = self
+            .out_kwargs
+            .iter()
+            .map(|kw| kw.bind(py).as_any().get_item("dtype"))
+            .collect::<PyResult<Vec<_>>>()?;
+        let mut memory = PyMemory {
+            empty: self.empty.bind(py).clone(),
+            dtypes,
+            device: torch.call_method1("device", ("cuda", device))?,
+            held: Vec::new(),
+        };
+        let feeds: Vec<u64> = feeds.iter().map(|&f| f as u64).collect();
+        let call = crate::cuda::CudaCall {
+            feeds: &feeds,
+            shapes,
+            device,
+            stream,
+        };
+        // SAFETY: the inputs' device memory (contiguous, aligned, of the checked dtypes and
+        // bound shapes) held in `held` for the call and by torch's allocator in stream order
+        // after it; outputs and scratch torch tensors on that device.
+        unsafe { crate::cuda::run(&self.program().gpu, &call, &mut memory) }?;
+        drop(held);
+        let n_out = self.out_kwargs.len();
+        let mut outputs: Vec<Bound<'py, PyAny>> = memory.held.drain(..n_out).collect();
         if outputs.len() == 1 {
             Ok(outputs.remove(0))
         } else {

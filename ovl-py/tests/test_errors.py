@@ -141,11 +141,13 @@ def test_producer_refuses(bundle):
     still_works(f, (x, x.copy()))
 
 
-def test_gpu_array(bundle):
+def test_gpu_array_of_another_producer(bundle):
+    # A GPU array that is neither a CUDA torch.Tensor nor a GPU jax.Array (a CuPy array, a
+    # producer speaking only DLPack), or beside a NumPy array: refused, naming it.
     f = bundle("scale_add")
     gpu = Capsule(None, device=(2, 0))
-    with pytest.raises(ValueError, match=r"input 1 \(`b`\) is on a GPU: GPU inputs are not "
-                       r"supported yet by ovl.load programs"):
+    with pytest.raises(ValueError, match=r"input 1 \(`b`\) is on a GPU: a program called on "
+                       r"GPU arrays takes them all from PyTorch"):
         f(f32(4, 5), gpu)
     still_works(f)
 

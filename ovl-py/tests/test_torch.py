@@ -339,14 +339,17 @@ def test_error_gradient_op_names_the_upstream_gradient(op):
         g(torch.randn(2, 5), torch.randn(2), torch.randn(3, 5))
 
 
-def test_error_not_on_the_cpu(op):
-    # A CUDA tensor reaches the same check (no GPU here): the meta device stands in for a
-    # device other than the CPU when the kernel is called directly.
+def test_error_neither_cpu_nor_cuda(op):
+    # The meta device stands in for a device that is neither the CPU nor CUDA when the kernel
+    # is called directly (CUDA tensors, and a CPU and a CUDA input together, are in
+    # test_gpu.py).
     kernel = ovl._native.TorchKernel(
         op("scale_add").program._native, [torch.float32] * 2, [torch.float32], torch.empty
     )
-    with pytest.raises(ValueError, match=r"input 0 \(`x`\) is on device `meta`: .*CPU only"):
+    with pytest.raises(ValueError, match=r"input 0 \(`x`\) is on device `meta`: .*CPU and on CUDA"):
         kernel(torch.empty(4, 5, device="meta"), torch.randn(4, 5))
+    with pytest.raises(ValueError, match=r"input 1 \(`b`\) is on device `meta`"):
+        kernel(torch.randn(4, 5), torch.empty(4, 5, device="meta"))
     still_works(op("scale_add"))
 
 
@@ -363,6 +366,25 @@ def test_the_cpp_kernel_runs_here():
     # the Python kernel would warn; this says so instead of passing quietly).
     want = os.environ.get("OVL_TORCH_KERNEL", "auto").strip().lower()
     assert ovl.torch.kernel_kind() == ("python" if want == "python" else "c++")
+
+
+def test_the_cpp_kernel_compiles_its_cuda_branch_where_it_can():
+    # Where torch has CUDA and the CUDA runtime's headers are found (here: torch's CUDA wheel
+    # and nvidia/cu13), the C++ kernel is compiled with its CUDA branch (the current stream
+    # from c10_cuda); the CUDA tensors themselves run in the GPU check only (test_gpu.py).
+    from ovl import _torch_cpp
+
+    if ovl.torch.kernel_kind() != "c++":
+        pytest.skip("the Python kernel was chosen")
+    headers = _torch_cpp.cuda_headers()
+    if torch.version.cuda is None or headers is None:
+        print("the C++ kernel's CUDA branch: did not compile (torch without CUDA, or no CUDA "
+              "runtime headers found)")
+        assert not _torch_cpp.has_cuda()
+        return
+    assert (headers / "cuda_runtime_api.h").is_file()
+    assert _torch_cpp.has_cuda()
+    _torch_cpp.library()  # compiled (and cached) with it
 
 
 PYTHON_KERNEL_CHECK = """

@@ -95,7 +95,12 @@ pub struct ErrorCreateArgs {
     pub errc: i32,
 }
 
-/// `XLA_FFI_Api` up to `XLA_FFI_Error_Create`, the only function the handler calls.
+/// A function of the API taking its argument struct (`XLA_FFI_Stream_Get`, ...).
+pub type ApiFn<A> = Option<unsafe extern "C" fn(*mut A) -> *mut Error>;
+
+/// `XLA_FFI_Api` up to `XLA_FFI_DeviceOrdinal_Get`: the CPU handler calls
+/// `XLA_FFI_Error_Create` only; the CUDA handler the stream, device memory and device ordinal
+/// functions, each read only when the runtime's `struct_size` covers it.
 #[repr(C)]
 pub struct Api {
     pub struct_size: usize,
@@ -103,6 +108,79 @@ pub struct Api {
     pub api_version: ApiVersion,
     pub internal_api: *const c_void,
     pub error_create: Option<unsafe extern "C" fn(*mut ErrorCreateArgs) -> *mut Error>,
+    pub error_get_message: Option<unsafe extern "C" fn(*mut ErrorGetMessageArgs)>,
+    pub error_destroy: Option<unsafe extern "C" fn(*mut ErrorDestroyArgs)>,
+    pub handler_register: *const c_void,
+    pub stream_get: ApiFn<StreamGetArgs>,
+    pub type_register: *const c_void,
+    pub execution_context_get: *const c_void,
+    pub state_set: *const c_void,
+    pub state_get: *const c_void,
+    pub device_memory_allocate: ApiFn<DeviceMemoryAllocateArgs>,
+    pub device_memory_free: ApiFn<DeviceMemoryFreeArgs>,
+    pub thread_pool_schedule: *const c_void,
+    pub thread_pool_num_threads: *const c_void,
+    pub future_create: *const c_void,
+    pub future_set_available: *const c_void,
+    pub future_set_error: *const c_void,
+    pub run_id_get: *const c_void,
+    pub device_ordinal_get: ApiFn<DeviceOrdinalGetArgs>,
+}
+
+/// `XLA_FFI_Error_GetMessage_Args`.
+#[repr(C)]
+pub struct ErrorGetMessageArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut ExtensionBase,
+    pub error: *mut Error,
+    pub message: *const c_char,
+}
+
+/// `XLA_FFI_Error_Destroy_Args`.
+#[repr(C)]
+pub struct ErrorDestroyArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut ExtensionBase,
+    pub error: *mut Error,
+}
+
+/// `XLA_FFI_Stream_Get_Args`: the call's `CUstream` on the CUDA platform.
+#[repr(C)]
+pub struct StreamGetArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut ExtensionBase,
+    pub ctx: *mut c_void,
+    pub stream: *mut c_void,
+}
+
+/// `XLA_FFI_DeviceMemory_Allocate_Args`.
+#[repr(C)]
+pub struct DeviceMemoryAllocateArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut ExtensionBase,
+    pub ctx: *mut c_void,
+    pub size: usize,
+    pub alignment: usize,
+    pub data: *mut c_void,
+}
+
+/// `XLA_FFI_DeviceMemory_Free_Args`.
+#[repr(C)]
+pub struct DeviceMemoryFreeArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut ExtensionBase,
+    pub ctx: *mut c_void,
+    pub size: usize,
+    pub data: *mut c_void,
+}
+
+/// `XLA_FFI_DeviceOrdinal_Get_Args`.
+#[repr(C)]
+pub struct DeviceOrdinalGetArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut ExtensionBase,
+    pub ctx: *mut c_void,
+    pub device_ordinal: i32,
 }
 
 /// `XLA_FFI_Buffer`.
@@ -187,6 +265,27 @@ pub const API_SIZE: usize = size_through!(Api, error_create, usize);
 pub const BUFFER_SIZE: usize = size_through!(Buffer, dims, *const i64);
 /// `XLA_FFI_Error_Create_Args`' size.
 pub const ERROR_CREATE_ARGS_SIZE: usize = size_through!(ErrorCreateArgs, errc, i32);
+/// `XLA_FFI_Api`'s size through `XLA_FFI_Error_Destroy` (the message of an API error).
+pub const API_SIZE_ERRORS: usize = size_through!(Api, error_destroy, usize);
+/// `XLA_FFI_Api`'s size through `XLA_FFI_Stream_Get`.
+pub const API_SIZE_STREAM: usize = size_through!(Api, stream_get, usize);
+/// `XLA_FFI_Api`'s size through `XLA_FFI_DeviceMemory_Free`.
+pub const API_SIZE_MEMORY: usize = size_through!(Api, device_memory_free, usize);
+/// `XLA_FFI_Api`'s size through `XLA_FFI_DeviceOrdinal_Get`.
+pub const API_SIZE_ORDINAL: usize = size_through!(Api, device_ordinal_get, usize);
+/// `XLA_FFI_Error_GetMessage_Args`' size.
+pub const ERROR_GET_MESSAGE_ARGS_SIZE: usize =
+    size_through!(ErrorGetMessageArgs, message, *const c_char);
+/// `XLA_FFI_Error_Destroy_Args`' size.
+pub const ERROR_DESTROY_ARGS_SIZE: usize = size_through!(ErrorDestroyArgs, error, *mut Error);
+/// `XLA_FFI_Stream_Get_Args`' size.
+pub const STREAM_GET_ARGS_SIZE: usize = size_through!(StreamGetArgs, stream, *mut c_void);
+/// `XLA_FFI_DeviceMemory_Allocate_Args`' size.
+pub const ALLOCATE_ARGS_SIZE: usize = size_through!(DeviceMemoryAllocateArgs, data, *mut c_void);
+/// `XLA_FFI_DeviceMemory_Free_Args`' size.
+pub const FREE_ARGS_SIZE: usize = size_through!(DeviceMemoryFreeArgs, data, *mut c_void);
+/// `XLA_FFI_DeviceOrdinal_Get_Args`' size.
+pub const ORDINAL_GET_ARGS_SIZE: usize = size_through!(DeviceOrdinalGetArgs, device_ordinal, i32);
 
 // The sizes the header's `XLA_FFI_DEFINE_STRUCT_TRAITS` gives on a 64-bit target.
 #[cfg(target_pointer_width = "64")]
@@ -198,4 +297,12 @@ const _: () = {
     assert!(CALL_FRAME_SIZE == 40 + 40 + 40 + 48);
     assert!(ERROR_CREATE_ARGS_SIZE == 28);
     assert!(API_SIZE == 56);
+    // 17 functions after `XLA_FFI_Error_Create`, in the header's order.
+    assert!(API_SIZE_STREAM == 56 + 4 * 8);
+    assert!(API_SIZE_MEMORY == 56 + 10 * 8);
+    assert!(API_SIZE_ORDINAL == 56 + 17 * 8);
+    assert!(STREAM_GET_ARGS_SIZE == 32);
+    assert!(ALLOCATE_ARGS_SIZE == 48);
+    assert!(FREE_ARGS_SIZE == 40);
+    assert!(ORDINAL_GET_ARGS_SIZE == 28);
 };

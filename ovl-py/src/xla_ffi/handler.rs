@@ -61,6 +61,8 @@ impl Bound {
 /// A registered program.
 pub struct Entry {
     pub program: Arc<LoadedProgram>,
+    /// Its GPU build, made at the first call on a GPU (the CUDA handler's).
+    pub gpu: Arc<crate::cuda::CudaProgram>,
     /// The binding of a program with fixed shapes.
     fixed: Option<Bound>,
 }
@@ -74,7 +76,10 @@ thread_local! {
 }
 
 /// Registers `program` and returns its id (the same id for the same program).
-pub fn register(program: &Arc<LoadedProgram>) -> Result<u64, String> {
+pub fn register(
+    program: &Arc<LoadedProgram>,
+    gpu: &Arc<crate::cuda::CudaProgram>,
+) -> Result<u64, String> {
     let mut registry = REGISTRY
         .write()
         .map_err(|_| "the ovl.jax registry is poisoned")?;
@@ -93,6 +98,7 @@ pub fn register(program: &Arc<LoadedProgram>) -> Result<u64, String> {
     };
     let entry: &'static Entry = Box::leak(Box::new(Entry {
         program: program.clone(),
+        gpu: gpu.clone(),
         fixed,
     }));
     registry.push(entry);
@@ -128,9 +134,9 @@ pub fn xla_dtype(dtype: DType) -> i32 {
 }
 
 /// A failure: an XLA error code and a message.
-type Failure = (i32, String);
+pub(super) type Failure = (i32, String);
 
-fn invalid(message: String) -> Failure {
+pub(super) fn invalid(message: String) -> Failure {
     (c_api::INVALID_ARGUMENT, message)
 }
 
@@ -138,7 +144,7 @@ fn invalid(message: String) -> Failure {
 ///
 /// # Safety
 /// `list` must be the frame's args or rets, `k < list.size`.
-unsafe fn buffer(
+pub(super) unsafe fn buffer(
     list: &c_api::List,
     k: usize,
     what: impl Fn() -> String,
@@ -163,7 +169,7 @@ unsafe fn buffer(
 ///
 /// # Safety
 /// `b` must be a buffer of the call frame.
-unsafe fn dims(b: &c_api::Buffer) -> &[i64] {
+pub(super) unsafe fn dims(b: &c_api::Buffer) -> &[i64] {
     if b.rank <= 0 || b.dims.is_null() {
         return &[];
     }
@@ -175,7 +181,7 @@ unsafe fn dims(b: &c_api::Buffer) -> &[i64] {
 ///
 /// # Safety
 /// `attrs` must be the frame's attributes.
-unsafe fn program_id(attrs: &c_api::Attrs) -> Result<u64, Failure> {
+pub(super) unsafe fn program_id(attrs: &c_api::Attrs) -> Result<u64, Failure> {
     for k in 0..usize::try_from(attrs.size).unwrap_or(0) {
         // SAFETY: XLA's attributes hold `size` types, names and values.
         let (kind, name, value) = unsafe {
@@ -217,7 +223,10 @@ unsafe fn program_id(attrs: &c_api::Attrs) -> Result<u64, Failure> {
 ///
 /// # Safety
 /// `ext` must be XLA's metadata extension; `api` XLA's API or null.
-unsafe fn metadata(ext: *mut c_api::ExtensionBase, api: *const c_api::Api) -> Result<(), Failure> {
+pub(super) unsafe fn metadata(
+    ext: *mut c_api::ExtensionBase,
+    api: *const c_api::Api,
+) -> Result<(), Failure> {
     // SAFETY: the caller's contract.
     let ext = unsafe { &mut *ext.cast::<c_api::MetadataExtension>() };
     if ext.extension_base.struct_size < c_api::METADATA_EXTENSION_SIZE || ext.metadata.is_null() {
@@ -250,6 +259,74 @@ unsafe fn metadata(ext: *mut c_api::ExtensionBase, api: *const c_api::Api) -> Re
     Ok(())
 }
 
+/// Checks the counts of the frame's operands and results against the program's.
+pub(super) fn check_counts(frame: &CallFrame, program: &LoadedProgram) -> Result<(), Failure> {
+    let (n_in, n_out) = (program.feeds.len(), program.outputs.len());
+    if frame.args.size != n_in as i64 || frame.rets.size != n_out as i64 {
+        return Err(invalid(format!(
+            "ovl program `{}` has {n_in} input(s) and {n_out} output(s); the custom call has {} \
+             operand(s) and {} result(s)",
+            program.name, frame.args.size, frame.rets.size
+        )));
+    }
+    Ok(())
+}
+
+/// Input `k`'s buffer and dims, checked against the program's dtype and rank for it.
+///
+/// # Safety
+/// `frame`'s operands are checked to be as many as the program's inputs, `k` one of them.
+pub(super) unsafe fn input_buffer<'f>(
+    frame: &'f CallFrame,
+    program: &LoadedProgram,
+    k: usize,
+) -> Result<(&'f c_api::Buffer, &'f [i64]), Failure> {
+    let (name, sig) = &program.feeds[k];
+    let what = || format!("ovl program `{}`: input {k} (`{name}`)", program.name);
+    // SAFETY: k < args.size (the caller's contract).
+    let b = unsafe { buffer(&frame.args, k, what) }?;
+    // SAFETY: a buffer of the frame.
+    let d = unsafe { dims(b) };
+    if b.dtype != xla_dtype(sig.dtype) || d.len() != sig.shape.len() {
+        return Err(invalid(format!(
+            "{} is an XLA buffer of dtype {} and rank {}, the program takes {}",
+            what(),
+            b.dtype,
+            d.len(),
+            tensorflow_type_name(sig)
+        )));
+    }
+    Ok((b, d))
+}
+
+/// Output `k`'s buffer, checked to be of `sig`'s dtype and shape.
+///
+/// # Safety
+/// `frame`'s results are checked to be as many as the program's outputs, `k` one of them.
+pub(super) unsafe fn output_buffer(
+    frame: &CallFrame,
+    program: &LoadedProgram,
+    k: usize,
+    sig: &ovl_runtime::plan::Sig,
+) -> Result<*mut c_void, Failure> {
+    let what = || format!("ovl program `{}`: output {k}", program.name);
+    // SAFETY: k < rets.size (the caller's contract).
+    let b = unsafe { buffer(&frame.rets, k, what) }?;
+    // SAFETY: a buffer of the frame.
+    let d = unsafe { dims(b) };
+    if b.dtype != xla_dtype(sig.dtype)
+        || !d.iter().map(|&x| x as usize).eq(sig.shape.iter().copied())
+    {
+        return Err(invalid(format!(
+            "{} is an XLA buffer of dtype {} and shape {d:?}, the program gives {}",
+            what(),
+            b.dtype,
+            tensorflow_type_name(sig)
+        )));
+    }
+    Ok(b.data)
+}
+
 /// The handler's body.
 ///
 /// # Safety
@@ -274,39 +351,16 @@ unsafe fn call(frame: &CallFrame) -> Result<(), Failure> {
         ))
     })?;
     let program = &*entry.program;
-    let what = |k: usize| {
-        format!(
-            "ovl program `{}`: input {k} (`{}`)",
-            program.name, program.feeds[k].0
-        )
-    };
-    let (n_in, n_out) = (program.feeds.len(), program.outputs.len());
-    if frame.args.size != n_in as i64 || frame.rets.size != n_out as i64 {
-        return Err(invalid(format!(
-            "ovl program `{}` has {n_in} input(s) and {n_out} output(s); the custom call has {} \
-             operand(s) and {} result(s)",
-            program.name, frame.args.size, frame.rets.size
-        )));
-    }
+    check_counts(frame, program)?;
+    let n_in = program.feeds.len();
     let mut feeds = [std::ptr::null::<c_void>(); INLINE];
     let mut feeds_vec = Vec::new();
     let mut all_dims = [0i64; 4 * INLINE];
     let mut all_dims_vec = Vec::new();
     let mut at = 0;
-    for (k, (_, sig)) in program.feeds.iter().enumerate() {
-        // SAFETY: k < args.size.
-        let b = unsafe { buffer(&frame.args, k, || what(k)) }?;
-        // SAFETY: b is a buffer of the frame.
-        let d = unsafe { dims(b) };
-        if b.dtype != xla_dtype(sig.dtype) || d.len() != sig.shape.len() {
-            return Err(invalid(format!(
-                "{} is an XLA buffer of dtype {} and rank {}, the program takes {}",
-                what(k),
-                b.dtype,
-                d.len(),
-                tensorflow_type_name(sig)
-            )));
-        }
+    for (k, _) in program.feeds.iter().enumerate() {
+        // SAFETY: the counts are checked.
+        let (b, d) = unsafe { input_buffer(frame, program, k) }?;
         if n_in <= INLINE {
             feeds[k] = b.data.cast_const();
         } else {
@@ -411,25 +465,12 @@ unsafe fn run(
     let mut outs = [std::ptr::null_mut::<c_void>(); INLINE];
     let mut outs_vec = Vec::new();
     for (k, sig) in bound.binding.outputs.iter().enumerate() {
-        let what = || format!("ovl program `{}`: output {k}", program.name);
-        // SAFETY: k < rets.size (checked by the caller).
-        let b = unsafe { buffer(&frame.rets, k, what) }?;
-        // SAFETY: a buffer of the frame.
-        let d = unsafe { dims(b) };
-        if b.dtype != xla_dtype(sig.dtype)
-            || !d.iter().map(|&x| x as usize).eq(sig.shape.iter().copied())
-        {
-            return Err(invalid(format!(
-                "{} is an XLA buffer of dtype {} and shape {d:?}, the program gives {}",
-                what(),
-                b.dtype,
-                tensorflow_type_name(sig)
-            )));
-        }
+        // SAFETY: the counts are checked by the caller.
+        let data = unsafe { output_buffer(frame, program, k, sig) }?;
         if n_out <= INLINE {
-            outs[k] = b.data;
+            outs[k] = data;
         } else {
-            outs_vec.push(b.data);
+            outs_vec.push(data);
         }
     }
     let outs: &[*mut c_void] = if n_out <= INLINE {
@@ -487,7 +528,7 @@ unsafe fn xla_error(api: *const c_api::Api, (code, message): Failure) -> *mut c_
 ///
 /// # Safety
 /// `frame` must be XLA's call frame (or null).
-unsafe fn guarded(
+pub(super) unsafe fn guarded(
     frame: *mut CallFrame,
     body: impl FnOnce(&CallFrame) -> Result<(), Failure>,
 ) -> *mut c_api::Error {
@@ -523,37 +564,6 @@ pub unsafe extern "C" fn handler_cpu(frame: *mut CallFrame) -> *mut c_api::Error
     let body = |f: &CallFrame| {
         // SAFETY: XLA's call frame.
         unsafe { call(f) }
-    };
-    // SAFETY: XLA's call frame.
-    unsafe { guarded(frame, body) }
-}
-
-/// The typed-FFI handler of the CUDA platform: answers the metadata query, and a call with an
-/// error saying that GPU buffers are not supported yet (the runtime cannot yet run on the
-/// caller's CUDA stream). When it can, this handler reads the stream (`XLA_FFI_Stream_Get`)
-/// and runs the device program there.
-///
-/// # Safety
-/// XLA calls it with its call frame.
-pub unsafe extern "C" fn handler_cuda(frame: *mut CallFrame) -> *mut c_api::Error {
-    let body = |f: &CallFrame| {
-        // SAFETY: XLA's extension chain (null or valid).
-        let metadata_query = !f.extension_start.is_null()
-            && unsafe { (*f.extension_start).kind } == c_api::EXTENSION_METADATA;
-        if metadata_query {
-            // SAFETY: the metadata extension.
-            return unsafe { metadata(f.extension_start, f.api) };
-        }
-        if f.stage != c_api::STAGE_EXECUTE {
-            return Ok(());
-        }
-        Err((
-            c_api::UNIMPLEMENTED,
-            "ovl.jax: ovl programs run on the CPU only for now, this call is on a GPU: put \
-             its inputs on the CPU (jax.device_put(x, jax.devices(\"cpu\")[0])) or run the \
-             function on the CPU backend"
-                .into(),
-        ))
     };
     // SAFETY: XLA's call frame.
     unsafe { guarded(frame, body) }

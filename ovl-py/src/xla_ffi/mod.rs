@@ -11,6 +11,7 @@
 //! - `_xla_batch(program, batched, n)`: the program batched over `n` examples (for `vmap`).
 
 pub mod c_api;
+pub mod cuda;
 pub mod handler;
 
 use crate::bundle::{Dim, TensorInfo};
@@ -27,7 +28,7 @@ use std::ptr::NonNull;
 #[pyfunction]
 fn _xla_handlers(py: Python<'_>) -> PyResult<(Bound<'_, PyCapsule>, Bound<'_, PyCapsule>)> {
     let cpu = handler::handler_cpu as *mut c_void;
-    let cuda = handler::handler_cuda as *mut c_void;
+    let cuda = cuda::handler_cuda as *mut c_void;
     let name = c"xla._CUSTOM_CALL_TARGET";
     let missing = || PyRuntimeError::new_err("ovl: a null handler");
     // SAFETY: the pointers are functions of this library, which stays loaded (Python never
@@ -43,7 +44,7 @@ fn _xla_handlers(py: Python<'_>) -> PyResult<(Bound<'_, PyCapsule>, Bound<'_, Py
 /// Registers `program` for the handler and returns its id.
 #[pyfunction]
 fn _xla_register(program: &Bound<'_, Program>) -> PyResult<u64> {
-    handler::register(&program.get().loaded).map_err(PyRuntimeError::new_err)
+    handler::register(&program.get().loaded, &program.get().gpu).map_err(PyRuntimeError::new_err)
 }
 
 /// The outputs' `(dtype, shape)` of program `id` for inputs of these shapes, or a

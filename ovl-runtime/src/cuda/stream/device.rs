@@ -144,7 +144,7 @@ impl Drop for Restore {
 }
 
 /// Whether an address is the start of an allocation CUDA knows, and on which device.
-pub(crate) fn pointer_device(ptr: u64) -> Result<i32, String> {
+pub fn pointer_device(ptr: u64) -> Result<i32, String> {
     let mut ordinal: i32 = -1;
     // SAFETY: the attribute is an int, written to a valid out-pointer; any address may be asked.
     let r = unsafe {

@@ -20,8 +20,8 @@ mod launch;
 mod memory;
 
 pub use super::stream_error::StreamError;
-pub use device::device_count;
 pub(crate) use device::Gpu;
+pub use device::{device_count, pointer_device};
 // The error lives beside this module (device tensors' errors carry it): named here as `error`.
 use super::stream_error as error;
 pub use faults::FaultBlock;
