@@ -64,15 +64,18 @@ pub(in crate::grad) enum Restore {
     Entry,
 }
 
+/// Per recorded variable: (variable, local `[slots]`).
+type VarRecords = Vec<(usize, u32)>;
+/// Per recorded local tensor: (local, how, record `[slots, ..shape]`).
+type LocalRecords = Vec<(u32, Restore, u32)>;
+
 /// The worker-local tensors holding one loop's records.
 #[derive(Clone, Default)]
 pub(super) struct Records {
-    /// Per recorded variable: (variable, local `[slots]`).
-    vars: Vec<(usize, u32)>,
-    /// Per recorded local tensor: (local, how, record `[slots, ..shape]`).
-    locals: Vec<(u32, Restore, u32)>,
+    vars: VarRecords,
+    locals: LocalRecords,
     /// Checkpointed loops: the records of one segment (same layout, `k` slots).
-    fine: Option<(Vec<(usize, u32)>, Vec<(u32, Restore, u32)>)>,
+    fine: Option<(VarRecords, LocalRecords)>,
 }
 
 impl Sweep<'_> {
