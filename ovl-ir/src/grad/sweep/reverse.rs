@@ -139,16 +139,22 @@ impl State<'_, '_> {
             self.reverse_range(l)
         };
         self.sums.push(sums);
+        self.walk_body(l, close, index);
+        self.b.end_range();
+        for (target, acc) in self.sums.pop().unwrap_or_default() {
+            self.add_adj(target as ValueId, acc);
+        }
+    }
+
+    /// The walk of one iteration of loop `l` (closed at `close`) at forward index `index`: its
+    /// declarations, the body recomputed, then walked backwards.
+    pub(super) fn walk_body(&mut self, l: usize, close: usize, index: ValueId) {
         self.loop_index.insert(l as ValueId, index);
         self.declare(Some(l as ValueId));
         self.recompute(l + 1, close, Some(l));
         self.reverse(l + 1, close);
         self.forget(l as ValueId);
         self.loop_index.remove(&(l as ValueId));
-        self.b.end_range();
-        for (target, acc) in self.sums.pop().unwrap_or_default() {
-            self.add_adj(target as ValueId, acc);
-        }
     }
 
     /// Declares, before the walk of loop `l`, a sum accumulator per value from before the loop

@@ -536,12 +536,7 @@ impl State<'_, '_> {
         let index = self.forward_index(t, start, step);
         self.load(vars, locals, slot);
         self.restore_elements(locals, t, index);
-        self.loop_index.insert(l as ValueId, index);
-        self.declare(Some(l as ValueId));
-        self.recompute(l + 1, close, Some(l));
-        self.reverse(l + 1, close);
-        self.forget(l as ValueId);
-        self.loop_index.remove(&(l as ValueId));
+        self.walk_body(l, close, index);
     }
 
     /// The backward step of ACCUMULATE `e` into a sequential accumulator with adjoint `a`:
