@@ -40,6 +40,7 @@ TESTS=(
     "ovl stream"
     "ovl fuse reductions::"
     "ovl core vmap::"
+    "ovl core autodiff::recurrences::recurrences_on_cuda"
     "ovl runtime gemm::"
     "ovl-runtime dlpack"
     "ovl-codegen cuda"

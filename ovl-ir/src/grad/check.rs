@@ -7,7 +7,6 @@ use super::affine::{affine_of, index_map, injective_in_loops, Affine, IndexMap};
 use super::Construct;
 use crate::derivatives::{rule, Rule};
 use crate::ir::TensorKind;
-use crate::ops::Combiner;
 use crate::typed::{Inst, Kernel, ValueId};
 
 /// The facts the emitter reads.
@@ -173,24 +172,7 @@ pub(super) fn analyse(k: &Kernel, wanted: &[bool], seeded: &[bool]) -> Result<Fa
     let active_locals: Vec<bool> = (0..k.locals.len())
         .map(|t| local_varied[t] && local_useful[t] && k.locals[t].dtype.is_float())
         .collect();
-    // Sums, and min/max reduced by one loop in the accumulator's own scope; not products.
-    for (e, x) in k.exprs.iter().enumerate() {
-        if let Inst::Accumulator { combiner, .. } = x.inst {
-            if !active[e] || combiner == Combiner::Sum {
-                continue;
-            }
-            let refused = Err(Construct::Reduction {
-                combiner: combiner.name(),
-            });
-            if combiner == Combiner::Product {
-                return refused;
-            }
-            match extremum_loop(k, e) {
-                Some(l) if k.enclosing_loops(l as usize).next() == k.enclosing_loops(e).next() => {}
-                _ => return refused,
-            }
-        }
-    }
+    // Products, and min/max reduced by several loops, are recorded (`sweep::tape`).
 
     let w = workgroup(k)?;
     let rank = w.len();

@@ -10,13 +10,15 @@
 //! ([`crate::derivatives`]), casts between floats, `select`, worker-local variables, `if`/`else`
 //! (the backward walk takes the branch the forward took), worker-local tensors (their adjoint
 //! is a local tensor of the same shape), counted loops that carry only sums
-//! from one iteration to the next, sum accumulators, min and max accumulators reduced by one
-//! loop (the adjoint goes to the value equal to the result: on a tie the last in loop order,
-//! the initial value only when none equals it), and reads of inputs at indices that are
+//! from one iteration to the next, counted loops with constant bounds that carry any state
+//! (recurrences: the state is recorded per worker, or checkpointed, see `sweep::tape`), sum and
+//! product accumulators, min and max accumulators (the adjoint goes to the value equal to the
+//! result: on a tie the last in loop order, the initial value only when none equals it), and
+//! reads of inputs at indices that are
 //! affine maps of the worker's position and of loop indices (the worker's own element,
 //! broadcasts, transposes and other permutations, stencils, strided and reversed reads,
-//! convolutions), and at indices computed from data. Integer and bool values carry no gradient. Forward values are recomputed,
-//! never stored (see `sweep`).
+//! convolutions), and at indices computed from data. Integer and bool values carry no gradient.
+//! Forward values are recomputed, not stored (see `sweep`), except the state of recurrences.
 //!
 //! **How adjoints are accumulated.** Without races and deterministically:
 //! - when every read of an input is outside loops, provably in bounds, one-to-one (no two
@@ -43,9 +45,9 @@
 //!   forward-worker order.
 //!
 //! **What is an error** ([`DeriveError`], naming the operator, its source line and the
-//! construct): `while` loops, counted loops carrying more than sums into what the gradient
-//! needs (a local tensor changed in the loop counts as carried), product reductions on a float
-//! path (and min/max ones reduced by several loops), a gather whose scatter-add buffer would
+//! construct): `while` loops, counted loops whose bounds are not constants carrying more than
+//! sums into what the gradient needs (a local tensor changed in the loop counts as carried),
+//! records past the worker-local memory bound even checkpointed, a gather whose scatter-add buffer would
 //! pass the local-memory limit per worker, writes at a
 //! data-dependent index, at an index two workers or two iterations may share, or twice by one
 //! worker, sizes known only at run time, and library calls. Never a wrong gradient.
@@ -71,12 +73,27 @@ pub enum Construct {
     /// `while` loops run a data-dependent number of times.
     #[error("a `while` loop (its trip count depends on data) is not differentiated")]
     WhileLoop,
-    /// A counted loop whose iterations depend on each other other than through sums: a value
-    /// the backward pass needs is computed from a variable the loop updates (`p = p * x`).
-    #[error("a counted loop carries a value from one iteration to the next that the gradient needs (only sums may be carried: `s += f(..)`)")]
+    /// A counted loop whose iterations depend on each other other than through sums (a value
+    /// the backward pass needs is computed from a variable the loop updates: `p = p * x`), and
+    /// whose bounds are not constants, so that its record cannot be sized.
+    #[error("a counted loop whose bounds are known only when it runs carries a value from one iteration to the next that the gradient needs (loops with constant bounds are recorded; only sums may be carried otherwise: `s += f(..)`)")]
     LoopCarried,
-    /// A product reduction on a float path, or a min/max one reduced by several loops.
-    #[error("a `{combiner}` reduction is not differentiated yet (sums are, and min/max reduced by one loop)")]
+    /// A counted loop carrying values the gradient needs whose record does not fit in the
+    /// worker-local memory left to records, even checkpointed.
+    #[error("the counted loop at expression {at} ({trips} iterations) carries values the gradient needs: recording them takes {recorded} bytes per worker, checkpointing every sqrt(n)-th iteration {checkpointed} bytes, past the {} KiB per worker that the records of an operator share (fewer iterations per worker, or a smaller carried state, fit)", crate::limits::PORTABLE_LOCAL_BYTES / 1024)]
+    TapeTooLarge {
+        /// The loop's RANGE expression.
+        at: u32,
+        /// Its trip count.
+        trips: u64,
+        /// Bytes per worker to record every iteration.
+        recorded: u64,
+        /// Bytes per worker with checkpoints every `ceil(sqrt(trips))` iterations.
+        checkpointed: u64,
+    },
+    /// A product reduction, or a min/max one reduced by several loops, in a loop whose bounds
+    /// are not constants (its record cannot be sized).
+    #[error("a `{combiner}` reduction in a loop whose bounds are known only when it runs is not differentiated (sums are, and min/max reduced by one loop; products and the others are in loops with constant bounds)")]
     Reduction {
         /// `product`, `min` or `max`.
         combiner: &'static str,
@@ -190,13 +207,19 @@ pub fn derive(
             inputs.push(GradInput::Adjoint(o as u32));
         }
     }
+    let none = sweep::Plan::default();
     let sweep = sweep::Sweep {
         dag,
         k: &k,
         facts: &facts,
         adjoint_inputs: &adjoint_inputs,
+        plan: &none,
     };
-    sweep.check_loops().map_err(fail)?;
+    let plan = sweep.check_loops().map_err(fail)?;
+    let sweep = sweep::Sweep {
+        plan: &plan,
+        ..sweep
+    };
     let shell = |name: String, workgroup: &[u64]| {
         let mut b = Builder::new(&name, workgroup);
         b.dag.source = dag.source.clone();

@@ -46,13 +46,16 @@ fn elementwise_inputs_share_the_forward_workgroup_and_broadcasts_gather() {
 
 #[test]
 fn constructs_that_are_not_differentiated_are_errors_naming_the_operator() {
+    // A loop carrying `v = v * v` for a trip count read from data: its record has no size.
     let mut b = Builder::new("looped", &[2]);
     b.input(DType::F64, &[2]);
+    b.input(DType::I64, &[2]);
     b.output(DType::F64, &[2]);
     let i = b.position(0);
     let x = b.read(IN, 0, &[i]);
     let v = b.var(x);
-    let (z, n, one) = (b.i64(0), b.i64(3), b.i64(1));
+    let (z, one) = (b.i64(0), b.i64(1));
+    let n = b.read(IN, 1, &[i]);
     b.range(z, n, one);
     let s = b.op(Op::Mul, &[v, v]);
     b.assign(v, s);
@@ -60,7 +63,7 @@ fn constructs_that_are_not_differentiated_are_errors_naming_the_operator() {
     b.write(OUT, 0, &[i], v);
     let dag = b.build();
     crate::validate::validate(&dag).unwrap();
-    let e = derive(&dag, &[true], &[true]).unwrap_err();
+    let e = derive(&dag, &[true, false], &[true]).unwrap_err();
     assert_eq!(e.construct, Construct::LoopCarried);
     assert_eq!(e.operator, "looped");
     assert!(e.to_string().contains("src/ops.rs:12"), "{e}");
@@ -241,4 +244,45 @@ fn derived_gradients_are_deterministic() {
         derived > 20,
         "only {derived} gradient operators were derived"
     );
+}
+
+/// `p = p * x[i] + 1` over `n` iterations: the loop carries `p`.
+fn carried(n: i64) -> ir::ExpressionDag {
+    let mut b = Builder::new("carried", &[2]);
+    b.input(DType::F64, &[2]);
+    b.output(DType::F64, &[2]);
+    let i = b.position(0);
+    let x = b.read(IN, 0, &[i]);
+    let one_f = b.f64(1.0);
+    let p = b.var(one_f);
+    let (z, end, one) = (b.i64(0), b.i64(n), b.i64(1));
+    b.range(z, end, one);
+    let m = b.op(Op::Mul, &[p, x]);
+    let s = b.op(Op::Add, &[m, one_f]);
+    b.assign(p, s);
+    b.end_range();
+    b.write(OUT, 0, &[i], p);
+    b.build()
+}
+
+#[test]
+fn carried_state_is_recorded_checkpointed_or_refused_by_its_size() {
+    let shapes = |n: i64| -> Vec<Vec<u64>> {
+        let dag = carried(n);
+        crate::validate::validate(&dag).unwrap();
+        let ops = derive(&dag, &[true], &[true]).unwrap();
+        ops[0].dag.locals.iter().map(|t| t.shape.clone()).collect()
+    };
+    // 100 f64 states fit: one record of every iteration.
+    assert_eq!(shapes(100), vec![vec![100]]);
+    // 9,000 do not (72,000 bytes): checkpoints every 95 iterations and a segment's record.
+    assert_eq!(shapes(9000), vec![vec![95], vec![95]]);
+    // 2^32 iterations: even the checkpoints pass the budget.
+    let dag = carried(1 << 32);
+    let e = derive(&dag, &[true], &[true]).unwrap_err();
+    assert!(
+        matches!(e.construct, Construct::TapeTooLarge { trips, .. } if trips == 1 << 32),
+        "{e}"
+    );
+    assert!(e.to_string().contains("carried"), "{e}");
 }

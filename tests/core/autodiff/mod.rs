@@ -130,4 +130,5 @@ use crate::conformance;
 mod elementwise;
 mod loops;
 mod props;
+mod recurrences;
 mod suite;

@@ -11,9 +11,11 @@ use std::collections::HashMap;
 impl Sweep<'_> {
     /// Checks that every loop the backward walk goes through can be recomputed iteration by
     /// iteration: what the walk reads inside it does not depend on state the loop carries.
-    pub fn check_loops(&self) -> Result<(), crate::grad::Construct> {
+    /// Loops that fail are recorded instead (`super::tape`): the plan of their records.
+    pub fn check_loops(&self) -> Result<super::tape::Plan, crate::grad::Construct> {
         let k = self.k;
-        for (l, x) in k.exprs.iter().enumerate() {
+        let mut carrying = Vec::new();
+        'loops: for (l, x) in k.exprs.iter().enumerate() {
             let Inst::Range { close, .. } = x.inst else {
                 continue;
             };
@@ -93,11 +95,12 @@ impl Sweep<'_> {
                     _ => {}
                 }
                 if read.iter().any(|&v| tainted[v as usize]) {
-                    return Err(crate::grad::Construct::LoopCarried);
+                    carrying.push(l);
+                    continue 'loops;
                 }
             }
         }
-        Ok(())
+        self.plan_tapes(carrying)
     }
 
     /// Whether the backward walk of loop `l` (closed at `close`) may visit its iterations in
@@ -110,6 +113,9 @@ impl Sweep<'_> {
     /// walk is a loop over the forward's own index (vectorized like the forward).
     pub(super) fn order_free(&self, l: usize, close: usize) -> bool {
         let k = self.k;
+        if self.taped(l).is_some() {
+            return false;
+        }
         let body = l + 1..close;
         let mut summed: HashMap<ValueId, (usize, usize)> = HashMap::new();
         for e in body.clone() {

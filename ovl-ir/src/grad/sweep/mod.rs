@@ -15,13 +15,15 @@
 //! program that fuses), then walks it backwards. This is exact when every value the backward
 //! walk needs inside the loop is computed from the loop index and values from before the loop:
 //! the state carried from one iteration to the next may only be summed (`s += f(..)`, sum
-//! accumulators), whose derivative does not read it. Anything else is `LoopCarried`, checked by
-//! [`Sweep::check_loops`] before anything is emitted.
+//! accumulators), whose derivative does not read it. Other loops ([`Sweep::check_loops`] finds
+//! them before anything is emitted) are recurrences: their carried state is recorded per
+//! iteration, or checkpointed (`tape`), and restored before each iteration is recomputed.
 
 use super::check::Facts;
 
 mod loops;
 mod reverse;
+mod tape;
 use crate::builder::Builder;
 use crate::derivatives::{rule, Partial, Rule};
 use crate::dtype::{DType, Literal};
@@ -29,6 +31,7 @@ use crate::ir::{self, Op};
 use crate::ops::Combiner;
 use crate::typed::{Inst, Kernel, ValueId};
 use std::collections::{BTreeMap, HashMap};
+pub(super) use tape::Plan;
 
 /// The sweep's environment: the forward operator and where its pieces live in the gradient
 /// operator.
@@ -38,6 +41,8 @@ pub(super) struct Sweep<'a> {
     pub facts: &'a Facts,
     /// Per forward output: the gradient operator's input holding its adjoint, if it has one.
     pub adjoint_inputs: &'a [Option<u32>],
+    /// The loops whose carried state is recorded ([`Sweep::check_loops`]).
+    pub plan: &'a Plan,
 }
 
 /// Where the adjoint of a read goes when the backward walk reaches it (indices that name a
@@ -100,6 +105,8 @@ struct State<'s, 'a> {
     /// not update (added to the adjoint once the loop is done).
     sums: Vec<Vec<(usize, ValueId)>>,
     sinks: &'s HashMap<ValueId, Sink>,
+    /// Recorded loop -> the local tensors holding its records.
+    records: HashMap<usize, tape::Records>,
 }
 
 impl Sweep<'_> {
@@ -127,6 +134,7 @@ impl Sweep<'_> {
             adj_local: HashMap::new(),
             sums: Vec::new(),
             sinks,
+            records: HashMap::new(),
         };
         // A local tensor the forward never fills starts zeroed in each of its workers: so it
         // does in each recomputed worker.
@@ -135,6 +143,7 @@ impl Sweep<'_> {
                 st.b.local_fill(t, Literal::Float(0.0));
             }
         }
+        st.declare_records();
         st.declare(None);
         st.recompute(0, n, None);
         st.reverse(0, n);
@@ -302,13 +311,15 @@ impl Sweep<'_> {
 
     /// Whether `acc` is an active min or max accumulator: its adjoint goes to one value.
     fn is_extremum(&self, acc: usize) -> bool {
-        matches!(
-            self.k.exprs[acc].inst,
-            Inst::Accumulator {
-                combiner: Combiner::Min | Combiner::Max,
-                ..
-            }
-        ) && self.facts.active[acc]
+        !self.sequential(acc)
+            && matches!(
+                self.k.exprs[acc].inst,
+                Inst::Accumulator {
+                    combiner: Combiner::Min | Combiner::Max,
+                    ..
+                }
+            )
+            && self.facts.active[acc]
     }
 
     /// The operand slots of `e` that read a value (not the variable an ASSIGN or ACCUMULATE
@@ -443,6 +454,13 @@ impl State<'_, '_> {
                     if self.s.is_extremum(accumulator as usize) =>
                 {
                     operand_use(e, 1, &mut values)
+                }
+                Inst::Accumulate { accumulator, .. }
+                    if self.s.sequential(accumulator as usize)
+                        && self.s.facts.active[accumulator as usize] =>
+                {
+                    operand_use(e, 0, &mut values);
+                    operand_use(e, 1, &mut values);
                 }
                 Inst::Accumulator { .. } if self.s.is_extremum(e) => operand_use(e, 0, &mut values),
                 _ => {}
@@ -581,18 +599,26 @@ impl State<'_, '_> {
                 self.b.assign(var, value);
             }
             match &k.exprs[e].inst {
-                Inst::Range { close, .. } if self.s.recomputes_nothing(e, *close as usize) => {
+                Inst::Range { close, .. }
+                    if self.s.taped(e).is_none()
+                        && self.s.recomputes_nothing(e, *close as usize) =>
+                {
                     next = *close as usize + 1;
                     continue;
                 }
                 Inst::Write { tensor, .. } if tensor.kind == ir::TensorKind::Output => continue,
                 Inst::Write { tensor, .. }
-                    if inside.is_some_and(|l| self.s.local_origin(tensor.index) < l) =>
+                    if inside.is_some_and(|l| {
+                        self.s.local_origin(tensor.index) < l
+                            && !self.s.restores_local(l, tensor.index)
+                    }) =>
                 {
                     continue
                 }
                 Inst::Assign { variable: v, .. } | Inst::Accumulate { accumulator: v, .. }
-                    if inside.is_some_and(|l| (*v as usize) < l) =>
+                    if inside.is_some_and(|l| {
+                        (*v as usize) < l && !self.s.restores_var(l, *v as usize)
+                    }) =>
                 {
                     continue
                 }
@@ -601,6 +627,9 @@ impl State<'_, '_> {
                     continue;
                 }
                 _ => {}
+            }
+            if self.recompute_sequential(e, inside) {
+                continue;
             }
             let mut x = self.s.dag.expressions[e].clone();
             let updates = matches!(
@@ -615,6 +644,9 @@ impl State<'_, '_> {
                 };
             }
             self.fwd[e] = self.b.raw(x);
+            if matches!(k.exprs[e].inst, Inst::Range { .. }) {
+                self.record(e, self.fwd[e], inside);
+            }
             if let Some(&t) = self.tape.get(&e) {
                 self.b.assign(t, self.fwd[e]);
             }
@@ -641,7 +673,7 @@ impl State<'_, '_> {
         let o = o as usize;
         if o == l {
             self.loop_index[&(l as ValueId)]
-        } else if o > l {
+        } else if o > l || self.s.restores_var(l, o) {
             self.fwd[o]
         } else if let Some(&v) = self.entry.get(&(l, o)) {
             v

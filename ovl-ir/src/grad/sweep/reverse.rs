@@ -15,7 +15,7 @@ use crate::typed::{Inst, ValueId};
 impl State<'_, '_> {
     /// `adj[target] += c`: through the innermost walked loop's accumulator for `target` if it
     /// has one.
-    fn add_adj(&mut self, target: ValueId, c: ValueId) {
+    pub(super) fn add_adj(&mut self, target: ValueId, c: ValueId) {
         let sum = self.sums.last().and_then(|sums| {
             sums.iter()
                 .find(|&&(t, _)| t == target as usize)
@@ -123,6 +123,10 @@ impl State<'_, '_> {
     /// before the loop that its body reads (and does not update) are summed over the iterations
     /// in accumulators (whose lanes vectorize), added to the adjoints after the loop.
     fn reverse_loop(&mut self, l: usize, close: usize) {
+        if self.s.taped(l).is_some() {
+            self.reverse_recorded(l, close);
+            return;
+        }
         let sums = self.loop_sums(l, close);
         let index = if self.s.order_free(l, close) {
             let (start, end, step) = (
@@ -135,21 +139,27 @@ impl State<'_, '_> {
             self.reverse_range(l)
         };
         self.sums.push(sums);
-        self.loop_index.insert(l as ValueId, index);
-        self.declare(Some(l as ValueId));
-        self.recompute(l + 1, close, Some(l));
-        self.reverse(l + 1, close);
-        self.forget(l as ValueId);
-        self.loop_index.remove(&(l as ValueId));
+        self.walk_body(l, close, index);
         self.b.end_range();
         for (target, acc) in self.sums.pop().unwrap_or_default() {
             self.add_adj(target as ValueId, acc);
         }
     }
 
+    /// The walk of one iteration of loop `l` (closed at `close`) at forward index `index`: its
+    /// declarations, the body recomputed, then walked backwards.
+    pub(super) fn walk_body(&mut self, l: usize, close: usize, index: ValueId) {
+        self.loop_index.insert(l as ValueId, index);
+        self.declare(Some(l as ValueId));
+        self.recompute(l + 1, close, Some(l));
+        self.reverse(l + 1, close);
+        self.forget(l as ValueId);
+        self.loop_index.remove(&(l as ValueId));
+    }
+
     /// Declares, before the walk of loop `l`, a sum accumulator per value from before the loop
     /// whose adjoint the body may add to: read in the body, not updated there.
-    fn loop_sums(&mut self, l: usize, close: usize) -> Vec<(usize, ValueId)> {
+    pub(super) fn loop_sums(&mut self, l: usize, close: usize) -> Vec<(usize, ValueId)> {
         let k = self.s.k;
         let body = l + 1..close;
         let updated: Vec<usize> = body
@@ -273,7 +283,9 @@ impl State<'_, '_> {
         } = k.exprs[e].inst
         {
             if let Some(&a) = self.adj.get(&(accumulator as usize)) {
-                if self.s.is_extremum(accumulator as usize) {
+                if self.s.sequential(accumulator as usize) {
+                    self.sequential_step(e, accumulator as usize, value, a);
+                } else if self.s.is_extremum(accumulator as usize) {
                     let v = self.value_at(e, 1);
                     self.give_extremum(accumulator as usize, value, v, a);
                 } else {
