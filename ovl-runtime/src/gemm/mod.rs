@@ -3,7 +3,7 @@
 //! or a short sum; `large`, AVX-512F or AVX2 + FMA: many rows and a long sum), else through the
 //! `gemm` crate
 //! (docs/matmul.md says why that crate); on `f16` and `bf16` through the same f32 kernels on
-//! operands widened to f32 ([`half`]). Other dtypes run the call's reference program,
+//! operands widened to f32 (`gemm/half.rs`). Other dtypes run the call's reference program,
 //! compiled like any operator. [`epilogue`] runs a GEMM with the elementwise operator that
 //! consumes it, block by block.
 
