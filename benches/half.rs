@@ -1,6 +1,8 @@
 //! bf16 and f16 beside f32 on the CPU (issue 50): the LSTM cell's nonlinearity (stdlib
 //! operators, fused automatically) and the four row reductions along the last axis (softmax,
-//! layer norm, RMS norm, logsumexp; stdlib functions), each recorded once on placeholders and
+//! layer norm, RMS norm, logsumexp; stdlib functions) and a matrix product (`ovl::gemm`,
+//! `[m, k] x [k, k]`: the half types widened into the f32 kernels), each recorded once on
+//! placeholders and
 //! compiled (`ovl::compile`, then `run_into` per call), forward only. Half tensors move half the
 //! bytes; every operation computes in f32 and rounds once (`docs/half.md`), the reductions
 //! accumulate in f32.
@@ -66,15 +68,17 @@ enum Kernel {
     LayerNorm,
     RmsNorm,
     LogSumExp,
+    Gemm,
 }
 
 impl Kernel {
-    const ALL: [Kernel; 5] = [
+    const ALL: [Kernel; 6] = [
         Kernel::LstmCell,
         Kernel::Softmax,
         Kernel::LayerNorm,
         Kernel::RmsNorm,
         Kernel::LogSumExp,
+        Kernel::Gemm,
     ];
     fn name(self) -> &'static str {
         match self {
@@ -83,12 +87,15 @@ impl Kernel {
             Kernel::LayerNorm => "layernorm",
             Kernel::RmsNorm => "rmsnorm",
             Kernel::LogSumExp => "logsumexp",
+            Kernel::Gemm => "gemm",
         }
     }
-    /// (rows, cols) for the reductions, (batch, hidden) for the cell.
+    /// (rows, cols) for the reductions, (batch, hidden) for the cell, (m, k) for the product.
     fn sizes(self, quick: bool) -> Vec<(usize, usize)> {
         match (self, quick) {
             (Kernel::LstmCell, true) => vec![(512, 1024)],
+            (Kernel::Gemm, true) => vec![(512, 512)],
+            (Kernel::Gemm, false) => vec![(20, 1024), (512, 512), (1024, 1024)],
             (Kernel::LstmCell, false) => vec![(128, 512), (512, 1024), (1024, 2048)],
             (_, true) => vec![(1024, 4096)],
             (_, false) => vec![(256, 1024), (1024, 4096), (8192, 1024)],
@@ -99,6 +106,7 @@ impl Kernel {
         match self {
             Kernel::LstmCell => 7 * a * b,
             Kernel::LogSumExp => a * b + a,
+            Kernel::Gemm => 2 * a * b + b * b,
             _ => 2 * a * b,
         }
     }
@@ -139,6 +147,22 @@ fn measure<T: Elem>(
             for _ in 0..rounds {
                 keep(time_calls(3, reps, || {
                     step.run_into((&zv, &cv), &mut outs)
+                })?);
+            }
+        }
+        Kernel::Gemm => {
+            let x = ovl::placeholder::<T>("x", &[a, b]);
+            let w = ovl::placeholder::<T>("w", &[b, b]);
+            let y = ovl::gemm(&x, &w, false, false);
+            let step = ovl::compile((&x, &w), &y, &opts)?;
+            let (xv, wv) = (
+                Lazy::from(values::<T>(&[a, b], 4)),
+                Lazy::from(values::<T>(&[b, b], 5)),
+            );
+            let mut outs = vec![ArrayD::from_elem(IxDyn(&[a, b]), T::of(0.0))];
+            for _ in 0..rounds {
+                keep(time_calls(3, reps, || {
+                    step.run_into((&xv, &wv), &mut outs)
                 })?);
             }
         }

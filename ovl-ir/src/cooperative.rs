@@ -378,8 +378,8 @@ fn plan_of(dag: &ir::ExpressionDag, kernel: &Kernel) -> Option<Cooperative> {
 }
 
 /// The shared memory per thread that a column block's folds take (`shared::emit::cooperative`
-/// in ovl-codegen): per accumulator dtype, its size times the most accumulators of that dtype
-/// one top-level loop reduces.
+/// in ovl-codegen): per accumulator dtype, the size of its values (a half value is an f32 there)
+/// times the most accumulators of that dtype one top-level loop reduces.
 fn fold_bytes(kernel: &Kernel, reductions: &Reductions, loops: &[usize]) -> u64 {
     let mut most: std::collections::BTreeMap<Option<DType>, (u64, u64)> = Default::default();
     for l in loops {
@@ -388,7 +388,7 @@ fn fold_bytes(kernel: &Kernel, reductions: &Reductions, loops: &[usize]) -> u64 
             *here.entry(kernel.exprs[acc].dtype).or_default() += 1;
         }
         for (d, n) in here {
-            let size = d.map_or(8, |d| d.size() as u64);
+            let size = d.map_or(8, |d| d.compute().size() as u64);
             let m = most.entry(d).or_insert((0, size));
             m.0 = m.0.max(n);
         }

@@ -120,6 +120,26 @@ impl DType {
         })
     }
 
+    /// The name NumPy, TensorFlow, PyTorch and JAX give the type (`float32`, `uint8`, `bool`,
+    /// `float16`, `bfloat16`, ...): the name in exported programs and the bridges' messages.
+    pub fn framework_name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+            DType::I8 => "int8",
+            DType::I16 => "int16",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::U8 => "uint8",
+            DType::U16 => "uint16",
+            DType::U32 => "uint32",
+            DType::U64 => "uint64",
+            DType::Bool => "bool",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
+        }
+    }
+
     /// The Rust name of the type (`f32`, `u8`, `bool`, `f16`, `bf16`, ...).
     pub fn name(self) -> &'static str {
         match self {

@@ -37,6 +37,45 @@ pub fn round(d: DType, x: f32) -> f32 {
     }
 }
 
+/// Every element of `bits` (half dtype `d`) widened into `out` (exactly, as [`from_bits`]);
+/// `false` (nothing written) if `d` is not a half type or the lengths differ. The `half`
+/// crate's slice conversion: F16C's vector instructions for f16 where the CPU has them.
+pub fn widen_slice(d: DType, bits: &[u16], out: &mut [f32]) -> bool {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+    if bits.len() != out.len() {
+        return false;
+    }
+    match d {
+        DType::F16 => bits
+            .reinterpret_cast::<half::f16>()
+            .convert_to_f32_slice(out),
+        DType::BF16 => bits
+            .reinterpret_cast::<half::bf16>()
+            .convert_to_f32_slice(out),
+        _ => return false,
+    }
+    true
+}
+
+/// Every element of `x` rounded into half dtype `d` (as [`to_bits`]), its bits written to
+/// `bits`; `false` (nothing written) if `d` is not a half type or the lengths differ.
+pub fn narrow_slice(d: DType, x: &[f32], bits: &mut [u16]) -> bool {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+    if bits.len() != x.len() {
+        return false;
+    }
+    match d {
+        DType::F16 => bits
+            .reinterpret_cast_mut::<half::f16>()
+            .convert_from_f32_slice(x),
+        DType::BF16 => bits
+            .reinterpret_cast_mut::<half::bf16>()
+            .convert_from_f32_slice(x),
+        _ => return false,
+    }
+    true
+}
+
 /// The bits of a half literal: the IR's f64 `float_value` rounded to f32 and then into the half
 /// type, both to nearest even: a CAST from f64 (tracing stores the literal the user wrote
 /// already rounded, so the two roundings are one); `None` if `d` is not a half type.

@@ -139,23 +139,10 @@ pub fn run_program(
         })
 }
 
-/// The TensorFlow name of a dtype (`tf.as_dtype` accepts it).
+/// The TensorFlow name of a dtype (`tf.as_dtype` accepts it): the dtype table's
+/// [`DType::framework_name`].
 pub fn tensorflow_dtype_name(dtype: DType) -> &'static str {
-    match dtype {
-        DType::F32 => "float32",
-        DType::F64 => "float64",
-        DType::I8 => "int8",
-        DType::I16 => "int16",
-        DType::I32 => "int32",
-        DType::I64 => "int64",
-        DType::U8 => "uint8",
-        DType::U16 => "uint16",
-        DType::U32 => "uint32",
-        DType::U64 => "uint64",
-        DType::Bool => "bool",
-        DType::F16 => "float16",
-        DType::BF16 => "bfloat16",
-    }
+    dtype.framework_name()
 }
 
 /// Where the data of one graph input comes from.

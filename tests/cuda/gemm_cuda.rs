@@ -1,5 +1,5 @@
 //! Matrix products on the GPU through cuBLAS (`ovl::cuda::CublasGemm`, `Target::Cuda`): every
-//! transposed form on odd sizes, batched, `f32` and `f64`, an empty inner dimension, NaN, a sum
+//! transposed form on odd sizes, batched, `f32`, `f64`, `f16` and `bf16`, an empty inner dimension, NaN, a sum
 //! of products (a weight's gradient over steps), and the LSTM step on device tensors, each
 //! against the reference product by a plain loop or the interpreter. A GEMM that cuBLAS runs
 //! compiles no kernel. Without a GPU or without cuBLAS each test says it did not run.
@@ -89,6 +89,44 @@ fn cublas_matches_the_reference_in_every_form_batched_in_f32_and_f64() {
     for ((i, _), v) in got.indexed_iter().map(|(ix, v)| ((ix[0], ix[1]), v)) {
         assert_eq!(v.is_nan(), i == 1, "row {i}: {v}");
     }
+}
+
+/// Half products through `cublasGemmStridedBatchedEx` (inputs and C in the half type, f32
+/// compute on tensor cores): every transposed form, batched, against the f64 product of the
+/// exact half values: within one ulp of the half type plus f32 accumulation's error (C is
+/// rounded once). No kernel is compiled for them.
+#[test]
+fn half_products_run_on_cublas_with_f32_accumulation() {
+    use ovl::half::{bf16, f16};
+    if !ready("half_products_run_on_cublas") {
+        return;
+    }
+    let before = ovl::cuda::thread_stats().nvrtc_compiles;
+    for (seed, &(m, k, n)) in SIZES.iter().chain(&[(130, 257, 65)]).enumerate() {
+        for (ta, tb) in FORMS {
+            for batch in [&[][..], &[2, 3][..]] {
+                let [sa, sb] = shapes(batch, (m, k, n), ta, tb);
+                let (a, b) = (values(&sa, seed as u64 + 9), values(&sb, seed as u64 + 90));
+                let what = format!("{sa:?} x {sb:?} (transposed {ta}, {tb})");
+                // f16: 10 fraction bits; bf16: 7.
+                let (a16, b16) = (a.mapv(f16::from_f64), b.mapv(f16::from_f64));
+                let (want, mag) = reference(&a16.mapv(f64::from), &b16.mapv(f64::from), ta, tb);
+                let y = ovl::gemm(&Lazy::from(a16), &Lazy::from(b16), ta, tb);
+                let got = eval(&y, &Options::cuda()).mapv(f64::from);
+                close(&got, &want, &mag, 2f64.powi(-10), &format!("f16 {what}"));
+                let (ab, bb) = (a.mapv(bf16::from_f64), b.mapv(bf16::from_f64));
+                let (want, mag) = reference(&ab.mapv(f64::from), &bb.mapv(f64::from), ta, tb);
+                let y = ovl::gemm(&Lazy::from(ab), &Lazy::from(bb), ta, tb);
+                let got = eval(&y, &Options::cuda()).mapv(f64::from);
+                close(&got, &want, &mag, 2f64.powi(-7), &format!("bf16 {what}"));
+            }
+        }
+    }
+    assert_eq!(
+        ovl::cuda::thread_stats().nvrtc_compiles,
+        before,
+        "no kernel compiled for a half product"
+    );
 }
 
 /// A weight used in five products: its gradient is one call summing five products (cuBLAS

@@ -94,7 +94,8 @@ pub fn forget_root(root: &Path) {
 }
 
 /// The cache key: 32 hex digits of SHA-256 over the operator's canonical hash, the CUDA codegen
-/// version, the NVRTC version, and the options (which hold the architecture and output kind).
+/// version and the code generator's source digest ([`crate::CODEGEN_SOURCE_DIGEST`]), the NVRTC
+/// version, and the options (which hold the architecture and output kind).
 fn cache_key(dag: &ir::ExpressionDag, nvrtc: &NvrtcInfo, options: &[String]) -> String {
     let digest = crate::shared::sizes::code_hash(dag);
     let mut h = Sha256::new();
@@ -104,6 +105,7 @@ fn cache_key(dag: &ir::ExpressionDag, nvrtc: &NvrtcInfo, options: &[String]) -> 
     };
     field(b"ovl-codegen cuda cache key");
     field(super::CUDA_CODEGEN_VERSION.as_bytes());
+    field(crate::CODEGEN_SOURCE_DIGEST.as_bytes());
     field(&digest.0);
     field(format!("nvrtc {}.{}", nvrtc.version.0, nvrtc.version.1).as_bytes());
     for o in options {

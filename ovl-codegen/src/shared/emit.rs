@@ -18,7 +18,7 @@
 //!   worker program's block ([`Emitter::worker_program`]), so that staged loops exit (a
 //!   non-positive RANGE step does the same).
 
-use super::literal::{ctype, cuda_literal, literal};
+use super::literal::{ctype, cuda_literal, literal, vtype};
 use super::sizes::{self, Size};
 use crate::error::{defined_at, CodegenError};
 use ovl_ir::intervals::Intervals;

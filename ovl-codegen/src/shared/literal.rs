@@ -2,9 +2,9 @@
 
 use ovl_ir::DType;
 
-/// The C++ type of a dtype (`bool` is one byte holding 0 or 1, like Rust's; a half type is the
-/// prelude's 2-byte struct of its bits, `ovl::f16` or `ovl::bf16`, computed with through
-/// [`widen`] and [`narrow`]).
+/// The C++ type of a dtype's elements in memory (`bool` is one byte holding 0 or 1, like Rust's;
+/// a half type is the prelude's 2-byte struct of its bits, `ovl::f16` or `ovl::bf16`, read with
+/// [`load`] and written with [`store`]).
 pub(crate) fn ctype(d: DType) -> &'static str {
     match d {
         DType::F16 => "ovl::f16",
@@ -23,22 +23,51 @@ pub(crate) fn ctype(d: DType) -> &'static str {
     }
 }
 
-/// `x`, a value of half dtype `d`, as an f32 expression (exact); `x` itself for other dtypes.
-pub(crate) fn widen(d: DType, x: &str) -> String {
+/// The C++ type of a dtype's values in the generated code: [`ctype`], except that a value of a
+/// half type is a `float` holding its exact value (rounded by [`narrow`] when it is computed).
+/// Keeping half values in f32 registers spares a conversion to 16 bits and back between two
+/// operations, which kept GCC's vectorized loops busy packing and unpacking lanes.
+pub(crate) fn vtype(d: DType) -> &'static str {
     if d.is_half() {
-        format!("ovl::widen({x})")
+        "float"
     } else {
-        x.to_string()
+        ctype(d)
     }
 }
 
-/// `x`, an f32 expression, rounded once to nearest even into half dtype `d`
-/// (`proto/ovl.proto`, "Half types"); `x` itself for other dtypes.
+/// `x`, a value of dtype `d`, as an expression of its compute type (`d.compute()`): a half value
+/// already is its exact f32 value ([`vtype`]), so `x` itself for every dtype.
+pub(crate) fn widen(_d: DType, x: &str) -> String {
+    x.to_string()
+}
+
+/// `x`, an f32 expression, rounded once to nearest even to a value of half dtype `d`
+/// (`proto/ovl.proto`, "Half types"), kept as the f32 holding it; `x` itself for other dtypes.
 pub(crate) fn narrow(d: DType, x: &str) -> String {
     match d {
-        DType::F16 => format!("ovl::narrow_f16({x})"),
-        DType::BF16 => format!("ovl::narrow_bf16({x})"),
+        DType::F16 => format!("ovl::round_f16({x})"),
+        DType::BF16 => format!("ovl::round_bf16({x})"),
         _ => x.to_string(),
+    }
+}
+
+/// `element`, an element of dtype `d` in memory (an lvalue of [`ctype`]), as a value of [`vtype`]:
+/// a half element is widened from its bits (a struct copy would keep the loop from vectorizing).
+pub(crate) fn load(d: DType, element: &str) -> String {
+    match d {
+        DType::F16 => format!("ovl::f16_value({element}.bits)"),
+        DType::BF16 => format!("ovl::bf16_value({element}.bits)"),
+        _ => element.to_string(),
+    }
+}
+
+/// The statement storing `value` (of [`vtype`]) into `element` (an lvalue of [`ctype`]): a half
+/// value, exact in the half type, is stored as its bits.
+pub(crate) fn store(d: DType, element: &str, value: &str) -> String {
+    match d {
+        DType::F16 => format!("{element}.bits = ovl::f16_bits({value});"),
+        DType::BF16 => format!("{element}.bits = ovl::bf16_bits({value});"),
+        _ => format!("{element} = {value};"),
     }
 }
 
@@ -114,10 +143,38 @@ pub(crate) fn literal(d: DType, float_value: f64, int_value: i64, uint_value: u6
         DType::U64 => unsigned(uint_value),
         DType::Bool => (if int_value != 0 { "true" } else { "false" }).into(),
         DType::F16 | DType::BF16 => {
-            let bits = ovl_ir::half_float::literal_bits(d, float_value).unwrap_or(0);
-            let value = ovl_ir::half_float::from_bits(d, bits).unwrap_or(f32::NAN);
-            format!("({}{{0x{bits:04x}u}} /* {value:?} */)", ctype(d))
+            // The value ([`vtype`]): the f32 holding the half value, by its bits where it is not
+            // finite (CUDA has no builtin for infinities).
+            let value = half_literal_value(d, float_value);
+            if value.is_finite() {
+                f32_literal(value)
+            } else {
+                format!("ovl::f32_bits(0x{:08x}u)", value.to_bits())
+            }
         }
+    }
+}
+
+/// The value of a half literal of dtype `d` (rounded as the interpreter rounds it), as an f32.
+fn half_literal_value(d: DType, float_value: f64) -> f32 {
+    let bits = ovl_ir::half_float::literal_bits(d, float_value).unwrap_or(0);
+    ovl_ir::half_float::from_bits(d, bits).unwrap_or(f32::NAN)
+}
+
+/// A literal of dtype `d` as an element in memory ([`ctype`]; the fill of a local tensor):
+/// [`literal`], except that a half literal is the struct of its bits.
+pub(crate) fn storage_literal(
+    d: DType,
+    float_value: f64,
+    int_value: i64,
+    uint_value: u64,
+) -> String {
+    if d.is_half() {
+        let bits = ovl_ir::half_float::literal_bits(d, float_value).unwrap_or(0);
+        let value = half_literal_value(d, float_value);
+        format!("({}{{0x{bits:04x}u}} /* {value:?} */)", ctype(d))
+    } else {
+        literal(d, float_value, int_value, uint_value)
     }
 }
 
@@ -165,12 +222,18 @@ mod tests {
         );
         assert_eq!(literal(DType::Bool, 0.0, 1, 0), "true");
         assert_eq!(
-            literal(DType::F16, 1.0, 0, 0),
+            storage_literal(DType::F16, 1.0, 0, 0),
             "(ovl::f16{0x3c00u} /* 1.0 */)"
         );
         assert_eq!(
-            literal(DType::BF16, -0.0, 0, 0),
+            storage_literal(DType::BF16, -0.0, 0, 0),
             "(ovl::bf16{0x8000u} /* -0.0 */)"
+        );
+        assert_eq!(literal(DType::F16, 1.0, 0, 0), f32_literal(1.0));
+        assert_eq!(literal(DType::BF16, -0.0, 0, 0), f32_literal(-0.0));
+        assert_eq!(
+            literal(DType::F16, f64::INFINITY, 0, 0),
+            "ovl::f32_bits(0x7f800000u)"
         );
     }
 }

@@ -39,7 +39,9 @@ use ovl_codegen::shared::cache_entry::{
 };
 use ovl_codegen::shared::prelude;
 use ovl_codegen::shared::sizes::code_hash;
-use ovl_codegen::{CacheOutcome, CodegenError, CompileOptions, NotEmbedded, CODEGEN_VERSION};
+use ovl_codegen::{
+    CacheOutcome, CodegenError, CompileOptions, NotEmbedded, CODEGEN_SOURCE_DIGEST, CODEGEN_VERSION,
+};
 use ovl_ir::ir;
 use ovl_ir::lru::{CacheControl, SharedLru};
 use ovl_ir::names::defined_at;
@@ -73,14 +75,17 @@ fn prelude_digest() -> &'static [u8] {
 }
 
 /// The cache key of an operator for a toolchain: 32 hex digits of SHA-256 over the operator's
-/// canonical hash ([`ovl_ir::hash::canonical_hash`]), the codegen and ABI versions, the text of
-/// the C++ prelude (so that a change to it can never reuse a stale library), and the toolchain
+/// canonical hash ([`ovl_ir::hash::canonical_hash`]), the codegen and ABI versions, the code
+/// generator's source digest ([`CODEGEN_SOURCE_DIGEST`]: the emitter and the preludes, so that a
+/// change to either can never reuse a stale library), the text of the C++ prelude, and the toolchain
 /// fingerprint (compiler path and `--version`, flags, CPU features).
 pub(crate) fn cache_key(dag: &ir::ExpressionDag, toolchain: &Toolchain) -> String {
     let digest = code_hash(dag);
     let mut h = Sha256::new();
     h.update(b"ovl-codegen cpu cache key\0");
     h.update(CODEGEN_VERSION.as_bytes());
+    h.update([0]);
+    h.update(CODEGEN_SOURCE_DIGEST.as_bytes());
     h.update([0]);
     h.update(ABI_VERSION.to_le_bytes());
     h.update(prelude_digest());
@@ -193,12 +198,13 @@ pub fn compile_with_outcome(
                     why,
                 })?;
         let description = format!(
-            "operator: {}\ndefined at: {}\ncanonical hash: {}\ncodegen version: {}\n\
+            "operator: {}\ndefined at: {}\ncanonical hash: {}\ncodegen version: {} (sources {})\n\
              abi version: {}\ncompiler: {}\ncompiler version: {}\nflags: {}\ncpu: {}\n",
             dag.name,
             defined_at(dag),
             code_hash(dag),
             CODEGEN_VERSION,
+            CODEGEN_SOURCE_DIGEST,
             ABI_VERSION,
             toolchain.path.display(),
             toolchain.version,
@@ -349,13 +355,14 @@ pub fn load_embedded(
                 why,
             })?;
         let description = format!(
-            "operator: {}\ndefined at: {}\ncanonical hash: {}\ncodegen version: {}\n\
+            "operator: {}\ndefined at: {}\ncanonical hash: {}\ncodegen version: {} (sources {})\n\
              abi version: {}\nembedded in an exported program, compiled for: {}\n\
              target key: {}\n",
             dag.name,
             defined_at(dag),
             code_hash(dag),
             CODEGEN_VERSION,
+            CODEGEN_SOURCE_DIGEST,
             ABI_VERSION,
             embedded.target,
             embedded.target_key,

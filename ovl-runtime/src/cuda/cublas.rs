@@ -73,6 +73,41 @@ type GemmStridedBatched<T> = unsafe extern "C" fn(
     c_int,
 ) -> Status;
 
+/// `cublasGemmStridedBatchedEx`: handle, transa, transb, m, n, k, alpha, A, Atype, lda,
+/// strideA, B, Btype, ldb, strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType, algo.
+type GemmStridedBatchedEx = unsafe extern "C" fn(
+    Handle,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    *const c_void,
+    *const c_void,
+    c_int,
+    c_int,
+    i64,
+    *const c_void,
+    c_int,
+    c_int,
+    i64,
+    *const c_void,
+    *mut c_void,
+    c_int,
+    c_int,
+    i64,
+    c_int,
+    c_int,
+    c_int,
+) -> Status;
+/// `cudaDataType`: the half types.
+const CUDA_R_16F: c_int = 2;
+const CUDA_R_16BF: c_int = 14;
+/// `cublasComputeType_t`: f32 products and sums (tensor cores take 16-bit inputs so by default).
+const CUBLAS_COMPUTE_32F: c_int = 68;
+/// `cublasGemmAlgo_t`: cuBLAS' heuristic choice.
+const CUBLAS_GEMM_DEFAULT: c_int = -1;
+
 /// The library names tried, newest major version first.
 const NAMES: [&str; 3] = ["libcublas.so.13", "libcublas.so.12", "libcublas.so"];
 
@@ -92,6 +127,8 @@ struct Cublas {
     handle: Handle,
     sgemm: GemmStridedBatched<f32>,
     dgemm: GemmStridedBatched<f64>,
+    /// For the half types: inputs and C in the half type, f32 compute and accumulation.
+    gemm_ex: GemmStridedBatchedEx,
     set_math_mode: SetMathMode,
     /// The handle's math mode now (set before a call that wants another).
     math_mode: c_int,
@@ -129,6 +166,7 @@ impl Cublas {
         let get_version: GetVersion = sym(&library, "cublasGetVersion_v2")?;
         let sgemm = sym(&library, "cublasSgemmStridedBatched")?;
         let dgemm = sym(&library, "cublasDgemmStridedBatched")?;
+        let gemm_ex = sym(&library, "cublasGemmStridedBatchedEx")?;
         let set_math_mode: SetMathMode = sym(&library, "cublasSetMathMode")?;
         let status_name: Option<StatusName> = sym(&library, "cublasGetStatusName").ok();
         let dev = device().map_err(|e| e.to_string())?;
@@ -155,6 +193,7 @@ impl Cublas {
             handle,
             sgemm,
             dgemm,
+            gemm_ex,
             set_math_mode,
             math_mode: DEFAULT_MATH,
             status_name,
@@ -163,6 +202,29 @@ impl Cublas {
                 version,
             },
         })
+    }
+
+    /// One term of a call on `handle` (this library's, or a caller's stream's): `C (+)= op(A) ·
+    /// op(B)` for `pair = [A, B]` of `dtype`, adding to C unless `first`.
+    ///
+    /// # Safety
+    /// As [`CublasGemm::launch_device`]; `handle` is live and bound to the stream.
+    unsafe fn term(
+        &self,
+        dtype: DType,
+        call: &Call,
+        handle: Handle,
+        (pair, c, first): (&[u64], u64, bool),
+    ) -> Status {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match dtype {
+                DType::F64 => call.run(self.dgemm, handle, pair, c, first),
+                DType::F16 => call.run_ex(self.gemm_ex, CUDA_R_16F, handle, pair, c, first),
+                DType::BF16 => call.run_ex(self.gemm_ex, CUDA_R_16BF, handle, pair, c, first),
+                _ => call.run(self.sgemm, handle, pair, c, first),
+            }
+        }
     }
 
     fn status_text(&self, r: Status) -> String {
@@ -239,12 +301,19 @@ pub struct CublasGemm {
 }
 
 impl CublasGemm {
-    /// The cuBLAS kernel of `op`, when it is a GEMM on `f32` or `f64`, cuBLAS loads on this
-    /// machine and `OVL_CUBLAS=0` is not set; otherwise the caller compiles the call's
-    /// reference program.
+    /// The cuBLAS kernel of `op`, when it is a GEMM on `f32` or `f64`, or a one-term GEMM on
+    /// `f16` or `bf16` (`cublasGemmStridedBatchedEx`: f32 compute and accumulation on tensor
+    /// cores, C rounded once into the half type; a sum of several terms would round C between
+    /// them), cuBLAS loads on this machine and `OVL_CUBLAS=0` is not set; otherwise the caller
+    /// compiles the call's reference program.
     pub fn for_operator(op: &ir::ExpressionDag) -> Option<CublasGemm> {
         let dims = gemm_dims(op).ok()?;
-        if !matches!(dims.dtype, DType::F32 | DType::F64) || disabled() {
+        let admitted = match dims.dtype {
+            DType::F32 | DType::F64 => true,
+            DType::F16 | DType::BF16 => dims.terms == 1,
+            _ => false,
+        };
+        if !admitted || disabled() {
             return None;
         }
         library().ok()?;
@@ -350,12 +419,7 @@ impl CublasGemm {
             let first = t == 0;
             // SAFETY: the caller's contract; the sizes and leading dimensions are those of the
             // operands' row-major types (`Call::new`), the handle is bound to the stream.
-            let r = unsafe {
-                match self.dtype {
-                    DType::F64 => call.run(cublas.dgemm, cublas.handle, pair, output, first),
-                    _ => call.run(cublas.sgemm, cublas.handle, pair, output, first),
-                }
-            };
+            let r = unsafe { cublas.term(self.dtype, &call, cublas.handle, (pair, output, first)) };
             if r != SUCCESS {
                 return Err(err(
                     "running cublasGemmStridedBatched",
@@ -484,6 +548,54 @@ impl Call {
                 self.ld.2,
                 self.strides.2,
                 self.batch,
+            )
+        }
+    }
+}
+
+impl Call {
+    /// One term of a half product (`dtype` cuBLAS' `cudaDataType` of A, B and C): f32 compute,
+    /// alpha and beta f32, adding to C unless `first`.
+    ///
+    /// # Safety
+    /// As [`CublasGemm::launch_device`], `f` cuBLAS' `cublasGemmStridedBatchedEx`.
+    unsafe fn run_ex(
+        &self,
+        f: GemmStridedBatchedEx,
+        dtype: c_int,
+        handle: Handle,
+        pair: &[u64],
+        c: u64,
+        first: bool,
+    ) -> Status {
+        let alpha = 1f32;
+        let beta = if first { 0f32 } else { 1f32 };
+        // SAFETY: the caller's contract.
+        unsafe {
+            f(
+                handle,
+                self.trans.0,
+                self.trans.1,
+                self.sizes.0,
+                self.sizes.1,
+                self.sizes.2,
+                (&alpha as *const f32).cast(),
+                pair[1] as *const c_void,
+                dtype,
+                self.ld.0,
+                self.strides.0,
+                pair[0] as *const c_void,
+                dtype,
+                self.ld.1,
+                self.strides.1,
+                (&beta as *const f32).cast(),
+                c as *mut c_void,
+                dtype,
+                self.ld.2,
+                self.strides.2,
+                self.batch,
+                CUBLAS_COMPUTE_32F,
+                CUBLAS_GEMM_DEFAULT,
             )
         }
     }

@@ -78,13 +78,17 @@ impl CublasGemm {
                 ),
             ));
         }
-        // This path calls the f32 and f64 entry points only; a product of another element
-        // type (the half-precision GemmEx calls) is refused rather than misread.
-        if !matches!(self.dtype, DType::F32 | DType::F64) {
+        // The element types `for_operator` admits, the half types in one term only.
+        let admitted = match self.dtype {
+            DType::F32 | DType::F64 => true,
+            DType::F16 | DType::BF16 => terms == 1,
+            _ => false,
+        };
+        if !admitted {
             return Err(err(
                 "checking the call",
                 format!(
-                    "products of {} are not run on a caller's stream yet (f32 and f64 are)",
+                    "products of {} in {terms} terms are not run by cuBLAS",
                     self.dtype
                 ),
             ));
@@ -200,13 +204,7 @@ impl CublasGemm {
         let call = Call::new(&dims, sizes);
         for (t, pair) in inputs.chunks(2).enumerate() {
             // SAFETY: the caller's contract; as in `launch_device`.
-            let r = unsafe {
-                match self.dtype {
-                    DType::F64 => call.run(cublas.dgemm, handle, pair, output, t == 0),
-                    // f32: the only other element type admitted above.
-                    _ => call.run(cublas.sgemm, handle, pair, output, t == 0),
-                }
-            };
+            let r = unsafe { cublas.term(self.dtype, &call, handle, (pair, output, t == 0)) };
             if r != SUCCESS {
                 return Err(err(
                     "running cublasGemmStridedBatched",

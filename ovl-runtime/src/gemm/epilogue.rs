@@ -140,6 +140,13 @@ pub(crate) unsafe fn run_pair(
                 symbols,
                 (threads, mode),
             ),
+            // A half product is widened into f32 buffers whole (`super::half`): the two kernels
+            // one after the other.
+            d @ (DType::F16 | DType::BF16) => {
+                super::half::gemm_half(d, &dims, gemm.0, c, threads);
+                consumer.run_raw(buffers.0, buffers.1, symbols, threads)?;
+                Ok(())
+            }
             other => Err(mismatch(format!("no library kernel for {other}"))),
         }
     }

@@ -2,11 +2,13 @@
 //! `f64`: on `f32` through this crate's kernels where they apply (`small`, AVX-512F: few rows
 //! or a short sum; `large`, AVX-512F or AVX2 + FMA: many rows and a long sum), else through the
 //! `gemm` crate
-//! (docs/matmul.md says why that crate). Other dtypes run the call's reference program,
+//! (docs/matmul.md says why that crate); on `f16` and `bf16` through the same f32 kernels on
+//! operands widened to f32 (`gemm/half.rs`). Other dtypes run the call's reference program,
 //! compiled like any operator. [`epilogue`] runs a GEMM with the elementwise operator that
 //! consumes it, block by block.
 
 pub mod epilogue;
+pub(crate) mod half;
 #[cfg(target_arch = "x86_64")]
 mod large;
 #[cfg(target_arch = "x86_64")]
@@ -26,10 +28,15 @@ pub struct GemmKernel {
 }
 
 impl GemmKernel {
-    /// The library kernel of `op`, when the CPU has one for it: a GEMM on `f32` or `f64`.
+    /// The library kernel of `op`, when the CPU has one for it: a GEMM on `f32`, `f64`, `f16`
+    /// or `bf16` (the half types accumulate in f32).
     pub fn for_operator(op: &ir::ExpressionDag) -> Option<GemmKernel> {
         let dims = gemm_dims(op).ok()?;
-        matches!(dims.dtype, DType::F32 | DType::F64).then_some(GemmKernel { dtype: dims.dtype })
+        matches!(
+            dims.dtype,
+            DType::F32 | DType::F64 | DType::F16 | DType::BF16
+        )
+        .then_some(GemmKernel { dtype: dims.dtype })
     }
 
     /// Runs the call of `op` (a concrete operator: its types give the sizes) on `inputs`
@@ -61,6 +68,9 @@ impl GemmKernel {
         unsafe {
             match self.dtype {
                 DType::F64 => gemm_sum::<f64>(&dims, inputs, output, threads),
+                d @ (DType::F16 | DType::BF16) => {
+                    half::gemm_half(d, &dims, inputs, output, threads)
+                }
                 _ => gemm_sum::<f32>(&dims, inputs, output, threads),
             }
         }

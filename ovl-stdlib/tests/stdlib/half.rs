@@ -209,6 +209,17 @@ fn gradient<T: Half>(
     }
 }
 
+/// The LSTM cell's new_h from gate pre-activations `z` `[B, 4H]` and cell state `c` `[B, H]`.
+fn cell<U: ovl::prelude::Float>(z: &Lazy<U>, c: &Lazy<U>) -> Lazy<U> {
+    let gates = ops::split(z, 1, 4);
+    let (i, j, f, o) = (&gates[0], &gates[1], &gates[2], &gates[3]);
+    let new_c = ops::add(
+        ops::mul(c, ops::sigmoid(f)),
+        ops::mul(ops::sigmoid(i), ops::tanh(j)),
+    );
+    ops::mul(ops::tanh(&new_c), ops::sigmoid(o))
+}
+
 #[test]
 fn gradients_on_half_tensors_match_central_differences_in_f32() {
     fn all<T: Half>() {
@@ -224,6 +235,11 @@ fn gradients_on_half_tensors_match_central_differences_in_f32() {
             |x| ops::rmsnorm(x, 1e-5),
         );
         gradient::<T>("tanh", |x| ops::tanh(x), |x| ops::tanh(x));
+        // The LSTM cell's new_h as a function of its gate pre-activations ([3, 16]: H = 4),
+        // with a fixed cell state.
+        let c = values(&[3, 4], 9, -1.0, 1.0).mapv(|v| T::of(v).value());
+        let (ct, c32) = (Lazy::from(c.mapv(T::of)), Lazy::from(c.mapv(|v| v as f32)));
+        gradient::<T>("lstm cell", |x| cell(x, &ct), |x| cell(x, &c32));
         gradient::<T>(
             "sum",
             |x| ops::sum_keepdim(x, 1),

@@ -185,6 +185,61 @@ pub fn lstm_cell_op<T: Float>(
     (new_c, new_h)
 }
 
+/// The derived gradient of the one-operator LSTM cell on half tensors (every operation of the
+/// backward kernels in f32, rounded once into the half type), on the interpreter, the C++
+/// backend and CUDA validation, against central differences of the same cell in f64 on the
+/// same (half) values: within 8 ulps of the half type (relative to max(|d|, 1)).
+fn lstm_cell_half_gradient<T: Float>(of: fn(f64) -> T, value: fn(T) -> f64, ulp: f64) {
+    let (b, h) = (2usize, 3usize);
+    let half = |a: ArrayD<f64>| a.mapv(|v| value(of(v)));
+    let z64 = half(values(&[b, 4 * h], 70, -2.0, 2.0));
+    let c64 = half(values(&[b, h], 71, -1.0, 1.0));
+    let dc64 = half(values(&[b, h], 72, -1.0, 1.0));
+    let dh64 = half(values(&[b, h], 73, -1.0, 1.0));
+    let lazy = |a: &ArrayD<f64>| Lazy::from(a.mapv(of));
+    let (z, c) = (lazy(&z64), lazy(&c64));
+    let (nc, nh) = lstm_cell_op(&z, &c, of(1.0));
+    let grads = ovl::backward(&[(&nc, &lazy(&dc64)), (&nh, &lazy(&dh64))], &[&z, &c]).unwrap();
+    // sum(new_c * dc + new_h * dh) in f64 on the interpreter.
+    let loss = |z: &ArrayD<f64>, c: &ArrayD<f64>| -> f64 {
+        let (nc, nh) = lstm_cell_op(Lazy::from(z.clone()), Lazy::from(c.clone()), 1.0);
+        let (nc, nh): (ArrayD<f64>, ArrayD<f64>) =
+            ovl::evaluate_with((&nc, &nh), &Options::interpreter()).unwrap();
+        (nc * &dc64).sum() + (nh * &dh64).sum()
+    };
+    let step = 1e-4;
+    for (name, options) in targets() {
+        for (which, x) in [&z, &c].into_iter().enumerate() {
+            let got: ArrayD<T> = ovl::evaluate_with(&grads.of(x).unwrap(), &options).unwrap();
+            for j in 0..got.len() {
+                let (mut zp, mut cp) = (z64.clone(), c64.clone());
+                let (mut zm, mut cm) = (z64.clone(), c64.clone());
+                let (p, m) = if which == 0 {
+                    (&mut zp, &mut zm)
+                } else {
+                    (&mut cp, &mut cm)
+                };
+                p.as_slice_mut().unwrap()[j] += step;
+                m.as_slice_mut().unwrap()[j] -= step;
+                let numeric = (loss(&zp, &cp) - loss(&zm, &cm)) / (2.0 * step);
+                let g = value(got.as_slice().unwrap()[j]);
+                assert!(
+                    (g - numeric).abs() <= 8.0 * ulp * numeric.abs().max(1.0),
+                    "{name} {} input {which} [{j}]: {g} vs {numeric}",
+                    std::any::type_name::<T>()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn lstm_cell_derived_gradients_on_half_tensors_match_central_differences() {
+    use ovl::half::{bf16, f16};
+    lstm_cell_half_gradient(f16::from_f64, |x| x.to_f64(), 2f64.powi(-10));
+    lstm_cell_half_gradient(bf16::from_f64, |x| x.to_f64(), 2f64.powi(-7));
+}
+
 #[test]
 fn lstm_cell_matches_central_differences() {
     check(

@@ -3,7 +3,7 @@
 //! ends the worker.
 
 use super::{Dialect, Emitted, Emitter, TensorInfo, Unproven, STOP};
-use crate::shared::literal::ctype;
+use crate::shared::literal::{load, storage_literal, store, vtype};
 use crate::shared::sizes::Size;
 use ovl_ir::ir::TensorKind;
 use ovl_ir::typed::{TensorId, ValueId};
@@ -152,7 +152,7 @@ impl Emitter<'_> {
         let t = self.tensor_info(tensor);
         let (linear, unproven) = self.indices(k, t, indices);
         let (d, name) = (t.dtype, t.name.clone());
-        let ct = ctype(d);
+        let ct = vtype(d);
         if let Some(lines) = self
             .lane_read(k, &name, &linear)
             .filter(|_| unproven.is_empty())
@@ -160,12 +160,7 @@ impl Emitter<'_> {
             lines.iter().for_each(|l| self.line(l));
             return Ok(Some(d));
         }
-        // A half value moves as its bits (a struct copy would keep the loop from vectorizing).
-        let element = if d.is_half() {
-            format!("{ct}{{{name}[{linear}].bits}}")
-        } else {
-            format!("{name}[{linear}]")
-        };
+        let element = load(d, &format!("{name}[{linear}]"));
         if unproven.is_empty() {
             self.line(&format!("const {ct} v{k} = {element};"));
         } else {
@@ -199,18 +194,13 @@ impl Emitter<'_> {
         }
         // Outside its split loops, a cooperative group writes from its thread 0 only.
         let only_first = self.write_guard(t.kind == TensorKind::Output);
-        // A half value moves as its bits (see `read`).
-        let bits = if t.dtype.is_half() { ".bits" } else { "" };
+        let store = store(t.dtype, &format!("{name}[{linear}]"), &format!("v{value}"));
         if unproven.is_empty() {
-            self.line(&format!(
-                "{only_first}{name}[{linear}]{bits} = v{value}{bits};"
-            ));
+            self.line(&format!("{only_first}{store}"));
         } else {
             let cond = Self::bounds_condition(&unproven);
             let faults = self.fault_chain(k, t, &unproven);
-            self.line(&format!(
-                "if (OVL_LIKELY({cond})) {name}[{linear}]{bits} = v{value}{bits};"
-            ));
+            self.line(&format!("if (OVL_LIKELY({cond})) {store}"));
             self.line(&format!("else {{ {faults} }}"));
         }
         Ok(None)
@@ -226,7 +216,13 @@ impl Emitter<'_> {
             return Ok(None);
         }
         let t = self.tensor_info(tensor);
-        let lit = self.typed_literal(t.dtype, fill);
+        // The fill is an element in memory: a half one is the struct of its bits.
+        let lit = if t.dtype.is_half() {
+            let (f, i, u) = super::literal_parts(fill);
+            storage_literal(t.dtype, f, i, u)
+        } else {
+            self.typed_literal(t.dtype, fill)
+        };
         // Locals have known sizes (checked in `Emitter::new`).
         let (name, mut n) = (t.name.clone(), t.elements.unwrap_or(0));
         if let Some(c) = &self.coop {
@@ -246,7 +242,7 @@ impl Emitter<'_> {
     /// A worker-local VARIABLE.
     pub(super) fn variable(&mut self, k: usize, init: ValueId) -> Emitted {
         let (init, d) = self.value(init);
-        self.line(&format!("{} v{k} = v{init};", ctype(d)));
+        self.line(&format!("{} v{k} = v{init};", vtype(d)));
         Ok(Some(d))
     }
 

@@ -41,7 +41,7 @@
 //! and let the hardware stream them; the width is `ovl_ir::lockstep::width`'s (the runtime cuts
 //! a parallel run into chunks of whole blocks of it), the emitted loops take it as a constant.
 
-use super::{ctype, Emitted, Emitter};
+use super::{ctype, vtype, Emitted, Emitter};
 use crate::error::CodegenError;
 use ovl_ir::lockstep::{self, PositionArithmetic};
 use ovl_ir::ops::REDUCE_LANES;
@@ -253,7 +253,7 @@ impl<'a> Emitter<'a> {
                 self.scalar_expression(v)?;
                 continue;
             }
-            let ty = ctype(self.dtype(v));
+            let ty = vtype(self.dtype(v));
             let constness = if self.blocked_state().variables.contains(&v) {
                 ""
             } else {
@@ -293,7 +293,7 @@ impl<'a> Emitter<'a> {
             let id = self.identity(combiner, d);
             self.line(&format!(
                 "{} ovl_lanes{acc}[{REDUCE_LANES}][{width}];",
-                ctype(d)
+                vtype(d)
             ));
             self.line(&format!(
                 "for (int ovl_t = 0; ovl_t < {REDUCE_LANES}; ++ovl_t) for (int64_t ovl_j = 0; ovl_j < {width}; ++ovl_j) ovl_lanes{acc}[ovl_t][ovl_j] = {id};"
@@ -394,7 +394,7 @@ impl<'a> Emitter<'a> {
             .copied()
             .collect();
         for v in carried {
-            let ty = ctype(self.dtype(v));
+            let ty = vtype(self.dtype(v));
             s.push_str(&format!("{ty} ovl_s{v}[{width}];\n"));
         }
         s

@@ -6,7 +6,7 @@
 
 use super::{DType, Emitted, Emitter, Frame};
 use crate::error::CodegenError;
-use crate::shared::literal::ctype;
+use crate::shared::literal::vtype;
 use ovl_ir::cooperative::{Layout, WARP};
 use std::collections::BTreeMap;
 
@@ -31,7 +31,7 @@ impl Emitter<'_> {
             let (combiner, d) = self.accumulator_kind(acc)?;
             chains.push(format!(
                 "{} ovl_c{acc} = {};",
-                ctype(d),
+                vtype(d),
                 self.identity(combiner, d)
             ));
         }
@@ -73,7 +73,7 @@ impl Emitter<'_> {
         for &acc in &accs {
             let (combiner, d) = self.accumulator_kind(acc)?;
             kinds.push((acc, combiner, d));
-            self.line(&format!("{} ovl_t{acc} = ovl_c{acc};", ctype(d)));
+            self.line(&format!("{} ovl_t{acc} = ovl_c{acc};", vtype(d)));
             let mut offset = 1;
             while offset < WARP {
                 let other = format!("ovl::shfl_down(ovl_t{acc}, {offset}u)");
@@ -88,7 +88,7 @@ impl Emitter<'_> {
                 // one worker must not reuse an array another warp may still be reading.
                 self.shared.push(format!(
                     "__shared__ {} ovl_red{range}_{acc}[{warps}];",
-                    ctype(d)
+                    vtype(d)
                 ));
                 self.line(&format!(
                     "if ((threadIdx.x & {}u) == 0u) ovl_red{range}_{acc}[threadIdx.x >> 5] = ovl_t{acc};",
@@ -157,7 +157,7 @@ impl Emitter<'_> {
         for (d, n) in most {
             let decl = format!(
                 "__shared__ {} ovl_red_{d}[{}];",
-                ctype(d),
+                vtype(d),
                 n * c.block() as usize
             );
             if !self.shared.contains(&decl) {

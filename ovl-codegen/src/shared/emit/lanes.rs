@@ -35,7 +35,7 @@
 //! lane never ends early. The frame runs the lane program when every tensor it accesses by
 //! vectors is 16-byte aligned (device blocks are), else the worker program.
 
-use super::{ctype, tensor_name, Emitter};
+use super::{ctype, tensor_name, vtype, Emitter};
 use ovl_ir::ir::{self, TensorKind};
 use ovl_ir::pattern::{IndexPattern, PatternAnalysis};
 use ovl_ir::typed::{Inst, Kernel, TensorId};
@@ -218,7 +218,7 @@ impl Emitter<'_> {
         if j == 0 {
             lines.push(format!("ovl_vr{k} = ovl::ld4(&{name}[{linear}]);"));
         }
-        lines.push(format!("const {} v{k} = ovl_vr{k}.v[{j}];", ctype(t)));
+        lines.push(format!("const {} v{k} = ovl_vr{k}.v[{j}];", vtype(t)));
         Some(lines)
     }
 

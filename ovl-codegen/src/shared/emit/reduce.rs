@@ -3,7 +3,7 @@
 
 use super::{Emitted, Emitter};
 use crate::error::CodegenError;
-use crate::shared::literal::{ctype, narrow, widen};
+use crate::shared::literal::{narrow, vtype, widen};
 use ovl_ir::ops::{self, Combiner, REDUCE_LANES};
 use ovl_ir::typed::{Expr, Inst, ValueId};
 use ovl_ir::DType;
@@ -119,7 +119,7 @@ impl Emitter<'_> {
     /// An ACCUMULATOR: a mutable local like a VARIABLE (its lanes live with its reduction loop).
     pub(super) fn accumulator(&mut self, k: usize, init: ValueId) -> Emitted {
         let (init, d) = self.value(init);
-        self.line(&format!("{} v{k} = v{init};", ctype(d)));
+        self.line(&format!("{} v{k} = v{init};", vtype(d)));
         Ok(Some(d))
     }
 
@@ -188,7 +188,7 @@ impl Emitter<'_> {
             let id = vec![self.identity(combiner, d); REDUCE_LANES].join(", ");
             lanes.push(format!(
                 "{} ovl_lanes{acc}[{REDUCE_LANES}] = {{{id}}};",
-                ctype(d)
+                vtype(d)
             ));
         }
         self.counted_range_head(k, (s, e, st), step, &lanes);

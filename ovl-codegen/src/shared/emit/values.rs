@@ -2,7 +2,7 @@
 //! unary and binary operations of the op table.
 
 use super::{Emitted, Emitter};
-use crate::shared::literal::{ctype, narrow, widen};
+use crate::shared::literal::{ctype, narrow, vtype, widen};
 use ovl_ir::ir::Op;
 use ovl_ir::ops::{self, ResultRule};
 use ovl_ir::typed::{Inst, ValueId};
@@ -62,7 +62,7 @@ impl Emitter<'_> {
     pub(super) fn constant(&mut self, k: usize, lit: Literal) -> Emitted {
         let d = self.dtype(k);
         let text = self.typed_literal(d, lit);
-        self.line(&format!("const {} v{k} = {text};", ctype(d)));
+        self.line(&format!("const {} v{k} = {text};", vtype(d)));
         Ok(Some(d))
     }
 
@@ -110,7 +110,7 @@ impl Emitter<'_> {
         } else {
             format!("({ct}){x}")
         };
-        self.line(&format!("const {ct} v{k} = {expr};"));
+        self.line(&format!("const {} v{k} = {expr};", vtype(to)));
         Ok(Some(to))
     }
 
@@ -123,13 +123,14 @@ impl Emitter<'_> {
         if_false: ValueId,
     ) -> Emitted {
         let (c, (a, d), b) = (condition, self.value(if_true), if_false);
-        // Floats through `ovl::pick`, which GCC if-converts (docs/codegen.md).
-        let value = if d.is_float() && !d.is_half() {
+        // Floats (half values are floats too) through `ovl::pick`, which GCC if-converts
+        // (docs/codegen.md).
+        let value = if d.is_float() {
             format!("ovl::pick(v{c}, v{a}, v{b})")
         } else {
             format!("v{c} ? v{a} : v{b}")
         };
-        self.line(&format!("const {} v{k} = {value};", ctype(d)));
+        self.line(&format!("const {} v{k} = {value};", vtype(d)));
         Ok(Some(d))
     }
 
@@ -159,7 +160,7 @@ impl Emitter<'_> {
         } else {
             (d, narrow(d, &expr))
         };
-        self.line(&format!("const {} v{k} = {expr};", ctype(rd)));
+        self.line(&format!("const {} v{k} = {expr};", vtype(rd)));
         Ok(Some(rd))
     }
 }

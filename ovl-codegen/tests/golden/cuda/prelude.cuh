@@ -181,18 +181,22 @@ __device__ __forceinline__ float f32_bits(uint32_t b) { return __int_as_float((i
 __device__ __forceinline__ double f64_bits(uint64_t b) { return __longlong_as_double((long long)b); }
 __device__ __forceinline__ uint32_t f32_to_bits(float f) { return (uint32_t)__float_as_int(f); }
 
-// The half types (`proto/ovl.proto`, "Half types"): 2 bytes of bits, computed in f32. `widen` is
-// exact; `narrow_*` rounds once to nearest even, keeps subnormals and -0, overflows to +-inf and
-// keeps a NaN's sign and upper payload bits with the quiet bit set (ovl_ir::half_float, the
-// `half` crate's conversions, bit for bit). The GPU converts f16 with its cvt instructions (NaNs
-// by bits); the CPU converts by bits, branch-free, which GCC vectorizes (its scalar F16C forms
-// for _Float16 keep loops scalar); bf16 converts by bits everywhere (x86's VCVTNEPS2BF16
-// flushes subnormals to zero, which the semantics do not allow).
+// The half types (`proto/ovl.proto`, "Half types"): an element in memory is 2 bytes of bits
+// (`f16`, `bf16`; layout-compatible with CUDA's __half and __nv_bfloat16); a value in the
+// generated code is the f32 holding it exactly, so operations chain in f32 registers:
+// `*_value` widens bits (exact; a NaN gets its quiet bit), `round_*` rounds an f32 once to
+// nearest even to a half value (subnormals kept, -0 kept, overflow to +-inf, a NaN keeps its sign
+// and upper payload bits with the quiet bit set: ovl_ir::half_float, the `half` crate's
+// conversions, bit for bit), `*_bits` gives the bits of a half value. The GPU converts f16 with
+// its cvt instructions (NaNs by bits); the CPU converts by bits and masks, branch-free on 32-bit
+// lanes, which GCC vectorizes for AVX-512 and AVX2 alike (its F16C forms for _Float16 stay
+// scalar); bf16 converts by bits everywhere (x86's VCVTNEPS2BF16 flushes subnormals to zero,
+// which the semantics do not allow).
 struct f16 { uint16_t bits; };
 struct bf16 { uint16_t bits; };
-// Branch-free, so that loops vectorize. Widening scales the bits by 2^112 (exact, subnormals
-// included); rounding follows the usual three cases (overflow and NaN, subnormal by an f32
-// addition that rounds to nearest even, normal by integer rounding) selected by masks.
+// f16 widening scales the bits by 2^112 (exact, subnormals included); rounding to f16 bits
+// follows the three cases (overflow and NaN, subnormal by an f32 addition that rounds to nearest
+// even, normal by integer rounding) selected by masks.
 OVL_FN float widen_f16_bits(uint32_t h) {
   const uint32_t sign = (h & 0x8000u) << 16, em = h & 0x7fffu;
   const uint32_t scaled = f32_to_bits(f32_bits(em << 13) * f32_bits(0x77800000u));
@@ -207,32 +211,71 @@ OVL_FN uint16_t narrow_f16_bits(float v) {
   return (uint16_t)(sign | (a >= 0x47800000u ? special : (a < 0x38800000u ? sub : norm)));
 }
 #if defined(__CUDA_ARCH__)
-OVL_FN float widen(f16 x) {
-  if ((x.bits & 0x7fffu) > 0x7c00u) return widen_f16_bits(x.bits);
+OVL_FN float f16_value(uint16_t h) {
+  if ((h & 0x7fffu) > 0x7c00u) return widen_f16_bits(h);
   float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
   return f;
 }
-OVL_FN f16 narrow_f16(float v) {
-  if (v != v) return f16{narrow_f16_bits(v)};
+OVL_FN uint16_t f16_bits(float v) {
+  if (v != v) return narrow_f16_bits(v);
   unsigned short h;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-  return f16{h};
+  return h;
 }
+OVL_FN float round_f16(float v) { return f16_value(f16_bits(v)); }
 #else
-OVL_FN float widen(f16 x) { return widen_f16_bits(x.bits); }
-OVL_FN f16 narrow_f16(float v) { return f16{narrow_f16_bits(v)}; }
-#endif
-// Branch-free, so that loops vectorize: a NaN's quiet bit is set by a mask.
-OVL_FN float widen(bf16 x) {
-  const uint32_t nan = (uint32_t)((x.bits & 0x7fffu) > 0x7f80u);
-  return f32_bits(((uint32_t)x.bits << 16) | (nan << 22));
+#if defined(__AVX512F__)
+OVL_FN float f16_value(uint16_t h) { return widen_f16_bits(h); }
+#else
+// Without AVX-512 GCC's blend of the scaled product above ran 3 times slower than this integer
+// form: a normal value rebiases its exponent (+112), a subnormal one is its integer times 2^-24.
+OVL_FN float f16_value(uint16_t h) {
+  const uint32_t sign = ((uint32_t)h & 0x8000u) << 16, em = h & 0x7fffu;
+  const uint32_t norm = (em << 13) + 0x38000000u;
+  const uint32_t sub = f32_to_bits((float)(int32_t)em * 0x1p-24f);
+  const uint32_t special = 0x7f800000u | ((em & 0x3ffu) << 13) | ((uint32_t)(em > 0x7c00u) << 22);
+  const uint32_t is_special = 0u - (uint32_t)(em >= 0x7c00u), is_sub = 0u - (uint32_t)(em < 0x400u);
+  return f32_bits(sign | (special & is_special) | (((sub & is_sub) | (norm & ~is_sub)) & ~is_special));
 }
-OVL_FN bf16 narrow_bf16(float v) {
+#endif
+// The bits of an f16 value (exact in f16, as every half value is: no rounding left to do): a
+// normal one rebiases its exponent (-112), a subnormal one counts its steps of 2^-24 by an f32
+// addition of 0.5 (exact), infinities and NaNs (already quiet) keep their upper fraction bits.
+OVL_FN uint16_t f16_bits(float v) {
+  const uint32_t u = f32_to_bits(v), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  const uint32_t norm = (a - 0x38000000u) >> 13;
+  const uint32_t sub = f32_to_bits(f32_bits(a) + 0.5f) - 0x3f000000u;
+  const uint32_t special = 0x7c00u | ((a & 0x7fffffu) >> 13);
+  return (uint16_t)(sign | (a >= 0x7f800000u ? special : (a < 0x38800000u ? sub : norm)));
+}
+// f16_value(f16_bits(v)) without leaving 32-bit lanes: a normal result rounds the f32 bits at
+// bit 13 (integer rounding; a carry into the exponent is right, and at 65520 it reaches the
+// overflow test), a subnormal one is (|v| + 0.5) - 0.5 in f32 (a multiple of 2^-24, rounded to
+// nearest even by the addition), a NaN keeps its upper 10 fraction bits and gets its quiet bit.
+OVL_FN float round_f16(float v) {
+  const uint32_t u = f32_to_bits(v), sign = u & 0x80000000u, a = u & 0x7fffffffu;
+  const uint32_t norm = (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
+  const uint32_t sub = f32_to_bits((f32_bits(a) + 0.5f) - 0.5f);
+  const uint32_t is_sub = 0u - (uint32_t)(a < 0x38800000u);
+  const uint32_t is_inf = 0u - (uint32_t)(norm >= 0x47800000u);
+  const uint32_t is_nan = 0u - (uint32_t)(a > 0x7f800000u);
+  const uint32_t finite = (sub & is_sub) | (((norm & ~is_inf) | (0x7f800000u & is_inf)) & ~is_sub);
+  return f32_bits(sign | (((a | 0x400000u) & 0xffffe000u & is_nan) | (finite & ~is_nan)));
+}
+#endif
+// bf16 is the upper half of an f32: widening is a shift (and the quiet bit of a NaN), rounding an
+// add of 0x7fff plus the lowest kept bit, the bits of a bf16 value its f32's upper half.
+OVL_FN float bf16_value(uint16_t b) {
+  const uint32_t nan = (uint32_t)((b & 0x7fffu) > 0x7f80u);
+  return f32_bits(((uint32_t)b << 16) | (nan << 22));
+}
+OVL_FN uint16_t bf16_bits(float v) { return (uint16_t)(f32_to_bits(v) >> 16); }
+OVL_FN float round_bf16(float v) {
   const uint32_t x = f32_to_bits(v);
   const uint32_t nan = 0u - (uint32_t)((x & 0x7fffffffu) > 0x7f800000u);
-  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  return bf16{(uint16_t)((((x >> 16) | 0x40u) & nan) | (rounded & ~nan))};
+  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) & 0xffff0000u;
+  return f32_bits((((x | 0x400000u) & 0xffff0000u) & nan) | (rounded & ~nan));
 }
 
 
@@ -275,7 +318,7 @@ template <class T> __device__ __forceinline__ vec4<T> ld4(const T* p) { return *
 template <class T> __device__ __forceinline__ void st4(T* p, const vec4<T>& x) { *reinterpret_cast<vec4<T>*>(p) = x; }
 
 // A whole warp's shuffles (cooperative rows: every lane of the warp takes part), for each dtype
-// an accumulator can have; 8- and 16-bit values travel in an int.
+// an accumulator can have (a half value is a float); 8- and 16-bit values travel in an int.
 #define OVL_SHFL(T, W)                                                                         \
   __device__ __forceinline__ T shfl_down(T v, unsigned o) { return (T)__shfl_down_sync(0xffffffffu, (W)v, o); } \
   __device__ __forceinline__ T shfl(T v, int from) { return (T)__shfl_sync(0xffffffffu, (W)v, from); }
@@ -283,10 +326,6 @@ OVL_SHFL(float, float) OVL_SHFL(double, double)
 OVL_SHFL(int8_t, int) OVL_SHFL(int16_t, int) OVL_SHFL(int32_t, int) OVL_SHFL(int64_t, long long)
 OVL_SHFL(uint8_t, unsigned) OVL_SHFL(uint16_t, unsigned) OVL_SHFL(uint32_t, unsigned)
 OVL_SHFL(uint64_t, unsigned long long)
-__device__ __forceinline__ f16 shfl_down(f16 v, unsigned o) { return f16{(uint16_t)__shfl_down_sync(0xffffffffu, (unsigned)v.bits, o)}; }
-__device__ __forceinline__ f16 shfl(f16 v, int from) { return f16{(uint16_t)__shfl_sync(0xffffffffu, (unsigned)v.bits, from)}; }
-__device__ __forceinline__ bf16 shfl_down(bf16 v, unsigned o) { return bf16{(uint16_t)__shfl_down_sync(0xffffffffu, (unsigned)v.bits, o)}; }
-__device__ __forceinline__ bf16 shfl(bf16 v, int from) { return bf16{(uint16_t)__shfl_sync(0xffffffffu, (unsigned)v.bits, from)}; }
 
 // Publishes a thread's first fault if its worker precedes the one recorded so far. The lock is
 // only contended on the fault path; independent thread scheduling (sm_70 and later) makes
