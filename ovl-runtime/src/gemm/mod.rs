@@ -1,6 +1,6 @@
 //! The CPU kernel of a library call: a GEMM (`proto/ovl.proto`, "Library calls") on `f32` or
 //! `f64`: on `f32` through this crate's kernels where they apply (`small`, AVX-512F: few rows
-//! or a short sum; `large`, AVX-512F or AVX2 + FMA: many rows and a long sum), else through the
+//! or a short sum; `large`, AVX-512F: many rows and a long sum), else through the
 //! `gemm` crate
 //! (docs/matmul.md says why that crate); on `f16` and `bf16` through the same f32 kernels on
 //! operands widened to f32 (`gemm/half.rs`). Other dtypes run the call's reference program,
