@@ -1,7 +1,6 @@
 //! The CPU kernel of a library call: a GEMM (`proto/ovl.proto`, "Library calls") on `f32` or
 //! `f64`: on `f32` through this crate's kernels where they apply (`small`, AVX-512F: few rows
-//! or a short sum; `large`, AVX-512F: many rows and a long sum), else through the
-//! `gemm` crate
+//! or a short sum; `large`, AVX-512F: many rows and a long sum), else through the `gemm` crate
 //! (docs/matmul.md says why that crate); on `f16` and `bf16` through the same f32 kernels on
 //! operands widened to f32 (`gemm/half.rs`). Other dtypes run the call's reference program,
 //! compiled like any operator. [`epilogue`] runs a GEMM with the elementwise operator that
